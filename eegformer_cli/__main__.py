@@ -1,0 +1,3 @@
+from eegformer_cli.cli.app import main
+
+main()

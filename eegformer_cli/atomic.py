@@ -1,0 +1,135 @@
+"""Atomic file writes and a directory lock.
+
+Every output is written to a temporary file in the same folder and renamed over the final
+name with :func:`os.replace`, so a reader (or a rerun after a crash) never sees a half-written
+file. Temporary names start with ``.tmp-`` and are ignored (and cleaned) by readers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from eegformer_cli.errors import OutputError
+
+TMP_PREFIX = ".tmp-"
+
+
+def ensure_dir(path: str | Path) -> Path:
+    """Create ``path`` (and parents) or raise :class:`OutputError` naming it."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create folder: {exc.strerror}", path=path,
+                          hint="choose another --out") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError("folder is not writable", path=path, hint="choose another --out")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[io.IOBase]:
+    """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success.
+
+    On an exception the temporary file is removed and ``path`` is left untouched.
+    """
+    path = Path(path)
+    ensure_dir(path.parent)
+    binary = "b" in mode
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror}", path=path) from None
+    try:
+        with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_open(path, "w") as handle:
+        handle.write(text)
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Write ``obj`` as indented JSON (NaN written as ``null``-safe via ``default=str``)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def save_npz(path: str | Path, compress: bool = True, **arrays) -> None:
+    """Save arrays to ``path`` (``.npz``) atomically."""
+    with atomic_open(path, "wb") as handle:
+        (np.savez_compressed if compress else np.savez)(handle, **arrays)
+
+
+def remove_stale_temporaries(folder: str | Path) -> int:
+    """Delete ``.tmp-*`` leftovers of an interrupted run in ``folder``; return how many."""
+    removed = 0
+    folder = Path(folder)
+    if folder.is_dir():
+        for tmp in folder.glob(TMP_PREFIX + "*"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed += 1
+    return removed
+
+
+class DirectoryLock:
+    """An exclusive, non-blocking lock on an output folder (``<folder>/.lock``, flock).
+
+    A second process that tries to take it gets :class:`OutputError` at once instead of
+    writing into the same folder. The kernel releases the lock if the holder dies.
+    """
+
+    def __init__(self, folder: str | Path, what: str = "another eegformer run"):
+        self.folder = ensure_dir(folder)
+        self.what = what
+        self._handle = None
+
+    def __enter__(self) -> "DirectoryLock":
+        self._handle = open(self.folder / ".lock", "a+")
+        try:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._handle.close()
+            self._handle = None
+            raise OutputError(f"{self.what} is writing into this folder", path=self.folder,
+                              hint="wait for it to finish or choose another --out") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None

@@ -1,0 +1,94 @@
+"""The ``eegformer`` command: global options, error handling and the subcommands.
+
+Each subcommand lives in its own module of this package and exposes ``register(app)``.
+User errors (:class:`~eegformer_cli.errors.EegformerError`) become one line on stderr and the
+exit code documented in :mod:`eegformer_cli.errors`; tracebacks appear only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import typer
+
+import eegformer_cli
+from eegformer_cli.errors import EegformerError
+
+app = typer.Typer(
+    name="eegformer",
+    help="Explainable EEG brain-disorder classification (XAIguiFormer).\n\n"
+         "Chain: preprocess -> train -> predict / explain -> report. Try `eegformer demo`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"eegformer {eegformer_cli.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+) -> None:
+    """Global options (before the subcommand)."""
+
+
+def _register_commands() -> None:
+    import importlib
+    for name in ("simulate", "preprocess", "train", "predict", "explain", "report", "demo"):
+        try:
+            module = importlib.import_module(f"eegformer_cli.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"eegformer_cli.cli.{name}":
+                raise
+            continue  # not implemented yet
+        module.register(app)
+
+
+_register_commands()
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script; never lets a user error end in a traceback."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in args
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        result = app(args=args, prog_name="eegformer", standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("eegformer: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as exc:  # Typer's own usage errors (bad flags): exit 2
+        exc.show()
+        sys.exit(exc.exit_code)
+    except EegformerError as exc:
+        if debug:
+            raise
+        print(f"eegformer: error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("eegformer: interrupted; rerun the same command to resume", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # a bug: keep the terminal clean unless asked
+        if debug:
+            raise
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"eegformer: internal error: {type(exc).__name__}: {message} "
+              "(rerun with --debug for the traceback and report it)", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,74 @@
+"""Errors users can act on, each with its own exit code.
+
+Every command maps an :class:`EegformerError` to one line on stderr and the exit code below;
+anything else is an internal error (exit 1, traceback only with ``--debug``).
+
+==============================  ====  ==============================================
+class                           code  meaning
+==============================  ====  ==============================================
+(internal error)                1     a bug: please report it with ``--debug`` output
+:class:`UsageError`             2     wrong flags or flag combinations (as Typer/Click)
+:class:`InputDataError`         3     recordings or tables that cannot be used
+:class:`ModelFileError`         4     a model file that is corrupt or from another version
+:class:`OutputError`            5     an output that cannot be written (permissions, lock)
+:class:`PartialFailure`         6     some recordings failed and ``--strict`` was given
+(interrupted)                   130   Ctrl-C / SIGINT; rerunning resumes
+==============================  ====  ==============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class EegformerError(Exception):
+    """Base class: an error whose message is meant for the user, on one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None):
+        self.path = None if path is None else str(path)
+        self.hint = hint
+        super().__init__(message)
+
+    def one_line(self) -> str:
+        """``<path>: <message> (<hint>)`` with newlines folded, as printed by the CLI."""
+        text = str(self)
+        if self.path and not text.startswith(self.path):
+            text = f"{self.path}: {text}"
+        if self.hint:
+            text = f"{text} ({self.hint})"
+        return " ".join(text.split())
+
+
+class UsageError(EegformerError):
+    exit_code = 2
+
+
+class InputDataError(EegformerError):
+    exit_code = 3
+
+
+class RecordingError(InputDataError):
+    """One recording cannot be used; ``preprocess`` records it and goes on with the others."""
+
+
+class ModelFileError(EegformerError):
+    exit_code = 4
+
+
+class OutputError(EegformerError):
+    exit_code = 5
+
+
+class PartialFailure(EegformerError):
+    exit_code = 6
+
+
+def check_choice(name: str, value, allowed: Iterable) -> None:
+    """Raise :class:`UsageError` naming the parameter and listing allowed values (MNE style)."""
+    allowed = list(allowed)
+    if value not in allowed:
+        listed = ", ".join(repr(a) for a in allowed)
+        raise UsageError(f"invalid value {value!r} for {name}; allowed values are {listed}")

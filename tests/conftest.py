@@ -1,0 +1,34 @@
+"""Shared test fixtures: where the real datasets are, and skipping cleanly without them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+SAMPLE_DATA = REPO / "sample_data"
+
+
+def shared_dataset(name: str) -> Path:
+    """Path of ``../shared/data/<name>``; skips the test with a clear message when absent."""
+    path = SHARED_DATA / name
+    if not path.is_dir():
+        pytest.skip(f"real dataset {name!r} not found at {path} (clone the project beside ../shared)")
+    return path
+
+
+@pytest.fixture
+def msu_dir() -> Path:
+    return shared_dataset("msu-schizophrenia")
+
+
+@pytest.fixture
+def eegmat_dir() -> Path:
+    return shared_dataset("eegmat-subset")
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return shared_dataset("reader-fixtures")
