@@ -1,0 +1,158 @@
+"""Training-step time: one-pass explanation vs per-layer captum ``LayerDeepLift`` (paper size).
+
+A full step = tokenizer + coarse pass + explanation of every layer + refined pass + loss
+(0.3 CE coarse + 0.7 CE refined) + backward + AdamW step, for ``explanation_impl="one_pass"``
+and ``"captum"`` on the same weights and inputs. Prints one JSON object on stdout: the median
+step times, their ratio, and the max abs differences of the explanations, refined logits and
+parameter gradients between the two implementations.
+
+Example::
+
+    .venv/bin/python benchmarks/bench_train_step.py --steps 5
+    .venv/bin/python benchmarks/bench_train_step.py --device cuda --batch 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from eegformer_cli.model import ModelConfig, XAIguiFormer
+
+BANDS = ["delta", "theta", "low_alpha", "high_alpha", "low_beta", "mid_beta", "high_beta",
+         "gamma", "theta_beta_ratio"]
+BAND_EDGES_HZ = [(2, 4), (4, 8), (8, 10), (10, 12), (12, 18), (18, 21), (21, 30), (30, 45),
+                 (4 / 12, 8 / 30)]
+#: Weight of the refined loss (official alpha).
+ALPHA = 0.7
+
+
+def make_inputs(batch: int, n_channels: int, device: str, seed: int = 0):
+    """Connectome-like inputs: symmetric coh/wPLI in [0, 1) with zero diagonal, ages 20-80 y."""
+    generator = torch.Generator().manual_seed(seed)
+    off_diagonal = 1 - torch.eye(n_channels)
+
+    def connectome():
+        values = torch.rand(batch, len(BANDS), n_channels, n_channels, generator=generator)
+        return ((values + values.transpose(-1, -2)) / 2 * off_diagonal).to(device)
+
+    age = (20 + 60 * torch.rand(batch, generator=generator)).to(device)
+    sex = torch.randint(0, 2, (batch,), generator=generator).float().to(device)
+    labels = torch.randint(0, 2, (batch,), generator=generator).to(device)
+    return connectome(), connectome(), age, sex, labels
+
+
+def perturbed_paper_model(n_channels: int, device: str, seed: int = 0) -> XAIguiFormer:
+    """Paper-size model with every weight perturbed (seeded), so explanations are not ~1e-4."""
+    torch.manual_seed(seed)
+    config = ModelConfig.preset("paper", n_channels=n_channels, band_names=BANDS,
+                                band_edges_hz=BAND_EDGES_HZ, n_classes=2)
+    model = XAIguiFormer(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    return model.to(device)
+
+
+def with_impl(model: XAIguiFormer, impl: str) -> XAIguiFormer:
+    """A copy of ``model`` (same weights) using explanation implementation ``impl``."""
+    clone = XAIguiFormer(dataclasses.replace(model.config, explanation_impl=impl))
+    clone.load_state_dict(model.state_dict())
+    return clone.to(next(model.parameters()).device)
+
+
+def loss_of(model: XAIguiFormer, inputs) -> torch.Tensor:
+    coh, wpli, age, sex, labels = inputs
+    logits_coarse, logits_refined = model(coh, wpli, age, sex)
+    return (1 - ALPHA) * F.cross_entropy(logits_coarse, labels) + ALPHA * F.cross_entropy(logits_refined, labels)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def median_step_seconds(model: XAIguiFormer, inputs, steps: int, warmup: int, device: str) -> float:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99))
+    times = []
+    for step in range(warmup + steps):
+        synchronize(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(model, inputs).backward()
+        optimizer.step()
+        synchronize(device)
+        if step >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
+    """Max abs differences between the two implementations (same weights, same inputs)."""
+    coh, wpli, age, sex, _ = inputs
+    out_a = one_pass.forward_with_details(coh, wpli, age, sex)
+    out_b = captum.forward_with_details(coh, wpli, age, sex)
+    explanation_diff = max((a - b).abs().max().item() for a, b in zip(out_a.explanations, out_b.explanations))
+    explanation_scale = max(b.abs().max().item() for b in out_b.explanations)
+    for model in (one_pass, captum):
+        model.zero_grad(set_to_none=True)
+        loss_of(model, inputs).backward()
+    grad_diff = max(((pa.grad - pb.grad).abs().max() / pb.grad.abs().max().clamp_min(1e-30)).item()
+                    for pa, pb in zip(one_pass.parameters(), captum.parameters()) if pb.grad is not None)
+    return {
+        "max_abs_diff_explanations": explanation_diff,
+        "max_abs_explanation": explanation_scale,
+        "max_abs_diff_refined_logits": (out_a.logits_refined - out_b.logits_refined).abs().max().item(),
+        "max_rel_diff_parameter_grads": grad_diff,
+    }
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--channels", type=int, default=19)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per implementation")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    inputs = make_inputs(args.batch, args.channels, args.device)
+    model = perturbed_paper_model(args.channels, args.device)
+    one_pass, captum = with_impl(model, "one_pass"), with_impl(model, "captum")
+    figures = differences(one_pass, captum, inputs)
+    seconds_one_pass = median_step_seconds(one_pass, inputs, args.steps, args.warmup, args.device)
+    seconds_captum = median_step_seconds(captum, inputs, args.steps, args.warmup, args.device)
+    device_name = (torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_model_name())
+    print(json.dumps({
+        "device": args.device, "device_name": device_name, "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "batch": args.batch, "channels": args.channels,
+        "bands": len(BANDS), "layers": model.config.n_layers, "d_model": model.config.d_model,
+        "heads": model.config.n_heads, "steps": args.steps, "warmup": args.warmup,
+        "step_seconds_one_pass": seconds_one_pass, "step_seconds_captum": seconds_captum,
+        "speedup": seconds_captum / seconds_one_pass, **figures,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

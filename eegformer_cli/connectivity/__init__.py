@@ -1,0 +1,1 @@
+"""Band definitions (:mod:`.bands`) and connectivity tokens (:mod:`.tokens`)."""

@@ -1,0 +1,229 @@
+"""A model file + inputs -> per-recording predictions (shared by ``predict``, ``explain``, ``train``).
+
+Inputs are raw recordings (any format ``preprocess`` reads; each is preprocessed with the
+settings and channel list stored in the model, so a recording with other channel names or
+another sampling rate is adapted exactly as ``preprocess`` would, or rejected with its reason)
+or ``preprocess`` output folders (their channels and bands must equal the model's).
+
+A recording's prediction: the refined logits of all its segments, averaged (the reference's
+per-recording logit average), then a softmax. :func:`recording_logits` is the one function that
+does this, for the training run's own evaluation and for ``predict`` alike, which is why
+``predict`` reproduces a run's out-of-fold probabilities.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eegformer_cli.errors import EegformerError, InputDataError
+from eegformer_cli.training.dataset import parse_age, parse_sex, read_manifest
+
+# Segments per forward when averaging logits (bounds memory; results do not depend on it
+# beyond float rounding).
+SEGMENTS_PER_BATCH = 256
+
+
+@dataclass
+class InputRecording:
+    """One recording ready for the model, or the reason it is not.
+
+    ``coh``, ``wpli`` float32 (n_segments, n_bands, C, C) in the model's channel and band order;
+    ``age`` years (NaN = unknown); ``sex`` 0 = male, 1 = female, NaN = unknown; ``error`` a
+    one-line reason when the recording could not be used (then coh/wpli are None).
+    """
+
+    recording_id: str
+    participant_id: str | None
+    source: str
+    coh: np.ndarray | None = None
+    wpli: np.ndarray | None = None
+    age: float = math.nan
+    sex: float = math.nan
+    error: str | None = None
+
+
+def autocast(device: torch.device):
+    """Mixed precision on CUDA (bfloat16 where supported, else float16), nothing on CPU.
+
+    The model keeps its rotary angles in float32 under autocast.
+    """
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.autocast("cuda", dtype=dtype)
+
+
+def recording_logits(model, recordings: Sequence[tuple], device: torch.device) -> np.ndarray:
+    """Mean refined logits per recording: float64 (n_recordings, n_classes).
+
+    ``recordings``: tuples ``(coh, wpli, age, sex)`` with coh/wpli float32 numpy
+    (n_segments, n_bands, C, C) and scalar age/sex. Segments of several recordings share
+    forwards of up to :data:`SEGMENTS_PER_BATCH` segments; the model runs in eval mode.
+    """
+    model.eval()
+    counts = [len(r[0]) for r in recordings]
+    coh = np.concatenate([r[0] for r in recordings])
+    wpli = np.concatenate([r[1] for r in recordings])
+    age = np.repeat([float(r[2]) for r in recordings], counts).astype(np.float32)
+    sex = np.repeat([float(r[3]) for r in recordings], counts).astype(np.float32)
+    chunks = []
+    with torch.no_grad():
+        for start in range(0, len(coh), SEGMENTS_PER_BATCH):
+            part = slice(start, start + SEGMENTS_PER_BATCH)
+            with autocast(device):
+                _, refined = model(torch.from_numpy(coh[part]).to(device),
+                                   torch.from_numpy(wpli[part]).to(device),
+                                   torch.from_numpy(age[part]).to(device),
+                                   torch.from_numpy(sex[part]).to(device))
+            chunks.append(refined.float().cpu().numpy().astype(np.float64))
+    logits = np.concatenate(chunks)
+    bounds = np.cumsum([0] + counts)
+    return np.stack([logits[a:b].mean(axis=0) for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of float64 logits (n, K)."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)
+
+
+def predict_recordings(bundle, items: Iterable[InputRecording],
+                       device: torch.device) -> Iterator[dict]:
+    """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``.
+
+    ``bundle`` a loaded model file (:class:`~eegformer_cli.training.model_file.ModelBundle`).
+    A recording with an ``error`` yields ``{"recording_id", "participant_id", "error"}``.
+    """
+    for item in items:
+        row = {"recording_id": item.recording_id, "participant_id": item.participant_id}
+        if item.error is not None:
+            yield {**row, "error": item.error}
+            continue
+        logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
+                                  device)
+        probabilities = softmax(logits)[0]
+        row["predicted"] = bundle.label_names[int(probabilities.argmax())]
+        row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})
+        yield row
+
+
+def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path | None = None,
+                age: float | None = None, sex: str | None = None) -> Iterator[InputRecording]:
+    """Per-recording connectomes for ``bundle``'s model from raw files and/or preprocess folders.
+
+    Parameters
+    ----------
+    bundle : a loaded model file (channels, bands and preprocess settings are taken from it).
+    inputs : recording files, folders of recordings, or ``preprocess`` output folders (a folder
+        with ``manifest.tsv``).
+    participants : a participants table for the demographics of raw recordings (default: the
+        one found beside the inputs, as ``preprocess`` does).
+    age, sex : demographics for every recording (override the tables): years; M/F.
+
+    Yields items in input order; a recording that cannot be used yields an item with ``error``
+    (the others go on). Raises InputDataError at once for a preprocess folder whose channels or
+    bands differ from the model's.
+    """
+    from eegformer_cli.recordings import metadata, reading
+
+    forced_age = float(age) if age is not None else None
+    forced_sex = _sex_code(sex) if sex is not None else None
+    raw_inputs = []
+    for entry in map(Path, inputs):
+        if entry.is_dir() and (entry / "manifest.tsv").is_file():
+            yield from _with_demographics(_preprocessed_inputs(bundle, entry), forced_age,
+                                          forced_sex)
+        else:
+            raw_inputs.append(entry)
+    if not raw_inputs:
+        return
+    paths = reading.find_recordings(raw_inputs)
+    table = Path(participants) if participants else metadata.find_participants_file(raw_inputs)
+    rows = metadata.load_participants(table) if table else {}
+    for path, recording_id in zip(paths, reading.recording_ids(paths)):
+        participant_id, meta = metadata.match_participant(path, rows, None, None)
+        item = InputRecording(recording_id, participant_id, str(path),
+                              age=math.nan if meta.get("age") is None else float(meta["age"]),
+                              sex=parse_sex(meta.get("sex")))
+        yield from _with_demographics([_preprocess_raw(bundle, path, item)], forced_age, forced_sex)
+
+
+def _sex_code(sex: str) -> float:
+    from eegformer_cli.recordings import metadata
+
+    code = parse_sex(metadata.parse_sex(sex) or "")
+    if math.isnan(code):
+        raise InputDataError(f"invalid --sex {sex!r}; use M or F (or male/female)")
+    return code
+
+
+def _with_demographics(items: Iterable[InputRecording], age: float | None,
+                       sex: float | None) -> Iterator[InputRecording]:
+    for item in items:
+        if age is not None:
+            item.age = age
+        if sex is not None:
+            item.sex = sex
+        yield item
+
+
+def _preprocess_raw(bundle, path: Path, item: InputRecording) -> InputRecording:
+    from eegformer_cli.preprocess import PreprocessSettings, process_recording
+
+    settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
+    try:
+        connectome = process_recording(path, settings, bundle.channels)
+    except EegformerError as exc:
+        item.error = exc.one_line()
+        return item
+    if list(connectome.bands) != bundle.bands:
+        item.error = f"{path}: bands {connectome.bands} differ from the model's {bundle.bands}"
+        return item
+    item.coh, item.wpli = connectome.coh, connectome.wpli
+    return item
+
+
+def _preprocessed_inputs(bundle, folder: Path) -> Iterator[InputRecording]:
+    from eegformer_cli.training.dataset import RecordingInfo, read_connectome_arrays
+
+    settings_file = folder / "preprocess.json"
+    rows = read_manifest(folder)
+    ok_rows = [row for row in rows if row.get("status") == "ok"]
+    if ok_rows:
+        first = folder / (ok_rows[0].get("connectome") or f"connectomes/{ok_rows[0]['recording_id']}.npz")
+        with np.load(first) as data:
+            channels = [str(c) for c in data["channels"]]
+            bands = [str(b) for b in data["bands"]]
+        if channels != bundle.channels or bands != bundle.bands:
+            what = "channels" if channels != bundle.channels else "bands"
+            raise InputDataError(
+                f"{what} of this preprocess output ({', '.join(channels if what == 'channels' else bands)}) "
+                f"differ from the model's ({', '.join(bundle.channels if what == 'channels' else bundle.bands)})",
+                path=folder, hint="pass the raw recordings instead; predict preprocesses them "
+                                  f"with the model's settings ({settings_file.name} of the training data)")
+    for row in rows:
+        participant = row.get("participant_id")
+        participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
+        item = InputRecording(row["recording_id"], participant, str(folder),
+                              age=parse_age(row.get("age")), sex=parse_sex(row.get("sex")))
+        if row.get("status") != "ok":
+            item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
+            yield item
+            continue
+        info = RecordingInfo(row["recording_id"], participant or row["recording_id"], "",
+                             item.age, item.sex,
+                             folder / (row.get("connectome") or f"connectomes/{row['recording_id']}.npz"),
+                             int(float(row["n_segments"])))
+        try:
+            item.coh, item.wpli = read_connectome_arrays(info, bundle.channels, bundle.bands)
+        except InputDataError as exc:
+            item.error = exc.one_line()
+        yield item

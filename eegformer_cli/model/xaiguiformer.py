@@ -1,0 +1,267 @@
+"""XAIguiFormer: connectome tokenizer -> coarse transformer pass -> explanation of its predicted
+class at every layer -> refined pass whose queries and keys come from the explanations.
+
+:class:`ModelConfig` holds every architecture choice (``preset("paper")`` is the official model,
+reference section 4; ``preset("default")`` fixes its known defects, section 9);
+:class:`XAIguiFormer` is the ``nn.Module``. Runs on whatever device its parameters are on; the
+inputs must be on the same device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.model.explanation import EXPLAINERS, EXPLANATION_IMPLS, explain_layers
+from eegformer_cli.model.layers import NORMS
+from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demographics,
+                                        drofe_paper_demographics)
+from eegformer_cli.model.tokenizer import EDGES, SPATIAL_ENCODINGS, ConnectomeTokenizer
+from eegformer_cli.model.transformer import ATTENTION_IMPLS, BandTransformer
+
+PRESETS = ("paper", "default")
+
+#: Field values of each preset (the data-dependent fields n_channels, band_names, band_edges_hz,
+#: n_classes and channel_names are always given by the caller).
+PRESET_FIELDS = {
+    # The official model (reference section 4): every quirk kept.
+    "paper": dict(d_model=128, n_heads=4, n_layers=12, n_gnn_layers=4, mlp_ratio=4.0,
+                  layerscale_init=1e-3, dropout=0.0, norm="timm_rms", edges="directed",
+                  frequency_encoding="drofe_paper", xai_refinement=True, explainer="deeplift",
+                  explanation_impl="one_pass", detach_explanations=False,
+                  attention_impl="fused", spatial_encoding="none"),
+    # Defects fixed (reference section 9): true RMSNorm, undirected edges, a true-rotation
+    # dRoFE with z-scored age, detached explanations (no backward through the explainer), and
+    # a smaller size the training engineer tunes.
+    "default": dict(d_model=64, n_heads=4, n_layers=4, n_gnn_layers=2, mlp_ratio=4.0,
+                    layerscale_init=1e-3, dropout=0.0, norm="rms", edges="undirected",
+                    frequency_encoding="drofe_default", xai_refinement=True, explainer="deeplift",
+                    explanation_impl="one_pass", detach_explanations=True,
+                    attention_impl="fused", spatial_encoding="none"),
+}
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of an :class:`XAIguiFormer`; validated on construction (MNE-style errors).
+
+    Data fields: ``n_channels`` C, ``band_names`` (T,), ``band_edges_hz`` T pairs (f_low, f_high)
+    in Hz (dRoFE coordinates), ``n_classes``, ``channel_names`` (C,) for RoSE montage positions.
+    See :data:`PRESET_FIELDS` and the module docs for the meaning of each option.
+    """
+
+    n_channels: int
+    band_names: list[str]
+    band_edges_hz: list[tuple[float, float]]
+    n_classes: int
+    channel_names: list[str] | None = None
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 12
+    n_gnn_layers: int = 4
+    mlp_ratio: float = 4.0
+    layerscale_init: float = 1e-3
+    dropout: float = 0.0
+    norm: str = "rms"
+    edges: str = "undirected"
+    frequency_encoding: str = "drofe_default"
+    xai_refinement: bool = True
+    explainer: str = "deeplift"
+    explanation_impl: str = "one_pass"
+    detach_explanations: bool = False
+    attention_impl: str = "fused"
+    spatial_encoding: str = "none"
+
+    def __post_init__(self):
+        self.band_names = [str(name) for name in self.band_names]
+        self.band_edges_hz = [(float(lo), float(hi)) for lo, hi in self.band_edges_hz]
+        if self.channel_names is not None:
+            self.channel_names = [str(name) for name in self.channel_names]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`UsageError` naming the first invalid field and its allowed values."""
+        check_choice("norm", self.norm, NORMS)
+        check_choice("edges", self.edges, EDGES)
+        check_choice("frequency_encoding", self.frequency_encoding, FREQUENCY_ENCODINGS)
+        check_choice("explainer", self.explainer, EXPLAINERS)
+        check_choice("explanation_impl", self.explanation_impl, EXPLANATION_IMPLS)
+        check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+        check_choice("spatial_encoding", self.spatial_encoding, SPATIAL_ENCODINGS)
+        for name in ("n_channels", "n_classes", "d_model", "n_heads", "n_layers"):
+            if int(getattr(self, name)) < 1:
+                raise UsageError(f"invalid value {getattr(self, name)!r} for {name}; must be >= 1")
+        if self.n_classes < 2:
+            raise UsageError(f"invalid value {self.n_classes!r} for n_classes; must be >= 2")
+        if len(self.band_names) != len(self.band_edges_hz) or not self.band_names:
+            raise UsageError(f"band_names ({len(self.band_names)}) and band_edges_hz "
+                             f"({len(self.band_edges_hz)}) must be non-empty and of equal length")
+        head_dim, rest = divmod(self.d_model, self.n_heads)
+        needed = 4 if self.frequency_encoding == "drofe_paper" else 2
+        if rest or head_dim % needed:
+            raise UsageError(f"invalid d_model={self.d_model} / n_heads={self.n_heads}: the head "
+                             f"dimension must be an integer divisible by {needed} for "
+                             f"frequency_encoding={self.frequency_encoding!r}")
+        if self.channel_names is not None and len(self.channel_names) != self.n_channels:
+            raise UsageError(f"channel_names has {len(self.channel_names)} names for "
+                             f"n_channels={self.n_channels}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
+
+    @classmethod
+    def preset(cls, name: str, **fields) -> ModelConfig:
+        """``"paper"`` (the official model) or ``"default"``; ``fields`` override/complete it
+        (n_channels, band_names, band_edges_hz and n_classes are required)."""
+        check_choice("preset", name, PRESETS)
+        return cls(**{**PRESET_FIELDS[name], **fields})
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (band edges as lists)."""
+        out = dataclasses.asdict(self)
+        out["band_edges_hz"] = [list(pair) for pair in self.band_edges_hz]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        """Inverse of :meth:`to_dict`; unknown keys raise :class:`UsageError` naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(f"unknown model config fields {unknown}",
+                             hint=f"allowed fields are {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass
+class ModelOutput:
+    """Everything one forward computes.
+
+    logits_coarse, logits_refined: (B, n_classes) (equal when xai_refinement is off);
+    tokens: (B, T, d); target: (B,) int64, the explained class (coarse argmax unless given);
+    explanations: L tensors (B, T, d), the coarse pass's attributions at each layer input
+    (empty when xai_refinement is off); attention_coarse / attention_refined: L tensors
+    (B, H, T, T) with ``attention_impl="explicit"``, else empty.
+    """
+
+    logits_coarse: Tensor
+    logits_refined: Tensor
+    tokens: Tensor
+    target: Tensor | None = None
+    explanations: list[Tensor] = field(default_factory=list)
+    attention_coarse: list[Tensor] = field(default_factory=list)
+    attention_refined: list[Tensor] = field(default_factory=list)
+
+
+class XAIguiFormer(nn.Module):
+    """The XAI-guided transformer for connectome sequences.
+
+    Inputs: ``coh``, ``wpli`` float32 (B, n_bands, C, C), symmetric, zero diagonal; ``age``
+    float32 (B,) years, NaN = unknown; ``sex`` float32 (B,), 0 = male, 1 = female, NaN = unknown.
+    Demographic rule (the model owns it; statistics are buffers in the state dict, see
+    :meth:`set_demographic_stats`): ``drofe_paper`` multiplies by raw age (unknown -> training
+    mean age, else 1) and adds sex (unknown -> 0); the other encodings z-score age and centre sex
+    (unknown -> 0, the population average).
+
+    Explanations need gradients: under ``torch.no_grad()`` the model turns grad on for the
+    coarse pass and explanation and returns detached outputs; ``torch.inference_mode()`` is not
+    supported when ``xai_refinement`` is on. With ``dropout > 0`` in training mode the captum
+    path reruns forwards with other dropout masks, so it no longer equals the one-pass path.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        edges = torch.tensor(config.band_edges_hz, dtype=torch.float32)
+        self.tokenizer = ConnectomeTokenizer(
+            config.n_channels, config.d_model, config.n_gnn_layers, config.norm, config.edges,
+            config.dropout, config.spatial_encoding, config.channel_names, config.n_heads)
+        self.encoder = BandTransformer(
+            config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
+            config.layerscale_init, config.norm, config.frequency_encoding, edges,
+            config.attention_impl, config.dropout)
+        self.register_buffer("age_mean", torch.tensor(float("nan")))
+        self.register_buffer("age_std", torch.tensor(float("nan")))
+
+    def describe(self) -> dict:
+        """Config and parameter counts (total, trainable, per component)."""
+        def count(module: nn.Module) -> int:
+            return sum(p.numel() for p in module.parameters())
+
+        return {
+            "config": self.config.to_dict(),
+            "parameters": {
+                "total": count(self),
+                "trainable": sum(p.numel() for p in self.parameters() if p.requires_grad),
+                "tokenizer": count(self.tokenizer),
+                "transformer_layers": count(self.encoder.layers),
+                "head": count(self.encoder.head),
+            },
+            "age_mean": float(self.age_mean), "age_std": float(self.age_std),
+        }
+
+    def set_demographic_stats(self, age_mean: float | None, age_std: float | None) -> None:
+        """Store the training set's age mean and standard deviation (years; None = unknown)."""
+        self.age_mean.fill_(float("nan") if age_mean is None else float(age_mean))
+        self.age_std.fill_(float("nan") if age_std is None else float(age_std))
+
+    def encode_demographics(self, age: Tensor, sex: Tensor) -> Tensor:
+        """(B,) age and sex -> (B, 2) float32 rotary inputs; (0, 0) is the explanation baseline."""
+        if self.config.frequency_encoding == "drofe_paper":
+            return drofe_paper_demographics(age, sex, self.age_mean)
+        return drofe_default_demographics(age, sex, self.age_mean, self.age_std)
+
+    def _check_inputs(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor) -> None:
+        expected = (len(self.config.band_names), self.config.n_channels, self.config.n_channels)
+        for name, value in (("coh", coh), ("wpli", wpli)):
+            if value.ndim != 4 or tuple(value.shape[1:]) != expected:
+                raise InputDataError(f"{name} has shape {tuple(value.shape)}, the model expects "
+                                     f"(batch, {', '.join(map(str, expected))})")
+        for name, value in (("age", age), ("sex", sex)):
+            if tuple(value.shape) != (coh.shape[0],):
+                raise InputDataError(f"{name} has shape {tuple(value.shape)}, expected ({coh.shape[0]},)")
+
+    def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor) -> tuple[Tensor, Tensor]:
+        """(logits_coarse, logits_refined), each (B, n_classes); equal without xai_refinement."""
+        output = self.forward_with_details(coh, wpli, age, sex)
+        return output.logits_coarse, output.logits_refined
+
+    def forward_with_details(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
+                             target: Tensor | None = None) -> ModelOutput:
+        """Full forward; ``target`` (B,) int64 picks the explained class (default: coarse argmax)."""
+        self._check_inputs(coh, wpli, age, sex)
+        tokens = self.tokenizer(coh, wpli)
+        demographics = self.encode_demographics(age, sex)
+        if not self.config.xai_refinement:
+            coarse = self.encoder.run(tokens, demographics)
+            return ModelOutput(coarse.logits, coarse.logits, tokens,
+                               attention_coarse=coarse.attention, attention_refined=coarse.attention)
+        grad_was_enabled = torch.is_grad_enabled()
+        with torch.enable_grad():
+            if not tokens.requires_grad:
+                tokens = tokens.detach().requires_grad_()
+            coarse = self.encoder.run(tokens, demographics, keep_layer_inputs=True)
+            if target is None:
+                target = coarse.logits.detach().argmax(dim=1)
+            explanations = explain_layers(self.encoder, coarse, demographics, target,
+                                          self.config.explainer, self.config.explanation_impl,
+                                          self.config.detach_explanations)
+        refined = self.encoder.run(tokens, demographics, explanations)
+        output = ModelOutput(coarse.logits, refined.logits, tokens, target, explanations,
+                             coarse.attention, refined.attention)
+        if not grad_was_enabled:
+            output = _detached(output)
+        return output
+
+
+def _detached(output: ModelOutput) -> ModelOutput:
+    def cut(values: list[Tensor]) -> list[Tensor]:
+        return [value.detach() for value in values]
+
+    return ModelOutput(output.logits_coarse.detach(), output.logits_refined.detach(),
+                       output.tokens.detach(), output.target, cut(output.explanations),
+                       cut(output.attention_coarse), cut(output.attention_refined))

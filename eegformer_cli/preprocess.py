@@ -1,0 +1,604 @@
+"""Recordings -> connectome tokens: one recording (:func:`process_recording`) and a whole input
+(:func:`run_preprocess`, the ``eegformer preprocess`` command).
+
+One recording: read (any MNE format) -> keep the EEG channels under canonical 10-20 names ->
+give it the run's channels (interpolating at most ``max_interpolated`` missing ones) -> clean
+(:mod:`eegformer_cli.recordings.cleaning`) -> segment -> coherence and wPLI per band and segment
+(:mod:`eegformer_cli.connectivity.tokens`).
+
+A whole input, into ``out_dir``::
+
+    out_dir/connectomes/<recording_id>.npz   one per recording that succeeded (see docs/architecture.md)
+    out_dir/manifest.tsv                     one row per input recording, ok or error
+    out_dir/preprocess.json                  resolved settings, channels, bands, versions, counts
+
+Each connectome file also stores ``record_json``: the settings hash, the source file's size and
+modification time and the recording's processing fields, so a rerun skips recordings already
+done with the same settings and rebuilds their manifest rows without recomputing anything.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mne
+import numpy as np
+
+from eegformer_cli import atomic, console
+from eegformer_cli.connectivity.bands import (BAND_PRESETS, band_edges_hz, band_names,
+                                              bands_to_spec, check_bands_fit_rate, parse_bands)
+from eegformer_cli.connectivity.tokens import recording_connectivity
+from eegformer_cli.errors import (EegformerError, InputDataError, PartialFailure, RecordingError,
+                                  UsageError, check_choice)
+from eegformer_cli.recordings import cleaning, metadata, reading
+from eegformer_cli.recordings.channels import (STANDARD_1020, conform_channels,
+                                               normalise_channels, select_channel_set)
+from eegformer_cli.versions import package_versions
+
+PRESETS = ("default", "paper")
+CONNECTOME_DIR = "connectomes"
+MANIFEST_NAME = "manifest.tsv"
+SETTINGS_NAME = "preprocess.json"
+MISSING = "n/a"
+#: Manifest columns before the metadata columns (docs/architecture.md).
+MANIFEST_LEADING_COLUMNS = ("recording_id", "participant_id", "source_file", "status", "error",
+                            "n_segments", "sfreq", "duration_s", "channels_interpolated",
+                            "age", "sex")
+MANIFEST_TRAILING_COLUMNS = ("connectome", "settings_hash")
+
+
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """Everything that decides a connectome's numbers (hashed to detect finished work).
+
+    Attributes
+    ----------
+    preset : "default" or "paper" (what the other defaults came from).
+    sfreq : sampling rate after cleaning, Hz (default 128: enough for bands up to 45 Hz).
+    l_freq, h_freq : band-pass edges, Hz.
+    h_trans_bandwidth : upper transition band of the FIR band-pass, Hz, or "auto" (MNE's rule,
+        the reference). The default 5 Hz puts 50 and 60 Hz line noise in the stop band.
+    epoch_length : segment length in s (a multiple of ``window_s``, at least 2 windows), or
+        "auto": :func:`run_preprocess` resolves it once per run from the shortest recording
+        (:func:`cleaning.auto_epoch_length`) so all recordings get the same estimator.
+    window_s : the windows inside a segment over which spectra are averaged, s (3 s, reference).
+    flat_ptp_v, absurd_ptp_v : segment rejection thresholds on 3 s peak-to-peak, volts, or None
+        for no rejection (see :func:`cleaning.reject_segments`).
+    ica : remove artefact components with ICA + ICLabel (:func:`cleaning.run_ica_iclabel`).
+    ica_n_components, ica_random_state : its parameters (components capped at the data's rank).
+    ica_before_reference : fit ICA before the average reference (the reference's order) instead
+        of after it (what ICLabel expects).
+    bands : the tokens, in order (:mod:`eegformer_cli.connectivity.bands`).
+    channels : the run's channel names in order, or None to choose them from the input
+        (:func:`select_channel_set`).
+    max_interpolated : the most missing channels a recording may have filled by interpolation.
+    """
+
+    preset: str = "default"
+    sfreq: float = 128.0
+    l_freq: float = 1.0
+    h_freq: float = 45.0
+    h_trans_bandwidth: float | str = cleaning.LINE_NOISE_H_TRANS_HZ
+    epoch_length: float | str = "auto"
+    window_s: float = cleaning.WINDOW_S
+    flat_ptp_v: float | None = cleaning.FLAT_PTP_V
+    absurd_ptp_v: float | None = cleaning.ABSURD_PTP_V
+    ica: bool = False
+    ica_n_components: int = 20
+    ica_random_state: int = 0
+    ica_before_reference: bool = False
+    bands: tuple = BAND_PRESETS["default"]
+    channels: tuple[str, ...] | None = None
+    max_interpolated: int = 2
+
+    def __post_init__(self) -> None:
+        check_choice("--preset", self.preset, PRESETS)
+        if not 0 < self.l_freq < self.h_freq < self.sfreq / 2:
+            raise UsageError(f"band-pass {self.l_freq:g}-{self.h_freq:g} Hz does not fit below the "
+                             f"Nyquist frequency of --sfreq {self.sfreq:g} Hz; raise --sfreq")
+        try:
+            check_bands_fit_rate(self.bands, self.sfreq, what="--sfreq")
+        except RecordingError as exc:
+            raise UsageError(str(exc), hint="raise --sfreq or change --bands") from None
+        if self.epoch_length != "auto":
+            n_windows = float(self.epoch_length) / self.window_s
+            if n_windows < 2 or not math.isclose(n_windows, round(n_windows)):
+                raise UsageError(f"invalid --epoch-length {self.epoch_length}; it must be 'auto' or "
+                                 f"a multiple of {self.window_s:g} s of at least "
+                                 f"{2 * self.window_s:g} s")
+        if self.max_interpolated < 0:
+            raise UsageError(f"invalid --max-interpolated {self.max_interpolated}; it must be >= 0")
+        if self.ica_n_components < 2:
+            raise UsageError(f"invalid ICA n_components {self.ica_n_components}; it must be >= 2")
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "PreprocessSettings":
+        """The settings of preset ``name`` ("default" or "paper"), with ``overrides`` applied.
+
+        ``paper`` follows section 1 of the reference: 250 Hz, 1-45 Hz with MNE's automatic
+        transition bands (no line-noise handling), ICA + ICLabel (20 components, before the
+        average reference), 30 s epochs, no amplitude rejection, 8 bands + theta/beta ratio.
+        """
+        check_choice("--preset", name, PRESETS)
+        base = {"preset": name}
+        if name == "paper":
+            base.update(sfreq=250.0, h_trans_bandwidth="auto", epoch_length=30.0, flat_ptp_v=None,
+                        absurd_ptp_v=None, ica=True, ica_before_reference=True,
+                        bands=BAND_PRESETS["paper"])
+        base.update(overrides)
+        return cls(**base)
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (bands as a ``--bands`` spec, channels as a list)."""
+        data = dataclasses.asdict(self)
+        data["bands"] = bands_to_spec(self.bands)
+        data["channels"] = None if self.channels is None else list(self.channels)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PreprocessSettings":
+        """Inverse of :meth:`to_dict` (e.g. settings stored in ``preprocess.json`` or a model)."""
+        data = dict(data)
+        data["bands"] = parse_bands(data["bands"])
+        if data.get("channels") is not None:
+            data["channels"] = tuple(data["channels"])
+        return cls(**data)
+
+    def settings_hash(self) -> str:
+        """16 hex digits identifying these settings (same settings -> same hash)."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Connectome:
+    """The tokens of one recording and how they were made.
+
+    Attributes
+    ----------
+    coh, wpli : float32 (n_segments, n_bands, n_channels, n_channels), symmetric, zero diagonal.
+    channels : canonical channel names (n_channels,).
+    bands : band names (n_bands,).
+    band_edges_hz : float64 (n_bands, 2).
+    sfreq : sampling rate after cleaning, Hz.
+    segment_onsets_s : float64 (n_segments,), segment starts in the recording, s.
+    duration_s : length of the recording, s.
+    epoch_length_s : segment length, s.
+    channels_interpolated : names of the channels filled by interpolation.
+    n_segments_rejected : segments dropped by amplitude rejection.
+    ica_excluded : ICLabel labels of the removed components (empty without ICA).
+    record : bookkeeping stored with the file by :func:`run_preprocess` (settings hash, source
+        size and mtime, processing fields of the manifest row); empty when not saved by a run.
+    """
+
+    coh: np.ndarray
+    wpli: np.ndarray
+    channels: list[str]
+    bands: list[str]
+    band_edges_hz: np.ndarray
+    sfreq: float
+    segment_onsets_s: np.ndarray
+    duration_s: float
+    epoch_length_s: float
+    channels_interpolated: list[str] = field(default_factory=list)
+    n_segments_rejected: int = 0
+    ica_excluded: list[str] = field(default_factory=list)
+    record: dict = field(default_factory=dict)
+
+    @property
+    def n_segments(self) -> int:
+        return int(self.coh.shape[0])
+
+    def save(self, path: str | Path) -> None:
+        """Write an ``.npz`` atomically (keys of docs/architecture.md + ``record_json``)."""
+        atomic.save_npz(
+            path, coh=self.coh.astype(np.float32), wpli=self.wpli.astype(np.float32),
+            channels=np.array(self.channels, dtype=str), bands=np.array(self.bands, dtype=str),
+            band_edges_hz=np.asarray(self.band_edges_hz, dtype=np.float64),
+            sfreq=np.float64(self.sfreq),
+            segment_onsets_s=np.asarray(self.segment_onsets_s, dtype=np.float64),
+            duration_s=np.float64(self.duration_s), epoch_length_s=np.float64(self.epoch_length_s),
+            channels_interpolated=np.array(self.channels_interpolated, dtype=str),
+            n_segments_rejected=np.int64(self.n_segments_rejected),
+            ica_excluded=np.array(self.ica_excluded, dtype=str),
+            record_json=np.array(json.dumps(self.record)))
+
+
+def load_connectome(path: str | Path) -> Connectome:
+    """Read a connectome file written by :meth:`Connectome.save`."""
+    with np.load(path, allow_pickle=False) as data:
+        return Connectome(
+            coh=data["coh"], wpli=data["wpli"], channels=data["channels"].tolist(),
+            bands=data["bands"].tolist(), band_edges_hz=data["band_edges_hz"],
+            sfreq=float(data["sfreq"]), segment_onsets_s=data["segment_onsets_s"],
+            duration_s=float(data["duration_s"]), epoch_length_s=float(data["epoch_length_s"]),
+            channels_interpolated=data["channels_interpolated"].tolist(),
+            n_segments_rejected=int(data["n_segments_rejected"]),
+            ica_excluded=data["ica_excluded"].tolist(),
+            record=json.loads(str(data["record_json"])))
+
+
+def _load_record(path: Path) -> dict | None:
+    """The ``record_json`` of a connectome file, or None if it is missing or unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return json.loads(str(data["record_json"]))
+    except Exception:  # a foreign or damaged file is simply recomputed
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# One recording
+
+
+def clean_segments(raw: mne.io.BaseRaw, settings: PreprocessSettings,
+                   epoch_length_s: float) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
+    """Clean a conformed recording and cut it into kept segments.
+
+    Returns ``(segments (n_kept, n_windows, C, n_times) float64 volts, onsets_s (n_kept,),
+    n_rejected, ica_excluded_labels)``. Raises :class:`RecordingError` when no segment is kept.
+    Rejection is judged before the average reference (a flat channel stops being flat after
+    it); the tokens are computed on the referenced data.
+    """
+    filtered = cleaning.bandpass(cleaning.resample(raw, settings.sfreq), settings.l_freq,
+                                 settings.h_freq, settings.h_trans_bandwidth)
+    excluded: list[str] = []
+    if settings.ica and settings.ica_before_reference:
+        filtered, excluded = cleaning.run_ica_iclabel(filtered, settings.ica_n_components,
+                                                      settings.ica_random_state)
+    referenced = cleaning.average_reference(filtered)
+    if settings.ica and not settings.ica_before_reference:
+        referenced, excluded = cleaning.run_ica_iclabel(referenced, settings.ica_n_components,
+                                                        settings.ica_random_state)
+    segments, onsets = cleaning.segment(referenced, epoch_length_s, settings.window_s)
+    unreferenced, _ = cleaning.segment(filtered, epoch_length_s, settings.window_s)
+    keep, reasons = cleaning.reject_segments(unreferenced, raw.ch_names, settings.flat_ptp_v,
+                                             settings.absurd_ptp_v)
+    if not keep.any():
+        reason, _ = collections.Counter(reasons).most_common(1)[0]
+        raise RecordingError(f"all {len(keep)} segments rejected ({reason})",
+                             hint="check the recording; amplitudes are judged in volts")
+    return segments[keep], onsets[keep], int((~keep).sum()), excluded
+
+
+def process_recording(path: str | Path, settings: PreprocessSettings,
+                      channels: Sequence[str] | None = None) -> Connectome:
+    """Connectome of one recording file (pure: reads ``path``, writes nothing).
+
+    Parameters
+    ----------
+    path : a recording in any format :func:`reading.read_recording` reads.
+    settings : the preprocessing settings; ``settings.epoch_length`` "auto" is resolved from this
+        recording's length alone (a run resolves it once for all recordings instead).
+    channels : the channels to give the recording, in order; default ``settings.channels``, or
+        else the standard 10-20 channels it has.
+
+    Raises
+    ------
+    RecordingError : unreadable (including NaN data), too few channels, too many missing, rate
+        too low for the bands, too short, or every segment rejected; one line, naming the file.
+    """
+    path = Path(path)
+    try:
+        raw = reading.read_recording(path, preload=True)
+        raw, _ = normalise_channels(raw)
+        if channels is None:
+            channels = settings.channels or [name for name in STANDARD_1020 if name in raw.ch_names]
+        raw, interpolated = conform_channels(raw, list(channels), settings.max_interpolated)
+        check_bands_fit_rate(settings.bands, raw.info["sfreq"])
+        duration_s = raw.n_times / raw.info["sfreq"]
+        epoch_length_s = (cleaning.auto_epoch_length(duration_s, settings.window_s)
+                          if settings.epoch_length == "auto" else float(settings.epoch_length))
+        segments, onsets, n_rejected, excluded = clean_segments(raw, settings, epoch_length_s)
+    except RecordingError as exc:
+        if exc.path is None:
+            exc.path = str(path)
+        raise
+    coh, wpli = recording_connectivity(segments, settings.sfreq, settings.bands)
+    return Connectome(coh=coh, wpli=wpli, channels=list(channels),
+                      bands=band_names(settings.bands), band_edges_hz=band_edges_hz(settings.bands),
+                      sfreq=settings.sfreq, segment_onsets_s=onsets, duration_s=duration_s,
+                      epoch_length_s=epoch_length_s, channels_interpolated=list(interpolated),
+                      n_segments_rejected=n_rejected, ica_excluded=excluded)
+
+
+# --------------------------------------------------------------------------------------------
+# A whole input
+
+
+def map_recordings(func: Callable, items: Iterable, n_jobs: int = 1) -> Iterator:
+    """``func(item)`` for every item, in parallel with joblib; results in completion order.
+
+    The one place where recordings are spread over workers: another joblib backend (e.g. Dask,
+    via ``joblib.parallel_config``) slots in here. ``func`` must be picklable (module level).
+    """
+    from joblib import Parallel, delayed
+
+    return Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+        delayed(func)(item) for item in items)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What a worker needs to process one recording and save its connectome."""
+
+    path: Path
+    out_file: Path
+    settings: dict
+    source_size: int
+    source_mtime_ns: int
+
+
+def _process_and_save(task: _Task) -> dict:
+    """Worker: process one recording, save its connectome, return its processing fields.
+
+    Never raises for a bad recording: the error becomes ``{"status": "error", "error": ...}``
+    so the other recordings go on. One BLAS/OpenMP thread per worker, so that ``n_jobs``
+    workers use ``n_jobs`` cores.
+    """
+    from threadpoolctl import threadpool_limits
+
+    settings = PreprocessSettings.from_dict(task.settings)
+    try:
+        with threadpool_limits(limits=1), warnings.catch_warnings(), mne.use_log_level("error"):
+            warnings.simplefilter("ignore")
+            connectome = process_recording(task.path, settings)
+    except EegformerError as exc:
+        return {"status": "error", "error": exc.one_line()}
+    except Exception as exc:  # a bug must not stop the other recordings; it is reported
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        return {"status": "error", "error": f"{task.path}: internal error: "
+                                            f"{type(exc).__name__}: {message}"}
+    fields = {"status": "ok", "error": "", "n_segments": connectome.n_segments,
+              "sfreq": connectome.sfreq, "duration_s": round(connectome.duration_s, 3),
+              "channels_interpolated": ",".join(connectome.channels_interpolated)}
+    connectome.record = {"settings_hash": settings.settings_hash(),
+                         "source_size": task.source_size,
+                         "source_mtime_ns": task.source_mtime_ns, "fields": fields}
+    connectome.save(task.out_file)
+    return fields
+
+
+@dataclass
+class _Recording:
+    """One input recording as the run sees it."""
+
+    path: Path
+    recording_id: str
+    participant_id: str | None
+    metadata: dict
+    header_error: str | None = None
+    channels: set[str] = field(default_factory=set)
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class PreprocessSummary:
+    """What :func:`run_preprocess` did."""
+
+    n_recordings: int
+    n_ok: int
+    n_error: int
+    n_skipped: int
+    channels: list[str]
+    epoch_length_s: float
+    out_dir: Path
+    manifest: Path
+    settings_file: Path
+
+
+def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
+                   settings: PreprocessSettings, participants: str | Path | None = None,
+                   recordings_table: str | Path | None = None, n_jobs: int = 1,
+                   strict: bool = False) -> PreprocessSummary:
+    """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
+
+    Steps: find recordings -> read their headers (unreadable files become error rows) -> choose
+    the channel set and the epoch length -> lock ``out_dir`` -> skip recordings done before with
+    the same settings and an unchanged source file -> process the rest with ``n_jobs`` workers,
+    each connectome saved atomically as soon as it is ready -> write ``manifest.tsv`` and
+    ``preprocess.json``.
+
+    Raises
+    ------
+    InputDataError : no recording found, or none could be preprocessed (exit 3).
+    OutputError : ``out_dir`` not writable or in use by another run (exit 5).
+    PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
+    """
+    if n_jobs == 0 or n_jobs < -1:
+        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
+    out_dir = Path(out_dir)
+    paths = reading.find_recordings(inputs)
+    participants_file = Path(participants) if participants else metadata.find_participants_file(inputs)
+    recordings_file = (Path(recordings_table) if recordings_table
+                       else metadata.find_recordings_file(inputs))
+    participants_rows = metadata.load_participants(participants_file) if participants_file else {}
+    recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
+
+    table_root = recordings_file.parent if recordings_file else None
+    recordings = [_describe(path, recording_id, table_root, participants_rows, recordings_rows)
+                  for path, recording_id in zip(paths, reading.recording_ids(paths))]
+    readable = [rec for rec in recordings if rec.header_error is None]
+    if not readable:
+        raise InputDataError(f"none of the {len(recordings)} recordings could be read; first "
+                             f"error: {recordings[0].header_error}")
+    channels = select_channel_set([rec.channels for rec in readable],
+                                  None if settings.channels is None else list(settings.channels))
+    epoch_length = (_run_epoch_length([rec.duration_s for rec in readable], settings.window_s)
+                    if settings.epoch_length == "auto" else float(settings.epoch_length))
+    resolved = dataclasses.replace(settings, channels=tuple(channels), epoch_length=epoch_length)
+    settings_hash = resolved.settings_hash()
+    console.log(f"preprocess: {len(recordings)} recordings, {len(channels)} channels "
+                f"({', '.join(channels)}), {len(resolved.bands)} bands, epochs of {epoch_length:g} s")
+    for rec in recordings:
+        if rec.participant_id is None or rec.participant_id not in participants_rows:
+            console.warn(f"{rec.path}: no participants row for "
+                         f"{rec.participant_id or rec.recording_id!r}; demographics are n/a")
+
+    connectome_dir = out_dir / CONNECTOME_DIR
+    with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
+        atomic.ensure_dir(connectome_dir)
+        atomic.remove_stale_temporaries(out_dir)
+        atomic.remove_stale_temporaries(connectome_dir)
+        fields_by_id: dict[str, dict] = {rec.recording_id: {"status": "error",
+                                                            "error": rec.header_error}
+                                         for rec in recordings if rec.header_error}
+        tasks = []
+        for rec in readable:
+            task = _task_for(rec, connectome_dir, resolved)
+            done = _finished_fields(task, settings_hash)
+            if done is None:
+                tasks.append((rec.recording_id, task))
+            else:
+                fields_by_id[rec.recording_id] = done
+        n_skipped = len(readable) - len(tasks)
+        if n_skipped:
+            console.log(f"preprocess: {n_skipped} recordings already done with these settings")
+        fields_by_id.update(_process_all(tasks, n_jobs))
+        rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
+                for rec in recordings]
+        manifest = out_dir / MANIFEST_NAME
+        atomic.write_text(manifest, _manifest_text(rows))
+        n_ok = sum(row["status"] == "ok" for row in rows)
+        summary = PreprocessSummary(
+            n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
+            channels=list(channels), epoch_length_s=epoch_length, out_dir=out_dir,
+            manifest=manifest, settings_file=out_dir / SETTINGS_NAME)
+        atomic.write_json(summary.settings_file, {
+            "settings": resolved.to_dict(), "settings_hash": settings_hash,
+            "channels": list(channels), "bands": band_names(resolved.bands),
+            "band_edges_hz": band_edges_hz(resolved.bands), "epoch_length_s": epoch_length,
+            "inputs": [str(path) for path in inputs],
+            "participants_file": None if participants_file is None else str(participants_file),
+            "recordings_file": None if recordings_file is None else str(recordings_file),
+            "counts": {"recordings": summary.n_recordings, "ok": summary.n_ok,
+                       "error": summary.n_error, "skipped": n_skipped},
+            "versions": package_versions()})
+    if summary.n_ok == 0:
+        raise InputDataError(f"no recording could be preprocessed; see the errors in {manifest}")
+    if strict and summary.n_error:
+        raise PartialFailure(f"{summary.n_error} of {summary.n_recordings} recordings failed "
+                             f"(--strict); see the errors in {manifest}")
+    return summary
+
+
+def _describe(path: Path, recording_id: str, table_root: Path | None, participants_rows: dict,
+              recordings_rows: dict) -> _Recording:
+    """Identify a recording, match its metadata and read its header (errors become text)."""
+    participant_id, merged = metadata.match_participant(path, participants_rows, recordings_rows,
+                                                        table_root)
+    rec = _Recording(path=path, recording_id=recording_id,
+                     participant_id=participant_id, metadata=merged)
+    try:
+        with warnings.catch_warnings(), mne.use_log_level("error"):
+            warnings.simplefilter("ignore")
+            raw = reading.read_recording(path, preload=False)
+            normalised, _ = normalise_channels(raw)
+        rec.channels = set(normalised.ch_names)
+        rec.duration_s = raw.n_times / raw.info["sfreq"]
+    except EegformerError as exc:
+        rec.header_error = exc.one_line()
+    return rec
+
+
+def _run_epoch_length(durations_s: list[float], window_s: float) -> float:
+    """One epoch length for the run: :func:`cleaning.auto_epoch_length` of the shortest
+    recording that can hold 4 minimum-length epochs (shorter ones then fail as too short
+    instead of shrinking everybody's epochs)."""
+    usable = [d for d in durations_s
+              if d >= cleaning.AUTO_MIN_SEGMENTS * cleaning.MIN_EPOCH_LENGTH_S]
+    if not usable:
+        return cleaning.MIN_EPOCH_LENGTH_S
+    return cleaning.auto_epoch_length(min(usable), window_s)
+
+
+def _task_for(rec: _Recording, connectome_dir: Path, settings: PreprocessSettings) -> _Task:
+    stat = rec.path.stat()
+    return _Task(path=rec.path, out_file=connectome_dir / f"{rec.recording_id}.npz",
+                 settings=settings.to_dict(), source_size=stat.st_size,
+                 source_mtime_ns=stat.st_mtime_ns)
+
+
+def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
+    """The stored processing fields if ``task.out_file`` is done with these settings and an
+    unchanged source file; None if it must be (re)computed."""
+    if not task.out_file.is_file():
+        return None
+    record = _load_record(task.out_file)
+    if (record is None or record.get("settings_hash") != settings_hash
+            or record.get("source_size") != task.source_size
+            or record.get("source_mtime_ns") != task.source_mtime_ns):
+        return None
+    return record.get("fields")
+
+
+def _process_all(tasks: list[tuple[str, _Task]], n_jobs: int) -> dict[str, dict]:
+    """Run the tasks (progress bar on a terminal); ``{recording_id: processing fields}``."""
+    results: dict[str, dict] = {}
+    if not tasks:
+        return results
+    ids = {task.out_file: recording_id for recording_id, task in tasks}
+    with console.progress_bar() as bar:
+        progress = bar.add_task("preprocess", total=len(tasks), status="")
+        for out_file, fields in map_recordings(_run_task, [task for _, task in tasks], n_jobs):
+            results[ids[out_file]] = fields
+            n_errors = sum(result["status"] == "error" for result in results.values())
+            bar.update(progress, advance=1, status=f"{n_errors} errors")
+    return results
+
+
+def _run_task(task: _Task) -> tuple[Path, dict]:
+    """:func:`_process_and_save` tagged with its output file (results arrive unordered)."""
+    return task.out_file, _process_and_save(task)
+
+
+def _format_value(value) -> str:
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
+    ok = fields.get("status") == "ok"
+    row = {"recording_id": rec.recording_id, "participant_id": rec.participant_id,
+           "source_file": str(rec.path), "status": fields.get("status", "error"),
+           "error": fields.get("error", ""), "n_segments": fields.get("n_segments"),
+           "sfreq": fields.get("sfreq"), "duration_s": fields.get("duration_s"),
+           "channels_interpolated": fields.get("channels_interpolated"),
+           "age": rec.metadata.get("age"), "sex": rec.metadata.get("sex")}
+    for key, value in rec.metadata.items():
+        row.setdefault(key, value)
+    row["connectome"] = f"{CONNECTOME_DIR}/{rec.recording_id}.npz" if ok else None
+    row["settings_hash"] = settings_hash if ok else None
+    return row
+
+
+def _manifest_text(rows: list[dict]) -> str:
+    """Tab-separated text; columns: the contract's leading ones, every metadata column, then
+    connectome and settings_hash; ``n/a`` for unknown."""
+    extra = []
+    for row in rows:
+        for key in row:
+            if (key not in MANIFEST_LEADING_COLUMNS and key not in MANIFEST_TRAILING_COLUMNS
+                    and key not in extra):
+                extra.append(key)
+    columns = [*MANIFEST_LEADING_COLUMNS, *extra, *MANIFEST_TRAILING_COLUMNS]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_format_value(row.get(column)) for column in columns])
+    return buffer.getvalue()

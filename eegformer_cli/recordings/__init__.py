@@ -1,0 +1,10 @@
+"""From files on disk to MNE recordings with canonical channels and known participants.
+
+- :mod:`.reading`: find recording files (files, folders, BIDS roots) and read them with MNE,
+  turning every failure into a one-line :class:`~eegformer_cli.errors.RecordingError`.
+- :mod:`.channels`: channel names to canonical 10-20 names, the run's channel set, montage and
+  interpolation of a few missing channels.
+- :mod:`.metadata`: participants/recordings tables, age and sex codes, matching a recording to
+  its participant.
+- :mod:`.cleaning`: resampling, filtering, epochs, ICA.
+"""

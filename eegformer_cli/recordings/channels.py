@@ -1,0 +1,259 @@
+"""Channel names: from whatever a recording calls its electrodes to one canonical 10-20 set.
+
+Recordings name the same electrode in many ways: ``EEG Fp1-REF`` (TUH), ``FP1``, ``Fp1-LE``,
+``EEG Fp1`` (PhysioNet), ``Fp1.`` (BCI2000), and with old or new 10-20 names (T3 = T7,
+T4 = T8, T5 = P7, T6 = P8). :func:`canonical_channel_name` maps each to the name it has in
+MNE's 10-05 template montage (``colin27_1005``, formerly called ``standard_1005``), with the new
+names as canonical. :func:`normalise_channels` applies it to a recording,
+:func:`select_channel_set` chooses the channels of a run, and :func:`conform_channels` gives
+every recording exactly those channels (interpolating a few missing ones from the montage).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import mne
+import numpy as np
+
+from eegformer_cli.errors import InputDataError, RecordingError, UsageError
+
+#: The 19 channels of the 10-20 system, new names, in the order used for every run by default.
+STANDARD_1020: tuple[str, ...] = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz",
+                                  "C4", "T8", "P7", "P3", "Pz", "P4", "P8", "O1", "O2")
+
+#: The template montage giving electrode positions (MNE's ``standard_1005``, renamed in MNE 1.13;
+#: identical positions).
+MONTAGE_NAME = "colin27_1005"
+
+#: Old 10-20 names and the electrode they now go by.
+OLD_TO_NEW_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
+
+#: Reference parts after a hyphen that still denote a single (referenced) electrode:
+#: ``REF``/``Ref``, linked ears ``LE``, average ``AR``/``AVG``/``CAR``, ears/mastoids.
+#: A scalp electrode after the hyphen (``Fp1-F7``) is a bipolar derivation and is not accepted.
+REFERENCE_SUFFIXES = frozenset({"REF", "LE", "RE", "AR", "AV", "AVG", "AVERAGE", "CAR",
+                                "A1", "A2", "A1A2", "A12", "M1", "M2", "M1M2", "M12"})
+
+#: The fewest 10-20 channels a recording must have to be usable at all.
+MIN_RECORDING_CHANNELS = 3
+
+_EEG_PREFIX = re.compile(r"^EEG[\s_:]+", re.IGNORECASE)
+# A numbered-cap name such as BioSemi's A1..H32 or EGI's E1..E256: a letter that no 10-20 name
+# starts with alone, then a number.
+_NUMBERED_CAP_NAME = re.compile(r"^[BDEGH]\d{1,3}$", re.IGNORECASE)
+
+
+@cache
+def montage_channel_names() -> tuple[str, ...]:
+    """Every electrode name of the 10-05 template montage, in MNE's spelling (343 names)."""
+    return tuple(mne.channels.make_standard_montage(MONTAGE_NAME).ch_names)
+
+
+@cache
+def _canonical_by_upper_name() -> dict[str, str]:
+    """``"FP1" -> "Fp1"``, ``"T3" -> "T7"``: upper-case name to canonical montage name."""
+    lookup = {name.upper(): name for name in montage_channel_names()}
+    for old, new in OLD_TO_NEW_NAMES.items():
+        lookup[old.upper()] = new
+    return lookup
+
+
+def canonical_channel_name(name: str) -> str | None:
+    """The canonical electrode name of a recorded channel name, or None if it is not one.
+
+    Strips an ``EEG`` type prefix (``EEG Fp1``, ``EEG_Fp1``), a reference suffix
+    (``-REF``, ``-LE``, ``-A1``, ``-AVG``, see :data:`REFERENCE_SUFFIXES`), trailing dots and
+    surrounding blanks; matches case-insensitively against the 10-05 montage; maps the old names
+    T3/T4/T5/T6 to T7/T8/P7/P8. Returns the montage spelling (``"FP1" -> "Fp1"``).
+
+    Ear and mastoid electrodes (A1, A2, M1, M2) are valid montage names and are returned as such
+    (``"EEG A2-A1" -> "A2"``); they are not in :data:`STANDARD_1020`, so the default channel set
+    leaves them out. Non-EEG channels (``ECG ECG``, ``Status``, ``STI 014``, ``EOG``,
+    ``Photic``), numbered channels (``1``, ``EEG 001``) and bipolar derivations (``Fp1-F7``)
+    give None.
+    """
+    core = _EEG_PREFIX.sub("", name.strip()).strip()
+    if "-" in core:
+        electrode, _, reference = core.partition("-")
+        if reference.strip().upper() not in REFERENCE_SUFFIXES:
+            return None
+        core = electrode
+    core = core.strip().rstrip(".").strip()
+    return _canonical_by_upper_name().get(core.upper())
+
+
+def _looks_like_numbered_cap(names: list[str]) -> bool:
+    """True when names follow a numbered cap layout (B1, D7, E12 ...), where "C3" or "F7" is a
+    cap position, not the 10-20 electrode of that name."""
+    return sum(bool(_NUMBERED_CAP_NAME.match(name.strip())) for name in names) >= 4
+
+
+def _listed(names, limit: int = 8) -> str:
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def _data_file(raw: mne.io.BaseRaw) -> str | None:
+    """The file MNE read the data from (for BrainVision the .eeg, not the .vhdr)."""
+    return str(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
+
+
+def normalise_channels(raw: mne.io.BaseRaw, path: Path | None = None
+                       ) -> tuple[mne.io.BaseRaw, dict[str, str]]:
+    """Keep the EEG channels with 10-20/10-05 names, renamed to their canonical names.
+
+    Parameters
+    ----------
+    raw : the recording as read (preloaded or not; it is not modified).
+    path : the recording's file, named in errors (default: the file MNE read the data from,
+        which for BrainVision is the .eeg rather than the .vhdr).
+
+    Returns
+    -------
+    normalised : a new Raw holding only the recognised EEG channels (channel type ``eeg``),
+        renamed, in the recording's order.
+    renamed : ``{original name: canonical name}`` for the channels kept.
+
+    Raises
+    ------
+    RecordingError : two channels are the same electrode (``T3`` and ``T7``); the channel names
+        follow a numbered cap layout (BioSemi/EGI); no channel name is a 10-20 electrode; fewer
+        than :data:`MIN_RECORDING_CHANNELS` are.
+    """
+    path = path or _data_file(raw)
+    eeg_names = [raw.ch_names[i] for i in mne.pick_types(raw.info, eeg=True, exclude=[])]
+    if _looks_like_numbered_cap(eeg_names):
+        raise RecordingError(
+            f"channel names follow a numbered cap layout ({_listed(eeg_names, 4)}), not 10-20 "
+            "electrode names", path=path,
+            hint="rename the channels to 10-20 names (e.g. with mne.rename_channels) first")
+    renamed: dict[str, str] = {}
+    original_of: dict[str, str] = {}
+    for name in eeg_names:
+        canonical = canonical_channel_name(name)
+        if canonical is None:
+            continue
+        if canonical in original_of:
+            raise RecordingError(f"channels {original_of[canonical]!r} and {name!r} are both "
+                                 f"electrode {canonical}", path=path,
+                                 hint="drop one of them from the file")
+        original_of[canonical] = name
+        renamed[name] = canonical
+    if not renamed:
+        raise RecordingError("no channel names recognised as 10-20 electrodes (found: "
+                             f"{_listed(raw.ch_names)})", path=path,
+                             hint="name the channels Fp1, F3, ... or EEG Fp1-REF style")
+    if len(renamed) < MIN_RECORDING_CHANNELS:
+        raise RecordingError(f"only {len(renamed)} channel(s) recognised as 10-20 electrodes "
+                             f"({', '.join(renamed.values())}); at least "
+                             f"{MIN_RECORDING_CHANNELS} are needed", path=path)
+    normalised = raw.copy().pick(list(renamed))
+    normalised.rename_channels(renamed)
+    normalised.set_channel_types(dict.fromkeys(normalised.ch_names, "eeg"), on_unit_change="ignore")
+    return normalised, renamed
+
+
+def select_channel_set(available_per_recording: list[set[str]], requested: list[str] | None,
+                       min_channels: int = 3) -> list[str]:
+    """The channels of a run.
+
+    Parameters
+    ----------
+    available_per_recording : the canonical channel names of each readable recording.
+    requested : an explicit channel list (``--channels``), any spelling
+        :func:`canonical_channel_name` accepts; or None for the default rule.
+    min_channels : the fewest channels a run may have.
+
+    Returns
+    -------
+    The requested channels (canonical names, in the order given), or by default the channels of
+    :data:`STANDARD_1020` that every recording has, in :data:`STANDARD_1020` order.
+
+    Raises
+    ------
+    UsageError : an explicit name is not an electrode name, is given twice, or the list is
+        shorter than ``min_channels``.
+    InputDataError : the default rule leaves fewer than ``min_channels`` channels.
+    """
+    if requested is not None:
+        return _validated_channel_list(requested, min_channels)
+    if not available_per_recording:
+        raise InputDataError("no readable recording to choose the channel set from")
+    common = set.intersection(*map(set, available_per_recording))
+    channels = [name for name in STANDARD_1020 if name in common]
+    if len(channels) < min_channels:
+        raise InputDataError(
+            f"only {len(channels)} of the 19 standard 10-20 channels ({', '.join(channels) or 'none'}) "
+            f"are present in every recording; at least {min_channels} are needed",
+            hint="pass --channels with the channels you need and --max-interpolated to fill gaps, "
+                 "or leave out the recordings with few channels")
+    return channels
+
+
+def _validated_channel_list(requested: list[str], min_channels: int) -> list[str]:
+    canonical = [canonical_channel_name(name) for name in requested]
+    unknown = [name for name, canon in zip(requested, canonical) if canon is None]
+    if unknown:
+        raise UsageError(f"unknown channel name(s) for --channels: {', '.join(map(repr, unknown))}; "
+                         f"valid names are the 10-20 channels {', '.join(STANDARD_1020)} or any "
+                         "10-05 name of MNE's standard_1005 montage (e.g. AF3, FC1, CPz, POz, Oz)")
+    repeated = sorted({name for name in canonical if canonical.count(name) > 1})
+    if repeated:
+        raise UsageError(f"--channels names the same electrode twice: {', '.join(repeated)} "
+                         "(old and new names such as T3/T7 are the same electrode)")
+    if len(canonical) < min_channels:
+        raise UsageError(f"--channels lists {len(canonical)} channel(s); at least {min_channels} "
+                         "are needed")
+    return canonical
+
+
+def conform_channels(raw: mne.io.BaseRaw, channels: list[str], max_interpolated: int,
+                     path: Path | None = None) -> tuple[mne.io.BaseRaw, list[str]]:
+    """Give a normalised recording exactly ``channels``, in that order, with montage positions.
+
+    Missing channels are added and filled by spherical-spline interpolation
+    (:meth:`mne.io.Raw.interpolate_bads`, head origin fitted to the montage) when there are at most
+    ``max_interpolated`` of them. The result has the 10-05 template montage set, so later steps
+    (bad-channel interpolation, ICLabel) have positions.
+
+    Parameters
+    ----------
+    raw : a recording from :func:`normalise_channels` (canonical names); loaded if it is not yet
+        and a channel must be interpolated. It is not modified.
+    channels : the run's canonical channel names.
+    max_interpolated : the most channels that may be interpolated.
+    path : the recording's file, named in errors (as in :func:`normalise_channels`).
+
+    Returns
+    -------
+    conformed : a new Raw with ``channels`` in order.
+    interpolated : the names of the interpolated channels, in ``channels`` order.
+
+    Raises
+    ------
+    RecordingError : more than ``max_interpolated`` channels are missing.
+    """
+    missing = [name for name in channels if name not in raw.ch_names]
+    if len(missing) > max_interpolated:
+        raise RecordingError(f"missing channels {', '.join(missing)} (allowed to interpolate at "
+                             f"most {max_interpolated}; use --max-interpolated)",
+                             path=path or _data_file(raw))
+    conformed = raw.copy().pick([name for name in channels if name in raw.ch_names])
+    if missing:
+        conformed.load_data()
+        placeholders = mne.io.RawArray(
+            np.zeros((len(missing), conformed.n_times)),
+            mne.create_info(missing, conformed.info["sfreq"], "eeg"), verbose="error")
+        conformed.add_channels([placeholders], force_update_info=True)
+    conformed.reorder_channels(list(channels))
+    conformed.set_montage(MONTAGE_NAME, verbose="error")
+    if missing:
+        recorded_bads = [name for name in conformed.info["bads"] if name not in missing]
+        conformed.info["bads"] = list(missing)
+        conformed.interpolate_bads(reset_bads=True, origin="auto", verbose="error")
+        conformed.info["bads"] = recorded_bads
+    return conformed, missing

@@ -1,0 +1,273 @@
+"""Finding recordings on disk and reading them with MNE, with one-line errors for bad files.
+
+Supported formats (:data:`RECORDING_SUFFIXES`): EDF/EDF+, BDF, GDF, BrainVision (``.vhdr``
+with its ``.eeg``/``.vmrk``), EEGLAB (``.set``, data inside or in a ``.fdt``), FIF
+(``.fif``/``.fif.gz``). Suffixes are matched case-insensitively (``.EDF`` from hospital
+systems). Every file is read by :func:`mne.io.read_raw`; what MNE raises for a bad file (often a
+long or cryptic message) becomes a :class:`RecordingError` with a short reason naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import mne
+import numpy as np
+
+from eegformer_cli.atomic import TMP_PREFIX
+from eegformer_cli.errors import InputDataError, RecordingError
+
+#: Suffix (lower case) -> format name, for every file treated as a recording. Companion files
+#: (.eeg/.vmrk of BrainVision, .fdt of EEGLAB) are read through their header and are not listed.
+FORMAT_BY_SUFFIX = {".edf": "EDF", ".bdf": "BDF", ".gdf": "GDF", ".vhdr": "BrainVision",
+                    ".set": "EEGLAB", ".fif": "FIF", ".fif.gz": "FIF"}
+RECORDING_SUFFIXES: tuple[str, ...] = tuple(FORMAT_BY_SUFFIX)
+
+#: Files that belong to a recording but are not one: suffix -> the header file to give instead.
+COMPANION_SUFFIXES = {".eeg": ".vhdr", ".vmrk": ".vhdr", ".fdt": ".set"}
+
+#: Folders of a BIDS root that hold no raw recordings of the dataset itself.
+BIDS_SKIPPED_FOLDERS = frozenset({"derivatives", "sourcedata", "code"})
+
+# The first bytes of each binary format (BrainVision headers are text and checked by MNE).
+_MAGIC_BY_FORMAT = {"EDF": (b"0       ",), "BDF": (b"\xffBIOSEMI",), "GDF": (b"GDF",),
+                    "FIF": (b"\x00\x00\x00\x64", b"\x1f\x8b"),  # FIFF_FILE_ID tag, or gzip
+                    "EEGLAB": (b"MATLAB", b"\x89HDF")}  # MAT-file v5-v7, or v7.3 (HDF5)
+_UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
+# Samples checked for NaN at a time (per channel), to bound the memory of the check.
+_FINITE_CHECK_CHUNK = 1_000_000
+
+
+def recording_suffix(path: Path) -> str | None:
+    """The recording suffix of ``path`` in lower case (``.fif.gz`` counts as one), or None."""
+    name = path.name.lower()
+    matches = [suffix for suffix in RECORDING_SUFFIXES if name.endswith(suffix)]
+    return max(matches, key=len) if matches else None
+
+
+def _is_recording_file(path: Path) -> bool:
+    return (path.is_file() and not path.name.startswith(".")
+            and recording_suffix(path) is not None)
+
+
+def _walk_recordings(folder: Path) -> list[Path]:
+    """Recording files under ``folder``, skipping hidden and temporary entries (``.*``, which
+    includes ``.tmp-*``) and, in a BIDS root (has ``dataset_description.json``), the
+    ``derivatives``/``sourcedata``/``code`` folders."""
+    is_bids_root = (folder / "dataset_description.json").is_file()
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        at_root = Path(dirpath) == folder
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                             and not (at_root and is_bids_root and d in BIDS_SKIPPED_FOLDERS))
+        found.extend(Path(dirpath) / f for f in filenames if _is_recording_file(Path(dirpath) / f))
+    return found
+
+
+def find_recordings(inputs: list[Path]) -> list[Path]:
+    """The recording files named by ``inputs``: files, folders (searched recursively), BIDS roots.
+
+    Returns absolute paths, sorted and without duplicates. A file given explicitly must have a
+    recording suffix; hidden and temporary files (``.tmp-*``) inside folders are skipped.
+
+    Raises
+    ------
+    InputDataError : an input does not exist, is a file of an unsupported format, or is a folder
+        holding no recording.
+    """
+    found: set[Path] = set()
+    for given in inputs:
+        path = Path(given)
+        if not path.exists():
+            raise InputDataError("no such file or folder", path=path,
+                                 hint="check the recording paths given")
+        if path.is_dir():
+            in_folder = _walk_recordings(path.resolve())
+            if not in_folder:
+                raise InputDataError(
+                    f"folder holds no recordings (looked for {', '.join(RECORDING_SUFFIXES)})",
+                    path=path)
+            found.update(in_folder)
+        elif recording_suffix(path) is None:
+            raise _unsupported_format_error(path, InputDataError)
+        else:
+            found.add(path.resolve())
+    return sorted(found)
+
+
+def _unsupported_format_error(path: Path, error_class: type[InputDataError]) -> InputDataError:
+    """A companion file (.vmrk, .eeg, .fdt) or a file of a format not read here."""
+    header_suffix = COMPANION_SUFFIXES.get(path.suffix.lower())
+    if header_suffix:
+        return error_class(f"a companion file, not a recording: give the {header_suffix} file",
+                           path=path)
+    return error_class(f"unsupported format ({''.join(path.suffixes) or 'no suffix'})", path=path,
+                       hint=f"supported: {', '.join(RECORDING_SUFFIXES)}")
+
+
+def _file_error(path: Path, reason: str, hint: str | None = None) -> RecordingError:
+    return RecordingError(reason, path=path, hint=hint)
+
+
+def _first_line(exc: BaseException, path: Path, limit: int = 120) -> str:
+    """MNE's message on one line of at most ``limit`` characters, the file named only once."""
+    text = " ".join(str(exc).replace(str(path), path.name).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_file_signature(path: Path, fmt: str) -> None:
+    """Reject an empty file or one whose first bytes are not those of ``fmt``."""
+    size = path.stat().st_size
+    if size == 0:
+        raise _file_error(path, "empty file (0 bytes)")
+    magic = _MAGIC_BY_FORMAT.get(fmt)
+    if magic is None:
+        return
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+    if not head.startswith(magic):
+        looks_like_text = all(32 <= b < 127 or b in b"\t\r\n" for b in head)
+        what = "a text file" if looks_like_text else "binary data of another kind"
+        raise _file_error(path, f"not a valid {fmt} file: it starts like {what}, without the {fmt} "
+                                "header signature")
+
+
+def _check_edf_record_count(path: Path, fmt: str) -> None:
+    """Reject an EDF/BDF file holding fewer data records than its header announces.
+
+    MNE only warns and reads what is there; a partly copied or downloaded file would then pass
+    as a shorter recording. Header layout (EDF spec): bytes 184-192 header size, 236-244 number of
+    data records (-1: unknown, allowed), 252-256 number of signals ns; then the ns signal headers
+    (256 bytes each) stored field by field, the samples-per-record field (8 bytes per signal)
+    starting at byte 256 + 216 * ns.
+    """
+    bytes_per_sample = 3 if fmt == "BDF" else 2
+    try:
+        with open(path, "rb") as handle:
+            fixed = handle.read(256)
+            n_signals = int(fixed[252:256])
+            handle.seek(256 + 216 * n_signals)
+            samples_per_record = [int(handle.read(8)) for _ in range(n_signals)]
+        header_bytes, announced = int(fixed[184:192]), int(fixed[236:244])
+    except ValueError:
+        raise _file_error(path, f"truncated {fmt} file: the header is incomplete") from None
+    record_bytes = sum(samples_per_record) * bytes_per_sample
+    held = (path.stat().st_size - header_bytes) // record_bytes if record_bytes else 0
+    if announced > 0 and held < announced:
+        raise _file_error(path, f"truncated {fmt} file: the header announces {announced} data "
+                                f"records, the file holds {held}")
+
+
+def _missing_companion_reason(exc: FileNotFoundError, path: Path, fmt: str) -> str:
+    """Name the companion file MNE could not find (``.eeg``/``.vmrk``/``.fdt``)."""
+    if exc.filename:
+        return f"missing companion file {Path(exc.filename).name} (the {fmt} header refers to it)"
+    if fmt == "EEGLAB":
+        return "missing companion data file (.fdt) next to the .set file"
+    return f"missing companion file ({_first_line(exc, path)})"
+
+
+def read_recording(path: Path, preload: bool = True) -> mne.io.BaseRaw:
+    """Read one recording with :func:`mne.io.read_raw` (format chosen by the suffix).
+
+    Parameters
+    ----------
+    path : a file with a suffix in :data:`RECORDING_SUFFIXES`.
+    preload : load the samples now. Only with ``preload=True`` are corrupt data (as opposed to
+        a corrupt header) and NaN/infinite values detected here.
+
+    Returns
+    -------
+    The recording as MNE reads it: channel names and types as stored, data in volts.
+
+    Raises
+    ------
+    RecordingError : one line naming the file and the reason: not found, unsupported format,
+        empty file, not a file of its format (a text file named .edf), missing companion file,
+        corrupt or truncated header or data, no samples, NaN or infinite values.
+    """
+    path = Path(path)
+    suffix = recording_suffix(path)
+    if suffix is None:
+        raise _unsupported_format_error(path, RecordingError)
+    fmt = FORMAT_BY_SUFFIX[suffix]
+    if not path.is_file():
+        raise _file_error(path, "no such file")
+    _check_file_signature(path, fmt)
+    try:
+        raw = mne.io.read_raw(path, preload=False, verbose="error")
+    except FileNotFoundError as exc:
+        raise _file_error(path, _missing_companion_reason(exc, path, fmt)) from None
+    except Exception as exc:  # MNE raises many kinds (ValueError, IndexError, OSError ...)
+        raise _file_error(path, f"corrupt or truncated {fmt} header ({_first_line(exc, path)})") from None
+    if fmt in ("EDF", "BDF"):
+        _check_edf_record_count(path, fmt)  # after MNE, which has validated the header fields
+    if raw.n_times == 0 or len(raw.ch_names) == 0:
+        raise _file_error(path, "no samples or no channels (file truncated after the header?)")
+    if preload:
+        try:
+            raw.load_data(verbose="error")
+        except Exception as exc:
+            raise _file_error(path, f"corrupt or truncated {fmt} data ({_first_line(exc, path)})") from None
+        _check_finite(raw, path)
+    return raw
+
+
+def _check_finite(raw: mne.io.BaseRaw, path: Path) -> None:
+    """Raise :class:`RecordingError` naming the channels that hold NaN or infinite values."""
+    bad = np.zeros(len(raw.ch_names), dtype=bool)
+    for start in range(0, raw.n_times, _FINITE_CHECK_CHUNK):
+        chunk = raw.get_data(start=start, stop=min(start + _FINITE_CHECK_CHUNK, raw.n_times))
+        bad |= ~np.isfinite(chunk).all(axis=1)
+    if bad.any():
+        names = [name for name, is_bad in zip(raw.ch_names, bad) if is_bad]
+        shown = ", ".join(names[:5]) + (f", ... ({len(names)} channels)" if len(names) > 5 else "")
+        raise _file_error(path, f"contains NaN or infinite values (channels {shown})")
+
+
+def recording_id(path: Path, root: Path | None = None) -> str:
+    """A stable id for a recording, safe as a file name.
+
+    Without ``root``: the file name without its recording suffix
+    (``eeg/sub-001_task-rest_eeg.edf -> sub-001_task-rest_eeg``). With ``root``: the folders
+    between ``root`` and the file are put in front, joined by ``__``
+    (``site-a/sub-01_eeg.edf -> site-a__sub-01_eeg``); :func:`recording_ids` uses this form only
+    for names that would otherwise collide. Characters other than letters, digits, ``.``,
+    ``_`` and ``-`` become ``_``.
+    """
+    path = Path(path)
+    suffix = recording_suffix(path) or path.suffix
+    stem = path.name[: len(path.name) - len(suffix)] if suffix else path.name
+    parts = [stem]
+    if root is not None:
+        parts = [*Path(os.path.relpath(path.parent, root)).parts, stem]
+        parts = [part for part in parts if part not in (".", "")]
+        parts = [part if part != ".." else "up" for part in parts]
+    return "__".join(_UNSAFE_ID_CHARACTERS.sub("_", part) for part in parts)
+
+
+def recording_ids(paths: list[Path], root: Path | None = None) -> list[str]:
+    """Unique ids for ``paths`` (same order): :func:`recording_id` of the file name where that is
+    unique, otherwise qualified by the folders below ``root`` (by default the deepest folder
+    holding all the colliding files). The result depends only on the set of paths, so reruns on
+    the same input give the same ids."""
+    paths = [Path(p) for p in paths]
+    plain = [recording_id(p) for p in paths]
+    ids = list(plain)
+    for name in set(plain):
+        group = [i for i, candidate in enumerate(plain) if candidate == name]
+        if len(group) < 2:
+            continue
+        group_root = root if root is not None else Path(
+            os.path.commonpath([paths[i].parent for i in group]))
+        for i in group:
+            ids[i] = recording_id(paths[i], group_root)
+    if len(set(ids)) < len(ids):  # e.g. "a b.edf" and "a_b.edf" after character replacement
+        seen: dict[str, int] = {}
+        for i, rid in sorted(enumerate(ids), key=lambda item: str(paths[item[0]])):
+            seen[rid] = seen.get(rid, 0) + 1
+            if seen[rid] > 1:
+                ids[i] = f"{rid}-{seen[rid]}"
+    return ids

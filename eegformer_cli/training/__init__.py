@@ -1,0 +1,13 @@
+"""Training XAIguiFormer on a ``preprocess`` output: config, data, splits, loop, model file.
+
+Modules, in the order the data flows through them:
+
+- :mod:`~eegformer_cli.training.config`     presets ``default`` / ``paper``, TOML, flag overrides
+- :mod:`~eegformer_cli.training.dataset`    manifest + connectome files -> a lazy torch Dataset
+- :mod:`~eegformer_cli.training.splits`     participant-wise CV / holdout / inner validation
+- :mod:`~eegformer_cli.training.augment`    graph mixup / cutmix (USVT graphon) of the reference
+- :mod:`~eegformer_cli.training.metrics`    balanced accuracy, AUROC, AUC-PR, confusion matrix
+- :mod:`~eegformer_cli.training.reference`  logistic regression on the same tokens and folds
+- :mod:`~eegformer_cli.training.trainer`    fold loop, epoch loop, selection, resume, outputs
+- :mod:`~eegformer_cli.training.model_file` the self-describing model file ``model.pt``
+"""

@@ -1,0 +1,228 @@
+"""A ``preprocess`` output folder as training data: manifest rows -> a lazy torch Dataset.
+
+:func:`load_training_data` reads ``DIR/manifest.tsv`` (recordings with status ``ok``), the label
+column and the demographics, and checks that the labels make a classification task.
+:class:`ConnectomeDataset` indexes the (recording, segment) pairs of a subset of recordings and
+reads each ``DIR/connectomes/<id>.npz`` only when a segment of it is asked for, keeping the most
+recently used recordings in a cache bounded in bytes, so the dataset never needs more memory
+than that bound plus one recording, whatever the size of the data.
+
+Demographics as the model takes them: ``age`` float32 years (NaN = unknown), ``sex`` float32
+0 = male, 1 = female, NaN = unknown.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from eegformer_cli.console import warn
+from eegformer_cli.errors import InputDataError, UsageError
+
+MISSING = {"", "n/a", "na", "nan", "none"}
+SEX_CODES = {"M": 0.0, "F": 1.0}
+
+
+@dataclass
+class RecordingInfo:
+    """One usable recording of the manifest."""
+
+    recording_id: str
+    participant_id: str      # the recording id when the manifest has none
+    label: str
+    age: float               # years, NaN = unknown
+    sex: float               # 0 = male, 1 = female, NaN = unknown
+    connectome: Path         # absolute path of the .npz
+    n_segments: int
+
+
+@dataclass
+class TrainingData:
+    """What a preprocess folder offers for training."""
+
+    data_dir: Path
+    label_column: str
+    recordings: list[RecordingInfo]
+    label_names: list[str]           # sorted, index = class index
+    channels: list[str]
+    bands: list[str]
+    band_edges_hz: np.ndarray        # float64 (n_bands, 2)
+    preprocess: dict                 # DIR/preprocess.json as read
+
+    def label_indices(self, recordings: list[RecordingInfo] | None = None) -> np.ndarray:
+        """int64 class index per recording (all recordings by default)."""
+        index = {name: i for i, name in enumerate(self.label_names)}
+        return np.array([index[r.label] for r in (recordings or self.recordings)], dtype=np.int64)
+
+
+def read_manifest(data_dir: Path) -> list[dict]:
+    """Rows of ``DIR/manifest.tsv`` as dicts of strings; InputDataError when absent/unreadable."""
+    path = Path(data_dir) / "manifest.tsv"
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle, delimiter="\t"))
+    except FileNotFoundError:
+        raise InputDataError("no manifest.tsv: not a preprocess output folder", path=data_dir,
+                             hint="run `eegformer preprocess` first and pass its --out folder") from None
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise InputDataError(f"cannot read the manifest: {exc}", path=path) from None
+
+
+def parse_age(value: str | None) -> float:
+    """Manifest age (years or ``n/a``) -> float, NaN when unknown."""
+    if value is None or value.strip().lower() in MISSING:
+        return float("nan")
+    try:
+        return float(value)
+    except ValueError:
+        return float("nan")
+
+
+def parse_sex(value: str | None) -> float:
+    """Manifest sex (``M``/``F``/``n/a``) -> 0.0 / 1.0 / NaN."""
+    return SEX_CODES.get((value or "").strip().upper(), float("nan"))
+
+
+def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
+    """Read the manifest and keep the recordings usable for training with ``label_column``.
+
+    Recordings with status other than ``ok`` are skipped; recordings with a missing label are
+    skipped with a warning naming them. Raises UsageError when the column does not exist and
+    InputDataError when no recording has a label or only one class remains.
+    """
+    data_dir = Path(data_dir).resolve()
+    rows = read_manifest(data_dir)
+    if not rows:
+        raise InputDataError("manifest.tsv has no recordings", path=data_dir)
+    if label_column not in rows[0]:
+        columns = [c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")]
+        raise UsageError(f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}; "
+                         f"available columns are {', '.join(columns)}", hint="check --label-column")
+    ok_rows = [row for row in rows if row.get("status") == "ok"]
+    if not ok_rows:
+        raise InputDataError("no recording in the manifest has status ok", path=data_dir,
+                             hint="see the error column of manifest.tsv")
+    unlabeled = [row["recording_id"] for row in ok_rows
+                 if (row.get(label_column) or "").strip().lower() in MISSING]
+    if unlabeled and len(unlabeled) == len(ok_rows):
+        raise InputDataError(f"every recording has a missing {label_column!r} label",
+                             path=data_dir / "manifest.tsv", hint="fill the label column")
+    if unlabeled:
+        shown = ", ".join(unlabeled[:10]) + (" ..." if len(unlabeled) > 10 else "")
+        warn(f"{len(unlabeled)} recording(s) without a {label_column!r} label are left out: {shown}")
+    recordings = [_recording_info(data_dir, row, label_column) for row in ok_rows
+                  if row["recording_id"] not in set(unlabeled)]
+    label_names = sorted({r.label for r in recordings})
+    if len(label_names) < 2:
+        raise InputDataError(f"column {label_column!r} has only one class ({label_names[0]!r}) "
+                             "among the usable recordings; a classifier needs at least two",
+                             path=data_dir / "manifest.tsv")
+    with np.load(recordings[0].connectome) as first:
+        channels = [str(c) for c in first["channels"]]
+        bands = [str(b) for b in first["bands"]]
+        band_edges = np.asarray(first["band_edges_hz"], dtype=np.float64)
+    preprocess_path = data_dir / "preprocess.json"
+    try:
+        preprocess = json.loads(preprocess_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InputDataError("missing or unreadable preprocess.json", path=preprocess_path,
+                             hint="rerun `eegformer preprocess` into this folder") from None
+    return TrainingData(data_dir, label_column, recordings, label_names, channels, bands,
+                        band_edges, preprocess)
+
+
+def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingInfo:
+    participant = (row.get("participant_id") or "").strip()
+    if participant.lower() in MISSING:
+        participant = row["recording_id"]
+    connectome = row.get("connectome") or f"connectomes/{row['recording_id']}.npz"
+    try:
+        n_segments = int(float(row["n_segments"]))
+    except (KeyError, ValueError):
+        raise InputDataError(f"recording {row['recording_id']!r} has no valid n_segments",
+                             path=data_dir / "manifest.tsv") from None
+    return RecordingInfo(row["recording_id"], participant, row[label_column].strip(),
+                         parse_age(row.get("age")), parse_sex(row.get("sex")),
+                         data_dir / connectome, n_segments)
+
+
+class ConnectomeDataset(Dataset):
+    """Segments of a list of recordings, read lazily from their connectome files.
+
+    Item ``i`` is a dict of tensors: ``coh``, ``wpli`` float32 (n_bands, C, C), ``age``,
+    ``sex`` float32 scalars, ``label`` int64 scalar, ``recording`` int64 scalar (index into
+    ``recordings``). ``cache_bytes`` bounds the memory of the recording cache (default 512 MiB).
+    """
+
+    def __init__(self, recordings: list[RecordingInfo], label_names: list[str],
+                 channels: list[str], bands: list[str], cache_bytes: int = 512 * 2**20):
+        self.recordings = list(recordings)
+        self.channels = list(channels)
+        self.bands = list(bands)
+        index = {name: i for i, name in enumerate(label_names)}
+        self.labels = np.array([index[r.label] for r in self.recordings], dtype=np.int64)
+        self.index = np.array([(r, s) for r, rec in enumerate(self.recordings)
+                               for s in range(rec.n_segments)], dtype=np.int64).reshape(-1, 2)
+        self.cache_bytes = cache_bytes
+        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cached_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict:
+        r, s = self.index[i]
+        coh, wpli = self.recording_arrays(int(r))
+        rec = self.recordings[r]
+        return {"coh": torch.from_numpy(coh[s]), "wpli": torch.from_numpy(wpli[s]),
+                "age": torch.tensor(rec.age, dtype=torch.float32),
+                "sex": torch.tensor(rec.sex, dtype=torch.float32),
+                "label": torch.tensor(self.labels[r]), "recording": torch.tensor(r)}
+
+    def recording_arrays(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(coh, wpli) float32 (n_segments, n_bands, C, C) of recording ``r`` (cached)."""
+        if r in self._cache:
+            self._cache.move_to_end(r)
+            return self._cache[r]
+        arrays = read_connectome_arrays(self.recordings[r], self.channels, self.bands)
+        size = arrays[0].nbytes + arrays[1].nbytes
+        while self._cache and self._cached_bytes + size > self.cache_bytes:
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old[0].nbytes + old[1].nbytes
+        self._cache[r] = arrays
+        self._cached_bytes += size
+        return arrays
+
+
+def read_connectome_arrays(recording: RecordingInfo, channels: list[str],
+                           bands: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Read and check one connectome file: (coh, wpli) float32 (n_segments, n_bands, C, C).
+
+    Raises InputDataError naming the file when it is unreadable or does not match the run's
+    channels, bands or the manifest's segment count.
+    """
+    path = recording.connectome
+    try:
+        with np.load(path) as data:
+            coh = np.ascontiguousarray(data["coh"], dtype=np.float32)
+            wpli = np.ascontiguousarray(data["wpli"], dtype=np.float32)
+            file_channels = [str(c) for c in data["channels"]]
+            file_bands = [str(b) for b in data["bands"]]
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputDataError(f"cannot read connectome: {exc}", path=path,
+                             hint="rerun `eegformer preprocess`") from None
+    if file_channels != channels or file_bands != bands:
+        raise InputDataError("channels or bands differ from the other recordings of the folder",
+                             path=path, hint="preprocess all recordings in one run")
+    expected = (recording.n_segments, len(bands), len(channels), len(channels))
+    if coh.shape != expected or wpli.shape != expected:
+        raise InputDataError(f"connectome has shape {coh.shape}, expected {expected} from the "
+                             "manifest", path=path, hint="rerun `eegformer preprocess`")
+    return coh, wpli

@@ -1,0 +1,176 @@
+"""The self-describing model file (``RUN_DIR/model.pt``): everything ``predict`` needs.
+
+A ``torch.save`` of one dict made of plain types and tensors only (so it loads with
+``torch.load(weights_only=True)``, which never runs code from the file):
+
+==========================  ====================================================================
+key                         value
+==========================  ====================================================================
+``format``                  ``"eegformer-model"``
+``format_version``          int, :data:`FORMAT_VERSION`; a file with a higher one is refused
+``eegformer_version``       the package version that wrote it
+``model_config``            ``ModelConfig.to_dict()``
+``state_dict``              the weights (demographic scaling buffers included)
+``label_names``             class names, index = class index
+``label_column``            the manifest column the labels came from
+``positive_label``          positive class for two-class metrics (None otherwise)
+``channels``                canonical channel names, in the model's order
+``bands``                   band names, token order
+``band_edges_hz``           [[f_low, f_high], ...]
+``preprocess_settings``     ``DIR/preprocess.json`` of the training data (settings used again
+                            by ``predict`` on raw recordings)
+``demographic_stats``       ``{"age_mean", "age_std"}`` of the training participants (or None)
+``train_config``            ``TrainConfig.to_dict()``
+``trained_on``              which participants: ``"all"`` (after CV) or ``"holdout"``
+``versions``                ``versions.package_versions()`` at training time
+==========================  ====================================================================
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import eegformer_cli
+from eegformer_cli.atomic import write_bytes
+from eegformer_cli.errors import EegformerError, ModelFileError
+from eegformer_cli.versions import package_versions
+
+FORMAT_NAME = "eegformer-model"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ModelBundle:
+    """A loaded model file. ``model`` is an ``XAIguiFormer`` in eval mode on ``device``."""
+
+    path: Path
+    model: torch.nn.Module
+    model_config: dict
+    label_names: list[str]
+    label_column: str
+    positive_label: str | None
+    channels: list[str]
+    bands: list[str]
+    band_edges_hz: np.ndarray
+    preprocess_settings: dict
+    demographic_stats: dict | None
+    train_config: dict
+    trained_on: str
+    eegformer_version: str
+    versions: dict
+
+
+def save_model_file(path: str | Path, model, *, label_names: list[str], label_column: str,
+                    positive_label: str | None, channels: list[str], bands: list[str],
+                    band_edges_hz, preprocess_settings: dict, demographic_stats: dict | None,
+                    train_config: dict, trained_on: str) -> None:
+    """Write the bundle atomically (a temporary file renamed over ``path``)."""
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    bundle = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "eegformer_version": eegformer_cli.__version__,
+        "model_config": _plain(model.config.to_dict()),
+        "state_dict": state,
+        "label_names": list(label_names),
+        "label_column": label_column,
+        "positive_label": positive_label,
+        "channels": list(channels),
+        "bands": list(bands),
+        "band_edges_hz": np.asarray(band_edges_hz, dtype=float).tolist(),
+        "preprocess_settings": _plain(preprocess_settings),
+        "demographic_stats": _plain(demographic_stats),
+        "train_config": _plain(train_config),
+        "trained_on": trained_on,
+        "versions": package_versions(),
+    }
+    buffer = io.BytesIO()
+    torch.save(bundle, buffer)
+    write_bytes(path, buffer.getvalue())
+
+
+def _plain(value):
+    """Nested containers of numpy/Path values -> plain Python types (weights_only-safe)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> ModelBundle:
+    """Load and validate a model file; the model is rebuilt from its config, in eval mode.
+
+    Raises ModelFileError (exit 4) naming the file when it is missing, corrupt or truncated,
+    not an eegformer model, from a newer format, or its weights do not fit its config.
+    """
+    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError("model file not found", path=path, hint="pass RUN_DIR/model.pt")
+    try:
+        bundle = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError,
+            ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
+        reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise ModelFileError(f"not a readable model file (corrupt or truncated: {reason})",
+                             path=path, hint="retrain or copy the file again") from None
+    if not isinstance(bundle, dict) or bundle.get("format") != FORMAT_NAME:
+        raise ModelFileError("not an eegformer model file", path=path,
+                             hint="pass the model.pt written by `eegformer train`")
+    version = bundle.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise ModelFileError(f"model file format version {version!r} is not supported by "
+                             f"eegformer {eegformer_cli.__version__} (supports "
+                             f"{FORMAT_VERSION})", path=path,
+                             hint="use the eegformer version that wrote it "
+                                  f"({bundle.get('eegformer_version', 'unknown')}) or retrain")
+    try:
+        config = ModelConfig.from_dict(bundle["model_config"])
+        model = XAIguiFormer(config)
+        model.load_state_dict(bundle["state_dict"])
+        result = ModelBundle(
+            path=path, model=model.to(device).eval(), model_config=bundle["model_config"],
+            label_names=[str(n) for n in bundle["label_names"]],
+            label_column=str(bundle["label_column"]), positive_label=bundle["positive_label"],
+            channels=[str(c) for c in bundle["channels"]], bands=[str(b) for b in bundle["bands"]],
+            band_edges_hz=np.asarray(bundle["band_edges_hz"], dtype=np.float64),
+            preprocess_settings=dict(bundle["preprocess_settings"]),
+            demographic_stats=bundle["demographic_stats"], train_config=bundle["train_config"],
+            trained_on=str(bundle["trained_on"]), eegformer_version=str(bundle["eegformer_version"]),
+            versions=dict(bundle["versions"]))
+    except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
+        reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())
+        raise ModelFileError(f"model file is incomplete or inconsistent: {reason[:200]}",
+                             path=path, hint="retrain with this eegformer version") from None
+    if len(result.label_names) != config.n_classes or len(result.channels) != config.n_channels:
+        raise ModelFileError("label names or channels do not match the model's config", path=path)
+    return result
+
+
+def demographic_stats(ages: np.ndarray) -> dict | None:
+    """``{"age_mean", "age_std"}`` (years) of the known ages, or None when none is known.
+
+    With a single known age (or all equal) the std is 1 year, to avoid division by zero.
+    """
+    known = np.asarray(ages, dtype=float)
+    known = known[~np.isnan(known)]
+    if not len(known):
+        return None
+    std = float(known.std())
+    return {"age_mean": float(known.mean()), "age_std": std if std > 0 and math.isfinite(std) else 1.0}

@@ -1,0 +1,53 @@
+"""The built-in reference model: logistic regression on the same connectivity tokens.
+
+Features of a recording: the mean over its segments of the upper triangle (i < j) of the
+coherence and wPLI matrices of every band, i.e. 2 · n_bands · C(C-1)/2 numbers. Pipeline:
+StandardScaler -> LogisticRegression (L2, ``class_weight="balanced"``, lbfgs). The inverse
+regularisation C is chosen by an inner participant-wise 5-fold CV on the training part only
+(grid 1e-4 ... 1, scored by balanced accuracy), so the reference never sees the test fold and
+gets the same tuning effort everywhere. It runs on exactly the folds of XAIguiFormer
+(train + val participants of a fold = its training part), so both columns of metrics.json
+compare like with like.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+INNER_FOLDS = 5
+
+
+def recording_features(coh: np.ndarray, wpli: np.ndarray) -> np.ndarray:
+    """(coh, wpli) float32 (n_segments, n_bands, C, C) -> float64 (2 · n_bands · C(C-1)/2,)."""
+    rows, cols = np.triu_indices(coh.shape[-1], k=1)
+    coh_mean = coh.mean(axis=0, dtype=np.float64)[:, rows, cols]
+    wpli_mean = wpli.mean(axis=0, dtype=np.float64)[:, rows, cols]
+    return np.concatenate([coh_mean.ravel(), wpli_mean.ravel()])
+
+
+def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, seed: int):
+    """Fit the pipeline on one training part; returns the fitted GridSearchCV (refit on all).
+
+    ``features`` (n_recordings, n_features); ``labels`` int (n_recordings,); ``groups``
+    participant id per recording (inner folds are participant-wise).
+    """
+    pipeline = make_pipeline(StandardScaler(),
+                             LogisticRegression(class_weight="balanced", max_iter=5000))
+    n_inner = min(INNER_FOLDS, len(np.unique(groups)), int(np.bincount(labels).min()))
+    search = GridSearchCV(pipeline, {"logisticregression__C": list(C_GRID)},
+                          scoring="balanced_accuracy",
+                          cv=StratifiedGroupKFold(max(2, n_inner), shuffle=True, random_state=seed))
+    search.fit(features, labels, groups=groups)
+    return search
+
+
+def reference_probabilities(search, features: np.ndarray, n_classes: int) -> np.ndarray:
+    """Class probabilities (n_recordings, n_classes) in class-index order."""
+    probabilities = np.zeros((len(features), n_classes))
+    probabilities[:, search.classes_] = search.predict_proba(features)
+    return probabilities

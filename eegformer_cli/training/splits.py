@@ -1,0 +1,165 @@
+"""Participant-wise splits: cross-validation, holdout, inner validation; splits.json.
+
+Every split is made on participants, never on recordings or segments: scikit-learn's
+``StratifiedGroupKFold`` runs over recordings with the participant as the group, so a
+participant's recordings are always on one side, and the label proportions are kept as well
+as the groups allow (for one recording per participant it is a stratified k-fold on
+participants). A recording without a participant id counts as its own participant (the dataset
+loader gives it its recording id).
+
+Each fold has three disjoint participant sets: ``train`` (fit), ``val`` (model selection and
+early stop, an inner split of the outer training part) and ``test`` (never seen until the
+fold's final evaluation).
+
+Seeds: repeat ``r`` of a CV shuffles with ``seed + r``; the inner validation split of fold
+``k`` of repeat ``r`` uses ``seed + 1000 * (r + 1) + k``, so every fold is reproducible alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import StratifiedGroupKFold
+
+from eegformer_cli.atomic import write_json
+from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.console import warn
+
+SPLITS_FORMAT = "eegformer-splits"
+
+
+@dataclass
+class Fold:
+    """One outer split; the lists hold participant ids (sorted)."""
+
+    repeat: int
+    fold: int
+    train: list[str]
+    val: list[str]
+    test: list[str]
+
+    @property
+    def name(self) -> str:
+        """``r{repeat}_f{fold}``, used for file names."""
+        return f"r{self.repeat}_f{self.fold}"
+
+
+def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: int,
+                 what: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """StratifiedGroupKFold on recordings; returns (train_idx, test_idx) pairs."""
+    n_groups = len(np.unique(groups))
+    if n_groups < n_splits:
+        raise InputDataError(f"{what} needs at least {n_splits} participants but the data has "
+                             f"{n_groups}", hint="use fewer folds or a larger dataset")
+    splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    return list(splitter.split(np.zeros(len(groups)), labels, groups))
+
+
+def inner_validation_split(groups: np.ndarray, labels: np.ndarray, fraction: float,
+                           seed: int) -> tuple[list[str], list[str]]:
+    """Split participants into (train, val) with about ``fraction`` of them in val.
+
+    ``groups`` (n_recordings,) participant ids, ``labels`` (n_recordings,) labels.
+    Uses the first fold of a ``round(1 / fraction)``-fold StratifiedGroupKFold.
+    """
+    n_splits = max(2, int(round(1.0 / fraction)))
+    train_idx, val_idx = _group_split(groups, labels, n_splits, seed, "the validation split")[0]
+    return sorted(set(groups[train_idx])), sorted(set(groups[val_idx]))
+
+
+def cross_validation_folds(groups: np.ndarray, labels: np.ndarray, n_splits: int, repeats: int,
+                           seed: int, val_fraction: float) -> list[Fold]:
+    """Repeated stratified k-fold over participants, with an inner validation split per fold.
+
+    ``groups`` (n_recordings,) participant ids; ``labels`` (n_recordings,) labels.
+    """
+    groups, labels = np.asarray(groups), np.asarray(labels)
+    folds = []
+    for repeat in range(repeats):
+        pairs = _group_split(groups, labels, n_splits, seed + repeat, f"{n_splits}-fold CV")
+        for k, (train_idx, test_idx) in enumerate(pairs):
+            train, val = inner_validation_split(groups[train_idx], labels[train_idx], val_fraction,
+                                                seed + 1000 * (repeat + 1) + k)
+            folds.append(Fold(repeat, k, train, val, sorted(set(groups[test_idx]))))
+    return folds
+
+
+def holdout_fold(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int,
+                 val_fraction: float) -> Fold:
+    """One split with about ``fraction`` of the participants held out for test."""
+    groups, labels = np.asarray(groups), np.asarray(labels)
+    rest, test = inner_validation_split(groups, labels, fraction, seed)
+    in_rest = np.isin(groups, rest)
+    train, val = inner_validation_split(groups[in_rest], labels[in_rest], val_fraction,
+                                        seed + 1000)
+    return Fold(0, 0, train, val, test)
+
+
+def final_fit_split(groups: np.ndarray, labels: np.ndarray, seed: int,
+                    val_fraction: float) -> Fold:
+    """The split for the final model after CV: all participants, an inner validation for
+    selection, no test set."""
+    train, val = inner_validation_split(np.asarray(groups), np.asarray(labels), val_fraction,
+                                        seed + 999)
+    return Fold(-1, -1, train, val, [])
+
+
+def save_splits(path: str | Path, scheme: dict, folds: list[Fold]) -> None:
+    """Write ``splits.json``: ``{"format", "scheme", "folds": [{repeat, fold, train, val, test}]}``."""
+    write_json(path, {"format": SPLITS_FORMAT, "scheme": scheme,
+                      "folds": [asdict(fold) for fold in folds]})
+
+
+def load_splits(path: str | Path) -> tuple[dict, list[Fold]]:
+    """Read a ``splits.json``; raise UsageError naming the file when it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        folds = [Fold(int(f["repeat"]), int(f["fold"]), [str(p) for p in f["train"]],
+                      [str(p) for p in f["val"]], [str(p) for p in f["test"]])
+                 for f in data["folds"]]
+        scheme = dict(data.get("scheme", {}))
+    except FileNotFoundError:
+        raise UsageError("splits file not found", path=path, hint="check --splits") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError("not a splits.json written by eegformer train", path=path,
+                         hint="pass the splits.json of an earlier run") from None
+    if not folds:
+        raise UsageError("splits file has no folds", path=path)
+    return scheme, folds
+
+
+def check_folds(folds: list[Fold], participants: set[str], source: str) -> list[Fold]:
+    """Validate ``folds`` against the participants present in the data.
+
+    Every fold must put each participant of the data in exactly one of train/val/test, and
+    no participant may be in two of them. Participants named in the splits but absent from
+    the data (e.g. their recordings failed preprocessing) are dropped with a warning.
+    Returns the folds restricted to ``participants``. Raises InputDataError naming ``source``.
+    """
+    extra = set()
+    checked = []
+    for fold in folds:
+        parts = [set(fold.train), set(fold.val), set(fold.test)]
+        if parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2]:
+            raise InputDataError(f"fold {fold.name} puts a participant in two of train/val/test",
+                                 path=source)
+        missing = participants - set().union(*parts)
+        if missing:
+            raise InputDataError(f"fold {fold.name} does not cover participants "
+                                 f"{', '.join(sorted(missing)[:5])}"
+                                 + (" ..." if len(missing) > 5 else ""), path=source,
+                                 hint="make new splits (drop --splits) for this data")
+        extra |= set().union(*parts) - participants
+        checked.append(Fold(fold.repeat, fold.fold, *(sorted(p & participants) for p in parts)))
+    if extra:
+        warn(f"{source}: {len(extra)} participant(s) in the splits have no usable recording "
+             f"and are ignored: {', '.join(sorted(extra)[:5])}")
+    for fold in checked:
+        if not fold.train or not fold.val:
+            raise InputDataError(f"fold {fold.name} has an empty training or validation set",
+                                 path=source)
+    return checked
