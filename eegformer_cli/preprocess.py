@@ -441,10 +441,7 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     settings_hash = resolved.settings_hash()
     console.log(f"preprocess: {len(recordings)} recordings, {len(channels)} channels "
                 f"({', '.join(channels)}), {len(resolved.bands)} bands, epochs of {epoch_length:g} s")
-    for rec in recordings:
-        if rec.participant_id is None or rec.participant_id not in participants_rows:
-            console.warn(f"{rec.path}: no participants row for "
-                         f"{rec.participant_id or rec.recording_id!r}; demographics are n/a")
+    _warn_unmatched(recordings, participants_file, participants_rows)
 
     connectome_dir = out_dir / CONNECTOME_DIR
     with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
@@ -510,6 +507,21 @@ def _describe(path: Path, recording_id: str, table_root: Path | None, participan
     except EegformerError as exc:
         rec.header_error = exc.one_line()
     return rec
+
+
+def _warn_unmatched(recordings: list[_Recording], participants_file: Path | None,
+                    participants_rows: dict) -> None:
+    """One warning for the recordings processed without a participants row."""
+    if participants_file is None:
+        console.warn("no participants table found (participants.tsv at the dataset root or "
+                     "--participants); age and sex are n/a for every recording")
+        return
+    unmatched = [rec.recording_id for rec in recordings
+                 if rec.participant_id is None or rec.participant_id not in participants_rows]
+    if unmatched:
+        shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
+        console.warn(f"{len(unmatched)} recordings have no row in {participants_file} ({shown}); "
+                     "their demographics are n/a")
 
 
 def _run_epoch_length(durations_s: list[float], window_s: float) -> float:

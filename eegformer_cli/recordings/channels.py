@@ -217,8 +217,9 @@ def conform_channels(raw: mne.io.BaseRaw, channels: list[str], max_interpolated:
 
     Missing channels are added and filled by spherical-spline interpolation
     (:meth:`mne.io.Raw.interpolate_bads`, head origin fitted to the montage) when there are at most
-    ``max_interpolated`` of them. The result has the 10-05 template montage set, so later steps
-    (bad-channel interpolation, ICLabel) have positions.
+    ``max_interpolated`` of them. The result has the 10-05 template montage set (replacing any
+    positions stored in the file, so that every recording uses the same geometry), so later
+    steps (bad-channel interpolation, ICLabel) have positions.
 
     Parameters
     ----------

@@ -31,6 +31,7 @@ import mne
 import numpy as np
 
 from eegformer_cli.errors import RecordingError
+from eegformer_cli.recordings.channels import MONTAGE_NAME
 
 LINE_NOISE_H_TRANS_HZ = 5.0
 FLAT_PTP_V = 0.5e-6
@@ -172,7 +173,7 @@ def run_ica_iclabel(raw: mne.io.BaseRaw, n_components: int,
 
     raw = raw.copy()
     if raw.get_montage() is None:
-        raw.set_montage("standard_1020", on_missing="ignore", verbose=False)
+        raw.set_montage(MONTAGE_NAME, on_missing="ignore", verbose=False)
     rank = mne.compute_rank(raw, rank=None, verbose=False).get("eeg", len(raw.ch_names))
     n_components = int(min(n_components, rank))
     if n_components < 2:

@@ -11,8 +11,8 @@ Value conventions (documented for users):
 - age: years, decimal point or decimal comma (``51,59``); ``n/a``/empty = unknown;
   negative, above 130 or non-numeric values are rejected.
 - sex: ``M``/``F``, ``male``/``female``, ``man``/``woman``, ``boy``/``girl`` in any case; the
-  numeric codes of EDF+/MNE, ``1`` = male, ``2`` = female, ``0`` = unknown; ``O``/``other``
-  and ``n/a``/empty = unknown (the model knows only male/female). In a ``gender`` column
+  numeric codes of EDF+/MNE, ``1`` = male, ``2`` = female, ``0`` = unknown; ``O``/``other``,
+  ``U`` and ``n/a``/empty = unknown (the model knows only male/female). In a ``gender`` column
   numbers are refused (datasets disagree on whether 0 or 1 is male), unless a BIDS
   ``participants.json`` beside the table gives their ``Levels`` (e.g. ``{"0": "female",
   "1": "male"}``), which then apply to any sex/gender column.
@@ -39,7 +39,8 @@ _SEX_BY_SPELLING = {
     **dict.fromkeys(("o", "other", "u"), None),
 }
 _SEX_BY_NUMBER = {0: None, 1: "M", 2: "F"}
-_ACCEPTED_SEX = "M/F, male/female, man/woman, boy/girl, 1 = male, 2 = female, 0 or n/a = unknown"
+_ACCEPTED_SEX = ("M/F, male/female, man/woman, boy/girl, 1 = male, 2 = female; "
+                 "0, O/other, U or n/a = unknown")
 
 #: Accepted names of the participant id column, in order of preference (case-insensitive).
 PARTICIPANT_ID_COLUMNS = ("participant_id", "participant", "subject", "subject_id", "id")
@@ -186,8 +187,11 @@ def _sex_levels(table_path: Path, column: str) -> dict[str, str]:
         description = json.loads(sidecar.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as exc:
         raise InputDataError(f"cannot read the table description: {exc}", path=sidecar) from None
-    levels = description.get(column, {}).get("Levels", {}) if isinstance(description, dict) else {}
-    return {str(code).strip(): str(label) for code, label in levels.items()} if isinstance(levels, dict) else {}
+    column_description = description.get(column) if isinstance(description, dict) else None
+    levels = column_description.get("Levels") if isinstance(column_description, dict) else None
+    if not isinstance(levels, dict):
+        return {}
+    return {str(code).strip(): str(label) for code, label in levels.items()}
 
 
 def _add_demographics(path: Path, rows: list[dict], row_names: list[str]) -> None:

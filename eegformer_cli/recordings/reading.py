@@ -16,7 +16,6 @@ from pathlib import Path
 import mne
 import numpy as np
 
-from eegformer_cli.atomic import TMP_PREFIX
 from eegformer_cli.errors import InputDataError, RecordingError
 
 #: Suffix (lower case) -> format name, for every file treated as a recording. Companion files
@@ -36,8 +35,8 @@ _MAGIC_BY_FORMAT = {"EDF": (b"0       ",), "BDF": (b"\xffBIOSEMI",), "GDF": (b"G
                     "FIF": (b"\x00\x00\x00\x64", b"\x1f\x8b"),  # FIFF_FILE_ID tag, or gzip
                     "EEGLAB": (b"MATLAB", b"\x89HDF")}  # MAT-file v5-v7, or v7.3 (HDF5)
 _UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
-# Samples checked for NaN at a time (per channel), to bound the memory of the check.
-_FINITE_CHECK_CHUNK = 1_000_000
+# Values checked for NaN at a time (80 MB as float64), to bound the memory of the check.
+_FINITE_CHECK_VALUES = 10_000_000
 
 
 def recording_suffix(path: Path) -> str | None:
@@ -218,8 +217,9 @@ def read_recording(path: Path, preload: bool = True) -> mne.io.BaseRaw:
 def _check_finite(raw: mne.io.BaseRaw, path: Path) -> None:
     """Raise :class:`RecordingError` naming the channels that hold NaN or infinite values."""
     bad = np.zeros(len(raw.ch_names), dtype=bool)
-    for start in range(0, raw.n_times, _FINITE_CHECK_CHUNK):
-        chunk = raw.get_data(start=start, stop=min(start + _FINITE_CHECK_CHUNK, raw.n_times))
+    step = max(1, _FINITE_CHECK_VALUES // len(raw.ch_names))
+    for start in range(0, raw.n_times, step):
+        chunk = raw.get_data(start=start, stop=min(start + step, raw.n_times))
         bad |= ~np.isfinite(chunk).all(axis=1)
     if bad.any():
         names = [name for name, is_bad in zip(raw.ch_names, bad) if is_bad]
@@ -235,7 +235,7 @@ def recording_id(path: Path, root: Path | None = None) -> str:
     between ``root`` and the file are put in front, joined by ``__``
     (``site-a/sub-01_eeg.edf -> site-a__sub-01_eeg``); :func:`recording_ids` uses this form only
     for names that would otherwise collide. Characters other than letters, digits, ``.``,
-    ``_`` and ``-`` become ``_``.
+    ``_`` and ``-`` become ``_``. A file outside ``root`` gets ``up`` for each ``..``.
     """
     path = Path(path)
     suffix = recording_suffix(path) or path.suffix
@@ -248,11 +248,11 @@ def recording_id(path: Path, root: Path | None = None) -> str:
     return "__".join(_UNSAFE_ID_CHARACTERS.sub("_", part) for part in parts)
 
 
-def recording_ids(paths: list[Path], root: Path | None = None) -> list[str]:
+def recording_ids(paths: list[Path]) -> list[str]:
     """Unique ids for ``paths`` (same order): :func:`recording_id` of the file name where that is
-    unique, otherwise qualified by the folders below ``root`` (by default the deepest folder
-    holding all the colliding files). The result depends only on the set of paths, so reruns on
-    the same input give the same ids."""
+    unique; files whose names collide are qualified by their folders below the deepest folder
+    holding them all (``site-a__sub-01_eeg``, ``site-b__sub-01_eeg``). The result depends only on
+    the set of paths, so reruns on the same input give the same ids."""
     paths = [Path(p) for p in paths]
     plain = [recording_id(p) for p in paths]
     ids = list(plain)
@@ -260,8 +260,7 @@ def recording_ids(paths: list[Path], root: Path | None = None) -> list[str]:
         group = [i for i, candidate in enumerate(plain) if candidate == name]
         if len(group) < 2:
             continue
-        group_root = root if root is not None else Path(
-            os.path.commonpath([paths[i].parent for i in group]))
+        group_root = Path(os.path.commonpath([paths[i].parent for i in group]))
         for i in group:
             ids[i] = recording_id(paths[i], group_root)
     if len(set(ids)) < len(ids):  # e.g. "a b.edf" and "a_b.edf" after character replacement

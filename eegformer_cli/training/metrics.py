@@ -30,12 +30,15 @@ def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray,
     """Metrics of one set of per-recording predictions.
 
     ``y_true`` int (n,) class indices; ``probabilities`` float (n, K) rows summing to 1;
-    ``positive_index`` the positive class for two classes (ignored otherwise).
+    ``positive_index`` the positive class for two classes (None -> the last class; ignored
+    for more classes).
     Returns ``{"bac", "paper_bac", "auroc", "auc_pr", "accuracy", "n", "confusion_matrix"}``.
     """
     y_true = np.asarray(y_true, dtype=int)
     probabilities = np.asarray(probabilities, dtype=float)
     n_classes = probabilities.shape[1]
+    if positive_index is None:
+        positive_index = n_classes - 1
     classes = np.arange(n_classes)
     predicted = probabilities.argmax(axis=1)
     matrix = confusion_matrix(y_true, predicted, labels=classes)

@@ -1,0 +1,293 @@
+"""``eegformer preprocess`` end to end: real datasets, broken recordings, reruns, locking."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mne
+import numpy as np
+import pytest
+from mne_connectivity import spectral_connectivity_epochs
+
+from eegformer_cli.atomic import DirectoryLock
+from eegformer_cli.cli.app import main
+from eegformer_cli.connectivity.bands import BAND_PRESETS
+from eegformer_cli.errors import OutputError, PartialFailure
+from eegformer_cli.preprocess import (PreprocessSettings, load_connectome, process_recording,
+                                      run_preprocess)
+from eegformer_cli.recordings.channels import STANDARD_1020
+
+MSU_CHANNELS = ["F7", "F3", "F4", "F8", "T7", "C3", "Cz", "C4", "T8", "P7", "P3", "Pz", "P4",
+                "P8", "O1", "O2"]
+OLD_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
+
+
+def read_manifest(out_dir: Path) -> list[dict]:
+    with open(out_dir / "manifest.tsv", newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def synthetic_raw(seconds=60.0, sfreq=256.0, n_channels=19, seed=0) -> mne.io.RawArray:
+    """Noise plus a shared 10 Hz rhythm, ~20 uV, with standard 10-20 names (old T3-T6 ones)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * sfreq)) / sfreq
+    alpha = np.sin(2 * np.pi * 10 * t)
+    data = (rng.standard_normal((n_channels, t.size)) + rng.uniform(0.5, 1.5, (n_channels, 1)) * alpha)
+    names = [{v: k for k, v in OLD_NAMES.items()}.get(n, n) for n in STANDARD_1020[:n_channels]]
+    return mne.io.RawArray(data * 1e-5, mne.create_info(names, sfreq, "eeg"), verbose=False)
+
+
+def write_edf(raw: mne.io.BaseRaw, path: Path) -> Path:
+    mne.export.export_raw(path, raw, fmt="edf", overwrite=True, verbose=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def msu_run(tmp_path_factory):
+    """msu-schizophrenia preprocessed once with 2 workers (shared by the tests below)."""
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "msu-schizophrenia"
+    if not data.is_dir():
+        pytest.skip(f"real dataset 'msu-schizophrenia' not found at {data}")
+    out = tmp_path_factory.mktemp("msu")
+    summary = run_preprocess([data], out, PreprocessSettings.from_preset("default"), n_jobs=2)
+    return data, out, summary
+
+
+def test_msu_every_recording_ok_with_demographics(msu_run):
+    data, out, summary = msu_run
+    assert (summary.n_recordings, summary.n_ok, summary.n_error) == (84, 84, 0)
+    rows = read_manifest(out)
+    assert len(rows) == 84 and {row["status"] for row in rows} == {"ok"}
+    assert {row["sex"] for row in rows} == {"M"} and {row["age"] for row in rows} == {"n/a"}
+    participants = {r["participant_id"]: r for r in csv.DictReader(
+        open(data / "participants.tsv"), delimiter="\t")}
+    for row in rows:
+        assert row["diagnosis"] == participants[row["participant_id"]]["diagnosis"]
+        assert row["recording_id"].startswith(row["participant_id"] + "_")
+        assert row["n_segments"] == "4" and row["sfreq"] == "128" and row["error"] == "n/a"
+    settings = json.loads((out / "preprocess.json").read_text())
+    assert settings["channels"] == MSU_CHANNELS and settings["epoch_length_s"] == 15
+    assert settings["counts"] == {"recordings": 84, "ok": 84, "error": 0, "skipped": 0}
+    assert settings["versions"]["mne-connectivity"]
+
+
+def test_msu_connectomes_follow_the_contract(msu_run):
+    _, out, _ = msu_run
+    rows = read_manifest(out)
+    for row in rows[::20]:
+        with np.load(out / row["connectome"], allow_pickle=False) as npz:
+            assert list(npz["channels"]) == MSU_CHANNELS
+            assert list(npz["bands"]) == [b.name for b in BAND_PRESETS["default"]]
+            assert npz["band_edges_hz"].dtype == np.float64
+            np.testing.assert_allclose(npz["segment_onsets_s"], [0, 15, 30, 45])
+            for key in ("coh", "wpli"):
+                tokens = npz[key]
+                assert tokens.dtype == np.float32 and tokens.shape == (4, 8, 16, 16)
+                np.testing.assert_array_equal(tokens, tokens.transpose(0, 1, 3, 2))
+                assert np.all(np.diagonal(tokens, axis1=2, axis2=3) == 0)
+                assert 0 <= tokens.min() and tokens.max() <= 1 + 1e-6
+                assert tokens.std() > 0.01  # not a constant placeholder
+
+
+def test_stored_coherence_equals_a_direct_mne_computation(msu_run):
+    """Rebuild one recording's cleaned segments with plain MNE calls and recompute coh/wPLI."""
+    data, out, _ = msu_run
+    stored = load_connectome(out / "connectomes" / "sub-007_task-rest_eeg.npz")
+    raw = mne.io.read_raw_edf(data / "eeg" / "sub-007_task-rest_eeg.edf", preload=True,
+                              verbose=False)
+    raw.rename_channels(lambda name: OLD_NAMES.get(name, name))
+    raw.pick(MSU_CHANNELS)
+    raw.filter(1, 45, h_trans_bandwidth=5.0, verbose=False)
+    raw.set_eeg_reference("average", verbose=False)
+    x = raw.get_data()
+    bands = BAND_PRESETS["default"]
+    for index, onset in enumerate(stored.segment_onsets_s):
+        start = int(onset * 128)
+        windows = np.stack([x[:, start + w * 384: start + (w + 1) * 384] for w in range(5)])
+        coh, wpli = spectral_connectivity_epochs(
+            windows, method=["coh", "wpli"], sfreq=128.0, mode="multitaper",
+            fmin=[b.f_low for b in bands], fmax=[b.f_high for b in bands], faverage=True,
+            verbose=False)
+        for result, tokens in ((coh, stored.coh), (wpli, stored.wpli)):
+            dense = result.get_data("dense")
+            expected = np.moveaxis(dense + dense.transpose(1, 0, 2), -1, 0)
+            np.testing.assert_allclose(tokens[index], expected, atol=1e-6)
+
+
+def test_rerun_skips_every_finished_recording(msu_run):
+    data, out, _ = msu_run
+    files = sorted((out / "connectomes").glob("*.npz"))
+    mtimes = [f.stat().st_mtime_ns for f in files]
+    manifest_before = (out / "manifest.tsv").read_text()
+    started = time.perf_counter()
+    summary = run_preprocess([data], out, PreprocessSettings.from_preset("default"))
+    assert summary.n_skipped == 84 and summary.n_ok == 84
+    assert time.perf_counter() - started < 20  # headers only, no recomputation
+    assert [f.stat().st_mtime_ns for f in files] == mtimes
+    assert (out / "manifest.tsv").read_text() == manifest_before
+
+
+def test_a_second_run_into_a_locked_folder_is_refused(msu_run, tmp_path, capsys):
+    data, out, _ = msu_run
+    with DirectoryLock(out):
+        with pytest.raises(OutputError, match="another eegformer"):
+            run_preprocess([data], out, PreprocessSettings.from_preset("default"))
+        with pytest.raises(SystemExit) as exit_info:
+            main(["preprocess", str(data), "--out", str(out)])
+    assert exit_info.value.code == 5
+    assert "another eegformer" in capsys.readouterr().err
+
+
+def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
+    files = [eegmat_dir / "eeg" / name for name in
+             ("Subject00_1.edf", "Subject00_2.edf", "Subject05_2.edf")]
+    summary = run_preprocess(files, tmp_path, PreprocessSettings.from_preset("default"), n_jobs=2)
+    assert summary.n_ok == 3 and summary.channels == list(STANDARD_1020)
+    rows = {row["recording_id"]: row for row in read_manifest(tmp_path)}
+    participants = {r["participant_id"]: r for r in csv.DictReader(
+        open(eegmat_dir / "participants.tsv"), delimiter="\t")}
+    assert [rows[k]["condition"] for k in ("Subject00_1", "Subject00_2", "Subject05_2")] == \
+        ["rest", "arithmetic", "arithmetic"]
+    for row in rows.values():
+        expected = participants[row["participant_id"]]
+        assert float(row["age"]) == float(expected["age"]) and row["sex"] == expected["sex"]
+        assert row["sfreq"] == "128"
+    stored = load_connectome(tmp_path / rows["Subject00_1"]["connectome"])
+    assert stored.coh.shape == (12, 8, 19, 19)  # 182 s in 15 s epochs (set by the 62 s ones)
+
+
+def test_reader_fixtures_are_read_or_rejected_with_a_message(fixtures_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["preprocess", str(fixtures_dir), "--out", str(tmp_path)])
+    assert exit_info.value.code == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    rows = read_manifest(tmp_path)
+    assert len(rows) == 7
+    for row in rows:
+        if row["status"] == "ok":
+            assert (tmp_path / row["connectome"]).is_file()
+        else:
+            assert row["status"] == "error" and len(row["error"]) > 20 and "\n" not in row["error"]
+
+
+@pytest.fixture
+def messy_folder(tmp_path):
+    """Two good recordings and one of each failure of issue 7."""
+    folder = tmp_path / "messy"
+    folder.mkdir()
+    write_edf(synthetic_raw(seed=1), folder / "good1.edf")
+    write_edf(synthetic_raw(seed=2, sfreq=500.0), folder / "good2.edf")
+    write_edf(synthetic_raw(seconds=5.0, seed=3), folder / "short.edf")
+    write_edf(synthetic_raw(sfreq=64.0, seed=4), folder / "slow.edf")
+    flat = synthetic_raw(seed=5)
+    flat._data[9] = 0.0  # Cz disconnected
+    write_edf(flat, folder / "flat.edf")
+    nan = synthetic_raw(seed=6)
+    nan._data[:, 1000:] = np.nan
+    nan.save(folder / "nan_raw.fif", verbose=False)
+    truncated = write_edf(synthetic_raw(seed=7), folder / "truncated.edf").read_bytes()
+    (folder / "truncated.edf").write_bytes(truncated[: len(truncated) // 2])
+    (folder / "participants.tsv").write_text("participant_id\tage\tsex\ngood1\t30\tF\n")
+    return folder
+
+
+EXPECTED_ERRORS = {"short": "too short", "slow": "sampling rate 64 Hz", "flat": "flat channel Cz",
+                   "nan_raw": "NaN", "truncated": "truncated"}
+
+
+def test_each_broken_recording_gets_its_one_line_reason(messy_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    summary = run_preprocess([messy_folder], out, PreprocessSettings.from_preset("default"))
+    rows = {row["recording_id"]: row for row in read_manifest(out)}
+    assert summary.n_ok == 2 and summary.n_error == 5
+    assert rows["good1"]["status"] == rows["good2"]["status"] == "ok"
+    assert rows["good1"]["age"] == "30" and rows["good1"]["sex"] == "F"
+    assert rows["good2"]["age"] == "n/a"
+    assert "6 recordings have no row" in capsys.readouterr().err  # all but good1
+    for recording_id, fragment in EXPECTED_ERRORS.items():
+        row = rows[recording_id]
+        assert row["status"] == "error" and fragment in row["error"], row["error"]
+        assert row["connectome"] == "n/a"
+    # --strict: the same outputs, then exit 6 (PartialFailure)
+    with pytest.raises(PartialFailure):
+        run_preprocess([messy_folder], out, PreprocessSettings.from_preset("default"), strict=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["preprocess", str(messy_folder), "--out", str(out), "--strict"])
+    assert exit_info.value.code == 6
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--strict" in err
+
+
+def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_path):
+    out = tmp_path / "out"
+    files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
+    run_preprocess(files, out, PreprocessSettings.from_preset("default"))
+    first = load_connectome(out / "connectomes" / "good1.npz")
+    theta_only = PreprocessSettings.from_preset("default", bands=BAND_PRESETS["default"][1:2])
+    summary = run_preprocess(files, out, theta_only)
+    assert summary.n_skipped == 0
+    second = load_connectome(out / "connectomes" / "good1.npz")
+    assert second.bands == ["theta"] and second.coh.shape[1] == 1
+    np.testing.assert_array_equal(second.coh[:, 0], first.coh[:, 1])
+    assert run_preprocess(files, out, theta_only).n_skipped == 2
+
+
+def test_no_usable_recording_exits_3(messy_folder, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["preprocess", str(messy_folder / "short.edf"), "--out", str(tmp_path / "o")])
+    assert exit_info.value.code == 3
+    assert "no recording could be preprocessed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--preset", "fast"], "--preset"), (["--bands", "delta:4-2"], "--bands"),
+    (["--epoch-length", "10"], "--epoch-length"), (["--sfreq", "64"], "--sfreq"),
+    (["--channels", "Fp1,XX9,Cz"], "--channels")])
+def test_bad_options_are_usage_errors(messy_folder, tmp_path, capsys, args, fragment):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["preprocess", str(messy_folder / "good1.edf"), "--out", str(tmp_path / "o"), *args])
+    assert exit_info.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_process_recording_interpolates_a_missing_channel(tmp_path):
+    path = write_edf(synthetic_raw(n_channels=18), tmp_path / "no_o2.edf")  # O2 missing
+    settings = PreprocessSettings.from_preset("default", channels=tuple(STANDARD_1020))
+    connectome = process_recording(path, settings)
+    assert connectome.channels_interpolated == ["O2"] and connectome.coh.shape[-1] == 19
+    assert connectome.coh[:, :, -1, -2].mean() > 0.5  # interpolated O2 follows its neighbour O1
+
+
+def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for seed in range(6):
+        write_edf(synthetic_raw(seconds=120, seed=seed), folder / f"rec{seed}.edf")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "eegformer_cli", "preprocess", str(folder), "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not list((out / "connectomes").glob("*.npz")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 130
+    done = {f.name: f.stat().st_mtime_ns for f in (out / "connectomes").glob("*.npz")}
+    assert 1 <= len(done) < 6
+    for file in done:
+        load_connectome(out / "connectomes" / file)  # complete, readable files only
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"({len(done)} already done)" in result.stderr
+    assert {f.name: f.stat().st_mtime_ns for f in (out / "connectomes").glob("*.npz")
+            if f.name in done} == done
+    assert len(list((out / "connectomes").glob("*.npz"))) == 6
+    leftovers = [p for p in out.rglob(".tmp-*")]
+    assert leftovers == [] and os.listdir(out)
