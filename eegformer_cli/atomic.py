@@ -110,17 +110,22 @@ class DirectoryLock:
 
     A second process that tries to take it gets :class:`OutputError` at once instead of
     writing into the same folder. The kernel releases the lock if the holder dies.
+    ``shared=True`` takes a shared lock instead: any number of shared holders at once (e.g.
+    ``train --fold`` jobs of one run), but never alongside an exclusive holder.
     """
 
-    def __init__(self, folder: str | Path, what: str = "another eegformer run"):
+    def __init__(self, folder: str | Path, what: str = "another eegformer run",
+                 shared: bool = False):
         self.folder = ensure_dir(folder)
         self.what = what
+        self.shared = shared
         self._handle = None
 
     def __enter__(self) -> "DirectoryLock":
         self._handle = open(self.folder / ".lock", "a+")
         try:
-            fcntl.flock(self._handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._handle.fileno(),
+                        (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             self._handle.close()
             self._handle = None

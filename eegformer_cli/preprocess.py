@@ -26,7 +26,6 @@ import hashlib
 import io
 import json
 import math
-import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +110,13 @@ class PreprocessSettings:
             check_bands_fit_rate(self.bands, self.sfreq, what="--sfreq")
         except RecordingError as exc:
             raise UsageError(str(exc), hint="raise --sfreq or change --bands") from None
+        for band in self.bands:
+            for part in band.ranges:  # spectra have bins every 1 / window_s Hz (1/3 Hz for 3 s)
+                if math.ceil(part.f_low * self.window_s - 1e-9) > math.floor(
+                        part.f_high * self.window_s + 1e-9):
+                    raise UsageError(f"band {band.name!r} ({part.f_low:g}-{part.f_high:g} Hz) "
+                                     f"holds no frequency bin of {self.window_s:g} s windows "
+                                     f"(bins every {1 / self.window_s:.3g} Hz); widen it in --bands")
         if self.epoch_length != "auto":
             n_windows = float(self.epoch_length) / self.window_s
             if n_windows < 2 or not math.isclose(n_windows, round(n_windows)):
@@ -306,6 +312,9 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
             exc.path = str(path)
         raise
     coh, wpli = recording_connectivity(segments, settings.sfreq, settings.bands)
+    if not (np.isfinite(coh).all() and np.isfinite(wpli).all()):
+        raise RecordingError("connectivity is undefined: a channel carries no signal in some "
+                             "segment", path=path, hint="check for flat channels")
     return Connectome(coh=coh, wpli=wpli, channels=list(channels),
                       bands=band_names(settings.bands), band_edges_hz=band_edges_hz(settings.bands),
                       sfreq=settings.sfreq, segment_onsets_s=onsets, duration_s=duration_s,
@@ -427,7 +436,10 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
 
     table_root = recordings_file.parent if recordings_file else None
-    recordings = [_describe(path, recording_id, table_root, participants_rows, recordings_rows)
+    # Headers are read by the same workers as the recordings (joblib reuses them).
+    headers = {header.path: header for header in map_recordings(_read_header, paths, n_jobs)}
+    recordings = [_describe(path, recording_id, table_root, participants_rows, recordings_rows,
+                            headers[path])
                   for path, recording_id in zip(paths, reading.recording_ids(paths))]
     readable = [rec for rec in recordings if rec.header_error is None]
     if not readable:
@@ -491,22 +503,35 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
 
 
 def _describe(path: Path, recording_id: str, table_root: Path | None, participants_rows: dict,
-              recordings_rows: dict) -> _Recording:
-    """Identify a recording, match its metadata and read its header (errors become text)."""
+              recordings_rows: dict, header: "_Header") -> _Recording:
+    """Identify a recording and match its metadata; ``header`` says what its file holds."""
     participant_id, merged = metadata.match_participant(path, participants_rows, recordings_rows,
                                                         table_root)
-    rec = _Recording(path=path, recording_id=recording_id,
-                     participant_id=participant_id, metadata=merged)
+    return _Recording(path=path, recording_id=recording_id, participant_id=participant_id,
+                      metadata=merged, header_error=header.error, channels=header.channels,
+                      duration_s=header.duration_s)
+
+
+@dataclass(frozen=True)
+class _Header:
+    """A recording file's header: its canonical EEG channels and length, or why it is unusable."""
+
+    path: Path
+    channels: set[str] = field(default_factory=set)
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+def _read_header(path: Path) -> _Header:
+    """Worker: read one header (no samples) and normalise its channel names."""
     try:
         with warnings.catch_warnings(), mne.use_log_level("error"):
             warnings.simplefilter("ignore")
             raw = reading.read_recording(path, preload=False)
             normalised, _ = normalise_channels(raw)
-        rec.channels = set(normalised.ch_names)
-        rec.duration_s = raw.n_times / raw.info["sfreq"]
     except EegformerError as exc:
-        rec.header_error = exc.one_line()
-    return rec
+        return _Header(path, error=exc.one_line())
+    return _Header(path, set(normalised.ch_names), raw.n_times / raw.info["sfreq"])
 
 
 def _warn_unmatched(recordings: list[_Recording], participants_file: Path | None,

@@ -85,19 +85,29 @@ def test_zero_lag_coupling_has_coherence_but_no_wpli():
     assert wpli[3, 0, 1] < 0.5  # volume conduction (zero lag) is what wPLI ignores
 
 
-def test_tokens_equal_a_direct_mne_connectivity_call():
-    windows = coupled_windows(seed=3)
-    bands = BAND_PRESETS["default"]
-    coh, wpli = segment_connectivity(windows, SFREQ, bands)
-    direct = spectral_connectivity_epochs(
-        windows, method=["coh", "wpli"], sfreq=SFREQ, mode="multitaper",
+def mne_connectivity_tokens(windows, sfreq, bands):
+    """The reference computation: one spectral_connectivity_epochs call, mirrored."""
+    results = spectral_connectivity_epochs(
+        windows, method=["coh", "wpli"], sfreq=sfreq, mode="multitaper",
         fmin=[b.f_low for b in bands], fmax=[b.f_high for b in bands], faverage=True,
         verbose=False)
-    for ours, result in zip((coh, wpli), direct):
-        dense = result.get_data("dense")  # (C, C, n_bands), lower triangle
-        for k in range(len(bands)):
-            expected = dense[:, :, k] + dense[:, :, k].T
-            np.testing.assert_allclose(ours[k], expected, atol=1e-6)
+    return [np.moveaxis(d + d.transpose(1, 0, 2), -1, 0)
+            for d in (result.get_data("dense") for result in results)]
+
+
+@pytest.mark.parametrize("n_windows, n_channels, sfreq", [(10, 3, 128.0), (5, 16, 128.0),
+                                                          (4, 7, 250.0), (2, 5, 100.0)])
+def test_tokens_equal_spectral_connectivity_epochs(n_windows, n_channels, sfreq):
+    """Our vectorised multitaper estimator reproduces mne-connectivity (see tokens.py)."""
+    rng = np.random.default_rng(n_channels)
+    windows = rng.standard_normal((n_windows, n_channels, int(3 * sfreq))) * 1e-5
+    windows[:, 1] += 0.6 * np.roll(windows[:, 0], 2, axis=-1)  # a lagged coupling
+    bands = BAND_PRESETS["default"] + (Band("odd", 7.3, 13.1),)
+    coh, wpli = segment_connectivity(windows, sfreq, bands)
+    expected_coh, expected_wpli = mne_connectivity_tokens(windows, sfreq, bands)
+    np.testing.assert_allclose(coh, expected_coh, atol=1e-6)
+    np.testing.assert_allclose(wpli, expected_wpli, atol=1e-6)
+    assert expected_coh[:, 1, 0].max() > 0.3  # the coupling is visible, so the check has teeth
 
 
 def test_ratio_token_is_theta_over_beta_with_zero_where_undefined():
@@ -114,9 +124,12 @@ def test_ratio_token_is_theta_over_beta_with_zero_where_undefined():
         np.testing.assert_array_equal(tokens[1], part[0])
 
 
-def test_recording_connectivity_stacks_segments_in_order():
-    segments = [coupled_windows(n_windows=5, seed=s) for s in range(3)]
-    bands = BAND_PRESETS["default"][:3]
+def test_recording_connectivity_equals_one_mne_call_per_segment():
+    segments = np.stack([coupled_windows(n_windows=5, seed=s) for s in range(3)])
+    bands = BAND_PRESETS["paper"]
     coh, wpli = recording_connectivity(segments, SFREQ, bands)
-    assert coh.shape == wpli.shape == (3, 3, 3, 3)
-    np.testing.assert_array_equal(coh[2], segment_connectivity(segments[2], SFREQ, bands)[0])
+    assert coh.shape == wpli.shape == (3, 9, 3, 3)
+    for index, windows in enumerate(segments):
+        expected_coh, expected_wpli = mne_connectivity_tokens(windows, SFREQ, bands[:8])
+        np.testing.assert_allclose(coh[index, :8], expected_coh, atol=1e-6)
+        np.testing.assert_allclose(wpli[index, :8], expected_wpli, atol=1e-6)

@@ -291,3 +291,18 @@ def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
     assert len(list((out / "connectomes").glob("*.npz"))) == 6
     leftovers = [p for p in out.rglob(".tmp-*")]
     assert leftovers == [] and os.listdir(out)
+
+
+def test_paper_preset_follows_the_reference(tmp_path):
+    """250 Hz, 30 s epochs, no rejection, ICA + ICLabel, 8 bands + the theta/beta ratio."""
+    path = write_edf(synthetic_raw(seconds=65, sfreq=500.0, n_channels=10), tmp_path / "r.edf")
+    settings = PreprocessSettings.from_preset("paper")
+    assert settings.ica and settings.ica_before_reference and settings.flat_ptp_v is None
+    connectome = process_recording(path, settings)
+    assert connectome.sfreq == 250.0 and connectome.epoch_length_s == 30.0
+    assert connectome.coh.shape == (2, 9, 10, 10)
+    np.testing.assert_allclose(connectome.band_edges_hz[8], [4 / 12, 8 / 30])
+    ratio = connectome.coh[:, 8]
+    assert np.isfinite(ratio).all() and ratio.min() >= 0 and ratio.max() > 0
+    assert set(connectome.ica_excluded) <= {"muscle artifact", "eye blink", "heart beat",
+                                            "line noise", "channel noise"}

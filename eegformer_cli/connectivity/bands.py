@@ -37,6 +37,11 @@ class Band:
     def highest_frequency(self) -> float:
         return self.f_high
 
+    @property
+    def ranges(self) -> tuple["Band", ...]:
+        """The frequency ranges whose connectivity this token needs: itself."""
+        return (self,)
+
     def to_spec(self) -> str:
         return f"{self.name}:{self.f_low:g}-{self.f_high:g}"
 
@@ -58,6 +63,11 @@ class RatioBand:
     @property
     def highest_frequency(self) -> float:
         return max(self.numerator.f_high, self.denominator.f_high)
+
+    @property
+    def ranges(self) -> tuple[Band, Band]:
+        """The frequency ranges whose connectivity this token needs: numerator, denominator."""
+        return (self.numerator, self.denominator)
 
     def to_spec(self) -> str:
         return f"{self.name}:{self.numerator.f_low:g}-{self.numerator.f_high:g}/" \

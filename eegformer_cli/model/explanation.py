@@ -74,18 +74,21 @@ def captum_layer_attributions(encoder: BandTransformer, tokens: Tensor, demograp
     check_choice("explainer", explainer, EXPLAINERS)
     inputs = (tokens, demographics)
     baselines = (torch.zeros_like(tokens), torch.zeros_like(demographics))
+    # zero gradients (not an error) for demographics when the frequency encoding ignores them
+    grad_kwargs = {"materialize_grads": True}
     explanations = []
     for layer in encoder.layers:
         if explainer == "deeplift":
             attribution = LayerDeepLift(encoder, layer, multiply_by_inputs=True).attribute(
-                inputs, baselines, target=target, attribute_to_layer_input=True)
+                inputs, baselines, target=target, attribute_to_layer_input=True,
+                grad_kwargs=grad_kwargs)
         elif explainer == "integrated_gradients":
             attribution = LayerIntegratedGradients(encoder, layer, multiply_by_inputs=True).attribute(
                 inputs, baselines, target=target, n_steps=IG_STEPS, method=IG_METHOD,
-                attribute_to_layer_input=True)
+                attribute_to_layer_input=True, grad_kwargs=grad_kwargs)
         else:
             attribution = LayerGradientXActivation(encoder, layer, multiply_by_inputs=True).attribute(
-                inputs, target=target, attribute_to_layer_input=True)
+                inputs, target=target, attribute_to_layer_input=True, grad_kwargs=grad_kwargs)
         attribution = attribution[0] if isinstance(attribution, (tuple, list)) else attribution
         if detach or explainer == "integrated_gradients":
             attribution = attribution.detach()

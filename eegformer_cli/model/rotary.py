@@ -86,9 +86,19 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> Tensor:
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
 
 
+def _angle_dtype(*tensors: Tensor) -> torch.dtype:
+    """float32, or float64 when any input is float64 (never half precision)."""
+    dtype = torch.float32
+    for tensor in tensors:
+        dtype = torch.promote_types(dtype, tensor.dtype) if tensor.is_floating_point() else dtype
+    return dtype
+
+
 def rope_angles(positions: Tensor, theta: Tensor) -> Tensor:
-    """Angles ``position * theta_i``: positions (..., T) times theta (D/2,) -> (..., T, D/2) float32."""
-    return positions.float()[..., None] * theta.float()
+    """Angles ``position * theta_i``: positions (..., T) times theta (D/2,) -> (..., T, D/2),
+    float32 (float64 if theta is)."""
+    dtype = _angle_dtype(theta)
+    return positions.to(dtype)[..., None] * theta.to(dtype)
 
 
 def apply_rope(x: Tensor, positions: Tensor, theta: Tensor) -> Tensor:
@@ -121,13 +131,15 @@ def rose_angles(coords: Tensor, spacing: Tensor | float, theta: Tensor) -> Tenso
     """RoSE angles ``<coords * spacing, theta_i>``.
 
     coords (..., N, S) grid indices or positions; spacing scalar or (S,) physical size per unit
-    (e.g. cm); theta (D/2, S) from :func:`rose_frequencies`. Returns (..., N, D/2) float32.
+    (e.g. cm); theta (D/2, S) from :func:`rose_frequencies`. Returns (..., N, D/2) float32
+    (float64 if coords or theta are).
     Angles are linear in the coordinates, so attention scores depend only on coordinate
     differences (translating every token leaves them unchanged).
     """
-    scaled = coords.float() * spacing
+    dtype = _angle_dtype(coords, theta)
+    scaled = coords.to(dtype) * spacing
     # elementwise, not a matmul: autocast would run a matmul in half precision
-    return (scaled[..., None, :] * theta.float()).sum(dim=-1)
+    return (scaled[..., None, :] * theta.to(dtype)).sum(dim=-1)
 
 
 def apply_rose(x: Tensor, coords: Tensor, spacing: Tensor | float, theta: Tensor) -> Tensor:
@@ -139,12 +151,12 @@ def apply_rose(x: Tensor, coords: Tensor, spacing: Tensor | float, theta: Tensor
 # dRoFE: frequency-band boundaries, age and sex
 # ----------------------------------------------------------------------------------------------
 
-def drofe_paper_frequencies(head_dim: int) -> Tensor:
-    """Official 'pixel' frequencies ``pi * linspace(1, 5, head_dim / 4)``; float32 (head_dim/4,)."""
+def drofe_paper_frequencies(head_dim: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Official 'pixel' frequencies ``pi * linspace(1, 5, head_dim / 4)``; (head_dim/4,) in ``dtype``."""
     if head_dim % 4:
         raise UsageError(f"dRoFE needs a head dimension divisible by 4, got {head_dim}",
                          hint="choose d_model / n_heads divisible by 4")
-    return math.pi * torch.linspace(1.0, 5.0, head_dim // 4)
+    return math.pi * torch.linspace(1.0, 5.0, head_dim // 4, dtype=dtype)
 
 
 def drofe_paper_angles(band_edges_hz: Tensor, theta: Tensor) -> Tensor:
@@ -153,7 +165,7 @@ def drofe_paper_angles(band_edges_hz: Tensor, theta: Tensor) -> Tensor:
     For each theta_j the pair angles are ``[f_l theta_j, f_u theta_j]`` (feature layout
     ``[f_l, f_l, f_u, f_u]`` per theta_j, as in the official code).
     """
-    edges = band_edges_hz.float()
+    edges = band_edges_hz.to(_angle_dtype(band_edges_hz, theta))
     return torch.stack((edges[:, :1] * theta, edges[:, 1:] * theta), dim=-1).flatten(-2)
 
 
@@ -213,7 +225,8 @@ def drofe_default_angles(band_edges_hz: Tensor, theta: Tensor, demographics: Ten
     per-sample constant phase would cancel in q . k); the unknown/baseline demographics (0, 0)
     give factor 1.
     """
-    speed = torch.exp((demographics.float() * beta.float()).sum(dim=-1))   # (B,)
+    dtype = _angle_dtype(demographics, beta, theta)
+    speed = torch.exp((demographics.to(dtype) * beta.to(dtype)).sum(dim=-1))   # (B,)
     base_angles = rose_angles(band_edges_hz, 1.0, theta)               # (T, D/2)
     return speed[:, None, None] * base_angles
 
@@ -258,8 +271,8 @@ class BandRotaryEncoding(nn.Module):
             return q, k
         if self.encoding == "drofe_paper":
             angles = drofe_paper_angles(self.band_edges_hz, self.theta)     # (T, D/2)
-            scale = demographics[:, 0, None, None, None].float()
-            offset = demographics[:, 1, None, None, None].float()
+            scale = demographics[:, 0, None, None, None]
+            offset = demographics[:, 1, None, None, None]
             return (scaled_rotation(q, angles, scale, offset),
                     scaled_rotation(k, angles, scale, offset))
         if self.encoding == "drofe_default":

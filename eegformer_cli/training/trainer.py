@@ -40,10 +40,11 @@ from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader
 
 from eegformer_cli import console
-from eegformer_cli.atomic import DirectoryLock, ensure_dir, remove_stale_temporaries, write_json, write_text
+from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries, write_json, write_text
 from eegformer_cli.errors import UsageError
-from eegformer_cli.inference import autocast, recording_logits, softmax
-from eegformer_cli.training import augment, splits
+from eegformer_cli.inference import (SEGMENTS_PER_BATCH, autocast, one_cpu_thread,
+                                     recording_logits, softmax)
+from eegformer_cli.training import augment, distributed, merge, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData, load_training_data
 from eegformer_cli.training.metrics import classification_metrics, summarise_folds
@@ -154,10 +155,19 @@ def _loss(logits_coarse, logits_refined, targets, config: TrainConfig, weight):
 
 
 def evaluate(model, dataset: ConnectomeDataset, device: torch.device) -> np.ndarray:
-    """Mean refined logits per recording of ``dataset``: float64 (n_recordings, n_classes)."""
-    items = [(*dataset.recording_arrays(r), rec.age, rec.sex)
-             for r, rec in enumerate(dataset.recordings)]
-    return recording_logits(model, items, device)
+    """Mean refined logits per recording of ``dataset``: float64 (n_recordings, n_classes).
+
+    Recordings go through the model in chunks of at most :data:`SEGMENTS_PER_BATCH` segments,
+    one chunk in memory at a time; under torchrun the chunks are shared over the processes and
+    the logits gathered on every process (:func:`distributed.map_gathered`).
+    """
+    def chunk_logits(chunk: list[int]) -> np.ndarray:
+        return recording_logits(model, [(*dataset.recording_arrays(r), dataset.recordings[r].age,
+                                         dataset.recordings[r].sex) for r in chunk], device)
+
+    chunks = distributed.evaluation_chunks([rec.n_segments for rec in dataset.recordings],
+                                           SEGMENTS_PER_BATCH)
+    return np.concatenate(distributed.map_gathered(chunk_logits, chunks))
 
 
 def fit_model(data: TrainingData, train_recs: list[RecordingInfo], val_recs: list[RecordingInfo],
@@ -169,10 +179,16 @@ def fit_model(data: TrainingData, train_recs: list[RecordingInfo], val_recs: lis
     is called after each epoch (progress display). Returns the model with the selected
     epoch's weights, on ``device``, in eval mode.
     """
+    with one_cpu_thread():
+        return _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch)
+
+
+def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) -> FitResult:
     start = time.perf_counter()
     seed_everything(seed)
     rng = np.random.default_rng(seed)
     model = build_model(data, config, np.array([r.age for r in train_recs])).to(device)
+    train_model = distributed.wrap_for_training(model)  # DDP under torchrun, else model
     train_set = ConnectomeDataset(train_recs, data.label_names, data.channels, data.bands)
     val_set = ConnectomeDataset(val_recs, data.label_names, data.channels, data.bands)
     generator = torch.Generator().manual_seed(seed)
@@ -209,15 +225,17 @@ def fit_model(data: TrainingData, train_recs: list[RecordingInfo], val_recs: lis
             coh, wpli, age, sex, targets = augment.mix_batch(
                 batch["coh"], batch["wpli"], batch["age"], batch["sex"], targets,
                 config.augmentation, config.augment_prob, config.cutmix_prob, config.mix_beta, rng)
+            (coh, wpli, age, sex, targets), loss_scale = distributed.shard_batch(
+                coh, wpli, age, sex, targets)  # this process's slice of the batch (torchrun)
             with autocast(device):
-                coarse, refined = model(coh.to(device), wpli.to(device), age.to(device),
-                                        sex.to(device))
-            loss = _loss(coarse, refined, targets.to(device), config, weight)
+                coarse, refined = train_model(coh.to(device), wpli.to(device), age.to(device),
+                                              sex.to(device))
+            loss = _loss(coarse, refined, targets.to(device), config, weight) * loss_scale
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-            losses.append(float(loss.detach()))
+            losses.append(distributed.batch_mean_loss(loss))
             step += 1
         logits = evaluate(model, val_set, device)
         val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(val_labels)))
@@ -446,27 +464,38 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
 
 
 def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, splits_file=None,
-                 positive_label: str | None = None, overwrite: bool = False) -> dict:
+                 positive_label: str | None = None, overwrite: bool = False,
+                 fold_index: int | None = None) -> dict | None:
     """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
+
+    ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
+    ``train --merge``; see :mod:`merge`) and return its result (``folds/<name>.json``).
+    Under torchrun the processes share the work (:mod:`distributed`); only rank 0 writes,
+    and the other processes return None.
 
     Raises UsageError (bad settings, a run folder holding another run), InputDataError (data
     that cannot make a classification task) and OutputError (run folder not writable/locked).
     """
     plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
+    folds = merge.folds_to_run(plan.folds, fold_index, overwrite)
     run_dir = Path(run_dir)
     ensure_dir(run_dir)
-    with DirectoryLock(run_dir, what="another eegformer train run"), \
+    with distributed.process_group(plan.device), merge.run_folder_lock(run_dir, fold_index), \
             deterministic_algorithms(plan.device):
-        remove_stale_temporaries(run_dir)
+        writer = distributed.is_writer()
         folds_dir = ensure_dir(run_dir / "folds")
-        remove_stale_temporaries(folds_dir)
-        prepare_run_dir(run_dir, plan, overwrite)
+        if writer and fold_index is None:  # fold jobs run side by side: keep their temporaries
+            remove_stale_temporaries(run_dir)
+            remove_stale_temporaries(folds_dir)
+        if writer:
+            prepare_run_dir(run_dir, plan, overwrite)
+        distributed.barrier()  # the other processes read the folder once rank 0 prepared it
         features = _reference_features(plan.data)
         results = []
         holdout = plan.scheme.get("kind") == "holdout"
         with console.progress_bar() as bar:
-            folds_task = bar.add_task("folds", total=len(plan.folds), status="")
-            for fold in plan.folds:
+            folds_task = bar.add_task("folds", total=len(folds), status="")
+            for fold in folds:
                 fold_file = folds_dir / f"{fold.name}.json"
                 if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
                     results.append(json.loads(fold_file.read_text(encoding="utf-8")))
@@ -481,17 +510,21 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
 
                 result, model = run_fold(plan, fold, features, on_epoch)
                 bar.remove_task(epoch_task)
-                if holdout:
+                if holdout and writer:
                     _save_model(run_dir / "model.pt", model,
                                 plan, _recordings_of(plan.data, fold.train), "holdout")
-                write_json(fold_file, _nan_to_none(result))
+                if writer:
+                    write_json(fold_file, _nan_to_none(result))
                 results.append(result)
                 bar.advance(folds_task)
-                write_summaries(run_dir, plan, results)
+                if writer and fold_index is None:  # a fold job leaves the summaries to --merge
+                    write_summaries(run_dir, plan, results)
                 m = result["metrics"]
                 console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} "
                             f"(logistic regression {m[REFERENCE_NAME]['bac']:.3f}), best epoch "
                             f"{result['best_epoch']}, {result['seconds']:.0f} s")
+            if fold_index is not None:
+                return results[0] if writer else None
             final_history = None
             if not holdout and not (run_dir / "model.pt").exists():
                 final_task = bar.add_task("final model (all participants)", total=config.epochs,
@@ -500,7 +533,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                     final_task, completed=record["epoch"]))
             elif not holdout:
                 final_history = _final_history(run_dir)
-        return write_summaries(run_dir, plan, results, final_history)
+        return write_summaries(run_dir, plan, results, final_history) if writer else None
 
 
 def _train_final(run_dir: Path, plan: RunPlan, on_epoch) -> list[dict]:
@@ -512,10 +545,11 @@ def _train_final(run_dir: Path, plan: RunPlan, on_epoch) -> list[dict]:
     train_recs, val_recs = _recordings_of(data, fold.train), _recordings_of(data, fold.val)
     fit = fit_model(data, train_recs, val_recs, plan.config, plan.device, plan.config.seed,
                     {"repeat": -1, "fold": -1}, on_epoch)
-    write_json(run_dir / "folds" / "final.json", _nan_to_none(
-        {"history": fit.history, "best_epoch": fit.best_epoch, "seconds": fit.seconds,
-         "train": fold.train, "val": fold.val}))
-    _save_model(run_dir / "model.pt", fit.model, plan, train_recs + val_recs, "all")
+    if distributed.is_writer():
+        write_json(run_dir / "folds" / "final.json", _nan_to_none(
+            {"history": fit.history, "best_epoch": fit.best_epoch, "seconds": fit.seconds,
+             "train": fold.train, "val": fold.val}))
+        _save_model(run_dir / "model.pt", fit.model, plan, train_recs + val_recs, "all")
     console.log(f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
                 f"{run_dir / 'model.pt'}")
     return fit.history

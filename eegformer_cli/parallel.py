@@ -1,0 +1,82 @@
+"""Where ``preprocess`` runs its recordings: local processes, or a Dask cluster.
+
+``preprocess`` spreads recordings with joblib (:func:`eegformer_cli.preprocess.map_recordings`).
+:func:`preprocess_backend` chooses joblib's backend for the duration of a run:
+
+- ``local`` (default): joblib's own process pool, ``--n-jobs`` workers on this machine;
+- ``dask``: joblib's Dask backend, on the cluster whose scheduler is at ``--scheduler`` (e.g.
+  ``tcp://10.0.0.5:8786``), or, without an address, on a ``dask.distributed.LocalCluster`` of
+  ``--n-jobs`` single-threaded worker processes listening on 127.0.0.1 only.
+
+The recordings are computed by the same function in either case, so the connectome files and
+the manifest are identical. Dask is an optional extra (``pip install eegformer-cli[dask]``) and
+is imported only when asked for. On a remote cluster, every worker needs eegformer-cli installed
+and must see the input recordings and the output folder under the same paths (a shared
+filesystem): workers read the recordings and write the connectome files themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+from eegformer_cli.errors import UsageError, check_choice
+
+BACKENDS = ("local", "dask")
+DASK_MISSING = "the dask backend needs `pip install eegformer-cli[dask]`"
+#: How long to wait for a remote scheduler before giving up, seconds.
+CONNECT_TIMEOUT_S = 20
+
+
+def local_cluster_workers(n_jobs: int) -> int:
+    """Worker processes of a local Dask cluster for ``--n-jobs`` (-1: every core)."""
+    return (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+
+
+@contextlib.contextmanager
+def preprocess_backend(backend: str, scheduler: str | None, n_jobs: int) -> Iterator[None]:
+    """Run the enclosed ``preprocess`` on ``backend`` ("local" or "dask").
+
+    ``scheduler``: a Dask scheduler address (only with "dask"; None starts a local cluster of
+    ``n_jobs`` workers, closed on exit). Raises UsageError for an unknown backend, an address
+    without the dask backend, a missing dask installation or an unreachable scheduler.
+    """
+    check_choice("--backend", backend, BACKENDS)
+    if backend == "local":
+        if scheduler is not None:
+            raise UsageError("--scheduler needs --backend dask")
+        yield
+        return
+    if n_jobs == 0 or n_jobs < -1:
+        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
+    try:
+        import distributed
+        from joblib import parallel_config
+    except ImportError:
+        raise UsageError(DASK_MISSING) from None
+    # The scheduler's and workers' INFO lines would bury the progress and the summary.
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with contextlib.ExitStack() as stack:
+        if scheduler is None:
+            cluster = stack.enter_context(distributed.LocalCluster(
+                n_workers=local_cluster_workers(n_jobs), threads_per_worker=1, processes=True,
+                host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR))
+            stack.enter_context(distributed.Client(cluster))
+        else:
+            stack.enter_context(_connect(distributed, scheduler))
+        # joblib's Dask backend submits to the client just made (the default client).
+        stack.enter_context(parallel_config(backend="dask"))
+        yield
+
+
+def _connect(distributed, address: str):
+    """A Client of the scheduler at ``address``, or UsageError naming it."""
+    try:
+        return distributed.Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise UsageError(f"cannot reach the Dask scheduler at --scheduler {address}: {message}",
+                         hint="check the address, e.g. tcp://HOST:8786 as printed by "
+                              "`dask scheduler`") from None

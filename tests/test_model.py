@@ -1,0 +1,308 @@
+"""XAIguiFormer: shapes for every preset and ablation, the dense GINE tokenizer against an
+explicit edge loop, attention implementations, determinism, config/state-dict round trips,
+validation errors, demographics, and CUDA under autocast."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.model import ModelConfig, XAIguiFormer
+from eegformer_cli.model.tokenizer import DenseGINEConv, GineAggregation, adjacency
+
+CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
+BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
+EDGES_HZ = [(2, 4), (4, 8), (8, 12), (12, 30), (4 / 12, 8 / 30)]
+
+
+def small_config(preset: str = "default", **fields) -> ModelConfig:
+    """A few-second model with the preset's behaviour: d 32, 4 heads (head dim 8), 2 layers."""
+    defaults = dict(n_channels=len(CHANNELS), band_names=BANDS, band_edges_hz=EDGES_HZ,
+                    n_classes=3, d_model=32, n_heads=4, n_layers=2, n_gnn_layers=2)
+    return ModelConfig.preset(preset, **{**defaults, **fields})
+
+
+def connectome_batch(batch: int = 3, seed: int = 0, device: str = "cpu"):
+    """Symmetric coh/wPLI in [0, 1) with zero diagonal; ages and sexes with one unknown each."""
+    generator = torch.Generator().manual_seed(seed)
+    n = len(CHANNELS)
+
+    def connectome():
+        values = torch.rand(batch, len(BANDS), n, n, generator=generator)
+        return (values + values.transpose(-1, -2)) / 2 * (1 - torch.eye(n))
+
+    age = torch.tensor([25.0, float("nan"), 70.0, 41.0][:batch])
+    sex = torch.tensor([1.0, 0.0, float("nan"), 0.0][:batch])
+    return tuple(t.to(device) for t in (connectome(), connectome(), age, sex))
+
+
+def perturb(model: XAIguiFormer, seed: int = 0) -> XAIguiFormer:
+    """Move every weight away from its init (LayerScale gammas up to ~0.5), as after training,
+    so the explanations and the refined pass are not negligibly small."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            parameter.add_((0.5 if name.endswith("gamma") else 0.1) * noise)
+    return model
+
+
+ABLATIONS = {
+    "paper": ("paper", {}),
+    "default": ("default", {}),
+    "coarse_only": ("default", {"xai_refinement": False}),
+    "rope_band_index": ("default", {"frequency_encoding": "rope_band_index"}),
+    "no_frequency_encoding": ("default", {"frequency_encoding": "none"}),
+    "explicit_attention": ("paper", {"attention_impl": "explicit"}),
+    "captum_deeplift": ("paper", {"explanation_impl": "captum"}),
+    "integrated_gradients": ("default", {"explainer": "integrated_gradients"}),
+    "gradient_x_activation": ("default", {"explainer": "gradient_x_activation"}),
+    "captum_without_demographics": ("default", {"explanation_impl": "captum", "frequency_encoding": "none"}),
+    "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": CHANNELS}),
+    "directed_torch_rms": ("default", {"edges": "directed", "norm": "rms"}),
+}
+
+
+@pytest.mark.parametrize("name", ABLATIONS)
+def test_every_config_runs_forward_and_backward(name):
+    preset, fields = ABLATIONS[name]
+    torch.manual_seed(0)
+    config = small_config(preset, **fields)
+    model = XAIguiFormer(config)
+    coh, wpli, age, sex = connectome_batch()
+    output = model.forward_with_details(coh, wpli, age, sex)
+    assert output.logits_coarse.shape == output.logits_refined.shape == (3, 3)
+    assert output.logits_refined.dtype == torch.float32
+    assert output.tokens.shape == (3, len(BANDS), 32)
+    assert torch.isfinite(output.logits_refined).all()
+    if config.xai_refinement:
+        assert len(output.explanations) == 2
+        assert all(e.shape == (3, len(BANDS), 32) for e in output.explanations)
+    if config.attention_impl == "explicit":
+        assert [a.shape for a in output.attention_refined] == [(3, 4, len(BANDS), len(BANDS))] * 2
+        np.testing.assert_allclose(output.attention_coarse[0].sum(-1).detach(), 1.0, rtol=1e-5)
+    loss = F.cross_entropy(output.logits_coarse, torch.tensor([0, 1, 2])) + \
+        F.cross_entropy(output.logits_refined, torch.tensor([0, 1, 2]))
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert model.encoder.layers[0].attn.qkv.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer
+# ---------------------------------------------------------------------------------------------
+
+def gine_by_edge_loop(conv: DenseGINEConv, x, wpli, edge_embedding, edges: str):
+    """PyG GINEConv semantics written out: edges from the official construction (row < col,
+    source -> target; 'undirected' adds the reverse), out_i = MLP((1+eps) x_i + sum ReLU(x_j + e_ji))."""
+    n = x.shape[-2]
+    pairs = [(row, col) for row in range(n) for col in range(n) if row < col]
+    if edges == "undirected":
+        pairs += [(col, row) for row, col in pairs]
+    aggregated = torch.zeros_like(x)
+    for b in range(x.shape[0]):
+        for f in range(x.shape[1]):
+            for source, target in pairs:
+                e = edge_embedding(wpli[b, f, source, target].reshape(1))
+                aggregated[b, f, target] += torch.relu(x[b, f, source] + e)
+    return conv.fc2(F.gelu(conv.fc1((1 + conv.eps) * x + aggregated)))
+
+
+@pytest.mark.parametrize("edges", ["directed", "undirected"])
+def test_dense_gine_equals_edge_loop(edges):
+    torch.manual_seed(1)
+    conv, edge_embedding = DenseGINEConv(4).double(), torch.nn.Linear(1, 4).double()
+    with torch.no_grad():
+        conv.eps.fill_(0.3)
+    x = torch.randn(2, 2, 5, 4, dtype=torch.float64)
+    wpli = torch.rand(2, 2, 5, 5, dtype=torch.float64)
+    wpli = wpli + wpli.transpose(-1, -2)
+    dense = conv(x, wpli.transpose(-1, -2), edge_embedding, adjacency(5, edges).double())
+    np.testing.assert_allclose(dense.detach(), gine_by_edge_loop(conv, x, wpli, edge_embedding, edges).detach(),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_gine_aggregation_gradients():
+    torch.manual_seed(2)
+    u = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, 5, 5, dtype=torch.float64, requires_grad=True)
+    a = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(GineAggregation.apply, (u, w, a, adjacency(5, "directed").double()))
+    assert torch.autograd.gradcheck(GineAggregation.apply, (u, w, a, adjacency(5, "undirected").double()))
+
+
+def test_directed_channel_zero_hears_nothing():
+    mask = adjacency(4, "directed")
+    assert mask[0].sum() == 0 and mask[3].tolist() == [1, 1, 1, 0]
+    assert adjacency(4, "undirected").diagonal().sum() == 0
+
+
+def test_rose_needs_known_channel_names():
+    with pytest.raises(UsageError, match="standard_1005"):
+        XAIguiFormer(small_config(spatial_encoding="rose", channel_names=["Fz", "Cz", "Pz", "O1", "O2", "XYZ"]))
+    with pytest.raises(UsageError, match="channel_names"):
+        XAIguiFormer(small_config(spatial_encoding="rose"))
+
+
+def test_rose_positions_are_a_buffer_in_centimetres():
+    model = XAIguiFormer(small_config(spatial_encoding="rose", channel_names=CHANNELS))
+    positions = model.state_dict()["tokenizer.spatial.positions_cm"]
+    distance_o1_o2 = float((positions[4] - positions[5]).norm())
+    assert 3.0 < distance_o1_o2 < 10.0     # O1-O2 on an adult head: about 5-6 cm
+
+
+# ---------------------------------------------------------------------------------------------
+# transformer behaviour
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", ["paper", "default"])
+def test_fused_and_explicit_attention_agree(preset):
+    torch.manual_seed(3)
+    fused = XAIguiFormer(small_config(preset, attention_impl="fused"))
+    explicit = XAIguiFormer(small_config(preset, attention_impl="explicit"))
+    explicit.load_state_dict(fused.state_dict())
+    coh, wpli, age, sex = connectome_batch()
+    for a, b in zip(fused(coh, wpli, age, sex), explicit(coh, wpli, age, sex)):
+        np.testing.assert_allclose(a.detach(), b.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_coarse_only_ablation_returns_coarse_logits_twice():
+    torch.manual_seed(4)
+    full = perturb(XAIguiFormer(small_config()))
+    coarse_only = XAIguiFormer(small_config(xai_refinement=False))
+    coarse_only.load_state_dict(full.state_dict())
+    coh, wpli, age, sex = connectome_batch()
+    coarse, refined = coarse_only(coh, wpli, age, sex)
+    assert torch.equal(coarse, refined)
+    full_coarse, full_refined = full(coh, wpli, age, sex)
+    np.testing.assert_allclose(coarse.detach(), full_coarse.detach(), rtol=1e-6)
+    assert not torch.allclose(full_coarse, full_refined, atol=1e-7)
+
+
+def test_same_seed_same_model_and_outputs():
+    coh, wpli, age, sex = connectome_batch()
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        outputs.append(XAIguiFormer(small_config("paper"))(coh, wpli, age, sex)[1])
+    assert torch.equal(outputs[0], outputs[1])
+
+
+def test_config_and_state_dict_round_trip():
+    torch.manual_seed(6)
+    model = XAIguiFormer(small_config(frequency_encoding="drofe_default"))
+    model.set_demographic_stats(age_mean=44.0, age_std=12.0)
+    with torch.no_grad():
+        model.encoder.layers[0].attn.rotary.beta.fill_(0.4)
+    config = ModelConfig.from_dict(json.loads(json.dumps(model.config.to_dict())))
+    assert config == model.config
+    restored = XAIguiFormer(config)
+    restored.load_state_dict(model.state_dict())
+    assert restored.describe()["age_mean"] == 44.0
+    coh, wpli, age, sex = connectome_batch()
+    assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])
+
+
+def test_paper_parameter_count_matches_reference():
+    """Reference section 4.2: transformer + head = 3,205,251 for 3 classes; GNN ~285k (26 channels)."""
+    bands = [f"b{i}" for i in range(9)]
+    config = ModelConfig.preset("paper", n_channels=26, band_names=bands,
+                                band_edges_hz=[(1, 2)] * 9, n_classes=3)
+    counts = XAIguiFormer(config).describe()["parameters"]
+    assert counts["transformer_layers"] + counts["head"] == 3_205_251
+    assert counts["tokenizer"] == pytest.approx(285_000, rel=0.01)
+
+
+def test_unknown_demographics_follow_the_documented_rule():
+    torch.manual_seed(7)
+    model = XAIguiFormer(small_config("paper"))
+    coh, wpli, _, _ = connectome_batch(batch=2)
+    unknown = model(coh, wpli, torch.tensor([float("nan")] * 2), torch.tensor([float("nan")] * 2))[1]
+    neutral = model(coh, wpli, torch.ones(2), torch.zeros(2))[1]
+    torch.testing.assert_close(unknown, neutral)
+    model.set_demographic_stats(age_mean=52.0, age_std=None)
+    unknown = model(coh, wpli, torch.tensor([float("nan")] * 2), torch.zeros(2))[1]
+    torch.testing.assert_close(unknown, model(coh, wpli, torch.full((2,), 52.0), torch.zeros(2))[1])
+
+
+def test_demographics_change_the_default_prediction():
+    torch.manual_seed(8)
+    model = perturb(XAIguiFormer(small_config("default")))
+    model.set_demographic_stats(40.0, 15.0)
+    coh, wpli, _, _ = connectome_batch(batch=2)
+    young = model(coh, wpli, torch.full((2,), 20.0), torch.zeros(2))[1]
+    old = model(coh, wpli, torch.full((2,), 80.0), torch.zeros(2))[1]
+    assert not torch.allclose(young, old, atol=1e-7)
+
+
+def test_no_grad_forward_gives_the_same_logits_detached():
+    torch.manual_seed(9)
+    model = XAIguiFormer(small_config("paper"))
+    coh, wpli, age, sex = connectome_batch()
+    with_grad = model(coh, wpli, age, sex)
+    with torch.no_grad():
+        without_grad = model.forward_with_details(coh, wpli, age, sex)
+    assert not without_grad.logits_refined.requires_grad
+    assert not any(e.requires_grad for e in without_grad.explanations)
+    np.testing.assert_allclose(without_grad.logits_refined, with_grad[1].detach(), rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields, message", [
+    ({"norm": "layer"}, "invalid value 'layer' for norm; allowed values are 'timm_rms', 'rms'"),
+    ({"explainer": "gradcam"}, "for explainer"),
+    ({"attention_impl": "flash"}, "for attention_impl"),
+    ({"d_model": 30}, "head dimension"),
+    ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
+    ({"n_classes": 1}, "n_classes"),
+])
+def test_invalid_config_names_the_field(fields, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        small_config(**fields)
+
+
+def test_unknown_preset_and_fields_are_refused():
+    with pytest.raises(UsageError, match="preset"):
+        ModelConfig.preset("fast", n_channels=3, band_names=["a"], band_edges_hz=[(1, 2)], n_classes=2)
+    with pytest.raises(UsageError, match="unknown model config fields \\['depth'\\]"):
+        ModelConfig.from_dict({**small_config().to_dict(), "depth": 3})
+
+
+def test_wrong_input_shapes_are_clear_errors():
+    model = XAIguiFormer(small_config())
+    coh, wpli, age, sex = connectome_batch()
+    with pytest.raises(InputDataError, match="coh has shape \\(3, 5, 5, 5\\)"):
+        model(coh[:, :, :5, :5], wpli, age, sex)
+    with pytest.raises(InputDataError, match="age has shape"):
+        model(coh, wpli, age[:2], sex)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("preset", ["paper", "default"])
+def test_cuda_forward_backward_under_autocast(preset):
+    torch.manual_seed(10)
+    model = XAIguiFormer(small_config(preset)).cuda()
+    coh, wpli, age, sex = connectome_batch(device="cuda")
+    reference = model(coh, wpli, age, sex)[1].float()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        coarse, refined = model(coh, wpli, age, sex)
+        loss = F.cross_entropy(coarse.float(), torch.tensor([0, 1, 2], device="cuda")) + \
+            F.cross_entropy(refined.float(), torch.tensor([0, 1, 2], device="cuda"))
+    loss.backward()
+    assert refined.device.type == "cuda"
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    np.testing.assert_allclose(refined.float().detach().cpu(), reference.detach().cpu(), atol=0.1)
