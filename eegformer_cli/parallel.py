@@ -12,7 +12,13 @@ The recordings are computed by the same function in either case, so the connecto
 the manifest are identical. Dask is an optional extra (``pip install eegformer-cli[dask]``) and
 is imported only when asked for. On a remote cluster, every worker needs eegformer-cli installed
 and must see the input recordings and the output folder under the same paths (a shared
-filesystem): workers read the recordings and write the connectome files themselves.
+filesystem): workers read the recordings and write the connectome files themselves. Start
+remote workers with one thread each (``dask worker ADDRESS --nworkers N --nthreads 1``), as the
+local cluster does: each recording then runs alone in its process with one BLAS thread, as in
+a local run, so the numbers are the same bit for bit. joblib
+uses every worker thread of the cluster whatever ``--n-jobs`` says (it only sizes a local
+cluster); a cluster with a single worker thread in all runs the recordings in this process
+(joblib's rule for one job).
 """
 
 from __future__ import annotations

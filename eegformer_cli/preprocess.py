@@ -41,8 +41,8 @@ from eegformer_cli.connectivity.tokens import recording_connectivity
 from eegformer_cli.errors import (EegformerError, InputDataError, PartialFailure, RecordingError,
                                   UsageError, check_choice)
 from eegformer_cli.recordings import cleaning, metadata, reading
-from eegformer_cli.recordings.channels import (STANDARD_1020, conform_channels,
-                                               normalise_channels, select_channel_set)
+from eegformer_cli.recordings.channels import (conform_channels, normalise_channels,
+                                               select_channel_set)
 from eegformer_cli.versions import package_versions
 
 PRESETS = ("default", "paper")
@@ -287,8 +287,9 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
     path : a recording in any format :func:`reading.read_recording` reads.
     settings : the preprocessing settings; ``settings.epoch_length`` "auto" is resolved from this
         recording's length alone (a run resolves it once for all recordings instead).
-    channels : the channels to give the recording, in order; default ``settings.channels``, or
-        else the standard 10-20 channels it has.
+    channels : the channels to give the recording, in order (any spelling
+        :func:`select_channel_set` accepts); default ``settings.channels``, or else the standard
+        10-20 channels the recording has.
 
     Raises
     ------
@@ -299,8 +300,9 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
     try:
         raw = reading.read_recording(path, preload=True)
         raw, _ = normalise_channels(raw)
-        if channels is None:
-            channels = settings.channels or [name for name in STANDARD_1020 if name in raw.ch_names]
+        requested = channels if channels is not None else settings.channels
+        channels = select_channel_set([set(raw.ch_names)],
+                                      None if requested is None else list(requested))
         raw, interpolated = conform_channels(raw, list(channels), settings.max_interpolated)
         check_bands_fit_rate(settings.bands, raw.info["sfreq"])
         duration_s = raw.n_times / raw.info["sfreq"]
@@ -331,6 +333,8 @@ def map_recordings(func: Callable, items: Iterable, n_jobs: int = 1) -> Iterator
 
     The one place where recordings are spread over workers: another joblib backend (e.g. Dask,
     via ``joblib.parallel_config``) slots in here. ``func`` must be picklable (module level).
+    joblib keeps its worker processes between calls, so the header pass and the processing
+    share them.
     """
     from joblib import Parallel, delayed
 
@@ -338,178 +342,16 @@ def map_recordings(func: Callable, items: Iterable, n_jobs: int = 1) -> Iterator
         delayed(func)(item) for item in items)
 
 
-@dataclass(frozen=True)
-class _Task:
-    """What a worker needs to process one recording and save its connectome."""
-
-    path: Path
-    out_file: Path
-    settings: dict
-    source_size: int
-    source_mtime_ns: int
+def _with_progress(results: Iterable, total: int, description: str) -> Iterator:
+    """Yield ``results`` while advancing a progress bar (drawn only on a terminal)."""
+    with console.progress_bar() as bar:
+        progress = bar.add_task(description, total=total, status="")
+        for result in results:
+            yield result
+            bar.update(progress, advance=1)
 
 
-def _process_and_save(task: _Task) -> dict:
-    """Worker: process one recording, save its connectome, return its processing fields.
-
-    Never raises for a bad recording: the error becomes ``{"status": "error", "error": ...}``
-    so the other recordings go on. One BLAS/OpenMP thread per worker, so that ``n_jobs``
-    workers use ``n_jobs`` cores.
-    """
-    from threadpoolctl import threadpool_limits
-
-    settings = PreprocessSettings.from_dict(task.settings)
-    try:
-        with threadpool_limits(limits=1), warnings.catch_warnings(), mne.use_log_level("error"):
-            warnings.simplefilter("ignore")
-            connectome = process_recording(task.path, settings)
-    except EegformerError as exc:
-        return {"status": "error", "error": exc.one_line()}
-    except Exception as exc:  # a bug must not stop the other recordings; it is reported
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        return {"status": "error", "error": f"{task.path}: internal error: "
-                                            f"{type(exc).__name__}: {message}"}
-    fields = {"status": "ok", "error": "", "n_segments": connectome.n_segments,
-              "sfreq": connectome.sfreq, "duration_s": round(connectome.duration_s, 3),
-              "channels_interpolated": ",".join(connectome.channels_interpolated)}
-    connectome.record = {"settings_hash": settings.settings_hash(),
-                         "source_size": task.source_size,
-                         "source_mtime_ns": task.source_mtime_ns, "fields": fields}
-    connectome.save(task.out_file)
-    return fields
-
-
-@dataclass
-class _Recording:
-    """One input recording as the run sees it."""
-
-    path: Path
-    recording_id: str
-    participant_id: str | None
-    metadata: dict
-    header_error: str | None = None
-    channels: set[str] = field(default_factory=set)
-    duration_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class PreprocessSummary:
-    """What :func:`run_preprocess` did."""
-
-    n_recordings: int
-    n_ok: int
-    n_error: int
-    n_skipped: int
-    channels: list[str]
-    epoch_length_s: float
-    out_dir: Path
-    manifest: Path
-    settings_file: Path
-
-
-def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
-                   settings: PreprocessSettings, participants: str | Path | None = None,
-                   recordings_table: str | Path | None = None, n_jobs: int = 1,
-                   strict: bool = False) -> PreprocessSummary:
-    """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
-
-    Steps: find recordings -> read their headers (unreadable files become error rows) -> choose
-    the channel set and the epoch length -> lock ``out_dir`` -> skip recordings done before with
-    the same settings and an unchanged source file -> process the rest with ``n_jobs`` workers,
-    each connectome saved atomically as soon as it is ready -> write ``manifest.tsv`` and
-    ``preprocess.json``.
-
-    Raises
-    ------
-    InputDataError : no recording found, or none could be preprocessed (exit 3).
-    OutputError : ``out_dir`` not writable or in use by another run (exit 5).
-    PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
-    """
-    if n_jobs == 0 or n_jobs < -1:
-        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
-    out_dir = Path(out_dir)
-    paths = reading.find_recordings(inputs)
-    participants_file = Path(participants) if participants else metadata.find_participants_file(inputs)
-    recordings_file = (Path(recordings_table) if recordings_table
-                       else metadata.find_recordings_file(inputs))
-    participants_rows = metadata.load_participants(participants_file) if participants_file else {}
-    recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
-
-    table_root = recordings_file.parent if recordings_file else None
-    # Headers are read by the same workers as the recordings (joblib reuses them).
-    headers = {header.path: header for header in map_recordings(_read_header, paths, n_jobs)}
-    recordings = [_describe(path, recording_id, table_root, participants_rows, recordings_rows,
-                            headers[path])
-                  for path, recording_id in zip(paths, reading.recording_ids(paths))]
-    readable = [rec for rec in recordings if rec.header_error is None]
-    if not readable:
-        raise InputDataError(f"none of the {len(recordings)} recordings could be read; first "
-                             f"error: {recordings[0].header_error}")
-    channels = select_channel_set([rec.channels for rec in readable],
-                                  None if settings.channels is None else list(settings.channels))
-    epoch_length = (_run_epoch_length([rec.duration_s for rec in readable], settings.window_s)
-                    if settings.epoch_length == "auto" else float(settings.epoch_length))
-    resolved = dataclasses.replace(settings, channels=tuple(channels), epoch_length=epoch_length)
-    settings_hash = resolved.settings_hash()
-    console.log(f"preprocess: {len(recordings)} recordings, {len(channels)} channels "
-                f"({', '.join(channels)}), {len(resolved.bands)} bands, epochs of {epoch_length:g} s")
-    _warn_unmatched(recordings, participants_file, participants_rows)
-
-    connectome_dir = out_dir / CONNECTOME_DIR
-    with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
-        atomic.ensure_dir(connectome_dir)
-        atomic.remove_stale_temporaries(out_dir)
-        atomic.remove_stale_temporaries(connectome_dir)
-        fields_by_id: dict[str, dict] = {rec.recording_id: {"status": "error",
-                                                            "error": rec.header_error}
-                                         for rec in recordings if rec.header_error}
-        tasks = []
-        for rec in readable:
-            task = _task_for(rec, connectome_dir, resolved)
-            done = _finished_fields(task, settings_hash)
-            if done is None:
-                tasks.append((rec.recording_id, task))
-            else:
-                fields_by_id[rec.recording_id] = done
-        n_skipped = len(readable) - len(tasks)
-        if n_skipped:
-            console.log(f"preprocess: {n_skipped} recordings already done with these settings")
-        fields_by_id.update(_process_all(tasks, n_jobs))
-        rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
-                for rec in recordings]
-        manifest = out_dir / MANIFEST_NAME
-        atomic.write_text(manifest, _manifest_text(rows))
-        n_ok = sum(row["status"] == "ok" for row in rows)
-        summary = PreprocessSummary(
-            n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
-            channels=list(channels), epoch_length_s=epoch_length, out_dir=out_dir,
-            manifest=manifest, settings_file=out_dir / SETTINGS_NAME)
-        atomic.write_json(summary.settings_file, {
-            "settings": resolved.to_dict(), "settings_hash": settings_hash,
-            "channels": list(channels), "bands": band_names(resolved.bands),
-            "band_edges_hz": band_edges_hz(resolved.bands), "epoch_length_s": epoch_length,
-            "inputs": [str(path) for path in inputs],
-            "participants_file": None if participants_file is None else str(participants_file),
-            "recordings_file": None if recordings_file is None else str(recordings_file),
-            "counts": {"recordings": summary.n_recordings, "ok": summary.n_ok,
-                       "error": summary.n_error, "skipped": n_skipped},
-            "versions": package_versions()})
-    if summary.n_ok == 0:
-        raise InputDataError(f"no recording could be preprocessed; see the errors in {manifest}")
-    if strict and summary.n_error:
-        raise PartialFailure(f"{summary.n_error} of {summary.n_recordings} recordings failed "
-                             f"(--strict); see the errors in {manifest}")
-    return summary
-
-
-def _describe(path: Path, recording_id: str, table_root: Path | None, participants_rows: dict,
-              recordings_rows: dict, header: "_Header") -> _Recording:
-    """Identify a recording and match its metadata; ``header`` says what its file holds."""
-    participant_id, merged = metadata.match_participant(path, participants_rows, recordings_rows,
-                                                        table_root)
-    return _Recording(path=path, recording_id=recording_id, participant_id=participant_id,
-                      metadata=merged, header_error=header.error, channels=header.channels,
-                      duration_s=header.duration_s)
+# Worker functions (module level, so that joblib can send them to other processes).
 
 
 @dataclass(frozen=True)
@@ -517,7 +359,7 @@ class _Header:
     """A recording file's header: its canonical EEG channels and length, or why it is unusable."""
 
     path: Path
-    channels: set[str] = field(default_factory=set)
+    channels: frozenset[str] = frozenset()
     duration_s: float = 0.0
     error: str | None = None
 
@@ -531,7 +373,164 @@ def _read_header(path: Path) -> _Header:
             normalised, _ = normalise_channels(raw)
     except EegformerError as exc:
         return _Header(path, error=exc.one_line())
-    return _Header(path, set(normalised.ch_names), raw.n_times / raw.info["sfreq"])
+    return _Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"])
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What a worker needs to process one recording and save its connectome."""
+
+    recording_id: str
+    path: Path
+    out_file: Path
+    settings: dict
+    source_size: int
+    source_mtime_ns: int
+
+
+def _process_and_save(task: _Task) -> tuple[str, dict]:
+    """Worker: process one recording, save its connectome; ``(recording_id, fields)``.
+
+    ``fields`` are the recording's processing columns of the manifest. A bad recording never
+    raises: its error becomes ``{"status": "error", "error": ...}`` so the others go on. One
+    BLAS/OpenMP thread per worker, so that ``n_jobs`` workers use ``n_jobs`` cores.
+    """
+    from threadpoolctl import threadpool_limits
+
+    settings = PreprocessSettings.from_dict(task.settings)
+    try:
+        with threadpool_limits(limits=1), warnings.catch_warnings(), mne.use_log_level("error"):
+            warnings.simplefilter("ignore")
+            connectome = process_recording(task.path, settings)
+    except EegformerError as exc:
+        return task.recording_id, {"status": "error", "error": exc.one_line()}
+    except Exception as exc:  # a bug must not stop the other recordings; it is reported
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        return task.recording_id, {"status": "error", "error": f"{task.path}: internal error: "
+                                                              f"{type(exc).__name__}: {message}"}
+    fields = {"status": "ok", "error": None, "n_segments": connectome.n_segments,
+              "sfreq": connectome.sfreq, "duration_s": round(connectome.duration_s, 3),
+              "channels_interpolated": ",".join(connectome.channels_interpolated)}
+    connectome.record = {"settings_hash": settings.settings_hash(),
+                         "source_size": task.source_size,
+                         "source_mtime_ns": task.source_mtime_ns, "fields": fields}
+    connectome.save(task.out_file)
+    return task.recording_id, fields
+
+
+# The run.
+
+
+@dataclass
+class _Recording:
+    """One input recording as the run sees it: identity, metadata and header."""
+
+    path: Path
+    recording_id: str
+    participant_id: str | None
+    metadata: dict
+    header: _Header
+
+
+@dataclass(frozen=True)
+class PreprocessSummary:
+    """What :func:`run_preprocess` did."""
+
+    n_recordings: int
+    n_ok: int
+    n_error: int
+    n_skipped: int
+    channels: list[str]
+    epoch_length_s: float | str
+    out_dir: Path
+    manifest: Path
+    settings_file: Path
+
+
+def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
+                   settings: PreprocessSettings, participants: str | Path | None = None,
+                   recordings_table: str | Path | None = None, n_jobs: int = 1,
+                   strict: bool = False) -> PreprocessSummary:
+    """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
+
+    Steps: find recordings and their metadata -> read their headers (unreadable files become
+    error rows) -> choose the channel set and the epoch length -> lock ``out_dir`` -> skip
+    recordings done before with the same settings and an unchanged source file -> process the
+    rest with ``n_jobs`` workers, each connectome saved atomically as soon as it is ready ->
+    write ``manifest.tsv`` and ``preprocess.json``.
+
+    Raises
+    ------
+    InputDataError : no recording found, bad tables, too few common channels, or no recording
+        could be preprocessed (exit 3; the manifest is written in the last case).
+    OutputError : ``out_dir`` not writable or in use by another run (exit 5).
+    PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
+    """
+    if n_jobs == 0 or n_jobs < -1:
+        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
+    out_dir = Path(out_dir)
+    participants_file = (Path(participants) if participants
+                         else metadata.find_participants_file(inputs))
+    recordings_file = (Path(recordings_table) if recordings_table
+                       else metadata.find_recordings_file(inputs))
+    recordings = _gather_recordings(inputs, participants_file, recordings_file, n_jobs)
+    resolved = _resolve_settings(settings, [rec.header for rec in recordings
+                                            if rec.header.error is None])
+    settings_hash = resolved.settings_hash()
+
+    connectome_dir = out_dir / CONNECTOME_DIR
+    with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
+        atomic.ensure_dir(connectome_dir)
+        atomic.remove_stale_temporaries(out_dir)
+        atomic.remove_stale_temporaries(connectome_dir)
+        fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
+                        for rec in recordings if rec.header.error}
+        tasks = []
+        for rec in recordings:
+            if rec.header.error is None:
+                task = _task_for(rec, connectome_dir, resolved)
+                done = _finished_fields(task, settings_hash)
+                if done is None:
+                    tasks.append(task)
+                else:
+                    fields_by_id[rec.recording_id] = done
+        n_skipped = sum(1 for rec in recordings if rec.header.error is None) - len(tasks)
+        if n_skipped:
+            console.log(f"preprocess: {n_skipped} recordings already done with these settings")
+        fields_by_id.update(_with_progress(map_recordings(_process_and_save, tasks, n_jobs),
+                                           len(tasks), "preprocess"))
+        rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
+                for rec in recordings]
+        for row in rows:  # a connectome from earlier settings must not outlive a failure now
+            if row["status"] == "error":
+                (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
+        summary = _write_outputs(out_dir, rows, resolved, n_skipped, inputs, participants_file,
+                                 recordings_file)
+    if summary.n_ok == 0:
+        raise InputDataError(f"no recording could be preprocessed; see the errors in "
+                             f"{summary.manifest}")
+    if strict and summary.n_error:
+        raise PartialFailure(f"{summary.n_error} of {summary.n_recordings} recordings failed "
+                             f"(--strict); see the errors in {summary.manifest}")
+    return summary
+
+
+def _gather_recordings(inputs, participants_file: Path | None, recordings_file: Path | None,
+                       n_jobs: int) -> list[_Recording]:
+    """Every input recording with its id, participant, metadata and header (in path order)."""
+    paths = reading.find_recordings(inputs)
+    participants_rows = metadata.load_participants(participants_file) if participants_file else {}
+    recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
+    table_root = recordings_file.parent if recordings_file else None
+    headers = {header.path: header for header in _with_progress(
+        map_recordings(_read_header, paths, n_jobs), len(paths), "reading headers")}
+    recordings = []
+    for path, recording_id in zip(paths, reading.recording_ids(paths)):
+        participant_id, merged = metadata.match_participant(path, participants_rows,
+                                                            recordings_rows, table_root)
+        recordings.append(_Recording(path, recording_id, participant_id, merged, headers[path]))
+    _warn_unmatched(recordings, participants_file, participants_rows)
+    return recordings
 
 
 def _warn_unmatched(recordings: list[_Recording], participants_file: Path | None,
@@ -549,22 +548,36 @@ def _warn_unmatched(recordings: list[_Recording], participants_file: Path | None
                      "their demographics are n/a")
 
 
-def _run_epoch_length(durations_s: list[float], window_s: float) -> float:
-    """One epoch length for the run: :func:`cleaning.auto_epoch_length` of the shortest
-    recording that can hold 4 minimum-length epochs (shorter ones then fail as too short
-    instead of shrinking everybody's epochs)."""
-    usable = [d for d in durations_s
-              if d >= cleaning.AUTO_MIN_SEGMENTS * cleaning.MIN_EPOCH_LENGTH_S]
-    if not usable:
-        return cleaning.MIN_EPOCH_LENGTH_S
-    return cleaning.auto_epoch_length(min(usable), window_s)
+def _resolve_settings(settings: PreprocessSettings,
+                      readable: list[_Header]) -> PreprocessSettings:
+    """``settings`` with the run's channels and epoch length filled in (and logged).
+
+    Channels: ``settings.channels`` in canonical spelling, or the standard 10-20 channels every
+    readable recording has. Epoch length "auto": :func:`cleaning.auto_epoch_length` of the
+    shortest readable recording that can hold 4 minimum-length epochs (shorter ones then fail
+    as too short instead of shrinking everybody's epochs), so that all recordings of a run get
+    the same estimator. With no readable recording nothing is resolved.
+    """
+    if not readable:
+        return settings
+    channels = select_channel_set([set(header.channels) for header in readable],
+                                  None if settings.channels is None else list(settings.channels))
+    epoch_length = settings.epoch_length
+    if epoch_length == "auto":
+        usable = [header.duration_s for header in readable
+                  if header.duration_s >= cleaning.AUTO_MIN_SEGMENTS * cleaning.MIN_EPOCH_LENGTH_S]
+        epoch_length = (cleaning.auto_epoch_length(min(usable), settings.window_s) if usable
+                        else cleaning.MIN_EPOCH_LENGTH_S)
+    console.log(f"preprocess: {len(readable)} readable recordings, {len(channels)} channels "
+                f"({', '.join(channels)}), {len(settings.bands)} bands, epochs of {epoch_length:g} s")
+    return dataclasses.replace(settings, channels=tuple(channels), epoch_length=float(epoch_length))
 
 
 def _task_for(rec: _Recording, connectome_dir: Path, settings: PreprocessSettings) -> _Task:
     stat = rec.path.stat()
-    return _Task(path=rec.path, out_file=connectome_dir / f"{rec.recording_id}.npz",
-                 settings=settings.to_dict(), source_size=stat.st_size,
-                 source_mtime_ns=stat.st_mtime_ns)
+    return _Task(recording_id=rec.recording_id, path=rec.path,
+                 out_file=connectome_dir / f"{rec.recording_id}.npz", settings=settings.to_dict(),
+                 source_size=stat.st_size, source_mtime_ns=stat.st_mtime_ns)
 
 
 def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
@@ -580,24 +593,27 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     return record.get("fields")
 
 
-def _process_all(tasks: list[tuple[str, _Task]], n_jobs: int) -> dict[str, dict]:
-    """Run the tasks (progress bar on a terminal); ``{recording_id: processing fields}``."""
-    results: dict[str, dict] = {}
-    if not tasks:
-        return results
-    ids = {task.out_file: recording_id for recording_id, task in tasks}
-    with console.progress_bar() as bar:
-        progress = bar.add_task("preprocess", total=len(tasks), status="")
-        for out_file, fields in map_recordings(_run_task, [task for _, task in tasks], n_jobs):
-            results[ids[out_file]] = fields
-            n_errors = sum(result["status"] == "error" for result in results.values())
-            bar.update(progress, advance=1, status=f"{n_errors} errors")
-    return results
-
-
-def _run_task(task: _Task) -> tuple[Path, dict]:
-    """:func:`_process_and_save` tagged with its output file (results arrive unordered)."""
-    return task.out_file, _process_and_save(task)
+def _write_outputs(out_dir: Path, rows: list[dict], settings: PreprocessSettings,
+                   n_skipped: int, inputs, participants_file: Path | None,
+                   recordings_file: Path | None) -> PreprocessSummary:
+    """Write ``manifest.tsv`` and ``preprocess.json`` (atomically); return the summary."""
+    n_ok = sum(row["status"] == "ok" for row in rows)
+    summary = PreprocessSummary(
+        n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
+        channels=list(settings.channels or ()), epoch_length_s=settings.epoch_length,
+        out_dir=out_dir, manifest=out_dir / MANIFEST_NAME, settings_file=out_dir / SETTINGS_NAME)
+    atomic.write_text(summary.manifest, _manifest_text(rows))
+    atomic.write_json(summary.settings_file, {
+        "settings": settings.to_dict(), "settings_hash": settings.settings_hash(),
+        "channels": summary.channels, "bands": band_names(settings.bands),
+        "band_edges_hz": band_edges_hz(settings.bands), "epoch_length_s": settings.epoch_length,
+        "inputs": [str(path) for path in inputs],
+        "participants_file": None if participants_file is None else str(participants_file),
+        "recordings_file": None if recordings_file is None else str(recordings_file),
+        "counts": {"recordings": summary.n_recordings, "ok": summary.n_ok,
+                   "error": summary.n_error, "skipped": n_skipped},
+        "versions": package_versions()})
+    return summary
 
 
 def _format_value(value) -> str:
@@ -609,10 +625,11 @@ def _format_value(value) -> str:
 
 
 def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
+    """The manifest row of a recording: identity, processing ``fields``, then its metadata."""
     ok = fields.get("status") == "ok"
     row = {"recording_id": rec.recording_id, "participant_id": rec.participant_id,
            "source_file": str(rec.path), "status": fields.get("status", "error"),
-           "error": fields.get("error", ""), "n_segments": fields.get("n_segments"),
+           "error": fields.get("error"), "n_segments": fields.get("n_segments"),
            "sfreq": fields.get("sfreq"), "duration_s": fields.get("duration_s"),
            "channels_interpolated": fields.get("channels_interpolated"),
            "age": rec.metadata.get("age"), "sex": rec.metadata.get("sex")}

@@ -30,7 +30,7 @@ def coupled_windows(n_windows=10, seed=0, lag_rad=np.pi / 2):
 def test_parse_bands_reads_plain_and_ratio_bands_in_order():
     bands = parse_bands("delta:2-4, theta:4-8,tbr:4-8/12-30,hi:30.5-44.5")
     assert bands == (Band("delta", 2, 4), Band("theta", 4, 8),
-                     RatioBand("tbr", Band("tbr", 4, 8), Band("tbr denominator", 12, 30)),
+                     RatioBand("tbr", Band("tbr numerator", 4, 8), Band("tbr denominator", 12, 30)),
                      Band("hi", 30.5, 44.5))
     assert parse_bands(bands_to_spec(bands)) == bands
 

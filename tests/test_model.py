@@ -5,6 +5,7 @@ validation errors, demographics, and CUDA under autocast."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ import torch.nn.functional as F
 
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model import ModelConfig, XAIguiFormer
-from eegformer_cli.model.tokenizer import DenseGINEConv, GineAggregation, adjacency
+from eegformer_cli.model.layers import GeGLU, TimmRmsNorm
+from eegformer_cli.model.tokenizer import DenseGINEConv, GineAggregation, message_sources
 
 CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
 BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
@@ -94,6 +96,21 @@ def test_every_config_runs_forward_and_backward(name):
     assert model.encoder.layers[0].attn.qkv.weight.grad.abs().sum() > 0
 
 
+def test_timm_rms_norm_divides_by_the_unbiased_std_without_recentring():
+    """timm 0.9.5 'RmsNorm' (reference section 4): x / sqrt(var_unbiased(x) + eps), mean kept."""
+    x = torch.randn(4, 16, dtype=torch.float64) * 3 + 5
+    expected = x.numpy() / np.sqrt(np.var(x.numpy(), axis=-1, ddof=1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(TimmRmsNorm(16, eps=1e-5).double()(x).detach(), expected, rtol=1e-12)
+    true_rms = torch.nn.RMSNorm(16, eps=1e-5).double()(x).detach()
+    assert not torch.allclose(true_rms, torch.from_numpy(expected))
+
+
+def test_geglu_gates_the_first_half_with_erf_gelu_of_the_second():
+    x = torch.tensor([[1.5, -2.0, 0.5, 1.0]], dtype=torch.float64)
+    gelu = [g * 0.5 * (1 + math.erf(g / math.sqrt(2))) for g in (0.5, 1.0)]
+    np.testing.assert_allclose(GeGLU()(x), [[1.5 * gelu[0], -2.0 * gelu[1]]], rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # tokenizer
 # ---------------------------------------------------------------------------------------------
@@ -123,7 +140,7 @@ def test_dense_gine_equals_edge_loop(edges):
     x = torch.randn(2, 2, 5, 4, dtype=torch.float64)
     wpli = torch.rand(2, 2, 5, 5, dtype=torch.float64)
     wpli = wpli + wpli.transpose(-1, -2)
-    dense = conv(x, wpli.transpose(-1, -2), edge_embedding, adjacency(5, edges).double())
+    dense = conv(x, wpli.transpose(-1, -2), edge_embedding, edges)
     np.testing.assert_allclose(dense.detach(), gine_by_edge_loop(conv, x, wpli, edge_embedding, edges).detach(),
                                rtol=1e-12, atol=1e-12)
 
@@ -133,14 +150,16 @@ def test_gine_aggregation_gradients():
     u = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
     w = torch.rand(3, 5, 5, dtype=torch.float64, requires_grad=True)
     a = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(GineAggregation.apply, (u, w, a, adjacency(5, "directed").double()))
-    assert torch.autograd.gradcheck(GineAggregation.apply, (u, w, a, adjacency(5, "undirected").double()))
+    assert torch.autograd.gradcheck(GineAggregation.apply, (u, w, a, "directed"))
+    assert torch.autograd.gradcheck(GineAggregation.apply, (u, w, a, "undirected"))
 
 
 def test_directed_channel_zero_hears_nothing():
-    mask = adjacency(4, "directed")
-    assert mask[0].sum() == 0 and mask[3].tolist() == [1, 1, 1, 0]
-    assert adjacency(4, "undirected").diagonal().sum() == 0
+    assert list(range(4))[message_sources(0, 4, "directed")] == []
+    assert list(range(4))[message_sources(3, 4, "directed")] == [0, 1, 2]
+    u = torch.randn(2, 4, 3)
+    messages = GineAggregation.apply(u, torch.rand(2, 4, 4), torch.randn(3), "directed")
+    assert messages[:, 0].abs().sum() == 0 and messages[:, 3].abs().sum() > 0
 
 
 def test_rose_needs_known_channel_names():
@@ -214,7 +233,10 @@ def test_paper_parameter_count_matches_reference():
     bands = [f"b{i}" for i in range(9)]
     config = ModelConfig.preset("paper", n_channels=26, band_names=bands,
                                 band_edges_hz=[(1, 2)] * 9, n_classes=3)
-    counts = XAIguiFormer(config).describe()["parameters"]
+    description = XAIguiFormer(config).describe()
+    assert description["age_mean"] is None                     # unknown until the trainer sets it
+    json.dumps(description, allow_nan=False)
+    counts = description["parameters"]
     assert counts["transformer_layers"] + counts["head"] == 3_205_251
     assert counts["tokenizer"] == pytest.approx(285_000, rel=0.01)
 

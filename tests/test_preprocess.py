@@ -19,7 +19,7 @@ from mne_connectivity import spectral_connectivity_epochs
 from eegformer_cli.atomic import DirectoryLock
 from eegformer_cli.cli.app import main
 from eegformer_cli.connectivity.bands import BAND_PRESETS
-from eegformer_cli.errors import OutputError, PartialFailure
+from eegformer_cli.errors import InputDataError, OutputError, PartialFailure
 from eegformer_cli.preprocess import (PreprocessSettings, load_connectome, process_recording,
                                       run_preprocess)
 from eegformer_cli.recordings.channels import STANDARD_1020
@@ -240,6 +240,17 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     assert run_preprocess(files, out, theta_only).n_skipped == 2
 
 
+def test_a_recording_failing_now_loses_its_old_connectome(messy_folder, tmp_path):
+    out = tmp_path / "out"
+    files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
+    run_preprocess(files, out, PreprocessSettings.from_preset("default"))
+    assert len(list((out / "connectomes").glob("*.npz"))) == 2
+    with pytest.raises(InputDataError, match="no recording could be preprocessed"):
+        run_preprocess(files, out, PreprocessSettings.from_preset("default", epoch_length=90.0))
+    assert list((out / "connectomes").glob("*.npz")) == []
+    assert {row["status"] for row in read_manifest(out)} == {"error"}
+
+
 def test_no_usable_recording_exits_3(messy_folder, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["preprocess", str(messy_folder / "short.edf"), "--out", str(tmp_path / "o")])
@@ -256,6 +267,23 @@ def test_bad_options_are_usage_errors(messy_folder, tmp_path, capsys, args, frag
         main(["preprocess", str(messy_folder / "good1.edf"), "--out", str(tmp_path / "o"), *args])
     assert exit_info.value.code == 2
     assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["default", "paper"])
+def test_settings_round_trip_through_json_with_a_stable_hash(preset):
+    settings = PreprocessSettings.from_preset(preset, channels=("Fp1", "Cz", "O2"))
+    restored = PreprocessSettings.from_dict(json.loads(json.dumps(settings.to_dict())))
+    assert restored == settings and restored.settings_hash() == settings.settings_hash()
+    assert PreprocessSettings.from_preset(preset, window_s=1.5).settings_hash() != \
+        settings.settings_hash()
+
+
+def test_process_recording_takes_channels_in_any_spelling_and_order(tmp_path):
+    path = write_edf(synthetic_raw(seconds=30), tmp_path / "r.edf")
+    connectome = process_recording(path, PreprocessSettings.from_preset("default"),
+                                   channels=["O2", "T3", "EEG Fp1", "cz"])
+    assert connectome.channels == ["O2", "T7", "Fp1", "Cz"]
+    assert connectome.coh.shape == (5, 8, 4, 4)  # 30 s alone: auto epochs of 6 s
 
 
 def test_process_recording_interpolates_a_missing_channel(tmp_path):
@@ -279,6 +307,7 @@ def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 130
+    assert "interrupted; rerun the same command to resume" in process.stderr.read().decode()
     done = {f.name: f.stat().st_mtime_ns for f in (out / "connectomes").glob("*.npz")}
     assert 1 <= len(done) < 6
     for file in done:
@@ -293,13 +322,27 @@ def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
     assert leftovers == [] and os.listdir(out)
 
 
+def ica_friendly_raw(seconds=65.0, sfreq=500.0, n_channels=10, seed=0) -> mne.io.RawArray:
+    """Mixed super-Gaussian sources: extended infomax converges on them in a few iterations
+    (on Gaussian noise it runs to its iteration limit, minutes)."""
+    rng = np.random.default_rng(seed)
+    sources = rng.laplace(size=(n_channels, int(seconds * sfreq)))
+    data = rng.standard_normal((n_channels, n_channels)) @ sources * 1e-5
+    return mne.io.RawArray(data, mne.create_info(list(STANDARD_1020[:n_channels]), sfreq, "eeg"),
+                           verbose=False)
+
+
 def test_paper_preset_follows_the_reference(tmp_path):
-    """250 Hz, 30 s epochs, no rejection, ICA + ICLabel, 8 bands + the theta/beta ratio."""
-    path = write_edf(synthetic_raw(seconds=65, sfreq=500.0, n_channels=10), tmp_path / "r.edf")
+    """250 Hz, 30 s epochs, no rejection, ICA + ICLabel before the reference, 8 bands + the
+    theta/beta ratio; the run below lowers the rate and component count only to save time."""
     settings = PreprocessSettings.from_preset("paper")
-    assert settings.ica and settings.ica_before_reference and settings.flat_ptp_v is None
-    connectome = process_recording(path, settings)
-    assert connectome.sfreq == 250.0 and connectome.epoch_length_s == 30.0
+    assert (settings.sfreq, settings.epoch_length, settings.h_trans_bandwidth) == (250.0, 30.0, "auto")
+    assert settings.ica and settings.ica_before_reference and settings.ica_n_components == 20
+    assert settings.flat_ptp_v is None and settings.absurd_ptp_v is None
+    path = write_edf(ica_friendly_raw(), tmp_path / "r.edf")
+    connectome = process_recording(path, PreprocessSettings.from_preset(
+        "paper", sfreq=128.0, ica_n_components=6))
+    assert connectome.sfreq == 128.0 and connectome.epoch_length_s == 30.0
     assert connectome.coh.shape == (2, 9, 10, 10)
     np.testing.assert_allclose(connectome.band_edges_hz[8], [4 / 12, 8 / 30])
     ratio = connectome.coh[:, 8]

@@ -129,6 +129,16 @@ TRAIN_SETTINGS = {"epochs": 4, "batch_size": 7, "lr": 3e-3, "warmup_epochs": 0.0
                   "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}}
 
 
+def write_toml(path: Path, settings: dict) -> Path:
+    """``settings`` as a ``train --config`` file (flat keys and a ``[model]`` table)."""
+    def value(v):
+        return json.dumps(v)  # numbers, strings and booleans are spelled alike in TOML
+    lines = [f"{k} = {value(v)}" for k, v in settings.items() if k != "model"]
+    lines += ["[model]"] + [f"{k} = {value(v)}" for k, v in settings.get("model", {}).items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def write_connectome_folder(out: Path, n_participants: int, n_segments: int,
                             channels: list[str] = CHANNELS, bands: list[str] = BANDS,
                             edges: np.ndarray = BAND_EDGES_HZ, seed: int = 0) -> Path:
@@ -192,23 +202,15 @@ def single_run(connectome_dir, tmp_path_factory) -> Path:
     return run_dir
 
 
-TORCHRUN_DRIVER = """
-import json, sys
-from eegformer_cli.training.config import resolve_config
-from eegformer_cli.training.trainer import run_training
-data_dir, run_dir, settings = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-run_training(data_dir, run_dir, "diagnosis", resolve_config("default", overrides=settings))
-"""
-
-
 def torchrun(n_processes: int, data_dir: Path, run_dir: Path, settings: dict,
              tmp_path: Path) -> subprocess.CompletedProcess:
-    driver = tmp_path / "train_driver.py"
-    driver.write_text(TORCHRUN_DRIVER)
+    """``torchrun --standalone --nproc_per_node N -m eegformer_cli train ...`` (the README's)."""
+    config = write_toml(tmp_path / f"train_{n_processes}.toml", settings)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", str(n_processes), str(driver), str(data_dir),
-                           str(run_dir), json.dumps(settings)],
+                           "--nproc_per_node", str(n_processes), "-m", "eegformer_cli", "train",
+                           str(data_dir), "--out", str(run_dir), "--label-column", "diagnosis",
+                           "--config", str(config), "--json"],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
@@ -244,6 +246,7 @@ def test_torchrun_two_gloo_processes_match_one_process(connectome_dir, single_ru
     assert result.returncode == 0, result.stderr[-3000:]
     assert_runs_match(single_run, run_dir, distributed.PROBABILITY_TOLERANCE)
     assert result.stderr.count("fold r0_f1: BAC") == 1  # rank 1 logs nothing
+    assert json.loads(result.stdout)["n_folds"] == 2  # one summary, from rank 0
     assert sorted(p.name for p in (run_dir / "folds").iterdir()) == [
         "final.json", "r0_f0.json", "r0_f1.json"]
 
@@ -260,19 +263,22 @@ def test_torchrun_on_two_gpus_matches_one_gpu(connectome_dir, tmp_path):
     assert_runs_match(one, two, tolerance=2e-2)
 
 
-def test_fold_jobs_merged_equal_a_single_cv_run(connectome_dir, single_run, tmp_path):
+def test_fold_jobs_merged_equal_a_single_cv_run(connectome_dir, single_run, tmp_path, capsys):
     run_dir = tmp_path / "fold_jobs"
-    config = resolve_config("default", overrides=TRAIN_SETTINGS)
-    fold_1 = run_training(connectome_dir, run_dir, "diagnosis", config, fold_index=1)
-    assert (fold_1["repeat"], fold_1["fold"]) == (0, 1)
+    job = ["train", connectome_dir, "--out", run_dir, "--label-column", "diagnosis",
+           "--config", write_toml(tmp_path / "train.toml", TRAIN_SETTINGS)]
+    assert run_cli([*job, "--fold", "1"]) == 0
+    assert "eegformer train --merge" in capsys.readouterr().err
     assert not (run_dir / "metrics.json").exists()  # summaries are the merge's job
-    with pytest.raises(UsageError, match=r"1 fold\(s\) not finished .* \(--fold 0\)"):
-        merge_run(run_dir)
-    run_training(connectome_dir, run_dir, "diagnosis", config, fold_index=0)
+    assert run_cli(["train", "--merge", run_dir]) == 2
+    err = capsys.readouterr().err
+    assert "1 fold(s) not finished" in err and "(--fold 0)" in err
+    assert run_cli([*job, "--fold", "0"]) == 0
     with DirectoryLock(run_dir, shared=True):  # a fold job still running
         with pytest.raises(OutputError, match="fold jobs"):
             merge_run(run_dir)
-    merge_run(run_dir)
+    assert run_cli(["train", "--merge", run_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_folds"] == 2
     assert ((run_dir / "oof_predictions.tsv").read_bytes()
             == (single_run / "oof_predictions.tsv").read_bytes())
     assert without_timings(read_history(run_dir)) == without_timings(read_history(single_run))
@@ -293,14 +299,28 @@ def assert_same_tensors(a, b) -> None:
         assert torch.equal(a, b)
 
 
-def test_fold_option_is_checked_against_the_splits(connectome_dir, tmp_path):
-    config = resolve_config("default", overrides=TRAIN_SETTINGS)
-    with pytest.raises(UsageError, match="allowed values are 0 to 1"):
-        run_training(connectome_dir, tmp_path, "diagnosis", config, fold_index=2)
-    with pytest.raises(UsageError, match="--overwrite cannot be combined with --fold"):
-        run_training(connectome_dir, tmp_path, "diagnosis", config, overwrite=True, fold_index=0)
-    with pytest.raises(UsageError, match="not a train run folder"):
-        merge_run(tmp_path)
+@pytest.mark.parametrize("args, fragment", [
+    (["--fold", "2"], "invalid --fold 2; these splits have 2 folds, so allowed values are 0 to 1"),
+    (["--fold", "0", "--overwrite"], "--overwrite cannot be combined with --fold"),
+    (["--merge", "{tmp}"], "remove --out, --label-column, --config, DATA_DIR"),
+])
+def test_fold_and_merge_options_are_checked(connectome_dir, tmp_path, capsys, args, fragment):
+    config = write_toml(tmp_path / "train.toml", TRAIN_SETTINGS)
+    args = [arg.format(tmp=tmp_path) for arg in args]
+    assert run_cli(["train", connectome_dir, "--out", tmp_path / "run", "--label-column",
+                    "diagnosis", "--config", config, *args]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--merge", "{tmp}"], "not a train run folder"),
+    (["--merge", "{tmp}", "--epochs", "3"], "remove --epochs"),
+    (["--out", "{tmp}"], "missing DATA_DIR, --label-column"),
+])
+def test_merge_needs_a_run_folder_and_nothing_else(tmp_path, capsys, args, fragment):
+    assert run_cli(["train", *[arg.format(tmp=tmp_path) for arg in args]]) == 2
+    assert fragment in capsys.readouterr().err
 
 
 def test_fold_jobs_share_the_run_folder_lock_but_exclude_whole_runs(tmp_path):

@@ -91,4 +91,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"eegformer: internal error: {type(exc).__name__}: {message} "
               "(rerun with --debug for the traceback and report it)", file=sys.stderr)
         sys.exit(1)
+    if result == 130:  # Typer turns Ctrl-C / SIGTERM inside a command into a returned 130
+        print("eegformer: interrupted; rerun the same command to resume", file=sys.stderr)
     sys.exit(result if isinstance(result, int) else 0)

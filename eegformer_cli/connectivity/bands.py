@@ -48,7 +48,10 @@ class Band:
 
 @dataclass(frozen=True)
 class RatioBand:
-    """Element-wise ratio of two band connectomes (``numerator / denominator``; inf, NaN -> 0)."""
+    """Element-wise ratio of two band connectomes (``numerator / denominator``; inf, NaN -> 0).
+
+    The two parts are named ``"<name> numerator"`` and ``"<name> denominator"``.
+    """
 
     name: str
     numerator: Band
@@ -84,7 +87,8 @@ REFERENCE_BANDS = (
     Band("high_beta", 21.0, 30.0),
     Band("gamma", 30.0, 45.0),
 )
-THETA_BETA_RATIO = RatioBand("theta_beta_ratio", Band("theta", 4.0, 8.0), Band("beta", 12.0, 30.0))
+THETA_BETA_RATIO = RatioBand("theta_beta_ratio", Band("theta_beta_ratio numerator", 4.0, 8.0),
+                             Band("theta_beta_ratio denominator", 12.0, 30.0))  # theta / beta
 
 BAND_PRESETS: dict[str, tuple[Band | RatioBand, ...]] = {
     "default": REFERENCE_BANDS,
@@ -110,10 +114,11 @@ def parse_bands(spec: str) -> tuple[Band | RatioBand, ...]:
             raise UsageError(f"invalid --bands entry {entry.strip()!r}; expected NAME:LOW-HIGH "
                              "or NAME:LOW-HIGH/LOW-HIGH in Hz, e.g. 'theta:4-8,tbr:4-8/12-30'")
         name, low, high, den_low, den_high = match.groups()
-        band = _checked_band(name, float(low), float(high))
-        if den_low is not None:
-            band = RatioBand(name, band, _checked_band(f"{name} denominator", float(den_low),
-                                                       float(den_high)))
+        if den_low is None:
+            band = _checked_band(name, float(low), float(high))
+        else:
+            band = RatioBand(name, _checked_band(f"{name} numerator", float(low), float(high)),
+                             _checked_band(f"{name} denominator", float(den_low), float(den_high)))
         if any(existing.name == name for existing in bands):
             raise UsageError(f"--bands names {name!r} twice; give each band a distinct name")
         bands.append(band)

@@ -3,8 +3,9 @@
 A sample is ``n_bands`` complete graphs over the C electrodes. Node (band f, electrode i) has the
 coherence row ``coh[f, i, :]`` (C,) as features; edge j -> i carries the scalar ``wpli[f, j, i]``.
 The official code (reference section 4.1) runs PyG ``GINEConv`` on a sparse edge list. The graphs
-are small and complete, so we use dense batched tensors instead: the same numbers (tested against
-an explicit loop) without torch_geometric, and vectorised over batch and bands.
+are small and complete, so we use dense batched tensors instead (:class:`GineAggregation`): the
+same numbers (tested against an explicit loop over edges) without torch_geometric, vectorised
+over batch, bands and senders.
 """
 
 from __future__ import annotations
@@ -25,88 +26,81 @@ SPATIAL_ENCODINGS = ("none", "rose")
 GNN_NORM_EPS = 1e-6
 
 
-def adjacency(n_channels: int, edges: str) -> Tensor:
-    """Dense adjacency A (C, C) float32 with ``A[i, j] = 1`` when j sends a message to i.
+def message_sources(target: int, n_channels: int, edges: str) -> slice:
+    """Channels that send a message to channel ``target``, as a slice of the channel axis.
 
-    ``"directed"`` (paper): only j < i sends to i (the official upper-triangular edge list with
-    PyG's source-to-target flow, so channel 0 hears nothing). ``"undirected"``: every j != i.
-    No self loops either way.
+    ``"directed"`` (paper): only j < target (the official upper-triangular edge list with PyG's
+    source-to-target flow, so channel 0 hears nothing). ``"undirected"``: every channel; the
+    caller drops the self term j = target (there are no self loops either way).
     """
-    check_choice("edges", edges, EDGES)
-    ones = torch.ones(n_channels, n_channels)
-    if edges == "directed":
-        return torch.tril(ones, diagonal=-1)
-    return ones - torch.eye(n_channels)
-
-
-#: Graphs per chunk in :class:`GineAggregation`: sized so one chunk's (n, C, C, d) temporaries
-#: stay in the CPU cache (about 4 MB at C = 19, d = 128). On CUDA the whole batch is one chunk.
-CPU_CHUNK_ELEMENTS = 1 << 20
+    return slice(0, target) if edges == "directed" else slice(0, n_channels)
 
 
 class GineAggregation(torch.autograd.Function):
     """GINE messages summed per target node, without materialising edge embeddings.
 
-    ``m[n, i] = sum_j A[i, j] ReLU(u[n, j] + w[n, i, j] * a)``, i.e. PyG's
-    ``sum_j ReLU(x_j + e_ji)`` with ``u = x + b`` and the edge embedding ``e_ji = w_ji a + b``
-    (a Linear(1 -> d) of the scalar wPLI ``w``). Inputs: u (N, C, d), w (N, C, C) with
-    ``w[n, i, j]`` the weight of edge j -> i, a (d,), adjacency A (C, C) of 0/1. Output (N, C, d).
+    ``m[n, i] = sum_{j -> i} ReLU(u[n, j] + w[n, i, j] * a)``, i.e. PyG's ``sum_j ReLU(x_j + e_ji)``
+    with ``u = x + b`` and the edge embedding ``e_ji = w_ji a + b`` (a Linear(1 -> d) of the
+    scalar wPLI). Inputs: u (N, C, d), w (N, C, C) with ``w[n, i, j]`` the weight of edge j -> i,
+    a (d,), edges ``"directed"`` | ``"undirected"`` (see :func:`message_sources`). Output (N, C, d).
     Gradients flow to u, w and a (first order only).
 
-    Why our own autograd function: the plain version (broadcast add, relu, masked sum) writes and
-    rereads several (N, C, C, d) tensors (106 MB each at batch 64, 9 bands, 19 channels, d 128)
-    and keeps them for backward. Here forward and backward run chunk by chunk in cache, and the
-    backward recomputes the pre-activations instead of storing them. Measured on this project's
-    2-core CPU (forward + backward of one layer, batch 64, 1 thread): plain autograd 0.52 s,
-    this 0.11-0.14 s; an edge-list (gather/index_add) variant 0.13-0.20 s. No (N, C, C, d)
-    tensor is kept between forward and backward. Equality with an explicit loop over edges and
-    with plain autograd is tested (tests/test_model.py).
+    Why our own autograd function: the plain version (broadcast add, ReLU, masked sum over a
+    dense adjacency) writes and rereads several (N, C, C, d) tensors (106 MB each at batch 64,
+    9 bands, 19 channels, d 128) and keeps them for backward. Here the work goes one target
+    channel at a time over its senders only (half the pairs for directed edges, no mask), and
+    the backward recomputes the pre-activations instead of storing them. Measured on this
+    project's 2-core CPU (forward + backward of one layer, batch 64, 1 thread): plain autograd
+    0.52 s; a chunked dense version 0.07-0.14 s; an edge-list (gather/index_add) version
+    0.13-0.20 s; this one 0.037 s (directed) and 0.07 s (undirected). Equality with an explicit
+    loop over edges and gradcheck are tested (tests/test_model.py).
     """
 
     @staticmethod
-    def forward(ctx, u: Tensor, w: Tensor, a: Tensor, adjacency: Tensor) -> Tensor:
-        ctx.save_for_backward(u, w, a, adjacency)
-        w, a, mask = w.to(u.dtype), a.to(u.dtype), adjacency.to(u.dtype)[:, :, None]
-        out = torch.empty_like(u)
-        for chunk in _chunks(u):
-            pre = torch.addcmul(u[chunk, None], w[chunk, :, :, None], a)      # (n, i, j, d)
-            torch.sum(pre.relu_().mul_(mask), dim=2, out=out[chunk])
+    def forward(ctx, u: Tensor, w: Tensor, a: Tensor, edges: str) -> Tensor:
+        ctx.save_for_backward(u, w, a)
+        ctx.edges = edges
+        w, a = w.to(u.dtype), a.to(u.dtype)
+        out = torch.zeros_like(u)
+        for target in range(u.shape[1]):
+            senders = message_sources(target, u.shape[1], edges)
+            pre = torch.addcmul(u[:, senders], w[:, target, senders, None], a).relu_()
+            if edges == "undirected":
+                pre[:, target] = 0                                       # no self loop
+            torch.sum(pre, dim=1, out=out[:, target])
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: Tensor):
-        u, w, a, adjacency = ctx.saved_tensors
-        w_u, a_u, mask = w.to(u.dtype), a.to(u.dtype), adjacency.to(u.dtype)[:, :, None]
-        grad_u = torch.empty_like(u)
-        grad_w = torch.empty_like(w) if ctx.needs_input_grad[1] else None
+        u, w, a = ctx.saved_tensors
+        w_u, a_u = w.to(u.dtype), a.to(u.dtype)
+        grad_u = torch.zeros_like(u)
+        grad_w = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
         grad_a = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
-        for chunk in _chunks(u):
-            pre = torch.addcmul(u[chunk, None], w_u[chunk, :, :, None], a_u)
-            # ReLU's backward (grad where pre > 0, else 0) in one pass, without a bool mask
-            grad_pre = torch.ops.aten.threshold_backward(grad_out[chunk, :, None, :] * mask, pre, 0)
-            torch.sum(grad_pre, dim=1, out=grad_u[chunk])
-            grad_a += (w_u[chunk].reshape(-1) @ grad_pre.reshape(-1, grad_pre.shape[-1])).float()
+        for target in range(u.shape[1]):
+            senders = message_sources(target, u.shape[1], ctx.edges)
+            pre = torch.addcmul(u[:, senders], w_u[:, target, senders, None], a_u)
+            # ReLU's backward (the gradient where pre > 0, else 0) in one pass
+            grad_pre = torch.ops.aten.threshold_backward(
+                grad_out[:, target, None, :].expand_as(pre), pre, 0)
+            if ctx.edges == "undirected":
+                grad_pre[:, target] = 0
+            grad_u[:, senders] += grad_pre
+            grad_a += (w_u[:, target, senders].reshape(-1) @ grad_pre.flatten(0, 1)).float()
             if grad_w is not None:
-                grad_w[chunk] = (grad_pre @ a_u).to(w.dtype)
+                grad_w[:, target, senders] = (grad_pre @ a_u).to(w.dtype)
         return grad_u, grad_w, grad_a.to(a.dtype), None
-
-
-def _chunks(u: Tensor) -> list[slice]:
-    """Slices of the first dim of u (N, C, d) for :class:`GineAggregation`."""
-    n, c, d = u.shape
-    per_chunk = n if u.is_cuda else max(1, CPU_CHUNK_ELEMENTS // (c * c * d))
-    return [slice(start, start + per_chunk) for start in range(0, n, per_chunk)]
 
 
 class DenseGINEConv(nn.Module):
     """GINE (PyG ``GINEConv``, ``train_eps=True``) on dense graphs.
 
-    ``out_i = MLP((1 + eps) x_i + sum_j A_ij ReLU(x_j + e_ji))`` with MLP = Linear -> GELU -> Linear,
-    eps a learnable scalar initialised to 0, and ``e_ji = edge_embedding(w_ji)``.
+    ``out_i = MLP((1 + eps) x_i + sum_{j -> i} ReLU(x_j + e_ji))`` with MLP = Linear -> GELU ->
+    Linear, eps a learnable scalar initialised to 0, and ``e_ji = edge_embedding(w_ji)``.
 
     forward(x (B, F, C, d), w (B, F, C, C) with ``w[..., i, j]`` the scalar of edge j -> i,
-    edge_embedding Linear(1 -> d), adjacency (C, C)) -> (B, F, C, d).
+    edge_embedding Linear(1 -> d), edges "directed" | "undirected") -> (B, F, C, d).
     """
 
     def __init__(self, dim: int):
@@ -115,10 +109,10 @@ class DenseGINEConv(nn.Module):
         self.fc1 = nn.Linear(dim, dim)
         self.fc2 = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, w: Tensor, edge_embedding: nn.Linear, adjacency: Tensor) -> Tensor:
+    def forward(self, x: Tensor, w: Tensor, edge_embedding: nn.Linear, edges: str) -> Tensor:
         u = x + edge_embedding.bias
         messages = GineAggregation.apply(u.flatten(0, 1), w.flatten(0, 1),
-                                         edge_embedding.weight[:, 0], adjacency)
+                                         edge_embedding.weight[:, 0], edges)
         aggregated = messages.unflatten(0, x.shape[:2])
         return self.fc2(F.gelu(self.fc1((1 + self.eps) * x + aggregated)))
 
@@ -134,8 +128,8 @@ class GnnBlock(nn.Module):
         self.act = GeGLU()
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, w: Tensor, edge_embedding: nn.Linear, adjacency: Tensor) -> Tensor:
-        return x + self.drop(self.act(self.expand(self.norm(self.conv(x, w, edge_embedding, adjacency)))))
+    def forward(self, x: Tensor, w: Tensor, edge_embedding: nn.Linear, edges: str) -> Tensor:
+        return x + self.drop(self.act(self.expand(self.norm(self.conv(x, w, edge_embedding, edges)))))
 
 
 def electrode_positions_cm(channel_names: list[str]) -> Tensor:
@@ -161,8 +155,9 @@ def electrode_positions_cm(channel_names: list[str]) -> Tensor:
 class ElectrodeSelfAttention(nn.Module):
     """Pre-norm residual self-attention over the electrodes of each band graph, with RoSE.
 
-    Queries and keys are rotated by the electrodes' 3-D montage positions (cm, a buffer, so a
-    saved model does not need MNE to load), so scores depend on electrode *displacements*.
+    Queries and keys are rotated by the electrodes' 3-D montage positions (cm; a buffer saved
+    with the weights, so a model keeps the positions it was trained with), so scores depend on
+    electrode *displacements* only.
     forward(x (B, F, C, d)) -> (B, F, C, d).
     """
 
@@ -201,11 +196,11 @@ class ConnectomeTokenizer(nn.Module):
                  channel_names: list[str] | None = None, n_heads: int = 4):
         super().__init__()
         check_choice("spatial_encoding", spatial_encoding, SPATIAL_ENCODINGS)
-        self.n_channels = n_channels
         self.node_embedding = nn.Linear(n_channels, dim)
         self.edge_embedding = nn.Linear(1, dim)
         self.blocks = nn.ModuleList(GnnBlock(dim, norm, dropout) for _ in range(n_layers))
-        self.register_buffer("adjacency", adjacency(n_channels, edges), persistent=False)
+        check_choice("edges", edges, EDGES)
+        self.edges = edges
         self.spatial = None
         if spatial_encoding == "rose":
             if channel_names is None or len(channel_names) != n_channels:
@@ -216,13 +211,10 @@ class ConnectomeTokenizer(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, coh: Tensor, wpli: Tensor) -> Tensor:
-        if coh.shape[-1] != self.n_channels:
-            raise UsageError(f"connectomes have {coh.shape[-1]} channels, the model expects "
-                             f"{self.n_channels}", hint="use data preprocessed like the training data")
         x = self.node_embedding(coh)                                      # (B, F, C, d)
         w = wpli.transpose(-1, -2)                                        # [..., i, j] = w_ji
         for block in self.blocks:
-            x = block(x, w, self.edge_embedding, self.adjacency)
+            x = block(x, w, self.edge_embedding, self.edges)
         if self.spatial is not None:
             x = self.spatial(x)
         return self.drop(self.output_embedding(x.mean(dim=-2)))

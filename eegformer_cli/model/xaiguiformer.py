@@ -188,9 +188,13 @@ class XAIguiFormer(nn.Module):
         self.register_buffer("age_std", torch.tensor(float("nan")))
 
     def describe(self) -> dict:
-        """Config and parameter counts (total, trainable, per component)."""
+        """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
+        (None when unknown)."""
         def count(module: nn.Module) -> int:
             return sum(p.numel() for p in module.parameters())
+
+        def stat(value: Tensor) -> float | None:
+            return float(value) if torch.isfinite(value) else None
 
         return {
             "config": self.config.to_dict(),
@@ -201,7 +205,7 @@ class XAIguiFormer(nn.Module):
                 "transformer_layers": count(self.encoder.layers),
                 "head": count(self.encoder.head),
             },
-            "age_mean": float(self.age_mean), "age_std": float(self.age_std),
+            "age_mean": stat(self.age_mean), "age_std": stat(self.age_std),
         }
 
     def set_demographic_stats(self, age_mean: float | None, age_std: float | None) -> None:

@@ -173,7 +173,7 @@ def shard_batch(*tensors: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], float
     start, stop = shard_bounds(n, world_size(), rank())
     if stop == start:
         return tuple(t[:1] for t in tensors), 0.0
-    return tuple(t[start:stop] for t in tensors), 1.0
+    return tuple(t[start:stop] for t in tensors), (stop - start) * world_size() / n
 
 
 def batch_mean_loss(scaled_loss: torch.Tensor) -> float:

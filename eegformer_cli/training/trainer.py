@@ -459,7 +459,8 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
                "preset": plan.config.preset, "n_folds": len(results),
                "cv_seconds": float(sum(r["seconds"] for r in results)),
                "models": models}
-    write_json(run_dir / "metrics.json", _nan_to_none(metrics))
+    metrics = _nan_to_none(metrics)
+    write_json(run_dir / "metrics.json", metrics)
     return metrics
 
 

@@ -1,0 +1,79 @@
+"""``eegformer predict``: a model file + recordings -> one row per recording on stdout."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from eegformer_cli import console
+from eegformer_cli.errors import InputDataError, check_choice
+from eegformer_cli.inference import load_inputs, predict_recordings
+from eegformer_cli.training.model_file import load_model_file
+from eegformer_cli.training.trainer import resolve_device
+
+FORMATS = ("csv", "json", "jsonl")
+
+
+def predict(
+    model: Path = typer.Argument(..., metavar="MODEL", help="A model.pt written by `eegformer train`."),
+    inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
+                                        help="Recordings (files or folders) or preprocess output folders."),
+    participants: Path | None = typer.Option(
+        None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
+    age: float | None = typer.Option(None, help="Age in years for every recording (overrides tables)."),
+    sex: str | None = typer.Option(None, help="Sex for every recording: M or F (overrides tables)."),
+    output_format: str = typer.Option("csv", "--format", help="csv, json (one list) or jsonl."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+) -> None:
+    """Predict the class of each recording with a trained model.
+
+    Raw recordings are preprocessed with the settings and channel list stored in the model
+    (other channel names or sampling rates are adapted as `preprocess` does, or the recording
+    is rejected with the reason); a preprocess output folder is used as is when its channels
+    and bands match the model. Each recording's prediction averages the model's refined logits
+    over its segments. Rows on stdout: recording_id, participant_id, predicted, prob_<label>
+    per class. A recording that fails gets one line on stderr and no row.
+
+    Example:
+
+        eegformer predict run/model.pt ../shared/data/msu-schizophrenia/eeg --format jsonl
+
+    Exit codes: 0 all predicted, 3 at least one recording failed (the others are printed),
+    4 bad model file, 2 bad flags.
+    """
+    check_choice("--format", output_format, FORMATS)
+    torch_device = resolve_device(device)
+    bundle = load_model_file(model, torch_device)
+    columns = (["recording_id", "participant_id", "predicted"]
+               + [f"prob_{name}" for name in bundle.label_names])
+    failures, rows = [], []
+    writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n") if output_format == "csv" else None
+    if writer is not None:
+        writer.writeheader()
+    items = load_inputs(bundle, inputs, participants=participants, age=age, sex=sex)
+    for row in predict_recordings(bundle, items, torch_device):
+        if "error" in row:
+            failures.append(row["recording_id"])
+            console.stderr.print(f"eegformer: error: {row['error']}", markup=False)
+            continue
+        row = {key: ("n/a" if value is None else value) for key, value in row.items()}
+        if writer is not None:
+            writer.writerow(row)
+        elif output_format == "jsonl":
+            typer.echo(json.dumps(row))
+        else:
+            rows.append(row)
+        sys.stdout.flush()
+    if output_format == "json":
+        typer.echo(json.dumps(rows, indent=2))
+    if failures:
+        raise InputDataError(f"{len(failures)} recording(s) could not be predicted: "
+                             f"{', '.join(failures[:5])}" + (" ..." if len(failures) > 5 else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict")(predict)

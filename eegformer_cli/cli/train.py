@@ -1,0 +1,169 @@
+"""``eegformer train``: participant-wise cross-validation (or holdout) and the final model file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from eegformer_cli import console
+from eegformer_cli.errors import UsageError
+from eegformer_cli.training.config import resolve_config
+from eegformer_cli.training.merge import merge_run
+from eegformer_cli.training.trainer import run_training
+
+
+def _summary_table(metrics: dict) -> Table:
+    table = Table(title=f"{metrics['n_folds']} fold(s), test participants only")
+    table.add_column("model")
+    for name in ("BAC", "AUROC", "AUC-PR"):
+        table.add_column(name, justify="right")
+    for model, values in metrics["models"].items():
+        cells = []
+        for key in ("bac", "auroc", "auc_pr"):
+            mean, std = values["mean"][key], values["std"][key]
+            cells.append("n/a" if mean is None else
+                         f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}"))
+        table.add_row(model, *cells)
+    return table
+
+
+def _reject_options_beside_merge(ctx: typer.Context) -> None:
+    """UsageError naming what was given beside --merge (its settings come from RUN_DIR)."""
+    given = [name for name in ctx.params if name not in ("merge", "as_json")
+             and ctx.get_parameter_source(name).name in ("COMMANDLINE", "ENVIRONMENT")]
+    if given:
+        raise UsageError("--merge takes every setting from RUN_DIR/config.json; remove "
+                         + ", ".join(name.upper() if name == "data_dir" else
+                                     "--" + name.replace("_", "-") for name in given))
+
+
+def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
+    """The summary table on stderr (and JSON on stdout); nothing on torchrun processes other
+    than rank 0 (``metrics`` None: rank 0 reports)."""
+    if metrics is None:
+        return
+    console.stderr.print(_summary_table(metrics))
+    console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
+    if as_json:
+        summary = {"run_dir": str(out), "model_file": str(out / "model.pt"),
+                   "preset": metrics["preset"], "scheme": metrics["scheme"],
+                   "n_folds": metrics["n_folds"], "cv_seconds": metrics["cv_seconds"],
+                   "labels": metrics["labels"], "positive_label": metrics["positive_label"],
+                   "models": {name: {"mean": values["mean"], "std": values["std"]}
+                              for name, values in metrics["models"].items()}}
+        typer.echo(json.dumps(summary, indent=2))
+
+
+def train(
+    ctx: typer.Context,
+    data_dir: Path | None = typer.Argument(None, metavar="DATA_DIR",
+                                           help="A `eegformer preprocess` output folder."),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                    help="Run folder (created; a rerun resumes). Required "
+                                         "(except with --merge)."),
+    label_column: str | None = typer.Option(None, "--label-column", "-l",
+                                            help="Manifest column holding the class labels. "
+                                                 "Required (except with --merge)."),
+    preset: str = typer.Option("default", help="Training recipe: default (defects fixed, tuned "
+                                               "on measured accuracy) or paper (the reference)."),
+    config: Path | None = typer.Option(None, "--config", help="TOML file of training settings "
+                                                              "(keys of TrainConfig, [model] table)."),
+    cv: int | None = typer.Option(None, "--cv", help="Folds of participant-wise stratified CV "
+                                                     "\\[default: 5]."),
+    repeats: int | None = typer.Option(None, help="Repeats of the CV with other shuffles "
+                                                  "\\[default: 1]."),
+    holdout: float | None = typer.Option(None, help="Instead of CV: hold out this fraction of "
+                                                    "the participants for test (e.g. 0.2)."),
+    splits: Path | None = typer.Option(None, "--splits", help="Reuse the splits.json of an "
+                                                              "earlier run."),
+    epochs: int | None = typer.Option(None, help="Training epochs (maximum, with --patience)."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Segments per batch."),
+    lr: float | None = typer.Option(None, "--lr", help="Peak learning rate."),
+    patience: int | None = typer.Option(None, help="Early stop after this many epochs without "
+                                                   "a better validation score (0 = off)."),
+    seed: int | None = typer.Option(None, help="Seed of splits, initialisation, shuffling and "
+                                               "augmentation \\[default: 0]."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda (mixed precision on cuda) "
+                                                 "\\[default: auto]."),
+    no_xai: bool = typer.Option(False, "--no-xai", help="Ablation: coarse pass only (no "
+                                                        "explanation-guided refinement)."),
+    frequency_encoding: str | None = typer.Option(
+        None, "--frequency-encoding", help="Ablation/option: drofe_default, drofe_paper, "
+                                           "rope_band_index or none (no dRoFE)."),
+    positive_label: str | None = typer.Option(
+        None, "--positive-label", help="Positive class for AUROC / AUC-PR with two classes "
+                                       "\\[default: the last label in sorted order]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    overwrite: bool = typer.Option(False, help="Replace a different run already in --out."),
+    fold: int | None = typer.Option(
+        None, "--fold", help="Train only this fold of the splits (0-based; repeat r fold k is "
+                             "r * cv + k), as a job of its own; then --merge."),
+    merge: Path | None = typer.Option(
+        None, "--merge", metavar="RUN_DIR", help="Finish a run whose folds were trained by "
+                                                 "--fold jobs: final model and summaries."),
+) -> None:
+    """Train XAIguiFormer with participant-wise validation, beside a logistic-regression reference.
+
+    Splits are made on participants (stratified on the label): K-fold CV repeated R times, or
+    a holdout fraction; inside every training part a participant-wise validation split selects
+    the epoch, so test participants are never used for any choice. Class imbalance: the
+    default preset weights the loss by inverse class frequency (the paper preset does not).
+    The reference (standardised upper-triangle coherence + wPLI means, logistic regression
+    with C chosen by inner CV) runs on the same folds. Writes to OUT: config.json,
+    splits.json, history.jsonl, oof_predictions.tsv, metrics.json and model.pt (with CV: a
+    model retrained on all participants; with --holdout: the evaluated model). Settings
+    resolve as preset -> --config file -> flags; the resolved config is saved. Interrupted
+    runs resume (finished folds are kept) when rerun with the same settings.
+
+    Example:
+
+        eegformer train prep --out run --label-column diagnosis --cv 5 --repeats 3
+
+        eegformer train prep --out run-paper --label-column diagnosis --preset paper --holdout 0.2
+
+        torchrun --standalone --nproc_per_node 2 -m eegformer_cli train prep --out run -l diagnosis
+
+        eegformer train prep --out run -l diagnosis --fold 0   (one job per fold, then:)
+        eegformer train --merge run
+
+    Exit codes: 0 done, 2 bad flags or a different run in OUT, 3 unusable data (one class,
+    no labels), 5 OUT not writable or in use, 130 interrupted (rerun to resume).
+    """
+    if merge is not None:
+        _reject_options_beside_merge(ctx)
+        _report(merge_run(merge), merge, as_json)
+        return
+    missing = [name for name, value in (("DATA_DIR", data_dir), ("--out", out),
+                                        ("--label-column", label_column)) if value is None]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
+    if holdout is not None and (cv is not None or repeats is not None):
+        raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
+    if splits is not None and (holdout is not None or cv is not None or repeats is not None):
+        raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
+    model_overrides = {}
+    if no_xai:
+        model_overrides["xai_refinement"] = False
+    if frequency_encoding is not None:
+        model_overrides["frequency_encoding"] = frequency_encoding
+    flags = {"cv": cv, "repeats": repeats, "holdout": holdout, "epochs": epochs,
+             "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
+             "device": device, "model": model_overrides or None}
+    resolved = resolve_config(preset, config, flags)
+    metrics = run_training(data_dir, out, label_column, resolved, splits_file=splits,
+                           positive_label=positive_label, overwrite=overwrite, fold_index=fold)
+    if fold is not None:  # metrics: this fold's result (None on torchrun ranks other than 0)
+        if metrics is not None:
+            console.log(f"fold {fold} done; once every fold is: eegformer train --merge {out}")
+            if as_json:
+                typer.echo(json.dumps(metrics["metrics"], indent=2))
+        return
+    _report(metrics, out, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+

@@ -1,0 +1,59 @@
+"""Metrics: scikit-learn definitions, the paper's BAC, positive-class AUC-PR, fold summaries."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from eegformer_cli.training.metrics import (classification_metrics, paper_balanced_accuracy,
+                                            summarise_folds)
+
+
+def test_binary_metrics_use_the_positive_class():
+    y = np.array([0, 0, 0, 1, 1])
+    p1 = np.array([0.1, 0.6, 0.2, 0.8, 0.4])
+    probs = np.stack([1 - p1, p1], axis=1)
+    m = classification_metrics(y, probs, positive_index=1)
+    assert m["bac"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert m["paper_bac"] == pytest.approx(m["bac"])  # equal for two classes
+    assert m["auroc"] == pytest.approx(roc_auc_score(y, p1))
+    assert m["auc_pr"] == pytest.approx(average_precision_score(y, p1))
+    assert m["confusion_matrix"] == [[2, 1], [1, 1]]
+    # positive class 0: AUC-PR of class 0's probability, not of class 1
+    m0 = classification_metrics(y, probs, positive_index=0)
+    assert m0["auc_pr"] == pytest.approx(average_precision_score(y == 0, 1 - p1))
+    assert m0["auc_pr"] != pytest.approx(m["auc_pr"])
+
+
+def test_three_classes_sklearn_bac_vs_paper_bac():
+    y = np.array([0, 0, 1, 1, 2, 2])
+    predicted = np.array([0, 1, 1, 1, 0, 2])
+    probs = np.eye(3)[predicted] * 0.7 + 0.1
+    m = classification_metrics(y, probs, positive_index=None)
+    assert m["bac"] == pytest.approx((0.5 + 1 + 0.5) / 3)
+    # the official code's "BAC" is inflated for 3 classes (chance 0.5)
+    assert m["paper_bac"] > m["bac"]
+    assert m["paper_bac"] == pytest.approx(paper_balanced_accuracy(np.array(m["confusion_matrix"])))
+    assert m["auroc"] == pytest.approx(roc_auc_score(y, probs, multi_class="ovr"))
+
+
+def test_chance_level_of_paper_bac_is_one_half():
+    # always predicting class 0 on balanced 3-class data
+    matrix = np.array([[5, 0, 0], [5, 0, 0], [5, 0, 0]])
+    assert paper_balanced_accuracy(matrix) == pytest.approx(0.5)
+
+
+def test_undefined_auroc_is_nan_and_skipped_in_summary():
+    one_class = classification_metrics(np.array([1, 1]), np.array([[0.2, 0.8], [0.6, 0.4]]), 1)
+    assert math.isnan(one_class["auroc"])
+    full = classification_metrics(np.array([0, 1]), np.array([[0.8, 0.2], [0.3, 0.7]]), 1)
+    summary = summarise_folds([one_class, full])
+    assert summary["mean"]["auroc"] == pytest.approx(1.0)
+    assert math.isnan(summary["std"]["auroc"])  # one defined value: no spread
+    assert summary["mean"]["bac"] == pytest.approx((one_class["bac"] + full["bac"]) / 2)
+    assert summary["std"]["bac"] == pytest.approx(np.std([one_class["bac"], full["bac"]], ddof=1))
+    assert summary["confusion_matrix"] == (np.array(one_class["confusion_matrix"])
+                                           + np.array(full["confusion_matrix"])).tolist()

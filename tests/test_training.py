@@ -1,0 +1,359 @@
+"""Training: config, schedule, augmentation, dataset, and whole runs (resume, reproducibility,
+model file in a fresh process, errors, CUDA).
+
+Whole runs use a small synthetic ``preprocess`` folder (the documented connectome/manifest
+contract, 6 channels, 3 bands) whose class difference is a raised coherence in one band, so
+a tiny model learns it in a few epochs and the runs stay fast.
+The real-data path (msu EDFs -> preprocess -> train -> predict) is in tests/test_predict.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
+from eegformer_cli.training import augment
+from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
+from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
+from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
+from eegformer_cli.training.trainer import lr_at_step, run_training
+
+EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
+CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
+BANDS = ["theta", "alpha", "beta"]
+EDGES = [[4.0, 8.0], [8.0, 13.0], [13.0, 30.0]]
+TINY = {"epochs": 6, "batch_size": 4, "lr": 3e-3, "warmup_epochs": 1.0, "augmentation": "none",
+        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}}
+
+
+def make_connectome_folder(root: Path, n_participants: int = 24, n_segments: int = 2,
+                           seed: int = 0, labels=None) -> Path:
+    """A preprocess-style output folder with a learnable two-class difference."""
+    from eegformer_cli.preprocess import PreprocessSettings
+
+    rng = np.random.default_rng(seed)
+    (root / "connectomes").mkdir(parents=True)
+    c = len(CHANNELS)
+    header = ["recording_id", "participant_id", "source_file", "status", "error", "n_segments",
+              "sfreq", "duration_s", "channels_interpolated", "age", "sex", "diagnosis",
+              "connectome", "settings_hash"]
+    rows = []
+    for p in range(n_participants):
+        label = labels[p] if labels is not None else ("patient" if p % 2 else "control")
+        coh = rng.uniform(0.2, 0.6, (n_segments, len(BANDS), c, c))
+        wpli = rng.uniform(0.0, 0.3, (n_segments, len(BANDS), c, c))
+        if label == "patient":
+            coh[:, 1] += 0.3
+        for m in (coh, wpli):
+            m[:] = (m + m.transpose(0, 1, 3, 2)) / 2
+            m[:, :, np.arange(c), np.arange(c)] = 0
+        rid = f"sub-{p:02d}_rest"
+        np.savez(root / "connectomes" / f"{rid}.npz", coh=coh.astype(np.float32),
+                 wpli=wpli.astype(np.float32), channels=np.array(CHANNELS),
+                 bands=np.array(BANDS), band_edges_hz=np.array(EDGES))
+        age = f"{30 + p % 20}" if p % 5 else "n/a"
+        rows.append([rid, f"sub-{p:02d}", f"/data/{rid}.edf", "ok", "n/a", str(n_segments), "128",
+                     "60", "n/a", age, "M" if p % 3 else "F", label or "n/a",
+                     f"connectomes/{rid}.npz", "0"])
+    (root / "manifest.tsv").write_text("\n".join("\t".join(r) for r in [header] + rows) + "\n")
+    settings = PreprocessSettings.from_preset("default").to_dict()
+    (root / "preprocess.json").write_text(json.dumps({"settings": settings, "channels": CHANNELS,
+                                                      "bands": BANDS, "band_edges_hz": EDGES}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory) -> Path:
+    return make_connectome_folder(tmp_path_factory.mktemp("prep") / "prep")
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    return resolve_config("default", None, {**TINY, "device": "cpu", **overrides})
+
+
+def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run(EEGFORMER + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ------------------------------------------------------------------------------------------
+# config
+
+
+def test_presets_toml_and_flags(tmp_path):
+    paper = TrainConfig.preset_config("paper")
+    assert (paper.alpha, paper.label_smoothing, paper.betas, paper.batch_size, paper.epochs) == \
+        (0.7, 0.1, (0.9, 0.99), 64, 100)
+    assert paper.selection == "second_half" and paper.patience == 0
+    assert paper.class_weighting == "none" and paper.augmentation == "graphon"
+    toml = tmp_path / "exp.toml"
+    toml.write_text('preset = "paper"\nepochs = 7\nbetas = [0.8, 0.9]\n[model]\nn_layers = 2\n')
+    config = resolve_config("default", toml, {"epochs": 9, "lr": None, "model": {"d_model": 32}})
+    assert config.preset == "paper"         # from the file
+    assert config.epochs == 9               # flag beats file
+    assert config.betas == (0.8, 0.9)
+    assert config.model == {"n_layers": 2, "d_model": 32}
+    assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"epoch": 3}, "unknown training setting 'epoch'"),
+    ({"augmentation": "cutout"}, "allowed values are 'graphon', 'mixup', 'none'"),
+    ({"alpha": 1.5}, "invalid value 1.5 for alpha"),
+    ({"epochs": "ten"}, "expected int"),
+    ({"model": {"depth": 3}}, "unknown model setting 'depth'"),
+])
+def test_invalid_settings_name_the_key(values, message):
+    with pytest.raises(UsageError, match=message):
+        apply_overrides(TrainConfig(), values, source="test")
+
+
+def test_bad_toml_is_a_usage_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("epochs = = 3")
+    with pytest.raises(UsageError, match="not a valid TOML"):
+        resolve_config("default", bad)
+
+
+def test_lr_schedule_warmup_then_cosine_over_the_whole_run():
+    kwargs = dict(total_steps=100, warmup_steps=10, lr=1e-3, lr_min=1e-7, warmup_lr_init=1e-7)
+    assert lr_at_step(0, **kwargs) == pytest.approx(1e-7)
+    assert lr_at_step(5, **kwargs) == pytest.approx(1e-7 + 0.5 * (1e-3 - 1e-7))
+    # after warmup the cosine continues from where it is at step 10 (timm warmup_prefix=False)
+    assert lr_at_step(10, **kwargs) == pytest.approx(1e-7 + 0.5 * (1e-3 - 1e-7) * (1 + np.cos(0.1 * np.pi)))
+    assert lr_at_step(50, **kwargs) == pytest.approx((1e-3 + 1e-7) / 2)
+    assert lr_at_step(100, **kwargs) == pytest.approx(1e-7)
+
+
+# ------------------------------------------------------------------------------------------
+# augmentation
+
+
+def test_usvt_keeps_the_graph_contract_and_lowers_rank():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 1, (16, 1))
+    m = np.clip(base @ base.T + rng.normal(0, 0.05, (16, 16)), 0, 1)
+    m = (m + m.T) / 2
+    np.fill_diagonal(m, 0)
+    est = augment.usvt(torch.tensor(m[None], dtype=torch.float32))[0].numpy()
+    assert np.allclose(est, est.T, atol=1e-6)
+    assert np.all(np.diag(est) == 0) and est.min() >= 0 and est.max() <= m.max() + 1e-6
+    # the strong rank-one structure survives ...
+    off = ~np.eye(16, dtype=bool)
+    assert np.corrcoef(est[off], (base @ base.T)[off])[0, 1] > 0.95
+    # ... while weak structureless noise is below the threshold 0.2 * sqrt(16) and vanishes
+    noise = np.abs(rng.normal(0, 0.02, (16, 16)))
+    noise = (noise + noise.T) / 2
+    np.fill_diagonal(noise, 0)
+    assert augment.usvt(torch.tensor(noise[None])).abs().max() == 0
+
+
+@pytest.mark.parametrize("kind", ["graphon", "mixup"])
+def test_mix_batch_mixes_labels_and_demographics_consistently(kind):
+    b, f, c = 8, 3, 6
+    gen = torch.Generator().manual_seed(0)
+    coh = torch.rand(b, f, c, c, generator=gen)
+    coh = (coh + coh.transpose(-1, -2)) / 2 * (1 - torch.eye(c))
+    wpli = coh.clone()
+    age = torch.arange(b, dtype=torch.float32) + 20
+    sex = (torch.arange(b) % 2).float()
+    targets = torch.nn.functional.one_hot(torch.arange(b) % 2, 2).float()
+    for seed in range(6):  # both mixup and cutmix branches
+        out = augment.mix_batch(coh, wpli, age, sex, targets, kind, 1.0, 0.5, 0.2,
+                                np.random.default_rng(seed))
+        new_coh, _, new_age, _, new_targets = out
+        assert torch.allclose(new_targets.sum(1), torch.ones(b))
+        lam_mean = new_targets[:, 0].mean()  # balanced classes: mixing keeps the class mass
+        assert torch.isclose(lam_mean, torch.tensor(0.5), atol=1e-6)
+        assert torch.allclose(new_coh, new_coh.transpose(-1, -2), atol=1e-6)
+        assert float(new_age.min()) >= 20 and float(new_age.max()) <= 27
+    again = augment.mix_batch(coh, wpli, age, sex, targets, kind, 1.0, 0.5, 0.2,
+                              np.random.default_rng(5))
+    assert torch.equal(again[0], out[0])
+
+
+def test_cutmix_mask_is_a_symmetric_block():
+    mask = augment.cut_block_mask(16, 0.75, np.random.default_rng(1))
+    assert mask.shape == (16, 16) and (mask == mask.T).all()
+    assert 0 < mask.mean() <= 2 * 0.25 + 1e-9
+
+
+# ------------------------------------------------------------------------------------------
+# dataset
+
+
+def test_dataset_indexes_segments_and_bounds_its_cache(synthetic_dir):
+    data = load_training_data(synthetic_dir, "diagnosis")
+    assert data.label_names == ["control", "patient"] and data.channels == CHANNELS
+    one_recording = 2 * 2 * len(BANDS) * len(CHANNELS) ** 2 * 4
+    dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
+                                cache_bytes=3 * one_recording)
+    assert len(dataset) == 24 * 2
+    item = dataset[5]
+    assert item["coh"].shape == (3, 6, 6) and item["coh"].dtype == torch.float32
+    assert int(item["recording"]) == 2 and int(item["label"]) == 0  # sub-02: control
+    for i in range(len(dataset)):
+        dataset[i]
+    assert len(dataset._cache) == 3 and dataset._cached_bytes <= 3 * one_recording
+    unknown_age = [r for r in data.recordings if r.recording_id == "sub-00_rest"][0]
+    assert np.isnan(unknown_age.age) and unknown_age.sex == 1.0
+
+
+def test_missing_labels_are_left_out_with_a_warning(tmp_path, capsys):
+    labels = ["control", "patient", None, "patient"] * 3
+    folder = make_connectome_folder(tmp_path / "p", n_participants=12, labels=labels)
+    data = load_training_data(folder, "diagnosis")
+    assert len(data.recordings) == 9
+    err = capsys.readouterr().err
+    assert "3 recording(s) without a 'diagnosis' label" in err and "sub-02_rest" in err
+
+
+def test_label_problems_are_input_errors(tmp_path):
+    one_class = make_connectome_folder(tmp_path / "a", n_participants=6, labels=["x"] * 6)
+    with pytest.raises(InputDataError, match="only one class"):
+        load_training_data(one_class, "diagnosis")
+    no_labels = make_connectome_folder(tmp_path / "b", n_participants=4, labels=[None] * 4)
+    with pytest.raises(InputDataError, match="every recording has a missing"):
+        load_training_data(no_labels, "diagnosis")
+    with pytest.raises(UsageError, match="available columns are .*diagnosis"):
+        load_training_data(one_class, "group")
+
+
+# ------------------------------------------------------------------------------------------
+# whole runs
+
+
+def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
+    config = tiny_config(cv=3)
+    a = run_training(synthetic_dir, tmp_path / "a", "diagnosis", config)
+    b = run_training(synthetic_dir, tmp_path / "b", "diagnosis", config)
+    oof_a = (tmp_path / "a" / "oof_predictions.tsv").read_text()
+    assert oof_a == (tmp_path / "b" / "oof_predictions.tsv").read_text()
+    assert a["models"] == b["models"]
+    # the task is learnable and both models are reported on the same folds
+    assert a["models"]["xaiguiformer"]["mean"]["bac"] >= 0.75
+    assert len(a["models"]["logistic_regression"]["per_fold"]) == 3
+    history = [json.loads(line) for line in (tmp_path / "a" / "history.jsonl").read_text().splitlines()]
+    assert {"repeat", "fold", "epoch", "train_loss", "val_loss", "val_bac", "lr", "seconds"} <= set(history[0])
+    splits = json.loads((tmp_path / "a" / "splits.json").read_text())
+    tested = sorted(p for fold in splits["folds"] for p in fold["test"])
+    assert tested == sorted(f"sub-{p:02d}" for p in range(24))
+    # a different seed changes the numbers
+    c = run_training(synthetic_dir, tmp_path / "c", "diagnosis", tiny_config(cv=3, seed=1))
+    assert (tmp_path / "c" / "oof_predictions.tsv").read_text() != oof_a
+    assert c["models"]["xaiguiformer"]["per_fold"] != a["models"]["xaiguiformer"]["per_fold"]
+
+
+def test_model_file_loads_in_a_fresh_process(synthetic_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    run_training(synthetic_dir, run_dir, "diagnosis", tiny_config(holdout=0.25))
+    bundle = load_model_file(run_dir / "model.pt")
+    assert bundle.label_names == ["control", "patient"] and bundle.channels == CHANNELS
+    assert bundle.trained_on == "holdout" and bundle.band_edges_hz.tolist() == EDGES
+    # a new interpreter, no training data needed: predict the preprocessed folder
+    moved = tmp_path / "elsewhere.pt"
+    (run_dir / "model.pt").rename(moved)
+    done = run_cli("predict", moved, synthetic_dir, "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    rows = {r["recording_id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert len(rows) == 24
+    oof = [line.split("\t") for line in (run_dir / "oof_predictions.tsv").read_text().splitlines()]
+    header = oof[0]
+    for values in oof[1:]:
+        row = dict(zip(header, values))
+        if row["model"] == "xaiguiformer":
+            assert rows[row["recording_id"]]["prob_patient"] == pytest.approx(
+                float(row["prob_patient"]), abs=1e-5)
+            assert rows[row["recording_id"]]["predicted"] == row["predicted"]
+
+
+def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    toml = tmp_path / "slow.toml"
+    toml.write_text("epochs = 25\nbatch_size = 8\naugmentation = 'none'\ndevice = 'cpu'\n"
+                    "[model]\nd_model = 16\nn_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n")
+    args = ["train", synthetic_dir, "--out", run_dir, "--label-column", "diagnosis",
+            "--config", toml, "--cv", "3"]
+    process = subprocess.Popen(EEGFORMER + [str(a) for a in args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    first = run_dir / "folds" / "r0_f0.json"
+    deadline = time.monotonic() + 240
+    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.exists(), process.communicate()[1]
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "rerun the same command to resume" in err
+    assert not (run_dir / "folds" / "r0_f2.json").exists()
+    assert not list(run_dir.rglob(".tmp-*"))
+    mtime = first.stat().st_mtime_ns
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert first.stat().st_mtime_ns == mtime  # not retrained
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["n_folds"] == 3 and (run_dir / "model.pt").exists()
+    # the same folder with other settings is refused (--overwrite would replace it)
+    changed = run_cli(*args, "--epochs", "2")
+    assert changed.returncode == 2 and "holds another run" in changed.stderr
+    assert "train_config.epochs" in changed.stderr
+
+
+def test_cli_errors_have_distinct_exit_codes(tmp_path):
+    one_class = make_connectome_folder(tmp_path / "a", n_participants=6, labels=["x"] * 6)
+    done = run_cli("train", one_class, "--out", tmp_path / "r", "--label-column", "diagnosis")
+    assert done.returncode == 3 and "only one class" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    two = make_connectome_folder(tmp_path / "b", n_participants=6)
+    done = run_cli("train", two, "--out", blocker / "run", "--label-column", "diagnosis",
+                   "--holdout", "0.3", "--epochs", "1")
+    assert done.returncode == 5 and "cannot create folder" in done.stderr
+    done = run_cli("train", two, "--out", tmp_path / "r2", "--label-column", "diagnosis",
+                   "--holdout", "0.3", "--cv", "3")
+    assert done.returncode == 2 and "--holdout cannot be combined" in done.stderr
+
+
+def test_model_file_errors(tmp_path, synthetic_dir):
+    bad = tmp_path / "truncated.pt"
+    run_training(synthetic_dir, tmp_path / "run", "diagnosis", tiny_config(holdout=0.25, epochs=1))
+    good = (tmp_path / "run" / "model.pt").read_bytes()
+    bad.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ModelFileError, match="corrupt or truncated"):
+        load_model_file(bad)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, other)
+    with pytest.raises(ModelFileError, match="not an eegformer model file"):
+        load_model_file(other)
+    bundle = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
+    bundle["format_version"] = FORMAT_VERSION + 1
+    newer = tmp_path / "newer.pt"
+    torch.save(bundle, newer)
+    with pytest.raises(ModelFileError, match="format version 2 is not supported"):
+        load_model_file(newer)
+    done = run_cli("predict", bad, synthetic_dir)
+    assert done.returncode == 4 and str(bad) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
+    metrics = run_training(synthetic_dir, tmp_path / "run", "diagnosis",
+                           tiny_config(holdout=0.25, device="cuda"))
+    assert metrics["models"]["xaiguiformer"]["mean"]["bac"] is not None
+    bundle = load_model_file(tmp_path / "run" / "model.pt", "cuda")
+    assert next(bundle.model.parameters()).is_cuda
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["device"] == "cuda"
