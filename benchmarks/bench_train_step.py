@@ -3,14 +3,15 @@
 A full step = tokenizer + coarse pass + explanation of every layer + refined pass + loss
 (0.3 CE coarse + 0.7 CE refined) + backward + AdamW step, for ``explanation_impl="one_pass"``
 and ``"captum"`` on the same weights and inputs. Prints one JSON object on stdout: the median
-step times (steps of the two interleaved), their ratio, and the max abs differences of the
-explanations and refined logits and the max relative difference of the parameter gradients
-between the two implementations (float32; the paper's raw-age attention amplifies rounding,
-in float64 the gradients agree to 1e-13, see tests/test_explanation.py).
+step times (wall clock and process CPU time; the steps of the two are interleaved), their
+ratios, the 1-minute load average, the max abs differences of the explanations and refined
+logits, and the max relative difference of the parameter gradients between the two
+implementations (float32: the paper's raw-age attention amplifies rounding; in float64 the
+gradients agree to 1e-13, see tests/test_explanation.py).
 
 Example::
 
-    .venv/bin/python benchmarks/bench_train_step.py --steps 5
+    .venv/bin/python benchmarks/bench_train_step.py --steps 5 --threads 1
     .venv/bin/python benchmarks/bench_train_step.py --device cuda --batch 64
 """
 
@@ -83,23 +84,30 @@ def synchronize(device: str) -> None:
 
 
 def median_step_seconds(models: dict[str, XAIguiFormer], inputs, steps: int, warmup: int,
-                        device: str) -> dict[str, float]:
-    """Median seconds of a full training step per model; the models' steps are interleaved so
-    that changing load on a shared machine affects both alike."""
+                        device: str) -> dict[str, dict[str, float]]:
+    """Median wall-clock and process-CPU seconds of a full training step per model.
+
+    The models' steps are interleaved so that changing load on a shared machine affects both
+    alike; CPU time (all threads of this process) is less sensitive to other processes than
+    wall time, but not immune (they still share caches and memory bandwidth).
+    """
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99))
                   for name, model in models.items()}
-    times = {name: [] for name in models}
+    wall = {name: [] for name in models}
+    cpu = {name: [] for name in models}
     for step in range(warmup + steps):
         for name, model in models.items():
             synchronize(device)
-            start = time.perf_counter()
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
             optimizers[name].zero_grad(set_to_none=True)
             loss_of(model, inputs).backward()
             optimizers[name].step()
             synchronize(device)
             if step >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+                wall[name].append(time.perf_counter() - start_wall)
+                cpu[name].append(time.process_time() - start_cpu)
+    return {name: {"wall": statistics.median(wall[name]), "cpu": statistics.median(cpu[name])}
+            for name in models}
 
 
 def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
@@ -156,8 +164,13 @@ def main() -> None:
         "torch": torch.__version__, "batch": args.batch, "channels": args.channels,
         "bands": len(BANDS), "layers": model.config.n_layers, "d_model": model.config.d_model,
         "heads": model.config.n_heads, "steps": args.steps, "warmup": args.warmup,
-        "step_seconds_one_pass": seconds["one_pass"], "step_seconds_captum": seconds["captum"],
-        "speedup": seconds["captum"] / seconds["one_pass"], **figures,
+        "step_seconds_one_pass": seconds["one_pass"]["wall"],
+        "step_seconds_captum": seconds["captum"]["wall"],
+        "speedup": seconds["captum"]["wall"] / seconds["one_pass"]["wall"],
+        "step_cpu_seconds_one_pass": seconds["one_pass"]["cpu"],
+        "step_cpu_seconds_captum": seconds["captum"]["cpu"],
+        "speedup_cpu_time": seconds["captum"]["cpu"] / seconds["one_pass"]["cpu"],
+        "load_average_1min": os.getloadavg()[0], **figures,
     }, indent=2))
 
 

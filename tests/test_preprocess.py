@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from mne_connectivity import spectral_connectivity_epochs
 
+from conftest import shared_dataset
 from eegformer_cli.atomic import DirectoryLock
 from eegformer_cli.cli.app import main
 from eegformer_cli.connectivity.bands import BAND_PRESETS
@@ -52,9 +53,7 @@ def write_edf(raw: mne.io.BaseRaw, path: Path) -> Path:
 @pytest.fixture(scope="module")
 def msu_run(tmp_path_factory):
     """msu-schizophrenia preprocessed once with 2 workers (shared by the tests below)."""
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "msu-schizophrenia"
-    if not data.is_dir():
-        pytest.skip(f"real dataset 'msu-schizophrenia' not found at {data}")
+    data = shared_dataset("msu-schizophrenia")  # module scope: the msu_dir fixture is per test
     out = tmp_path_factory.mktemp("msu")
     summary = run_preprocess([data], out, PreprocessSettings.from_preset("default"), n_jobs=2)
     return data, out, summary

@@ -231,6 +231,9 @@ def assert_runs_match(single: Path, other: Path, tolerance: float) -> None:
     for name in ("train_loss", "val_loss"):
         np.testing.assert_allclose([h[name] for h in other_history], [h[name] for h in history],
                                    rtol=0, atol=tolerance)
+    for fold_file in sorted((single / "folds").glob("*.json")):
+        assert (json.loads(fold_file.read_text())["best_epoch"]
+                == json.loads((other / "folds" / fold_file.name).read_text())["best_epoch"])
     metrics, other_metrics = (json.loads((run / "metrics.json").read_text())
                               for run in (single, other))
     for model, summary in metrics["models"].items():

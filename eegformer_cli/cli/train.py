@@ -33,7 +33,8 @@ def _summary_table(metrics: dict) -> Table:
 def _reject_options_beside_merge(ctx: typer.Context) -> None:
     """UsageError naming what was given beside --merge (its settings come from RUN_DIR)."""
     given = [name for name in ctx.params if name not in ("merge", "as_json")
-             and ctx.get_parameter_source(name).name in ("COMMANDLINE", "ENVIRONMENT")]
+             and getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE",
+                                                                            "ENVIRONMENT")]
     if given:
         raise UsageError("--merge takes every setting from RUN_DIR/config.json; remove "
                          + ", ".join(name.upper() if name == "data_dir" else
@@ -157,7 +158,7 @@ def train(
                            positive_label=positive_label, overwrite=overwrite, fold_index=fold)
     if fold is not None:  # metrics: this fold's result (None on torchrun ranks other than 0)
         if metrics is not None:
-            console.log(f"fold {fold} done; once every fold is: eegformer train --merge {out}")
+            console.log(f"fold {fold} done; when every fold is done: eegformer train --merge {out}")
             if as_json:
                 typer.echo(json.dumps(metrics["metrics"], indent=2))
         return

@@ -43,36 +43,49 @@ FALLBACK_AGE_STD = 20.0
 # rotation
 # ----------------------------------------------------------------------------------------------
 
+def _angle_dtype(*tensors: Tensor) -> torch.dtype:
+    """float32, or float64 when any input is float64 (never half precision)."""
+    dtype = torch.float32
+    for tensor in tensors:
+        dtype = torch.promote_types(dtype, tensor.dtype) if tensor.is_floating_point() else dtype
+    return dtype
+
+
 def rotate_every_two(x: Tensor) -> Tensor:
     """``[x0, x1, x2, x3, ...] -> [-x1, x0, -x3, x2, ...]`` over the last dim (even size)."""
     pairs = x.unflatten(-1, (-1, 2))
     return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
 
 
-def scaled_rotation(x: Tensor, angles: Tensor, scale: Tensor | float = 1.0,
-                    offset: Tensor | float = 0.0) -> Tensor:
-    """Rotate feature pairs of ``x`` by ``angles``, with the paper's optional scale and offset.
+def rotation_factors(angles: Tensor, scale: Tensor | float = 1.0,
+                     offset: Tensor | float = 0.0) -> tuple[Tensor, Tensor]:
+    """``(scale * cos + offset, scale * sin + offset)``, each expanded to (..., T, D).
 
-    Parameters
-    ----------
-    x : Tensor, (..., T, D), any float dtype; D even.
-    angles : Tensor, (..., T, D/2) broadcastable to x's leading dims, radians.
-    scale, offset : float or Tensor broadcastable to (..., T, D), e.g. (B, 1, 1, 1) per sample.
-        ``x * (scale * cos + offset) + rotate_every_two(x) * (scale * sin + offset)``;
-        ``scale = 1, offset = 0`` (the default) is a true rotation.
-
-    Returns
-    -------
-    Tensor, same shape and dtype as ``x``; computed in float32 (float64 for float64 input).
+    angles (..., T, D/2) radians; scale, offset float or Tensor broadcastable to (..., T, D)
+    (e.g. (B, 1, 1, 1) per sample). Computed in float32 (float64 if angles are), with autocast
+    off. ``scale = 1, offset = 0`` (the default) gives a true rotation.
     """
-    compute_dtype = torch.promote_types(x.dtype, torch.float32)
+    with torch.autocast(device_type=angles.device.type, enabled=False):
+        angles = angles.to(_angle_dtype(angles)).repeat_interleave(2, dim=-1)
+        return scale * torch.cos(angles) + offset, scale * torch.sin(angles) + offset
+
+
+def rotate(x: Tensor, cos_factor: Tensor, sin_factor: Tensor) -> Tensor:
+    """``x * cos_factor + rotate_every_two(x) * sin_factor``; x (..., T, D), any float dtype,
+    factors from :func:`rotation_factors`. Computed in the factors' precision (at least float32,
+    also under autocast); returns x's shape and dtype."""
     with torch.autocast(device_type=x.device.type, enabled=False):
-        angles = angles.to(compute_dtype).repeat_interleave(2, dim=-1)
-        cos_factor = scale * torch.cos(angles) + offset
-        sin_factor = scale * torch.sin(angles) + offset
-        x_wide = x.to(compute_dtype)
+        x_wide = x.to(torch.promote_types(x.dtype, cos_factor.dtype))
         out = x_wide * cos_factor + rotate_every_two(x_wide) * sin_factor
     return out.to(x.dtype)
+
+
+def scaled_rotation(x: Tensor, angles: Tensor, scale: Tensor | float = 1.0,
+                    offset: Tensor | float = 0.0) -> Tensor:
+    """Rotate feature pairs of ``x`` (..., T, D) by ``angles`` (..., T, D/2), with the paper's
+    optional scale and offset: ``x * (scale cos + offset) + rotate_every_two(x) * (scale sin +
+    offset)``. Same shape and dtype as x; see :func:`rotation_factors`, :func:`rotate`."""
+    return rotate(x, *rotation_factors(angles, scale, offset))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -84,14 +97,6 @@ def rope_frequencies(dim: int, base: float = 10000.0) -> Tensor:
     if dim % 2:
         raise UsageError(f"rotary dim must be even, got {dim}")
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-
-
-def _angle_dtype(*tensors: Tensor) -> torch.dtype:
-    """float32, or float64 when any input is float64 (never half precision)."""
-    dtype = torch.float32
-    for tensor in tensors:
-        dtype = torch.promote_types(dtype, tensor.dtype) if tensor.is_floating_point() else dtype
-    return dtype
 
 
 def rope_angles(positions: Tensor, theta: Tensor) -> Tensor:
@@ -271,14 +276,12 @@ class BandRotaryEncoding(nn.Module):
             return q, k
         if self.encoding == "drofe_paper":
             angles = drofe_paper_angles(self.band_edges_hz, self.theta)     # (T, D/2)
-            scale = demographics[:, 0, None, None, None]
-            offset = demographics[:, 1, None, None, None]
-            return (scaled_rotation(q, angles, scale, offset),
-                    scaled_rotation(k, angles, scale, offset))
-        if self.encoding == "drofe_default":
+            factors = rotation_factors(angles, scale=demographics[:, 0, None, None, None],
+                                       offset=demographics[:, 1, None, None, None])
+        elif self.encoding == "drofe_default":
             angles = drofe_default_angles(self.band_edges_hz, self.theta, demographics, self.beta)
-            angles = angles[:, None]                                         # (B, 1, T, D/2)
+            factors = rotation_factors(angles[:, None])                      # (B, 1, T, D)
         else:
             positions = torch.arange(q.shape[-2], device=q.device)
-            angles = rope_angles(positions, self.theta)
-        return scaled_rotation(q, angles), scaled_rotation(k, angles)
+            factors = rotation_factors(rope_angles(positions, self.theta))
+        return rotate(q, *factors), rotate(k, *factors)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -138,16 +137,15 @@ class BandTransformer(nn.Module):
             keep_layer_inputs: bool = False) -> EncoderOutput:
         """One pass: coarse when ``explanations`` is None, else refined (Q/K from explanation i
         at layer i, each (B, T, d)); both start from the same tokens."""
-        output = EncoderOutput(logits=tokens)
+        layer_inputs, attention = [], []
         x = tokens
         for i, layer in enumerate(self.layers):
             if keep_layer_inputs:
-                output.layer_inputs.append(x)
+                layer_inputs.append(x)
             if explanations is None:
                 x, weights = layer(x, demographics)
             else:
                 x, weights = layer(x, demographics, explanation=explanations[i])
             if weights is not None:
-                output.attention.append(weights)
-        output.logits = self.head(x.mean(dim=1))
-        return output
+                attention.append(weights)
+        return EncoderOutput(self.head(x.mean(dim=1)), layer_inputs, attention)

@@ -10,4 +10,6 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.reference`  logistic regression on the same tokens and folds
 - :mod:`~eegformer_cli.training.trainer`    fold loop, epoch loop, selection, resume, outputs
 - :mod:`~eegformer_cli.training.model_file` the self-describing model file ``model.pt``
+- :mod:`~eegformer_cli.training.distributed` several processes under ``torchrun`` (DDP, gloo/nccl)
+- :mod:`~eegformer_cli.training.merge`      folds as separate jobs (``--fold``) and ``--merge``
 """

@@ -54,6 +54,11 @@ def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: in
     if n_groups < n_splits:
         raise InputDataError(f"{what} needs at least {n_splits} participants but the data has "
                              f"{n_groups}", hint="use fewer folds or a larger dataset")
+    largest_class = int(np.unique(labels, return_counts=True)[1].max())
+    if largest_class < n_splits:  # StratifiedGroupKFold's own ValueError, said for the user
+        raise InputDataError(f"{what} needs {n_splits} recordings of at least one class but the "
+                             f"largest class has {largest_class}",
+                             hint="use fewer folds, a larger --holdout or a larger dataset")
     splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(len(groups)), labels, groups))
 
