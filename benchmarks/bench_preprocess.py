@@ -14,7 +14,7 @@ Measures, and prints as JSON on stdout:
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_preprocess.py [--synthetic 16 --minutes 5] > result.json
+    .venv/bin/python benchmarks/bench_preprocess.py [--synthetic 24 --minutes 10 --repeats 3] > result.json
 
 The machine is shared: run it when it is quiet, and record the CPU (``lscpu``) with the figures.
 """
@@ -25,14 +25,17 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import mne
 import numpy as np
+from joblib.externals.loky import get_reusable_executor
 
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.recordings.channels import STANDARD_1020
@@ -64,32 +67,66 @@ def write_synthetic_edf(path: Path, minutes: float, seed: int, sfreq: float = 25
     return path
 
 
-def timed_run(inputs: list[Path], n_jobs: int, workdir: Path) -> float:
-    """Wall seconds of one fresh run into an empty folder."""
+@dataclass
+class RunTimes:
+    """One run: wall seconds, and CPU seconds of this process and of its worker processes."""
+
+    wall: float
+    cpu_main: float
+    cpu_workers: float
+
+
+def timed_run(inputs: list[Path], n_jobs: int, workdir: Path) -> RunTimes:
+    """One fresh run into an empty folder. The worker processes are shut down afterwards, so
+    every n_jobs=2 run starts its workers (as a user's run does) and their CPU time is counted
+    (``RUSAGE_CHILDREN`` covers children once they have exited)."""
     out = Path(tempfile.mkdtemp(dir=workdir))
+    main_before = resource.getrusage(resource.RUSAGE_SELF)
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     summary = run_preprocess(inputs, out, PreprocessSettings.from_preset("default"), n_jobs=n_jobs)
-    elapsed = time.perf_counter() - started
+    wall = time.perf_counter() - started
+    main_after = resource.getrusage(resource.RUSAGE_SELF)
+    get_reusable_executor().shutdown(wait=True)
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert summary.n_error == 0 and summary.n_skipped == 0, summary
-    return elapsed
+    return RunTimes(wall, _cpu(main_after) - _cpu(main_before),
+                    _cpu(children_after) - _cpu(children_before))
+
+
+def _cpu(usage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def throughput(name: str, inputs: list[Path], recording_minutes: float, workdir: Path,
                repeats: int) -> dict:
-    """Median wall time of ``repeats`` runs per n_jobs (alternating 1, 2, 1, 2 ... so that a
-    burst of load from other users hits both alike)."""
-    samples: dict[int, list[float]] = {1: [], 2: []}
+    """Median times of ``repeats`` runs per n_jobs (alternating 1, 2, 1, 2 ... so that a burst
+    of load from other users hits both alike).
+
+    ``idle_machine_estimate_s`` (n_jobs=2): what the wall time would be if the two workers had
+    a core each, i.e. the main process's CPU time plus half the workers' CPU time. On a shared
+    machine the measured wall time also contains waiting for the CPU.
+    """
+    samples: dict[int, list[RunTimes]] = {1: [], 2: []}
     for _ in range(repeats):
         for n_jobs in samples:
             samples[n_jobs].append(timed_run(inputs, n_jobs, workdir))
-    median = {n_jobs: float(np.median(times)) for n_jobs, times in samples.items()}
+    median = {n: {key: float(np.median([getattr(r, key) for r in runs]))
+                  for key in ("wall", "cpu_main", "cpu_workers")} for n, runs in samples.items()}
+    idle_estimate = median[2]["cpu_main"] + median[2]["cpu_workers"] / 2
     return {"set": name, "recording_minutes": round(recording_minutes, 2),
-            "seconds_median": {f"n_jobs_{n}": round(t, 2) for n, t in median.items()},
-            "seconds_all": {f"n_jobs_{n}": [round(t, 2) for t in times]
-                            for n, times in samples.items()},
-            "seconds_per_recording_minute": {f"n_jobs_{n}": round(t / recording_minutes, 4)
-                                             for n, t in median.items()},
-            "speedup_2_vs_1": round(median[1] / median[2], 2)}
+            "wall_s_median": {f"n_jobs_{n}": round(m["wall"], 2) for n, m in median.items()},
+            "wall_s_all": {f"n_jobs_{n}": [round(r.wall, 2) for r in runs]
+                           for n, runs in samples.items()},
+            "cpu_s_median": {f"n_jobs_{n}": {"main": round(m["cpu_main"], 2),
+                                             "workers": round(m["cpu_workers"], 2)}
+                             for n, m in median.items()},
+            "seconds_per_recording_minute": {f"n_jobs_{n}": round(m["wall"] / recording_minutes, 4)
+                                             for n, m in median.items()},
+            "speedup_2_vs_1": round(median[1]["wall"] / median[2]["wall"], 2),
+            "idle_machine_estimate_s": {"n_jobs_2": round(idle_estimate, 2),
+                                        "speedup_2_vs_1": round(median[1]["cpu_main"]
+                                                                / idle_estimate, 2)}}
 
 
 def peak_memory(workdir: Path) -> dict:
@@ -104,8 +141,8 @@ def peak_memory(workdir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--synthetic", type=int, default=16, help="synthetic recordings")
-    parser.add_argument("--minutes", type=float, default=5.0, help="minutes per synthetic one")
+    parser.add_argument("--synthetic", type=int, default=24, help="synthetic recordings")
+    parser.add_argument("--minutes", type=float, default=10.0, help="minutes per synthetic one")
     parser.add_argument("--repeats", type=int, default=3, help="runs per n_jobs (median)")
     parser.add_argument("--skip-msu", action="store_true", help="do not use msu-schizophrenia")
     args = parser.parse_args()

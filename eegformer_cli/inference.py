@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eegformer_cli.errors import EegformerError, InputDataError
+from eegformer_cli.errors import EegformerError, InputDataError, UsageError
 from eegformer_cli.training.dataset import parse_age, parse_sex, read_manifest
 
 # Segments per forward when averaging logits (bounds memory; results do not depend on it
@@ -146,14 +146,21 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
         one found beside the inputs, as ``preprocess`` does).
     age, sex : demographics for every recording (override the tables): years; M/F.
 
-    Yields items in input order; a recording that cannot be used yields an item with ``error``
-    (the others go on). Raises InputDataError at once for a preprocess folder whose channels or
+    Returns an iterator: the recordings of the preprocess folders, then the raw recordings (in
+    :func:`reading.find_recordings` order). Bad ``age``/``sex`` raise UsageError at once; a
+    recording that cannot be used yields an item with ``error`` (the others go on). Raises InputDataError at once for a preprocess folder whose channels or
     bands differ from the model's.
     """
+    forced_age = float(age) if age is not None else None
+    if forced_age is not None and not 0 <= forced_age < 150:
+        raise UsageError(f"invalid --age {age!r}; give years, e.g. 42")
+    forced_sex = _sex_code(sex) if sex is not None else None
+    return _iter_inputs(bundle, inputs, participants, forced_age, forced_sex)
+
+
+def _iter_inputs(bundle, inputs, participants, forced_age, forced_sex) -> Iterator[InputRecording]:
     from eegformer_cli.recordings import metadata, reading
 
-    forced_age = float(age) if age is not None else None
-    forced_sex = _sex_code(sex) if sex is not None else None
     raw_inputs = []
     for entry in map(Path, inputs):
         if entry.is_dir() and (entry / "manifest.tsv").is_file():
@@ -177,9 +184,12 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
 def _sex_code(sex: str) -> float:
     from eegformer_cli.recordings import metadata
 
-    code = parse_sex(metadata.parse_sex(sex) or "")
+    try:
+        code = parse_sex(metadata.parse_sex(sex) or "")
+    except ValueError:
+        code = math.nan
     if math.isnan(code):
-        raise InputDataError(f"invalid --sex {sex!r}; use M or F (or male/female)")
+        raise UsageError(f"invalid --sex {sex!r}; use M or F (or male/female)")
     return code
 
 

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import math
+import signal
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -135,6 +136,12 @@ class PreprocessSettings:
         ``paper`` follows section 1 of the reference: 250 Hz, 1-45 Hz with MNE's automatic
         transition bands (no line-noise handling), ICA + ICLabel (20 components, before the
         average reference), 30 s epochs, no amplitude rejection, 8 bands + theta/beta ratio.
+        Documented deviations, for generic inputs: PREP's bad-channel detection is skipped
+        (pyprep is not a dependency), so only missing channels are interpolated, and before
+        ICA rather than after it; every rate is resampled to 250 Hz (the reference decimates
+        500/512 Hz by 2 and leaves other rates); epochs are consecutive 30 s from the start
+        (the reference uses TDBRAIN's overlapping windows or crops TUAB's first and last 55 s);
+        ICA has a fixed random state and is fitted on the whole recording.
         """
         check_choice("--preset", name, PRESETS)
         base = {"preset": name}
@@ -338,8 +345,16 @@ def map_recordings(func: Callable, items: Iterable, n_jobs: int = 1) -> Iterator
     """
     from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+    # initializer: used by joblib's local process pool, ignored by the Dask backend
+    return Parallel(n_jobs=n_jobs, return_as="generator_unordered",
+                    initializer=_leave_interrupts_to_the_parent)(
         delayed(func)(item) for item in items)
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """Worker process start: ignore Ctrl-C (SIGINT), which a terminal sends to every process of
+    the group. The parent stops the workers itself, so no worker prints a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _with_progress(results: Iterable, total: int, description: str) -> Iterator:
@@ -506,12 +521,15 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                 (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
         summary = _write_outputs(out_dir, rows, resolved, n_skipped, inputs, participants_file,
                                  recordings_file)
+    # the terminal line names a failed file and its problem; the manifest has them all
+    first_error = next((row["error"] for row in rows if row["status"] == "error"), None)
     if summary.n_ok == 0:
-        raise InputDataError(f"no recording could be preprocessed; see the errors in "
-                             f"{summary.manifest}")
+        raise InputDataError(f"no recording could be preprocessed; first error: {first_error}; "
+                             f"see all errors in {summary.manifest}")
     if strict and summary.n_error:
         raise PartialFailure(f"{summary.n_error} of {summary.n_recordings} recordings failed "
-                             f"(--strict); see the errors in {summary.manifest}")
+                             f"(--strict); first error: {first_error}; see all errors in "
+                             f"{summary.manifest}")
     return summary
 
 

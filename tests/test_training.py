@@ -320,7 +320,7 @@ def test_cli_errors_have_distinct_exit_codes(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    two = make_connectome_folder(tmp_path / "b", n_participants=12)
+    two = make_connectome_folder(tmp_path / "b", n_participants=24)
     done = run_cli("train", two, "--out", blocker / "run", "--label-column", "diagnosis",
                    "--holdout", "0.3", "--epochs", "1")
     assert done.returncode == 5 and "cannot create folder" in done.stderr

@@ -11,9 +11,6 @@ import typer
 
 from eegformer_cli import console
 from eegformer_cli.errors import InputDataError, check_choice
-from eegformer_cli.inference import load_inputs, predict_recordings
-from eegformer_cli.training.model_file import load_model_file
-from eegformer_cli.training.trainer import resolve_device
 
 FORMATS = ("csv", "json", "jsonl")
 
@@ -45,6 +42,12 @@ def predict(
     Exit codes: 0 all predicted, 3 at least one recording failed (the others are printed),
     4 bad model file, 2 bad flags.
     """
+    # imported here: torch takes seconds to import, which every other command (and --help)
+    # would pay if this module imported it
+    from eegformer_cli.inference import load_inputs, predict_recordings
+    from eegformer_cli.training.model_file import load_model_file
+    from eegformer_cli.training.trainer import resolve_device
+
     check_choice("--format", output_format, FORMATS)
     torch_device = resolve_device(device)
     bundle = load_model_file(model, torch_device)
@@ -70,6 +73,8 @@ def predict(
         sys.stdout.flush()
     if output_format == "json":
         typer.echo(json.dumps(rows, indent=2))
+    if len(failures) == 1:  # its one error line is above; a summary line would only repeat it
+        raise typer.Exit(InputDataError.exit_code)
     if failures:
         raise InputDataError(f"{len(failures)} recording(s) could not be predicted: "
                              f"{', '.join(failures[:5])}" + (" ..." if len(failures) > 5 else ""))

@@ -10,9 +10,6 @@ from rich.table import Table
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
-from eegformer_cli.training.config import resolve_config
-from eegformer_cli.training.merge import merge_run
-from eegformer_cli.training.trainer import run_training
 
 
 def _summary_table(metrics: dict) -> Table:
@@ -133,6 +130,12 @@ def train(
     Exit codes: 0 done, 2 bad flags or a different run in OUT, 3 unusable data (one class,
     no labels), 5 OUT not writable or in use, 130 interrupted (rerun to resume).
     """
+    # imported here: torch and scikit-learn take seconds to import, which every other command
+    # (and --help) would pay if this module imported them
+    from eegformer_cli.training.config import resolve_config
+    from eegformer_cli.training.merge import merge_run
+    from eegformer_cli.training.trainer import run_training
+
     if merge is not None:
         _reject_options_beside_merge(ctx)
         _report(merge_run(merge), merge, as_json)

@@ -6,6 +6,7 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.dataset`    manifest + connectome files -> a lazy torch Dataset
 - :mod:`~eegformer_cli.training.splits`     participant-wise CV / holdout / inner validation
 - :mod:`~eegformer_cli.training.augment`    graph mixup / cutmix (USVT graphon) of the reference
+- :mod:`~eegformer_cli.training.standardise` per-entry z-scores of coh / wPLI inside the model
 - :mod:`~eegformer_cli.training.metrics`    balanced accuracy, AUROC, AUC-PR, confusion matrix
 - :mod:`~eegformer_cli.training.reference`  logistic regression on the same tokens and folds
 - :mod:`~eegformer_cli.training.trainer`    fold loop, epoch loop, selection, resume, outputs

@@ -10,7 +10,9 @@ key                         value
 ``format_version``          int, :data:`FORMAT_VERSION`; a file with a higher one is refused
 ``eegformer_version``       the package version that wrote it
 ``model_config``            ``ModelConfig.to_dict()``
-``state_dict``              the weights (demographic scaling buffers included)
+``input_standardisation``   bool: the weights are a ``StandardisedModel`` (z-scored inputs,
+                            statistics in the state dict; see ``training/standardise.py``)
+``state_dict``              the weights (demographic scaling and input statistics included)
 ``label_names``             class names, index = class index
 ``label_column``            the manifest column the labels came from
 ``positive_label``          positive class for two-class metrics (None otherwise)
@@ -41,6 +43,7 @@ import torch
 import eegformer_cli
 from eegformer_cli.atomic import write_bytes
 from eegformer_cli.errors import EegformerError, ModelFileError
+from eegformer_cli.training.standardise import StandardisedModel
 from eegformer_cli.versions import package_versions
 
 FORMAT_NAME = "eegformer-model"
@@ -49,7 +52,8 @@ FORMAT_VERSION = 1
 
 @dataclass
 class ModelBundle:
-    """A loaded model file. ``model`` is an ``XAIguiFormer`` in eval mode on ``device``."""
+    """A loaded model file. ``model`` is an ``XAIguiFormer`` (inside a ``StandardisedModel``
+    when the file says so; same call signatures, raw connectivity in) in eval mode on ``device``."""
 
     path: Path
     model: torch.nn.Module
@@ -79,6 +83,7 @@ def save_model_file(path: str | Path, model, *, label_names: list[str], label_co
         "format_version": FORMAT_VERSION,
         "eegformer_version": eegformer_cli.__version__,
         "model_config": _plain(model.config.to_dict()),
+        "input_standardisation": isinstance(model, StandardisedModel),
         "state_dict": state,
         "label_names": list(label_names),
         "label_column": label_column,
@@ -143,6 +148,8 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
     try:
         config = ModelConfig.from_dict(bundle["model_config"])
         model = XAIguiFormer(config)
+        if bundle["input_standardisation"]:
+            model = StandardisedModel(model)
         model.load_state_dict(bundle["state_dict"])
         result = ModelBundle(
             path=path, model=model.to(device).eval(), model_config=bundle["model_config"],

@@ -50,6 +50,7 @@ from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, Tra
 from eegformer_cli.training.metrics import classification_metrics, summarise_folds
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
 from eegformer_cli.training.reference import fit_reference, recording_features, reference_probabilities
+from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 from eegformer_cli.versions import package_versions
 
 MODEL_NAME = "xaiguiformer"
@@ -132,8 +133,10 @@ class FitResult:
 
 
 def build_model(data: TrainingData, config: TrainConfig, ages: np.ndarray):
-    """An XAIguiFormer for ``data`` with the config's model preset and overrides; demographic
-    scaling from the training recordings' ``ages`` (years, NaN = unknown)."""
+    """An XAIguiFormer for ``data`` with the config's model preset and overrides (inside a
+    :class:`StandardisedModel` when ``config.input_standardisation``; its statistics are set
+    by the caller); demographic scaling from the training recordings' ``ages`` (years, NaN =
+    unknown)."""
     from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
     model_config = ModelConfig.preset(
@@ -141,6 +144,8 @@ def build_model(data: TrainingData, config: TrainConfig, ages: np.ndarray):
         band_edges_hz=[tuple(edge) for edge in data.band_edges_hz.tolist()],
         n_classes=len(data.label_names), channel_names=data.channels, **config.model)
     model = XAIguiFormer(model_config)
+    if config.input_standardisation:
+        model = StandardisedModel(model)
     stats = demographic_stats(ages)
     model.set_demographic_stats(*(None, None) if stats is None else (stats["age_mean"],
                                                                       stats["age_std"]))
@@ -187,10 +192,14 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
     start = time.perf_counter()
     seed_everything(seed)
     rng = np.random.default_rng(seed)
-    model = build_model(data, config, np.array([r.age for r in train_recs])).to(device)
-    train_model = distributed.wrap_for_training(model)  # DDP under torchrun, else model
+    model = build_model(data, config, np.array([r.age for r in train_recs]))
     train_set = ConnectomeDataset(train_recs, data.label_names, data.channels, data.bands)
     val_set = ConnectomeDataset(val_recs, data.label_names, data.channels, data.bands)
+    if config.input_standardisation:
+        model.set_stats(connectivity_stats(train_set.recording_arrays(r)
+                                           for r in range(len(train_recs))))
+    model = model.to(device)
+    train_model = distributed.wrap_for_training(model)  # DDP under torchrun, else model
     generator = torch.Generator().manual_seed(seed)
     drop_last = config.drop_last and len(train_set) > config.batch_size
     loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True,
