@@ -388,6 +388,9 @@ def _read_header(path: Path) -> _Header:
             normalised, _ = normalise_channels(raw)
     except EegformerError as exc:
         return _Header(path, error=exc.one_line())
+    except Exception as exc:  # as in _process_and_save: one odd file must not stop the run
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        return _Header(path, error=f"{path}: internal error: {type(exc).__name__}: {message}")
     return _Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"])
 
 

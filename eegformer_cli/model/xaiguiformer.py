@@ -109,6 +109,9 @@ class ModelConfig:
         if self.channel_names is not None and len(self.channel_names) != self.n_channels:
             raise UsageError(f"channel_names has {len(self.channel_names)} names for "
                              f"n_channels={self.n_channels}")
+        if self.mlp_ratio <= 0 or self.n_gnn_layers < 0:
+            raise UsageError(f"invalid mlp_ratio={self.mlp_ratio!r} or n_gnn_layers="
+                             f"{self.n_gnn_layers!r}; need mlp_ratio > 0 and n_gnn_layers >= 0")
         if not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
 
