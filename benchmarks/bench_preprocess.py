@@ -3,11 +3,11 @@
 Measures, and prints as JSON on stdout:
 
 - ``throughput``: for each recording set (msu-schizophrenia from ../shared/data when present,
-  and synthetic 19-channel 256 Hz EDF recordings), the wall time of a fresh
-  :func:`eegformer_cli.preprocess.run_preprocess` (default preset) into an empty folder with
-  ``n_jobs`` 1 and 2 (median of ``--repeats`` alternating runs), as seconds per
-  recording-minute, and the speed-up (target: >= 1.7). The first n_jobs=2 run includes
-  starting the worker processes, as a user's run does; joblib reuses them afterwards.
+  and synthetic 19-channel 256 Hz EDF recordings), the wall time of
+  :func:`eegformer_cli.preprocess.run_preprocess` (default preset) in a fresh Python process
+  into an empty folder, with ``n_jobs`` 1 and 2 (median of ``--repeats`` alternating runs), as
+  seconds per recording-minute, the speed-up (target: >= 1.7), and the CPU time of the main
+  process and of the workers.
 - ``peak_memory``: the peak resident memory (``ru_maxrss`` of a child process) of
   :func:`process_recording` on a synthetic 20-minute, 19-channel, 256 Hz EDF recording
   (target: < 1.5 GiB), next to the child's memory after the imports alone.
@@ -25,23 +25,35 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import mne
 import numpy as np
-from joblib.externals.loky import get_reusable_executor
 
-from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.recordings.channels import STANDARD_1020
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"
+
+CHILD_RUN = """
+import json, resource, sys, time
+started = time.perf_counter()
+from pathlib import Path
+from joblib.externals.loky import get_reusable_executor
+from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+summary = run_preprocess([Path(p) for p in sys.argv[3:]], Path(sys.argv[1]),
+                         PreprocessSettings.from_preset("default"), n_jobs=int(sys.argv[2]))
+wall = time.perf_counter() - started
+get_reusable_executor().shutdown(wait=True)  # reap the workers so that their CPU time counts
+cpu = lambda usage: usage.ru_utime + usage.ru_stime
+print(json.dumps({"wall": wall, "cpu_main": cpu(resource.getrusage(resource.RUSAGE_SELF)),
+                  "cpu_workers": cpu(resource.getrusage(resource.RUSAGE_CHILDREN)),
+                  "n_error": summary.n_error}))
+"""
 
 PEAK_MEMORY_CHILD = """
 import re, resource, sys
@@ -77,25 +89,14 @@ class RunTimes:
 
 
 def timed_run(inputs: list[Path], n_jobs: int, workdir: Path) -> RunTimes:
-    """One fresh run into an empty folder. The worker processes are shut down afterwards, so
-    every n_jobs=2 run starts its workers (as a user's run does) and their CPU time is counted
-    (``RUSAGE_CHILDREN`` covers children once they have exited)."""
+    """One run in a fresh Python process into an empty folder, as a user's run: the wall time
+    covers importing eegformer_cli.preprocess, starting the workers and everything after."""
     out = Path(tempfile.mkdtemp(dir=workdir))
-    main_before = resource.getrusage(resource.RUSAGE_SELF)
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    summary = run_preprocess(inputs, out, PreprocessSettings.from_preset("default"), n_jobs=n_jobs)
-    wall = time.perf_counter() - started
-    main_after = resource.getrusage(resource.RUSAGE_SELF)
-    get_reusable_executor().shutdown(wait=True)
-    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    assert summary.n_error == 0 and summary.n_skipped == 0, summary
-    return RunTimes(wall, _cpu(main_after) - _cpu(main_before),
-                    _cpu(children_after) - _cpu(children_before))
-
-
-def _cpu(usage) -> float:
-    return usage.ru_utime + usage.ru_stime
+    result = subprocess.run([sys.executable, "-c", CHILD_RUN, str(out), str(n_jobs),
+                             *map(str, inputs)], check=True, capture_output=True, text=True)
+    times = json.loads(result.stdout)
+    assert times.pop("n_error") == 0, result.stderr
+    return RunTimes(**times)
 
 
 def throughput(name: str, inputs: list[Path], recording_minutes: float, workdir: Path,

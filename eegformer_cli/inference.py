@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,9 +228,13 @@ def _preprocessed_inputs(bundle, folder: Path) -> Iterator[InputRecording]:
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if ok_rows:
         first = folder / (ok_rows[0].get("connectome") or f"connectomes/{ok_rows[0]['recording_id']}.npz")
-        with np.load(first) as data:
-            channels = [str(c) for c in data["channels"]]
-            bands = [str(b) for b in data["bands"]]
+        try:
+            with np.load(first) as data:
+                channels = [str(c) for c in data["channels"]]
+                bands = [str(b) for b in data["bands"]]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
+            raise InputDataError(f"cannot read connectome: {exc}", path=first,
+                                 hint="rerun `eegformer preprocess`") from None
         if channels != bundle.channels or bands != bundle.bands:
             what = "channels" if channels != bundle.channels else "bands"
             raise InputDataError(

@@ -26,11 +26,14 @@ N_RECORDINGS = 6
 
 
 def start_preprocess(study: Path, out: Path) -> subprocess.Popen:
-    """``eegformer preprocess --n-jobs 2`` in a process group of its own (as a shell job)."""
+    """``eegformer preprocess --n-jobs 2`` in a process group of its own, with SIGINT handled
+    as in a terminal's foreground job (a test run started in the background inherits it
+    ignored)."""
     command = [sys.executable, "-m", "eegformer_cli", "preprocess", str(study), "--out", str(out),
                "--n-jobs", "2"]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def finished(out: Path) -> dict[str, int]:
@@ -43,6 +46,22 @@ def wait_for_more_than(out: Path, count: int, process: subprocess.Popen) -> None
     while len(finished(out)) <= count and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert process.poll() is None, "the run ended before it could be interrupted"
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The joblib (loky) worker processes of process ``pid`` (Linux /proc)."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return [child for child in children
+            if b"LokyProcess" in Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
+def ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT (the SigIgn mask of /proc/<pid>/status)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(status.split("SigIgn:")[1].split()[0], 16)
+    return bool(mask & (1 << (signal.SIGINT - 1)))
 
 
 def group_is_gone(pgid: int, timeout_s: float = 20) -> bool:
@@ -64,6 +83,9 @@ def test_ctrl_c_then_kill_9_then_rerun_finishes_the_job(tmp_path):
     # Ctrl-C: SIGINT to the whole group, parent and workers
     run = start_preprocess(study, out)
     wait_for_more_than(out, 0, run)
+    if sys.platform == "linux":  # deterministic: a worker hit between tasks would print a traceback
+        workers = worker_pids(run.pid)
+        assert len(workers) == 2 and all(map(ignores_sigint, workers))
     os.killpg(run.pid, signal.SIGINT)
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130, err

@@ -46,6 +46,7 @@ def test_chance_level_of_paper_bac_is_one_half():
     assert paper_balanced_accuracy(matrix) == pytest.approx(0.5)
 
 
+@pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")
 def test_undefined_auroc_is_nan_and_skipped_in_summary():
     one_class = classification_metrics(np.array([1, 1]), np.array([[0.2, 0.8], [0.6, 0.4]]), 1)
     assert math.isnan(one_class["auroc"])

@@ -396,6 +396,48 @@ CASES.append(Case("predict-flat-recording",
                   3, lambda ws: (str(ws.bad["flat"]), "flat channel Cz"), _good_row_printed))
 
 
+# -- a connectome file cut short (a partial copy) in a preprocess output
+
+
+def _with_cut_connectome(ws: Workspace, folder: Path, which: int) -> Path:
+    """Copy the study's output into ``folder/prep`` and truncate its ``which``-th connectome."""
+    shutil.copytree(ws.prep, folder / "prep")
+    cut = sorted((folder / "prep" / "connectomes").glob("*.npz"))[which]
+    cut.write_bytes(cut.read_bytes()[:3000])
+    return cut
+
+
+def _train_on_cut_connectome(ws: Workspace, folder: Path) -> list:
+    _with_cut_connectome(ws, folder, 0)
+    return ["train", folder / "prep", "--out", folder / "run", "--label-column", "diagnosis",
+            "--config", ws.root / "tiny.toml", "--holdout", "0.25"]
+
+
+def _predict_on_cut_connectome(ws: Workspace, folder: Path) -> list:
+    _with_cut_connectome(ws, folder, -1)
+    return ["predict", ws.model, folder / "prep"]
+
+
+def _no_model_written(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert not (folder / "run" / "model.pt").exists()
+
+
+def _other_rows_printed(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == N_PARTICIPANTS - 1
+
+
+CASES += [
+    Case("train-connectome-truncated", _train_on_cut_connectome, 3,
+         lambda ws: ("sub-01_task-rest_eeg.npz: cannot read connectome",
+                     "rerun `eegformer preprocess`"),
+         _no_model_written),
+    Case("predict-connectome-truncated", _predict_on_cut_connectome, 3,
+         lambda ws: (f"sub-{N_PARTICIPANTS:02d}_task-rest_eeg.npz: cannot read connectome",),
+         _other_rows_printed),
+]
+
+
 def _runs_as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,10 +125,14 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
         raise InputDataError(f"column {label_column!r} has only one class ({label_names[0]!r}) "
                              "among the usable recordings; a classifier needs at least two",
                              path=data_dir / "manifest.tsv")
-    with np.load(recordings[0].connectome) as first:
-        channels = [str(c) for c in first["channels"]]
-        bands = [str(b) for b in first["bands"]]
-        band_edges = np.asarray(first["band_edges_hz"], dtype=np.float64)
+    try:
+        with np.load(recordings[0].connectome) as first:
+            channels = [str(c) for c in first["channels"]]
+            bands = [str(b) for b in first["bands"]]
+            band_edges = np.asarray(first["band_edges_hz"], dtype=np.float64)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputDataError(f"cannot read connectome: {exc}", path=recordings[0].connectome,
+                             hint="rerun `eegformer preprocess`") from None
     preprocess_path = data_dir / "preprocess.json"
     try:
         preprocess = json.loads(preprocess_path.read_text(encoding="utf-8"))
@@ -215,7 +220,7 @@ def read_connectome_arrays(recording: RecordingInfo, channels: list[str],
             wpli = np.ascontiguousarray(data["wpli"], dtype=np.float32)
             file_channels = [str(c) for c in data["channels"]]
             file_bands = [str(b) for b in data["bands"]]
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
         raise InputDataError(f"cannot read connectome: {exc}", path=path,
                              hint="rerun `eegformer preprocess`") from None
     if file_channels != channels or file_bands != bands:
