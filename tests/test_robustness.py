@@ -438,6 +438,61 @@ CASES += [
 ]
 
 
+# -- explain: bad model files, a bad recording beside a good one, an unwritable --out
+CASES += [Case(f"explain-model-{name}",
+               lambda ws, folder, name=name: ["explain", ws.models[name], ws.good,
+                                              "--out", folder / "explanations"],
+               4, lambda ws, name=name: (str(ws.models[name]), MODEL_PROBLEMS[name]),
+               lambda ws, folder, result: _nothing_in(folder / "explanations"))
+          for name in ("corrupt", "newer")]
+
+
+def _nothing_in(folder: Path) -> None:
+    assert not folder.exists() or not list(folder.iterdir())
+
+
+def _good_explained(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
+    out, good_id = folder / "explanations", ws.good.name[:-4]
+    assert (out / f"{good_id}.npz").is_file() and (out / f"{good_id}.json").is_file()
+    assert (out / "class_summary.json").is_file() and not list(out.glob("flat.*"))
+
+
+CASES += [
+    Case("explain-flat-recording",
+         lambda ws, folder: ["explain", ws.model, ws.good, ws.bad["flat"],
+                             "--out", folder / "explanations", "--n-steps", "2"],
+         3, lambda ws: (str(ws.bad["flat"]), "flat channel Cz"), _good_explained),
+    Case("explain-out-not-writable",
+         lambda ws, folder: ["explain", ws.model, ws.good, "--out", ws.root / "blocker" / "ex"],
+         5, lambda ws: (str(ws.root / "blocker" / "ex"), BLOCKED_OUT), _blocker_intact),
+]
+
+
+# -- report: not a run folder, a damaged metrics.json, an unwritable --out
+def _report_on_damaged_metrics(ws: Workspace, folder: Path) -> list:
+    shutil.copytree(ws.model.parent, folder / "run")
+    metrics = folder / "run" / "metrics.json"
+    metrics.write_text(metrics.read_text()[:100])
+    return ["report", folder / "run", "--out", folder / "report.html"]
+
+
+def _no_report(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert not (folder / "report.html").exists() and result.stdout == ""
+
+
+CASES += [
+    Case("report-not-a-run-folder",
+         lambda ws, folder: ["report", ws.prep, "--out", folder / "report.html"],
+         3, lambda ws: (str(ws.prep), "not a run folder (no config.json)"), _no_report),
+    Case("report-metrics-damaged", _report_on_damaged_metrics, 3,
+         lambda ws: ("metrics.json: unreadable JSON",), _no_report),
+    Case("report-out-not-writable",
+         lambda ws, folder: ["report", ws.model.parent, "--out",
+                             ws.root / "blocker" / "report.html"],
+         5, lambda ws: (str(ws.root / "blocker"), "cannot create folder"), _blocker_intact),
+]
+
+
 def _runs_as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -466,16 +521,21 @@ def outcomes(workspace, tmp_path_factory) -> dict[str, tuple[Path, subprocess.Co
         return {name: (prepared[name][0], future.result()) for name, future in futures.items()}
 
 
+#: How the commands' own log lines on stderr start (anything else beside the error is noise).
+LOG_PREFIXES = ("preprocess: ", "warning: ", "explained ")
+
+
 def assert_one_error_line(result: subprocess.CompletedProcess) -> str:
-    """The error line: the last line of stderr, the only one starting ``eegformer: error:``;
-    the lines before it are log lines (``<command>: ...`` or ``warning: ...``)."""
+    """The error line: the only stderr line starting ``eegformer: error:``; every other stderr
+    line is one of the command's log lines. No traceback anywhere."""
     output = result.stdout + result.stderr
     assert "Traceback" not in output, output
     lines = result.stderr.strip().splitlines()
-    assert lines and lines[-1].startswith("eegformer: error: "), result.stderr
-    for line in lines[:-1]:
-        assert line.startswith(("preprocess: ", "warning: ")), result.stderr
-    return lines[-1]
+    errors = [line for line in lines if line.startswith("eegformer: error: ")]
+    assert len(errors) == 1, result.stderr
+    for line in lines:
+        assert line in errors or line.startswith(LOG_PREFIXES), result.stderr
+    return errors[0]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])

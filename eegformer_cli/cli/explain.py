@@ -1,0 +1,106 @@
+"""``eegformer explain``: a model file + recordings -> explanation files per recording and class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from eegformer_cli import console
+from eegformer_cli.errors import InputDataError
+
+# Seed of the random interpolation points of gradient_shap (the other methods are deterministic).
+SEED = 0
+
+
+def explain(
+    model: Path = typer.Argument(..., metavar="MODEL", help="A model.pt written by `eegformer train`."),
+    inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
+                                        help="Recordings (files or folders) or preprocess output folders."),
+    out: Path = typer.Option(..., "--out", help="Output folder (created; files are replaced)."),
+    target: str | None = typer.Option(
+        None, help="Class to explain, e.g. healthy (default: each recording's predicted class)."),
+    method: str = typer.Option("integrated_gradients",
+                               help="captum method for channel pairs: integrated_gradients, "
+                                    "saliency, input_x_gradient or gradient_shap."),
+    n_steps: int = typer.Option(32, help="Integrated Gradients steps (gradient_shap samples)."),
+    all_heads: bool = typer.Option(False, "--all-heads",
+                                   help="Keep every attention head (default: mean over heads)."),
+    participants: Path | None = typer.Option(
+        None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+) -> None:
+    """Explain a trained model's predictions: band importance, attention and channel pairs.
+
+    For each recording (raw, preprocessed with the model's settings, or from a preprocess
+    output folder, as in `predict`): the signed importance of each frequency band from the
+    model's own DeepLIFT explanation (absolute values sum to 1), the coarse and refined
+    attention per layer, and a captum attribution of the explained class's logit to every
+    band x channel-pair connectivity value. Writes per recording <id>.npz and <id>.json,
+    the long-format tables band_importance.csv, attention.csv and channel_pairs.csv, and
+    class_summary.json/.npz (means per explained class). See eegformer_cli/explain/.
+
+    Example:
+
+        eegformer explain run/model.pt prep --out explanations --target depression
+
+    Exit codes: 0 all explained, 3 a recording failed (the others are written) or the input
+    does not match the model, 4 bad model file, 2 bad flags.
+    """
+    # imported here: torch takes seconds to import (see predict.py)
+    from eegformer_cli.atomic import ensure_dir
+    from eegformer_cli.explain import attributions, export
+    from eegformer_cli.inference import load_inputs
+    from eegformer_cli.training.model_file import load_model_file
+    from eegformer_cli.training.trainer import resolve_device, seed_everything
+
+    from eegformer_cli.errors import UsageError, check_choice
+
+    check_choice("--method", method, attributions.CAPTUM_METHODS)
+    if n_steps < 1:
+        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 32")
+    torch_device = resolve_device(device)
+    bundle = load_model_file(model, torch_device)
+    if target is not None and target not in bundle.label_names:
+        raise UsageError(f"invalid --target {target!r}; the model's classes are "
+                         f"{', '.join(bundle.label_names)}")
+    out = ensure_dir(out)
+    settings = {"model": str(model), "target": target, "method": method, "n_steps": n_steps,
+                "all_heads": all_heads, "device": str(torch_device),
+                "band_importance": "DeepLIFT (model layer 0), mean over segments, abs-sum 1",
+                "baseline": "zero connectivity"}
+    seed_everything(SEED)
+    items = list(load_inputs(bundle, inputs, participants=participants))
+    explanations, failures = [], {}
+    with console.progress_bar() as bar:
+        task = bar.add_task("explain", total=len(items), status="")
+        for item in items:
+            bar.update(task, status=item.recording_id)
+            if item.error is None:
+                explanation = attributions.explain_recording(
+                    bundle.model, item.coh, item.wpli, item.age, item.sex, bundle.label_names,
+                    recording_id=item.recording_id, participant_id=item.participant_id,
+                    target=target, method=method, n_steps=n_steps, all_heads=all_heads,
+                    device=torch_device)
+                export.write_recording(out, explanation, bundle.bands, bundle.channels,
+                                       bundle.label_names, settings)
+                explanations.append(explanation)
+            else:
+                failures[item.recording_id] = item.error
+                console.stderr.print(f"eegformer: error: {item.error}", markup=False)
+            bar.advance(task)
+    export.write_tables(out, explanations, bundle.bands, bundle.channels)
+    export.write_class_summary(out, attributions.class_means(explanations), bundle.bands,
+                               bundle.channels, bundle.label_names, settings,
+                               [e.recording_id for e in explanations], failures)
+    console.log(f"explained {len(explanations)} recording(s) in {out}: <id>.npz/.json, "
+                "band_importance.csv, attention.csv, channel_pairs.csv, class_summary.json/.npz")
+    if len(failures) == 1:  # its one error line is above; a summary line would only repeat it
+        raise typer.Exit(InputDataError.exit_code)
+    if failures:
+        raise InputDataError(f"{len(failures)} recording(s) could not be explained: "
+                             f"{', '.join(list(failures)[:5])}" + (" ..." if len(failures) > 5 else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain)

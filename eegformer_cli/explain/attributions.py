@@ -1,0 +1,241 @@
+"""What a trained XAIguiFormer bases one recording's prediction on: three kinds of explanation.
+
+For one recording (all its segments, float32 (S, T, C, C) coh and wPLI, T bands, C channels):
+
+band importance
+    The model's own explanation (reference section 4.4): layer 0 of
+    ``forward_with_details(...).explanations`` is the DeepLIFT attribution of the explained
+    class's coarse logit to each band token, (S, T, d). Summed over the embedding dimension d
+    -> (S, T) signed; averaged over segments -> (T,); then divided by the sum of its absolute
+    values. So the values are signed (positive = the band pushes towards the class) and
+    **their absolute values sum to 1** (all zeros when the raw attribution is exactly zero).
+attention
+    Softmax attention weights of the coarse and refined passes, per layer: (L, T, T) (mean over
+    heads and segments; ``all_heads`` keeps (L, H, T, T)). Each row sums to 1 (query band ->
+    key bands). The refined pass takes its queries and keys from the explanations, so
+    refined minus coarse shows what the XAI guidance changed.
+channel-pair attributions
+    A captum attribution (:data:`CAPTUM_METHODS`; Integrated Gradients by default, zero
+    connectivity as baseline, ``n_steps`` Gauss-Legendre steps) of the explained class's
+    refined logit with respect to the raw coh and wPLI inputs, (S, T, C, C) each. Combined:
+    ``pair[t, i, j] = coh[t, i, j] + coh[t, j, i] + wpli[t, i, j] + wpli[t, j, i]``, the total
+    contribution of pair {i, j} in band t (logit units), averaged over segments -> (T, C, C),
+    symmetric with a zero diagonal. Each unordered pair is stored in both entries, so the sum
+    over i < j (not the whole matrix) is the total; for Integrated Gradients that total is
+    close to ``logit(x) - logit(zero connectivity)`` (completeness). ``coh_pairs`` and
+    ``wpli_pairs`` keep the two measures apart (same combination of the two entries).
+
+The explained class is ``target`` when given, else the recording's predicted class (argmax of
+the segment-mean refined logits, as ``predict`` reports). The model itself always runs as in
+``predict`` (its refined pass is guided by the explanation of each segment's coarse argmax);
+only what is attributed changes with ``target``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.inference import one_cpu_thread
+
+#: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
+CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
+#: Default number of Integrated Gradients steps (and Gradient SHAP samples). Measured on the
+#: sample data's model: the completeness gap |sum(attr) - (logit(x) - logit(0))| was below 2 %
+#: of the logit difference at 16 steps; 32 leaves margin and keeps a 60 s recording under 10 s.
+DEFAULT_N_STEPS = 32
+#: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
+ROWS_PER_FORWARD = 512
+
+
+@dataclass
+class RecordingExplanation:
+    """All explanations of one recording.
+
+    ``probabilities`` float64 (K,) softmax of the segment-mean refined logits; ``predicted`` and
+    ``target`` class names (target = the explained class); ``band_importance`` float64 (T,)
+    signed, abs-sum 1; ``attention_coarse`` / ``attention_refined`` float64 (L, T, T) or
+    (L, H, T, T); ``channel_pairs``, ``coh_pairs``, ``wpli_pairs`` float64 (T, C, C) symmetric,
+    logit units; ``n_segments`` S.
+    """
+
+    recording_id: str
+    participant_id: str | None
+    predicted: str
+    target: str
+    probabilities: np.ndarray
+    band_importance: np.ndarray
+    attention_coarse: np.ndarray
+    attention_refined: np.ndarray
+    channel_pairs: np.ndarray
+    coh_pairs: np.ndarray
+    wpli_pairs: np.ndarray
+    n_segments: int
+
+
+@contextlib.contextmanager
+def explicit_attention(model: torch.nn.Module):
+    """Make every attention module return its weights (``attention_impl="explicit"``; same
+    numbers as the fused kernel, see model/transformer.py), restored afterwards."""
+    modules = [m for m in model.modules() if hasattr(m, "attention_impl")]
+    previous = [m.attention_impl for m in modules]
+    for module in modules:
+        module.attention_impl = "explicit"
+    try:
+        yield
+    finally:
+        for module, impl in zip(modules, previous):
+            module.attention_impl = impl
+
+
+def normalise_signed(values: np.ndarray) -> np.ndarray:
+    """``values / sum(|values|)`` (float64); all zeros stay zeros."""
+    values = np.asarray(values, dtype=np.float64)
+    total = np.abs(values).sum()
+    return values / total if total > 0 else np.zeros_like(values)
+
+
+def band_importance(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
+                    target: int) -> np.ndarray:
+    """Signed band importance (T,) float64 whose absolute values sum to 1 (module docs).
+
+    Inputs on the model's device: coh, wpli (S, T, C, C), age, sex (S,); ``target`` class index.
+    """
+    targets = torch.full((coh.shape[0],), target, dtype=torch.int64, device=coh.device)
+    with torch.no_grad():
+        output = model.forward_with_details(coh, wpli, age, sex, target=targets)
+    if not output.explanations:
+        raise UsageError("this model was trained without XAI refinement (xai_refinement=False), "
+                         "so it has no DeepLIFT explanation to give band importance")
+    per_segment = output.explanations[0].float().sum(dim=-1)            # (S, T)
+    return normalise_signed(per_segment.mean(dim=0).cpu().numpy())
+
+
+def attention_maps(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
+                   all_heads: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coarse, refined, logits): attention float64 (L, T, T), or (L, H, T, T) with
+    ``all_heads``, averaged over segments; ``logits`` float64 (S, K) refined logits."""
+    with torch.no_grad(), explicit_attention(model):
+        output = model.forward_with_details(coh, wpli, age, sex)
+
+    def stack(layers: list[Tensor]) -> np.ndarray:
+        maps = torch.stack([layer.float().mean(dim=0) for layer in layers])   # (L, H, T, T)
+        return (maps if all_heads else maps.mean(dim=1)).cpu().numpy().astype(np.float64)
+
+    return (stack(output.attention_coarse), stack(output.attention_refined),
+            output.logits_refined.float().cpu().numpy().astype(np.float64))
+
+
+def _captum_attribution(method: str, forward, inputs: tuple[Tensor, Tensor],
+                        extra: tuple[Tensor, Tensor], target: int, n_steps: int):
+    import captum.attr as ca
+
+    baselines = tuple(torch.zeros_like(x) for x in inputs)
+    if method == "integrated_gradients":
+        return ca.IntegratedGradients(forward).attribute(
+            inputs, baselines=baselines, target=target, additional_forward_args=extra,
+            n_steps=n_steps, internal_batch_size=ROWS_PER_FORWARD)
+    if method == "saliency":   # |gradient|: unsigned, so pairs are sums of magnitudes
+        return ca.Saliency(forward).attribute(inputs, target=target, additional_forward_args=extra)
+    if method == "input_x_gradient":
+        return ca.InputXGradient(forward).attribute(inputs, target=target,
+                                                    additional_forward_args=extra)
+    # gradient_shap: expected gradients between the zero baseline and the input, n_steps samples
+    return ca.GradientShap(forward).attribute(
+        inputs, baselines=tuple(b[:1] for b in baselines), target=target,
+        additional_forward_args=extra, n_samples=n_steps, stdevs=0.0)
+
+
+def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
+                              target: int, method: str = "integrated_gradients",
+                              n_steps: int = DEFAULT_N_STEPS) -> tuple[np.ndarray, np.ndarray]:
+    """captum attribution of the ``target`` refined logit to each input entry.
+
+    Returns ``(coh_pairs, wpli_pairs)``, float64 (T, C, C) each, symmetric: entry (i, j) plus
+    entry (j, i) of the attribution, averaged over segments (module docs). Seeded by the caller
+    for ``gradient_shap`` (random interpolation points).
+    """
+    check_choice("method", method, CAPTUM_METHODS)
+    if n_steps < 1:
+        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. {DEFAULT_N_STEPS}")
+
+    def refined_logits(coh_in, wpli_in, age_in, sex_in):
+        return model(coh_in, wpli_in, age_in, sex_in)[1].float()
+
+    coh_attr, wpli_attr = _captum_attribution(method, refined_logits, (coh, wpli), (age, sex),
+                                              target, n_steps)
+
+    def pairs(attr: Tensor) -> np.ndarray:
+        mean = attr.detach().float().mean(dim=0)                          # (T, C, C)
+        return (mean + mean.transpose(-1, -2)).cpu().numpy().astype(np.float64)
+
+    return pairs(coh_attr), pairs(wpli_attr)
+
+
+def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex: float,
+                      label_names: Sequence[str], *, recording_id: str,
+                      participant_id: str | None = None, target: str | None = None,
+                      method: str = "integrated_gradients", n_steps: int = DEFAULT_N_STEPS,
+                      all_heads: bool = False,
+                      device: torch.device | str = "cpu") -> RecordingExplanation:
+    """All explanations of one recording (module docs).
+
+    ``coh``, ``wpli`` float32 numpy (S, T, C, C) raw connectivity; ``age`` years, ``sex`` 0/1
+    (NaN = unknown); ``model`` in eval mode on ``device`` (an ``XAIguiFormer`` or a
+    ``StandardisedModel``); ``target`` a class name or None (= the predicted class).
+    """
+    if target is not None and target not in label_names:
+        raise UsageError(f"invalid --target {target!r}; the model's classes are "
+                         f"{', '.join(map(repr, label_names))}")
+    if coh.ndim != 4 or coh.shape[0] == 0:
+        raise InputDataError(f"{recording_id}: connectivity has shape {coh.shape}; "
+                             "expected (segments >= 1, bands, channels, channels)")
+    device = torch.device(device)
+    model.eval()
+    n = coh.shape[0]
+    tensors = (torch.as_tensor(coh, dtype=torch.float32, device=device),
+               torch.as_tensor(wpli, dtype=torch.float32, device=device),
+               torch.full((n,), float(age), dtype=torch.float32, device=device),
+               torch.full((n,), float(sex), dtype=torch.float32, device=device))
+    threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
+    with threads:
+        coarse, refined, logits = attention_maps(model, *tensors, all_heads=all_heads)
+        mean_logits = logits.mean(axis=0)
+        probabilities = np.exp(mean_logits - mean_logits.max())
+        probabilities /= probabilities.sum()
+        predicted = int(probabilities.argmax())
+        target_index = predicted if target is None else list(label_names).index(target)
+        bands = band_importance(model, *tensors, target=target_index)
+        coh_pairs, wpli_pairs = channel_pair_attributions(model, *tensors, target=target_index,
+                                                          method=method, n_steps=n_steps)
+    return RecordingExplanation(
+        recording_id=recording_id, participant_id=participant_id,
+        predicted=label_names[predicted], target=label_names[target_index],
+        probabilities=probabilities, band_importance=bands, attention_coarse=coarse,
+        attention_refined=refined, channel_pairs=coh_pairs + wpli_pairs, coh_pairs=coh_pairs,
+        wpli_pairs=wpli_pairs, n_segments=n)
+
+
+#: Array fields of :class:`RecordingExplanation` averaged per class by :func:`class_means`.
+MEAN_FIELDS = ("band_importance", "attention_coarse", "attention_refined", "channel_pairs",
+               "coh_pairs", "wpli_pairs")
+
+
+def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]:
+    """Per explained class: ``{"n_recordings": int, <field>: mean array}`` for each of
+    :data:`MEAN_FIELDS` (unweighted mean over the class's recordings; the mean band importance
+    is renormalised so its absolute values sum to 1 again)."""
+    out = {}
+    for name in sorted({e.target for e in explanations}):
+        members = [e for e in explanations if e.target == name]
+        means = {field: np.mean([getattr(e, field) for e in members], axis=0)
+                 for field in MEAN_FIELDS}
+        means["band_importance"] = normalise_signed(means["band_importance"])
+        out[name] = {"n_recordings": len(members), **means}
+    return out

@@ -1,0 +1,153 @@
+"""Files written by ``eegformer explain`` (all atomic), for people and for programs.
+
+In ``OUT_DIR``:
+
+=========================  ===========================================================================
+file                       content
+=========================  ===========================================================================
+``<recording_id>.npz``     arrays of :class:`~eegformer_cli.explain.attributions.RecordingExplanation`
+                           (``band_importance`` (T,), ``attention_coarse`` / ``attention_refined``
+                           (L, T, T) or (L, H, T, T), ``channel_pairs`` / ``coh_pairs`` /
+                           ``wpli_pairs`` (T, C, C), ``probabilities`` (K,)) plus ``bands``,
+                           ``channels``, ``label_names``
+``<recording_id>.json``    summary: prediction, probabilities, explained class, band importance
+                           per band, the :data:`TOP_PAIRS` strongest channel pairs, settings
+``band_importance.csv``    ``recording_id, participant_id, target, band, value``
+``attention.csv``          ``recording_id, target, pass (coarse|refined), layer, head (mean|0..H-1),
+                           query_band, key_band, value``
+``channel_pairs.csv``      ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
+                           (each unordered pair once: channel_a before channel_b in model order)
+``class_summary.npz``      per explained class (``classes`` (K',), ``n_recordings`` (K',)), the
+                           class means stacked on a first axis: ``band_importance`` (K', T), ...
+``class_summary.json``     settings, bands, channels, labels, recordings, failures, and per class
+                           its count, mean band importance and strongest pairs
+=========================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from eegformer_cli.atomic import atomic_open, save_npz, write_json
+from eegformer_cli.errors import InputDataError
+from eegformer_cli.explain.attributions import MEAN_FIELDS, RecordingExplanation
+
+#: How many channel pairs the JSON summaries list (strongest by absolute value).
+TOP_PAIRS = 10
+ARRAY_FIELDS = MEAN_FIELDS + ("probabilities",)
+
+
+def strongest_pairs(pairs: np.ndarray, bands: Sequence[str], channels: Sequence[str],
+                    k: int = TOP_PAIRS) -> list[dict]:
+    """The ``k`` entries of a (T, C, C) symmetric map with the largest |value| (i < j only):
+    ``[{"band", "channel_a", "channel_b", "value"}, ...]``, strongest first."""
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    values = pairs[:, upper_i, upper_j]                               # (T, n_pairs)
+    order = np.argsort(-np.abs(values), axis=None, kind="stable")[:k]
+    out = []
+    for flat in order:
+        band, pair = np.unravel_index(flat, values.shape)
+        out.append({"band": bands[band], "channel_a": channels[upper_i[pair]],
+                    "channel_b": channels[upper_j[pair]], "value": float(values[band, pair])})
+    return out
+
+
+def write_recording(out_dir: Path, explanation: RecordingExplanation, bands: Sequence[str],
+                    channels: Sequence[str], label_names: Sequence[str], settings: dict) -> None:
+    """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording."""
+    e = explanation
+    save_npz(out_dir / f"{e.recording_id}.npz",
+             **{field: getattr(e, field) for field in ARRAY_FIELDS},
+             bands=np.array(bands), channels=np.array(channels), label_names=np.array(label_names))
+    write_json(out_dir / f"{e.recording_id}.json", {
+        "recording_id": e.recording_id, "participant_id": e.participant_id,
+        "n_segments": e.n_segments, "predicted": e.predicted, "target": e.target,
+        "probabilities": dict(zip(label_names, map(float, e.probabilities))),
+        "band_importance": dict(zip(bands, map(float, e.band_importance))),
+        "strongest_channel_pairs": strongest_pairs(e.channel_pairs, bands, channels),
+        "settings": settings,
+    })
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def write_tables(out_dir: Path, explanations: Sequence[RecordingExplanation],
+                 bands: Sequence[str], channels: Sequence[str]) -> None:
+    """``band_importance.csv``, ``attention.csv`` and ``channel_pairs.csv`` (long format)."""
+    with atomic_open(out_dir / "band_importance.csv") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["recording_id", "participant_id", "target", "band", "value"])
+        for e in explanations:
+            for band, value in zip(bands, e.band_importance):
+                writer.writerow([e.recording_id, e.participant_id or "n/a", e.target, band,
+                                 _fmt(value)])
+    with atomic_open(out_dir / "attention.csv") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["recording_id", "target", "pass", "layer", "head", "query_band",
+                         "key_band", "value"])
+        for e in explanations:
+            for name, maps in (("coarse", e.attention_coarse), ("refined", e.attention_refined)):
+                per_head = maps[:, None] if maps.ndim == 3 else maps          # (L, H', T, T)
+                heads = ["mean"] if maps.ndim == 3 else list(range(maps.shape[1]))
+                for layer, head, query, key in np.ndindex(per_head.shape):
+                    writer.writerow([e.recording_id, e.target, name, layer, heads[head],
+                                     bands[query], bands[key],
+                                     _fmt(per_head[layer, head, query, key])])
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    with atomic_open(out_dir / "channel_pairs.csv") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["recording_id", "target", "band", "channel_a", "channel_b", "value",
+                         "coh", "wpli"])
+        for e in explanations:
+            for band_index, band in enumerate(bands):
+                for i, j in zip(upper_i, upper_j):
+                    writer.writerow([e.recording_id, e.target, band, channels[i], channels[j],
+                                     _fmt(e.channel_pairs[band_index, i, j]),
+                                     _fmt(e.coh_pairs[band_index, i, j]),
+                                     _fmt(e.wpli_pairs[band_index, i, j])])
+
+
+def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[str],
+                        channels: Sequence[str], label_names: Sequence[str], settings: dict,
+                        recordings: Sequence[str], failures: dict[str, str]) -> None:
+    """``class_summary.npz`` and ``class_summary.json`` from
+    :func:`~eegformer_cli.explain.attributions.class_means` output."""
+    classes = list(means)
+    arrays = {field: np.stack([means[c][field] for c in classes]) for field in MEAN_FIELDS} \
+        if classes else {}
+    save_npz(out_dir / "class_summary.npz", classes=np.array(classes, dtype=str),
+             n_recordings=np.array([means[c]["n_recordings"] for c in classes], dtype=np.int64),
+             bands=np.array(bands), channels=np.array(channels),
+             label_names=np.array(label_names), **arrays)
+    write_json(out_dir / "class_summary.json", {
+        "settings": settings, "bands": list(bands), "channels": list(channels),
+        "label_names": list(label_names), "recordings": list(recordings),
+        "failures": dict(failures),
+        "classes": {c: {"n_recordings": means[c]["n_recordings"],
+                        "band_importance": dict(zip(bands, map(float, means[c]["band_importance"]))),
+                        "strongest_channel_pairs": strongest_pairs(means[c]["channel_pairs"],
+                                                                   bands, channels)}
+                    for c in classes},
+    })
+
+
+def load_class_summary(folder: str | Path) -> dict:
+    """Read ``class_summary.npz`` back: ``{"classes": [...], "bands": [...], "channels": [...],
+    "n_recordings": (K',), <field>: (K', ...) arrays}`` (what the report draws)."""
+    path = Path(folder) / "class_summary.npz"
+    try:
+        with np.load(path) as data:
+            out = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # truncated or damaged
+        raise InputDataError(f"cannot read the class summary: {exc}", path=path,
+                             hint="rerun `eegformer explain`") from None
+    for key in ("classes", "bands", "channels", "label_names"):
+        out[key] = [str(v) for v in out[key]]
+    return out
