@@ -32,7 +32,7 @@ def predict(
     (other channel names or sampling rates are adapted as `preprocess` does, or the recording
     is rejected with the reason); a preprocess output folder is used as is when its channels
     and bands match the model. Each recording's prediction averages the model's refined logits
-    over its segments. Rows on stdout: recording_id, participant_id, predicted, prob_<label>
+    over its segments. Rows on stdout: recording_id, participant_id, predicted, prob_LABEL
     per class. A recording that fails gets one line on stderr and no row.
 
     Example:

@@ -68,7 +68,7 @@ def preprocess(
     canonical names; resamples, band-passes 1-45 Hz, re-references to the average, cuts
     segments of 3 s windows, drops flat or absurd segments, and computes multitaper coherence
     and wPLI per band and segment (mne-connectivity's spectral_connectivity_epochs estimator).
-    Writes OUT/connectomes/<id>.npz, OUT/manifest.tsv (one row per recording, status ok or
+    Writes OUT/connectomes/RECORDING_ID.npz, OUT/manifest.tsv (one row per recording, status ok or
     error) and OUT/preprocess.json. A failed recording gets a one-line error in the manifest
     and the others go on; a rerun skips recordings already done with the same settings.
 

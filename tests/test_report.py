@@ -1,0 +1,91 @@
+"""``eegformer report``: built from a real tiny run on sample data (+ its explanations), one
+self-contained HTML file that a real browser (headless Chromium) renders with every figure
+decoded; parts missing; not a run folder.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from eegformer_cli.cli.app import main
+from test_explain import build_sample_run, run_main
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# figures: confusion matrix, ROC/PR, training curves, band importance, connectivity circle,
+# one attention figure per explained class (at least one)
+MIN_FIGURES = 6
+
+
+@pytest.fixture(scope="module")
+def report_file(tmp_path_factory):
+    """report.html of the sample run with its explanations (the CLI, in this process)."""
+    run = build_sample_run(tmp_path_factory)
+    out = tmp_path_factory.mktemp("report")
+    for args in (["explain", run["model"], run["prep"], "--out", out / "explanations"],
+                 ["report", run["run"], "--explanations", out / "explanations", "--out",
+                  out / "report.html"]):
+        with pytest.raises(SystemExit) as stopped:
+            main([str(a) for a in args])
+        assert stopped.value.code == 0
+    return out / "report.html"
+
+
+def test_report_is_one_self_contained_file_with_every_section(report_file):
+    text = report_file.read_text(encoding="utf-8")
+    sources = re.findall(r'\bsrc="([^"]*)"', text)
+    assert len(sources) >= MIN_FIGURES and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert not re.search(r'<link[^>]+href="(?!#|data:)', text)         # no external stylesheet
+    assert not re.search(r'<script[^>]+src=', text)                     # scripts are inlined
+    for title in ("Dataset summary", "Metrics", "Confusion matrix", "ROC and precision-recall",
+                  "Training curves per fold", "Band importance per class",
+                  "Strongest channel-pair attributions", "Coarse vs refined attention",
+                  "logistic_regression", "No preprocessing failures"):
+        assert title in text, title
+
+
+def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_path, capsys):
+    run = build_sample_run(tmp_path_factory)
+    code, output = run_main(capsys, "report", run["run"])
+    assert code == 0 and output.strip().endswith("report.html")
+    text = (run["run"] / "report.html").read_text(encoding="utf-8")     # the default --out
+    assert "No explanations: no --explanations folder was given" in text
+    assert "eegformer explain" in text and "Band importance per class" not in text
+    code, output = run_main(capsys, "report", tmp_path)
+    assert code == 3 and "not a run folder" in output and "Traceback" not in output
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                                             "(Debian: apt-get install chromium)")
+def test_report_renders_in_headless_chromium(report_file, tmp_path):
+    # a copy that, once loaded, writes how many images the browser decoded into the DOM
+    probe = tmp_path / "probe.html"
+    probe.write_text(report_file.read_text(encoding="utf-8").replace(
+        "</body>", "<script>window.addEventListener('load', () => document.body.setAttribute("
+                   "'data-decoded', [...document.images].filter(i => i.complete && "
+                   "i.naturalWidth > 0).length));</script></body>"), encoding="utf-8")
+    profile = ["--user-data-dir=" + str(tmp_path / "profile")]
+    dom = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, "--virtual-time-budget=5000",
+                          "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    decoded = re.search(r'data-decoded="(\d+)"', dom.stdout)
+    assert decoded, dom.stderr[-2000:]
+    assert int(decoded.group(1)) >= MIN_FIGURES
+
+    screenshot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, f"--screenshot={screenshot}",
+                    "--window-size=1280,4000", report_file.as_uri()], capture_output=True,
+                   timeout=120)
+    pixels = matplotlib.image.imread(screenshot)[..., :3]                # (H, W, 3) in [0, 1]
+    assert pixels.shape[:2] == (4000, 1280)
+    not_white = (pixels < 0.9).any(axis=-1).mean()
+    assert not_white > 0.05 and pixels.std() > 0.1
+    # figures are drawn in many colours, not just text: count distinct colours
+    assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 200
