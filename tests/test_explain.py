@@ -294,3 +294,16 @@ def test_explain_on_msu_recordings_with_a_model_trained_on_msu(msu_dir, tmp_path
             assert data["channel_pairs"].shape == (8, 16, 16)
             assert np.abs(data["band_importance"]).sum() == pytest.approx(1)
     assert len(_read_csv(tmp_path / "out" / "band_importance.csv")) == len(chosen) * 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_explain_on_cuda_matches_cpu():
+    coh, wpli = random_connectivity(4, seed=3)
+    on_cpu = explain_recording(random_model(), coh, wpli, 50.0, 0.0, ["a", "b", "c"],
+                               recording_id="r")
+    on_gpu = explain_recording(random_model().cuda(), coh, wpli, 50.0, 0.0, ["a", "b", "c"],
+                               recording_id="r", device="cuda")
+    assert on_gpu.target == on_cpu.target
+    for field in ("band_importance", "attention_refined", "channel_pairs"):
+        np.testing.assert_allclose(getattr(on_gpu, field), getattr(on_cpu, field),
+                                   rtol=1e-3, atol=1e-5)

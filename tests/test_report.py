@@ -88,4 +88,5 @@ def test_report_renders_in_headless_chromium(report_file, tmp_path):
     not_white = (pixels < 0.9).any(axis=-1).mean()
     assert not_white > 0.05 and pixels.std() > 0.1
     # figures are drawn in many colours, not just text: count distinct colours
-    assert len(np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 200
+    rgb = (pixels * 255).astype(np.int32)
+    assert len(np.unique(rgb[..., 0] << 16 | rgb[..., 1] << 8 | rgb[..., 2])) > 200

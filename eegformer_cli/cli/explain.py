@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import console
-from eegformer_cli.errors import InputDataError
+from eegformer_cli.errors import InputDataError, UsageError, check_choice
 
 # Seed of the random interpolation points of gradient_shap (the other methods are deterministic).
 SEED = 0
@@ -36,7 +36,8 @@ def explain(
     output folder, as in `predict`): the signed importance of each frequency band from the
     model's own DeepLIFT explanation (absolute values sum to 1), the coarse and refined
     attention per layer, and a captum attribution of the explained class's logit to every
-    band x channel-pair connectivity value. Writes per recording <id>.npz and <id>.json,
+    band x channel-pair connectivity value. Writes per recording ID.npz and ID.json (ID: the
+    recording id),
     the long-format tables band_importance.csv, attention.csv and channel_pairs.csv, and
     class_summary.json/.npz (means per explained class). See eegformer_cli/explain/.
 
@@ -53,8 +54,6 @@ def explain(
     from eegformer_cli.inference import load_inputs
     from eegformer_cli.training.model_file import load_model_file
     from eegformer_cli.training.trainer import resolve_device, seed_everything
-
-    from eegformer_cli.errors import UsageError, check_choice
 
     check_choice("--method", method, attributions.CAPTUM_METHODS)
     if n_steps < 1:
@@ -93,7 +92,7 @@ def explain(
     export.write_class_summary(out, attributions.class_means(explanations), bundle.bands,
                                bundle.channels, bundle.label_names, settings,
                                [e.recording_id for e in explanations], failures)
-    console.log(f"explained {len(explanations)} recording(s) in {out}: <id>.npz/.json, "
+    console.log(f"explained {len(explanations)} recording(s) in {out}: ID.npz/.json, "
                 "band_importance.csv, attention.csv, channel_pairs.csv, class_summary.json/.npz")
     if len(failures) == 1:  # its one error line is above; a summary line would only repeat it
         raise typer.Exit(InputDataError.exit_code)

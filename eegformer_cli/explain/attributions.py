@@ -46,9 +46,10 @@ from eegformer_cli.inference import one_cpu_thread
 
 #: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
-#: Default number of Integrated Gradients steps (and Gradient SHAP samples). Measured on the
-#: sample data's model: the completeness gap |sum(attr) - (logit(x) - logit(0))| was below 2 %
-#: of the logit difference at 16 steps; 32 leaves margin and keeps a 60 s recording under 10 s.
+#: Default number of Integrated Gradients steps (and Gradient SHAP samples). Measured on a tiny
+#: model trained on the sample data (6 recordings): the completeness gap
+#: |sum(attr) - (logit(x) - logit(0))| / |logit(x) - logit(0)| was at most 5 % at 8 steps,
+#: 2.2 % at 16 and 0.3 % at 32; a 60 s recording still takes well under 10 s (docs/benchmarks.md).
 DEFAULT_N_STEPS = 32
 #: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
 ROWS_PER_FORWARD = 512

@@ -32,8 +32,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 import numpy as np  # noqa: E402
 
-from eegformer_cli.atomic import write_bytes  # noqa: E402
-from eegformer_cli.errors import InputDataError  # noqa: E402
+from eegformer_cli.atomic import ensure_dir, write_bytes  # noqa: E402
+from eegformer_cli.errors import InputDataError, OutputError  # noqa: E402
 
 #: Channel pairs drawn per class on the connectivity circle (strongest by |value|).
 CIRCLE_PAIRS = 20
@@ -237,15 +237,20 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
 
 # ----------------------------------------------------------------------------- report
 
+def _check_run_dir(run_dir: str | Path) -> Path:
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise InputDataError("not a run folder (no config.json)", path=run_dir,
+                             hint="pass the --out folder of `eegformer train`")
+    return run_dir
+
+
 def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None):
     """An :class:`mne.Report` of the run (module docs). Raises InputDataError when ``run_dir``
     is not a run folder (no ``config.json``)."""
     import mne
 
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise InputDataError("not a run folder (no config.json)", path=run_dir,
-                             hint="pass the --out folder of `eegformer train`")
+    run_dir = _check_run_dir(run_dir)
     config = _read_json(run_dir / "config.json")
     report = mne.Report(title=f"eegformer run {run_dir.name}", verbose="error")
     _add_dataset(report, config)
@@ -335,9 +340,16 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
 
 def write_report(run_dir: str | Path, explanations_dir: str | Path | None,
                  out: str | Path) -> Path:
-    """Build the report and write it atomically to ``out`` (one HTML file); return the path."""
-    report = build_report(run_dir, explanations_dir)
+    """Build the report and write it atomically to ``out`` (one HTML file); return the path.
+
+    Raises InputDataError when ``run_dir`` is not a run folder and OutputError when ``out`` is
+    a folder or its folder cannot be created or written (both checked before the build)."""
+    _check_run_dir(run_dir)
     out = Path(out)
+    if out.is_dir():
+        raise OutputError("is a folder", path=out, hint="give a file name, e.g. report.html")
+    ensure_dir(out.parent)
+    report = build_report(run_dir, explanations_dir)
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "report.html"
         report.save(staged, open_browser=False, overwrite=True, verbose="error")
