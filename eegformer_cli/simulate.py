@@ -33,7 +33,6 @@ from pathlib import Path
 
 import mne
 import numpy as np
-from scipy.signal import hilbert
 
 from eegformer_cli import console
 from eegformer_cli.atomic import TMP_PREFIX, ensure_dir, write_text
@@ -209,6 +208,8 @@ def coupling(rng: np.random.Generator, n_times: int, sfreq: float, strength: flo
     conduction: it raises both coherence and wPLI. Std per channel: ``strength * amplitude_v``
     times a per-channel gain in [0.8, 1.2].
     """
+    from scipy.signal import hilbert  # imported here: scipy.signal costs ~1 s at CLI start-up
+
     source = _narrowband(rng, n_times, sfreq, *COUPLING_BAND_HZ)
     lagged = np.cos(COUPLING_LAG_RAD) * source + np.sin(COUPLING_LAG_RAD) * np.imag(hilbert(source))
     signals = np.zeros((len(CHANNELS), n_times))
