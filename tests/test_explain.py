@@ -96,8 +96,7 @@ def test_shapes_and_documented_normalisations_on_a_random_model():
         assert pairs.shape == (T, C, C)
         np.testing.assert_allclose(pairs, pairs.transpose(0, 2, 1))
     np.testing.assert_allclose(e.channel_pairs, e.coh_pairs + e.wpli_pairs)
-    # only off-diagonal inputs can matter? no: the diagonal is an input too, but zero input
-    # with a zero baseline gets zero Integrated Gradients attribution
+    # the diagonal inputs are zero, as is the baseline, so Integrated Gradients gives them zero
     np.testing.assert_allclose(e.channel_pairs[:, np.arange(C), np.arange(C)], 0, atol=1e-7)
 
     # Integrated Gradients completeness: the sum over unordered pairs (i < j) equals the
