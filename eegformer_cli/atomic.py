@@ -37,29 +37,39 @@ def ensure_dir(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[io.IOBase]:
-    """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success.
+def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary sibling of ``path`` to write to; rename it to ``path`` on success.
 
-    On an exception the temporary file is removed and ``path`` is left untouched.
+    For writers that want a file name rather than a handle (e.g. ``mne.export.export_raw``;
+    ``suffix`` keeps the extension such writers look at). On an exception the temporary file
+    is removed and ``path`` is left untouched.
     """
     path = Path(path)
     ensure_dir(path.parent)
-    binary = "b" in mode
     try:
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", suffix=suffix,
+                                   dir=path.parent)
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror}", path=path) from None
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[io.IOBase]:
+    """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success
+    (flushed and fsynced first). On an exception ``path`` is left untouched."""
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def write_text(path: str | Path, text: str) -> None:

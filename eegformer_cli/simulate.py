@@ -24,10 +24,7 @@ never in the dataset folder.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +32,7 @@ import mne
 import numpy as np
 
 from eegformer_cli import console
-from eegformer_cli.atomic import TMP_PREFIX, ensure_dir, write_text
+from eegformer_cli.atomic import atomic_path, ensure_dir, write_text
 from eegformer_cli.errors import OutputError, UsageError
 
 CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
@@ -277,19 +274,9 @@ def simulate_participant(participant: SimulatedParticipant, duration_s: float = 
 
 def write_edf(raw: mne.io.BaseRaw, path: str | Path) -> None:
     """Export ``raw`` to EDF (16 bit, PHYSICAL_RANGE_UV) atomically: temp name, then rename."""
-    path = Path(path)
-    ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", suffix=".edf", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".edf") as tmp:
         mne.export.export_raw(tmp, raw, fmt="edf", physical_range=PHYSICAL_RANGE_UV,
                               add_ch_type=False, overwrite=True, verbose="error")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def participants_table(participants: list[SimulatedParticipant]) -> str:

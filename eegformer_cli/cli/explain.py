@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import console
-from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.cli import exit_for_failed_recordings
+from eegformer_cli.errors import UsageError, check_choice
 
 # Seed of the random interpolation points of gradient_shap (the other methods are deterministic).
 SEED = 0
@@ -94,12 +95,7 @@ def explain(
                                [e.recording_id for e in explanations], failures)
     console.log(f"explained {len(explanations)} recording(s) in {out}: ID.npz/.json, "
                 "band_importance.csv, attention.csv, channel_pairs.csv, class_summary.json/.npz")
-    if len(failures) == 1:  # its one error line is above; a summary line would only repeat it
-        raise typer.Exit(InputDataError.exit_code)
-    if failures:
-        raise InputDataError(f"{len(failures)} recording(s) could not be explained: "
-                             f"{', '.join(list(failures)[:5])}" + (" ..." if len(failures) > 5 else ""))
-
+    exit_for_failed_recordings(list(failures), "explained")
 
 def register(app: typer.Typer) -> None:
     app.command("explain")(explain)

@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import console
-from eegformer_cli.errors import InputDataError, check_choice
+from eegformer_cli.cli import exit_for_failed_recordings
+from eegformer_cli.errors import check_choice
 
 FORMATS = ("csv", "json", "jsonl")
 
@@ -73,12 +74,7 @@ def predict(
         sys.stdout.flush()
     if output_format == "json":
         typer.echo(json.dumps(rows, indent=2))
-    if len(failures) == 1:  # its one error line is above; a summary line would only repeat it
-        raise typer.Exit(InputDataError.exit_code)
-    if failures:
-        raise InputDataError(f"{len(failures)} recording(s) could not be predicted: "
-                             f"{', '.join(failures[:5])}" + (" ..." if len(failures) > 5 else ""))
-
+    exit_for_failed_recordings(failures, "predicted")
 
 def register(app: typer.Typer) -> None:
     app.command("predict")(predict)

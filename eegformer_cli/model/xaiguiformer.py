@@ -20,7 +20,7 @@ from eegformer_cli.model.explanation import EXPLAINERS, EXPLANATION_IMPLS, expla
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demographics,
                                         drofe_paper_demographics)
-from eegformer_cli.model.tokenizer import EDGES, SPATIAL_ENCODINGS, ConnectomeTokenizer
+from eegformer_cli.model.tokenizer import EDGES, READOUTS, SPATIAL_ENCODINGS, ConnectomeTokenizer
 from eegformer_cli.model.transformer import ATTENTION_IMPLS, BandTransformer
 
 PRESETS = ("paper", "default")
@@ -33,7 +33,8 @@ PRESET_FIELDS = {
                   layerscale_init=1e-3, dropout=0.0, norm="timm_rms", edges="directed",
                   frequency_encoding="drofe_paper", xai_refinement=True, explainer="deeplift",
                   explanation_impl="one_pass", detach_explanations=False,
-                  attention_impl="fused", spatial_encoding="none"),
+                  attention_impl="fused", spatial_encoding="none", readout="mean",
+                  channel_embedding=False),
     # Defects fixed (reference section 9): true RMSNorm, undirected edges, a true-rotation
     # dRoFE with z-scored age, detached explanations (no backward through the explainer), and
     # a smaller size the training engineer tunes.
@@ -41,7 +42,8 @@ PRESET_FIELDS = {
                     layerscale_init=1e-3, dropout=0.0, norm="rms", edges="undirected",
                     frequency_encoding="drofe_default", xai_refinement=True, explainer="deeplift",
                     explanation_impl="one_pass", detach_explanations=True,
-                    attention_impl="fused", spatial_encoding="none"),
+                    attention_impl="fused", spatial_encoding="none", readout="mean",
+                    channel_embedding=False),
 }
 
 
@@ -75,6 +77,8 @@ class ModelConfig:
     detach_explanations: bool = False
     attention_impl: str = "fused"
     spatial_encoding: str = "none"
+    readout: str = "mean"
+    channel_embedding: bool = False
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -92,6 +96,7 @@ class ModelConfig:
         check_choice("explanation_impl", self.explanation_impl, EXPLANATION_IMPLS)
         check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         check_choice("spatial_encoding", self.spatial_encoding, SPATIAL_ENCODINGS)
+        check_choice("readout", self.readout, READOUTS)
         for name in ("n_channels", "n_classes", "d_model", "n_heads", "n_layers"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"invalid value {getattr(self, name)!r} for {name}; must be >= 1")
@@ -112,6 +117,9 @@ class ModelConfig:
         if self.mlp_ratio <= 0 or self.n_gnn_layers < 0:
             raise UsageError(f"invalid mlp_ratio={self.mlp_ratio!r} or n_gnn_layers="
                              f"{self.n_gnn_layers!r}; need mlp_ratio > 0 and n_gnn_layers >= 0")
+        if not isinstance(self.channel_embedding, bool):
+            raise UsageError(f"invalid value {self.channel_embedding!r} for channel_embedding; "
+                             "must be true or false")
         if not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
 
@@ -182,7 +190,8 @@ class XAIguiFormer(nn.Module):
         edges = torch.tensor(config.band_edges_hz, dtype=torch.float32)
         self.tokenizer = ConnectomeTokenizer(
             config.n_channels, config.d_model, config.n_gnn_layers, config.norm, config.edges,
-            config.dropout, config.spatial_encoding, config.channel_names, config.n_heads)
+            config.dropout, config.spatial_encoding, config.channel_names, config.n_heads,
+            config.readout, config.channel_embedding)
         self.encoder = BandTransformer(
             config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
             config.layerscale_init, config.norm, config.frequency_encoding, edges,
