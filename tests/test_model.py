@@ -67,6 +67,7 @@ ABLATIONS = {
     "captum_without_demographics": ("default", {"explanation_impl": "captum", "frequency_encoding": "none"}),
     "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": CHANNELS}),
     "directed_torch_rms": ("default", {"edges": "directed", "norm": "rms"}),
+    "channel_identity": ("default", {"readout": "channel_flatten", "channel_embedding": True}),
 }
 
 
@@ -228,6 +229,52 @@ def test_config_and_state_dict_round_trip():
     assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])
 
 
+def pair_swap(coh: torch.Tensor, delta: float = 0.2) -> torch.Tensor:
+    """``coh`` with pairs (0,1), (2,3) raised and (0,3), (1,2) lowered by ``delta`` (both
+    triangles): every node strength (row sum) is unchanged, but which pairs are coupled moves."""
+    swapped = coh.clone()
+    for (i, j), sign in (((0, 1), 1), ((2, 3), 1), ((0, 3), -1), ((1, 2), -1)):
+        swapped[..., i, j] += sign * delta
+        swapped[..., j, i] += sign * delta
+    return swapped
+
+
+def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
+    """Without GNN layers the mean readout's token is a function of the row sums of coh (the
+    information bottleneck the channel_flatten readout removes): a change of coupled pairs that
+    keeps every node strength leaves it unchanged, while channel_flatten's token moves."""
+    coh, wpli, _, _ = connectome_batch()
+    swapped = pair_swap(coh)
+    assert torch.allclose(swapped.sum(-1), coh.sum(-1), atol=1e-6) and not torch.equal(swapped, coh)
+    tokens = {}
+    for readout in ("mean", "channel_flatten"):
+        torch.manual_seed(0)
+        tokenizer = XAIguiFormer(small_config(readout=readout, n_gnn_layers=0)).tokenizer.eval()
+        tokens[readout] = (tokenizer(coh, wpli), tokenizer(swapped, wpli))
+    torch.testing.assert_close(tokens["mean"][0], tokens["mean"][1], rtol=1e-5, atol=1e-6)
+    assert (tokens["channel_flatten"][0] - tokens["channel_flatten"][1]).abs().max() > 1e-3
+
+
+def test_channel_identity_shapes_parameters_and_round_trip():
+    torch.manual_seed(3)
+    config = small_config(readout="channel_flatten", channel_embedding=True)
+    model = XAIguiFormer(config)
+    n, d = len(CHANNELS), config.d_model
+    assert model.tokenizer.channel_embedding.shape == (n, d)
+    assert model.tokenizer.output_embedding.weight.shape == (d, n * d)
+    assert XAIguiFormer(small_config()).tokenizer.channel_embedding is None  # preset unchanged
+    coh, wpli, age, sex = connectome_batch()
+    assert model.tokenizer(coh, wpli).shape == (3, len(BANDS), d)
+    restored = XAIguiFormer(ModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))))
+    restored.load_state_dict(model.state_dict())
+    assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])
+    # the channel embedding is part of the computation: zeroing it changes the tokens
+    before = model.tokenizer(coh, wpli)
+    with torch.no_grad():
+        model.tokenizer.channel_embedding.zero_()
+    assert (model.tokenizer(coh, wpli) - before).abs().max() > 1e-4
+
+
 def test_paper_parameter_count_matches_reference():
     """Reference section 4.2: transformer + head = 3,205,251 for 3 classes; GNN ~285k (26 channels)."""
     bands = [f"b{i}" for i in range(9)]
@@ -286,6 +333,8 @@ def test_no_grad_forward_gives_the_same_logits_detached():
     ({"d_model": 30}, "head dimension"),
     ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
     ({"n_classes": 1}, "n_classes"),
+    ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten'"),
+    ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
 ])
 def test_invalid_config_names_the_field(fields, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):

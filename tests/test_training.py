@@ -96,6 +96,9 @@ def test_presets_toml_and_flags(tmp_path):
         (0.7, 0.1, (0.9, 0.99), 64, 100)
     assert paper.selection == "second_half" and paper.patience == 0
     assert paper.class_weighting == "none" and paper.augmentation == "graphon"
+    assert paper.model == {}                # the reference model: mean readout, no channel embedding
+    default_model = TrainConfig.preset_config("default").model
+    assert (default_model["readout"], default_model["channel_embedding"]) == ("channel_flatten", True)
     toml = tmp_path / "exp.toml"
     toml.write_text('preset = "paper"\nepochs = 7\nbetas = [0.8, 0.9]\n[model]\nn_layers = 2\n')
     config = resolve_config("default", toml, {"epochs": 9, "lr": None, "model": {"d_model": 32}})

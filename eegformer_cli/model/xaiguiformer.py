@@ -53,7 +53,10 @@ class ModelConfig:
 
     Data fields: ``n_channels`` C, ``band_names`` (T,), ``band_edges_hz`` T pairs (f_low, f_high)
     in Hz (dRoFE coordinates), ``n_classes``, ``channel_names`` (C,) for RoSE montage positions.
-    See :data:`PRESET_FIELDS` and the module docs for the meaning of each option.
+    See :data:`PRESET_FIELDS` and the module docs for the meaning of each option;
+    ``readout`` ("mean" | "channel_flatten") and ``channel_embedding`` (bool) are explained in
+    :class:`~eegformer_cli.model.tokenizer.ConnectomeTokenizer` (both presets keep the paper's
+    mean readout without channel embedding; the training ``default`` preset turns both on).
     """
 
     n_channels: int
