@@ -10,7 +10,6 @@ The real-data path (msu EDFs -> preprocess -> train -> predict) is in tests/test
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
+from eegformer_cli.model.xaiguiformer import ModelConfig
 from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
@@ -96,9 +96,13 @@ def test_presets_toml_and_flags(tmp_path):
         (0.7, 0.1, (0.9, 0.99), 64, 100)
     assert paper.selection == "second_half" and paper.patience == 0
     assert paper.class_weighting == "none" and paper.augmentation == "graphon"
-    assert paper.model == {}                # the reference model: mean readout, no channel embedding
-    default_model = TrainConfig.preset_config("default").model
-    assert (default_model["readout"], default_model["channel_embedding"]) == ("channel_flatten", True)
+    # the training presets take the model presets of the same name as they are
+    assert paper.model == {} and TrainConfig.preset_config("default").model == {}
+    paper_model, default_model = (
+        ModelConfig.preset(name, n_channels=4, band_names=["theta"], band_edges_hz=[(4, 8)],
+                           n_classes=2) for name in ("paper", "default"))
+    assert (paper_model.readout, paper_model.channel_embedding) == ("mean", False)  # reference
+    assert (default_model.readout, default_model.channel_embedding) == ("channel_flatten", True)
     toml = tmp_path / "exp.toml"
     toml.write_text('preset = "paper"\nepochs = 7\nbetas = [0.8, 0.9]\n[model]\nn_layers = 2\n')
     config = resolve_config("default", toml, {"epochs": 9, "lr": None, "model": {"d_model": 32}})

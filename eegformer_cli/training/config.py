@@ -138,9 +138,7 @@ _PRESET_VALUES = {
     # 0.77 to 0.89 (wd 0.5) / 0.91 (wd 0.1); mean readout with a channel embedding alone: 0.68.
     "default": dict(preset="default", epochs=40, batch_size=16, lr=1e-3, weight_decay=0.1,
                     warmup_epochs=3.0, augmentation="none", patience=0, selection="second_half",
-                    model={"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1,
-                           "dropout": 0.1, "readout": "channel_flatten",
-                           "channel_embedding": True}),
+                    model={}),
 }
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
