@@ -17,10 +17,9 @@ best validation epoch in the second half of training (ties -> later epoch) on th
 ``default`` keeps the method and fixes the defects of section 9 of the reference; its sizes
 and rates were tuned by measured accuracy on msu-schizophrenia (epoch selection on inner
 validation only; the settings were compared on test folds of msu, a dataset-level choice
-documented in docs/benchmarks.md): a much smaller, strongly regularised model
-(``ModelConfig.preset("default")`` with the overrides in ``model``: d 16, 1 layer, dropout
-0.1, weight decay 0.1, a tokenizer that keeps channel identity: readout ``channel_flatten`` and
-a learned channel embedding), inputs z-scored per band and channel pair with training statistics
+documented in docs/benchmarks.md): the small, regularised ``ModelConfig.preset("default")``
+(d 16, 1 layer, dropout 0.1, a tokenizer that keeps channel identity: readout
+``channel_flatten`` and a learned channel embedding) with weight decay 0.1, inputs z-scored per band and channel pair with training statistics
 (:mod:`standardise`), class-balanced loss weights, a seeded participant-level validation split,
 scikit-learn balanced accuracy for selection in the second half of training (ties -> later
 epoch, as the paper), no augmentation (measured better here), keeping the last partial batch. ``patience`` (early stop) stays available; it measured
