@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from eegformer_cli.errors import EegformerError, InputDataError, UsageError
-from eegformer_cli.training.dataset import parse_age, parse_sex, read_manifest
+from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
 
 # Segments per forward when averaging logits (bounds memory; results do not depend on it
 # beyond float rounding).
@@ -178,17 +178,12 @@ def _iter_inputs(bundle, inputs, participants, forced_age, forced_sex) -> Iterat
         participant_id, meta = metadata.match_participant(path, rows, None, None)
         item = InputRecording(recording_id, participant_id, str(path),
                               age=math.nan if meta.get("age") is None else float(meta["age"]),
-                              sex=parse_sex(meta.get("sex")))
+                              sex=sex_value(meta.get("sex")))
         yield from _with_demographics([_preprocess_raw(bundle, path, item)], forced_age, forced_sex)
 
 
 def _sex_code(sex: str) -> float:
-    from eegformer_cli.recordings import metadata
-
-    try:
-        code = parse_sex(metadata.parse_sex(sex) or "")
-    except ValueError:
-        code = math.nan
+    code = sex_value(sex)
     if math.isnan(code):
         raise UsageError(f"invalid --sex {sex!r}; use M or F (or male/female)")
     return code
@@ -246,7 +241,7 @@ def _preprocessed_inputs(bundle, folder: Path) -> Iterator[InputRecording]:
         participant = row.get("participant_id")
         participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
         item = InputRecording(row["recording_id"], participant, str(folder),
-                              age=parse_age(row.get("age")), sex=parse_sex(row.get("sex")))
+                              age=age_value(row.get("age")), sex=sex_value(row.get("sex")))
         if row.get("status") != "ok":
             item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
             yield item

@@ -51,7 +51,8 @@ TABLE_SEARCH_LEVELS = 3
 _BIDS_SUBJECT = re.compile(r"(?:^|_)sub-([A-Za-z0-9]+)")
 
 
-def _is_missing(value) -> bool:
+def is_missing(value) -> bool:
+    """True for None, NaN and the texts of :data:`MISSING_VALUES` (any case, blanks stripped)."""
     if value is None:
         return True
     if isinstance(value, float) and math.isnan(value):
@@ -71,7 +72,7 @@ def parse_sex(value, numeric_codes: bool = True) -> str | None:
     ------
     ValueError : an unrecognised value; the message lists the accepted codes.
     """
-    if _is_missing(value):
+    if is_missing(value):
         return None
     text = str(value).strip().lower()
     if text in _SEX_BY_SPELLING:
@@ -97,7 +98,7 @@ def parse_age(value) -> float | None:
     ------
     ValueError : not a number, not finite, negative, or above 130 years.
     """
-    if _is_missing(value):
+    if is_missing(value):
         return None
     text = str(value).strip()
     if text.count(",") == 1 and "." not in text:
@@ -360,7 +361,7 @@ def match_participant(path: Path, participants: dict, recordings: dict | None,
     """
     recording_row = _recordings_row(path, recordings, root) if recordings else None
     listed_id = (recording_row or {}).get("participant_id")
-    participant_id = None if _is_missing(listed_id) else listed_id
+    participant_id = None if is_missing(listed_id) else listed_id
     if participant_id is None:
         participant_id = _participant_from_name(path, participants)
     metadata: dict = {"age": None, "sex": None}

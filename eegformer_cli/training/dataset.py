@@ -26,8 +26,8 @@ from torch.utils.data import Dataset
 
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.recordings import metadata
 
-MISSING = {"", "n/a", "na", "nan", "none"}
 SEX_CODES = {"M": 0.0, "F": 1.0}
 
 
@@ -76,19 +76,24 @@ def read_manifest(data_dir: Path) -> list[dict]:
         raise InputDataError(f"cannot read the manifest: {exc}", path=path) from None
 
 
-def parse_age(value: str | None) -> float:
-    """Manifest age (years or ``n/a``) -> float, NaN when unknown."""
-    if value is None or value.strip().lower() in MISSING:
-        return float("nan")
+def age_value(text: str | None) -> float:
+    """Manifest age (years or ``n/a``) -> the model's age input: float years, NaN when unknown
+    (or unreadable)."""
     try:
-        return float(value)
+        age = metadata.parse_age(text)
     except ValueError:
         return float("nan")
+    return float("nan") if age is None else age
 
 
-def parse_sex(value: str | None) -> float:
-    """Manifest sex (``M``/``F``/``n/a``) -> 0.0 / 1.0 / NaN."""
-    return SEX_CODES.get((value or "").strip().upper(), float("nan"))
+def sex_value(text: str | None) -> float:
+    """Sex text (``M``/``F``/``male``/... or ``n/a``, see :func:`metadata.parse_sex`) -> the
+    model's sex input: 0.0 male, 1.0 female, NaN when unknown (or unreadable)."""
+    try:
+        sex = metadata.parse_sex(text)
+    except ValueError:
+        return float("nan")
+    return float("nan") if sex is None else SEX_CODES[sex]
 
 
 def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
@@ -111,7 +116,7 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
         raise InputDataError("no recording in the manifest has status ok", path=data_dir,
                              hint="see the error column of manifest.tsv")
     unlabeled = [row["recording_id"] for row in ok_rows
-                 if (row.get(label_column) or "").strip().lower() in MISSING]
+                 if metadata.is_missing(row.get(label_column))]
     if unlabeled and len(unlabeled) == len(ok_rows):
         raise InputDataError(f"every recording has a missing {label_column!r} label",
                              path=data_dir / "manifest.tsv", hint="fill the label column")
@@ -145,7 +150,7 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
 
 def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingInfo:
     participant = (row.get("participant_id") or "").strip()
-    if participant.lower() in MISSING:
+    if metadata.is_missing(participant):
         participant = row["recording_id"]
     connectome = row.get("connectome") or f"connectomes/{row['recording_id']}.npz"
     try:
@@ -154,7 +159,7 @@ def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingIn
         raise InputDataError(f"recording {row['recording_id']!r} has no valid n_segments",
                              path=data_dir / "manifest.tsv") from None
     return RecordingInfo(row["recording_id"], participant, row[label_column].strip(),
-                         parse_age(row.get("age")), parse_sex(row.get("sex")),
+                         age_value(row.get("age")), sex_value(row.get("sex")),
                          data_dir / connectome, n_segments)
 
 
