@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"
@@ -41,16 +42,6 @@ VARIANTS = {
                  "--frequency-encoding", "none"],
     "paper": ["--preset", "paper", "--cv", "5", "--repeats", "1"],
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:
@@ -66,8 +57,7 @@ def main() -> None:
     if not (data / "manifest.tsv").exists():
         subprocess.run(EEGFORMER + ["preprocess", str(MSU), "--out", str(data), "--n-jobs", "2"],
                        check=True)
-    results = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
-                           "load_average_start": os.getloadavg()},
+    results = {"machine": {**machine(), "load_average_start": os.getloadavg()},
                "data": str(data), "device": args.device, "variants": {}}
     for name in args.variants.split(","):
         flags = list(VARIANTS[name])

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import mne
 import numpy as np
 
 from eegformer_cli.recordings.channels import STANDARD_1020
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"
@@ -148,11 +148,7 @@ def main() -> None:
     parser.add_argument("--skip-msu", action="store_true", help="do not use msu-schizophrenia")
     args = parser.parse_args()
     mne.set_log_level("ERROR")
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
-                if line.startswith("Model name")), platform.processor())
-    report = {"machine": {"cpu": cpu, "cores": len(os.sched_getaffinity(0)),
-                          "python": platform.python_version()},
+    report = {"machine": machine(),
               "load_average_before": os.getloadavg(), "throughput": []}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +33,7 @@ import numpy as np
 from eegformer_cli.parallel import preprocess_backend
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.recordings.reading import find_recordings
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"
@@ -79,11 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     mne.set_log_level("ERROR")
     inputs = find_recordings([args.data])[:args.n]
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
-                if line.startswith("Model name")), platform.processor())
-    report = {"machine": {"cpu": cpu, "cores": len(os.sched_getaffinity(0)),
-                          "python": platform.python_version()},
+    report = {"machine": machine(),
               "data": f"{args.data.name}: first {len(inputs)} recordings",
               "repeats": args.repeats, "runs": {}}
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGURATIONS}

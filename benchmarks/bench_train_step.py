@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
 import time
 
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from eegformer_cli.model import ModelConfig, XAIguiFormer
+from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 
 BANDS = ["delta", "theta", "low_alpha", "high_alpha", "low_beta", "mid_beta", "high_beta",
          "gamma", "theta_beta_ratio"]
@@ -130,17 +130,6 @@ def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
     }
 
 
-def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
@@ -158,7 +147,7 @@ def main() -> None:
     figures = differences(one_pass, captum, inputs)
     seconds = median_step_seconds({"one_pass": one_pass, "captum": captum}, inputs, args.steps,
                                   args.warmup, args.device)
-    device_name = (torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_model_name())
+    device_name = (torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_model())
     print(json.dumps({
         "device": args.device, "device_name": device_name, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "batch": args.batch, "channels": args.channels,
