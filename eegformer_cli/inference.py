@@ -147,10 +147,11 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
         one found beside the inputs, as ``preprocess`` does).
     age, sex : demographics for every recording (override the tables): years; M/F.
 
-    Returns an iterator: the recordings of the preprocess folders, then the raw recordings (in
-    :func:`reading.find_recordings` order). Bad ``age``/``sex`` raise UsageError at once; a
-    recording that cannot be used yields an item with ``error`` (the others go on). Raises InputDataError at once for a preprocess folder whose channels or
-    bands differ from the model's.
+    Returns an iterator over the recordings in the order the inputs were given (a folder's
+    recordings sorted; a recording named twice comes once). Bad ``age``/``sex`` raise UsageError
+    at once; a recording that cannot be used yields an item with ``error`` (the others go on).
+    Raises InputDataError for a preprocess folder whose channels or bands differ from the
+    model's.
     """
     forced_age = float(age) if age is not None else None
     if forced_age is not None and not 0 <= forced_age < 150:
@@ -162,24 +163,30 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
 def _iter_inputs(bundle, inputs, participants, forced_age, forced_sex) -> Iterator[InputRecording]:
     from eegformer_cli.recordings import metadata, reading
 
-    raw_inputs = []
-    for entry in map(Path, inputs):
-        if entry.is_dir() and (entry / "manifest.tsv").is_file():
+    entries = [Path(entry) for entry in inputs]
+    is_preprocessed = [entry.is_dir() and (entry / "manifest.tsv").is_file() for entry in entries]
+    raw_inputs = [entry for entry, done in zip(entries, is_preprocessed) if not done]
+    raw_items: dict[Path, InputRecording] = {}
+    if raw_inputs:
+        paths = reading.find_recordings(raw_inputs)
+        table = Path(participants) if participants else metadata.find_participants_file(raw_inputs)
+        rows = metadata.load_participants(table) if table else {}
+        for path, recording_id in zip(paths, reading.recording_ids(paths)):
+            participant_id, meta = metadata.match_participant(path, rows, None, None)
+            raw_items[path] = InputRecording(
+                recording_id, participant_id, str(path),
+                age=math.nan if meta.get("age") is None else float(meta["age"]),
+                sex=sex_value(meta.get("sex")))
+    for entry, done in zip(entries, is_preprocessed):  # in the order the inputs were given
+        if done:
             yield from _with_demographics(_preprocessed_inputs(bundle, entry), forced_age,
                                           forced_sex)
-        else:
-            raw_inputs.append(entry)
-    if not raw_inputs:
-        return
-    paths = reading.find_recordings(raw_inputs)
-    table = Path(participants) if participants else metadata.find_participants_file(raw_inputs)
-    rows = metadata.load_participants(table) if table else {}
-    for path, recording_id in zip(paths, reading.recording_ids(paths)):
-        participant_id, meta = metadata.match_participant(path, rows, None, None)
-        item = InputRecording(recording_id, participant_id, str(path),
-                              age=math.nan if meta.get("age") is None else float(meta["age"]),
-                              sex=sex_value(meta.get("sex")))
-        yield from _with_demographics([_preprocess_raw(bundle, path, item)], forced_age, forced_sex)
+            continue
+        for path in reading.find_recordings([entry]):
+            item = raw_items.pop(path, None)  # None: named before by another input
+            if item is not None:
+                yield from _with_demographics([_preprocess_raw(bundle, path, item)],
+                                              forced_age, forced_sex)
 
 
 def _sex_code(sex: str) -> float:

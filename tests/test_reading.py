@@ -48,6 +48,14 @@ def test_find_recordings_deduplicates_files_and_folders(fixtures_dir):
     assert [p.name for p in found] == ["test_reduced.edf", "test_utf8_annotations.edf"]
 
 
+def test_find_recordings_keeps_the_order_the_inputs_were_given(fixtures_dir):
+    """Rows of predict/explain follow the command line, wherever the files live."""
+    utf8 = fixtures_dir / "EDF" / "test_utf8_annotations.edf"
+    bdf = next((fixtures_dir / "BDF").glob("*.bdf"))
+    found = find_recordings([utf8, bdf, fixtures_dir / "EDF"])
+    assert [p.name for p in found] == [utf8.name, bdf.name, "test_reduced.edf"]
+
+
 def test_find_recordings_in_a_bids_root_skips_hidden_temporary_and_derivatives(tmp_path):
     (tmp_path / "dataset_description.json").write_text("{}")
     for relative in ["sub-01/eeg/sub-01_task-rest_eeg.edf", "sub-02/eeg/sub-02_task-rest_eeg.EDF",

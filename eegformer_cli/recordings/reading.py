@@ -68,15 +68,16 @@ def _walk_recordings(folder: Path) -> list[Path]:
 def find_recordings(inputs: list[Path]) -> list[Path]:
     """The recording files named by ``inputs``: files, folders (searched recursively), BIDS roots.
 
-    Returns absolute paths, sorted and without duplicates. A file given explicitly must have a
-    recording suffix; hidden and temporary files (``.tmp-*``) inside folders are skipped.
+    Returns absolute paths in the order the inputs were given (a folder's recordings sorted),
+    each once (the first mention counts). A file given explicitly must have a recording suffix;
+    hidden and temporary files (``.tmp-*``) inside folders are skipped.
 
     Raises
     ------
     InputDataError : an input does not exist, is a file of an unsupported format, or is a folder
         holding no recording.
     """
-    found: set[Path] = set()
+    found: dict[Path, None] = {}  # insertion-ordered set
     for given in inputs:
         path = Path(given)
         if not path.exists():
@@ -88,12 +89,12 @@ def find_recordings(inputs: list[Path]) -> list[Path]:
                 raise InputDataError(
                     f"folder holds no recordings (looked for {', '.join(RECORDING_SUFFIXES)})",
                     path=path)
-            found.update(in_folder)
+            found.update(dict.fromkeys(sorted(in_folder)))
         elif recording_suffix(path) is None:
             raise _unsupported_format_error(path, InputDataError)
         else:
-            found.add(path.resolve())
-    return sorted(found)
+            found[path.resolve()] = None
+    return list(found)
 
 
 def _unsupported_format_error(path: Path, error_class: type[InputDataError]) -> InputDataError:
