@@ -1,9 +1,11 @@
 """Where ``preprocess`` runs its recordings: local processes, or a Dask cluster.
 
-``preprocess`` spreads recordings with joblib (:func:`eegformer_cli.preprocess.map_recordings`).
-:func:`preprocess_backend` chooses joblib's backend for the duration of a run:
+``preprocess`` spreads recordings over workers in one place
+(:func:`eegformer_cli.preprocess.recording_workers`). :func:`preprocess_backend` chooses where
+for the duration of a run:
 
-- ``local`` (default): joblib's own process pool, ``--n-jobs`` workers on this machine;
+- ``local`` (default): ``--n-jobs`` worker processes on this machine (forked on Linux, joblib's
+  loky pool elsewhere);
 - ``dask``: joblib's Dask backend, on the cluster whose scheduler is at ``--scheduler`` (e.g.
   ``tcp://10.0.0.5:8786``), or, without an address, on a ``dask.distributed.LocalCluster`` of
   ``--n-jobs`` single-threaded worker processes listening on 127.0.0.1 only.

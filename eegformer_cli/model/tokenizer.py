@@ -24,6 +24,8 @@ EDGES = ("directed", "undirected")
 SPATIAL_ENCODINGS = ("none", "rose")
 #: How a band's C node embeddings become its token (see :class:`ConnectomeTokenizer`).
 READOUTS = ("mean", "channel_flatten")
+#: What a node (band f, electrode i) starts from (see :class:`ConnectomeTokenizer`).
+NODE_FEATURES = ("coherence", "coherence_wpli")
 #: Norm epsilon inside the GNN (timm's default, as in the official code).
 GNN_NORM_EPS = 1e-6
 
@@ -184,7 +186,9 @@ class ElectrodeSelfAttention(nn.Module):
 class ConnectomeTokenizer(nn.Module):
     """Coherence/wPLI connectomes -> one token per band.
 
-    ``node_embedding`` Linear(C -> d) of coherence rows, optional learned ``channel_embedding``
+    ``node_embedding`` Linear(C -> d) of coherence rows (paper; ``node_features="coherence"``) or
+    Linear(2C -> d) of the coherence and wPLI rows side by side (``"coherence_wpli"``: wPLI then
+    reaches the tokens linearly too, not only as GINE edge weights), optional learned ``channel_embedding``
     (C, d) added to it, ``edge_embedding`` Linear(1 -> d) of the wPLI scalar (shared by all
     layers), ``n_layers`` x :class:`GnnBlock`, optional :class:`ElectrodeSelfAttention`
     (``spatial_encoding="rose"``), readout over electrodes, ``output_embedding``, dropout.
@@ -205,11 +209,15 @@ class ConnectomeTokenizer(nn.Module):
     def __init__(self, n_channels: int, dim: int, n_layers: int, norm: str, edges: str,
                  dropout: float, spatial_encoding: str = "none",
                  channel_names: list[str] | None = None, n_heads: int = 4,
-                 readout: str = "mean", channel_embedding: bool = False):
+                 readout: str = "mean", channel_embedding: bool = False,
+                 node_features: str = "coherence"):
         super().__init__()
         check_choice("spatial_encoding", spatial_encoding, SPATIAL_ENCODINGS)
         check_choice("readout", readout, READOUTS)
-        self.node_embedding = nn.Linear(n_channels, dim)
+        check_choice("node_features", node_features, NODE_FEATURES)
+        self.node_features = node_features
+        width = 2 * n_channels if node_features == "coherence_wpli" else n_channels
+        self.node_embedding = nn.Linear(width, dim)
         self.channel_embedding = (nn.Parameter(0.02 * torch.randn(n_channels, dim))
                                   if channel_embedding else None)
         self.edge_embedding = nn.Linear(1, dim)
@@ -228,7 +236,8 @@ class ConnectomeTokenizer(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, coh: Tensor, wpli: Tensor) -> Tensor:
-        x = self.node_embedding(coh)                                      # (B, F, C, d)
+        nodes = torch.cat((coh, wpli), dim=-1) if self.node_features == "coherence_wpli" else coh
+        x = self.node_embedding(nodes)                                    # (B, F, C, d)
         if self.channel_embedding is not None:
             x = x + self.channel_embedding
         w = wpli.transpose(-1, -2)                                        # [..., i, j] = w_ji

@@ -20,7 +20,8 @@ from eegformer_cli.model.explanation import EXPLAINERS, EXPLANATION_IMPLS, expla
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demographics,
                                         drofe_paper_demographics)
-from eegformer_cli.model.tokenizer import EDGES, READOUTS, SPATIAL_ENCODINGS, ConnectomeTokenizer
+from eegformer_cli.model.tokenizer import (EDGES, NODE_FEATURES, READOUTS, SPATIAL_ENCODINGS,
+                                         ConnectomeTokenizer)
 from eegformer_cli.model.transformer import ATTENTION_IMPLS, BandTransformer
 
 PRESETS = ("paper", "default")
@@ -34,18 +35,19 @@ PRESET_FIELDS = {
                   frequency_encoding="drofe_paper", xai_refinement=True, explainer="deeplift",
                   explanation_impl="one_pass", detach_explanations=False,
                   attention_impl="fused", spatial_encoding="none", readout="mean",
-                  channel_embedding=False),
+                  channel_embedding=False, node_features="coherence"),
     # Defects fixed (reference section 9): true RMSNorm, undirected edges, a true-rotation
     # dRoFE with z-scored age, detached explanations (no backward through the explainer), a
-    # tokenizer that keeps channel identity (channel_flatten readout + channel embedding), and
-    # a small, regularised size; the size and the tokenizer were chosen by measured accuracy
-    # on msu-schizophrenia (docs/benchmarks.md, "Training and accuracy").
+    # tokenizer that keeps channel identity (channel_flatten readout + channel embedding) and
+    # sees wPLI as node features too (coherence_wpli), and a small, regularised size; the
+    # size and the tokenizer were chosen by measured accuracy on msu-schizophrenia
+    # (docs/benchmarks.md, "Training and accuracy").
     "default": dict(d_model=16, n_heads=2, n_layers=1, n_gnn_layers=1, mlp_ratio=4.0,
                     layerscale_init=1e-3, dropout=0.1, norm="rms", edges="undirected",
                     frequency_encoding="drofe_default", xai_refinement=True, explainer="deeplift",
                     explanation_impl="one_pass", detach_explanations=True,
                     attention_impl="fused", spatial_encoding="none", readout="channel_flatten",
-                    channel_embedding=True),
+                    channel_embedding=True, node_features="coherence_wpli"),
 }
 
 
@@ -56,9 +58,9 @@ class ModelConfig:
     Data fields: ``n_channels`` C, ``band_names`` (T,), ``band_edges_hz`` T pairs (f_low, f_high)
     in Hz (dRoFE coordinates), ``n_classes``, ``channel_names`` (C,) for RoSE montage positions.
     See :data:`PRESET_FIELDS` and the module docs for the meaning of each option;
-    ``readout`` ("mean" | "channel_flatten") and ``channel_embedding`` (bool) are explained in
-    :class:`~eegformer_cli.model.tokenizer.ConnectomeTokenizer` (both presets keep the paper's
-    mean readout without channel embedding; the training ``default`` preset turns both on).
+    ``readout`` ("mean" | "channel_flatten"), ``channel_embedding`` (bool) and
+    ``node_features`` ("coherence" | "coherence_wpli") are explained in
+    :class:`~eegformer_cli.model.tokenizer.ConnectomeTokenizer`.
     """
 
     n_channels: int
@@ -84,6 +86,7 @@ class ModelConfig:
     spatial_encoding: str = "none"
     readout: str = "mean"
     channel_embedding: bool = False
+    node_features: str = "coherence"
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -102,6 +105,7 @@ class ModelConfig:
         check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         check_choice("spatial_encoding", self.spatial_encoding, SPATIAL_ENCODINGS)
         check_choice("readout", self.readout, READOUTS)
+        check_choice("node_features", self.node_features, NODE_FEATURES)
         for name in ("n_channels", "n_classes", "d_model", "n_heads", "n_layers"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"invalid value {getattr(self, name)!r} for {name}; must be >= 1")
@@ -196,7 +200,7 @@ class XAIguiFormer(nn.Module):
         self.tokenizer = ConnectomeTokenizer(
             config.n_channels, config.d_model, config.n_gnn_layers, config.norm, config.edges,
             config.dropout, config.spatial_encoding, config.channel_names, config.n_heads,
-            config.readout, config.channel_embedding)
+            config.readout, config.channel_embedding, config.node_features)
         self.encoder = BandTransformer(
             config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
             config.layerscale_init, config.norm, config.frequency_encoding, edges,
