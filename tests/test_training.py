@@ -117,6 +117,7 @@ def test_presets_toml_and_flags(tmp_path):
     ({"epoch": 3}, "unknown training setting 'epoch'"),
     ({"augmentation": "cutout"}, "allowed values are 'graphon', 'mixup', 'none'"),
     ({"alpha": 1.5}, "invalid value 1.5 for alpha"),
+    ({"segment_averaging": 2}, r"invalid value 2.0 for segment_averaging; allowed range is \[0, 1\]"),
     ({"epochs": "ten"}, "expected int"),
     ({"model": {"depth": 3}}, "unknown model setting 'depth'"),
 ])
@@ -214,6 +215,34 @@ def test_dataset_indexes_segments_and_bounds_its_cache(synthetic_dir):
     assert len(dataset._cache) == 3 and dataset._cached_bytes <= 3 * one_recording
     unknown_age = [r for r in data.recordings if r.recording_id == "sub-00_rest"][0]
     assert np.isnan(unknown_age.age) and unknown_age.sex == 1.0
+
+
+def test_segment_averaging_means_segments_of_the_same_recording_only(synthetic_dir):
+    data = load_training_data(synthetic_dir, "diagnosis")
+
+    def dataset(probability, seed=0):
+        return ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
+                                 segment_averaging=probability, rng=np.random.default_rng(seed))
+
+    plain, always, half = dataset(0.0), dataset(1.0), dataset(0.5)
+    averaged = 0
+    for i in range(len(plain)):
+        r = int(plain.index[i, 0])
+        coh, wpli = plain.recording_arrays(r)                 # 2 segments per recording
+        torch.testing.assert_close(always[i]["coh"], torch.from_numpy(coh.mean(axis=0)))
+        torch.testing.assert_close(always[i]["wpli"], torch.from_numpy(wpli.mean(axis=0)))
+        assert int(always[i]["label"]) == int(plain[i]["label"])
+        item = half[i]["coh"]
+        averaged += not torch.equal(item, plain[i]["coh"])
+        assert torch.equal(item, plain[i]["coh"]) or torch.allclose(item, always[i]["coh"])
+    assert 0.25 * len(plain) < averaged < 0.75 * len(plain)
+    # seeded: the same seed draws the same items, another seed other ones
+    def items(d):
+        return [d[i]["coh"] for i in range(len(plain))]
+
+    first, repeat, other = items(dataset(0.5)), items(dataset(0.5)), items(dataset(0.5, seed=1))
+    assert all(torch.equal(x, y) for x, y in zip(first, repeat))
+    assert not all(torch.equal(x, y) for x, y in zip(first, other))
 
 
 def test_missing_labels_are_left_out_with_a_warning(tmp_path, capsys):

@@ -169,10 +169,18 @@ class ConnectomeDataset(Dataset):
     Item ``i`` is a dict of tensors: ``coh``, ``wpli`` float32 (n_bands, C, C), ``age``,
     ``sex`` float32 scalars, ``label`` int64 scalar, ``recording`` int64 scalar (index into
     ``recordings``). ``cache_bytes`` bounds the memory of the recording cache (default 512 MiB).
+
+    ``segment_averaging`` (training augmentation, probability in [0, 1]): with this probability
+    an item is the mean of its segment and a random subset of the *same recording's* other
+    segments (subset size uniform in 1 .. n_segments - 1), drawn from ``rng`` (a seeded NumPy
+    Generator). Why: one 15 s segment's coherence is a noisy estimate of the recording's; the
+    mean over segments is what the evaluation's per-recording logit average approaches, and
+    what the reference logistic regression sees; the label cannot change, unlike mixup.
     """
 
     def __init__(self, recordings: list[RecordingInfo], label_names: list[str],
-                 channels: list[str], bands: list[str], cache_bytes: int = 512 * 2**20):
+                 channels: list[str], bands: list[str], cache_bytes: int = 512 * 2**20,
+                 segment_averaging: float = 0.0, rng: np.random.Generator | None = None):
         self.recordings = list(recordings)
         self.channels = list(channels)
         self.bands = list(bands)
@@ -181,6 +189,8 @@ class ConnectomeDataset(Dataset):
         self.index = np.array([(r, s) for r, rec in enumerate(self.recordings)
                                for s in range(rec.n_segments)], dtype=np.int64).reshape(-1, 2)
         self.cache_bytes = cache_bytes
+        self.segment_averaging = segment_averaging
+        self.rng = rng if rng is not None else np.random.default_rng(0)
         self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._cached_bytes = 0
 
@@ -191,7 +201,17 @@ class ConnectomeDataset(Dataset):
         r, s = self.index[i]
         coh, wpli = self.recording_arrays(int(r))
         rec = self.recordings[r]
-        return {"coh": torch.from_numpy(coh[s]), "wpli": torch.from_numpy(wpli[s]),
+        segments = [s]
+        draw = self.segment_averaging and rec.n_segments > 1  # no draw: the stream stays as before
+        if draw and self.rng.random() < self.segment_averaging:
+            others = np.delete(np.arange(rec.n_segments), s)
+            size = self.rng.integers(1, rec.n_segments)
+            segments += self.rng.choice(others, size=size, replace=False).tolist()
+        if len(segments) > 1:
+            coh, wpli = coh[segments].mean(axis=0), wpli[segments].mean(axis=0)
+        else:
+            coh, wpli = coh[s], wpli[s]
+        return {"coh": torch.from_numpy(coh), "wpli": torch.from_numpy(wpli),
                 "age": torch.tensor(rec.age, dtype=torch.float32),
                 "sex": torch.tensor(rec.sex, dtype=torch.float32),
                 "label": torch.tensor(self.labels[r]), "recording": torch.tensor(r)}

@@ -193,7 +193,8 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
     seed_everything(seed)
     rng = np.random.default_rng(seed)
     model = build_model(data, config, np.array([r.age for r in train_recs]))
-    train_set = ConnectomeDataset(train_recs, data.label_names, data.channels, data.bands)
+    train_set = ConnectomeDataset(train_recs, data.label_names, data.channels, data.bands,
+                                  segment_averaging=config.segment_averaging, rng=rng)
     val_set = ConnectomeDataset(val_recs, data.label_names, data.channels, data.bands)
     if config.input_standardisation:
         model.set_stats(connectivity_stats(train_set.recording_arrays(r)
