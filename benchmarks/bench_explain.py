@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.model_file import save_model_file
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 
 def make_model_file(prep: Path, path: Path) -> int:
@@ -97,12 +97,11 @@ def main_benchmark() -> None:
         files = sorted(p.name for p in Path(out).iterdir())
     print(json.dumps({
         "recording": str(args.recording), "n_segments": n_segments,
-        "model": "ModelConfig.preset('default') (d_model 64, 4 layers, 2 GNN layers), random weights",
+        "model": "ModelConfig.preset('default'), random weights",
         "method": "integrated_gradients, 32 steps", "files": files,
         "median_s": {k: round(statistics.median(v), 2) for k, v in times.items()},
         "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
-        "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count(),
-        "machine": platform.platform(), "torch": torch.__version__,
+        "load_average_1min": os.getloadavg()[0], "machine": machine(), "torch": torch.__version__,
     }, indent=2))
 
 

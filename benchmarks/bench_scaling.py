@@ -2,8 +2,9 @@
 cluster (issue 8, "Scaling out").
 
 Runs :func:`eegformer_cli.preprocess.run_preprocess` (default preset) into an empty folder
-three times: ``n_jobs=1``, ``n_jobs=2`` (joblib's process pool; starting the workers is part of
-the time, as in a user's run) and ``backend="dask"`` on a ``LocalCluster`` of 2 single-threaded
+three times: ``n_jobs=1``, ``n_jobs=2`` (the local worker pool of
+:func:`eegformer_cli.preprocess.recording_workers`; starting the workers is part of the time, as
+in a user's run) and ``backend="dask"`` on a ``LocalCluster`` of 2 single-threaded
 worker processes on 127.0.0.1 (:func:`eegformer_cli.parallel.preprocess_backend`; the cluster's
 start-up is reported apart and included in the total). Each configuration runs ``--repeats``
 times (fresh folders, interleaved) and the run with the median preprocessing time is reported.

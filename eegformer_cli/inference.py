@@ -166,27 +166,31 @@ def _iter_inputs(bundle, inputs, participants, forced_age, forced_sex) -> Iterat
     entries = [Path(entry) for entry in inputs]
     is_preprocessed = [entry.is_dir() and (entry / "manifest.tsv").is_file() for entry in entries]
     raw_inputs = [entry for entry, done in zip(entries, is_preprocessed) if not done]
-    raw_items: dict[Path, InputRecording] = {}
+    # each raw input's recordings, found once; a recording named by two inputs goes with the first
+    paths_of: dict[int, list[Path]] = {}
+    seen: set[Path] = set()
+    for index, (entry, done) in enumerate(zip(entries, is_preprocessed)):
+        if not done:
+            found = reading.find_recordings([entry])
+            paths_of[index] = [path for path in found if path not in seen]
+            seen.update(paths_of[index])
+    paths = [path for found in paths_of.values() for path in found]
     if raw_inputs:
-        paths = reading.find_recordings(raw_inputs)
         table = Path(participants) if participants else metadata.find_participants_file(raw_inputs)
         rows = metadata.load_participants(table) if table else {}
-        for path, recording_id in zip(paths, reading.recording_ids(paths)):
-            participant_id, meta = metadata.match_participant(path, rows, None, None)
-            raw_items[path] = InputRecording(
-                recording_id, participant_id, str(path),
-                age=math.nan if meta.get("age") is None else float(meta["age"]),
-                sex=sex_value(meta.get("sex")))
-    for entry, done in zip(entries, is_preprocessed):  # in the order the inputs were given
-        if done:
+        ids = dict(zip(paths, reading.recording_ids(paths)))
+    for index, entry in enumerate(entries):  # in the order the inputs were given
+        if index not in paths_of:
             yield from _with_demographics(_preprocessed_inputs(bundle, entry), forced_age,
                                           forced_sex)
             continue
-        for path in reading.find_recordings([entry]):
-            item = raw_items.pop(path, None)  # None: named before by another input
-            if item is not None:
-                yield from _with_demographics([_preprocess_raw(bundle, path, item)],
-                                              forced_age, forced_sex)
+        for path in paths_of[index]:
+            participant_id, meta = metadata.match_participant(path, rows, None, None)
+            item = InputRecording(ids[path], participant_id, str(path),
+                                  age=math.nan if meta.get("age") is None else float(meta["age"]),
+                                  sex=sex_value(meta.get("sex")))
+            yield from _with_demographics([_preprocess_raw(bundle, path, item)], forced_age,
+                                          forced_sex)
 
 
 def _sex_code(sex: str) -> float:

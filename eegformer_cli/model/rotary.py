@@ -55,7 +55,7 @@ def _angle_dtype(*tensors: Tensor) -> torch.dtype:
 
 
 def rotation_factor(angles: Tensor, scale: Tensor | float = 1.0,
-                     offset: Tensor | float = 0.0) -> Tensor:
+                    offset: Tensor | float = 0.0) -> Tensor:
     """Complex factor per feature pair: ``(scale cos + offset) + i (scale sin + offset)``.
 
     angles (..., T, D/2) radians; scale, offset float or Tensor broadcastable to (..., T, D/2)

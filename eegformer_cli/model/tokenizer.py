@@ -188,10 +188,11 @@ class ConnectomeTokenizer(nn.Module):
 
     ``node_embedding`` Linear(C -> d) of coherence rows (paper; ``node_features="coherence"``) or
     Linear(2C -> d) of the coherence and wPLI rows side by side (``"coherence_wpli"``: wPLI then
-    reaches the tokens linearly too, not only as GINE edge weights), optional learned ``channel_embedding``
-    (C, d) added to it, ``edge_embedding`` Linear(1 -> d) of the wPLI scalar (shared by all
-    layers), ``n_layers`` x :class:`GnnBlock`, optional :class:`ElectrodeSelfAttention`
-    (``spatial_encoding="rose"``), readout over electrodes, ``output_embedding``, dropout.
+    reaches the tokens linearly too, not only as GINE edge weights), optional learned
+    ``channel_embedding`` (C, d) added to it, ``edge_embedding`` Linear(1 -> d) of the wPLI
+    scalar (shared by all layers), ``n_layers`` x :class:`GnnBlock`, optional
+    :class:`ElectrodeSelfAttention` (``spatial_encoding="rose"``), readout over electrodes,
+    ``output_embedding``, dropout.
 
     Readouts: ``"mean"`` (paper) mean-pools the nodes, then ``output_embedding`` Linear(d -> d)
     (the official code applies the Linear per node before the mean; a Linear commutes with the

@@ -202,8 +202,9 @@ class ConnectomeDataset(Dataset):
         coh, wpli = self.recording_arrays(int(r))
         rec = self.recordings[r]
         segments = [s]
-        draw = self.segment_averaging and rec.n_segments > 1  # no draw: the stream stays as before
-        if draw and self.rng.random() < self.segment_averaging:
+        # short-circuit: with averaging off nothing is drawn, so rng's stream stays as before
+        averaging = self.segment_averaging and rec.n_segments > 1
+        if averaging and self.rng.random() < self.segment_averaging:
             others = np.delete(np.arange(rec.n_segments), s)
             size = self.rng.integers(1, rec.n_segments)
             segments += self.rng.choice(others, size=size, replace=False).tolist()
