@@ -27,11 +27,21 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# Every benchmark of docs/benchmarks.md, one JSON file each in $(BENCH_OUT) (about an hour on 2 cores;
+# run it on a quiet machine). The figures in docs/benchmarks.md are copied from such files.
+BENCH_OUT ?= benchmark-results
+MSU_EEG ?= ../shared/data/msu-schizophrenia/eeg
 benchmarks: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+	mkdir -p $(BENCH_OUT)
+	for name in bench_preprocess bench_train_step bench_scaling; do \
+	  $(BIN)/python benchmarks/$$name.py > $(BENCH_OUT)/$$name.json || exit 1; done
+	$(BIN)/python benchmarks/bench_explain.py $(MSU_EEG)/sub-001_task-rest_eeg.edf \
+	  > $(BENCH_OUT)/bench_explain.json
+	$(BIN)/python benchmarks/bench_accuracy.py --out $(BENCH_OUT)/accuracy \
+	  --variants default,coarse_only,no_drofe > $(BENCH_OUT)/bench_accuracy.json
 
 sample-data: $(STAMP)
 	$(BIN)/eegformer simulate --out sample_data --overwrite
 
 clean:
-	rm -rf $(DEMO_OUT) .pytest_cache build *.egg-info
+	rm -rf $(DEMO_OUT) $(BENCH_OUT) .pytest_cache build *.egg-info

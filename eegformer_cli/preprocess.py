@@ -9,12 +9,16 @@ give it the run's channels (interpolating at most ``max_interpolated`` missing o
 A whole input, into ``out_dir``::
 
     out_dir/connectomes/<recording_id>.npz   one per recording that succeeded (see docs/architecture.md)
-    out_dir/manifest.tsv                     one row per input recording, ok or error
+    out_dir/manifest.tsv                     one row per input recording, ok or error (plus
+                                             earlier runs' ok rows with the same settings)
     out_dir/preprocess.json                  resolved settings, channels, bands, versions, counts
 
 Each connectome file also stores ``record_json``: the settings hash, the source file's size and
 modification time and the recording's processing fields, so a rerun skips recordings already
 done with the same settings and rebuilds their manifest rows without recomputing anything.
+A run into a folder that holds recordings of earlier runs keeps them in the manifest when they
+were made with the same settings (:func:`_earlier_rows`), so a dataset can be preprocessed
+folder by folder into one output.
 """
 
 from __future__ import annotations
@@ -570,8 +574,9 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             for row in rows:  # a connectome from earlier settings must not outlive a failure now
                 if row["status"] == "error":
                     (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-            summary = _write_outputs(out_dir, rows, resolved, n_skipped, inputs, participants_file,
-                                     recordings_file)
+            earlier = _earlier_rows(out_dir, {row["recording_id"] for row in rows}, settings_hash)
+            summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
+                                     participants_file, recordings_file)
     # the terminal line names a failed file and its problem; the manifest has them all
     first_error = next((row["error"] for row in rows if row["status"] == "error"), None)
     if summary.n_ok == 0:
@@ -662,25 +667,64 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     return record.get("fields")
 
 
-def _write_outputs(out_dir: Path, rows: list[dict], settings: PreprocessSettings,
-                   n_skipped: int, inputs, participants_file: Path | None,
-                   recordings_file: Path | None) -> PreprocessSummary:
-    """Write ``manifest.tsv`` and ``preprocess.json`` (atomically); return the summary."""
+def _earlier_rows(out_dir: Path, current_ids: set[str], settings_hash: str) -> list[dict]:
+    """Rows of ``out_dir``'s manifest, from earlier runs, that this run's manifest keeps.
+
+    A run into a folder that already holds other recordings (``preprocess site1/ --out prep``,
+    then ``preprocess site2/ --out prep``) must not drop them from the manifest: an earlier row
+    of a recording this run did not see is kept when it is ok, made with the same settings
+    (channels and epoch length included) and its connectome file is there. The others are left
+    out, with a log line, so the manifest never mixes settings; their files stay where they are.
+    """
+    path = out_dir / MANIFEST_NAME
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            previous = [row for row in csv.DictReader(handle, delimiter="\t")
+                        if row.get("recording_id") not in current_ids]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        console.warn(f"{path}: earlier manifest not readable ({exc}); it is replaced")
+        return []
+    kept = [row for row in previous
+            if row.get("status") == "ok" and row.get("settings_hash") == settings_hash
+            and (out_dir / str(row.get("connectome"))).is_file()]
+    if kept:
+        console.log(f"preprocess: the manifest keeps {len(kept)} recordings of earlier runs with "
+                    "these settings")
+    if len(previous) > len(kept):
+        console.log(f"preprocess: {len(previous) - len(kept)} rows of earlier runs (other settings, "
+                    f"errors or missing files) left out of the manifest; use the same --channels "
+                    f"and --epoch-length to add recordings to {out_dir}")
+    return kept
+
+
+def _write_outputs(out_dir: Path, rows: list[dict], earlier: list[dict],
+                   settings: PreprocessSettings, n_skipped: int, inputs,
+                   participants_file: Path | None, recordings_file: Path | None
+                   ) -> PreprocessSummary:
+    """Write ``manifest.tsv`` (``earlier`` rows first, then this run's) and ``preprocess.json``
+    (atomically); return the summary of this run's ``rows``."""
     n_ok = sum(row["status"] == "ok" for row in rows)
     summary = PreprocessSummary(
         n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
         channels=list(settings.channels or ()), epoch_length_s=settings.epoch_length,
         out_dir=out_dir, manifest=out_dir / MANIFEST_NAME, settings_file=out_dir / SETTINGS_NAME)
-    atomic.write_text(summary.manifest, _manifest_text(rows))
+    input_names = [str(path) for path in inputs]
+    if earlier and summary.settings_file.is_file():
+        previous = json.loads(summary.settings_file.read_text(encoding="utf-8")).get("inputs", [])
+        input_names = list(dict.fromkeys([*previous, *input_names]))
+    atomic.write_text(summary.manifest, _manifest_text(earlier + rows))
     atomic.write_json(summary.settings_file, {
         "settings": settings.to_dict(), "settings_hash": settings.settings_hash(),
         "channels": summary.channels, "bands": band_names(settings.bands),
         "band_edges_hz": band_edges_hz(settings.bands), "epoch_length_s": settings.epoch_length,
-        "inputs": [str(path) for path in inputs],
+        "inputs": input_names,
         "participants_file": None if participants_file is None else str(participants_file),
         "recordings_file": None if recordings_file is None else str(recordings_file),
         "counts": {"recordings": summary.n_recordings, "ok": summary.n_ok,
-                   "error": summary.n_error, "skipped": n_skipped},
+                   "error": summary.n_error, "skipped": n_skipped,
+                   "kept_from_earlier_runs": len(earlier)},
         "versions": package_versions()})
     return summary
 

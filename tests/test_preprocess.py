@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import signal
 import subprocess
@@ -72,7 +73,8 @@ def test_msu_every_recording_ok_with_demographics(msu_run):
         assert row["n_segments"] == "4" and row["sfreq"] == "128" and row["error"] == "n/a"
     settings = json.loads((out / "preprocess.json").read_text())
     assert settings["channels"] == MSU_CHANNELS and settings["epoch_length_s"] == 15
-    assert settings["counts"] == {"recordings": 84, "ok": 84, "error": 0, "skipped": 0}
+    assert settings["counts"] == {"recordings": 84, "ok": 84, "error": 0, "skipped": 0,
+                                  "kept_from_earlier_runs": 0}
     assert settings["versions"]["mne-connectivity"]
 
 
@@ -249,6 +251,30 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     assert second.bands == ["theta"] and second.coh.shape[1] == 1
     np.testing.assert_array_equal(second.coh[:, 0], first.coh[:, 1])
     assert run_preprocess(files, out, theta_only).n_skipped == 2
+
+
+def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    settings = PreprocessSettings.from_preset("default", channels=tuple(STANDARD_1020))
+    run_preprocess([messy_folder / "good1.edf"], out, settings)
+    run_preprocess([messy_folder / "good2.edf"], out, settings)
+    rows = read_manifest(out)
+    assert [(row["recording_id"], row["status"]) for row in rows] == [("good1", "ok"), ("good2", "ok")]
+    assert rows[0]["age"] == "30"                     # the earlier row keeps its metadata
+    assert "keeps 1 recordings of earlier runs" in capsys.readouterr().err
+    inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
+    assert [Path(name).name for name in inputs] == ["good1.edf", "good2.edf"]
+    # other settings: the earlier row is left out (never a manifest of mixed settings), its file stays
+    run_preprocess([messy_folder / "good2.edf"], out,
+                   dataclasses.replace(settings, bands=BAND_PRESETS["default"][1:2]))
+    assert [row["recording_id"] for row in read_manifest(out)] == ["good2"]
+    assert "1 rows of earlier runs" in capsys.readouterr().err
+    assert (out / "connectomes" / "good1.npz").is_file()
+    # a manifest that is not text any more is replaced, with a warning, not a traceback
+    (out / "manifest.tsv").write_bytes(b"\xff\xfe garbage")
+    run_preprocess([messy_folder / "good1.edf"], out, settings)
+    assert [row["recording_id"] for row in read_manifest(out)] == ["good1"]
+    assert "earlier manifest not readable" in capsys.readouterr().err
 
 
 def test_a_recording_failing_now_loses_its_old_connectome(messy_folder, tmp_path):

@@ -210,3 +210,23 @@ def test_recording_ids_disambiguate_only_collisions_and_do_not_depend_on_order()
     assert ids == ["site-b__sub-01_eeg", "site-a__sub-01_eeg", "sub-02_eeg"]
     assert recording_ids(paths[::-1]) == ids[::-1]
     assert len(set(recording_ids([Path("/d/a b.edf"), Path("/d/a_b.edf")]))) == 2
+
+
+def test_a_split_fif_recording_is_one_recording(tmp_path):
+    """MNE splits large FIF files (BIDS or Neuromag naming); the first part reads them all."""
+    n_times = 256 * 300
+    raw = mne.io.RawArray(np.random.default_rng(0).standard_normal((19, n_times)) * 1e-5,
+                          mne.create_info(19, 256.0, "eeg"), verbose=False)
+    raw.save(tmp_path / "sub-01_eeg.fif", split_size="3MB", split_naming="bids",
+             verbose=False)
+    raw.save(tmp_path / "rec_raw.fif", split_size="3MB", verbose=False)
+    parts = sorted(p.name for p in tmp_path.iterdir())
+    assert "sub-01_split-02_eeg.fif" in parts and "rec_raw-1.fif" in parts
+    found = find_recordings([tmp_path])
+    assert [p.name for p in found] == ["rec_raw.fif", "sub-01_split-01_eeg.fif"]
+    assert read_recording(found[1], preload=False).n_times == n_times
+    # named explicitly (a shell glob): still one recording each
+    assert find_recordings(sorted(tmp_path.iterdir())) == [tmp_path / "rec_raw.fif",
+                                                           tmp_path / "sub-01_split-01_eeg.fif"]
+    # a continuation part given alone is what the user asked for
+    assert find_recordings([tmp_path / "rec_raw-1.fif"]) == [tmp_path / "rec_raw-1.fif"]

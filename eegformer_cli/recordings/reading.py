@@ -65,12 +65,34 @@ def _walk_recordings(folder: Path) -> list[Path]:
     return found
 
 
+#: Continuation parts of a FIF recording split by MNE (``Raw.save(split_size=...)``): BIDS naming
+#: ``..._split-02_eeg.fif`` and Neuromag naming ``..._raw-1.fif``.
+_BIDS_SPLIT_PART = re.compile(r"^(?P<head>.*_split-)(?P<number>\d+)(?P<tail>_.*\.fif)$")
+_NEUROMAG_SPLIT_PART = re.compile(r"^(?P<head>.*)-(?P<number>\d+)\.fif$")
+
+
+def first_split_part(path: Path) -> Path | None:
+    """The first file of the split FIF recording that ``path`` continues, or None when ``path``
+    is not named as a continuation part. MNE reads every part when given the first one, so the
+    other parts are not recordings of their own."""
+    bids = _BIDS_SPLIT_PART.match(path.name)
+    if bids and int(bids["number"]) > 1:
+        first = "1".zfill(len(bids["number"]))
+        return path.with_name(f"{bids['head']}{first}{bids['tail']}")
+    neuromag = _NEUROMAG_SPLIT_PART.match(path.name)
+    if neuromag:
+        return path.with_name(f"{neuromag['head']}.fif")
+    return None
+
+
 def find_recordings(inputs: list[Path]) -> list[Path]:
     """The recording files named by ``inputs``: files, folders (searched recursively), BIDS roots.
 
     Returns absolute paths in the order the inputs were given (a folder's recordings sorted),
     each once (the first mention counts). A file given explicitly must have a recording suffix;
-    hidden and temporary files (``.tmp-*``) inside folders are skipped.
+    hidden and temporary files (``.tmp-*``) inside folders are skipped, and so are the
+    continuation parts of a split FIF recording whose first part is found too (MNE reads them
+    with it: one recording).
 
     Raises
     ------
@@ -94,7 +116,7 @@ def find_recordings(inputs: list[Path]) -> list[Path]:
             raise _unsupported_format_error(path, InputDataError)
         else:
             found[path.resolve()] = None
-    return list(found)
+    return [path for path in found if first_split_part(path) not in found]
 
 
 def _unsupported_format_error(path: Path, error_class: type[InputDataError]) -> InputDataError:
