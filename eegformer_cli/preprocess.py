@@ -553,6 +553,8 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             atomic.ensure_dir(connectome_dir)
             atomic.remove_stale_temporaries(out_dir)
             atomic.remove_stale_temporaries(connectome_dir)
+            previous_rows = _read_earlier_manifest(out_dir)
+            _avoid_earlier_ids(recordings, previous_rows, out_dir)
             fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
                             for rec in recordings if rec.header.error}
             tasks = []
@@ -574,7 +576,8 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             for row in rows:  # a connectome from earlier settings must not outlive a failure now
                 if row["status"] == "error":
                     (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-            earlier = _earlier_rows(out_dir, {row["recording_id"] for row in rows}, settings_hash)
+            earlier = _earlier_rows(out_dir, previous_rows, {row["recording_id"] for row in rows},
+                                    settings_hash)
             summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
                                      participants_file, recordings_file)
     # the terminal line names a failed file and its problem; the manifest has them all
@@ -667,8 +670,74 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     return record.get("fields")
 
 
-def _earlier_rows(out_dir: Path, current_ids: set[str], settings_hash: str) -> list[dict]:
-    """Rows of ``out_dir``'s manifest, from earlier runs, that this run's manifest keeps.
+def _read_earlier_manifest(out_dir: Path) -> list[dict]:
+    """The rows of ``out_dir``'s manifest from earlier runs ([] if none, or unreadable: warned)."""
+    path = out_dir / MANIFEST_NAME
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle, delimiter="\t"))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        console.warn(f"{path}: earlier manifest not readable ({exc}); it is replaced")
+        return []
+
+
+def _avoid_earlier_ids(recordings: list[_Recording], previous_rows: list[dict],
+                       out_dir: Path) -> None:
+    """Give a recording another id where an earlier run into ``out_dir`` gave its id to another
+    source file, so that its connectome never overwrites that one.
+
+    ``preprocess site1/ --out prep`` then ``preprocess site2/ --out prep`` with ``sub-01.edf``
+    in both: site2's becomes ``site2__sub-01`` (its folder in front, as :func:`reading.recording_ids`
+    does within a run), or gets a number (``sub-01-2``) if that is taken too. Only ok rows with
+    their connectome file count. The same file is the same resolved path, or the size and
+    modification time its connectome recorded (a dataset moved or copied with ``cp -p``). The
+    rule only depends on the inputs and the manifest, so a rerun finds its connectomes again.
+    """
+    owners = {row.get("recording_id"): row for row in previous_rows if row.get("status") == "ok"
+              and (out_dir / str(row.get("connectome"))).is_file()}
+    if not owners:
+        return
+    current = {rec.recording_id for rec in recordings}
+
+    def free_for(candidate: str, path: Path) -> bool:
+        owner = owners.get(candidate)
+        return owner is None or _same_source(path, owner, out_dir)
+
+    for rec in recordings:
+        if free_for(rec.recording_id, rec.path):
+            continue
+        base = reading.recording_id(rec.path, rec.path.parent.parent)
+        candidate, number = base, 1
+        while candidate in current or not free_for(candidate, rec.path):
+            number += 1
+            candidate = f"{base}-{number}"
+        console.warn(f"{rec.path}: recording id {rec.recording_id} belongs to "
+                     f"{owners[rec.recording_id].get('source_file')} in {out_dir}; "
+                     f"this recording is {candidate}")
+        current.add(candidate)
+        rec.recording_id = candidate
+
+
+def _same_source(path: Path, row: dict, out_dir: Path) -> bool:
+    """Whether ``path`` is the source file of an earlier manifest ``row`` (see
+    :func:`_avoid_earlier_ids`)."""
+    if Path(str(row.get("source_file"))).resolve() == path.resolve():
+        return True
+    record = _load_record(out_dir / str(row.get("connectome"))) or {}
+    try:
+        stat = path.stat()
+    except OSError:  # gone since it was found: not the earlier file, and it will fail as a row
+        return False
+    return (record.get("source_size"), record.get("source_mtime_ns")) == (stat.st_size,
+                                                                          stat.st_mtime_ns)
+
+
+def _earlier_rows(out_dir: Path, previous_rows: list[dict], current_ids: set[str],
+                  settings_hash: str) -> list[dict]:
+    """Rows of ``out_dir``'s manifest, from earlier runs (``previous_rows``), that this run's
+    manifest keeps.
 
     A run into a folder that already holds other recordings (``preprocess site1/ --out prep``,
     then ``preprocess site2/ --out prep``) must not drop them from the manifest: an earlier row
@@ -676,16 +745,7 @@ def _earlier_rows(out_dir: Path, current_ids: set[str], settings_hash: str) -> l
     (channels and epoch length included) and its connectome file is there. The others are left
     out, with a log line, so the manifest never mixes settings; their files stay where they are.
     """
-    path = out_dir / MANIFEST_NAME
-    if not path.is_file():
-        return []
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            previous = [row for row in csv.DictReader(handle, delimiter="\t")
-                        if row.get("recording_id") not in current_ids]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        console.warn(f"{path}: earlier manifest not readable ({exc}); it is replaced")
-        return []
+    previous = [row for row in previous_rows if row.get("recording_id") not in current_ids]
     kept = [row for row in previous
             if row.get("status") == "ok" and row.get("settings_hash") == settings_hash
             and (out_dir / str(row.get("connectome"))).is_file()]

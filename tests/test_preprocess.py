@@ -277,6 +277,32 @@ def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder,
     assert "earlier manifest not readable" in capsys.readouterr().err
 
 
+def test_same_file_name_from_another_folder_never_replaces_an_earlier_recording(tmp_path, capsys):
+    site1, site2, out = tmp_path / "site1", tmp_path / "site2", tmp_path / "out"
+    site1.mkdir(), site2.mkdir()
+    write_edf(synthetic_raw(seed=1), site1 / "sub-01.edf")
+    write_edf(synthetic_raw(seed=2), site2 / "sub-01.edf")
+    settings = PreprocessSettings.from_preset("default")
+    run_preprocess([site1], out, settings)
+    first = load_connectome(out / "connectomes" / "sub-01.npz").coh
+    run_preprocess([site2], out, settings)
+    assert "recording id sub-01 belongs to" in capsys.readouterr().err
+    rows = read_manifest(out)
+    assert [(row["recording_id"], Path(row["source_file"]).parent.name) for row in rows] == [
+        ("sub-01", "site1"), ("site2__sub-01", "site2")]
+    np.testing.assert_array_equal(load_connectome(out / "connectomes" / "sub-01.npz").coh, first)
+    assert not np.array_equal(load_connectome(out / "connectomes" / "site2__sub-01.npz").coh, first)
+    # reruns find their own connectomes again: nothing recomputed, nothing renamed
+    assert run_preprocess([site2], out, settings).n_skipped == 1
+    assert run_preprocess([site1], out, settings).n_skipped == 1
+    assert sorted(row["recording_id"] for row in read_manifest(out)) == ["site2__sub-01", "sub-01"]
+    # the same file moved elsewhere (size and mtime kept) is the same recording, not a new one
+    moved = tmp_path / "moved"
+    site1.rename(moved)
+    assert run_preprocess([moved], out, settings).n_skipped == 1
+    assert sorted(row["recording_id"] for row in read_manifest(out)) == ["site2__sub-01", "sub-01"]
+
+
 def test_a_recording_failing_now_loses_its_old_connectome(messy_folder, tmp_path):
     out = tmp_path / "out"
     files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
