@@ -1,4 +1,5 @@
-"""Metrics: scikit-learn definitions, the paper's BAC, positive-class AUC-PR, fold summaries."""
+"""Metrics: scikit-learn definitions, the paper's BAC, positive-class AUC-PR, fold summaries,
+the paired comparison with the reference."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from eegformer_cli.training.metrics import (classification_metrics, paper_balanced_accuracy,
+from eegformer_cli.training.metrics import (classification_metrics, compare_folds,
+                                            describe_comparison, paper_balanced_accuracy,
                                             summarise_folds)
 
 
@@ -58,3 +61,31 @@ def test_undefined_auroc_is_nan_and_skipped_in_summary():
     assert summary["std"]["bac"] == pytest.approx(np.std([one_class["bac"], full["bac"]], ddof=1))
     assert summary["confusion_matrix"] == (np.array(one_class["confusion_matrix"])
                                            + np.array(full["confusion_matrix"])).tolist()
+
+
+def test_paired_comparison_is_the_t_interval_widened_for_overlapping_training_sets():
+    rng = np.random.default_rng(0)
+    model = [{"bac": value} for value in rng.uniform(0.7, 1.0, 15)]
+    reference = [{"bac": value} for value in rng.uniform(0.7, 1.0, 15)]
+    differences = np.array([a["bac"] - b["bac"] for a, b in zip(model, reference)])
+    naive = compare_folds(model, reference, test_train_ratio=0.0)
+    expected = stats.ttest_1samp(differences, 0.0)     # independent folds: scipy's one-sample t
+    assert naive["ci95"] == pytest.approx(list(expected.confidence_interval()))
+    assert naive["p_value"] == pytest.approx(expected.pvalue)
+    corrected = compare_folds(model, reference, test_train_ratio=0.25)   # 5-fold CV
+    widening = np.sqrt((1 / 15 + 0.25) / (1 / 15))
+    assert np.diff(corrected["ci95"])[0] == pytest.approx(widening * np.diff(naive["ci95"])[0])
+    assert corrected["p_value"] > naive["p_value"]
+    assert corrected["folds_better"] == (differences > 0).sum()
+    assert corrected["folds_better"] + corrected["folds_worse"] + corrected["folds_equal"] == 15
+    line = describe_comparison(corrected, "xaiguiformer", "logistic_regression")
+    assert f"{corrected['mean_difference']:+.3f}" in line and "95 % CI" in line
+
+
+def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval():
+    model = [{"auroc": 0.9}, {"auroc": float("nan")}]
+    reference = [{"auroc": 0.8}, {"auroc": 0.7}]
+    comparison = compare_folds(model, reference, 0.25, metric="auroc")
+    assert comparison["n_folds"] == 1 and comparison["mean_difference"] == pytest.approx(0.1)
+    assert np.isnan(comparison["ci95"]).all() and np.isnan(comparison["p_value"])
+    assert "CI" not in describe_comparison(comparison, "a", "b")

@@ -47,7 +47,8 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
     for title in ("Dataset summary", "Metrics", "Confusion matrix", "ROC and precision-recall",
                   "Training curves per fold", "Band importance per class",
                   "Strongest channel-pair attributions", "Coarse vs refined attention",
-                  "logistic_regression", "No preprocessing failures"):
+                  "logistic_regression", "No preprocessing failures",
+                  "Paired over the same folds: xaiguiformer - logistic_regression, bac:"):
         assert title in text, title
 
 

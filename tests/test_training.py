@@ -343,6 +343,14 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert first.stat().st_mtime_ns == mtime  # not retrained
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["n_folds"] == 3 and (run_dir / "model.pt").exists()
+    # the paired comparison with the reference: differences of the same folds, told on stderr
+    comparison = metrics["comparison"]
+    differences = [a["bac"] - b["bac"] for a, b in zip(
+        metrics["models"]["xaiguiformer"]["per_fold"],
+        metrics["models"]["logistic_regression"]["per_fold"])]
+    assert comparison["mean_difference"] == pytest.approx(np.mean(differences))
+    assert comparison["folds_better"] + comparison["folds_equal"] + comparison["folds_worse"] == 3
+    assert "xaiguiformer - logistic_regression, bac:" in done.stderr
     # the same folder with other settings is refused (--overwrite would replace it)
     changed = run_cli(*args, "--epochs", "2")
     assert changed.returncode == 2 and "holds another run" in changed.stderr

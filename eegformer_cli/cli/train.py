@@ -10,6 +10,7 @@ from rich.table import Table
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
+from eegformer_cli.training.metrics import describe_comparison
 
 
 def _summary_table(metrics: dict) -> Table:
@@ -44,6 +45,9 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
     if metrics is None:
         return
     console.stderr.print(_summary_table(metrics))
+    comparison = metrics.get("comparison")
+    if comparison:
+        console.log(describe_comparison(comparison, comparison["model"], comparison["reference"]))
     console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
         summary = {"run_dir": str(out), "model_file": str(out / "model.pt"),
@@ -51,7 +55,8 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "n_folds": metrics["n_folds"], "cv_seconds": metrics["cv_seconds"],
                    "labels": metrics["labels"], "positive_label": metrics["positive_label"],
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
-                              for name, values in metrics["models"].items()}}
+                              for name, values in metrics["models"].items()},
+                   "comparison": metrics.get("comparison")}
         typer.echo(json.dumps(summary, indent=2))
 
 

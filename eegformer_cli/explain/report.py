@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 
 from eegformer_cli.atomic import ensure_dir, write_bytes  # noqa: E402
 from eegformer_cli.errors import InputDataError, OutputError  # noqa: E402
+from eegformer_cli.training.metrics import describe_comparison
 
 #: Channel pairs drawn per class on the connectivity circle (strongest by |value|).
 CIRCLE_PAIRS = 20
@@ -293,8 +294,12 @@ def _add_cross_validation(report, run_dir: Path) -> None:
         return
     metrics = _read_json(metrics_file)
     labels = [str(label) for label in metrics.get("labels", [])]
+    comparison = metrics.get("comparison")
+    paired = ("" if not comparison else "<p>Paired over the same folds: "
+              + html.escape(describe_comparison(comparison, comparison["model"],
+                                                comparison["reference"])) + ".</p>")
     report.add_html("<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
-                    "</p>" + metrics_html(metrics), "Metrics", section=section)
+                    "</p>" + metrics_html(metrics) + paired, "Metrics", section=section)
     matrix = metrics.get("models", {}).get("xaiguiformer", {}).get("confusion_matrix")
     if matrix is not None:
         _figure(report, confusion_matrix_figure(matrix, labels), "Confusion matrix", section)

@@ -13,11 +13,19 @@ Definitions (class indices 0..K-1, probabilities (n, K) per recording):
 
 A metric that is undefined on a fold (e.g. AUROC with one class present) is NaN and is left
 out of the mean and spread. Spread = sample standard deviation over folds (ddof 1).
+
+:func:`compare_folds` compares two models on the same folds (paired): the per-fold differences,
+how many folds each wins, and a 95 % confidence interval from the *corrected* resampled t-test
+(Nadeau & Bengio 2003, "Inference for the generalization error"; Bouckaert & Frank 2004 for
+repeated k-fold): folds share training participants, so the variance of the mean difference is
+``(1/n + n_test/n_train) * s^2`` instead of the naive ``s^2 / n``, which would be far too
+confident.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score,
                              confusion_matrix, roc_auc_score)
 from sklearn.preprocessing import label_binarize
@@ -108,3 +116,50 @@ def summarise_folds(per_fold: list[dict]) -> dict:
         std[name] = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
     matrix = np.sum([np.asarray(fold["confusion_matrix"]) for fold in per_fold], axis=0)
     return {"mean": mean, "std": std, "confusion_matrix": matrix.tolist()}
+
+
+def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_train_ratio: float,
+                  metric: str = "bac") -> dict:
+    """Paired comparison of a model with a reference on the same folds.
+
+    ``per_fold`` / ``per_fold_reference``: the folds' metric dicts in the same fold order;
+    ``test_train_ratio``: test participants / training participants of a fold (``1 / (k - 1)``
+    for k-fold CV); folds where either value is NaN are left out.
+    Returns ``{"metric", "n_folds", "mean_difference", "std_difference", "folds_better",
+    "folds_equal", "folds_worse", "ci95", "p_value", "test"}``, difference = model - reference;
+    ``ci95`` ([low, high]) and ``p_value`` (two-sided) are NaN with fewer than two folds or
+    identical differences.
+    """
+    model = np.array([fold[metric] for fold in per_fold], dtype=float)
+    reference = np.array([fold[metric] for fold in per_fold_reference], dtype=float)
+    differences = (model - reference)[~(np.isnan(model) | np.isnan(reference))]
+    n = len(differences)
+    mean = float(differences.mean()) if n else float("nan")
+    std = float(differences.std(ddof=1)) if n > 1 else float("nan")
+    ci95, p_value = [float("nan"), float("nan")], float("nan")
+    if n > 1 and std > 0:
+        standard_error = std * np.sqrt(1 / n + test_train_ratio)
+        margin = float(stats.t.ppf(0.975, n - 1) * standard_error)
+        ci95 = [mean - margin, mean + margin]
+        p_value = float(2 * stats.t.sf(abs(mean) / standard_error, n - 1))
+    return {"metric": metric, "n_folds": n, "mean_difference": mean, "std_difference": std,
+            "folds_better": int((differences > 0).sum()), "folds_equal": int((differences == 0).sum()),
+            "folds_worse": int((differences < 0).sum()), "ci95": ci95, "p_value": p_value,
+            "test": "corrected resampled t-test (Nadeau & Bengio 2003), "
+                    f"variance x (1/n + {test_train_ratio:.3g})"}
+
+
+def describe_comparison(comparison: dict, model: str, reference: str) -> str:
+    """One line for people, from :func:`compare_folds`'s dict (NaN or None where unknown):
+    ``"xaiguiformer - logistic_regression, bac: -0.029 (95 % CI -0.081 to +0.023, ...)"``."""
+    def known(value) -> bool:
+        return value is not None and not np.isnan(value)
+
+    mean, (low, high) = comparison["mean_difference"], comparison["ci95"]
+    if not known(mean):
+        return f"{model} - {reference}, {comparison['metric']}: no fold to compare"
+    interval = (f" (95 % CI {low:+.3f} to {high:+.3f}, p = {comparison['p_value']:.2g}, "
+                "corrected resampled t-test)" if known(low) else "")
+    return (f"{model} - {reference}, {comparison['metric']}: {mean:+.3f}{interval}; better on "
+            f"{comparison['folds_better']}, equal on {comparison['folds_equal']}, worse on "
+            f"{comparison['folds_worse']} of {comparison['n_folds']} folds")

@@ -47,7 +47,8 @@ from eegformer_cli.inference import (SEGMENTS_PER_BATCH, autocast, one_cpu_threa
 from eegformer_cli.training import augment, distributed, merge, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData, load_training_data
-from eegformer_cli.training.metrics import classification_metrics, summarise_folds
+from eegformer_cli.training.metrics import (classification_metrics, compare_folds,
+                                             summarise_folds)
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
 from eegformer_cli.training.reference import fit_reference, recording_features, reference_probabilities
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
@@ -466,11 +467,16 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
         per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
                     for r in results]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
+    test_train_ratio = float(np.mean([len(fold.test) / (len(fold.train) + len(fold.val))
+                                      for fold in plan.folds]))
+    comparison = compare_folds(models[MODEL_NAME]["per_fold"], models[REFERENCE_NAME]["per_fold"],
+                               test_train_ratio)
     metrics = {"labels": label_names, "positive_label": plan.positive_label,
                "label_column": plan.data.label_column, "scheme": plan.scheme,
                "preset": plan.config.preset, "n_folds": len(results),
                "cv_seconds": float(sum(r["seconds"] for r in results)),
-               "models": models}
+               "models": models,
+               "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison}}
     metrics = _nan_to_none(metrics)
     write_json(run_dir / "metrics.json", metrics)
     return metrics
