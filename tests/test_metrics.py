@@ -89,3 +89,7 @@ def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval()
     assert comparison["n_folds"] == 1 and comparison["mean_difference"] == pytest.approx(0.1)
     assert np.isnan(comparison["ci95"]).all() and np.isnan(comparison["p_value"])
     assert "CI" not in describe_comparison(comparison, "a", "b")
+    # the same difference on every fold (up to rounding) gives no interval, not p = 1e-16
+    same = compare_folds([{"bac": 0.7}, {"bac": 0.9}, {"bac": 0.8}],
+                         [{"bac": 0.7667}, {"bac": 0.9667}, {"bac": 0.8667}], 1.0)
+    assert 0 < same["std_difference"] < 1e-12 and np.isnan(same["p_value"])

@@ -585,3 +585,14 @@ def test_two_preprocess_runs_into_one_folder(workspace, tmp_path):
         connectome = load_connectome(out / row["connectome"])
         assert connectome.coh.shape[0] == int(row["n_segments"])
     assert not list(out.rglob(".tmp-*"))
+
+
+def test_a_reader_that_stops_early_is_not_an_error(workspace):
+    """``eegformer predict ... | head -1``: the reader closes the pipe; the command stops quietly
+    with 141 (128 + SIGPIPE) like any Unix tool, not with 1 (internal error)."""
+    process = subprocess.Popen(EEGFORMER + ["predict", str(workspace.model), str(workspace.prep)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()                               # gone before the first row is written
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGPIPE, err
+    assert "error" not in err and "Traceback" not in err

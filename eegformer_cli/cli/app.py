@@ -7,6 +7,7 @@ exit code documented in :mod:`eegformer_cli.errors`; tracebacks appear only with
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -66,8 +67,15 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    stdout = sys.stdout
     try:
         result = app(args=args, prog_name="eegformer", standalone_mode=False)
+    except SystemExit:
+        # Click answers a broken stdout pipe by swapping sys.stdout for a quiet wrapper and
+        # exiting 1, which would read as an internal error
+        if sys.stdout is not stdout:
+            _reader_has_gone()
+        raise
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -84,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("eegformer: interrupted; rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        _reader_has_gone()
     except Exception as exc:  # a bug: keep the terminal clean unless asked
         if debug:
             raise
@@ -93,4 +103,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     if result == 130:  # Typer turns Ctrl-C / SIGTERM inside a command into a returned 130
         print("eegformer: interrupted; rerun the same command to resume", file=sys.stderr)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_has_gone()
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _reader_has_gone() -> None:
+    """stdout's reader closed the pipe (``eegformer predict ... | head``): stop quietly with
+    141 = 128 + SIGPIPE, the status of every Unix tool in that case, not an internal error.
+    stdout goes to /dev/null first so that Python's own flush at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(128 + signal.SIGPIPE)

@@ -128,7 +128,7 @@ def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_tra
     Returns ``{"metric", "n_folds", "mean_difference", "std_difference", "folds_better",
     "folds_equal", "folds_worse", "ci95", "p_value", "test"}``, difference = model - reference;
     ``ci95`` ([low, high]) and ``p_value`` (two-sided) are NaN with fewer than two folds or
-    identical differences.
+    when every fold has the same difference (to 1e-9: rounding must not pass for certainty).
     """
     model = np.array([fold[metric] for fold in per_fold], dtype=float)
     reference = np.array([fold[metric] for fold in per_fold_reference], dtype=float)
@@ -137,7 +137,7 @@ def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_tra
     mean = float(differences.mean()) if n else float("nan")
     std = float(differences.std(ddof=1)) if n > 1 else float("nan")
     ci95, p_value = [float("nan"), float("nan")], float("nan")
-    if n > 1 and std > 0:
+    if n > 1 and np.ptp(differences) > 1e-9:
         standard_error = std * np.sqrt(1 / n + test_train_ratio)
         margin = float(stats.t.ppf(0.975, n - 1) * standard_error)
         ci95 = [mean - margin, mean + margin]
