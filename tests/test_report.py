@@ -5,6 +5,7 @@ decoded; parts missing; not a run folder.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -61,6 +62,27 @@ def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_
     assert "eegformer explain" in text and "Band importance per class" not in text
     code, output = run_main(capsys, "report", tmp_path)
     assert code == 3 and "not a run folder" in output and "Traceback" not in output
+    # a wrong --explanations folder is an error naming it, not a quiet note in the HTML
+    code, output = run_main(capsys, "report", run["run"], "--explanations", run["prep"],
+                            "--out", tmp_path / "wrong.html")
+    assert code == 3 and "not an explain output folder" in output and str(run["prep"]) in output
+    assert not (tmp_path / "wrong.html").exists()
+
+
+def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys):
+    run = build_sample_run(tmp_path_factory)
+    unfinished = tmp_path / "run"
+    shutil.copytree(run["run"], unfinished)
+    (unfinished / "model.pt").unlink()                   # as after a stop before the final model
+    code, output = run_main(capsys, "report", unfinished, "--out", tmp_path / "r1.html")
+    assert code == 0 and "incomplete run: no model.pt" in output
+    assert "incomplete run: no model.pt" in (tmp_path / "r1.html").read_text(encoding="utf-8")
+    # splits planning one more fold than metrics.json holds: a stop between two folds
+    splits = json.loads((unfinished / "splits.json").read_text())
+    splits["folds"].append({**splits["folds"][0], "fold": 1})
+    (unfinished / "splits.json").write_text(json.dumps(splits))
+    code, output = run_main(capsys, "report", unfinished, "--out", tmp_path / "r2.html")
+    assert code == 0 and "1 of 2 folds finished" in output
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "

@@ -32,6 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 import numpy as np  # noqa: E402
 
+from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_bytes  # noqa: E402
 from eegformer_cli.errors import InputDataError, OutputError  # noqa: E402
 from eegformer_cli.training.metrics import describe_comparison
@@ -293,6 +294,10 @@ def _add_cross_validation(report, run_dir: Path) -> None:
               section)
         return
     metrics = _read_json(metrics_file)
+    incomplete = _incomplete_run(run_dir, metrics)
+    if incomplete:
+        console.warn(f"{run_dir}: {incomplete}")
+        _note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.get("labels", [])]
     comparison = metrics.get("comparison")
     paired = ("" if not comparison else "<p>Paired over the same folds: "
@@ -311,19 +316,33 @@ def _add_cross_validation(report, run_dir: Path) -> None:
                 "Training curves per fold", section)
 
 
+def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:
+    """Why the run's metrics are not the whole run (fewer folds than ``splits.json`` plans, or
+    no final model file), or None."""
+    splits_file = run_dir / "splits.json"
+    planned = len(_read_json(splits_file).get("folds", [])) if splits_file.is_file() else None
+    finished = metrics.get("n_folds")
+    if planned and finished is not None and finished < planned:
+        return (f"incomplete run: {finished} of {planned} folds finished, so the metrics cover "
+                "only those; rerun the same `eegformer train` command to finish it")
+    if not (run_dir / "model.pt").is_file():
+        return ("incomplete run: no model.pt (the final model was not trained); rerun the same "
+                "`eegformer train` command to finish it")
+    return None
+
+
 def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
     from eegformer_cli.explain.export import load_class_summary
 
     section = "Explanations"
-    folder = None if explanations_dir is None else Path(explanations_dir)
-    if folder is None or not (folder / "class_summary.npz").is_file():
-        where = "no --explanations folder was given" if folder is None else \
-            f"{folder} has no class_summary.npz"
+    if explanations_dir is None:
         _note(report, "How to add explanations",
-              f"No explanations: {where}. Run `eegformer explain {run_dir / 'model.pt'} "
+              "No explanations: no --explanations folder was given. Run "
+              f"`eegformer explain {run_dir / 'model.pt'} "
               "DATA --out EXPLANATIONS` and then `eegformer report "
               f"{run_dir} --explanations EXPLANATIONS`.", section)
         return
+    folder = Path(explanations_dir)
     summary = load_class_summary(folder)
     classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
     if not classes:
@@ -347,9 +366,14 @@ def write_report(run_dir: str | Path, explanations_dir: str | Path | None,
                  out: str | Path) -> Path:
     """Build the report and write it atomically to ``out`` (one HTML file); return the path.
 
-    Raises InputDataError when ``run_dir`` is not a run folder and OutputError when ``out`` is
-    a folder or its folder cannot be created or written (both checked before the build)."""
+    Raises InputDataError when ``run_dir`` is not a run folder or ``explanations_dir`` is not
+    an ``eegformer explain`` output, and OutputError when ``out`` is a folder or its folder
+    cannot be created or written (all checked before the build)."""
     _check_run_dir(run_dir)
+    if explanations_dir is not None and not (Path(explanations_dir) / "class_summary.npz").is_file():
+        raise InputDataError("not an explain output folder (no class_summary.npz)",
+                             path=explanations_dir,
+                             hint="pass the --out folder of `eegformer explain`")
     out = Path(out)
     if out.is_dir():
         raise OutputError("is a folder", path=out, hint="give a file name, e.g. report.html")
