@@ -142,11 +142,13 @@ def write_bad_tables(folder: Path, participants: Path) -> dict[str, Path]:
 
 
 def write_bad_models(folder: Path, model: Path) -> dict[str, Path]:
-    """A truncated model file and one from a newer format version."""
+    """A truncated model file, a text file given as the model (the run's config.json), and one
+    from a newer format version."""
     folder.mkdir()
-    paths = {name: folder / f"{name}.pt" for name in ("corrupt", "newer")}
+    paths = {name: folder / f"{name}.pt" for name in ("corrupt", "text", "newer")}
     content = model.read_bytes()
     paths["corrupt"].write_bytes(content[: len(content) // 2])
+    paths["text"].write_bytes((model.parent / "config.json").read_bytes())
     bundle = torch.load(model, weights_only=True)
     torch.save({**bundle, "format_version": bundle["format_version"] + 1}, paths["newer"])
     return paths
@@ -370,6 +372,7 @@ def _no_rows(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -
 
 MODEL_PROBLEMS = {
     "corrupt": "not a readable model file (corrupt or truncated",
+    "text": "not a model file (not a PyTorch archive)",
     "newer": "model file format version 2 is not supported",
 }
 CASES += [Case(f"predict-model-{name}",

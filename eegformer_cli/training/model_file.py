@@ -128,13 +128,18 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
     path = Path(path)
     if not path.is_file():
         raise ModelFileError("model file not found", path=path, hint="pass RUN_DIR/model.pt")
+    with open(path, "rb") as handle:  # torch.save writes a zip archive; a .json, .tsv, ... is not
+        if handle.read(4) != b"PK\x03\x04":
+            raise ModelFileError("not a model file (not a PyTorch archive)", path=path,
+                                 hint="pass the model.pt written by `eegformer train`")
     try:
         bundle = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError,
-            ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
-        reason = " ".join(str(exc).split())[:120] or type(exc).__name__
-        raise ModelFileError(f"not a readable model file (corrupt or truncated: {reason})",
-                             path=path, hint="retrain or copy the file again") from None
+            ValueError, TypeError, AttributeError, IndexError, KeyError):
+        # torch's own message is pages of advice about weights_only; the user needs the fact
+        raise ModelFileError("not a readable model file (corrupt or truncated, or holding "
+                             "objects other than eegformer's)", path=path,
+                             hint="retrain or copy the file again") from None
     if not isinstance(bundle, dict) or bundle.get("format") != FORMAT_NAME:
         raise ModelFileError("not an eegformer model file", path=path,
                              hint="pass the model.pt written by `eegformer train`")
