@@ -49,8 +49,8 @@ from eegformer_cli.connectivity.tokens import recording_connectivity
 from eegformer_cli.errors import (EegformerError, InputDataError, PartialFailure, RecordingError,
                                   UsageError, check_choice)
 from eegformer_cli.recordings import cleaning, metadata, reading
-from eegformer_cli.recordings.channels import (conform_channels, normalise_channels,
-                                               select_channel_set)
+from eegformer_cli.recordings.channels import (STANDARD_1020, conform_channels,
+                                               normalise_channels, select_channel_set)
 from eegformer_cli.versions import package_versions
 
 PRESETS = ("default", "paper")
@@ -639,6 +639,8 @@ def _resolve_settings(settings: PreprocessSettings,
         return settings
     channels = select_channel_set([set(header.channels) for header in readable],
                                   None if settings.channels is None else list(settings.channels))
+    if settings.channels is None:
+        _warn_channels_dropped_for_a_few(readable, channels)
     epoch_length = settings.epoch_length
     if epoch_length == "auto":
         usable = [header.duration_s for header in readable
@@ -648,6 +650,23 @@ def _resolve_settings(settings: PreprocessSettings,
     console.log(f"preprocess: {len(readable)} readable recordings, {len(channels)} channels "
                 f"({', '.join(channels)}), {len(settings.bands)} bands, epochs of {epoch_length:g} s")
     return dataclasses.replace(settings, channels=tuple(channels), epoch_length=float(epoch_length))
+
+
+def _warn_channels_dropped_for_a_few(readable: list[_Header], channels: list[str]) -> None:
+    """Warn when the default channel rule (every recording's standard channels) drops channels
+    that most recordings have, because a few lack them: the user may rather keep the channels
+    and interpolate or reject those few (``--channels``)."""
+    dropped = [name for name in STANDARD_1020 if name not in channels
+               and 2 * sum(name in header.channels for header in readable) > len(readable)]
+    if not dropped:
+        return
+    lacking = [header.path.name for header in readable
+               if not set(dropped) <= header.channels]
+    shown = ", ".join(lacking[:3]) + (", ..." if len(lacking) > 3 else "")
+    console.warn(f"{', '.join(dropped)} left out of every recording because {len(lacking)} of "
+                 f"{len(readable)} lack them ({shown}); to keep them, pass --channels with them: "
+                 "the recordings that lack them are then interpolated (--max-interpolated) or "
+                 "rejected")
 
 
 def _task_for(rec: _Recording, connectome_dir: Path, settings: PreprocessSettings) -> _Task:

@@ -341,6 +341,23 @@ def test_settings_round_trip_through_json_with_a_stable_hash(preset):
         settings.settings_hash()
 
 
+def test_channels_most_recordings_have_are_kept_on_request(tmp_path, capsys):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    for seed in (1, 2):
+        write_edf(synthetic_raw(seed=seed), folder / f"full{seed}.edf")
+    write_edf(synthetic_raw(seed=3).drop_channels(["Fp1", "Fp2", "F7", "F3"]), folder / "few.edf")
+    summary = run_preprocess([folder], tmp_path / "out", PreprocessSettings.from_preset("default"))
+    assert summary.channels == [name for name in STANDARD_1020 if name not in ("Fp1", "Fp2", "F7", "F3")]
+    err = capsys.readouterr().err
+    assert "Fp1, Fp2, F7, F3 left out of every recording because 1 of 3 lack them (few.edf)" in err
+    # what the warning suggests: all 19, the recording missing 4 rejected (2 may be interpolated)
+    summary = run_preprocess([folder], tmp_path / "out19", PreprocessSettings.from_preset(
+        "default", channels=tuple(STANDARD_1020)))
+    assert summary.channels == list(STANDARD_1020) and (summary.n_ok, summary.n_error) == (2, 1)
+    assert "left out of every recording" not in capsys.readouterr().err
+
+
 def test_process_recording_takes_channels_in_any_spelling_and_order(tmp_path):
     path = write_edf(synthetic_raw(seconds=30), tmp_path / "r.edf")
     connectome = process_recording(path, PreprocessSettings.from_preset("default"),
