@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
 
 from eegformer_cli.errors import InputDataError, UsageError
-from eegformer_cli.training import splits
+from eegformer_cli.training import reference, splits
 
 
 def _recordings(n_participants=30, recordings_per_participant=(1, 3), seed=0):
@@ -110,3 +111,33 @@ def test_unreadable_splits_file(tmp_path):
         splits.load_splits(bad)
     with pytest.raises(UsageError, match="not found"):
         splits.load_splits(tmp_path / "missing.json")
+
+
+def test_too_small_training_part_names_what_is_too_small():
+    groups, labels = np.array([f"s{i}" for i in range(8)]), np.tile(["x", "y"], 4)
+    with pytest.raises(InputDataError) as raised:  # 2 folds: 4 participants left for training
+        splits.cross_validation_folds(groups, labels, 2, 1, 0, 0.2)
+    assert str(raised.value) == (
+        "the validation split (val_fraction 0.2: 1 participant in 5) needs at least 5 "
+        "participants but the training part of CV fold 0 (all 8 participants but the 4 of its "
+        "test fold) has 4")
+    assert "val_fraction" in raised.value.hint and "--cv" not in raised.value.hint
+    with pytest.raises(InputDataError, match=r"the test set \(--holdout 0.05: 1 participant in "
+                                             r"20\) needs at least 20 participants but the data "
+                                             r"has 8"):
+        splits.holdout_fold(groups, labels, 0.05, 0, 0.2)
+
+
+def test_small_classes_warn_once_instead_of_python_warnings(capsys):
+    groups = np.array([f"s{i}" for i in range(12)])
+    labels = np.array([0 if i % 3 == 0 else 1 for i in range(12)])  # 4 against 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        folds = splits.cross_validation_folds(groups, labels, 5, 1, 0, 0.2)
+        assert reference.inner_folds(labels, groups) == 4
+        reference.fit_reference(np.random.default_rng(0).normal(size=(12, 3)), labels, groups, 0)
+    splits.warn_missing_classes(folds, groups, labels, ["F", "M"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "of 5 test set(s)" in err[0] and "'F', has 4 participants" in err[0]
+    # a participant with two recordings counts once
+    assert reference.inner_folds(np.array([0, 0, 0, 1, 1, 1]), np.array(list("aabcde"))) == 2

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
-from eegformer_cli.training.trainer import lr_at_step, run_training
+from eegformer_cli.training.trainer import lr_at_step, run_training, selection_improved
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
@@ -86,6 +87,16 @@ def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+def run_main(*args) -> int:
+    """``eegformer ARGS`` in this process (no interpreter start-up); returns the exit code."""
+    # imported here: it imports every subcommand, which only the CLI tests need
+    from eegformer_cli.cli.app import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([str(a) for a in args])
+    return stopped.value.code
+
+
 # ------------------------------------------------------------------------------------------
 # config
 
@@ -120,10 +131,23 @@ def test_presets_toml_and_flags(tmp_path):
     ({"segment_averaging": 2}, r"invalid value 2.0 for segment_averaging; allowed range is \[0, 1\]"),
     ({"epochs": "ten"}, "expected int"),
     ({"model": {"depth": 3}}, "unknown model setting 'depth'"),
+    ({"holdout": 1.0}, r"invalid value 1.0 for holdout; allowed range is \(0, 1\)"),
 ])
 def test_invalid_settings_name_the_key(values, message):
     with pytest.raises(UsageError, match=message):
         apply_overrides(TrainConfig(), values, source="test")
+
+
+@pytest.mark.parametrize("value", ["0", "1", "-0.2"])
+def test_holdout_flag_must_be_a_fraction_strictly_between_0_and_1(synthetic_dir, tmp_path, capsys,
+                                                                   value):
+    code = run_main("train", synthetic_dir, "--out", tmp_path / "run", "-l", "diagnosis",
+                    f"--holdout={value}", "--epochs", "1", "--device", "cpu")
+    err = capsys.readouterr().err
+    assert code == 2 and "--holdout" in err and "allowed range is (0, 1)" in err
+    assert not (tmp_path / "run").exists()
+    # not given: the preset's scheme (cross-validation); 0 in a config means the same
+    assert tiny_config().holdout == 0 and apply_overrides(TrainConfig(), {"holdout": 0}, "test").cv == 5
 
 
 def test_bad_toml_is_a_usage_error(tmp_path):
@@ -141,6 +165,23 @@ def test_lr_schedule_warmup_then_cosine_over_the_whole_run():
     assert lr_at_step(10, **kwargs) == pytest.approx(1e-7 + 0.5 * (1e-3 - 1e-7) * (1 + np.cos(0.1 * np.pi)))
     assert lr_at_step(50, **kwargs) == pytest.approx((1e-3 + 1e-7) / 2)
     assert lr_at_step(100, **kwargs) == pytest.approx(1e-7)
+
+
+@pytest.mark.parametrize("selection", ["best", "second_half"])
+@pytest.mark.parametrize("epochs", [1, 2, 3, 4])
+def test_every_selection_mode_can_select_the_last_epoch(selection, epochs):
+    config = tiny_config(epochs=epochs, selection=selection)
+    assert selection_improved(config, epochs - 1, 0.5, 1.0, None)
+    if selection == "second_half":  # the paper's rule otherwise: epochs >= epochs / 2 (0-based)
+        assert [selection_improved(config, e, 0.5, 1.0, None) for e in range(epochs)] == \
+            [e >= epochs / 2 or e == epochs - 1 for e in range(epochs)]
+
+
+def test_a_one_epoch_run_selects_that_epoch(synthetic_dir, tmp_path):
+    config = tiny_config(epochs=1, selection="second_half", holdout=0.25)
+    run_training(synthetic_dir, tmp_path / "run", "diagnosis", config)
+    fold = json.loads((tmp_path / "run" / "folds" / "r0_f0.json").read_text())
+    assert fold["best_epoch"] == 1 and (tmp_path / "run" / "model.pt").exists()
 
 
 # ------------------------------------------------------------------------------------------
@@ -355,6 +396,23 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     changed = run_cli(*args, "--epochs", "2")
     assert changed.returncode == 2 and "holds another run" in changed.stderr
     assert "train_config.epochs" in changed.stderr
+
+
+def test_small_classes_give_one_warning_line_and_no_python_warnings(tmp_path, capsys):
+    folder = make_connectome_folder(tmp_path / "p", n_participants=12)  # sex: 4 F, 8 M
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_training(folder, tmp_path / "run", "sex", tiny_config(epochs=1))
+    assert [str(w.message) for w in caught if "sklearn" in w.filename] == []
+    lines = [line for line in capsys.readouterr().err.splitlines() if "lack a class" in line]
+    assert len(lines) == 1 and "'F', has 4 participants" in lines[0]
+
+
+def test_invalid_settings_leave_no_run_folder(synthetic_dir, tmp_path):
+    config = tiny_config(model={"frequency_encoding": "foo"})
+    with pytest.raises(UsageError, match="for frequency_encoding"):
+        run_training(synthetic_dir, tmp_path / "run", "diagnosis", config)
+    assert not (tmp_path / "run").exists()
 
 
 def test_cli_errors_have_distinct_exit_codes(tmp_path):

@@ -39,6 +39,15 @@ def _reject_options_beside_merge(ctx: typer.Context) -> None:
                                      "--" + name.replace("_", "-") for name in given))
 
 
+def _check_holdout(holdout: float | None) -> None:
+    """UsageError unless --holdout is not given (the scheme of the preset or --config) or a
+    fraction strictly between 0 and 1."""
+    if holdout is not None and not 0 < holdout < 1:
+        raise UsageError(f"invalid value {holdout:g} for --holdout; allowed range is (0, 1), "
+                         "the fraction of participants held out for test",
+                         hint="leave --holdout out for cross-validation (--cv)")
+
+
 def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
     """The summary table on stderr (and JSON on stdout); nothing on torchrun processes other
     than rank 0 (``metrics`` None: rank 0 reports)."""
@@ -79,7 +88,8 @@ def train(
     repeats: int | None = typer.Option(None, help="Repeats of the CV with other shuffles "
                                                   "\\[default: 1]."),
     holdout: float | None = typer.Option(None, help="Instead of CV: hold out this fraction of "
-                                                    "the participants for test (e.g. 0.2)."),
+                                                    "the participants for test, in (0, 1), "
+                                                    "e.g. 0.2."),
     splits: Path | None = typer.Option(None, "--splits", help="Reuse the splits.json of an "
                                                               "earlier run."),
     epochs: int | None = typer.Option(None, help="Training epochs (maximum, with --patience)."),
@@ -149,6 +159,7 @@ def train(
                                         ("--label-column", label_column)) if value is None]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
+    _check_holdout(holdout)
     if holdout is not None and (cv is not None or repeats is not None):
         raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
     if splits is not None and (holdout is not None or cv is not None or repeats is not None):

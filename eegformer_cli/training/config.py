@@ -98,7 +98,7 @@ class TrainConfig:
     # evaluation scheme
     cv: int = 5
     repeats: int = 1
-    holdout: float = 0.0
+    holdout: float = 0.0        # fraction in (0, 1) held out for test; 0: cross-validation
     seed: int = 0
     device: str = "auto"
     model: dict = field(default_factory=dict)
@@ -254,7 +254,8 @@ def validate(config: TrainConfig) -> None:
     _check_range("val_fraction", config.val_fraction, 0, 0.5, low_open=True)
     _check_range("cv", config.cv, 2, None)
     _check_range("repeats", config.repeats, 1, None)
-    _check_range("holdout", config.holdout, 0, 1, high_open=True)
+    if config.holdout != 0:  # 0 is the documented "no holdout": cross-validation
+        _check_range("holdout", config.holdout, 0, 1, low_open=True, high_open=True)
     for beta in config.betas:
         _check_range("betas", beta, 0, 1, high_open=True)
     allowed = {f.name for f in dataclasses.fields(ModelConfig)} - set(DATA_DERIVED_MODEL_FIELDS)

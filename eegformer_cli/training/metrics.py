@@ -24,6 +24,8 @@ confident.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy import stats
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score,
@@ -41,7 +43,16 @@ def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray,
     ``positive_index`` the positive class for two classes (None -> the last class; ignored
     for more classes).
     Returns ``{"bac", "paper_bac", "auroc", "auc_pr", "accuracy", "n", "confusion_matrix"}``.
+    scikit-learn's warnings about a class missing from ``y_true`` (a small validation or test
+    set) are not shown: :func:`splits.warn_missing_classes` says once, before the first fold,
+    which sets lack a class and what that means.
     """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
+        return _classification_metrics(y_true, probabilities, positive_index)
+
+
+def _classification_metrics(y_true, probabilities, positive_index) -> dict:
     y_true = np.asarray(y_true, dtype=int)
     probabilities = np.asarray(probabilities, dtype=float)
     n_classes = probabilities.shape[1]

@@ -5,12 +5,18 @@ coherence and wPLI matrices of every band, i.e. 2 · n_bands · C(C-1)/2 numbers
 StandardScaler -> LogisticRegression (L2, ``class_weight="balanced"``, lbfgs). The inverse
 regularisation C is chosen by an inner participant-wise 5-fold CV on the training part only
 (grid 1e-4 ... 1, scored by balanced accuracy), so the reference never sees the test fold and
-gets the same tuning effort everywhere. It runs on exactly the folds of XAIguiFormer
+gets the same tuning effort everywhere. When the smallest class of a training part has fewer
+than 5 participants, the inner CV has as many folds as that class has participants (at least
+2), so that every inner test fold can hold each class. scikit-learn's warnings inside this
+search (e.g. a class missing from an inner fold on tiny data) are not shown: they concern only
+the choice of C. It runs on exactly the folds of XAIguiFormer
 (train + val participants of a fold = its training part), so both columns of metrics.json
 compare like with like.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -38,12 +44,23 @@ def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
     """
     pipeline = make_pipeline(StandardScaler(),
                              LogisticRegression(class_weight="balanced", max_iter=5000))
-    n_inner = min(INNER_FOLDS, len(np.unique(groups)), int(np.bincount(labels).min()))
     search = GridSearchCV(pipeline, {"logisticregression__C": list(C_GRID)},
                           scoring="balanced_accuracy",
-                          cv=StratifiedGroupKFold(max(2, n_inner), shuffle=True, random_state=seed))
-    search.fit(features, labels, groups=groups)
+                          cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True,
+                                                  random_state=seed))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
+        search.fit(features, labels, groups=groups)
     return search
+
+
+def inner_folds(labels: np.ndarray, groups: np.ndarray) -> int:
+    """Folds of the inner CV: :data:`INNER_FOLDS`, or fewer when the smallest class present
+    has fewer participants (``groups``: participant id per recording), but at least 2."""
+    participants = np.unique(np.stack([np.asarray(groups).astype(str),
+                                       np.asarray(labels).astype(str)]), axis=1)
+    smallest = int(np.unique(participants[1], return_counts=True)[1].min())
+    return max(2, min(INNER_FOLDS, smallest))
 
 
 def reference_probabilities(search, features: np.ndarray, n_classes: int) -> np.ndarray:

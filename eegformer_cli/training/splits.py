@@ -9,7 +9,10 @@ loader gives it its recording id).
 
 Each fold has three disjoint participant sets: ``train`` (fit), ``val`` (model selection and
 early stop, an inner split of the outer training part) and ``test`` (never seen until the
-fold's final evaluation).
+fold's final evaluation). Splits too small for the data raise an InputDataError saying which
+split, which participants (the data, or a fold's training part) and the real counts; test or
+validation sets that lack a class (a small class) are reported once, in one warning line
+(:func:`warn_missing_classes`), instead of scikit-learn's warnings.
 
 Seeds: repeat ``r`` of a CV shuffles with ``seed + r``; the inner validation split of fold
 ``k`` of repeat ``r`` uses ``seed + 1000 * (r + 1) + k``, so every fold is reproducible alone.
@@ -18,6 +21,7 @@ Seeds: repeat ``r`` of a CV shuffles with ``seed + r``; the inner validation spl
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +33,8 @@ from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.console import warn
 
 SPLITS_FORMAT = "eegformer-splits"
+# what to do when an inner validation split has too few participants (after "use ...")
+VAL_FRACTION_REMEDY = "a larger val_fraction, up to 0.5, in a --config file, or a larger dataset"
 
 
 @dataclass
@@ -47,32 +53,53 @@ class Fold:
         return f"r{self.repeat}_f{self.fold}"
 
 
-def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: int,
-                 what: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """StratifiedGroupKFold on recordings; returns (train_idx, test_idx) pairs."""
+def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: int, what: str,
+                 where: str, hint: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """StratifiedGroupKFold on recordings; returns (train_idx, test_idx) pairs.
+
+    ``what`` names the split and ``where`` the participants it divides (e.g. "the data"), for
+    the InputDataError raised when they are too few for ``n_splits``; ``hint`` says what to do.
+    scikit-learn's warning about a class with fewer members than folds is not shown:
+    :func:`warn_missing_classes` says once what it means for the folds actually made.
+    """
     n_groups = len(np.unique(groups))
     if n_groups < n_splits:
-        raise InputDataError(f"{what} needs at least {n_splits} participants but the data has "
-                             f"{n_groups}", hint="use fewer folds or a larger dataset")
+        raise InputDataError(f"{what} needs at least {n_splits} participants but {where} has "
+                             f"{n_groups}", hint=hint)
     largest_class = int(np.unique(labels, return_counts=True)[1].max())
     if largest_class < n_splits:  # StratifiedGroupKFold's own ValueError, said for the user
-        raise InputDataError(f"{what} needs {n_splits} recordings of at least one class but the "
-                             f"largest class has {largest_class}",
-                             hint="use fewer folds, a larger --holdout or a larger dataset")
+        raise InputDataError(f"{what} needs at least {n_splits} recordings of one class but the "
+                             f"largest class in {where} has {largest_class}", hint=hint)
     splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
-    return list(splitter.split(np.zeros(len(groups)), labels, groups))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
+        return list(splitter.split(np.zeros(len(groups)), labels, groups))
 
 
-def inner_validation_split(groups: np.ndarray, labels: np.ndarray, fraction: float,
-                           seed: int) -> tuple[list[str], list[str]]:
+def _fraction_split(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int,
+                    what: str, setting: str, where: str,
+                    hint: str) -> tuple[list[str], list[str]]:
+    """Split participants into (rest, part) with about ``fraction`` of them in ``part``: the
+    first fold of a ``round(1 / fraction)``-fold StratifiedGroupKFold. ``what`` names the
+    split, ``setting`` the option giving ``fraction``; ``where`` and ``hint``: as
+    :func:`_group_split`."""
+    n_splits = max(2, int(round(1.0 / fraction)))
+    described = f"{what} ({setting} {fraction:g}: 1 participant in {n_splits})"
+    rest_idx, part_idx = _group_split(groups, labels, n_splits, seed, described, where, hint)[0]
+    return sorted(set(groups[rest_idx])), sorted(set(groups[part_idx]))
+
+
+def inner_validation_split(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int,
+                           where: str = "the data",
+                           hint: str = "use " + VAL_FRACTION_REMEDY) -> tuple[list[str], list[str]]:
     """Split participants into (train, val) with about ``fraction`` of them in val.
 
-    ``groups`` (n_recordings,) participant ids, ``labels`` (n_recordings,) labels.
-    Uses the first fold of a ``round(1 / fraction)``-fold StratifiedGroupKFold.
+    ``groups`` (n_recordings,) participant ids, ``labels`` (n_recordings,) labels; ``where``
+    names these participants and ``hint`` says what to do, for the InputDataError raised
+    when they are too few.
     """
-    n_splits = max(2, int(round(1.0 / fraction)))
-    train_idx, val_idx = _group_split(groups, labels, n_splits, seed, "the validation split")[0]
-    return sorted(set(groups[train_idx])), sorted(set(groups[val_idx]))
+    return _fraction_split(groups, labels, fraction, seed, "the validation split",
+                           "val_fraction", where, hint)
 
 
 def cross_validation_folds(groups: np.ndarray, labels: np.ndarray, n_splits: int, repeats: int,
@@ -82,13 +109,19 @@ def cross_validation_folds(groups: np.ndarray, labels: np.ndarray, n_splits: int
     ``groups`` (n_recordings,) participant ids; ``labels`` (n_recordings,) labels.
     """
     groups, labels = np.asarray(groups), np.asarray(labels)
+    n_participants = len(np.unique(groups))
+    inner_hint = "use " + ("fewer --cv folds, " if n_splits > 2 else "") + VAL_FRACTION_REMEDY
     folds = []
     for repeat in range(repeats):
-        pairs = _group_split(groups, labels, n_splits, seed + repeat, f"{n_splits}-fold CV")
+        pairs = _group_split(groups, labels, n_splits, seed + repeat, f"{n_splits}-fold CV",
+                             "the data", "use fewer --cv folds or a larger dataset")
         for k, (train_idx, test_idx) in enumerate(pairs):
+            test = sorted(set(groups[test_idx]))
+            where = (f"the training part of CV fold {k} (all {n_participants} participants "
+                     f"but the {len(test)} of its test fold)")
             train, val = inner_validation_split(groups[train_idx], labels[train_idx], val_fraction,
-                                                seed + 1000 * (repeat + 1) + k)
-            folds.append(Fold(repeat, k, train, val, sorted(set(groups[test_idx]))))
+                                                seed + 1000 * (repeat + 1) + k, where, inner_hint)
+            folds.append(Fold(repeat, k, train, val, test))
     return folds
 
 
@@ -96,10 +129,14 @@ def holdout_fold(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: 
                  val_fraction: float) -> Fold:
     """One split with about ``fraction`` of the participants held out for test."""
     groups, labels = np.asarray(groups), np.asarray(labels)
-    rest, test = inner_validation_split(groups, labels, fraction, seed)
+    rest, test = _fraction_split(groups, labels, fraction, seed, "the test set", "--holdout",
+                                 "the data", "use a larger --holdout or a larger dataset")
     in_rest = np.isin(groups, rest)
+    where = (f"the training part (all {len(rest) + len(test)} participants but the {len(test)} "
+             "held out)")
     train, val = inner_validation_split(groups[in_rest], labels[in_rest], val_fraction,
-                                        seed + 1000)
+                                        seed + 1000, where,
+                                        "use a smaller --holdout, " + VAL_FRACTION_REMEDY)
     return Fold(0, 0, train, val, test)
 
 
@@ -110,6 +147,33 @@ def final_fit_split(groups: np.ndarray, labels: np.ndarray, seed: int,
     train, val = inner_validation_split(np.asarray(groups), np.asarray(labels), val_fraction,
                                         seed + 999)
     return Fold(-1, -1, train, val, [])
+
+
+def warn_missing_classes(folds: list[Fold], groups: np.ndarray, labels: np.ndarray,
+                         label_names: list[str]) -> None:
+    """One warning line when test or validation sets of ``folds`` lack a class.
+
+    ``groups`` (n_recordings,) participant ids, ``labels`` (n_recordings,) class indices into
+    ``label_names``. A set without some class still gets a BAC (over the classes present) but
+    no AUROC / AUC-PR, and a validation set without it selects the epoch blind to it.
+    """
+    groups, labels = np.asarray(groups), np.asarray(labels)
+    n_classes = len(np.unique(labels))
+
+    def lacking(sets: list[list[str]]) -> int:
+        return sum(len(np.unique(labels[np.isin(groups, s)])) < n_classes for s in sets)
+
+    tests, vals = [f.test for f in folds if f.test], [f.val for f in folds]
+    test, val = lacking(tests), lacking(vals)
+    if not test and not val:
+        return
+    participants = {int(c): len(np.unique(groups[labels == c])) for c in np.unique(labels)}
+    smallest = min(participants, key=participants.get)
+    warn(f"{test} of {len(tests)} test set(s) and {val} of {len(vals)} validation set(s) lack "
+         f"a class (the smallest, {label_names[smallest]!r}, has {participants[smallest]} "
+         "participants): BAC there averages the classes present, AUROC and AUC-PR are n/a, "
+         "and epoch selection ignores the missing class (use fewer --cv folds, a larger "
+         "--holdout or val_fraction, or more participants of that class)")
 
 
 def save_splits(path: str | Path, scheme: dict, folds: list[Fold]) -> None:

@@ -2,9 +2,10 @@
 
 ``run_training`` does, in order:
 
-1. read the data (:func:`dataset.load_training_data`) and make or load the participant-wise
-   splits (:mod:`splits`); write ``config.json`` and ``splits.json`` (or check that the run
-   folder holds the same run, to resume it);
+1. read the data (:func:`dataset.load_training_data`), make or load the participant-wise
+   splits (:mod:`splits`) and check every setting (model settings included), all before the
+   run folder is created or touched; write ``config.json`` and ``splits.json`` (or check that
+   the run folder holds the same run, to resume it);
 2. for every fold not finished before: train XAIguiFormer on the fold's ``train``
    participants, select the epoch on its ``val`` participants (:func:`fit_model`), predict the
    ``test`` participants per recording; fit the logistic-regression reference
@@ -115,9 +116,13 @@ def selection_improved(config: TrainConfig, epoch: int, metric: float, loss: flo
     ``second_half`` (paper): only epochs >= epochs / 2, metric >= best (ties -> later epoch).
     ``best`` (default): any epoch; higher metric wins, ties broken by lower validation loss,
     then the earlier epoch.
+    In every mode the last epoch is eligible (with ``epochs`` 1 the second half would be
+    empty), and the first eligible epoch is always selected, so a run of any length selects
+    an epoch.
     """
     if config.selection == "second_half":
-        return epoch >= config.epochs / 2 and (best is None or metric >= best[0])
+        eligible = epoch >= min(config.epochs / 2, config.epochs - 1)
+        return eligible and (best is None or metric >= best[0])
     return best is None or (metric, -loss) > best
 
 
@@ -278,14 +283,17 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
 
 @dataclass
 class RunPlan:
-    """Everything fixed before the first fold: data, labels, folds, device, identity."""
+    """Everything fixed (and checked) before the first fold: data, labels, folds, the final
+    model's split (CV only), device, the model's resolved settings."""
 
     data: TrainingData
     config: TrainConfig
     folds: list[splits.Fold]
+    final: splits.Fold | None
     scheme: dict
     positive_label: str | None
     device: torch.device
+    model_config: dict
 
 
 def _positive_label(label_names: list[str], positive_label: str | None) -> str | None:
@@ -304,7 +312,9 @@ def _positive_label(label_names: list[str], positive_label: str | None) -> str |
 
 def plan_run(data_dir, label_column: str, config: TrainConfig, splits_file=None,
              positive_label: str | None = None) -> RunPlan:
-    """Read the data and fix the folds (made from the config, or read from ``splits_file``)."""
+    """Read the data, fix the folds (made from the config, or read from ``splits_file``) and
+    check every setting, so that nothing is created in the run folder for a run that cannot
+    start (UsageError / InputDataError)."""
     data = load_training_data(data_dir, label_column)
     groups = np.array([r.participant_id for r in data.recordings])
     labels = data.label_indices()
@@ -321,8 +331,14 @@ def plan_run(data_dir, label_column: str, config: TrainConfig, splits_file=None,
                                               config.seed, config.val_fraction)
         scheme = {"kind": "cv", "k": config.cv, "repeats": config.repeats, "seed": config.seed,
                   "val_fraction": config.val_fraction}
-    return RunPlan(data, config, folds, scheme, _positive_label(data.label_names, positive_label),
-                   resolve_device(config.device))
+    final = None if scheme.get("kind") == "holdout" else splits.final_fit_split(
+        groups, labels, config.seed, config.val_fraction)
+    splits.warn_missing_classes(folds + ([final] if final else []), groups, labels,
+                                data.label_names)
+    model_config = build_model(data, config, np.array([np.nan])).config.to_dict()
+    return RunPlan(data, config, folds, final, scheme,
+                   _positive_label(data.label_names, positive_label),
+                   resolve_device(config.device), model_config)
 
 
 def _identity(plan: RunPlan) -> dict:
@@ -356,10 +372,9 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
                              hint="use --overwrite to replace it, or choose another --out")
         if previous != identity:
             _clear_run(run_dir)
-    model_config = build_model(plan.data, plan.config, np.array([np.nan])).config.to_dict()
     write_json(config_path, {
         "identity": identity, "preset": plan.config.preset, "train_config": plan.config.to_dict(),
-        "model_config": model_config, "data_dir": str(plan.data.data_dir),
+        "model_config": plan.model_config, "data_dir": str(plan.data.data_dir),
         "label_column": plan.data.label_column, "labels": plan.data.label_names,
         "positive_label": plan.positive_label, "device": plan.device.type,
         "n_recordings": len(plan.data.recordings),
@@ -557,10 +572,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
 
 def _train_final(run_dir: Path, plan: RunPlan, on_epoch) -> list[dict]:
     """Retrain on all participants (inner validation for selection) and write model.pt."""
-    data = plan.data
-    groups = np.array([r.participant_id for r in data.recordings])
-    fold = splits.final_fit_split(groups, data.label_indices(), plan.config.seed,
-                                  plan.config.val_fraction)
+    data, fold = plan.data, plan.final
     train_recs, val_recs = _recordings_of(data, fold.train), _recordings_of(data, fold.val)
     fit = fit_model(data, train_recs, val_recs, plan.config, plan.device, plan.config.seed,
                     {"repeat": -1, "fold": -1}, on_epoch)
