@@ -14,6 +14,8 @@ does this, for the training run's own evaluation and for ``predict`` alike, whic
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import math
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -135,7 +137,8 @@ def predict_recordings(bundle, items: Iterable[InputRecording],
 
 
 def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path | None = None,
-                age: float | None = None, sex: str | None = None) -> Iterator[InputRecording]:
+                age: float | None = None, sex: str | None = None,
+                max_interpolated: int | None = None) -> Iterator[InputRecording]:
     """Per-recording connectomes for ``bundle``'s model from raw files and/or preprocess folders.
 
     Parameters
@@ -143,54 +146,69 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     bundle : a loaded model file (channels, bands and preprocess settings are taken from it).
     inputs : recording files, folders of recordings, or ``preprocess`` output folders (a folder
         with ``manifest.tsv``).
-    participants : a participants table for the demographics of raw recordings (default: the
-        one found beside the inputs, as ``preprocess`` does).
+    participants : a participants table for the demographics (default: the one found beside
+        the raw inputs, as ``preprocess`` does). Given explicitly, it also replaces the
+        demographics a preprocess folder's manifest holds for the participants it lists.
     age, sex : demographics for every recording (override the tables): years; M/F.
+    max_interpolated : the most missing channels a raw recording may have filled by
+        interpolation (default: the model's preprocessing setting).
 
     Returns an iterator over the recordings in the order the inputs were given (a folder's
-    recordings sorted; a recording named twice comes once). Bad ``age``/``sex`` raise UsageError
-    at once; a recording that cannot be used yields an item with ``error`` (the others go on).
-    Raises InputDataError for a preprocess folder whose channels or bands differ from the
-    model's.
+    recordings sorted; a recording named twice comes once); a recording that cannot be used
+    yields an item with ``error`` (the others go on). What concerns the inputs as a whole is
+    checked here, before any recording is read: bad ``age``, ``sex`` or ``max_interpolated``
+    raise UsageError; a participants table that cannot be read, or a preprocess folder made
+    with other channels, bands or preprocessing settings than the model's, InputDataError.
     """
     forced_age = float(age) if age is not None else None
     if forced_age is not None and not 0 <= forced_age < 150:
         raise UsageError(f"invalid --age {age!r}; give years, e.g. 42")
     forced_sex = _sex_code(sex) if sex is not None else None
-    return _iter_inputs(bundle, inputs, participants, forced_age, forced_sex)
-
-
-def _iter_inputs(bundle, inputs, participants, forced_age, forced_sex) -> Iterator[InputRecording]:
-    from eegformer_cli.recordings import metadata, reading
+    if max_interpolated is not None and max_interpolated < 0:
+        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
+    from eegformer_cli.recordings import metadata
 
     entries = [Path(entry) for entry in inputs]
-    is_preprocessed = [entry.is_dir() and (entry / "manifest.tsv").is_file() for entry in entries]
-    raw_inputs = [entry for entry, done in zip(entries, is_preprocessed) if not done]
+    folders = {index: _checked_preprocess_folder(bundle, entry)
+               for index, entry in enumerate(entries)
+               if entry.is_dir() and (entry / "manifest.tsv").is_file()}
+    raw_inputs = [entry for index, entry in enumerate(entries) if index not in folders]
+    table = Path(participants) if participants else (
+        metadata.find_participants_file(raw_inputs) if raw_inputs else None)
+    table_rows = metadata.load_participants(table) if table else {}
+    return _iter_inputs(bundle, entries, folders, table_rows if participants else {}, table_rows,
+                        forced_age, forced_sex, max_interpolated)
+
+
+def _iter_inputs(bundle, entries: list[Path], folders: dict[int, list[dict]],
+                 folder_table: dict, raw_table: dict, forced_age, forced_sex,
+                 max_interpolated) -> Iterator[InputRecording]:
+    """The recordings of :func:`load_inputs` (``folders``: input index -> manifest rows;
+    ``folder_table``: participants whose demographics replace the folders' manifests')."""
+    from eegformer_cli.recordings import metadata, reading
+
     # each raw input's recordings, found once; a recording named by two inputs goes with the first
     paths_of: dict[int, list[Path]] = {}
     seen: set[Path] = set()
-    for index, (entry, done) in enumerate(zip(entries, is_preprocessed)):
-        if not done:
+    for index, entry in enumerate(entries):
+        if index not in folders:
             found = reading.find_recordings([entry])
             paths_of[index] = [path for path in found if path not in seen]
             seen.update(paths_of[index])
     paths = [path for found in paths_of.values() for path in found]
-    if raw_inputs:
-        table = Path(participants) if participants else metadata.find_participants_file(raw_inputs)
-        rows = metadata.load_participants(table) if table else {}
-        ids = dict(zip(paths, reading.recording_ids(paths)))
+    ids = dict(zip(paths, reading.recording_ids(paths))) if paths else {}
     for index, entry in enumerate(entries):  # in the order the inputs were given
-        if index not in paths_of:
-            yield from _with_demographics(_preprocessed_inputs(bundle, entry), forced_age,
-                                          forced_sex)
+        if index in folders:
+            items = _preprocessed_inputs(bundle, entry, folders[index], folder_table)
+            yield from _with_demographics(items, forced_age, forced_sex)
             continue
         for path in paths_of[index]:
-            participant_id, meta = metadata.match_participant(path, rows, None, None)
+            participant_id, meta = metadata.match_participant(path, raw_table, None, None)
             item = InputRecording(ids[path], participant_id, str(path),
                                   age=math.nan if meta.get("age") is None else float(meta["age"]),
                                   sex=sex_value(meta.get("sex")))
-            yield from _with_demographics([_preprocess_raw(bundle, path, item)], forced_age,
-                                          forced_sex)
+            yield from _with_demographics([_preprocess_raw(bundle, path, item, max_interpolated)],
+                                          forced_age, forced_sex)
 
 
 def _sex_code(sex: str) -> float:
@@ -210,10 +228,13 @@ def _with_demographics(items: Iterable[InputRecording], age: float | None,
         yield item
 
 
-def _preprocess_raw(bundle, path: Path, item: InputRecording) -> InputRecording:
+def _preprocess_raw(bundle, path: Path, item: InputRecording,
+                    max_interpolated: int | None) -> InputRecording:
     from eegformer_cli.preprocess import PreprocessSettings, process_recording
 
     settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
+    if max_interpolated is not None:
+        settings = dataclasses.replace(settings, max_interpolated=max_interpolated)
     try:
         connectome = process_recording(path, settings, bundle.channels)
     except EegformerError as exc:
@@ -226,10 +247,21 @@ def _preprocess_raw(bundle, path: Path, item: InputRecording) -> InputRecording:
     return item
 
 
-def _preprocessed_inputs(bundle, folder: Path) -> Iterator[InputRecording]:
-    from eegformer_cli.training.dataset import RecordingInfo, read_connectome_arrays
+# Settings that do not change a recording's tokens: the preset is only a name for the others,
+# and max_interpolated decides which recordings pass, not what their tokens are.
+_SETTINGS_NOT_COMPARED = ("preset", "max_interpolated", "channels", "bands")
 
-    settings_file = folder / "preprocess.json"
+
+def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
+    """The manifest rows of a preprocess output folder, after checking that its tokens are
+    what the model expects: the same channels and bands (from its first connectome) and the
+    same preprocessing settings (``preprocess.json``) as the model's training data.
+
+    Raises InputDataError naming the folder and what differs (the fix: give the raw
+    recordings, which are then preprocessed with the model's settings).
+    """
+    hint = ("pass the raw recordings instead: eegformer preprocesses them with the model's "
+            "settings")
     rows = read_manifest(folder)
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if ok_rows:
@@ -241,18 +273,53 @@ def _preprocessed_inputs(bundle, folder: Path) -> Iterator[InputRecording]:
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
             raise InputDataError(f"cannot read connectome: {exc}", path=first,
                                  hint="rerun `eegformer preprocess`") from None
-        if channels != bundle.channels or bands != bundle.bands:
-            what = "channels" if channels != bundle.channels else "bands"
-            raise InputDataError(
-                f"{what} of this preprocess output ({', '.join(channels if what == 'channels' else bands)}) "
-                f"differ from the model's ({', '.join(bundle.channels if what == 'channels' else bundle.bands)})",
-                path=folder, hint="pass the raw recordings instead; predict preprocesses them "
-                                  f"with the model's settings ({settings_file.name} of the training data)")
+        for what, found, expected in (("channels", channels, bundle.channels),
+                                      ("bands", bands, bundle.bands)):
+            if found != expected:
+                raise InputDataError(f"{what} of this preprocess output ({', '.join(found)}) "
+                                     f"differ from the model's ({', '.join(expected)})",
+                                     path=folder, hint=hint)
+    settings_file = folder / "preprocess.json"
+    try:
+        settings = json.loads(settings_file.read_text()).get("settings", {})
+    except (OSError, ValueError, AttributeError):
+        raise InputDataError("no readable preprocess.json, so its preprocessing settings cannot "
+                             "be checked against the model's", path=folder, hint=hint) from None
+    differences = [f"{key} {settings[key]!r} (model: {expected!r})"
+                   for key, expected in bundle.preprocess_settings.items()
+                   if key not in _SETTINGS_NOT_COMPARED and key in settings
+                   and settings[key] != expected]
+    if differences:
+        raise InputDataError("made with other preprocessing settings than the model's: "
+                             + ", ".join(differences), path=folder, hint=hint)
+    return rows
+
+
+def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
+    """The participants-table row of ``participant_id`` (with or without ``sub-``), or None."""
+    if participant_id is None:
+        return None
+    for candidate in (participant_id, participant_id.removeprefix("sub-"), f"sub-{participant_id}"):
+        if candidate in table:
+            return table[candidate]
+    return None
+
+
+def _preprocessed_inputs(bundle, folder: Path, rows: list[dict],
+                         table: dict) -> Iterator[InputRecording]:
+    """The recordings of a checked preprocess folder; ``table`` (participants rows, may be
+    empty) replaces the manifest's age and sex of the participants it lists."""
+    from eegformer_cli.training.dataset import RecordingInfo, read_connectome_arrays
+
     for row in rows:
         participant = row.get("participant_id")
         participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
+        listed = _table_demographics(table, participant)
         item = InputRecording(row["recording_id"], participant, str(folder),
                               age=age_value(row.get("age")), sex=sex_value(row.get("sex")))
+        if listed is not None:
+            item.age = math.nan if listed["age"] is None else float(listed["age"])
+            item.sex = sex_value(listed["sex"])
         if row.get("status") != "ok":
             item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
             yield item

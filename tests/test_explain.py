@@ -244,6 +244,14 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
     assert summary["target"] == "healthy"
     with np.load(tmp_path / "raw" / "sub-13_task-rest_eeg.npz") as data:
         assert data["attention_coarse"].ndim == 4     # (L, H, T, T)
+    # a rerun into the same folder on another recording leaves no file of the earlier one
+    (tmp_path / "raw" / "notes.txt").write_text("the user's own file")
+    code, output = run_main(capsys, "explain", model, SAMPLE_DATA / "eeg" / "sub-14_task-rest_eeg.edf",
+                            "--out", tmp_path / "raw")
+    assert code == 0, output
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == [
+        "attention.csv", "band_importance.csv", "channel_pairs.csv", "class_summary.json",
+        "class_summary.npz", "notes.txt", "sub-14_task-rest_eeg.json", "sub-14_task-rest_eeg.npz"]
 
     code, output = run_main(capsys, "explain", model, edf, "--out", tmp_path / "x",
                                "--target", "nosuch")
@@ -251,8 +259,12 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
     code, output = run_main(capsys, "explain", model, edf, "--out", tmp_path / "x",
                                "--method", "magic")
     assert code == 2 and "integrated_gradients" in output
+    code, output = run_main(capsys, "explain", model, edf, "--out", tmp_path / "x",
+                            "--device", "gpu")
+    assert code == 2 and "'auto', 'cpu', 'cuda'" in output
     code, output = run_main(capsys, "explain", edf, edf, "--out", tmp_path / "x")
     assert code == 4 and "model" in output
+    assert not (tmp_path / "x").exists()
 
     # a preprocess folder with other channels than the model's: exit 3, naming the channels
     other = tmp_path / "other-prep"

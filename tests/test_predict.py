@@ -116,3 +116,58 @@ def test_bad_flags(msu_run):
     assert done.returncode == 2 and "allowed values are 'csv', 'json', 'jsonl'" in done.stderr
     done = run_cli("predict", msu_run["model"], msu_run["prep"], "--sex", "robot")
     assert done.returncode == 2 and "invalid --sex 'robot'" in done.stderr
+    assert done.stdout == ""                  # flags are checked before the first output line
+    done = run_cli("predict", msu_run["model"], msu_run["prep"], "--age", "-5")
+    assert done.returncode == 2 and "invalid --age" in done.stderr and done.stdout == ""
+    done = run_cli("predict", msu_run["model"], msu_run["prep"], "--device", "gpu")
+    assert done.returncode == 2 and "'auto', 'cpu', 'cuda'" in done.stderr
+    done = run_cli("predict", msu_run["model"], msu_run["prep"], "--max-interpolated", "-1")
+    assert done.returncode == 2 and "invalid --max-interpolated -1" in done.stderr
+
+
+def test_a_preprocess_folder_made_with_other_settings_is_refused(msu_run, tmp_path):
+    edfs = msu_run["test_edfs"][:2]
+    other = tmp_path / "six-second-epochs"
+    run_preprocess(edfs, other, PreprocessSettings.from_preset("default", epoch_length=6.0),
+                   participants=msu_run["msu"] / "participants.tsv")
+    done = run_cli("predict", msu_run["model"], other)
+    assert done.returncode == 3 and done.stdout == ""
+    assert "epoch_length 6.0 (model: 15.0)" in done.stderr and str(other) in done.stderr
+    assert "raw recordings" in done.stderr and "Traceback" not in done.stderr
+    # the same recordings given raw are preprocessed with the model's settings
+    done = run_cli("predict", msu_run["model"], *edfs)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
+
+
+def _probabilities(done: subprocess.CompletedProcess) -> dict[str, float]:
+    assert done.returncode == 0, done.stderr
+    return {row["recording_id"]: row["prob_healthy"] for row in json.loads(done.stdout)}
+
+
+def test_participants_table_replaces_a_preprocess_folders_demographics(msu_run, tmp_path):
+    manifest = list(csv.DictReader(open(msu_run["prep"] / "manifest.tsv"), delimiter="\t"))
+    table = tmp_path / "people.csv"
+    table.write_text("participant_id,age,sex\n"
+                     + "".join(f"{row['participant_id']},80,F\n" for row in manifest))
+    prep, model = msu_run["prep"], msu_run["model"]
+    from_table = _probabilities(run_cli("predict", model, prep, "--participants", table,
+                                        "--format", "json"))
+    forced = _probabilities(run_cli("predict", model, prep, "--age", 80, "--sex", "F",
+                                    "--format", "json"))
+    own = _probabilities(run_cli("predict", model, prep, "--format", "json"))
+    # this tiny model barely looks at demographics, but deterministically: any change shows
+    assert from_table == pytest.approx(forced, abs=1e-12)
+    assert max(abs(from_table[key] - own[key]) for key in own) > 0
+    done = run_cli("predict", model, prep, "--participants", tmp_path / "nosuch.tsv")
+    assert done.returncode == 3 and "nosuch.tsv" in done.stderr and done.stdout == ""
+
+
+def test_max_interpolated_lets_a_recording_with_more_missing_channels_through(msu_run, tmp_path):
+    raw = mne.io.read_raw_edf(msu_run["test_edfs"][0], preload=True, verbose="error")
+    raw.drop_channels(raw.ch_names[:3])
+    lacking = tmp_path / "three-missing.edf"
+    mne.export.export_raw(lacking, raw, fmt="edf", verbose="error")
+    done = run_cli("predict", msu_run["model"], lacking)
+    assert done.returncode == 3 and "--max-interpolated" in done.stderr and done.stdout.count("\n") == 1
+    done = run_cli("predict", msu_run["model"], lacking, "--max-interpolated", 3)
+    assert done.returncode == 0 and "three-missing" in done.stdout

@@ -29,6 +29,9 @@ def explain(
                                    help="Keep every attention head (default: mean over heads)."),
     participants: Path | None = typer.Option(
         None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
+    max_interpolated: int | None = typer.Option(
+        None, help="Most missing channels a raw recording may have interpolated "
+                   "(default: the model's preprocessing setting)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
 ) -> None:
     """Explain a trained model's predictions: band importance, attention and channel pairs.
@@ -40,7 +43,9 @@ def explain(
     band x channel-pair connectivity value. Writes per recording ID.npz and ID.json (ID: the
     recording id),
     the long-format tables band_importance.csv, attention.csv and channel_pairs.csv, and
-    class_summary.json/.npz (means per explained class). See eegformer_cli/explain/.
+    class_summary.json/.npz (means per explained class). A rerun into the same --out removes
+    the per-recording files of an earlier run's recordings that this run did not explain, so
+    the folder always describes one run. See eegformer_cli/explain/.
 
     Example:
 
@@ -64,13 +69,17 @@ def explain(
     if target is not None and target not in bundle.label_names:
         raise UsageError(f"invalid --target {target!r}; the model's classes are "
                          f"{', '.join(bundle.label_names)}")
+    # the inputs as a whole are checked (load_inputs raises at once) before --out is touched
+    pending = load_inputs(bundle, inputs, participants=participants,
+                          max_interpolated=max_interpolated)
     out = ensure_dir(out)
     settings = {"model": str(model), "target": target, "method": method, "n_steps": n_steps,
                 "all_heads": all_heads, "device": str(torch_device),
                 "band_importance": "DeepLIFT (model layer 0), mean over segments, abs-sum 1",
                 "baseline": "zero connectivity"}
     seed_everything(SEED)
-    items = list(load_inputs(bundle, inputs, participants=participants))
+    items = list(pending)
+    earlier = export.earlier_recordings(out)
     explanations, failures = [], {}
     with console.progress_bar() as bar:
         task = bar.add_task("explain", total=len(items), status="")
@@ -93,6 +102,8 @@ def explain(
     export.write_class_summary(out, attributions.class_means(explanations), bundle.bands,
                                bundle.channels, bundle.label_names, settings,
                                [e.recording_id for e in explanations], failures)
+    explained = {e.recording_id for e in explanations}
+    export.remove_recordings(out, [rid for rid in earlier if rid not in explained])
     console.log(f"explained {len(explanations)} recording(s) in {out}: ID.npz/.json, "
                 "band_importance.csv, attention.csv, channel_pairs.csv, class_summary.json/.npz")
     exit_for_failed_recordings(list(failures), "explained")

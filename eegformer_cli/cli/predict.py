@@ -24,6 +24,9 @@ def predict(
         None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
     age: float | None = typer.Option(None, help="Age in years for every recording (overrides tables)."),
     sex: str | None = typer.Option(None, help="Sex for every recording: M or F (overrides tables)."),
+    max_interpolated: int | None = typer.Option(
+        None, help="Most missing channels a raw recording may have interpolated "
+                   "(default: the model's preprocessing setting)."),
     output_format: str = typer.Option("csv", "--format", help="csv, json (one list) or jsonl."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
 ) -> None:
@@ -31,9 +34,11 @@ def predict(
 
     Raw recordings are preprocessed with the settings and channel list stored in the model
     (other channel names or sampling rates are adapted as `preprocess` does, or the recording
-    is rejected with the reason); a preprocess output folder is used as is when its channels
-    and bands match the model. Each recording's prediction averages the model's refined logits
-    over its segments. Rows on stdout: recording_id, participant_id, predicted, prob_LABEL
+    is rejected with the reason); a preprocess output folder is used as is when its channels,
+    bands and preprocessing settings match the model's (else exit 3 naming what differs).
+    --participants gives the demographics of raw recordings and, for the participants it
+    lists, replaces those of a preprocess folder's manifest. Each recording's prediction
+    averages the model's refined logits over its segments. Rows on stdout: recording_id, participant_id, predicted, prob_LABEL
     per class. A recording that fails gets one line on stderr and no row.
 
     Example:
@@ -52,13 +57,15 @@ def predict(
     check_choice("--format", output_format, FORMATS)
     torch_device = resolve_device(device)
     bundle = load_model_file(model, torch_device)
+    # every check of the inputs as a whole comes before the first line on stdout
+    items = load_inputs(bundle, inputs, participants=participants, age=age, sex=sex,
+                        max_interpolated=max_interpolated)
     columns = (["recording_id", "participant_id", "predicted"]
                + [f"prob_{name}" for name in bundle.label_names])
     failures, rows = [], []
     writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n") if output_format == "csv" else None
     if writer is not None:
         writer.writeheader()
-    items = load_inputs(bundle, inputs, participants=participants, age=age, sex=sex)
     for row in predict_recordings(bundle, items, torch_device):
         if "error" in row:
             failures.append(row["recording_id"])

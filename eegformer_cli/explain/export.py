@@ -27,6 +27,7 @@ file                       content
 from __future__ import annotations
 
 import csv
+import json
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -136,6 +137,24 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
                                                                    bands, channels)}
                     for c in classes},
     })
+
+
+def earlier_recordings(out_dir: Path) -> list[str]:
+    """The recording ids an earlier ``explain`` into ``out_dir`` wrote files for (from its
+    ``class_summary.json``; empty when there is none or it cannot be read)."""
+    try:
+        return [str(r) for r in json.loads((Path(out_dir) / "class_summary.json").read_text())
+                .get("recordings", [])]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> None:
+    """Delete ``<recording_id>.npz`` and ``.json`` of each id (e.g. an earlier run's
+    recordings that this run did not explain, so the folder holds one run's files only)."""
+    for recording_id in recording_ids:
+        for suffix in (".npz", ".json"):
+            (Path(out_dir) / f"{recording_id}{suffix}").unlink(missing_ok=True)
 
 
 def load_class_summary(folder: str | Path) -> dict:
