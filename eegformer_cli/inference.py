@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import zipfile
@@ -136,9 +137,23 @@ def predict_recordings(bundle, items: Iterable[InputRecording],
         yield row
 
 
+class InputRecordings:
+    """The recordings :func:`load_inputs` found, made one at a time when iterated (a raw one is
+    preprocessed then); ``len()`` is their number, known before any is made."""
+
+    def __init__(self, makers: list):
+        self._makers = makers
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+    def __iter__(self) -> Iterator[InputRecording]:
+        return (make() for make in self._makers)
+
+
 def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path | None = None,
                 age: float | None = None, sex: str | None = None,
-                max_interpolated: int | None = None) -> Iterator[InputRecording]:
+                max_interpolated: int | None = None) -> InputRecordings:
     """Per-recording connectomes for ``bundle``'s model from raw files and/or preprocess folders.
 
     Parameters
@@ -153,62 +168,63 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     max_interpolated : the most missing channels a raw recording may have filled by
         interpolation (default: the model's preprocessing setting).
 
-    Returns an iterator over the recordings in the order the inputs were given (a folder's
-    recordings sorted; a recording named twice comes once); a recording that cannot be used
-    yields an item with ``error`` (the others go on). What concerns the inputs as a whole is
-    checked here, before any recording is read: bad ``age``, ``sex`` or ``max_interpolated``
-    raise UsageError; a participants table that cannot be read, or a preprocess folder made
-    with other channels, bands or preprocessing settings than the model's, InputDataError.
+    Returns the recordings in the order the inputs were given (a folder's recordings sorted; a
+    recording named twice comes once); a recording that cannot be used comes with ``error``
+    (the others go on). What concerns the inputs as a whole is checked here, before any
+    recording is read: bad ``age``, ``sex`` or ``max_interpolated`` raise UsageError; an input
+    that does not exist or holds no recording, a participants table that cannot be read, or a
+    preprocess folder made with other channels, bands or preprocessing settings than the
+    model's, InputDataError.
     """
+    from eegformer_cli.recordings import metadata, reading
+
     forced_age = float(age) if age is not None else None
     if forced_age is not None and not 0 <= forced_age < 150:
         raise UsageError(f"invalid --age {age!r}; give years, e.g. 42")
     forced_sex = _sex_code(sex) if sex is not None else None
     if max_interpolated is not None and max_interpolated < 0:
         raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
-    from eegformer_cli.recordings import metadata
-
     entries = [Path(entry) for entry in inputs]
     folders = {index: _checked_preprocess_folder(bundle, entry)
                for index, entry in enumerate(entries)
                if entry.is_dir() and (entry / "manifest.tsv").is_file()}
-    raw_inputs = [entry for index, entry in enumerate(entries) if index not in folders]
-    table = Path(participants) if participants else (
-        metadata.find_participants_file(raw_inputs) if raw_inputs else None)
-    table_rows = metadata.load_participants(table) if table else {}
-    return _iter_inputs(bundle, entries, folders, table_rows if participants else {}, table_rows,
-                        forced_age, forced_sex, max_interpolated)
-
-
-def _iter_inputs(bundle, entries: list[Path], folders: dict[int, list[dict]],
-                 folder_table: dict, raw_table: dict, forced_age, forced_sex,
-                 max_interpolated) -> Iterator[InputRecording]:
-    """The recordings of :func:`load_inputs` (``folders``: input index -> manifest rows;
-    ``folder_table``: participants whose demographics replace the folders' manifests')."""
-    from eegformer_cli.recordings import metadata, reading
-
     # each raw input's recordings, found once; a recording named by two inputs goes with the first
     paths_of: dict[int, list[Path]] = {}
     seen: set[Path] = set()
     for index, entry in enumerate(entries):
         if index not in folders:
-            found = reading.find_recordings([entry])
-            paths_of[index] = [path for path in found if path not in seen]
+            paths_of[index] = [path for path in reading.find_recordings([entry]) if path not in seen]
             seen.update(paths_of[index])
     paths = [path for found in paths_of.values() for path in found]
     ids = dict(zip(paths, reading.recording_ids(paths))) if paths else {}
-    for index, entry in enumerate(entries):  # in the order the inputs were given
+    raw_inputs = [entry for index, entry in enumerate(entries) if index not in folders]
+    table = Path(participants) if participants else (
+        metadata.find_participants_file(raw_inputs) if raw_inputs else None)
+    table_rows = metadata.load_participants(table) if table else {}
+
+    def demographics(item: InputRecording) -> InputRecording:
+        item.age = item.age if forced_age is None else forced_age
+        item.sex = item.sex if forced_sex is None else forced_sex
+        return item
+
+    def from_folder(folder: Path, row: dict) -> InputRecording:
+        return demographics(_preprocessed_input(bundle, folder, row,
+                                                table_rows if participants else {}))
+
+    def from_raw(path: Path) -> InputRecording:
+        participant_id, meta = metadata.match_participant(path, table_rows, None, None)
+        item = InputRecording(ids[path], participant_id, str(path),
+                              age=math.nan if meta.get("age") is None else float(meta["age"]),
+                              sex=sex_value(meta.get("sex")))
+        return demographics(_preprocess_raw(bundle, path, item, max_interpolated))
+
+    makers = []
+    for index, entry in enumerate(entries):
         if index in folders:
-            items = _preprocessed_inputs(bundle, entry, folders[index], folder_table)
-            yield from _with_demographics(items, forced_age, forced_sex)
-            continue
-        for path in paths_of[index]:
-            participant_id, meta = metadata.match_participant(path, raw_table, None, None)
-            item = InputRecording(ids[path], participant_id, str(path),
-                                  age=math.nan if meta.get("age") is None else float(meta["age"]),
-                                  sex=sex_value(meta.get("sex")))
-            yield from _with_demographics([_preprocess_raw(bundle, path, item, max_interpolated)],
-                                          forced_age, forced_sex)
+            makers += [functools.partial(from_folder, entry, row) for row in folders[index]]
+        else:
+            makers += [functools.partial(from_raw, path) for path in paths_of[index]]
+    return InputRecordings(makers)
 
 
 def _sex_code(sex: str) -> float:
@@ -216,16 +232,6 @@ def _sex_code(sex: str) -> float:
     if math.isnan(code):
         raise UsageError(f"invalid --sex {sex!r}; use M or F (or male/female)")
     return code
-
-
-def _with_demographics(items: Iterable[InputRecording], age: float | None,
-                       sex: float | None) -> Iterator[InputRecording]:
-    for item in items:
-        if age is not None:
-            item.age = age
-        if sex is not None:
-            item.sex = sex
-        yield item
 
 
 def _preprocess_raw(bundle, path: Path, item: InputRecording,
@@ -305,31 +311,28 @@ def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
     return None
 
 
-def _preprocessed_inputs(bundle, folder: Path, rows: list[dict],
-                         table: dict) -> Iterator[InputRecording]:
-    """The recordings of a checked preprocess folder; ``table`` (participants rows, may be
+def _preprocessed_input(bundle, folder: Path, row: dict, table: dict) -> InputRecording:
+    """One manifest row of a checked preprocess folder; ``table`` (participants rows, may be
     empty) replaces the manifest's age and sex of the participants it lists."""
     from eegformer_cli.training.dataset import RecordingInfo, read_connectome_arrays
 
-    for row in rows:
-        participant = row.get("participant_id")
-        participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
-        listed = _table_demographics(table, participant)
-        item = InputRecording(row["recording_id"], participant, str(folder),
-                              age=age_value(row.get("age")), sex=sex_value(row.get("sex")))
-        if listed is not None:
-            item.age = math.nan if listed["age"] is None else float(listed["age"])
-            item.sex = sex_value(listed["sex"])
-        if row.get("status") != "ok":
-            item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
-            yield item
-            continue
-        info = RecordingInfo(row["recording_id"], participant or row["recording_id"], "",
-                             item.age, item.sex,
-                             folder / (row.get("connectome") or f"connectomes/{row['recording_id']}.npz"),
-                             int(float(row["n_segments"])))
-        try:
-            item.coh, item.wpli = read_connectome_arrays(info, bundle.channels, bundle.bands)
-        except InputDataError as exc:
-            item.error = exc.one_line()
-        yield item
+    participant = row.get("participant_id")
+    participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
+    listed = _table_demographics(table, participant)
+    item = InputRecording(row["recording_id"], participant, str(folder),
+                          age=age_value(row.get("age")), sex=sex_value(row.get("sex")))
+    if listed is not None:
+        item.age = math.nan if listed["age"] is None else float(listed["age"])
+        item.sex = sex_value(listed["sex"])
+    if row.get("status") != "ok":
+        item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
+        return item
+    info = RecordingInfo(row["recording_id"], participant or row["recording_id"], "",
+                         item.age, item.sex,
+                         folder / (row.get("connectome") or f"connectomes/{row['recording_id']}.npz"),
+                         int(float(row["n_segments"])))
+    try:
+        item.coh, item.wpli = read_connectome_arrays(info, bundle.channels, bundle.bands)
+    except InputDataError as exc:
+        item.error = exc.one_line()
+    return item

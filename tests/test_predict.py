@@ -123,6 +123,8 @@ def test_bad_flags(msu_run):
     assert done.returncode == 2 and "'auto', 'cpu', 'cuda'" in done.stderr
     done = run_cli("predict", msu_run["model"], msu_run["prep"], "--max-interpolated", "-1")
     assert done.returncode == 2 and "invalid --max-interpolated -1" in done.stderr
+    done = run_cli("predict", msu_run["model"], msu_run["test_edfs"][0], "/no/such/recording.edf")
+    assert done.returncode == 3 and "no such file" in done.stderr and done.stdout == ""
 
 
 def test_a_preprocess_folder_made_with_other_settings_is_refused(msu_run, tmp_path):

@@ -78,12 +78,11 @@ def explain(
                 "band_importance": "DeepLIFT (model layer 0), mean over segments, abs-sum 1",
                 "baseline": "zero connectivity"}
     seed_everything(SEED)
-    items = list(pending)
     earlier = export.earlier_recordings(out)
     explanations, failures = [], {}
     with console.progress_bar() as bar:
-        task = bar.add_task("explain", total=len(items), status="")
-        for item in items:
+        task = bar.add_task("explain", total=len(pending), status="")
+        for item in pending:                   # a raw recording is preprocessed here
             bar.update(task, status=item.recording_id)
             if item.error is None:
                 explanation = attributions.explain_recording(
