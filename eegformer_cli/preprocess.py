@@ -111,6 +111,13 @@ class PreprocessSettings:
 
     def __post_init__(self) -> None:
         check_choice("--preset", self.preset, PRESETS)
+        numbers = {"--sfreq": self.sfreq, "l_freq": self.l_freq, "h_freq": self.h_freq,
+                   "window_s": self.window_s, "flat_ptp_v": self.flat_ptp_v,
+                   "absurd_ptp_v": self.absurd_ptp_v, "h_trans_bandwidth": self.h_trans_bandwidth,
+                   "--epoch-length": self.epoch_length}
+        for name, value in numbers.items():
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                raise UsageError(f"invalid {name} {value}; it must be a finite number")
         if not 0 < self.l_freq < self.h_freq < self.sfreq / 2:
             raise UsageError(f"band-pass {self.l_freq:g}-{self.h_freq:g} Hz does not fit below the "
                              f"Nyquist frequency of --sfreq {self.sfreq:g} Hz; raise --sfreq")
@@ -531,7 +538,8 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     Raises
     ------
     InputDataError : no recording found, bad tables, too few common channels, or no recording
-        could be preprocessed (exit 3; the manifest is written in the last case).
+        could be preprocessed (exit 3; in the last case the manifest is written, unless
+        ``out_dir`` holds an earlier run's ok recordings: then it is left as it was).
     OutputError : ``out_dir`` not writable or in use by another run (exit 5).
     PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
     """
@@ -573,6 +581,13 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                                                "preprocess"))
             rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
                     for rec in recordings]
+            if (not any(row["status"] == "ok" for row in rows)
+                    and any(row.get("status") == "ok" for row in previous_rows)):
+                # nothing of this run to add: an earlier run's manifest must not be replaced by
+                # error rows alone (its settings would be lost with its ok rows)
+                raise InputDataError(
+                    f"no recording could be preprocessed; first error: {_first_error(rows)}; "
+                    f"{out_dir} is left as the earlier run wrote it")
             for row in rows:  # a connectome from earlier settings must not outlive a failure now
                 if row["status"] == "error":
                     (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
@@ -580,8 +595,7 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                                     settings_hash)
             summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
                                      participants_file, recordings_file)
-    # the terminal line names a failed file and its problem; the manifest has them all
-    first_error = next((row["error"] for row in rows if row["status"] == "error"), None)
+    first_error = _first_error(rows)
     if summary.n_ok == 0:
         raise InputDataError(f"no recording could be preprocessed; first error: {first_error}; "
                              f"see all errors in {summary.manifest}")
@@ -599,6 +613,7 @@ def _gather_recordings(inputs, participants_file: Path | None, recordings_file: 
     participants_rows = metadata.load_participants(participants_file) if participants_file else {}
     recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
     table_root = recordings_file.parent if recordings_file else None
+    _warn_shadowed_columns({"participants": participants_rows, "recordings": recordings_rows})
     headers = {header.path: header for header in _with_progress(
         workers(_read_header, paths), len(paths), "reading headers")}
     recordings = []
@@ -608,6 +623,24 @@ def _gather_recordings(inputs, participants_file: Path | None, recordings_file: 
         recordings.append(_Recording(path, recording_id, participant_id, merged, headers[path]))
     _warn_unmatched(recordings, participants_file, participants_rows)
     return recordings
+
+
+def _warn_shadowed_columns(tables: dict[str, dict]) -> None:
+    """One warning for metadata columns named like the manifest's own (e.g. ``status``): the
+    manifest keeps its own value there, so the table's would be lost without a word."""
+    own = (set(MANIFEST_LEADING_COLUMNS) | set(MANIFEST_TRAILING_COLUMNS)) - {
+        "participant_id", "age", "sex"}
+    for name, rows in tables.items():
+        shadowed = sorted({key for row in rows.values() for key in row} & own)
+        if shadowed:
+            console.warn(f"{name} table: column(s) {', '.join(shadowed)} are also manifest "
+                         "columns; the manifest keeps its own values there (rename them to keep "
+                         "yours)")
+
+
+def _first_error(rows: list[dict]) -> str | None:
+    """The error of the first failed row (the terminal names one; the manifest has them all)."""
+    return next((row["error"] for row in rows if row["status"] == "error"), None)
 
 
 def _warn_unmatched(recordings: list[_Recording], participants_file: Path | None,

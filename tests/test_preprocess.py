@@ -429,3 +429,25 @@ def test_paper_preset_follows_the_reference(tmp_path):
     assert np.isfinite(ratio).all() and ratio.min() >= 0 and ratio.max() > 0
     assert set(connectome.ica_excluded) <= {"muscle artifact", "eye blink", "heart beat",
                                             "line noise", "channel noise"}
+
+
+def test_table_columns_named_like_manifest_columns_are_warned_about(tmp_path, capsys):
+    """A participants column called ``status`` cannot be kept beside the manifest's own status:
+    the user is told once, and the manifest's column keeps its meaning."""
+    from eegformer_cli import simulate
+
+    simulate.simulate_dataset(tmp_path / "study", n_participants=2, duration_s=30, sfreq=128)
+    table = tmp_path / "study" / "participants.tsv"
+    lines = table.read_text().splitlines()
+    table.write_text("\n".join([lines[0] + "\tstatus"] + [line + "\tscreened" for line in lines[1:]])
+                     + "\n")
+    summary = run_preprocess([tmp_path / "study"], tmp_path / "prep",
+                             PreprocessSettings.from_preset("default", epoch_length=6.0))
+    assert summary.n_ok == 2
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "also manifest" in line]
+    assert warnings == [("warning: participants table: column(s) status are also manifest "
+                         "columns; the manifest keeps its own values there (rename them to keep "
+                         "yours)")]
+    manifest = (tmp_path / "prep" / "manifest.tsv").read_text().splitlines()
+    rows = list(csv.DictReader(manifest, delimiter="\t"))
+    assert [row["status"] for row in rows] == ["ok", "ok"]

@@ -56,6 +56,21 @@ def test_find_recordings_keeps_the_order_the_inputs_were_given(fixtures_dir):
     assert [p.name for p in found] == [utf8.name, bdf.name, "test_reduced.edf"]
 
 
+def test_a_symlinked_recording_keeps_its_own_name(tmp_path):
+    """DataLad / git-annex datasets hold symlinks into .git/annex/objects: a file given by its
+    link keeps the link's name (its id and participant come from it), as inside a folder, and
+    a file given both alone and through its folder is one recording."""
+    annexed = tmp_path / ".git" / "annex" / "objects" / "MD5E-s1--abc.edf"
+    annexed.parent.mkdir(parents=True)
+    annexed.write_bytes(b"x")
+    link = tmp_path / "sub-01" / "eeg" / "sub-01_task-rest_eeg.edf"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(annexed)
+    named = link.parent.resolve() / link.name   # (tmp_path itself may sit behind a symlink)
+    assert find_recordings([link]) == [named]
+    assert find_recordings([link, tmp_path]) == [named]
+
+
 def test_find_recordings_in_a_bids_root_skips_hidden_temporary_and_derivatives(tmp_path):
     (tmp_path / "dataset_description.json").write_text("{}")
     for relative in ["sub-01/eeg/sub-01_task-rest_eeg.edf", "sub-02/eeg/sub-02_task-rest_eeg.EDF",

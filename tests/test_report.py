@@ -85,6 +85,31 @@ def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys)
     assert code == 0 and "1 of 2 folds finished" in output
 
 
+def test_report_refuses_another_models_explanations_and_damaged_predictions(
+        report_file, tmp_path_factory, tmp_path, capsys):
+    run = build_sample_run(tmp_path_factory)
+    other = tmp_path / "other"
+    shutil.copytree(run["run"], other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "labels": ["control", "patient"]}))
+    code, output = run_main(capsys, "report", other, "--explanations",
+                            report_file.parent / "explanations", "--out", tmp_path / "mix.html")
+    assert code == 3 and "explains another model than this run's: classes" in output
+    assert "(run: ['control', 'patient'])" in output and not (tmp_path / "mix.html").exists()
+    # out-of-fold predictions cut short: an input error naming the file, not a crash
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run["run"], damaged)
+    oof = damaged / "oof_predictions.tsv"
+    oof.write_text(oof.read_text()[:300])
+    code, output = run_main(capsys, "report", damaged, "--out", tmp_path / "d.html")
+    assert code == 3 and f"{oof}: damaged out-of-fold predictions" in output
+    # no metrics.json: said on stderr with the way out, not only inside the HTML
+    (damaged / "metrics.json").unlink()
+    code, output = run_main(capsys, "report", damaged, "--out", tmp_path / "m.html")
+    assert code == 0 and "incomplete run: no metrics.json" in output
+    assert "rerun the same `eegformer train` command" in output
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
                                              "(Debian: apt-get install chromium)")
 def test_report_renders_in_headless_chromium(report_file, tmp_path):

@@ -335,6 +335,56 @@ CASES += [Case(f"train-labels-{name}", _train_on_relabelled(name), 3,
                lambda ws, name=name: ("manifest.tsv", LABEL_PROBLEMS[name][1]), _labels_intact)
           for name in LABEL_PROBLEMS]
 
+# -- settings that cannot work: refused before any folder is made (or, for a learning rate
+#    that only shows itself by diverging, after the first epoch, with what to change)
+
+
+def _train_with(*flags: str):
+    def prepare(ws: Workspace, folder: Path) -> list:
+        return ["train", ws.prep, "--out", folder / "run", "--label-column", "diagnosis",
+                "--config", ws.root / "tiny.toml", "--holdout", "0.25", *flags]
+    return prepare
+
+
+def _no_run_folder(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
+    assert not (folder / "run").exists() and not (folder / "prep").exists()
+
+
+CASES += [
+    Case("train-lr-nan", _train_with("--lr", "nan"), 2,
+         lambda ws: ("invalid value nan for lr", "finite"), _no_run_folder),
+    Case("train-seed-negative", _train_with("--seed", "-1"), 2,
+         lambda ws: ("invalid value -1 for seed", "[0, 4294967295]"), _no_run_folder),
+    Case("train-config-is-a-folder",
+         lambda ws, folder: ["train", ws.prep, "--out", folder / "run", "--label-column",
+                             "diagnosis", "--config", ws.study],
+         2, lambda ws: (str(ws.study), "config file not readable"), _no_run_folder),
+    Case("train-lr-diverges", _train_with("--lr", "1e30"), 2,
+         lambda ws: ("training diverged", "lower --lr"),
+         lambda ws, folder, result: _no_model_written(ws, folder, result)),  # defined below
+    Case("preprocess-sfreq-nan",
+         lambda ws, folder: ["preprocess", ws.good, "--out", folder / "prep", "--sfreq", "nan"],
+         2, lambda ws: ("invalid --sfreq nan; it must be a finite number",), _no_run_folder),
+]
+
+
+def _every_recording_fails_into_earlier_output(ws: Workspace, folder: Path) -> list:
+    shutil.copytree(ws.prep, folder / "prep")
+    return ["preprocess", ws.bad["empty"], ws.bad["text"], "--out", folder / "prep", *FIXED_FLAGS]
+
+
+def _earlier_output_unchanged(ws: Workspace, folder: Path, result: subprocess.CompletedProcess
+                              ) -> None:
+    assert snapshot(folder / "prep") == snapshot(ws.prep)
+
+
+# -- a run in which nothing succeeds must not replace an earlier run's manifest with its errors
+CASES.append(Case("preprocess-nothing-ok-into-earlier-output",
+                  _every_recording_fails_into_earlier_output, 3,
+                  lambda ws: ("no recording could be preprocessed", str(ws.bad["empty"]),
+                              "is left as the earlier run wrote it"),
+                  _earlier_output_unchanged))
+
 # -- an output folder that cannot be created or written
 BLOCKED_OUT = "cannot create folder: Not a directory"
 

@@ -27,7 +27,14 @@ from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
-from eegformer_cli.training.trainer import lr_at_step, run_training, selection_improved
+from eegformer_cli.training.reference import fit_reference
+from eegformer_cli.training.trainer import (
+    RUN_FILES,
+    _clear_run,
+    lr_at_step,
+    run_training,
+    selection_improved,
+)
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
@@ -406,6 +413,31 @@ def test_small_classes_give_one_warning_line_and_no_python_warnings(tmp_path, ca
     assert [str(w.message) for w in caught if "sklearn" in w.filename] == []
     lines = [line for line in capsys.readouterr().err.splitlines() if "lack a class" in line]
     assert len(lines) == 1 and "'F', has 4 participants" in lines[0]
+
+
+def test_reference_search_with_a_one_class_inner_split_stays_quiet():
+    """A class with one participant leaves an inner training split without it: scikit-learn's
+    FitFailedWarning (with the failed fit's traceback) must not reach the terminal."""
+    rng = np.random.default_rng(0)
+    features, labels = rng.normal(size=(10, 6)), np.array([0] * 9 + [1])
+    groups = np.array([f"p{i}" for i in range(10)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        search = fit_reference(features, labels, groups, seed=0)
+    assert [str(w.message)[:80] for w in caught] == []
+    assert np.isnan(search.cv_results_["mean_test_score"]).all()  # the case did occur
+    assert list(search.classes_) == [0, 1]                          # refit on both classes
+
+
+def test_overwrite_clears_every_file_of_the_earlier_run_and_nothing_else(tmp_path):
+    """--overwrite replaces a run: its report.html (report's default output) must not survive
+    to describe the old run beside the new one's files; the user's own files stay."""
+    for name in (*RUN_FILES, "notes.txt", "folds/0/state.pt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("earlier run")
+    _clear_run(tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt"]
+    assert "report.html" in RUN_FILES
 
 
 def test_invalid_settings_leave_no_run_folder(synthetic_dir, tmp_path):

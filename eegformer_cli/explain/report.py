@@ -154,7 +154,8 @@ def roc_pr_figure(predictions: list[dict], labels: list[str], positive_label: st
     ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC")
     ax_pr.set(xlabel="recall", ylabel="precision", title="Precision-recall")
     for ax in (ax_roc, ax_pr):
-        ax.legend(fontsize=8, loc="lower right" if ax is ax_roc else "lower left")
+        if ax.get_legend_handles_labels()[0]:  # no curve: no legend (and no matplotlib warning)
+            ax.legend(fontsize=8, loc="lower right" if ax is ax_roc else "lower left")
     fig.tight_layout()
     return fig
 
@@ -247,6 +248,27 @@ def _check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
+def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
+    """Raise InputDataError when ``explanations_dir`` explains another model than the run's
+    (other classes, bands or channels than its ``config.json``): a report must not put one
+    dataset's explanations beside another's metrics."""
+    from eegformer_cli.explain.export import load_class_summary
+
+    config = _read_json(run_dir / "config.json")
+    summary = load_class_summary(explanations_dir)
+    model = config.get("model_config", {})
+    expected = {"classes": config.get("labels"), "bands": model.get("band_names"),
+                "channels": model.get("channel_names")}
+    explained = {"classes": summary["label_names"], "bands": summary["bands"],
+                 "channels": summary["channels"]}
+    differing = [f"{key} {explained[key]} (run: {expected[key]})" for key in expected
+                 if expected[key] is not None and list(expected[key]) != explained[key]]
+    if differing:
+        raise InputDataError("explains another model than this run's: " + "; ".join(differing),
+                             path=explanations_dir,
+                             hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`")
+
+
 def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None):
     """An :class:`mne.Report` of the run (module docs). Raises InputDataError when ``run_dir``
     is not a run folder (no ``config.json``)."""
@@ -290,8 +312,10 @@ def _add_cross_validation(report, run_dir: Path) -> None:
     metrics_file, oof_file, history_file = (run_dir / "metrics.json", run_dir / "oof_predictions.tsv",
                                             run_dir / "history.jsonl")
     if not metrics_file.is_file():
-        _note(report, "Metrics", f"{metrics_file} is missing (the training did not finish?).",
-              section)
+        why = ("incomplete run: no metrics.json (the training did not finish); rerun the same "
+               "`eegformer train` command, or `eegformer train --merge` after `--fold` jobs")
+        console.warn(f"{run_dir}: {why}")
+        _note(report, "Metrics", why, section)
         return
     metrics = _read_json(metrics_file)
     incomplete = _incomplete_run(run_dir, metrics)
@@ -309,8 +333,13 @@ def _add_cross_validation(report, run_dir: Path) -> None:
     if matrix is not None:
         _figure(report, confusion_matrix_figure(matrix, labels), "Confusion matrix", section)
     if oof_file.is_file():
-        _figure(report, roc_pr_figure(_read_tsv(oof_file), labels, metrics.get("positive_label")),
-                "ROC and precision-recall curves", section)
+        try:
+            figure = roc_pr_figure(_read_tsv(oof_file), labels, metrics.get("positive_label"))
+        except (KeyError, TypeError, ValueError) as exc:  # a truncated or edited table
+            raise InputDataError(f"damaged out-of-fold predictions ({type(exc).__name__}: {exc})",
+                                 path=oof_file, hint="rerun the same `eegformer train` command"
+                                 ) from None
+        _figure(report, figure, "ROC and precision-recall curves", section)
     if history_file.is_file() and history_file.stat().st_size:
         _figure(report, training_curves_figure(_read_jsonl(history_file)),
                 "Training curves per fold", section)
@@ -374,6 +403,8 @@ def write_report(run_dir: str | Path, explanations_dir: str | Path | None,
         raise InputDataError("not an explain output folder (no class_summary.npz)",
                              path=explanations_dir,
                              hint="pass the --out folder of `eegformer explain`")
+    if explanations_dir is not None:
+        _check_explanations_match(Path(run_dir), Path(explanations_dir))
     out = Path(out)
     if out.is_dir():
         raise OutputError("is a folder", path=out, hint="give a file name, e.g. report.html")

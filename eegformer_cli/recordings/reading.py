@@ -114,8 +114,9 @@ def find_recordings(inputs: list[Path]) -> list[Path]:
             found.update(dict.fromkeys(sorted(in_folder)))
         elif recording_suffix(path) is None:
             raise _unsupported_format_error(path, InputDataError)
-        else:
-            found[path.resolve()] = None
+        else:  # the folder resolved, the file's own name kept, as for a folder's files: a
+            # symlinked recording (DataLad / git-annex) keeps its name, not its annex key's
+            found[path.absolute().parent.resolve() / path.name] = None
     return [path for path in found if first_split_part(path) not in found]
 
 

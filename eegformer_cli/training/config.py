@@ -34,6 +34,7 @@ so a TOML file can hold a whole experiment.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,9 @@ def load_toml(path: str | Path) -> dict:
             return tomllib.load(handle)
     except FileNotFoundError:
         raise UsageError("config file not found", path=path, hint="check --config") from None
+    except OSError as exc:  # a folder, no permission
+        raise UsageError(f"config file not readable ({exc.strerror})", path=path,
+                         hint="check --config") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"not a valid TOML file: {exc}", path=path) from None
 
@@ -224,7 +228,7 @@ def _coerce(key: str, value, source: str):
             if len(pair) != 2:
                 raise ValueError
             return pair
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UsageError(f"invalid value {value!r} for {key!r} in {source}; expected {kind}") from None
     return value
 
@@ -254,6 +258,7 @@ def validate(config: TrainConfig) -> None:
     _check_range("val_fraction", config.val_fraction, 0, 0.5, low_open=True)
     _check_range("cv", config.cv, 2, None)
     _check_range("repeats", config.repeats, 1, None)
+    _check_range("seed", config.seed, 0, 2**32 - 1)  # NumPy's and torch's seed range
     if config.holdout != 0:  # 0 is the documented "no holdout": cross-validation
         _check_range("holdout", config.holdout, 0, 1, low_open=True, high_open=True)
     for beta in config.betas:
@@ -266,6 +271,8 @@ def validate(config: TrainConfig) -> None:
 
 
 def _check_range(name, value, low, high, low_open=False, high_open=False) -> None:
+    if not math.isfinite(value):
+        raise UsageError(f"invalid value {value!r} for {name}; it must be a finite number")
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from sklearn.exceptions import FitFailedWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
 from sklearn.pipeline import make_pipeline
@@ -50,6 +51,8 @@ def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
                                                   random_state=seed))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
+        # an inner training split with one class: that fold scores nan for every C (tiny data)
+        warnings.filterwarnings("ignore", category=FitFailedWarning)
         search.fit(features, labels, groups=groups)
     return search
 

@@ -58,7 +58,7 @@ from eegformer_cli.versions import package_versions
 MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
 RUN_FILES = ("config.json", "splits.json", "history.jsonl", "oof_predictions.tsv", "metrics.json",
-             "model.pt")
+             "model.pt", "report.html")  # report.html: `eegformer report`'s default output
 
 
 # ------------------------------------------------------------------------------------------
@@ -258,6 +258,11 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             losses.append(distributed.batch_mean_loss(loss))
             step += 1
         logits = evaluate(model, val_set, device)
+        if not np.isfinite(logits).all():
+            where = ", ".join(f"{key} {value}" for key, value in tag.items())
+            raise UsageError(f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
+                             f"are not finite with lr {config.lr:g}",
+                             hint="lower --lr (or lr in the config file)")
         val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(val_labels)))
         metrics = classification_metrics(val_labels, softmax(logits), None)
         metric = metrics[config.selection_metric]
