@@ -320,11 +320,12 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
     path = Path(path)
     try:
         raw = reading.read_recording(path, preload=True)
-        raw, _ = normalise_channels(raw)
+        raw, _ = normalise_channels(raw, path=path)
         requested = channels if channels is not None else settings.channels
         channels = select_channel_set([set(raw.ch_names)],
                                       None if requested is None else list(requested))
-        raw, interpolated = conform_channels(raw, list(channels), settings.max_interpolated)
+        raw, interpolated = conform_channels(raw, list(channels), settings.max_interpolated,
+                                             path=path)
         check_bands_fit_rate(settings.bands, raw.info["sfreq"])
         duration_s = raw.n_times / raw.info["sfreq"]
         epoch_length_s = (cleaning.auto_epoch_length(duration_s, settings.window_s)
@@ -443,7 +444,7 @@ def _read_header(path: Path) -> _Header:
         with warnings.catch_warnings(), mne.use_log_level("error"):
             warnings.simplefilter("ignore")
             raw = reading.read_recording(path, preload=False)
-            normalised, _ = normalise_channels(raw)
+            normalised, _ = normalise_channels(raw, path=path)
     except EegformerError as exc:
         return _Header(path, error=exc.one_line())
     except Exception as exc:  # as in _process_and_save: one odd file must not stop the run

@@ -189,6 +189,8 @@ def test_reader_fixtures_are_read_or_rejected_with_a_message(fixtures_dir, tmp_p
             assert (tmp_path / row["connectome"]).is_file()
         else:
             assert row["status"] == "error" and len(row["error"]) > 20 and "\n" not in row["error"]
+            # the file the user gave (the .set, not the .fdt that MNE read the samples from)
+            assert row["error"].startswith(row["source_file"] + ": "), row
 
 
 @pytest.fixture

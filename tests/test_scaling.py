@@ -319,13 +319,13 @@ def test_fold_and_merge_options_are_checked(connectome_dir, tmp_path, capsys, ar
     assert fragment in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--merge", "{tmp}"], "not a train run folder"),
-    (["--merge", "{tmp}", "--epochs", "3"], "remove --epochs"),
-    (["--out", "{tmp}"], "missing DATA_DIR, --label-column"),
+@pytest.mark.parametrize("args, code, fragment", [
+    (["--merge", "{tmp}"], 3, "not a train run folder"),  # as `report` on such a folder
+    (["--merge", "{tmp}", "--epochs", "3"], 2, "remove --epochs"),
+    (["--out", "{tmp}"], 2, "missing DATA_DIR, --label-column"),
 ])
-def test_merge_needs_a_run_folder_and_nothing_else(tmp_path, capsys, args, fragment):
-    assert run_cli(["train", *[arg.format(tmp=tmp_path) for arg in args]]) == 2
+def test_merge_needs_a_run_folder_and_nothing_else(tmp_path, capsys, args, code, fragment):
+    assert run_cli(["train", *[arg.format(tmp=tmp_path) for arg in args]]) == code
     assert fragment in capsys.readouterr().err
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eegformer_cli.atomic import DirectoryLock
-from eegformer_cli.errors import UsageError
+from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.config import TrainConfig
 
@@ -81,7 +81,7 @@ class RunRequest:
 def read_run_request(run_dir: str | Path) -> RunRequest:
     """What ``RUN_DIR/config.json`` and ``splits.json`` say the run was asked to do.
 
-    Raises UsageError naming the file when RUN_DIR is not a ``train`` run folder.
+    Raises InputDataError naming the file when RUN_DIR is not a ``train`` run folder.
     """
     run_dir = Path(run_dir)
     config_path, splits_path = run_dir / "config.json", run_dir / "splits.json"
@@ -90,10 +90,10 @@ def read_run_request(run_dir: str | Path) -> RunRequest:
         data_dir, label_column = Path(stored["data_dir"]), stored["label_column"]
         train_config, positive_label = stored["train_config"], stored["positive_label"]
     except FileNotFoundError:
-        raise UsageError("no config.json: not a train run folder", path=run_dir,
+        raise InputDataError("no config.json: not a train run folder", path=run_dir,
                          hint="pass the --out folder of the `eegformer train --fold` jobs") from None
     except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError("unreadable config.json", path=config_path,
+        raise InputDataError("unreadable config.json", path=config_path,
                          hint="rerun the fold jobs into a fresh folder") from None
     scheme, _ = splits.load_splits(splits_path)
     return RunRequest(data_dir, label_column, TrainConfig.from_dict(train_config),
@@ -111,8 +111,8 @@ def merge_run(run_dir: str | Path) -> dict | None:
     """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs.
 
     Returns the metrics dict (also written to ``metrics.json``; None on torchrun processes
-    other than rank 0). Raises UsageError when RUN_DIR is not a run folder or folds are
-    missing, OutputError when a fold job still runs.
+    other than rank 0). Raises InputDataError when RUN_DIR is not a run folder, UsageError
+    when folds are missing, OutputError when a fold job still runs.
     """
     from eegformer_cli.training.trainer import run_training  # the trainer imports this module
 
