@@ -539,8 +539,9 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     Raises
     ------
     InputDataError : no recording found, bad tables, too few common channels, or no recording
-        could be preprocessed (exit 3; in the last case the manifest is written, unless
-        ``out_dir`` holds an earlier run's ok recordings: then it is left as it was).
+        could be preprocessed (exit 3; in the last case the manifest is written, unless that
+        would drop an earlier run's ok recordings of other files: then ``out_dir`` is left
+        as it was).
     OutputError : ``out_dir`` not writable or in use by another run (exit 5).
     PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
     """
@@ -582,18 +583,19 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                                                "preprocess"))
             rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
                     for rec in recordings]
-            if (not any(row["status"] == "ok" for row in rows)
-                    and any(row.get("status") == "ok" for row in previous_rows)):
-                # nothing of this run to add: an earlier run's manifest must not be replaced by
-                # error rows alone (its settings would be lost with its ok rows)
+            current_ids = {row["recording_id"] for row in rows}
+            if not any(row["status"] == "ok" for row in rows) and any(
+                    row.get("status") == "ok" and row.get("recording_id") not in current_ids
+                    and row.get("settings_hash") != settings_hash for row in previous_rows):
+                # a run that made nothing must not drop an earlier run's ok recordings of other
+                # files (this run's settings differ, e.g. no channels from unreadable headers)
                 raise InputDataError(
                     f"no recording could be preprocessed; first error: {_first_error(rows)}; "
                     f"{out_dir} is left as the earlier run wrote it")
             for row in rows:  # a connectome from earlier settings must not outlive a failure now
                 if row["status"] == "error":
                     (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-            earlier = _earlier_rows(out_dir, previous_rows, {row["recording_id"] for row in rows},
-                                    settings_hash)
+            earlier = _earlier_rows(out_dir, previous_rows, current_ids, settings_hash)
             summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
                                      participants_file, recordings_file)
     first_error = _first_error(rows)

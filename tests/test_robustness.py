@@ -370,7 +370,9 @@ CASES += [
 
 def _every_recording_fails_into_earlier_output(ws: Workspace, folder: Path) -> list:
     shutil.copytree(ws.prep, folder / "prep")
-    return ["preprocess", ws.bad["empty"], ws.bad["text"], "--out", folder / "prep", *FIXED_FLAGS]
+    # no --channels: with no readable header the run's settings differ from the earlier run's,
+    # so writing its manifest would drop every earlier recording
+    return ["preprocess", ws.bad["empty"], ws.bad["text"], "--out", folder / "prep"]
 
 
 def _earlier_output_unchanged(ws: Workspace, folder: Path, result: subprocess.CompletedProcess

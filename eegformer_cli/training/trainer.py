@@ -262,7 +262,7 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             where = ", ".join(f"{key} {value}" for key, value in tag.items())
             raise UsageError(f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
                              f"are not finite with lr {config.lr:g}",
-                             hint="lower --lr (or lr in the config file)")
+                             hint="lower --lr and rerun with --overwrite")
         val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(val_labels)))
         metrics = classification_metrics(val_labels, softmax(logits), None)
         metric = metrics[config.selection_metric]
