@@ -259,7 +259,8 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             step += 1
         logits = evaluate(model, val_set, device)
         if not np.isfinite(logits).all():
-            where = ", ".join(f"{key} {value}" for key, value in tag.items())
+            where = ("final model" if tag["fold"] == -1
+                     else f"repeat {tag['repeat']}, fold {tag['fold']}")
             raise UsageError(f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
                              f"are not finite with lr {config.lr:g}",
                              hint="lower --lr and rerun with --overwrite")
