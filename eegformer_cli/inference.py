@@ -214,8 +214,7 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     def from_raw(path: Path) -> InputRecording:
         participant_id, meta = metadata.match_participant(path, table_rows, None, None)
         item = InputRecording(ids[path], participant_id, str(path),
-                              age=math.nan if meta.get("age") is None else float(meta["age"]),
-                              sex=sex_value(meta.get("sex")))
+                              age=age_value(meta.get("age")), sex=sex_value(meta.get("sex")))
         return demographics(_preprocess_raw(bundle, path, item, max_interpolated))
 
     makers = []
@@ -322,7 +321,7 @@ def _preprocessed_input(bundle, folder: Path, row: dict, table: dict) -> InputRe
     item = InputRecording(row["recording_id"], participant, str(folder),
                           age=age_value(row.get("age")), sex=sex_value(row.get("sex")))
     if listed is not None:
-        item.age = math.nan if listed["age"] is None else float(listed["age"])
+        item.age = age_value(listed["age"])
         item.sex = sex_value(listed["sex"])
     if row.get("status") != "ok":
         item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
