@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model import ModelConfig, XAIguiFormer
-from eegformer_cli.model.layers import GeGLU, TimmRmsNorm
-from eegformer_cli.model.tokenizer import DenseGINEConv, GineAggregation, message_sources
+from eegformer_cli.model.layers import GeGLU, TimmRmsNorm, make_norm, norm_then_linear
+from eegformer_cli.model.tokenizer import DenseGINEConv, GineAggregation, GnnBlock, message_sources
 
 CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
 BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
@@ -106,6 +106,58 @@ def test_timm_rms_norm_divides_by_the_unbiased_std_without_recentring():
     np.testing.assert_allclose(TimmRmsNorm(16, eps=1e-5).double()(x).detach(), expected, rtol=1e-12)
     true_rms = torch.nn.RMSNorm(16, eps=1e-5).double()(x).detach()
     assert not torch.allclose(true_rms, torch.from_numpy(expected))
+
+
+def test_timm_rms_norm_backward_equals_autograd_of_its_formula():
+    """The hand-written backward gives autograd's gradients of the written-out formula."""
+    torch.manual_seed(3)
+    x = (torch.randn(3, 5, 16, dtype=torch.float64) * 3 + 2).requires_grad_()
+    norm = TimmRmsNorm(16, eps=1e-5).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    grad = torch.randn(3, 5, 16, dtype=torch.float64)
+    fused = torch.autograd.grad(norm(x), (x, norm.weight), grad)
+    written_out = x * torch.rsqrt(x.var(dim=-1, keepdim=True) + 1e-5) * norm.weight
+    expected = torch.autograd.grad(written_out, (x, norm.weight), grad)
+    for got, want in zip(fused, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda z: norm(z), (x,))
+
+
+@pytest.mark.parametrize("kind", ["timm_rms", "rms"])
+def test_norm_then_linear_equals_the_linear_of_the_norm(kind):
+    """Folding the norm's weight into the Linear changes neither values nor gradients."""
+    torch.manual_seed(4)
+    norm, linear = make_norm(kind, 8, eps=1e-6).double(), torch.nn.Linear(8, 6).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(4, 3, 8, dtype=torch.float64, requires_grad=True)
+    parameters = (x, norm.weight, linear.weight, linear.bias)
+    grad = torch.randn(4, 3, 6, dtype=torch.float64)
+    folded, unfolded = norm_then_linear(norm, linear, x), linear(norm(x))
+    np.testing.assert_allclose(folded.detach(), unfolded.detach(), rtol=1e-12, atol=1e-14)
+    for got, want in zip(torch.autograd.grad(folded, parameters, grad),
+                         torch.autograd.grad(unfolded, parameters, grad)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", ["timm_rms", "rms"])
+def test_gnn_block_is_the_official_composition(norm):
+    """``x + GeGLU(Linear(Norm(GINE(x))))`` written out with the plain modules, gradients too."""
+    torch.manual_seed(5)
+    block, edge_embedding = GnnBlock(4, norm, dropout=0.0).double(), torch.nn.Linear(1, 4).double()
+    with torch.no_grad():
+        block.conv.eps.fill_(0.3)
+        block.norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(2, 2, 5, 5, dtype=torch.float64)
+    out = block(x, w, edge_embedding, "directed")
+    expected = x + block.act(block.expand(block.norm(block.conv(x, w, edge_embedding, "directed"))))
+    np.testing.assert_allclose(out.detach(), expected.detach(), rtol=1e-12, atol=1e-14)
+    parameters = (x, *block.parameters())
+    for got, want in zip(torch.autograd.grad(out.sum(), parameters),
+                         torch.autograd.grad(expected.sum(), parameters)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_geglu_gates_the_first_half_with_erf_gelu_of_the_second():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from eegformer_cli.errors import check_choice
 
@@ -26,6 +27,39 @@ class GeGLU(nn.Module):
         return value * F.gelu(gate)
 
 
+class _TimmRmsScale(torch.autograd.Function):
+    """``x * rsqrt(var(x) + eps)`` over the last dim (unbiased variance, no weight), with a
+    hand-written first-order backward.
+
+    Why our own backward: autograd's for the written-out formula makes ~12 passes over x; this
+    one makes 4 (``r g - (r^3 / (n - 1)) (sum_k g_k x_k) (x - mean)``, r = rsqrt(var + eps)).
+    Measured on this project's 2-core CPU (2 threads), :class:`TimmRmsNorm` forward + backward:
+    5.4-7.4 ms instead of 10.9-11.4 ms at the GNN's (64, 9, 19, 128), 0.42 ms instead of
+    0.49-0.54 ms at the transformer's (64, 9, 128). Equality with autograd in
+    float64 is tested (tests/test_model.py). First order only: no explanation or training path
+    differentiates a gradient (the explanations' gradient factor has no graph, as in captum).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, eps: float) -> Tensor:
+        mean = x.mean(dim=-1, keepdim=True)
+        centred = x - mean
+        # two-pass unbiased variance (the same value as torch.var, faster than its kernel here)
+        variance = (centred * centred).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
+        rstd = torch.rsqrt(variance + eps)
+        ctx.save_for_backward(x, mean, rstd)
+        return x * rstd
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        x, mean, rstd = ctx.saved_tensors
+        # d rstd / d x = -rstd^3 (x - mean) / (n - 1), weighted by sum_k grad_k x_k
+        coefficient = rstd.pow(3) * (grad * x).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
+        grad_x = torch.addcmul(coefficient * mean, grad, rstd)
+        return grad_x.addcmul_(x, coefficient, value=-1), None
+
+
 class TimmRmsNorm(nn.Module):
     """timm 0.9.5 ``RmsNorm``, as the official model used it: ``x * rsqrt(var(x) + eps) * weight``.
 
@@ -38,20 +72,38 @@ class TimmRmsNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    def normalise(self, x: Tensor) -> Tensor:
+        """The norm without its weight: ``x * rsqrt(var(x) + eps)``."""
+        return _TimmRmsScale.apply(x, self.eps)
+
     def forward(self, x: Tensor) -> Tensor:
-        # torch.var(x, dim=-1, keepdim=True), written out: the same value (two-pass, unbiased)
-        # at 0.6x the time of torch.var's kernel, forward + backward, on the GNN's (B, F, C, d)
-        centred = x - x.mean(dim=-1, keepdim=True)
-        variance = (centred * centred).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
-        return x * torch.rsqrt(variance + self.eps) * self.weight
+        return self.normalise(x) * self.weight
 
 
-def make_norm(kind: str, dim: int, eps: float) -> nn.Module:
-    """``"timm_rms"`` (paper: :class:`TimmRmsNorm`) or ``"rms"`` (``torch.nn.RMSNorm``)."""
+class RmsNorm(nn.RMSNorm):
+    """``torch.nn.RMSNorm`` over the last dim, with :meth:`normalise` like :class:`TimmRmsNorm`."""
+
+    def normalise(self, x: Tensor) -> Tensor:
+        """The norm without its weight: ``x * rsqrt(mean(x^2) + eps)``."""
+        return F.rms_norm(x, self.normalized_shape, None, self.eps)
+
+
+def make_norm(kind: str, dim: int, eps: float) -> TimmRmsNorm | RmsNorm:
+    """``"timm_rms"`` (paper: :class:`TimmRmsNorm`) or ``"rms"`` (:class:`RmsNorm`)."""
     check_choice("norm", kind, NORMS)
     if kind == "timm_rms":
         return TimmRmsNorm(dim, eps=eps)
-    return nn.RMSNorm(dim, eps=eps)
+    return RmsNorm(dim, eps=eps)
+
+
+def norm_then_linear(norm: TimmRmsNorm | RmsNorm, linear: nn.Linear, x: Tensor) -> Tensor:
+    """``linear(norm(x))`` with the norm's weight g folded into the Linear's: ``(W diag(g))
+    x_hat + b``. The same function and parameters; the scaling by g happens on the small (out,
+    in) weight instead of on every row of x, which saves a pass over x forward and two
+    backward (the GNN's norm: 3.7 instead of 6.1 ms at (64, 9, 19, 128) on this project's CPU).
+    (..., in) -> (..., out).
+    """
+    return F.linear(norm.normalise(x), linear.weight * norm.weight, linear.bias)
 
 
 class GegluMLP(nn.Module):

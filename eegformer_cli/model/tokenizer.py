@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from eegformer_cli.errors import UsageError, check_choice
-from eegformer_cli.model.layers import GeGLU, make_norm
+from eegformer_cli.model.layers import GeGLU, make_norm, norm_then_linear
 from eegformer_cli.model.rotary import apply_rose, rose_frequencies
 
 EDGES = ("directed", "undirected")
@@ -118,11 +118,15 @@ class DenseGINEConv(nn.Module):
         messages = GineAggregation.apply(u.flatten(0, 1), w.flatten(0, 1),
                                          edge_embedding.weight[:, 0], edges)
         aggregated = messages.unflatten(0, x.shape[:2])
-        return self.fc2(F.gelu(self.fc1((1 + self.eps) * x + aggregated)))
+        # (1 + eps) x + aggregated in one pass
+        return self.fc2(F.gelu(self.fc1(torch.addcmul(aggregated, x, 1 + self.eps))))
 
 
 class GnnBlock(nn.Module):
-    """Official GNN layer: ``x + Dropout(GeGLU(Linear(d -> 2d)(Norm(GINE(x)))))``; (B, F, C, d)."""
+    """Official GNN layer: ``x + Dropout(GeGLU(Linear(d -> 2d)(Norm(GINE(x)))))``; (B, F, C, d).
+
+    The norm's weight is applied inside the Linear (:func:`norm_then_linear`: same numbers).
+    """
 
     def __init__(self, dim: int, norm: str, dropout: float):
         super().__init__()
@@ -133,7 +137,8 @@ class GnnBlock(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, w: Tensor, edge_embedding: nn.Linear, edges: str) -> Tensor:
-        return x + self.drop(self.act(self.expand(self.norm(self.conv(x, w, edge_embedding, edges)))))
+        expanded = norm_then_linear(self.norm, self.expand, self.conv(x, w, edge_embedding, edges))
+        return x + self.drop(self.act(expanded))
 
 
 def electrode_positions_cm(channel_names: list[str]) -> Tensor:
