@@ -10,7 +10,6 @@ from eegformer_cli import console
 from eegformer_cli.connectivity.bands import parse_bands
 from eegformer_cli.errors import UsageError
 from eegformer_cli.parallel import preprocess_backend
-from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 
 
 def _parse_epoch_length(text: str | None) -> float | str | None:
@@ -81,6 +80,10 @@ def preprocess(
     Exit codes: 0 done (failures listed in the manifest), 3 no usable recording,
     5 OUT locked or not writable, 6 a recording failed and --strict was given.
     """
+    # imported here, not at the top: MNE and NumPy's friends are the command's work, and every
+    # other command (and `eegformer --help`) would pay for them at start-up
+    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+
     overrides = {"channels": None if channels is None else
                  tuple(name.strip() for name in channels.split(",") if name.strip()),
                  "max_interpolated": max_interpolated,

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
-from eegformer_cli.training.metrics import describe_comparison
 
 
 def _summary_table(metrics: dict) -> Table:
@@ -56,6 +55,8 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
     console.stderr.print(_summary_table(metrics))
     comparison = metrics.get("comparison")
     if comparison:
+        from eegformer_cli.training.metrics import describe_comparison  # scikit-learn: not at start-up
+
         console.log(describe_comparison(comparison, comparison["model"], comparison["reference"]))
     console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
