@@ -13,7 +13,6 @@ does this, for the training run's own evaluation and for ``predict`` alike, whic
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from eegformer_cli.devices import autocast, one_cpu_thread
 from eegformer_cli.errors import EegformerError, InputDataError, UsageError
 from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
 
@@ -51,35 +51,6 @@ class InputRecording:
     age: float = math.nan
     sex: float = math.nan
     error: str | None = None
-
-
-@contextlib.contextmanager
-def one_cpu_thread():
-    """Run torch's CPU ops on one thread for the duration (restored after; re-entrant).
-
-    The model's operations are small (batches of 16-channel graphs), so intra-op parallelism
-    costs more in synchronisation than it gains. Measured on this project's 2-core machine,
-    shared with other jobs: a default-model training step took 0.15-0.37 s on 1 thread against
-    0.68-1.8 s on 2. One thread also fixes the order of float reductions, which keeps CPU runs
-    bit-reproducible whatever the machine's core count.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def autocast(device: torch.device):
-    """Mixed precision on CUDA (bfloat16 where supported, else float16), nothing on CPU.
-
-    The model keeps its rotary angles in float32 under autocast.
-    """
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
 
 
 def recording_logits(model, recordings: Sequence[tuple], device: torch.device) -> np.ndarray:

@@ -59,7 +59,7 @@ def explain(
     from eegformer_cli.explain import attributions, export
     from eegformer_cli.inference import load_inputs
     from eegformer_cli.training.model_file import load_model_file
-    from eegformer_cli.training.trainer import resolve_device, seed_everything
+    from eegformer_cli.devices import resolve_device, seed_everything
 
     check_choice("--method", method, attributions.CAPTUM_METHODS)
     if n_steps < 1:

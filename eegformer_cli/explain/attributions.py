@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.inference import one_cpu_thread
 
 #: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -42,11 +41,11 @@ from torch.utils.data import DataLoader
 
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries, write_json, write_text
-from eegformer_cli.errors import UsageError, check_choice
-from eegformer_cli.inference import (SEGMENTS_PER_BATCH, autocast, one_cpu_thread,
-                                     recording_logits, softmax)
+from eegformer_cli.devices import autocast, one_cpu_thread, resolve_device, seed_everything
+from eegformer_cli.errors import UsageError
+from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
 from eegformer_cli.training import augment, distributed, merge, splits
-from eegformer_cli.training.config import DEVICES, TrainConfig
+from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData, load_training_data
 from eegformer_cli.training.metrics import (classification_metrics, compare_folds,
                                              summarise_folds)
@@ -63,24 +62,6 @@ RUN_FILES = ("config.json", "splits.json", "history.jsonl", "oof_predictions.tsv
 
 # ------------------------------------------------------------------------------------------
 # small pure pieces
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU or any other name ->
-    UsageError (listing the allowed names)."""
-    check_choice("--device", name, DEVICES)
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA GPU is available", hint="use --device cpu")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 @contextlib.contextmanager
