@@ -56,10 +56,10 @@ def explain(
     """
     # imported here: torch takes seconds to import (see predict.py)
     from eegformer_cli.atomic import ensure_dir
+    from eegformer_cli.devices import resolve_device, seed_everything
     from eegformer_cli.explain import attributions, export
     from eegformer_cli.inference import load_inputs
     from eegformer_cli.training.model_file import load_model_file
-    from eegformer_cli.devices import resolve_device, seed_everything
 
     check_choice("--method", method, attributions.CAPTUM_METHODS)
     if n_steps < 1:

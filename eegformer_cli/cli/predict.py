@@ -50,9 +50,9 @@ def predict(
     """
     # imported here: torch takes seconds to import, which every other command (and --help)
     # would pay if this module imported it
+    from eegformer_cli.devices import resolve_device
     from eegformer_cli.inference import load_inputs, predict_recordings
     from eegformer_cli.training.model_file import load_model_file
-    from eegformer_cli.devices import resolve_device
 
     check_choice("--format", output_format, FORMATS)
     torch_device = resolve_device(device)

@@ -125,7 +125,8 @@ class DenseGINEConv(nn.Module):
 class GnnBlock(nn.Module):
     """Official GNN layer: ``x + Dropout(GeGLU(Linear(d -> 2d)(Norm(GINE(x)))))``; (B, F, C, d).
 
-    The norm's weight is applied inside the Linear (:func:`norm_then_linear`: same numbers).
+    The norm's weight is applied inside the Linear (:func:`norm_then_linear`: the same function,
+    equal up to float rounding), so ``norm``'s own forward (and a hook on it) is not called.
     """
 
     def __init__(self, dim: int, norm: str, dropout: float):
