@@ -658,7 +658,7 @@ def _modules_imported_by(code: str, names: tuple[str, ...]) -> list[str]:
     """Which of ``names`` a fresh interpreter has imported after running ``code``."""
     script = f"import sys\n{code}\nprint(sorted(m for m in {names!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     return ast.literal_eval(result.stdout.strip().splitlines()[-1])
 

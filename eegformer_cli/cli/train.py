@@ -55,7 +55,8 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
     console.stderr.print(_summary_table(metrics))
     comparison = metrics.get("comparison")
     if comparison:
-        from eegformer_cli.training.metrics import describe_comparison  # scikit-learn: not at start-up
+        # imported here: scikit-learn, not at every command's start-up
+        from eegformer_cli.training.metrics import describe_comparison
 
         console.log(describe_comparison(comparison, comparison["model"], comparison["reference"]))
     console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
