@@ -80,8 +80,8 @@ def preprocess(
     Exit codes: 0 done (failures listed in the manifest), 3 no usable recording,
     5 OUT locked or not writable, 6 a recording failed and --strict was given.
     """
-    # imported here, not at the top: MNE and NumPy's friends are the command's work, and every
-    # other command (and `eegformer --help`) would pay for them at start-up
+    # imported here, not at the top: MNE and the preprocessing code are this command's work;
+    # every other command (and `eegformer --help`) would pay for them at start-up
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 
     overrides = {"channels": None if channels is None else

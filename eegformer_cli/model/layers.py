@@ -36,9 +36,9 @@ class _TimmRmsScale(torch.autograd.Function):
     eps)); the forward is the same formula. Measured on this project's 2-core CPU (2 threads),
     :class:`TimmRmsNorm` forward + backward: 5.8-6.2 ms instead of 8.8-10.4 ms at the GNN's
     (64, 9, 19, 128), 0.37 ms instead of 0.41-0.52 ms at the transformer's (64, 9, 128).
-    Equality with autograd in
-    float64 is tested (tests/test_model.py). First order only: no explanation or training path
-    differentiates a gradient (the explanations' gradient factor has no graph, as in captum).
+    Equality with autograd in float64 is tested (tests/test_model.py). First order only: no
+    explanation or training path differentiates a gradient (the explanations' gradient factor
+    has no graph, as in captum).
     """
 
     @staticmethod
