@@ -37,6 +37,7 @@ def test_one_pass_equals_captum_layer_deeplift(preset, detach):
     ours = one_pass.forward_with_details(*inputs())
     theirs = captum.forward_with_details(*inputs())
     assert torch.equal(ours.target, theirs.target)
+    torch.testing.assert_close(ours.logits_coarse, theirs.logits_coarse, rtol=0, atol=1e-6)
     assert max(float(e.detach().abs().max()) for e in theirs.explanations) > 1e-2   # not trivially small
     for mine, reference in zip(ours.explanations, theirs.explanations):
         assert float((mine - reference).detach().abs().max()) <= 1e-5
@@ -49,11 +50,16 @@ def test_one_pass_equals_captum_without_the_model_wrapper():
     coh, wpli, age, sex = inputs()
     tokens = one_pass.tokenizer(coh, wpli).detach().requires_grad_()
     demographics = one_pass.encode_demographics(age, sex)
-    coarse = one_pass.encoder.run(tokens, demographics, keep_layer_inputs=True)
-    target = (coarse.logits.argmax(1) + 1) % 3
-    ours = one_pass_deeplift(one_pass.encoder, coarse, demographics, target)
+    plain = one_pass.encoder.run(tokens, demographics, keep_layer_inputs=True)
+    target = (plain.logits.argmax(1) + 1) % 3
+    coarse, chosen, ours = one_pass_deeplift(one_pass.encoder, tokens, demographics, target)
     theirs = captum_layer_attributions(one_pass.encoder, tokens, demographics, target, "deeplift")
     np.testing.assert_allclose(torch.stack(ours).detach(), torch.stack(theirs).detach(), atol=1e-5)
+    # the baseline row appended to the batch leaves the samples' own coarse pass as it was
+    assert torch.equal(chosen, target)
+    torch.testing.assert_close(coarse.logits, plain.logits, rtol=0, atol=1e-6)
+    for mine, reference in zip(coarse.layer_inputs, plain.layer_inputs):
+        torch.testing.assert_close(mine, reference, rtol=0, atol=1e-6)
 
 
 def test_parameter_gradients_equal_captum_path():

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.model.explanation import EXPLAINERS, EXPLANATION_IMPLS, explain_layers
+from eegformer_cli.model.explanation import EXPLAINERS, EXPLANATION_IMPLS, explained_coarse_pass
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demographics,
                                         drofe_paper_demographics)
@@ -269,12 +269,9 @@ class XAIguiFormer(nn.Module):
         with torch.enable_grad():
             if not tokens.requires_grad:
                 tokens = tokens.detach().requires_grad_()
-            coarse = self.encoder.run(tokens, demographics, keep_layer_inputs=True)
-            if target is None:
-                target = coarse.logits.detach().argmax(dim=1)
-            explanations = explain_layers(self.encoder, coarse, demographics, target,
-                                          self.config.explainer, self.config.explanation_impl,
-                                          self.config.detach_explanations)
+            coarse, target, explanations = explained_coarse_pass(
+                self.encoder, tokens, demographics, target, self.config.explainer,
+                self.config.explanation_impl, self.config.detach_explanations)
         refined = self.encoder.run(tokens, demographics, explanations)
         output = ModelOutput(coarse.logits, refined.logits, tokens, target, explanations,
                              coarse.attention, refined.attention)
