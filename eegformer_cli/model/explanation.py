@@ -7,7 +7,8 @@ transformer has no module captum's DeepLift rescales (no nn.ReLU/nn.Softmax/...)
 computes exactly ``E_i = (h_i - h_i^base) * d logit_target / d h_i`` with the gradient at the
 real input. :func:`one_pass_deeplift` computes all of them from the coarse pass's own graph:
 the baseline (the same for every sample) is one extra row of the coarse pass's batch, and one
-``autograd.grad`` serves all layers. The numbers equal captum's (tests/test_explanation.py, benchmarks/bench_train_step.py).
+``autograd.grad`` serves all layers. The numbers equal captum's (tests/test_explanation.py,
+benchmarks/bench_train_step.py).
 
 :func:`captum_layer_attributions` keeps the per-layer captum path: the reference for DeepLift,
 and the only path for Integrated Gradients and Gradient x Activation.
@@ -37,9 +38,10 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
     The baseline is the same for every sample, so it runs as one extra row of the coarse pass's
     batch (row B: zero tokens, zero demographics) instead of a pass of its own: every operation
     of the transformer (attention, norms, feed-forward, head) acts on each sample alone, so the
-    B real rows compute exactly what they compute without it. Measured at the paper's size
-    (batch 64, 12 layers; 2-core CPU): a separate 1-row pass and its backward cost ~33 ms of a
-    ~0.9 s training step (Python and autograd overhead of ~40 small operations per layer).
+    B real rows compute the same values as without it (up to float rounding). Measured at the
+    paper's size (batch 64, 12 layers; this project's 2-core CPU): a separate 1-row pass and its
+    backward cost 20-35 ms of a 0.8-1.0 s training step (2 threads; Python and autograd
+    overhead of ~40 small operations per layer).
 
     Parameters
     ----------
