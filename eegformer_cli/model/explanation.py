@@ -29,6 +29,11 @@ IG_STEPS = 50
 IG_METHOD = "gausslegendre"
 
 
+def _explained_class(coarse: EncoderOutput, target: Tensor | None) -> Tensor:
+    """``target`` (B,) int64 if given, else the coarse pass's predicted class."""
+    return coarse.logits.detach().argmax(dim=1) if target is None else target
+
+
 def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Tensor,
                       target: Tensor | None = None,
                       detach: bool = False) -> tuple[EncoderOutput, Tensor, list[Tensor]]:
@@ -65,8 +70,7 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
         keep_layer_inputs=True)
     coarse = EncoderOutput(with_baseline.logits[:n], [h[:n] for h in with_baseline.layer_inputs],
                            [weights[:n] for weights in with_baseline.attention])
-    if target is None:
-        target = coarse.logits.detach().argmax(dim=1)
+    target = _explained_class(coarse, target)
     target_logit = coarse.logits.gather(1, target[:, None]).sum()
     # gradients at the full layer inputs (the [:n] views are not part of the graph)
     grads = torch.autograd.grad(target_logit, with_baseline.layer_inputs, retain_graph=True)
@@ -127,7 +131,6 @@ def explained_coarse_pass(encoder: BandTransformer, tokens: Tensor, demographics
     if explainer == "deeplift" and impl == "one_pass":
         return one_pass_deeplift(encoder, tokens, demographics, target, detach)
     coarse = encoder.run(tokens, demographics, keep_layer_inputs=True)
-    if target is None:
-        target = coarse.logits.detach().argmax(dim=1)
+    target = _explained_class(coarse, target)
     return coarse, target, captum_layer_attributions(encoder, tokens, demographics, target,
                                                      explainer, detach)
