@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model import ModelConfig, XAIguiFormer
 from eegformer_cli.model.layers import GeGLU, TimmRmsNorm, make_norm, norm_then_linear
-from eegformer_cli.model.tokenizer import DenseGINEConv, GineAggregation, GnnBlock, message_sources
+from eegformer_cli.model.tokenizer import (DenseGINEConv, GineAggregation, GnnBlock, message_sources,
+                                         message_targets)
 
 CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
 BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
@@ -226,6 +227,9 @@ def test_gine_aggregation_gradients():
 def test_directed_channel_zero_hears_nothing():
     assert list(range(4))[message_sources(0, 4, "directed")] == []
     assert list(range(4))[message_sources(3, 4, "directed")] == [0, 1, 2]
+    for edges in ("directed", "undirected"):   # message_targets is the transpose of message_sources
+        pairs = {(j, i) for i in range(4) for j in list(range(4))[message_sources(i, 4, edges)]}
+        assert pairs == {(j, i) for j in range(4) for i in list(range(4))[message_targets(j, 4, edges)]}
     u = torch.randn(2, 4, 3)
     messages = GineAggregation.apply(u, torch.rand(2, 4, 4), torch.randn(3), "directed")
     assert messages[:, 0].abs().sum() == 0 and messages[:, 3].abs().sum() > 0
@@ -323,6 +327,31 @@ def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
     assert (tokens["channel_flatten"][0] - tokens["channel_flatten"][1]).abs().max() > 1e-3
 
 
+def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
+    torch.manual_seed(4)
+    config = small_config(readout="channel_flatten_per_band", n_gnn_layers=0)
+    tokenizer = XAIguiFormer(config).tokenizer.eval()
+    readout = tokenizer.output_embedding
+    n_bands, n, d = len(BANDS), len(CHANNELS), config.d_model
+    assert readout.weight.shape == (n_bands, d, n * d) and readout.bias.shape == (n_bands, d)
+    assert all(torch.equal(readout.weight[0], w) for w in readout.weight)     # shared at start
+    with torch.no_grad():
+        readout.weight.add_(0.1 * torch.randn_like(readout.weight))
+        readout.bias.add_(0.1 * torch.randn_like(readout.bias))
+    x = torch.randn(3, n_bands, n * d)
+    expected = torch.stack([F.linear(x[:, f], readout.weight[f], readout.bias[f])
+                            for f in range(n_bands)], dim=1)
+    torch.testing.assert_close(readout(x), expected, rtol=1e-5, atol=1e-6)
+    # the same connectome in two bands gives two different tokens only with per-band weights
+    coh, wpli, _, _ = connectome_batch()
+    coh, wpli = coh[:, :1].expand_as(coh), wpli[:, :1].expand_as(wpli)
+    tokens = tokenizer(coh, wpli)
+    assert (tokens[:, 0] - tokens[:, 1]).abs().max() > 1e-3
+    torch.manual_seed(4)
+    shared = XAIguiFormer(small_config(readout="channel_flatten", n_gnn_layers=0)).tokenizer.eval()
+    torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
+
+
 def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli():
     """Without GNN layers wPLI has no edge to travel on: with node_features "coherence" the
     tokens ignore it, with "coherence_wpli" (default) they move with it."""
@@ -416,7 +445,8 @@ def test_no_grad_forward_gives_the_same_logits_detached():
     ({"d_model": 30}, "head dimension"),
     ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
     ({"n_classes": 1}, "n_classes"),
-    ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten'"),
+    ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten', "
+                         "'channel_flatten_per_band'"),
     ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
     ({"node_features": "psd"}, "invalid value 'psd' for node_features; allowed values are "
                                "'coherence', 'coherence_wpli'"),

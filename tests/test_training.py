@@ -120,7 +120,7 @@ def test_presets_toml_and_flags(tmp_path):
         ModelConfig.preset(name, n_channels=4, band_names=["theta"], band_edges_hz=[(4, 8)],
                            n_classes=2) for name in ("paper", "default"))
     assert (paper_model.readout, paper_model.channel_embedding) == ("mean", False)  # reference
-    assert (default_model.readout, default_model.channel_embedding) == ("channel_flatten", True)
+    assert (default_model.readout, default_model.channel_embedding) == ("channel_flatten_per_band", True)
     toml = tmp_path / "exp.toml"
     toml.write_text('preset = "paper"\nepochs = 7\nbetas = [0.8, 0.9]\n[model]\nn_layers = 2\n')
     config = resolve_config("default", toml, {"epochs": 9, "lr": None, "model": {"d_model": 32}})

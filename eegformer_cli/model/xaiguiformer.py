@@ -38,15 +38,16 @@ PRESET_FIELDS = {
                   channel_embedding=False, node_features="coherence"),
     # Defects fixed (reference section 9): true RMSNorm, undirected edges, a true-rotation
     # dRoFE with z-scored age, detached explanations (no backward through the explainer), a
-    # tokenizer that keeps channel identity (channel_flatten readout + channel embedding) and
-    # sees wPLI as node features too (coherence_wpli), and a small, regularised size; the
-    # size and the tokenizer were chosen by measured accuracy on msu-schizophrenia
-    # (docs/benchmarks.md, "Training and accuracy").
+    # tokenizer that keeps channel identity (a readout over the flattened nodes with one
+    # projection per band + channel embedding) and sees wPLI as node features too
+    # (coherence_wpli), and a small, regularised size; the size and the tokenizer were chosen
+    # by measured accuracy on msu-schizophrenia (docs/benchmarks.md, "Training and accuracy").
     "default": dict(d_model=16, n_heads=2, n_layers=1, n_gnn_layers=1, mlp_ratio=4.0,
                     layerscale_init=1e-3, dropout=0.1, norm="rms", edges="undirected",
                     frequency_encoding="drofe_default", xai_refinement=True, explainer="deeplift",
                     explanation_impl="one_pass", detach_explanations=True,
-                    attention_impl="fused", spatial_encoding="none", readout="channel_flatten",
+                    attention_impl="fused", spatial_encoding="none",
+                    readout="channel_flatten_per_band",
                     channel_embedding=True, node_features="coherence_wpli"),
 }
 
@@ -58,7 +59,8 @@ class ModelConfig:
     Data fields: ``n_channels`` C, ``band_names`` (T,), ``band_edges_hz`` T pairs (f_low, f_high)
     in Hz (dRoFE coordinates), ``n_classes``, ``channel_names`` (C,) for RoSE montage positions.
     See :data:`PRESET_FIELDS` and the module docs for the meaning of each option;
-    ``readout`` ("mean" | "channel_flatten"), ``channel_embedding`` (bool) and
+    ``readout`` ("mean" | "channel_flatten" | "channel_flatten_per_band"),
+    ``channel_embedding`` (bool) and
     ``node_features`` ("coherence" | "coherence_wpli") are explained in
     :class:`~eegformer_cli.model.tokenizer.ConnectomeTokenizer`.
     """
@@ -200,7 +202,8 @@ class XAIguiFormer(nn.Module):
         self.tokenizer = ConnectomeTokenizer(
             config.n_channels, config.d_model, config.n_gnn_layers, config.norm, config.edges,
             config.dropout, config.spatial_encoding, config.channel_names, config.n_heads,
-            config.readout, config.channel_embedding, config.node_features)
+            config.readout, config.channel_embedding, config.node_features,
+            len(config.band_names))
         self.encoder = BandTransformer(
             config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
             config.layerscale_init, config.norm, config.frequency_encoding, edges,
