@@ -69,7 +69,7 @@ ABLATIONS = {
     "captum_without_demographics": ("default", {"explanation_impl": "captum", "frequency_encoding": "none"}),
     "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": CHANNELS}),
     "directed_torch_rms": ("default", {"edges": "directed", "norm": "rms"}),
-    "channel_identity": ("default", {"readout": "channel_flatten", "channel_embedding": True}),
+    "readout_shared_by_bands": ("default", {"readout": "channel_flatten"}),
     "coherence_only_nodes": ("default", {"node_features": "coherence"}),
 }
 
