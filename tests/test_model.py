@@ -445,8 +445,8 @@ def test_no_grad_forward_gives_the_same_logits_detached():
     ({"d_model": 30}, "head dimension"),
     ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
     ({"n_classes": 1}, "n_classes"),
-    ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten', "
-                         "'channel_flatten_per_band'"),
+    ({"readout": "max"}, ("invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten', "
+                          "'channel_flatten_per_band'")),
     ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
     ({"node_features": "psd"}, "invalid value 'psd' for node_features; allowed values are "
                                "'coherence', 'coherence_wpli'"),
