@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model import ModelConfig, XAIguiFormer
 from eegformer_cli.model.layers import GeGLU, TimmRmsNorm, make_norm, norm_then_linear
-from eegformer_cli.model.tokenizer import (DenseGINEConv, GineAggregation, GnnBlock, message_sources,
-                                         message_targets)
+from eegformer_cli.model.tokenizer import (ConnectomeTokenizer, DenseGINEConv, GineAggregation, GnnBlock,
+                                         message_sources, message_targets)
 
 CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
 BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
@@ -350,6 +350,9 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     torch.manual_seed(4)
     shared = XAIguiFormer(small_config(readout="channel_flatten", n_gnn_layers=0)).tokenizer.eval()
     torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
+    with pytest.raises(UsageError, match="needs n_bands"):
+        ConnectomeTokenizer(len(CHANNELS), 8, 0, "rms", "undirected", 0.0,
+                            readout="channel_flatten_per_band")
 
 
 def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli():

@@ -90,7 +90,7 @@ class GineAggregation(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         u, w, a = ctx.saved_tensors
         w_u, a_u = w.to(u.dtype), a.to(u.dtype)
-        grad_u = torch.zeros_like(u)
+        grad_u = torch.empty_like(u)      # every row is written below (an empty sum gives 0)
         grad_w = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
         grad_a = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
         for sender in range(u.shape[1]):
@@ -244,6 +244,8 @@ class ConnectomeTokenizer(nn.Module):
     band and pair. On msu-schizophrenia (three split seeds, docs/benchmarks.md) it raised the
     AUROC by 0.007-0.018 and the BAC by -0.001 to +0.007.
 
+    ``n_bands`` (F) is needed by the per-band readout only.
+
     forward(coh, wpli): float32 (B, F, C, C) symmetric, zero diagonal -> tokens (B, F, d).
     """
 
@@ -251,10 +253,14 @@ class ConnectomeTokenizer(nn.Module):
                  dropout: float, spatial_encoding: str = "none",
                  channel_names: list[str] | None = None, n_heads: int = 4,
                  readout: str = "mean", channel_embedding: bool = False,
-                 node_features: str = "coherence", n_bands: int = 1):
+                 node_features: str = "coherence", n_bands: int | None = None):
         super().__init__()
         check_choice("spatial_encoding", spatial_encoding, SPATIAL_ENCODINGS)
         check_choice("readout", readout, READOUTS)
+        if readout == "channel_flatten_per_band" and not n_bands:
+            # einsum would broadcast a single band's weights over all bands without a word
+            raise UsageError("readout='channel_flatten_per_band' needs n_bands (the number of "
+                             "bands, F)")
         check_choice("node_features", node_features, NODE_FEATURES)
         self.node_features = node_features
         width = 2 * n_channels if node_features == "coherence_wpli" else n_channels
