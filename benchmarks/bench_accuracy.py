@@ -16,6 +16,7 @@ Variants:
 
 Usage:
   python benchmarks/bench_accuracy.py --out /tmp/bench-acc [--data PREP] [--variants default,paper]
+      [--n-jobs 2]
 Prints one JSON object (also written to OUT/bench_accuracy.json).
 """
 
@@ -51,6 +52,8 @@ def main() -> None:
     parser.add_argument("--variants", default="default,coarse_only,paper")
     parser.add_argument("--paper-epochs", type=int, default=20)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n-jobs", type=int, default=1,
+                        help="train --n-jobs: folds at a time (same numbers, less wall time)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.data or args.out / "msu-prep"
@@ -58,14 +61,15 @@ def main() -> None:
         subprocess.run(EEGFORMER + ["preprocess", str(MSU), "--out", str(data), "--n-jobs", "2"],
                        check=True)
     results = {"machine": {**machine(), "load_average_start": os.getloadavg()},
-               "data": str(data), "device": args.device, "variants": {}}
+               "data": str(data), "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
     for name in args.variants.split(","):
         flags = list(VARIANTS[name])
         if name == "paper":
             flags += ["--epochs", str(args.paper_epochs)]
         run_dir = args.out / name
         command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
-                               "diagnosis", "--device", args.device, "--json", "--overwrite"] + flags
+                               "diagnosis", "--device", args.device, "--n-jobs", str(args.n_jobs),
+                               "--json", "--overwrite"] + flags
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True)
         wall = time.perf_counter() - start

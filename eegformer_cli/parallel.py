@@ -1,4 +1,5 @@
-"""Where ``preprocess`` runs its recordings: local processes, or a Dask cluster.
+"""Where work runs: ``preprocess``'s recordings on local processes or a Dask cluster, and the
+pieces every local worker pool shares (``--n-jobs``, signal handling in workers).
 
 ``preprocess`` spreads recordings over workers in one place
 (:func:`eegformer_cli.preprocess.recording_workers`). :func:`preprocess_backend` chooses where
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 from collections.abc import Iterator
 
 from eegformer_cli.errors import UsageError, check_choice
@@ -38,9 +40,20 @@ DASK_MISSING = "the dask backend needs `pip install eegformer-cli[dask]`"
 CONNECT_TIMEOUT_S = 20
 
 
-def local_cluster_workers(n_jobs: int) -> int:
-    """Worker processes of a local Dask cluster for ``--n-jobs`` (-1: every core)."""
+def worker_count(n_jobs: int) -> int:
+    """Worker processes for ``--n-jobs`` (-1: every core); UsageError for 0 or below -1."""
+    if n_jobs == 0 or n_jobs < -1:
+        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
     return (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+
+
+def leave_interrupts_to_the_parent() -> None:
+    """Worker process start: ignore Ctrl-C (SIGINT), which a terminal sends to every process of
+    the group; the parent stops the workers itself, so no worker prints a traceback. A forked
+    worker also gets SIGTERM's default action back (the CLI's handler, inherited with the fork,
+    would turn the pool's terminate signal into an exception instead of an exit)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager
@@ -57,8 +70,7 @@ def preprocess_backend(backend: str, scheduler: str | None, n_jobs: int) -> Iter
             raise UsageError("--scheduler needs --backend dask")
         yield
         return
-    if n_jobs == 0 or n_jobs < -1:
-        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
+    n_workers = worker_count(n_jobs)
     try:
         import distributed
         from joblib import parallel_config
@@ -69,7 +81,7 @@ def preprocess_backend(backend: str, scheduler: str | None, n_jobs: int) -> Iter
     with contextlib.ExitStack() as stack:
         if scheduler is None:
             cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=local_cluster_workers(n_jobs), threads_per_worker=1, processes=True,
+                n_workers=n_workers, threads_per_worker=1, processes=True,
                 host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR))
             stack.enter_context(distributed.Client(cluster))
         else:

@@ -31,8 +31,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,6 +46,7 @@ from eegformer_cli.connectivity.bands import (BAND_PRESETS, band_edges_hz, band_
 from eegformer_cli.connectivity.tokens import recording_connectivity
 from eegformer_cli.errors import (EegformerError, InputDataError, PartialFailure, RecordingError,
                                   UsageError, check_choice)
+from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
 from eegformer_cli.recordings import cleaning, metadata, reading
 from eegformer_cli.recordings.channels import (STANDARD_1020, conform_channels,
                                                normalise_channels, select_channel_set)
@@ -379,19 +378,19 @@ def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
     from joblib._parallel_backends import LokyBackend
     from joblib.parallel import get_active_backend
 
-    workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+    workers = worker_count(n_jobs)
     joblib_default = isinstance(get_active_backend()[0], LokyBackend)
     if joblib_default and workers == 1:
         yield lambda func, items: map(func, items)
     elif joblib_default and sys.platform == "linux":
         _import_worker_modules()
         with multiprocessing.get_context("fork").Pool(
-                workers, initializer=_leave_interrupts_to_the_parent) as pool:
+                workers, initializer=leave_interrupts_to_the_parent) as pool:
             yield lambda func, items: pool.imap_unordered(func, items)
     else:
         # initializer: used by joblib's local process pool, ignored by the Dask backend
         parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered",
-                            initializer=_leave_interrupts_to_the_parent)
+                            initializer=leave_interrupts_to_the_parent)
         yield lambda func, items: parallel(delayed(func)(item) for item in items)
 
 
@@ -405,15 +404,6 @@ def _import_worker_modules() -> None:
     import mne.io  # noqa: F401
     import scipy.signal  # noqa: F401
     import threadpoolctl  # noqa: F401
-
-
-def _leave_interrupts_to_the_parent() -> None:
-    """Worker process start: ignore Ctrl-C (SIGINT), which a terminal sends to every process of
-    the group; the parent stops the workers itself, so no worker prints a traceback. A forked
-    worker also gets SIGTERM's default action back (the CLI's handler, inherited with the fork,
-    would turn the pool's terminate signal into an exception instead of an exit)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _with_progress(results: Iterable, total: int, description: str) -> Iterator:
@@ -545,8 +535,7 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     OutputError : ``out_dir`` not writable or in use by another run (exit 5).
     PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
     """
-    if n_jobs == 0 or n_jobs < -1:
-        raise UsageError(f"invalid --n-jobs {n_jobs}; use a positive number or -1 for all cores")
+    worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
     out_dir = Path(out_dir)
     participants_file = (Path(participants) if participants
                          else metadata.find_participants_file(inputs))

@@ -321,9 +321,21 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     config = tiny_config(cv=3)
     a = run_training(synthetic_dir, tmp_path / "a", "diagnosis", config)
     b = run_training(synthetic_dir, tmp_path / "b", "diagnosis", config)
+    # --n-jobs 2: folds and the final model in two worker processes, finishing in any order
+    c = run_training(synthetic_dir, tmp_path / "c", "diagnosis", config, n_jobs=2)
     oof_a = (tmp_path / "a" / "oof_predictions.tsv").read_text()
     assert oof_a == (tmp_path / "b" / "oof_predictions.tsv").read_text()
-    assert a["models"] == b["models"]
+    assert oof_a == (tmp_path / "c" / "oof_predictions.tsv").read_text()
+    assert a["models"] == b["models"] == c["models"]
+    weights_a, weights_c = (torch.load(tmp_path / run / "model.pt", weights_only=False)["state_dict"]
+                            for run in ("a", "c"))
+    assert weights_a.keys() == weights_c.keys()
+    assert all(torch.equal(weights_a[k], weights_c[k]) for k in weights_a)
+
+    def without_times(run):
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+                for line in (tmp_path / run / "history.jsonl").read_text().splitlines()]
+    assert without_times("a") == without_times("c")
     assert (tmp_path / "a" / "model.pt").exists()  # retrained on everybody after the CV
     # the task is learnable and both models are reported on the same folds
     assert a["models"]["xaiguiformer"]["mean"]["bac"] >= 0.75
@@ -365,13 +377,14 @@ def test_model_file_loads_in_a_fresh_process(synthetic_dir, holdout_run, tmp_pat
         assert rows[row["recording_id"]]["predicted"] == row["predicted"]
 
 
-def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tmp_path):
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tmp_path, n_jobs):
     run_dir = tmp_path / "run"
     toml = tmp_path / "slow.toml"
     toml.write_text("epochs = 10\nbatch_size = 8\naugmentation = 'none'\ndevice = 'cpu'\n"
                     "[model]\nd_model = 16\nn_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n")
     args = ["train", synthetic_dir, "--out", run_dir, "--label-column", "diagnosis",
-            "--config", toml, "--cv", "3"]
+            "--config", toml, "--cv", "3", "--n-jobs", n_jobs]
     process = subprocess.Popen(EEGFORMER + [str(a) for a in args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     first = run_dir / "folds" / "r0_f0.json"
@@ -444,6 +457,20 @@ def test_invalid_settings_leave_no_run_folder(synthetic_dir, tmp_path):
     config = tiny_config(model={"frequency_encoding": "foo"})
     with pytest.raises(UsageError, match="for frequency_encoding"):
         run_training(synthetic_dir, tmp_path / "run", "diagnosis", config)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("n_jobs, environ, message", [
+    (0, {}, "invalid --n-jobs 0; use a positive number or -1"),
+    (-2, {}, "invalid --n-jobs -2"),
+    (2, {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "cannot be combined with torchrun"),
+])
+def test_bad_n_jobs_is_refused_before_the_run_folder_exists(synthetic_dir, tmp_path, monkeypatch,
+                                                            n_jobs, environ, message):
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError, match=message):
+        run_training(synthetic_dir, tmp_path / "run", "diagnosis", tiny_config(), n_jobs=n_jobs)
     assert not (tmp_path / "run").exists()
 
 

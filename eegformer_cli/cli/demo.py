@@ -45,7 +45,8 @@ def demo(
     data: Path = typer.Option(SAMPLE_DATA, "--data", help="The dataset to run on (a folder "
                               "with participants.tsv and EDF files, label column `diagnosis`)."),
     n_jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--n-jobs",
-                               help="Parallel jobs for preprocessing."),
+                               help="Parallel jobs for preprocessing and (on the CPU) for the "
+                                    "training folds."),
 ) -> None:
     """Run preprocess, train, predict, explain and report on the bundled sample data.
 
@@ -66,8 +67,11 @@ def demo(
     prep, run, explanations = out / "preprocessed", out / "run", out / "explanations"
     predictions, report = out / "predictions.csv", out / "report.html"
     _run(app, ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs)])
+    import torch  # train's --n-jobs is for CPU training; with a GPU the folds run on it
+
+    train_jobs = 1 if torch.cuda.is_available() else n_jobs
     _run(app, ["train", str(prep), "--out", str(run), "--label-column", "diagnosis",
-               "--cv", "3"])
+               "--cv", "3", "--n-jobs", str(train_jobs)])
     # Predicting raw EDFs exercises the model file's stored preprocessing; these participants
     # were seen in training, so read the cross-validated run/oof_predictions.tsv for accuracy.
     _run(app, ["predict", str(run / "model.pt"), str(data / "eeg"),

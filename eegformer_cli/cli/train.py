@@ -111,6 +111,9 @@ def train(
     positive_label: str | None = typer.Option(
         None, "--positive-label", help="Positive class for AUROC / AUC-PR with two classes "
                                        "\\[default: the last label in sorted order]."),
+    n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Folds trained side by side in this many "
+                                                         "CPU processes (-1: one per core); the "
+                                                         "results are the same as with 1."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     overwrite: bool = typer.Option(False, help="Replace a different run already in --out."),
     fold: int | None = typer.Option(
@@ -135,7 +138,7 @@ def train(
 
     Example:
 
-        eegformer train prep --out run --label-column diagnosis --cv 5 --repeats 3
+        eegformer train prep --out run --label-column diagnosis --cv 5 --repeats 3 --n-jobs 2
 
         eegformer train prep --out run-paper --label-column diagnosis --preset paper --holdout 0.2
 
@@ -176,7 +179,8 @@ def train(
              "device": device, "model": model_overrides or None}
     resolved = resolve_config(preset, config, flags)
     metrics = run_training(data_dir, out, label_column, resolved, splits_file=splits,
-                           positive_label=positive_label, overwrite=overwrite, fold_index=fold)
+                           positive_label=positive_label, overwrite=overwrite, fold_index=fold,
+                           n_jobs=n_jobs)
     if fold is not None:  # metrics: this fold's result (None on torchrun ranks other than 0)
         if metrics is not None:
             console.log(f"fold {fold} done; when every fold is done: eegformer train --merge {out}")

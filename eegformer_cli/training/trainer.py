@@ -29,6 +29,7 @@ import contextlib
 import copy
 import json
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries, write_jso
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_device, seed_everything
 from eegformer_cli.errors import UsageError
 from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
+from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
 from eegformer_cli.training import augment, distributed, merge, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData, load_training_data
@@ -488,19 +490,29 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
 
 def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, splits_file=None,
                  positive_label: str | None = None, overwrite: bool = False,
-                 fold_index: int | None = None) -> dict | None:
+                 fold_index: int | None = None, n_jobs: int = 1) -> dict | None:
     """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
 
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
     ``train --merge``; see :mod:`merge`) and return its result (``folds/<name>.json``).
+    ``n_jobs``: folds trained side by side in that many worker processes on the CPU (-1: one
+    per core; :func:`_worker_pool`), the final model queued behind them; every number is the
+    same as with 1, since each fold is seeded on its own and runs on one thread either way.
     Under torchrun the processes share the work (:mod:`distributed`); only rank 0 writes,
     and the other processes return None.
 
     Raises UsageError (bad settings, a run folder holding another run), InputDataError (data
     that cannot make a classification task) and OutputError (run folder not writable/locked).
     """
+    n_workers = worker_count(n_jobs)
     plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
     folds = merge.folds_to_run(plan.folds, fold_index, overwrite)
+    if n_workers > 1 and plan.device.type == "cuda":
+        raise UsageError(f"--n-jobs {n_jobs} trains folds in CPU worker processes, but the "
+                         "device is cuda", hint="use --device cpu, or --n-jobs 1 on the GPU")
+    if n_workers > 1 and distributed.process_place().world_size > 1:
+        raise UsageError(f"--n-jobs {n_jobs} cannot be combined with torchrun (its processes "
+                         "already share every fold)", hint="use --n-jobs 1")
     run_dir = Path(run_dir)
     ensure_dir(run_dir)
     with distributed.process_group(plan.device), merge.run_folder_lock(run_dir, fold_index), \
@@ -514,62 +526,134 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
             prepare_run_dir(run_dir, plan, overwrite)
         distributed.barrier()  # the other processes read the folder once rank 0 prepared it
         features = _reference_features(plan.data)
-        results = []
         holdout = plan.scheme.get("kind") == "holdout"
-        with console.progress_bar() as bar:
-            folds_task = bar.add_task("folds", total=len(folds), status="")
-            for fold in folds:
-                fold_file = folds_dir / f"{fold.name}.json"
-                if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
-                    results.append(json.loads(fold_file.read_text(encoding="utf-8")))
-                    bar.advance(folds_task)
-                    continue
-                epoch_task = bar.add_task(f"fold {fold.name}", total=config.epochs, status="")
-
-                def on_epoch(record, task=epoch_task):
-                    bar.update(task, completed=record["epoch"],
-                               status=f"loss {record['train_loss']:.3f} "
-                                      f"val BAC {record['val_bac']:.3f}")
-
-                result, model = run_fold(plan, fold, features, on_epoch)
-                bar.remove_task(epoch_task)
+        results = {}  # fold name -> result; folds finished by an earlier, interrupted run first
+        for fold in folds:
+            fold_file = folds_dir / f"{fold.name}.json"
+            if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
+                results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
+        pending = [fold for fold in folds if fold.name not in results]
+        train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
+        with _worker_pool(min(n_workers, len(pending) + train_final)) as pool, \
+                console.progress_bar() as bar:
+            folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
+            if pool is None:
+                trained = _folds_here(plan, pending, features, bar)
+            else:  # the final model is queued behind the folds, on the first free worker
+                trained = _folds_on_workers(pool, plan, pending, features)
+                final_job = pool.apply_async(_fit_final, (plan,)) if train_final else None
+            for fold, result, model in trained:
                 if holdout and writer:
                     _save_model(run_dir / "model.pt", model,
                                 plan, _recordings_of(plan.data, fold.train), "holdout")
                 if writer:
-                    write_json(fold_file, _nan_to_none(result))
-                results.append(result)
+                    write_json(folds_dir / f"{fold.name}.json", _nan_to_none(result))
+                results[fold.name] = result
                 bar.advance(folds_task)
                 if writer and fold_index is None:  # a fold job leaves the summaries to --merge
-                    write_summaries(run_dir, plan, results)
+                    write_summaries(run_dir, plan, _in_fold_order(results, folds))
                 m = result["metrics"]
                 console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} "
                             f"(logistic regression {m[REFERENCE_NAME]['bac']:.3f}), best epoch "
                             f"{result['best_epoch']}, {result['seconds']:.0f} s")
             if fold_index is not None:
-                return results[0] if writer else None
+                return results[folds[0].name] if writer else None
             final_history = None
-            if not holdout and not (run_dir / "model.pt").exists():
-                final_task = bar.add_task("final model (all participants)", total=config.epochs,
-                                          status="")
-                final_history = _train_final(run_dir, plan, lambda record: bar.update(
-                    final_task, completed=record["epoch"]))
+            if train_final:
+                if pool is None:
+                    final_task = bar.add_task("final model (all participants)",
+                                              total=config.epochs, status="")
+                    fit = _fit_final(plan, lambda record: bar.update(
+                        final_task, completed=record["epoch"]))
+                else:
+                    fit = final_job.get()
+                final_history = _write_final(run_dir, plan, fit)
             elif not holdout:
                 final_history = _final_history(run_dir)
-        return write_summaries(run_dir, plan, results, final_history) if writer else None
+        return (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history)
+                if writer else None)
 
 
-def _train_final(run_dir: Path, plan: RunPlan, on_epoch) -> list[dict]:
-    """Retrain on all participants (inner validation for selection) and write model.pt."""
+def _in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[dict]:
+    """The finished folds' results in the order of the splits (whatever order they ended in)."""
+    return [results[fold.name] for fold in folds if fold.name in results]
+
+
+def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.ndarray], bar):
+    """Train ``folds`` in this process, one after the other, each with an epoch bar; yields
+    (fold, result, selected model)."""
+    for fold in folds:
+        epoch_task = bar.add_task(f"fold {fold.name}", total=plan.config.epochs, status="")
+
+        def on_epoch(record, task=epoch_task):
+            bar.update(task, completed=record["epoch"],
+                       status=f"loss {record['train_loss']:.3f} val BAC {record['val_bac']:.3f}")
+
+        result, model = run_fold(plan, fold, features, on_epoch)
+        bar.remove_task(epoch_task)
+        yield fold, result, model
+
+
+def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
+                      features: dict[str, np.ndarray]):
+    """Queue ``folds`` on ``pool`` now; yields (fold, result, None) in the order they finish
+    (the models stay in the workers: only a holdout run saves a fold's model, and it has one)."""
+    by_name = {fold.name: fold for fold in folds}
+    finished = pool.imap_unordered(_fold_job, [(plan, fold, features) for fold in folds])
+    return ((by_name[name], result, None) for name, result in finished)
+
+
+def _fold_job(job: tuple) -> tuple[str, dict]:
+    """One fold in a worker process: (plan, fold, features) -> (fold name, result)."""
+    plan, fold, features = job
+    with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
+        result, _ = run_fold(plan, fold, features)
+    return fold.name, result
+
+
+@contextlib.contextmanager
+def _worker_pool(n_workers: int):
+    """A pool of ``n_workers`` processes for ``train --n-jobs``, or None for fewer than 2.
+
+    Forked on Linux (workers start with this process's imports in milliseconds; no progress
+    thread exists yet, the bar is drawn after), spawned elsewhere (no safe fork). Each worker
+    runs torch on one thread, as a fold does here, so the numbers are the same as in this
+    process; the pool is terminated on leaving, also on Ctrl-C, and finished folds are on disk.
+    """
+    if n_workers < 2:
+        yield None
+        return
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with context.Pool(n_workers, initializer=_start_worker) as pool:
+        yield pool
+
+
+def _start_worker() -> None:
+    """Worker process start: Ctrl-C left to the parent, torch on one thread."""
+    leave_interrupts_to_the_parent()
+    torch.set_num_threads(1)
+
+
+def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
+    """The final model: all participants, the final split's inner validation for selection."""
     data, fold = plan.data, plan.final
-    train_recs, val_recs = _recordings_of(data, fold.train), _recordings_of(data, fold.val)
-    fit = fit_model(data, train_recs, val_recs, plan.config, plan.device, plan.config.seed,
-                    {"repeat": -1, "fold": -1}, on_epoch)
+    with deterministic_algorithms(plan.device):
+        return fit_model(data, _recordings_of(data, fold.train), _recordings_of(data, fold.val),
+                         plan.config, plan.device, plan.config.seed, {"repeat": -1, "fold": -1},
+                         on_epoch)
+
+
+def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
+    """``folds/final.json`` and ``model.pt`` of the final model; returns its history."""
+    fold = plan.final
     if distributed.is_writer():
         write_json(run_dir / "folds" / "final.json", _nan_to_none(
             {"history": fit.history, "best_epoch": fit.best_epoch, "seconds": fit.seconds,
              "train": fold.train, "val": fold.val}))
-        _save_model(run_dir / "model.pt", fit.model, plan, train_recs + val_recs, "all")
+        _save_model(run_dir / "model.pt", fit.model, plan, _recordings_of(plan.data, fold.train)
+                    + _recordings_of(plan.data, fold.val), "all")
     console.log(f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
                 f"{run_dir / 'model.pt'}")
     return fit.history
