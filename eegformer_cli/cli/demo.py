@@ -67,9 +67,10 @@ def demo(
     prep, run, explanations = out / "preprocessed", out / "run", out / "explanations"
     predictions, report = out / "predictions.csv", out / "report.html"
     _run(app, ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs)])
-    import torch  # train's --n-jobs is for CPU training; with a GPU the folds run on it
+    from eegformer_cli.devices import resolve_device  # imports torch: not at --help
 
-    train_jobs = 1 if torch.cuda.is_available() else n_jobs
+    # train's --n-jobs is for CPU training; on a GPU (train's auto device) the folds run there
+    train_jobs = n_jobs if resolve_device("auto").type == "cpu" else 1
     _run(app, ["train", str(prep), "--out", str(run), "--label-column", "diagnosis",
                "--cv", "3", "--n-jobs", str(train_jobs)])
     # Predicting raw EDFs exercises the model file's stored preprocessing; these participants
