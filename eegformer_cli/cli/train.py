@@ -59,6 +59,10 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.training.metrics import describe_comparison
 
         console.log(describe_comparison(comparison, comparison["model"], comparison["reference"]))
+    if metrics.get("attention"):
+        from eegformer_cli.model.diagnostics import describe
+
+        console.log(describe(metrics["attention"], "out of fold"))
     console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
         summary = {"run_dir": str(out), "model_file": str(out / "model.pt"),
@@ -67,7 +71,8 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "labels": metrics["labels"], "positive_label": metrics["positive_label"],
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
                               for name, values in metrics["models"].items()},
-                   "comparison": metrics.get("comparison")}
+                   "comparison": metrics.get("comparison"), "attention": {key: value for key, value in (metrics.get("attention") or {}).items()
+                                 if key != "per_fold"} or None}
         typer.echo(json.dumps(summary, indent=2))
 
 
