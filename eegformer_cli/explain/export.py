@@ -22,6 +22,10 @@ file                       content
 ``class_summary.json``     settings, bands, channels, labels, recordings, failures, and per class
                            its count, mean band importance and strongest pairs
 =========================  ===========================================================================
+
+And ``recordings.csv``: one row per explained recording, as ``predict`` prints it (prediction,
+explained class, provenance and warnings; :func:`write_recordings_table`); each
+``<recording_id>.json`` holds the same provenance under ``provenance``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import numpy as np
 from eegformer_cli.atomic import atomic_open, save_npz, write_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.explain.attributions import MEAN_FIELDS, RecordingExplanation
+from eegformer_cli.provenance import PROVENANCE_COLUMNS, flat_row
 
 #: How many channel pairs the JSON summaries list (strongest by absolute value).
 TOP_PAIRS = 10
@@ -59,8 +64,10 @@ def strongest_pairs(pairs: np.ndarray, bands: Sequence[str], channels: Sequence[
 
 
 def write_recording(out_dir: Path, explanation: RecordingExplanation, bands: Sequence[str],
-                    channels: Sequence[str], label_names: Sequence[str], settings: dict) -> None:
-    """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording."""
+                    channels: Sequence[str], label_names: Sequence[str], settings: dict,
+                    provenance: dict | None = None) -> None:
+    """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording (``provenance``:
+    :func:`eegformer_cli.provenance.row_fields` of its input, kept in the JSON)."""
     e = explanation
     save_npz(out_dir / f"{e.recording_id}.npz",
              **{field: getattr(e, field) for field in ARRAY_FIELDS},
@@ -72,6 +79,7 @@ def write_recording(out_dir: Path, explanation: RecordingExplanation, bands: Seq
         "band_importance": dict(zip(bands, map(float, e.band_importance))),
         "strongest_channel_pairs": strongest_pairs(e.channel_pairs, bands, channels),
         "settings": settings,
+        "provenance": provenance,
     })
 
 
@@ -139,6 +147,35 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
     })
 
 
+def write_recordings_table(out_dir: Path, explanations: Sequence[RecordingExplanation],
+                           provenance_rows: Sequence[dict], label_names: Sequence[str]) -> None:
+    """``recordings.csv``: per explained recording ``recording_id, participant_id, predicted,
+    target, prob_<label>...`` and the provenance columns of ``predict``
+    (:data:`eegformer_cli.provenance.PROVENANCE_COLUMNS`; ``provenance_rows`` in the order of
+    ``explanations``)."""
+    columns = (["recording_id", "participant_id", "predicted", "target"]
+               + [f"prob_{name}" for name in label_names] + list(PROVENANCE_COLUMNS))
+    with atomic_open(out_dir / "recordings.csv") as handle:
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
+        writer.writeheader()
+        for e, fields in zip(explanations, provenance_rows):
+            writer.writerow(flat_row({
+                "recording_id": e.recording_id, "participant_id": e.participant_id,
+                "predicted": e.predicted, "target": e.target,
+                **{f"prob_{name}": _fmt(p) for name, p in zip(label_names, e.probabilities)},
+                **fields}))
+
+
+def read_recordings_table(folder: str | Path) -> list[dict] | None:
+    """The rows of ``recordings.csv`` (strings), or None when the folder has none (written
+    before explain kept it)."""
+    path = Path(folder) / "recordings.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
 def earlier_recordings(out_dir: Path) -> list[str]:
     """The recording ids an earlier ``explain`` into ``out_dir`` wrote files for (from its
     ``class_summary.json``; empty when there is none or it cannot be read)."""
@@ -149,12 +186,18 @@ def earlier_recordings(out_dir: Path) -> list[str]:
         return []
 
 
-def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> None:
+def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> int:
     """Delete ``<recording_id>.npz`` and ``.json`` of each id (e.g. an earlier run's
-    recordings that this run did not explain, so the folder holds one run's files only)."""
+    recordings that this run did not explain, so the folder holds one run's files only);
+    returns how many files were removed."""
+    removed = 0
     for recording_id in recording_ids:
         for suffix in (".npz", ".json"):
-            (Path(out_dir) / f"{recording_id}{suffix}").unlink(missing_ok=True)
+            path = Path(out_dir) / f"{recording_id}{suffix}"
+            if path.is_file():
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def load_class_summary(folder: str | Path) -> dict:
