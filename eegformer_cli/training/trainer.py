@@ -531,6 +531,10 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
             remove_stale_temporaries(folds_dir)
         if writer:
             prepare_run_dir(run_dir, plan, overwrite)
+            if positive_label is None and plan.positive_label is not None:
+                console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
+                            "(the last label in sorted order; choose another with "
+                            "--positive-label)")
         distributed.barrier()  # the other processes read the folder once rank 0 prepared it
         features = _reference_features(plan.data)
         holdout = plan.scheme.get("kind") == "holdout"
@@ -540,7 +544,12 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
             if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
                 results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
         pending = [fold for fold in folds if fold.name not in results]
+        if results:
+            console.log(f"train: {len(results)} of {len(folds)} folds already finished in "
+                        f"{run_dir} (an earlier run or --fold jobs): reused, not trained again")
         train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
+        if fold_index is None and not holdout and not train_final:
+            console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
         with _worker_pool(min(n_workers, len(pending) + train_final)) as pool, \
                 console.progress_bar() as bar:
             folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
