@@ -97,6 +97,19 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
     assert limits[1] == pytest.approx((-0.001, 0.001))    # refined - 1/4: its own scale
     assert limits[2] == pytest.approx((-0.06, 0.06))      # refined - coarse
 
+    # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
+    # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
+    from eegformer_cli.explain.report import band_importance_figure, connectivity_circle_figure
+    rng = np.random.default_rng(0)
+    pairs = rng.normal(size=(2, 4, 6, 6))
+    figures = [confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),
+               band_importance_figure(rng.normal(size=(2, 9)), ["x", "y"], list("abcdefghi")),
+               connectivity_circle_figure(pairs + pairs.transpose(0, 1, 3, 2), ["x", "y"], bands,
+                                          ["Fp1", "Fp2", "C3", "C4", "O1", "O2"])]
+    for fig in figures:
+        pixels = fig.get_size_inches() * fig.dpi
+        assert (pixels == np.round(pixels)).all(), pixels
+
 
 def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_path, capsys):
     run = build_sample_run(tmp_path_factory)

@@ -303,12 +303,14 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
                     + "</tr>")
     n_wrong = sum(t[0] > 0 for t in table)
     return (f"<p>{len(table)} recordings, {n_wrong} misclassified by XAIguiFormer at least once "
-            "(tinted, listed first; click a column header to sort). <i>P(true)</i>: the "
+            "(tinted, listed first; click a column header to sort, all pages at once). "
+            "<i>P(true)</i>: the "
             "probability the model gave the recording's true class, averaged over its "
             f"out-of-fold predictions (one per repeat, {repeats} here); <i>wrong</i>: how many "
             "of them were wrong; <i>test fold</i>: r = repeat, f = fold; <i>LR</i>: the "
             "logistic regression (the reference), tested on the same folds.</p>"
-            '<div class="eeg-oof"><table class="table table-sm table-hover" data-toggle="table">'
+            '<div class="eeg-oof"><table class="table table-sm table-hover" data-toggle="table" '
+            'data-pagination="true" data-page-size="25" data-page-list="[25, 100, all]">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
 
@@ -383,6 +385,13 @@ BAND_IMPORTANCE_NOTE = (
 
 # ----------------------------------------------------------------------------- figures
 
+def _inches(width: float, height: float) -> tuple[float, float]:
+    """A computed figure size on a quarter-inch grid. mne.Report reads a figure's pixels back
+    with int(size x dpi), so a width such as 9.2 in (919.999... px at 100 dpi) loses a pixel
+    and the image comes out sheared; quarter inches are exact in binary floating point."""
+    return round(width * 4) / 4, round(height * 4) / 4
+
+
 def confusion_matrix_figure(matrix, labels: list[str], title: str = "XAIguiFormer",
                             n_folds: int | None = None):
     """Counts (rows = true class, columns = predicted), summed over ``n_folds`` folds; the
@@ -390,8 +399,8 @@ def confusion_matrix_figure(matrix, labels: list[str], title: str = "XAIguiForme
     from sklearn.metrics import ConfusionMatrixDisplay
 
     longest = max(len(label) for label in labels)
-    fig, ax = plt.subplots(figsize=(3.6 + 0.09 * longest + 0.45 * len(labels),
-                                    3.4 + 0.45 * len(labels)))
+    fig, ax = plt.subplots(figsize=_inches(3.6 + 0.09 * longest + 0.45 * len(labels),
+                                           3.4 + 0.45 * len(labels)))
     ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False)
     summed = "" if n_folds is None else f", summed over {n_folds} fold{'s' * (n_folds != 1)}"
     ax.set_title(f"{title}\nout-of-fold counts{summed}", fontsize=10)
@@ -473,7 +482,7 @@ def training_curves_figure(history: list[dict]):
 
 def band_importance_figure(band_importance: np.ndarray, classes: list[str], bands: list[str]):
     """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in."""
-    fig, ax = plt.subplots(figsize=(max(6, len(bands) * 0.9), 3.8))
+    fig, ax = plt.subplots(figsize=_inches(max(6, len(bands) * 0.9), 3.8))
     width = 0.8 / len(classes)
     x = np.arange(len(bands))
     for k, name in enumerate(classes):
@@ -497,7 +506,7 @@ def connectivity_circle_figure(channel_pairs: np.ndarray, classes: list[str], ba
     room for long node names (``padding``) is cut to what 10-20 names need."""
     from mne_connectivity.viz import plot_connectivity_circle
 
-    fig, axes = plt.subplots(1, len(classes), figsize=(4.6 * len(classes), 5.0),
+    fig, axes = plt.subplots(1, len(classes), figsize=_inches(4.5 * len(classes), 5.0),
                              subplot_kw={"projection": "polar"}, squeeze=False)
     summed = channel_pairs.sum(axis=1)                                  # (K', C, C)
     limit = float(np.abs(summed).max()) or 1.0
