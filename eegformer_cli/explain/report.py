@@ -156,9 +156,10 @@ def _scheme_text(scheme: dict | None, n_folds: int | None) -> str:
     k, repeats = scheme.get("k"), scheme.get("repeats", 1)
     if k is None:
         return f"{n_folds} folds from {html.escape(str(scheme.get('from_file', 'a splits file')))}"
+    tested = "once" if repeats == 1 else f"{repeats} times"
     return (f"participant-wise {k}-fold cross-validation, {repeats} repeat"
             f"{'s' * (repeats != 1)} ({k * repeats} folds; every participant is tested "
-            f"{repeats} time{'s' * (repeats != 1)}, by models that never saw them){inner}")
+            f"{tested}, by models that never saw them){inner}")
 
 
 def run_summary_html(run_dir: Path, config: dict, metrics: dict | None,
