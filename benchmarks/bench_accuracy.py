@@ -1,22 +1,30 @@
-"""Accuracy and training time on msu-schizophrenia: XAIguiFormer presets vs logistic regression.
+"""Accuracy, training time and what attention does: XAIguiFormer variants vs logistic regression.
 
 Runs ``eegformer train`` (the real command, one process per variant, so the wall time is what a
-user waits) on a ``preprocess`` output of ../shared/data/msu-schizophrenia, participant-wise
-stratified 5-fold CV, and collects each run's metrics.json. Every variant uses the same seed,
-hence the same folds, so the logistic-regression reference of each run is computed on exactly
-the folds of that variant.
+user waits) on a ``preprocess`` output of ../shared/data/msu-schizophrenia (``--dataset msu``,
+label ``diagnosis``) or ../shared/data/eegmat-subset (``--dataset eegmat``, label
+``condition``: rest vs mental arithmetic), participant-wise stratified 5-fold CV, and collects
+each run's metrics.json. Every variant uses the same ``--seed``, hence the same folds, so the
+variants and the logistic-regression reference are compared on exactly the same folds.
 
 Variants:
-  default      ``--preset default``, 5 folds x 3 repeats
-  coarse_only  ``--preset default --no-xai`` (ablation: no explanation-guided refinement)
-  no_drofe     ``--preset default --frequency-encoding none`` (ablation)
-  paper        ``--preset paper``; the paper model (12 layers, d 128, batch 64) needs minutes
-               per fold on a 2-core CPU, so it runs 5 folds x 1 repeat with ``--paper-epochs``
-               epochs (default 20 instead of 100); say so when quoting it.
+  default         ``--preset default``, 5 folds x 3 repeats
+  coarse_only     ``--preset default --no-xai`` (ablation: no explanation-guided refinement)
+  no_drofe        ``--preset default --frequency-encoding none`` (ablation)
+  tokenizer_only  the default tokenizer and head without transformer layers (``n_layers = 0``,
+                  no refinement): what the transformer adds over the tokenizer and readout
+  paper           ``--preset paper``; the paper model (12 layers, d 128, batch 64) needs minutes
+                  per fold on a 2-core CPU, so it runs 5 folds x 1 repeat with ``--paper-epochs``
+                  epochs (default 20 instead of 100); say so when quoting it.
+
+For every variant: mean +- std of each metric, the paired difference with the reference
+(``metrics.json``'s comparison), the paired BAC difference with ``default`` (corrected
+resampled t-test over the same folds), and the out-of-fold attention diagnostics
+(model/diagnostics.py; means over layers).
 
 Usage:
-  python benchmarks/bench_accuracy.py --out /tmp/bench-acc [--data PREP] [--variants default,paper]
-      [--n-jobs 2]
+  python benchmarks/bench_accuracy.py --out /tmp/bench-acc [--dataset msu] [--seed 0]
+      [--data PREP] [--variants default,coarse_only] [--n-jobs 2]
 Prints one JSON object (also written to OUT/bench_accuracy.json).
 """
 
@@ -27,28 +35,44 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
-MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"
+SHARED = REPO.parent / "shared" / "data"
+DATASETS = {"msu": ("msu-schizophrenia", "diagnosis"), "eegmat": ("eegmat-subset", "condition")}
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
+CV = ["--cv", "5", "--repeats", "3"]
 
 VARIANTS = {
-    "default": ["--preset", "default", "--cv", "5", "--repeats", "3"],
-    "coarse_only": ["--preset", "default", "--cv", "5", "--repeats", "3", "--no-xai"],
-    "no_drofe": ["--preset", "default", "--cv", "5", "--repeats", "3",
-                 "--frequency-encoding", "none"],
+    "default": ["--preset", "default", *CV],
+    "coarse_only": ["--preset", "default", *CV, "--no-xai"],
+    "no_drofe": ["--preset", "default", *CV, "--frequency-encoding", "none"],
+    "tokenizer_only": ["--preset", "default", *CV],          # + a config file, see main()
     "paper": ["--preset", "paper", "--cv", "5", "--repeats", "1"],
 }
+TOKENIZER_ONLY_TOML = "[model]\nn_layers = 0\nxai_refinement = false\n"
+
+
+def attention_means(attention: dict | None) -> dict | None:
+    """Per pass, each diagnostic's mean over layers (None when the run has no attention)."""
+    if not attention:
+        return None
+    return {name: {key: sum(values) / len(values) for key, values in quantities.items()}
+            for name, quantities in attention["passes"].items()}
 
 
 def main() -> None:
+    from eegformer_cli.training.metrics import compare_folds
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and JSON")
-    parser.add_argument("--data", type=Path, help="msu preprocess output (made if absent)")
+    parser.add_argument("--dataset", choices=sorted(DATASETS), default="msu")
+    parser.add_argument("--data", type=Path, help="preprocess output of the dataset (made if absent)")
+    parser.add_argument("--seed", type=int, default=0, help="split seed (0: msu's acceptance folds)")
     parser.add_argument("--variants", default="default,coarse_only,paper")
     parser.add_argument("--paper-epochs", type=int, default=20)
     parser.add_argument("--device", default="cpu")
@@ -56,37 +80,54 @@ def main() -> None:
                         help="train --n-jobs: folds at a time (same numbers, less wall time)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    data = args.data or args.out / "msu-prep"
+    folder, label_column = DATASETS[args.dataset]
+    data = args.data or args.out / f"{args.dataset}-prep"
     if not (data / "manifest.tsv").exists():
-        subprocess.run(EEGFORMER + ["preprocess", str(MSU), "--out", str(data), "--n-jobs", "2"],
-                       check=True)
+        subprocess.run(EEGFORMER + ["preprocess", str(SHARED / folder), "--out", str(data),
+                                    "--n-jobs", "2"], check=True)
     results = {"machine": {**machine(), "load_average_start": os.getloadavg()},
-               "data": str(data), "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
-    for name in args.variants.split(","):
-        flags = list(VARIANTS[name])
-        if name == "paper":
-            flags += ["--epochs", str(args.paper_epochs)]
-        run_dir = args.out / name
-        command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
-                               "diagnosis", "--device", args.device, "--n-jobs", str(args.n_jobs),
-                               "--json", "--overwrite"] + flags
-        start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"{name} failed:\n{done.stderr}")
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-        results["variants"][name] = {
-            "command": " ".join(["eegformer"] + command[len(EEGFORMER):]),
-            "wall_seconds": wall, "cv_seconds": metrics["cv_seconds"],
-            "n_folds": metrics["n_folds"],
-            "models": {model: {"mean": values["mean"], "std": values["std"]}
-                       for model, values in metrics["models"].items()},
-            "load_average_end": os.getloadavg(),
-        }
-        print(f"{name}: {wall:.0f} s, BAC "
-              f"{metrics['models']['xaiguiformer']['mean']['bac']:.3f} (logistic regression "
-              f"{metrics['models']['logistic_regression']['mean']['bac']:.3f})", file=sys.stderr)
+               "dataset": args.dataset, "seed": args.seed, "data": str(data),
+               "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
+    per_fold = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_only = Path(tmp) / "tokenizer_only.toml"
+        tokenizer_only.write_text(TOKENIZER_ONLY_TOML)
+        for name in args.variants.split(","):
+            flags = list(VARIANTS[name])
+            if name == "paper":
+                flags += ["--epochs", str(args.paper_epochs)]
+            if name == "tokenizer_only":
+                flags += ["--config", str(tokenizer_only)]
+            run_dir = args.out / f"{name}-{args.dataset}-seed{args.seed}"
+            command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
+                                   label_column, "--seed", str(args.seed), "--device", args.device,
+                                   "--n-jobs", str(args.n_jobs), "--json", "--overwrite"] + flags
+            start = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            if done.returncode != 0:
+                raise SystemExit(f"{name} failed:\n{done.stderr}")
+            metrics = json.loads((run_dir / "metrics.json").read_text())
+            per_fold[name] = metrics["models"]["xaiguiformer"]["per_fold"]
+            results["variants"][name] = {
+                "command": " ".join(["eegformer"] + command[len(EEGFORMER):]),
+                "wall_seconds": wall, "cv_seconds": metrics["cv_seconds"],
+                "n_folds": metrics["n_folds"],
+                "models": {model: {"mean": values["mean"], "std": values["std"]}
+                           for model, values in metrics["models"].items()},
+                "vs_reference": metrics["comparison"],
+                "attention": attention_means(metrics.get("attention")),
+                "load_average_end": os.getloadavg(),
+            }
+            print(f"{name}: {wall:.0f} s, BAC "
+                  f"{metrics['models']['xaiguiformer']['mean']['bac']:.3f} (logistic regression "
+                  f"{metrics['models']['logistic_regression']['mean']['bac']:.3f})", file=sys.stderr)
+    if "default" in per_fold:
+        for name, folds in per_fold.items():
+            if name != "default" and len(folds) == len(per_fold["default"]):
+                # 5-fold CV: test / training participants = 1 / 4
+                results["variants"][name]["default_minus_this"] = compare_folds(
+                    per_fold["default"], folds, test_train_ratio=0.25)
     (args.out / "bench_accuracy.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
 

@@ -9,10 +9,17 @@ logits, and the max relative difference of the parameter gradients between the t
 implementations (float32: the paper's raw-age attention amplifies rounding; in float64 the
 gradients agree to 1e-13, see tests/test_explanation.py).
 
+With ``--default-step`` it times instead the ``default`` preset's training step as ``train``
+runs it (msu-like inputs: 16 channels, 8 bands, batch 16, one CPU thread, z-scored inputs),
+one-pass explanation only; ``--model-json`` overrides model fields (e.g. the guidance before
+and after a change).
+
 Example::
 
     .venv/bin/python benchmarks/bench_train_step.py --steps 5 --threads 1
     .venv/bin/python benchmarks/bench_train_step.py --device cuda --batch 64
+    .venv/bin/python benchmarks/bench_train_step.py --default-step --steps 50
+    .venv/bin/python benchmarks/bench_train_step.py --default-step --model-json '{"guidance": "paper"}'
 """
 
 from __future__ import annotations
@@ -131,6 +138,29 @@ def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
     }
 
 
+def default_step(args) -> dict:
+    """Median step seconds of the ``default`` preset's model (module docs)."""
+    from eegformer_cli.training.standardise import StandardisedModel
+
+    bands, edges = BANDS[:8], BAND_EDGES_HZ[:8]
+    fields = json.loads(args.model_json) if args.model_json else {}
+    torch.manual_seed(0)
+    config = ModelConfig.preset("default", n_channels=args.channels, band_names=bands,
+                                band_edges_hz=edges, n_classes=2, **fields)
+    model = StandardisedModel(XAIguiFormer(config)).to(args.device).train()
+    generator = torch.Generator().manual_seed(0)
+    coh, wpli = (torch.rand(args.batch, 8, args.channels, args.channels, generator=generator)
+                 for _ in range(2))
+    coh, wpli = ((m + m.transpose(-1, -2)) / 2 for m in (coh, wpli))
+    age, sex = torch.full((args.batch,), float("nan")), torch.zeros(args.batch)
+    labels = torch.randint(0, 2, (args.batch,), generator=generator)
+    inputs = tuple(t.to(args.device) for t in (coh, wpli, age, sex, labels))
+    seconds = median_step_seconds({"default": model}, inputs, args.steps, args.warmup,
+                                  args.device)["default"]
+    return {"model": config.to_dict(), "step_seconds": seconds["wall"],
+            "step_cpu_seconds": seconds["cpu"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
@@ -139,7 +169,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per implementation")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
+    parser.add_argument("--default-step", action="store_true",
+                        help="time the default preset's step instead (module docs)")
+    parser.add_argument("--model-json", help="with --default-step: model fields as JSON")
     args = parser.parse_args()
+    if args.default_step:
+        if args.batch == 64:
+            args.batch = 16                       # the default preset's batch
+        if args.channels == 19:
+            args.channels = 16                    # msu-schizophrenia
+        torch.set_num_threads(1)                  # as train does
+        print(json.dumps({"device": args.device, "threads": 1, "torch": torch.__version__,
+                          "batch": args.batch, "channels": args.channels, "steps": args.steps,
+                          "load_average_1min": os.getloadavg()[0], **default_step(args)},
+                         indent=2))
+        return
     torch.set_num_threads(args.threads)
 
     inputs = make_inputs(args.batch, args.channels, args.device)

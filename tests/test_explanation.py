@@ -31,9 +31,12 @@ def inputs(dtype=torch.float32):
     return coh.to(dtype), wpli.to(dtype), age, sex
 
 
-@pytest.mark.parametrize("preset, detach", [("paper", False), ("default", False), ("default", True)])
-def test_one_pass_equals_captum_layer_deeplift(preset, detach):
-    one_pass, captum = twin_models(preset, detach_explanations=detach)
+@pytest.mark.parametrize("preset, detach, guidance", [
+    ("paper", False, "paper"), ("default", False, "band_share"), ("default", True, "band_share"),
+    ("default", True, "rms_sample"), ("default", True, "rms_token"), ("default", True, "paper")])
+def test_one_pass_equals_captum_layer_deeplift(preset, detach, guidance):
+    """Every guidance design explains the same coarse pass, so the refined logits agree too."""
+    one_pass, captum = twin_models(preset, detach_explanations=detach, guidance=guidance)
     ours = one_pass.forward_with_details(*inputs())
     theirs = captum.forward_with_details(*inputs())
     assert torch.equal(ours.target, theirs.target)

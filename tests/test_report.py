@@ -68,7 +68,7 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
                   "Which run this is", "What these numbers mean",
                   "Per-recording out-of-fold predictions", "About the explanations",
                   "What attention does (out of fold)", "Attention entropy per epoch",
-                  "explanation / qkv bias", "logit change, uniform"):
+                  "explanation / rest", "logit change, uniform"):
         assert title in text, title
     assert 'class="badge' not in text                  # no MNE tag badges
 

@@ -25,7 +25,8 @@ def explain(
     method: str = typer.Option("integrated_gradients",
                                help="captum method for channel pairs: integrated_gradients, "
                                     "saliency, input_x_gradient or gradient_shap."),
-    n_steps: int = typer.Option(32, help="Integrated Gradients steps (gradient_shap samples)."),
+    # 128: attributions.DEFAULT_N_STEPS (not imported here: it loads torch)
+    n_steps: int = typer.Option(128, help="Integrated Gradients steps (gradient_shap samples)."),
     all_heads: bool = typer.Option(False, "--all-heads",
                                    help="Keep every attention head (default: mean over heads)."),
     participants: Path | None = typer.Option(
@@ -44,7 +45,7 @@ def explain(
     output folder, as in `predict`): the signed importance of each frequency band from the
     model's own DeepLIFT explanation (absolute values sum to 1), the coarse and refined
     attention per layer with what it does (entropy, share of the residual stream, explanation
-    against qkv bias, logit change when replaced by a uniform mean or the identity), and a
+    against the rest, logit change when replaced by a uniform mean or the identity), and a
     captum attribution of the explained class's logit to every band x channel-pair
     connectivity value. Writes per recording ID.npz and ID.json (ID: the recording id), the
     long-format tables band_importance.csv, attention.csv, attention_diagnostics.csv and
@@ -72,7 +73,7 @@ def explain(
 
     check_choice("--method", method, attributions.CAPTUM_METHODS)
     if n_steps < 1:
-        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 32")
+        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 128")
     torch_device = resolve_device(device)
     bundle = load_model_file(model, torch_device)
     if target is not None and target not in bundle.label_names:

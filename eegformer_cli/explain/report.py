@@ -15,9 +15,9 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
    out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
 3. Attention: what the coarse and refined attention do, out of fold (metrics.json's
-   ``attention``: entropy, residual share, explanation against qkv bias, the logit change when
-   attention is replaced by a uniform mean or the identity) and the entropy per epoch on the
-   validation participants (history.jsonl).
+   ``attention``: entropy, residual share, the explanation's part of the refined attention,
+   the logit change when attention is replaced by a uniform mean or the identity) and the
+   entropy per epoch on the validation participants (history.jsonl).
 4. Explanations: which model and recordings they come from (and whether those recordings
    were the model's training data), band importance per class with what its sign means, the
    strongest channel-pair attributions per class on a connectivity circle (mne-connectivity),
@@ -489,7 +489,7 @@ def attention_diagnostics_html(attention: dict) -> str:
     """HTML table: one row per pass and layer of metrics.json's ``attention`` summary."""
     columns = [("entropy", "entropy (nats)", ".3f"), ("entropy_fraction", "of ln T", ".1%"),
                ("residual_share", "residual share", ".3f"),
-               ("guidance_ratio", "explanation / qkv bias", ".3g"),
+               ("guidance_ratio", "explanation / rest", ".3g"),
                ("logit_change_uniform", "logit change, uniform", ".3f"),
                ("flips_uniform", "flips, uniform", ".1%"),
                ("logit_change_identity", "logit change, identity", ".3f"),
@@ -759,8 +759,9 @@ def _add_attention(report, run_dir: Path) -> None:
         f"band's attention is, in nats; uniform attention over the {attention['n_bands']} bands "
         f"gives ln {attention['n_bands']} = {attention['uniform_entropy']:.3f} (100 %), attention "
         "to one band gives 0. <b>Residual share</b>: the size of the attention update against "
-        "the tokens it is added to. <b>Explanation / qkv bias</b> (refined pass): how large the "
-        "explanation's part of the refined queries and keys is against the bias; near 0 means "
+        "the tokens it is added to. <b>Explanation / rest</b> (refined pass): how large the "
+        "explanation's part of the refined attention is against the part that does not depend "
+        "on it (the qkv bias, or the content logits q.k for band-share guidance); near 0 means "
         "the refined pass ignores the explanation. <b>Logit change</b> and <b>flips</b>: how "
         "much that pass's logits move, and how many segments change class, when the layer's "
         "attention is replaced by a plain mean over bands (uniform) or by the identity; near 0 "

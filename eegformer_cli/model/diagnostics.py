@@ -13,10 +13,13 @@ Per pass (``coarse``, and ``refined`` when the model has XAI refinement) and per
     ``||gamma1 * attn(x)|| / ||x||`` over the (T, d) tokens: how large the attention update is
     against the residual stream it is added to (post-norm layer, before the norm).
 ``guidance_ratio`` (refined pass only)
-    ``||W_qk g|| / ||b_qk||``: the size of the explanation's part of the refined queries and
-    keys against the qkv bias's part (``g`` is what the guidance design feeds the projection,
-    ``transformer.guidance_input``). Near 0: the refined Q and K are the bias, whatever the
-    explanation says.
+    How large the explanation's part of the refined attention is against the part that does
+    not depend on it (``transformer.AttentionTrace``): for guidance through Q/K (``paper``,
+    ``rms_*``) ``||W_qk g|| / ||b_qk||``, the explanation's part of the queries and keys
+    against the qkv bias (``g`` what the design feeds the projection,
+    ``transformer.guidance_input``); for ``band_share`` the explanation's logit bias against
+    the content logits q.k (both centred per query). Near 0: the refined pass ignores the
+    explanation.
 ``logit_change_uniform``, ``logit_change_identity``
     That pass's logits when this layer's attention weights in this pass are replaced by the
     mean over bands (uniform) or by the identity (each band keeps its own value), everything
@@ -226,7 +229,8 @@ def describe(summary: dict | None, where: str) -> str:
             f"({both('entropy_fraction', '.1%')}); residual share "
             f"{both('residual_share', '.3f')}")
     if "refined" in passes:
-        text += f"; explanation / qkv bias {layer_mean(summary, 'refined', 'guidance_ratio'):.3g}"
+        text += (f"; explanation's part of the refined attention against the rest "
+                 f"{layer_mean(summary, 'refined', 'guidance_ratio'):.3g}")
     if layer_mean(summary, "coarse", "logit_change_uniform") is not None:
         text += (f"; uniform attention moves the logits by {both('logit_change_uniform', '.3f')}"
                  f" (flips {both('flips_uniform', '.1%')} of segments)")

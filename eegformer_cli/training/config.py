@@ -143,6 +143,9 @@ _PRESET_VALUES = {
     # segment_averaging 0.5 -> 0.886 (1.0: 0.869; dropout 0.2, EMA of weights: no change).
     # 23 Nov, three split seeds: one readout projection per band (model preset) raised the
     # AUROC by 0.007-0.018 and the BAC by -0.001..+0.007.
+    # 25 Nov, split seeds 1 and 2 + eegmat: band_share guidance with LayerScale 1 (model
+    # preset): the refined pass attends by the explanation (entropy 1.73-1.78 of 2.08 nats),
+    # BAC -0.005..+0.017 over the same model without refinement.
     "default": dict(preset="default", epochs=40, batch_size=16, lr=1e-3, weight_decay=0.1,
                     warmup_epochs=3.0, augmentation="none", segment_averaging=0.5, patience=0,
                     selection="second_half", model={}),
