@@ -24,6 +24,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 INNER_FOLDS = 5
@@ -49,7 +50,9 @@ def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
                           scoring="balanced_accuracy",
                           cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True,
                                                   random_state=seed))
-    with warnings.catch_warnings():
+    # one BLAS thread: OpenBLAS's threads make scipy's L-BFGS-B 9x slower on these small
+    # problems (msu: 0.43 instead of 3.7 s per fold on 2 cores) for bit-identical results
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         # an inner training split with one class: that fold scores nan for every C (tiny data)
         warnings.filterwarnings("ignore", category=FitFailedWarning)

@@ -29,7 +29,6 @@ import contextlib
 import copy
 import json
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries, write_jso
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_device, seed_everything
 from eegformer_cli.errors import UsageError
 from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
-from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
+from eegformer_cli.parallel import process_pool, worker_count
 from eegformer_cli.training import augment, distributed, merge, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData, load_training_data
@@ -496,8 +495,9 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
     ``train --merge``; see :mod:`merge`) and return its result (``folds/<name>.json``).
     ``n_jobs``: folds trained side by side in that many worker processes on the CPU (-1: one
-    per core; :func:`_worker_pool`), the final model queued behind them; every number is the
-    same as with 1, since each fold is seeded on its own and runs on one thread either way.
+    per core; :func:`parallel.process_pool`), the final model queued behind them; every number
+    is the same as with 1, since each fold is seeded on its own and runs on one thread either
+    way.
     Under torchrun the processes share the work (:mod:`distributed`); only rank 0 writes,
     and the other processes return None.
 
@@ -534,7 +534,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
         pending = [fold for fold in folds if fold.name not in results]
         train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
-        with _worker_pool(min(n_workers, len(pending) + train_final)) as pool, \
+        with process_pool(min(n_workers, len(pending) + train_final)) as pool, \
                 console.progress_bar() as bar:
             folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
             if pool is None:
@@ -609,31 +609,6 @@ def _fold_job(job: tuple) -> tuple[str, dict]:
     with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
         result, _ = run_fold(plan, fold, features)
     return fold.name, result
-
-
-@contextlib.contextmanager
-def _worker_pool(n_workers: int):
-    """A pool of ``n_workers`` processes for ``train --n-jobs``, or None for fewer than 2.
-
-    Forked on Linux (workers start with this process's imports in milliseconds; no progress
-    thread exists yet, the bar is drawn after), spawned elsewhere (no safe fork). Each worker
-    runs torch on one thread, as a fold does here, so the numbers are the same as in this
-    process; the pool is terminated on leaving, also on Ctrl-C, and finished folds are on disk.
-    """
-    if n_workers < 2:
-        yield None
-        return
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with context.Pool(n_workers, initializer=_start_worker) as pool:
-        yield pool
-
-
-def _start_worker() -> None:
-    """Worker process start: Ctrl-C left to the parent, torch on one thread."""
-    leave_interrupts_to_the_parent()
-    torch.set_num_threads(1)
 
 
 def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
