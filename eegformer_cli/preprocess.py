@@ -59,8 +59,8 @@ SETTINGS_NAME = "preprocess.json"
 MISSING = "n/a"
 #: Manifest columns before the metadata columns (docs/architecture.md).
 MANIFEST_LEADING_COLUMNS = ("recording_id", "participant_id", "source_file", "status", "error",
-                            "n_segments", "sfreq", "duration_s", "channels_interpolated",
-                            "age", "sex")
+                            "n_segments", "sfreq", "source_sfreq", "duration_s",
+                            "channels_interpolated", "age", "sex")
 MANIFEST_TRAILING_COLUMNS = ("connectome", "settings_hash")
 
 
@@ -420,12 +420,14 @@ def _with_progress(results: Iterable, total: int, description: str) -> Iterator:
 
 @dataclass(frozen=True)
 class _Header:
-    """A recording file's header: its canonical EEG channels and length, or why it is unusable."""
+    """A recording file's header: its canonical EEG channels, length and sampling rate (Hz, as
+    recorded), or why it is unusable."""
 
     path: Path
     channels: frozenset[str] = frozenset()
     duration_s: float = 0.0
     error: str | None = None
+    sfreq: float | None = None
 
 
 def _read_header(path: Path) -> _Header:
@@ -440,7 +442,8 @@ def _read_header(path: Path) -> _Header:
     except Exception as exc:  # as in _process_and_save: one odd file must not stop the run
         message = " ".join(str(exc).split()) or type(exc).__name__
         return _Header(path, error=f"{path}: internal error: {type(exc).__name__}: {message}")
-    return _Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"])
+    return _Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"],
+                   sfreq=raw.info["sfreq"])
 
 
 @dataclass(frozen=True)
@@ -814,7 +817,7 @@ def _write_outputs(out_dir: Path, rows: list[dict], earlier: list[dict],
         n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
         channels=list(settings.channels or ()), epoch_length_s=settings.epoch_length,
         out_dir=out_dir, manifest=out_dir / MANIFEST_NAME, settings_file=out_dir / SETTINGS_NAME)
-    input_names = [str(path) for path in inputs]
+    input_names = [str(Path(path).absolute()) for path in inputs]  # as audit.py reads them
     if earlier and summary.settings_file.is_file():
         previous = json.loads(summary.settings_file.read_text(encoding="utf-8")).get("inputs", [])
         input_names = list(dict.fromkeys([*previous, *input_names]))
@@ -847,7 +850,8 @@ def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
     row = {"recording_id": rec.recording_id, "participant_id": rec.participant_id,
            "source_file": str(rec.path), "status": fields.get("status", "error"),
            "error": fields.get("error"), "n_segments": fields.get("n_segments"),
-           "sfreq": fields.get("sfreq"), "duration_s": fields.get("duration_s"),
+           "sfreq": fields.get("sfreq"), "source_sfreq": rec.header.sfreq,
+           "duration_s": fields.get("duration_s"),
            "channels_interpolated": fields.get("channels_interpolated"),
            "age": rec.metadata.get("age"), "sex": rec.metadata.get("sex")}
     for key, value in rec.metadata.items():

@@ -171,7 +171,7 @@ def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
     for row in rows.values():
         expected = participants[row["participant_id"]]
         assert float(row["age"]) == float(expected["age"]) and row["sex"] == expected["sex"]
-        assert row["sfreq"] == "128"
+        assert row["sfreq"] == "128" and row["source_sfreq"] == "500"   # cleaned / as recorded
     stored = load_connectome(tmp_path / rows["Subject00_1"]["connectome"])
     assert stored.coh.shape == (12, 8, 19, 19)  # 182 s in 15 s epochs (set by the 62 s ones)
 
@@ -253,6 +253,25 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     assert second.bands == ["theta"] and second.coh.shape[1] == 1
     np.testing.assert_array_equal(second.coh[:, 0], first.coh[:, 1])
     assert run_preprocess(files, out, theta_only).n_skipped == 2
+
+
+def test_a_rerun_fills_the_original_rate_of_a_folder_made_without_it(messy_folder, tmp_path):
+    out = tmp_path / "out"
+    files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
+    settings = PreprocessSettings.from_preset("default")
+    run_preprocess(files, out, settings)
+    rows = read_manifest(out)
+    assert [row["source_sfreq"] for row in rows] == ["256", "500"]
+    # a folder written before the column existed: the rerun skips both recordings and fills it
+    text = (out / "manifest.tsv").read_text().splitlines()
+    column = text[0].split("\t").index("source_sfreq")
+    (out / "manifest.tsv").write_text("\n".join(
+        "\t".join(cell for i, cell in enumerate(line.split("\t")) if i != column)
+        for line in text) + "\n")
+    assert run_preprocess(files, out, settings).n_skipped == 2
+    assert [row["source_sfreq"] for row in read_manifest(out)] == ["256", "500"]
+    inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
+    assert inputs == [str(path.absolute()) for path in files]
 
 
 def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder, tmp_path, capsys):
