@@ -10,7 +10,8 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
 2. Cross-validation: mean +- std of each metric per model (XAIguiFormer, the logistic
    regression reference, ablations if present), confusion matrix, ROC and precision-recall
    curves from the out-of-fold predictions, training curves per fold.
-3. Explanations: band importance per class, the strongest channel-pair attributions per class
+3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`).
+4. Explanations: band importance per class, the strongest channel-pair attributions per class
    on a connectivity circle (mne-connectivity), coarse versus refined attention per layer.
 
 Figure functions take plain data and return a matplotlib figure (Agg backend, closed by the
@@ -35,6 +36,7 @@ import numpy as np  # noqa: E402
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_bytes  # noqa: E402
 from eegformer_cli.errors import InputDataError, OutputError  # noqa: E402
+from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.training.metrics import describe_comparison
 
 #: Channel pairs drawn per class on the connectivity circle (strongest by |value|).
@@ -279,6 +281,7 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     report = mne.Report(title=f"eegformer run {run_dir.name}", verbose="error")
     _add_dataset(report, config)
     _add_cross_validation(report, run_dir)
+    add_trust_section(report, run_dir)
     _add_explanations(report, run_dir, explanations_dir)
     return report
 
