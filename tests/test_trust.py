@@ -202,6 +202,15 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert merged["models"]["logistic_regression"]["p_value"] == null_labels.p_value(
         merged["null"]["logistic_regression"],
         metrics["models"]["logistic_regression"]["mean"]["bac"])
+    # the full null: both models retrained on each permutation, each against its own null;
+    # the reference refit inside it is the same as the reference-only null's
+    assert run_main("train", "--merge", run, "--permutations", "2", "--permutation-model",
+                    "xaiguiformer", "-j", "2") == 0
+    full = json.loads((run / "metrics.json").read_text())["permutation_test"]
+    assert full["null_model"] == MODEL_NAME and len(full["null"][MODEL_NAME]) == 2
+    assert all(model["null_from"] == name for name, model in full["models"].items())
+    assert full["null"][REFERENCE_NAME] == merged["null"][REFERENCE_NAME][:2]
+    assert "2 of 2 permutations to compute, null model xaiguiformer" in capsys.readouterr().err
     # the report's section
     from eegformer_cli.explain.report import write_report
 
