@@ -45,6 +45,30 @@ VARIANTS = {
 }
 
 
+def preprocessed_msu(data: Path | None, out: Path) -> Path:
+    """``data`` (a ``preprocess`` output of msu-schizophrenia), or OUT/msu-prep, made if absent."""
+    data = data or out / "msu-prep"
+    if not (data / "manifest.tsv").exists():
+        subprocess.run(EEGFORMER + ["preprocess", str(MSU), "--out", str(data), "--n-jobs", "2"],
+                       check=True)
+    return data
+
+
+def timed_train(data: Path, run_dir: Path, flags: list[str], what: str) -> tuple[str, float, dict]:
+    """``eegformer train DATA --out RUN_DIR --label-column diagnosis --json --overwrite FLAGS``
+    in its own process: (the command as typed, wall seconds, its metrics.json); exits naming
+    ``what`` when it fails."""
+    command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
+                           "diagnosis", "--json", "--overwrite", *flags]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{done.stderr}")
+    return (" ".join(["eegformer"] + command[len(EEGFORMER):]), wall,
+            json.loads((run_dir / "metrics.json").read_text()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and JSON")
@@ -56,28 +80,17 @@ def main() -> None:
                         help="train --n-jobs: folds at a time (same numbers, less wall time)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    data = args.data or args.out / "msu-prep"
-    if not (data / "manifest.tsv").exists():
-        subprocess.run(EEGFORMER + ["preprocess", str(MSU), "--out", str(data), "--n-jobs", "2"],
-                       check=True)
+    data = preprocessed_msu(args.data, args.out)
     results = {"machine": {**machine(), "load_average_start": os.getloadavg()},
                "data": str(data), "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
     for name in args.variants.split(","):
         flags = list(VARIANTS[name])
         if name == "paper":
             flags += ["--epochs", str(args.paper_epochs)]
-        run_dir = args.out / name
-        command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
-                               "diagnosis", "--device", args.device, "--n-jobs", str(args.n_jobs),
-                               "--json", "--overwrite"] + flags
-        start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"{name} failed:\n{done.stderr}")
-        metrics = json.loads((run_dir / "metrics.json").read_text())
+        command, wall, metrics = timed_train(data, args.out / name, [
+            "--device", args.device, "--n-jobs", str(args.n_jobs), *flags], name)
         results["variants"][name] = {
-            "command": " ".join(["eegformer"] + command[len(EEGFORMER):]),
+            "command": command,
             "wall_seconds": wall, "cv_seconds": metrics["cv_seconds"],
             "n_folds": metrics["n_folds"],
             "models": {model: {"mean": values["mean"], "std": values["std"]}
