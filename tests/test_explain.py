@@ -217,6 +217,16 @@ def test_explain_cli_on_sample_data_writes_every_output(sample_run, tmp_path):
         assert summary["predicted"] == summary["target"] == predicted[recording_id]
         assert sum(summary["probabilities"].values()) == pytest.approx(1)
         assert len(summary["strongest_channel_pairs"]) == 10
+        passes = summary["attention_diagnostics"]["passes"]
+        assert set(passes) == {"coarse", "refined"} and len(passes["refined"]["entropy"]) == L
+    diagnostics = _read_csv(out / "attention_diagnostics.csv")
+    assert len(diagnostics) == len(ids) * 2 * L
+    first_rows = {(r["pass"], int(r["layer"])): r for r in diagnostics if r["recording_id"] == ids[0]}
+    first_json = json.loads((out / f"{ids[0]}.json").read_text())["attention_diagnostics"]
+    for (name, layer), row in first_rows.items():   # the CSV and the JSON hold the same numbers
+        assert float(row["entropy"]) == pytest.approx(
+            first_json["passes"][name]["entropy"][layer], rel=1e-5)
+    assert first_rows["coarse", 0]["guidance_ratio"] == "" != first_rows["refined", 0]["guidance_ratio"]
     bands_rows = _read_csv(out / "band_importance.csv")
     assert len(bands_rows) == len(ids) * T
     first = [float(r["value"]) for r in bands_rows if r["recording_id"] == ids[0]]
@@ -250,7 +260,8 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
                             "--out", tmp_path / "raw")
     assert code == 0, output
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == [
-        "attention.csv", "band_importance.csv", "channel_pairs.csv", "class_summary.json",
+        "attention.csv", "attention_diagnostics.csv", "band_importance.csv", "channel_pairs.csv",
+        "class_summary.json",
         "class_summary.npz", "notes.txt", "sub-14_task-rest_eeg.json", "sub-14_task-rest_eeg.npz"]
 
     code, output = run_main(capsys, "explain", model, edf, "--out", tmp_path / "x",

@@ -90,8 +90,8 @@ def test_every_config_runs_forward_and_backward(name):
         assert len(output.explanations) == 2
         assert all(e.shape == (3, len(BANDS), 32) for e in output.explanations)
     if config.attention_impl == "explicit":
-        assert [a.shape for a in output.attention_refined] == [(3, 4, len(BANDS), len(BANDS))] * 2
-        np.testing.assert_allclose(output.attention_coarse[0].sum(-1).detach(), 1.0, rtol=1e-5)
+        assert [a.weights.shape for a in output.attention_refined] == [(3, 4, len(BANDS), len(BANDS))] * 2
+        np.testing.assert_allclose(output.attention_coarse[0].weights.sum(-1).detach(), 1.0, rtol=1e-5)
     loss = F.cross_entropy(output.logits_coarse, torch.tensor([0, 1, 2])) + \
         F.cross_entropy(output.logits_refined, torch.tensor([0, 1, 2]))
     loss.backward()

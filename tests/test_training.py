@@ -341,8 +341,19 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     assert a["models"]["xaiguiformer"]["mean"]["bac"] >= 0.75
     assert len(a["models"]["logistic_regression"]["per_fold"]) == 3
     history = [json.loads(line) for line in (tmp_path / "a" / "history.jsonl").read_text().splitlines()]
-    assert {"repeat", "fold", "epoch", "train_loss", "val_loss", "val_bac", "lr", "seconds"} <= set(history[0])
+    assert {"repeat", "fold", "epoch", "train_loss", "val_loss", "val_bac", "lr", "seconds",
+            "attention"} <= set(history[0])
     assert {(h["repeat"], h["fold"]) for h in history} == {(0, 0), (0, 1), (0, 2), (-1, -1)}
+    # attention diagnostics: per epoch on the validation participants, out of fold per fold
+    for record in history:
+        assert set(record["attention"]) == {"coarse", "refined"}
+        assert 0 <= record["attention"]["refined"]["entropy"][0] <= np.log(len(BANDS)) + 1e-6
+        assert "logit_change_uniform" not in record["attention"]["coarse"]   # no ablation per epoch
+    attention = a["attention"]
+    assert attention["n_bands"] == len(BANDS) and len(attention["per_fold"]) == 3
+    assert {"entropy", "entropy_fraction", "residual_share", "guidance_ratio",
+            "logit_change_uniform", "flips_identity"} <= set(attention["passes"]["refined"])
+    assert a["attention"] == c["attention"]                  # reproducible, workers included
     splits = json.loads((tmp_path / "a" / "splits.json").read_text())
     tested = sorted(p for fold in splits["folds"] for p in fold["test"])
     assert tested == sorted(f"sub-{p:02d}" for p in range(24))

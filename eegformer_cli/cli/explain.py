@@ -39,10 +39,12 @@ def explain(
     For each recording (raw, preprocessed with the model's settings, or from a preprocess
     output folder, as in `predict`): the signed importance of each frequency band from the
     model's own DeepLIFT explanation (absolute values sum to 1), the coarse and refined
-    attention per layer, and a captum attribution of the explained class's logit to every
-    band x channel-pair connectivity value. Writes per recording ID.npz and ID.json (ID: the
-    recording id),
-    the long-format tables band_importance.csv, attention.csv and channel_pairs.csv, and
+    attention per layer with what it does (entropy, share of the residual stream, explanation
+    against qkv bias, logit change when replaced by a uniform mean or the identity), and a
+    captum attribution of the explained class's logit to every band x channel-pair
+    connectivity value. Writes per recording ID.npz and ID.json (ID: the recording id), the
+    long-format tables band_importance.csv, attention.csv, attention_diagnostics.csv and
+    channel_pairs.csv, and
     class_summary.json/.npz (means per explained class). A rerun into the same --out removes
     the per-recording files of an earlier run's recordings that this run did not explain, so
     the folder always describes one run. See eegformer_cli/explain/.
@@ -100,11 +102,12 @@ def explain(
     export.write_tables(out, explanations, bundle.bands, bundle.channels)
     export.write_class_summary(out, attributions.class_means(explanations), bundle.bands,
                                bundle.channels, bundle.label_names, settings,
-                               [e.recording_id for e in explanations], failures)
+                               [e.recording_id for e in explanations], failures, explanations)
     explained = {e.recording_id for e in explanations}
     export.remove_recordings(out, [rid for rid in earlier if rid not in explained])
     console.log(f"explained {len(explanations)} recording(s) in {out}: ID.npz/.json, "
-                "band_importance.csv, attention.csv, channel_pairs.csv, class_summary.json/.npz")
+                "band_importance.csv, attention.csv, attention_diagnostics.csv, channel_pairs.csv, "
+                "class_summary.json/.npz")
     exit_for_failed_recordings(list(failures), "explained")
 
 def register(app: typer.Typer) -> None:

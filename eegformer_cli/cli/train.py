@@ -65,6 +65,10 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.training.metrics import describe_comparison
 
         console.log(describe_comparison(comparison, comparison["model"], comparison["reference"]))
+    if metrics.get("attention"):
+        from eegformer_cli.model.diagnostics import describe
+
+        console.log(describe(metrics["attention"], "out of fold"))
     if metrics.get("shortcut_audit"):
         from eegformer_cli.training.audit import describe_audit
 
@@ -82,6 +86,8 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
                               for name, values in metrics["models"].items()},
                    "comparison": metrics.get("comparison"),
+                   "attention": {key: value for key, value in (metrics.get("attention") or {}).items()
+                                 if key != "per_fold"} or None,
                    "shortcut_audit": _audit_summary(metrics.get("shortcut_audit")),
                    "permutation_test": _without_null(metrics.get("permutation_test"))}
         typer.echo(json.dumps(summary, indent=2))

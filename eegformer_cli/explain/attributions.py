@@ -13,7 +13,10 @@ attention
     Softmax attention weights of the coarse and refined passes, per layer: (L, T, T) (mean over
     heads and segments; ``all_heads`` keeps (L, H, T, T)). Each row sums to 1 (query band ->
     key bands). The refined pass takes its queries and keys from the explanations, so
-    refined minus coarse shows what the XAI guidance changed.
+    refined minus coarse shows what the XAI guidance changed. With them, what the attention
+    does (model/diagnostics.py: entropy, residual share, explanation against qkv bias, the
+    logit change when it is replaced by a uniform mean or the identity), per pass and layer,
+    means over the recording's segments.
 channel-pair attributions
     A captum attribution (:data:`CAPTUM_METHODS`; Integrated Gradients by default, zero
     connectivity as baseline, ``n_steps`` Gauss-Legendre steps) of the explained class's
@@ -43,6 +46,7 @@ from torch import Tensor
 
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.model.diagnostics import explicit_attention, recording_diagnostics
 
 #: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
@@ -63,7 +67,8 @@ class RecordingExplanation:
     ``target`` class names (target = the explained class); ``band_importance`` float64 (T,)
     signed, abs-sum 1; ``attention_coarse`` / ``attention_refined`` float64 (L, T, T) or
     (L, H, T, T); ``channel_pairs``, ``coh_pairs``, ``wpli_pairs`` float64 (T, C, C) symmetric,
-    logit units; ``n_segments`` S.
+    logit units; ``n_segments`` S; ``attention_diagnostics`` the recording's summary from
+    :func:`~eegformer_cli.model.diagnostics.recording_diagnostics`.
     """
 
     recording_id: str
@@ -78,21 +83,7 @@ class RecordingExplanation:
     coh_pairs: np.ndarray
     wpli_pairs: np.ndarray
     n_segments: int
-
-
-@contextlib.contextmanager
-def explicit_attention(model: torch.nn.Module):
-    """Make every attention module return its weights (``attention_impl="explicit"``; same
-    numbers as the fused kernel, see model/transformer.py), restored afterwards."""
-    modules = [m for m in model.modules() if hasattr(m, "attention_impl")]
-    previous = [m.attention_impl for m in modules]
-    for module in modules:
-        module.attention_impl = "explicit"
-    try:
-        yield
-    finally:
-        for module, impl in zip(modules, previous):
-            module.attention_impl = impl
+    attention_diagnostics: dict
 
 
 def normalise_signed(values: np.ndarray) -> np.ndarray:
@@ -125,8 +116,10 @@ def attention_maps(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
     with torch.no_grad(), explicit_attention(model):
         output = model.forward_with_details(coh, wpli, age, sex)
 
-    def stack(layers: list[Tensor]) -> np.ndarray:
-        maps = torch.stack([layer.float().mean(dim=0) for layer in layers])   # (L, H, T, T)
+    def stack(layers: list) -> np.ndarray:
+        n_bands, n_heads = coh.shape[1], model.config.n_heads
+        maps = torch.stack([layer.weights.float().mean(dim=0) for layer in layers]) if layers \
+            else coh.new_zeros((0, n_heads, n_bands, n_bands))                 # (L, H, T, T)
         return (maps if all_heads else maps.mean(dim=1)).cpu().numpy().astype(np.float64)
 
     return (stack(output.attention_coarse), stack(output.attention_refined),
@@ -215,12 +208,13 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
         bands = band_importance(model, *tensors, target=target_index)
         coh_pairs, wpli_pairs = channel_pair_attributions(model, *tensors, target=target_index,
                                                           method=method, n_steps=n_steps)
+        diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id, participant_id=participant_id,
         predicted=label_names[predicted], target=label_names[target_index],
         probabilities=probabilities, band_importance=bands, attention_coarse=coarse,
         attention_refined=refined, channel_pairs=coh_pairs + wpli_pairs, coh_pairs=coh_pairs,
-        wpli_pairs=wpli_pairs, n_segments=n)
+        wpli_pairs=wpli_pairs, n_segments=n, attention_diagnostics=diagnostics)
 
 
 #: Array fields of :class:`RecordingExplanation` averaged per class by :func:`class_means`.

@@ -2,26 +2,33 @@
 
 In ``OUT_DIR``:
 
-=========================  ===========================================================================
-file                       content
-=========================  ===========================================================================
-``<recording_id>.npz``     arrays of :class:`~eegformer_cli.explain.attributions.RecordingExplanation`
-                           (``band_importance`` (T,), ``attention_coarse`` / ``attention_refined``
-                           (L, T, T) or (L, H, T, T), ``channel_pairs`` / ``coh_pairs`` /
-                           ``wpli_pairs`` (T, C, C), ``probabilities`` (K,)) plus ``bands``,
-                           ``channels``, ``label_names``
-``<recording_id>.json``    summary: prediction, probabilities, explained class, band importance
-                           per band, the :data:`TOP_PAIRS` strongest channel pairs, settings
-``band_importance.csv``    ``recording_id, participant_id, target, band, value``
-``attention.csv``          ``recording_id, target, pass (coarse|refined), layer, head (mean|0..H-1),
-                           query_band, key_band, value``
-``channel_pairs.csv``      ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
-                           (each unordered pair once: channel_a before channel_b in model order)
-``class_summary.npz``      per explained class (``classes`` (K',), ``n_recordings`` (K',)), the
-                           class means stacked on a first axis: ``band_importance`` (K', T), ...
-``class_summary.json``     settings, bands, channels, labels, recordings, failures, and per class
-                           its count, mean band importance and strongest pairs
-=========================  ===========================================================================
+=============================  ===========================================================================
+file                           content
+=============================  ===========================================================================
+``<recording_id>.npz``         arrays of :class:`~eegformer_cli.explain.attributions.RecordingExplanation`
+                               (``band_importance`` (T,), ``attention_coarse`` / ``attention_refined``
+                               (L, T, T) or (L, H, T, T), ``channel_pairs`` / ``coh_pairs`` /
+                               ``wpli_pairs`` (T, C, C), ``probabilities`` (K,)) plus ``bands``,
+                               ``channels``, ``label_names``
+``<recording_id>.json``        summary: prediction, probabilities, explained class, band importance
+                               per band, the :data:`TOP_PAIRS` strongest channel pairs, attention
+                               diagnostics (per pass and layer), settings
+``band_importance.csv``        ``recording_id, participant_id, target, band, value``
+``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head (mean|0..H-1),
+                               query_band, key_band, value``
+``attention_diagnostics.csv``  ``recording_id, target, pass, layer`` and one column per quantity of
+                               ``model/diagnostics.py`` (entropy in nats and as a fraction of ln T,
+                               residual share, guidance ratio, logit changes and flips when the
+                               attention is replaced by a uniform mean or the identity; empty
+                               where a pass has no such quantity)
+``channel_pairs.csv``          ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
+                               (each unordered pair once: channel_a before channel_b in model order)
+``class_summary.npz``          per explained class (``classes`` (K',), ``n_recordings`` (K',)), the
+                               class means stacked on a first axis: ``band_importance`` (K', T), ...
+``class_summary.json``         settings, bands, channels, labels, recordings, failures, and per class
+                               its count, mean band importance, strongest pairs and mean attention
+                               diagnostics
+=============================  ===========================================================================
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import numpy as np
 from eegformer_cli.atomic import atomic_open, save_npz, write_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.explain.attributions import MEAN_FIELDS, RecordingExplanation
+from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES, mean_diagnostics
 
 #: How many channel pairs the JSON summaries list (strongest by absolute value).
 TOP_PAIRS = 10
@@ -71,6 +79,7 @@ def write_recording(out_dir: Path, explanation: RecordingExplanation, bands: Seq
         "probabilities": dict(zip(label_names, map(float, e.probabilities))),
         "band_importance": dict(zip(bands, map(float, e.band_importance))),
         "strongest_channel_pairs": strongest_pairs(e.channel_pairs, bands, channels),
+        "attention_diagnostics": e.attention_diagnostics,
         "settings": settings,
     })
 
@@ -101,6 +110,16 @@ def write_tables(out_dir: Path, explanations: Sequence[RecordingExplanation],
                     writer.writerow([e.recording_id, e.target, name, layer, heads[head],
                                      bands[query], bands[key],
                                      _fmt(per_head[layer, head, query, key])])
+    quantities = TRACE_QUANTITIES + ABLATION_QUANTITIES
+    with atomic_open(out_dir / "attention_diagnostics.csv") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["recording_id", "target", "pass", "layer", *quantities])
+        for e in explanations:
+            for name, values in (e.attention_diagnostics or {}).get("passes", {}).items():
+                for layer in range(len(values["entropy"])):
+                    writer.writerow([e.recording_id, e.target, name, layer,
+                                     *(_fmt(values[q][layer]) if q in values else ""
+                                       for q in quantities)])
     upper_i, upper_j = np.triu_indices(len(channels), 1)
     with atomic_open(out_dir / "channel_pairs.csv") as handle:
         writer = csv.writer(handle, lineterminator="\n")
@@ -117,9 +136,11 @@ def write_tables(out_dir: Path, explanations: Sequence[RecordingExplanation],
 
 def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[str],
                         channels: Sequence[str], label_names: Sequence[str], settings: dict,
-                        recordings: Sequence[str], failures: dict[str, str]) -> None:
+                        recordings: Sequence[str], failures: dict[str, str],
+                        explanations: Sequence[RecordingExplanation] = ()) -> None:
     """``class_summary.npz`` and ``class_summary.json`` from
-    :func:`~eegformer_cli.explain.attributions.class_means` output."""
+    :func:`~eegformer_cli.explain.attributions.class_means` output (and, per class, the mean
+    attention diagnostics of ``explanations``)."""
     classes = list(means)
     arrays = {field: np.stack([means[c][field] for c in classes]) for field in MEAN_FIELDS} \
         if classes else {}
@@ -134,7 +155,9 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
         "classes": {c: {"n_recordings": means[c]["n_recordings"],
                         "band_importance": dict(zip(bands, map(float, means[c]["band_importance"]))),
                         "strongest_channel_pairs": strongest_pairs(means[c]["channel_pairs"],
-                                                                   bands, channels)}
+                                                                   bands, channels),
+                        "attention_diagnostics": mean_diagnostics(
+                            [e.attention_diagnostics for e in explanations if e.target == c])}
                     for c in classes},
     })
 

@@ -11,7 +11,11 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
    regression reference, ablations if present), confusion matrix, ROC and precision-recall
    curves from the out-of-fold predictions, training curves per fold.
 3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`).
-4. Explanations: band importance per class, the strongest channel-pair attributions per class
+4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
+   ``attention``: entropy, residual share, explanation against qkv bias, the logit change when
+   attention is replaced by a uniform mean or the identity) and the entropy per epoch on the
+   validation participants (history.jsonl).
+5. Explanations: band importance per class, the strongest channel-pair attributions per class
    on a connectivity circle (mne-connectivity), coarse versus refined attention per layer.
 
 Figure functions take plain data and return a matplotlib figure (Agg backend, closed by the
@@ -179,6 +183,48 @@ def training_curves_figure(history: list[dict]):
     return fig
 
 
+def attention_diagnostics_html(attention: dict) -> str:
+    """HTML table: one row per pass and layer of metrics.json's ``attention`` summary."""
+    columns = [("entropy", "entropy (nats)", ".3f"), ("entropy_fraction", "of ln T", ".1%"),
+               ("residual_share", "residual share", ".3f"),
+               ("guidance_ratio", "explanation / qkv bias", ".3g"),
+               ("logit_change_uniform", "logit change, uniform", ".3f"),
+               ("flips_uniform", "flips, uniform", ".1%"),
+               ("logit_change_identity", "logit change, identity", ".3f"),
+               ("flips_identity", "flips, identity", ".1%")]
+    rows = []
+    for name, values in attention.get("passes", {}).items():
+        for layer in range(len(values.get("entropy", []))):
+            rows.append([name, layer] + [format(values[key][layer], fmt) if key in values
+                                         else "" for key, _, fmt in columns])
+    return _table(["pass", "layer"] + [title for _, title, _ in columns], rows)
+
+
+def attention_entropy_figure(history: list[dict], uniform_entropy: float):
+    """Attention entropy (nats, mean over layers and validation recordings) of each pass
+    against epoch, the mean over folds with the range over folds shaded."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    rows = [h for h in history if h.get("attention") and h.get("fold", 0) >= 0]
+    for name, colour in (("coarse", "tab:blue"), ("refined", "tab:orange")):
+        by_epoch: dict[int, list[float]] = {}
+        for h in rows:
+            if name in h["attention"]:
+                by_epoch.setdefault(h["epoch"], []).append(
+                    float(np.mean(h["attention"][name]["entropy"])))
+        if by_epoch:
+            epochs = sorted(by_epoch)
+            values = [by_epoch[e] for e in epochs]
+            ax.plot(epochs, [np.mean(v) for v in values], color=colour, label=name)
+            ax.fill_between(epochs, [min(v) for v in values], [max(v) for v in values],
+                            color=colour, alpha=0.2)
+    ax.axhline(uniform_entropy, color="grey", linestyle=":", label="uniform (ln T)")
+    ax.set(xlabel="epoch", ylabel="entropy (nats)",
+           title="Attention entropy on the validation participants")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def band_importance_figure(band_importance: np.ndarray, classes: list[str], bands: list[str]):
     """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in."""
     fig, ax = plt.subplots(figsize=(max(6, len(bands) * 0.9), 3.8))
@@ -282,6 +328,7 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     _add_dataset(report, config)
     _add_cross_validation(report, run_dir)
     add_trust_section(report, run_dir)
+    _add_attention(report, run_dir)
     _add_explanations(report, run_dir, explanations_dir)
     return report
 
@@ -346,6 +393,35 @@ def _add_cross_validation(report, run_dir: Path) -> None:
     if history_file.is_file() and history_file.stat().st_size:
         _figure(report, training_curves_figure(_read_jsonl(history_file)),
                 "Training curves per fold", section)
+
+
+def _add_attention(report, run_dir: Path) -> None:
+    section = "Attention"
+    metrics_file, history_file = run_dir / "metrics.json", run_dir / "history.jsonl"
+    attention = _read_json(metrics_file).get("attention") if metrics_file.is_file() else None
+    if not attention:
+        _note(report, "What attention does", "No attention diagnostics: the run has no "
+              "metrics.json, or an earlier version of eegformer trained it.", section)
+        return
+    report.add_html(
+        "<p>What the attention of the two passes does on the test participants of every fold "
+        "(mean over a fold's recordings, then over folds). <b>Entropy</b>: how spread each "
+        f"band's attention is, in nats; uniform attention over the {attention['n_bands']} bands "
+        f"gives ln {attention['n_bands']} = {attention['uniform_entropy']:.3f} (100 %), attention "
+        "to one band gives 0. <b>Residual share</b>: the size of the attention update against "
+        "the tokens it is added to. <b>Explanation / qkv bias</b> (refined pass): how large the "
+        "explanation's part of the refined queries and keys is against the bias; near 0 means "
+        "the refined pass ignores the explanation. <b>Logit change</b> and <b>flips</b>: how "
+        "much that pass's logits move, and how many segments change class, when the layer's "
+        "attention is replaced by a plain mean over bands (uniform) or by the identity; near 0 "
+        "means the attention could be removed without changing the output.</p>"
+        + attention_diagnostics_html(attention), "What attention does (out of fold)",
+        section=section)
+    if history_file.is_file() and history_file.stat().st_size:
+        history = _read_jsonl(history_file)
+        if any(h.get("attention") for h in history):
+            _figure(report, attention_entropy_figure(history, attention["uniform_entropy"]),
+                    "Attention entropy per epoch", section)
 
 
 def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:

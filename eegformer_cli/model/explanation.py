@@ -69,7 +69,7 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
         torch.cat((demographics, demographics.new_zeros((1, demographics.shape[-1])))),
         keep_layer_inputs=True)
     coarse = EncoderOutput(with_baseline.logits[:n], [h[:n] for h in with_baseline.layer_inputs],
-                           [weights[:n] for weights in with_baseline.attention])
+                           [trace.rows(slice(0, n)) for trace in with_baseline.attention])
     target = _explained_class(coarse, target)
     target_logit = coarse.logits.gather(1, target[:, None]).sum()
     # gradients at the full layer inputs (the [:n] views are not part of the graph)

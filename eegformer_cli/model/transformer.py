@@ -4,12 +4,19 @@ either the coarse pass or the XAI-guided refined pass with the same weights.
 Shapes: B samples, T band tokens, d model width, H heads, Dh = d / H.
 Demographics enter as the (B, 2) float32 tensor made by the rotary module's
 ``drofe_*_demographics`` functions; (0, 0) is the explanation baseline.
+
+With ``attention_impl="explicit"`` every layer also reports what its attention did
+(:class:`AttentionTrace`: the weights, the share of the residual stream the attention update
+carries, and in the refined pass the size of the explanation's part of Q/K against the qkv
+bias); ``model/diagnostics.py`` turns these into the numbers ``train``, ``explain`` and the
+report show.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -18,54 +25,196 @@ from eegformer_cli.model.layers import GegluMLP, LayerScale, make_norm
 from eegformer_cli.model.rotary import BandRotaryEncoding
 
 ATTENTION_IMPLS = ("fused", "explicit")
+#: How the refined pass makes its queries and keys from an explanation (see :func:`guidance_input`).
+GUIDANCES = ("paper", "rms_token", "rms_sample", "band_share")
+#: What :class:`RotaryAttention` can put in place of its softmax weights (diagnostics only).
+ATTENTION_REPLACEMENTS = ("uniform", "identity")
+#: The two passes of the XAI-guided transformer, as :class:`RotaryAttention` names them.
+PASSES = ("coarse", "refined")
+#: Added to mean squares before a square root (explanations reach 1e-8 at initialisation).
+GUIDANCE_EPS = 1e-20
+#: ``band_share`` guidance: floor of a band's share of the explanation before the logarithm,
+#: so a band the explanation gives nothing keeps a finite (strongly lowered) attention logit.
+SHARE_FLOOR = 1e-3
 #: Norm epsilon in the transformer (passed explicitly in the official code).
 TRANSFORMER_NORM_EPS = 1e-5
+
+
+def rms(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """Root mean square of ``x`` over ``dims`` (kept), computed in at least float32."""
+    x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return torch.sqrt(x.square().mean(dim=dims, keepdim=True) + GUIDANCE_EPS)
+
+
+def guidance_input(explanation: Tensor, guidance: str) -> Tensor:
+    """What the refined pass projects to queries and keys: explanation (B, T, d) -> (B, T, d).
+
+    ``"paper"``: the explanation as it is (official). Its size is that of an attribution,
+    ~1e-4..1e-3 (reference section 4.4), against a qkv bias of ~4e-2, so the refined Q and K
+    are the bias and the refined attention is uniform whatever the explanation says.
+    ``"rms_token"``: each token's explanation divided by its root mean square over d (its
+    direction only; the issue's first probe). ``"rms_sample"``: the whole (T, d) explanation
+    of a sample divided by its root mean square, so it has the size of the (normalised) hidden
+    state while the bands keep their relative sizes: a band that carries more of the
+    prediction gets a larger query and key. Both remove the explanation's overall scale, which
+    follows the logit scale and the training stage rather than the recording. Returned in the
+    explanation's dtype.
+    """
+    check_choice("guidance", guidance, GUIDANCES)
+    if guidance == "paper":
+        return explanation
+    dims = (-1,) if guidance == "rms_token" else (-2, -1)
+    return (explanation / rms(explanation, dims)).to(explanation.dtype)
+
+
+def band_share_logits(explanation: Tensor) -> Tensor:
+    """``band_share`` guidance: ln of each band's share of the explanation, per sample.
+
+    explanation (B, T, d) -> (B, 1, 1, T) float32, an additive attention bias over the key
+    bands: ``ln(share_s + SHARE_FLOOR)`` with ``share_s = |sum_d E_s| / sum_s' |sum_d E_s'|``,
+    band s's part of the explained logit (DeepLIFT's contributions sum to the logit's change
+    from the baseline). Scale-free: the same for ``c * E``, c > 0.
+    """
+    contribution = explanation.float().sum(dim=-1).abs()                 # (B, T)
+    share = contribution / (contribution.sum(dim=-1, keepdim=True) + GUIDANCE_EPS)
+    return torch.log(share + SHARE_FLOOR)[:, None, None, :]
+
+
+def _centred_rms(logits: Tensor) -> Tensor:
+    """Per sample, the root mean square of attention logits (B, H, T, T) after removing each
+    row's mean (which the softmax ignores) -> (B,)."""
+    return rms((logits - logits.mean(dim=-1, keepdim=True)).flatten(1), (-1,))[:, 0]
+
+
+@dataclass
+class AttentionTrace:
+    """What one attention layer did in one pass, per sample (``attention_impl="explicit"``).
+
+    weights (B, H, T, T), each row sums to 1; residual_share (B,): ||gamma * attn(x)|| / ||x||
+    over (T, d), the share of the residual stream the attention update carries;
+    guidance_ratio (B,), refined pass only: how large the explanation's part of the refined
+    attention is against the part that does not depend on it. Guidance through Q/K (``paper``,
+    ``rms_*``): ||W_qk g|| / ||b_qk|| over (T, 2d), g = :func:`guidance_input` (times the
+    gain); ``band_share``: the centred RMS of the explanation's logit bias against that of the
+    content logits q.k / sqrt(Dh) (None in the coarse pass).
+    """
+
+    weights: Tensor
+    residual_share: Tensor | None = None
+    guidance_ratio: Tensor | None = None
+
+    def rows(self, index) -> "AttentionTrace":
+        """The same trace for the samples ``index`` (a slice or index tensor of the batch)."""
+        def pick(value):
+            return None if value is None else value[index]
+        return AttentionTrace(self.weights[index], pick(self.residual_share),
+                              pick(self.guidance_ratio))
+
+    def detach(self) -> "AttentionTrace":
+        def cut(value):
+            return None if value is None else value.detach()
+        return AttentionTrace(self.weights.detach(), cut(self.residual_share),
+                              cut(self.guidance_ratio))
+
+
+def _norm_per_sample(x: Tensor) -> Tensor:
+    """Frobenius norm of each sample of x (B, ...) -> (B,), in at least float32."""
+    return rms(x.flatten(1), (-1,))[:, 0] * x[0].numel() ** 0.5
 
 
 class RotaryAttention(nn.Module):
     """Multi-head self-attention with rotary Q/K and the XAI-guided variant.
 
     ``qkv`` Linear(d -> 3d, bias), ``proj`` Linear(d -> d), scale Dh^-0.5, V never rotated.
-    With ``explanation`` (B, T, d) given, Q and K are the Q/K parts of the *same* ``qkv`` Linear
-    (bias included) applied to the explanation, V still comes from ``x`` (official refined pass).
+    With ``explanation`` (B, T, d) given (the refined pass), ``guidance`` says how it steers
+    the attention. ``"paper"``, ``"rms_token"``, ``"rms_sample"``: Q and K are the Q/K parts of
+    the *same* ``qkv`` Linear (bias included) applied to ``guidance_input(explanation,
+    guidance)`` (times a learned gain, one scalar initialised to 1, except for ``"paper"``, as
+    the official code); V still comes from ``x``. ``"band_share"``: Q, K and V come from ``x``
+    as in the coarse pass, and the logits get ``gain * band_share_logits(explanation)``, so
+    each key band's weight is multiplied by its share of the explanation to the power gain.
 
     ``attention_impl``: ``"fused"`` (``F.scaled_dot_product_attention``, no weights returned) or
-    ``"explicit"`` (softmax(QK^T) V written out, returns the weights (B, H, T, T)); equal numbers.
-    The softmax is the tensor function, not ``nn.Softmax`` (see layers.py on captum).
+    ``"explicit"`` (softmax(QK^T) V written out, returns an :class:`AttentionTrace`); equal
+    numbers. The softmax is the tensor function, not ``nn.Softmax`` (see layers.py on captum).
+    ``replace`` maps a pass name (:data:`PASSES`) to one of :data:`ATTENTION_REPLACEMENTS`:
+    that pass's weights become uniform (every query takes the mean of the values) or the
+    identity (every token keeps its own value): the ablations of ``model/diagnostics.py``.
 
-    forward(x (B, T, d), demographics (B, 2), explanation=None) -> (out (B, T, d), weights or None).
+    forward(x (B, T, d), demographics (B, 2), explanation=None) -> (out (B, T, d), trace or None).
     """
 
     def __init__(self, dim: int, n_heads: int, rotary: BandRotaryEncoding, attention_impl: str,
-                 dropout: float):
+                 dropout: float, guidance: str = "paper"):
         super().__init__()
         check_choice("attention_impl", attention_impl, ATTENTION_IMPLS)
+        check_choice("guidance", guidance, GUIDANCES)
         self.n_heads = n_heads
         self.attention_impl = attention_impl
+        self.guidance = guidance
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.rotary = rotary
         self.dropout = dropout
+        self.guidance_gain = None if guidance == "paper" else nn.Parameter(torch.ones(()))
+        self.replace: dict[str, str] = {}
 
     def _split_heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)       # (B, H, T, Dh)
 
+    def _guided_qk(self, explanation: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Refined Q/K (B, T, 2d) and, with explicit attention, the guidance ratio (B,)."""
+        dim = self.qkv.in_features
+        weight, bias = self.qkv.weight[:2 * dim], self.qkv.bias[:2 * dim]
+        guide = guidance_input(explanation, self.guidance)
+        if self.guidance_gain is not None:
+            guide = guide * self.guidance_gain
+        if self.attention_impl != "explicit":
+            return F.linear(guide, weight, bias), None
+        guided = F.linear(guide, weight)
+        ratio = _norm_per_sample(guided) / (_norm_per_sample(bias.expand_as(guided)) + GUIDANCE_EPS)
+        return guided + bias, ratio
+
     def forward(self, x: Tensor, demographics: Tensor, explanation: Tensor | None = None):
         dim = x.shape[-1]
-        if explanation is None:
+        ratio, logit_bias = None, None
+        if explanation is None or self.guidance == "band_share":
             q, k, v = self.qkv(x).split(dim, dim=-1)
+            if explanation is not None:
+                logit_bias = self.guidance_gain * band_share_logits(explanation)
         else:
-            q, k = F.linear(explanation, self.qkv.weight[:2 * dim], self.qkv.bias[:2 * dim]).split(dim, dim=-1)
+            qk, ratio = self._guided_qk(explanation)
+            q, k = qk.split(dim, dim=-1)
             v = F.linear(x, self.qkv.weight[2 * dim:], self.qkv.bias[2 * dim:])
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         q, k = self.rotary(q, k, demographics)
         drop = self.dropout if self.training else 0.0
-        if self.attention_impl == "fused":
-            out, weights = F.scaled_dot_product_attention(q, k, v, dropout_p=drop), None
+        replacement = self.replace.get("coarse" if explanation is None else "refined")
+        if self.attention_impl == "fused" and replacement is None:
+            mask = None if logit_bias is None else logit_bias.to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
+            trace = None
         else:
-            weights = (q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5).softmax(dim=-1)
+            logits = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+            if logit_bias is not None:
+                ratio = _centred_rms(logit_bias.expand_as(logits)) / (_centred_rms(logits)
+                                                                       + GUIDANCE_EPS)
+                logits = logits + logit_bias
+            weights = logits.softmax(dim=-1)
+            if replacement is not None:
+                weights = _replaced_weights(replacement, weights)
             out = F.dropout(weights, drop) @ v
-        return self.proj(out.transpose(1, 2).flatten(-2)), weights
+            trace = AttentionTrace(weights, guidance_ratio=ratio)
+        return self.proj(out.transpose(1, 2).flatten(-2)), trace
+
+
+def _replaced_weights(kind: str, weights: Tensor) -> Tensor:
+    """Uniform weights (1 / T everywhere) or the identity, shaped and typed like ``weights``."""
+    check_choice("attention replacement", kind, ATTENTION_REPLACEMENTS)
+    n = weights.shape[-1]
+    if kind == "uniform":
+        return torch.full_like(weights, 1.0 / n)
+    return torch.eye(n, dtype=weights.dtype, device=weights.device).expand_as(weights)
 
 
 class PostNormLayer(nn.Module):
@@ -74,15 +223,16 @@ class PostNormLayer(nn.Module):
     ``x = Norm1(x + gamma1 * Attn(x)); x = Norm2(x + gamma2 * FFN(x))``, FFN = GeGLU MLP
     (d -> 2 mlp_ratio d -> GeGLU -> mlp_ratio d -> d).
 
-    forward(x (B, T, d), demographics (B, 2), explanation=None) -> (x (B, T, d), attention
-    weights (B, H, T, T) with explicit attention, else None). The explanation is passed as a
+    forward(x (B, T, d), demographics (B, 2), explanation=None) -> (x (B, T, d), an
+    :class:`AttentionTrace` with explicit attention, else None). The explanation is passed as a
     keyword so captum's layer-input hooks see (x, demographics) only.
     """
 
     def __init__(self, dim: int, n_heads: int, mlp_ratio: float, layerscale_init: float,
-                 norm: str, rotary: BandRotaryEncoding, attention_impl: str, dropout: float):
+                 norm: str, rotary: BandRotaryEncoding, attention_impl: str, dropout: float,
+                 guidance: str = "paper"):
         super().__init__()
-        self.attn = RotaryAttention(dim, n_heads, rotary, attention_impl, dropout)
+        self.attn = RotaryAttention(dim, n_heads, rotary, attention_impl, dropout, guidance)
         self.scale1 = LayerScale(dim, layerscale_init)
         self.norm1 = make_norm(norm, dim, eps=TRANSFORMER_NORM_EPS)
         self.ffn = GegluMLP(dim, int(dim * mlp_ratio), dim, dropout)
@@ -91,9 +241,12 @@ class PostNormLayer(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, demographics: Tensor, explanation: Tensor | None = None):
-        attended, weights = self.attn(x, demographics, explanation)
-        x = self.norm1(x + self.scale1(self.drop(attended)))
-        return self.norm2(x + self.scale2(self.drop(self.ffn(x)))), weights
+        attended, trace = self.attn(x, demographics, explanation)
+        update = self.scale1(self.drop(attended))
+        if trace is not None:
+            trace.residual_share = _norm_per_sample(update) / (_norm_per_sample(x) + GUIDANCE_EPS)
+        x = self.norm1(x + update)
+        return self.norm2(x + self.scale2(self.drop(self.ffn(x)))), trace
 
 
 @dataclass
@@ -101,12 +254,13 @@ class EncoderOutput:
     """One pass of :class:`BandTransformer`.
 
     logits (B, n_classes); layer_inputs: h_0 .. h_{L-1}, each (B, T, d) (h_0 = the tokens), kept
-    when asked; attention: per layer (B, H, T, T) with explicit attention, else empty.
+    when asked; attention: one :class:`AttentionTrace` per layer with explicit attention, else
+    empty.
     """
 
     logits: Tensor
     layer_inputs: list[Tensor] = field(default_factory=list)
-    attention: list[Tensor] = field(default_factory=list)
+    attention: list[AttentionTrace] = field(default_factory=list)
 
 
 class BandTransformer(nn.Module):
@@ -120,13 +274,14 @@ class BandTransformer(nn.Module):
 
     def __init__(self, dim: int, n_heads: int, n_layers: int, n_classes: int, mlp_ratio: float,
                  layerscale_init: float, norm: str, frequency_encoding: str,
-                 band_edges_hz: Tensor, attention_impl: str, dropout: float):
+                 band_edges_hz: Tensor, attention_impl: str, dropout: float,
+                 guidance: str = "paper"):
         super().__init__()
         head_dim = dim // n_heads
         self.layers = nn.ModuleList(
             PostNormLayer(dim, n_heads, mlp_ratio, layerscale_init, norm,
                           BandRotaryEncoding(frequency_encoding, head_dim, band_edges_hz),
-                          attention_impl, dropout)
+                          attention_impl, dropout, guidance)
             for _ in range(n_layers))
         self.head = GegluMLP(dim, dim, n_classes, dropout)
 
@@ -143,9 +298,9 @@ class BandTransformer(nn.Module):
             if keep_layer_inputs:
                 layer_inputs.append(x)
             if explanations is None:
-                x, weights = layer(x, demographics)
+                x, trace = layer(x, demographics)
             else:
-                x, weights = layer(x, demographics, explanation=explanations[i])
-            if weights is not None:
-                attention.append(weights)
+                x, trace = layer(x, demographics, explanation=explanations[i])
+            if trace is not None:
+                attention.append(trace)
         return EncoderOutput(self.head(x.mean(dim=1)), layer_inputs, attention)

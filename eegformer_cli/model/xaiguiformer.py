@@ -22,7 +22,7 @@ from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demog
                                         drofe_paper_demographics)
 from eegformer_cli.model.tokenizer import (EDGES, NODE_FEATURES, READOUTS, SPATIAL_ENCODINGS,
                                          ConnectomeTokenizer)
-from eegformer_cli.model.transformer import ATTENTION_IMPLS, BandTransformer
+from eegformer_cli.model.transformer import ATTENTION_IMPLS, GUIDANCES, AttentionTrace, BandTransformer
 
 PRESETS = ("paper", "default")
 
@@ -35,7 +35,7 @@ PRESET_FIELDS = {
                   frequency_encoding="drofe_paper", xai_refinement=True, explainer="deeplift",
                   explanation_impl="one_pass", detach_explanations=False,
                   attention_impl="fused", spatial_encoding="none", readout="mean",
-                  channel_embedding=False, node_features="coherence"),
+                  channel_embedding=False, node_features="coherence", guidance="paper"),
     # Defects fixed (reference section 9): true RMSNorm, undirected edges, a true-rotation
     # dRoFE with z-scored age, detached explanations (no backward through the explainer), a
     # tokenizer that keeps channel identity (a readout over the flattened nodes with one
@@ -48,7 +48,7 @@ PRESET_FIELDS = {
                     explanation_impl="one_pass", detach_explanations=True,
                     attention_impl="fused", spatial_encoding="none",
                     readout="channel_flatten_per_band",
-                    channel_embedding=True, node_features="coherence_wpli"),
+                    channel_embedding=True, node_features="coherence_wpli", guidance="paper"),
 }
 
 
@@ -89,6 +89,7 @@ class ModelConfig:
     readout: str = "mean"
     channel_embedding: bool = False
     node_features: str = "coherence"
+    guidance: str = "paper"
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -108,9 +109,14 @@ class ModelConfig:
         check_choice("spatial_encoding", self.spatial_encoding, SPATIAL_ENCODINGS)
         check_choice("readout", self.readout, READOUTS)
         check_choice("node_features", self.node_features, NODE_FEATURES)
-        for name in ("n_channels", "n_classes", "d_model", "n_heads", "n_layers"):
+        check_choice("guidance", self.guidance, GUIDANCES)
+        for name in ("n_channels", "n_classes", "d_model", "n_heads"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"invalid value {getattr(self, name)!r} for {name}; must be >= 1")
+        if self.n_layers < (1 if self.xai_refinement else 0):
+            raise UsageError(f"invalid value {self.n_layers!r} for n_layers; must be >= 1 with "
+                             "xai_refinement (the refined pass needs a layer to explain), >= 0 "
+                             "without (0: the tokenizer and the head alone, an ablation)")
         if self.n_classes < 2:
             raise UsageError(f"invalid value {self.n_classes!r} for n_classes; must be >= 2")
         if len(self.band_names) != len(self.band_edges_hz) or not self.band_names:
@@ -165,8 +171,9 @@ class ModelOutput:
     logits_coarse, logits_refined: (B, n_classes) (equal when xai_refinement is off);
     tokens: (B, T, d); target: (B,) int64, the explained class (coarse argmax unless given);
     explanations: L tensors (B, T, d), the coarse pass's attributions at each layer input
-    (empty when xai_refinement is off); attention_coarse / attention_refined: L tensors
-    (B, H, T, T) with ``attention_impl="explicit"``, else empty.
+    (empty when xai_refinement is off); attention_coarse / attention_refined: one
+    :class:`~eegformer_cli.model.transformer.AttentionTrace` per layer (weights (B, H, T, T),
+    residual share, guidance ratio) with ``attention_impl="explicit"``, else empty.
     """
 
     logits_coarse: Tensor
@@ -174,8 +181,8 @@ class ModelOutput:
     tokens: Tensor
     target: Tensor | None = None
     explanations: list[Tensor] = field(default_factory=list)
-    attention_coarse: list[Tensor] = field(default_factory=list)
-    attention_refined: list[Tensor] = field(default_factory=list)
+    attention_coarse: list[AttentionTrace] = field(default_factory=list)
+    attention_refined: list[AttentionTrace] = field(default_factory=list)
 
 
 class XAIguiFormer(nn.Module):
@@ -207,7 +214,7 @@ class XAIguiFormer(nn.Module):
         self.encoder = BandTransformer(
             config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
             config.layerscale_init, config.norm, config.frequency_encoding, edges,
-            config.attention_impl, config.dropout)
+            config.attention_impl, config.dropout, config.guidance)
         self.register_buffer("age_mean", torch.tensor(float("nan")))
         self.register_buffer("age_std", torch.tensor(float("nan")))
 
@@ -284,7 +291,7 @@ class XAIguiFormer(nn.Module):
 
 
 def _detached(output: ModelOutput) -> ModelOutput:
-    def cut(values: list[Tensor]) -> list[Tensor]:
+    def cut(values: list) -> list:
         return [value.detach() for value in values]
 
     return ModelOutput(output.logits_coarse.detach(), output.logits_refined.detach(),

@@ -44,6 +44,7 @@ from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries, write_jso
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_device, seed_everything
 from eegformer_cli.errors import UsageError
 from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
+from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.parallel import process_pool, worker_count
 from eegformer_cli.training import audit, augment, distributed, merge, permutation, splits
 from eegformer_cli.training.config import TrainConfig
@@ -165,6 +166,19 @@ def evaluate(model, dataset: ConnectomeDataset, device: torch.device) -> np.ndar
     return np.concatenate(distributed.map_gathered(chunk_logits, chunks))
 
 
+def attention_summary(model, dataset: ConnectomeDataset, device: torch.device,
+                      ablations: bool) -> dict | None:
+    """What the model's attention does on ``dataset`` (model/diagnostics.py): every quantity
+    per pass and layer, the mean over recordings of each recording's segment mean; the
+    replacement ablations only with ``ablations`` (they cost a forward per pass, layer and
+    replacement). None for an empty dataset."""
+    if not dataset.recordings:
+        return None
+    recordings = [(*dataset.recording_arrays(r), rec.age, rec.sex)
+                  for r, rec in enumerate(dataset.recordings)]
+    return mean_diagnostics(recording_diagnostics(model, recordings, device, ablations))
+
+
 def fit_model(data: TrainingData, train_recs: list[RecordingInfo], val_recs: list[RecordingInfo],
               config: TrainConfig, device: torch.device, seed: int, tag: dict,
               on_epoch=None) -> FitResult:
@@ -249,9 +263,11 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
         val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(val_labels)))
         metrics = classification_metrics(val_labels, softmax(logits), None)
         metric = metrics[config.selection_metric]
+        attention = attention_summary(model, val_set, device, ablations=False)
         record = {**tag, "epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
                   "val_loss": val_loss, "val_bac": metrics["bac"], "lr": lr if losses else None,
-                  "seconds": time.perf_counter() - epoch_start}
+                  "seconds": time.perf_counter() - epoch_start,
+                  "attention": attention and attention["passes"]}
         history.append(record)
         if selection_improved(config, epoch, metric, val_loss, best):
             best = (metric, -val_loss)
@@ -423,6 +439,7 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
         "repeat": fold.repeat, "fold": fold.fold, "best_epoch": fit.best_epoch,
         "seconds": fit.seconds, "reference_C": float(reference.best_params_["logisticregression__C"]),
         "history": fit.history,
+        "attention": attention_summary(fit.model, test_set, plan.device, ablations=True),
         "oof": (_oof_rows(MODEL_NAME, fold, test_recs, model_probs, data.label_names)
                 + _oof_rows(REFERENCE_NAME, fold, test_recs, reference_probs, data.label_names)),
         "metrics": {
@@ -485,10 +502,23 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
                "cv_seconds": float(sum(r["seconds"] for r in results)),
                "models": models,
                "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison},
+               "attention": _attention_out_of_fold(results),
                **(extra or {})}
     metrics = _nan_to_none(metrics)
     write_json(run_dir / "metrics.json", metrics)
     return metrics
+
+
+def _attention_out_of_fold(results: list[dict]) -> dict | None:
+    """The folds' attention summaries (test recordings) and their mean over folds; None when
+    no fold has one (a run folder of an earlier version)."""
+    per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["attention"]}
+                for r in results if r.get("attention")]
+    mean = mean_diagnostics([r["attention"] for r in results if r.get("attention")])
+    if mean is None:
+        return None
+    return {"scope": "test recordings of every fold: mean over a fold's recordings, then over "
+                     "folds", **mean, "per_fold": per_fold}
 
 
 def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, splits_file=None,

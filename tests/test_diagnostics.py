@@ -1,0 +1,152 @@
+"""Attention diagnostics (model/diagnostics.py) and the guidance designs' inputs
+(transformer.guidance_input): each quantity against its definition computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from eegformer_cli.model import XAIguiFormer
+from eegformer_cli.model.diagnostics import (attention_entropy, describe, explicit_attention,
+                                             mean_diagnostics, recording_diagnostics,
+                                             replaced_attention, segment_diagnostics)
+from eegformer_cli.model.transformer import guidance_input
+from test_model import BANDS, connectome_batch, perturb, small_config
+
+T = len(BANDS)
+
+
+def test_entropy_is_ln_t_for_uniform_rows_and_zero_for_one_hot_rows():
+    uniform = torch.full((2, 3, T, T), 1.0 / T)
+    one_hot = torch.eye(T).expand(2, 3, T, T)
+    np.testing.assert_allclose(attention_entropy(uniform), math.log(T), rtol=1e-6)
+    np.testing.assert_allclose(attention_entropy(one_hot), 0.0, atol=1e-7)
+    mixed = torch.stack([uniform[0], one_hot[0]])          # per sample, not pooled
+    np.testing.assert_allclose(attention_entropy(mixed), [math.log(T), 0.0], atol=1e-6)
+
+
+@pytest.mark.parametrize("guidance", ["rms_token", "rms_sample"])
+def test_normalised_guidance_keeps_the_direction_and_drops_the_scale(guidance):
+    torch.manual_seed(0)
+    explanation = torch.randn(4, T, 16) * torch.linspace(0.1, 3, T)[None, :, None] * 1e-4
+    g = guidance_input(explanation, guidance)
+    np.testing.assert_allclose(g, guidance_input(explanation * 1e3, guidance), rtol=1e-5)
+    rms_token = g.pow(2).mean(dim=-1).sqrt()                 # (B, T)
+    if guidance == "rms_token":
+        np.testing.assert_allclose(rms_token, 1.0, rtol=1e-5)
+    else:   # one scale per sample: the bands keep their relative sizes
+        np.testing.assert_allclose(g.pow(2).mean(dim=(1, 2)).sqrt(), 1.0, rtol=1e-5)
+        original = explanation.pow(2).mean(dim=-1).sqrt()
+        np.testing.assert_allclose(rms_token / rms_token[:, :1], original / original[:, :1],
+                                   rtol=1e-5)
+    assert torch.equal(guidance_input(explanation, "paper"), explanation)
+    assert torch.isfinite(guidance_input(torch.zeros(1, T, 16), guidance)).all()  # baseline row
+
+
+def test_paper_guidance_is_swamped_by_the_bias_and_normalised_guidance_is_not():
+    """Reference section 4.4: at initialisation the explanation's part of the refined Q/K is
+    tiny against the qkv bias, so the refined attention is uniform; normalised, it is not."""
+    coh, wpli, age, sex = connectome_batch()
+    results = {}
+    for guidance in ("paper", "rms_sample"):
+        torch.manual_seed(1)
+        model = XAIguiFormer(small_config("default", guidance=guidance)).eval()
+        results[guidance] = segment_diagnostics(model, coh, wpli, age, sex)["refined"]
+    assert results["paper"]["guidance_ratio"].max() < 0.1
+    assert results["rms_sample"]["guidance_ratio"].min() > 1.0
+    assert results["paper"]["entropy_fraction"].min() > 0.999
+    assert results["rms_sample"]["entropy_fraction"].mean() < 0.99
+
+
+def test_residual_share_and_guidance_ratio_follow_their_definitions():
+    torch.manual_seed(2)
+    model = perturb(XAIguiFormer(small_config("default", n_layers=1, guidance="rms_sample")))
+    model.eval()
+    coh, wpli, age, sex = connectome_batch()
+    with explicit_attention(model):
+        output = model.forward_with_details(coh, wpli, age, sex)
+    layer = model.encoder.layers[0]
+    demographics = model.encode_demographics(age, sex)
+    for trace, explanation in ((output.attention_coarse[0], None),
+                               (output.attention_refined[0], output.explanations[0])):
+        with explicit_attention(model):
+            attended, _ = layer.attn(output.tokens, demographics, explanation)
+        update = layer.scale1.gamma * attended
+        expected = update.flatten(1).norm(dim=1) / output.tokens.flatten(1).norm(dim=1)
+        np.testing.assert_allclose(trace.residual_share.detach(), expected.detach(), rtol=1e-5)
+    dim = model.config.d_model
+    weight, bias = layer.attn.qkv.weight[:2 * dim], layer.attn.qkv.bias[:2 * dim]
+    guided = guidance_input(output.explanations[0], "rms_sample") * layer.attn.guidance_gain
+    part = (guided @ weight.T).flatten(1).norm(dim=1)
+    expected_ratio = part / (bias.norm() * math.sqrt(T))
+    np.testing.assert_allclose(output.attention_refined[0].guidance_ratio.detach(),
+                               expected_ratio.detach(), rtol=1e-5)
+    assert output.attention_coarse[0].guidance_ratio is None
+
+
+@pytest.mark.parametrize("kind", ["uniform", "identity"])
+def test_replaced_attention_is_a_plain_mean_or_the_identity_and_is_restored(kind):
+    torch.manual_seed(3)
+    model = perturb(XAIguiFormer(small_config("default"))).eval()
+    coh, wpli, age, sex = connectome_batch()
+    layer = model.encoder.layers[1].attn
+    tokens = torch.randn(3, T, 32)
+    demographics = model.encode_demographics(age, sex)
+    with replaced_attention(model, "coarse", 1, kind), explicit_attention(model):
+        out, trace = layer(tokens, demographics)
+        refined_out, refined_trace = layer(tokens, demographics, torch.randn(3, T, 32))
+    dim = 32
+    v = (tokens @ layer.qkv.weight[2 * dim:].T + layer.qkv.bias[2 * dim:])
+    mixed = v.mean(dim=1, keepdim=True).expand_as(v) if kind == "uniform" else v
+    np.testing.assert_allclose(out.detach(), layer.proj(mixed).detach(), rtol=1e-5, atol=1e-6)
+    expected = torch.full((T, T), 1 / T) if kind == "uniform" else torch.eye(T)
+    assert torch.equal(trace.weights[0, 0], expected)
+    assert not torch.equal(refined_trace.weights[0, 0], expected)     # other pass untouched
+    assert layer.replace == {}
+    with explicit_attention(model):
+        _, after = layer(tokens, demographics)
+    assert not torch.equal(after.weights[0, 0], expected)
+
+
+def test_segment_diagnostics_of_a_model_with_and_without_refinement():
+    coh, wpli, age, sex = connectome_batch()
+    torch.manual_seed(4)
+    full = perturb(XAIguiFormer(small_config("default"))).eval()
+    result = segment_diagnostics(full, coh, wpli, age, sex)
+    assert set(result) == {"coarse", "refined"}
+    assert "guidance_ratio" in result["refined"] and "guidance_ratio" not in result["coarse"]
+    for values in result.values():
+        assert all(v.shape == (2, 3) for v in values.values())
+        assert ((values["entropy"] >= 0) & (values["entropy"] <= math.log(T) + 1e-6)).all()
+        assert ((values["flips_uniform"] == 0) | (values["flips_uniform"] == 1)).all()
+    # the perturbed model's attention matters: replacing it moves the logits
+    assert result["coarse"]["logit_change_uniform"].max() > 1e-3
+    coarse_only = XAIguiFormer(small_config("default", xai_refinement=False)).eval()
+    assert set(segment_diagnostics(coarse_only, coh, wpli, age, sex, ablations=False)) == {"coarse"}
+
+
+def test_recording_summaries_are_segment_means_and_average_over_recordings():
+    torch.manual_seed(5)
+    model = perturb(XAIguiFormer(small_config("default"))).eval()
+    coh, wpli, _, _ = connectome_batch(batch=3)
+    recordings = [(coh[:2].numpy(), wpli[:2].numpy(), 30.0, 1.0),
+                  (coh[2:].numpy(), wpli[2:].numpy(), 50.0, 0.0)]
+    first, second = recording_diagnostics(model, recordings, torch.device("cpu"))
+    per_segment = segment_diagnostics(model, coh, wpli, torch.tensor([30.0, 30.0, 50.0]),
+                                      torch.tensor([1.0, 1.0, 0.0]))
+    for name in ("coarse", "refined"):
+        for key, value in per_segment[name].items():
+            np.testing.assert_allclose(first["passes"][name][key], value[:, :2].mean(axis=1),
+                                       rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(second["passes"][name][key], value[:, 2], rtol=1e-5,
+                                       atol=1e-7)
+    mean = mean_diagnostics([first, second])
+    np.testing.assert_allclose(mean["passes"]["refined"]["entropy"],
+                               (np.array(first["passes"]["refined"]["entropy"])
+                                + second["passes"]["refined"]["entropy"]) / 2)
+    line = describe(mean, "test")
+    assert "coarse / refined" in line and f"ln {T}" in line and "explanation / qkv bias" in line
+    assert mean_diagnostics([]) is None and "not measured" in describe(None, "test")
