@@ -241,10 +241,11 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
                                 -np.nan_to_num(e["auroc"]["mean"] if e["auroc"] else 0.0)))
     flagged = [entry for entry in entries if entry["status"] == "flagged"]
     for entry in flagged:
-        warn(f"shortcut: {entry['name']} ({entry['description']}) alone predicts "
-             f"{data.label_column!r} "
-             f"({describe_figure(entry)}); the models may score on it rather than on the EEG "
-             "(see shortcut_audit in metrics.json and the report)")
+        named = (entry["name"] if entry["description"] == entry["name"]
+                 else f"{entry['name']} ({entry['description']})")
+        warn(f"shortcut: {named} alone predicts {data.label_column!r} ({describe_figure(entry)}); "
+             "the models may score on it rather than on the EEG (see shortcut_audit in "
+             "metrics.json and the report)")
     return {
         "folds": plan.folds_description, "n_folds": len(plan.folds),
         "model": "class-balanced logistic regression on the variable alone, fit on each "
