@@ -11,8 +11,11 @@ class                           code  meaning
 :class:`InputDataError`         3     recordings or tables that cannot be used
 :class:`ModelFileError`         4     a model file that is corrupt or from another version
 :class:`OutputError`            5     an output that cannot be written (permissions, lock)
-:class:`PartialFailure`         6     some recordings failed and ``--strict`` was given
-(interrupted)                   130   Ctrl-C / SIGINT; rerunning resumes
+:class:`PartialFailure`         6     ``--strict`` and not every recording was clean: one
+                                      failed (``preprocess``) or got a warning
+                                      (``predict``, ``explain``); outputs are written
+(interrupted)                   130   Ctrl-C / SIGINT; ``preprocess``, ``train`` and
+                                      ``demo`` resume when rerun
 ==============================  ====  ==============================================
 """
 

@@ -19,12 +19,13 @@ import json
 import math
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from eegformer_cli import provenance
 from eegformer_cli.devices import autocast, one_cpu_thread
 from eegformer_cli.errors import EegformerError, InputDataError, UsageError
 from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
@@ -41,6 +42,14 @@ class InputRecording:
     ``coh``, ``wpli`` float32 (n_segments, n_bands, C, C) in the model's channel and band order;
     ``age`` years (NaN = unknown); ``sex`` 0 = male, 1 = female, NaN = unknown; ``error`` a
     one-line reason when the recording could not be used (then coh/wpli are None).
+
+    Provenance (:mod:`eegformer_cli.provenance`): ``source`` the input given (a file, or the
+    preprocess folder); ``source_file`` the recording file (for a preprocess folder, its
+    manifest's); ``age_source`` / ``sex_source`` where the values came from (flag, table,
+    manifest, none); ``table`` the participants table consulted (None: none) and
+    ``table_lists_participant`` whether it lists the recording's participant; the recording's
+    own ``source_sfreq`` (Hz) and ``duration_s`` (s), NaN when unknown; ``signal_sha256`` (None
+    when unknown); ``warnings`` one line each, set by :func:`load_inputs` for usable ones.
     """
 
     recording_id: str
@@ -51,6 +60,17 @@ class InputRecording:
     age: float = math.nan
     sex: float = math.nan
     error: str | None = None
+    source_file: str | None = None
+    n_segments_rejected: int | None = None
+    channels_interpolated: list[str] = field(default_factory=list)
+    source_sfreq: float = math.nan
+    duration_s: float = math.nan
+    signal_sha256: str | None = None
+    age_source: str = "none"
+    sex_source: str = "none"
+    table: str | None = None
+    table_lists_participant: bool | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def recording_logits(model, recordings: Sequence[tuple], device: torch.device) -> np.ndarray:
@@ -90,7 +110,10 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 def predict_recordings(bundle, items: Iterable[InputRecording],
                        device: torch.device) -> Iterator[dict]:
-    """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``.
+    """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
+    then the provenance columns (:data:`provenance.PROVENANCE_COLUMNS`: ``source_file``,
+    segments used and rejected, interpolated channels, age and sex with their sources,
+    ``warnings``; lists as lists).
 
     ``bundle`` a loaded model file (:class:`~eegformer_cli.training.model_file.ModelBundle`).
     A recording with an ``error`` yields ``{"recording_id", "participant_id", "error"}``.
@@ -105,6 +128,7 @@ def predict_recordings(bundle, items: Iterable[InputRecording],
         probabilities = softmax(logits)[0]
         row["predicted"] = bundle.label_names[int(probabilities.argmax())]
         row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})
+        row.update(provenance.row_fields(item))
         yield row
 
 
@@ -141,8 +165,9 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
 
     Returns the recordings in the order the inputs were given (a folder's recordings sorted; a
     recording named twice comes once); a recording that cannot be used comes with ``error``
-    (the others go on). What concerns the inputs as a whole is checked here, before any
-    recording is read: bad ``age``, ``sex`` or ``max_interpolated`` raise UsageError; an input
+    (the others go on), a usable one with its provenance and ``warnings``
+    (:func:`provenance.recording_warnings` against the model's training data). What concerns
+    the inputs as a whole is checked here, before any recording is read: bad ``age``, ``sex`` or ``max_interpolated`` raise UsageError; an input
     that does not exist or holds no recording, a participants table that cannot be read, or a
     preprocess folder made with other channels, bands or preprocessing settings than the
     model's, InputDataError.
@@ -173,20 +198,30 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
         metadata.find_participants_file(raw_inputs) if raw_inputs else None)
     table_rows = metadata.load_participants(table) if table else {}
 
-    def demographics(item: InputRecording) -> InputRecording:
-        item.age = item.age if forced_age is None else forced_age
-        item.sex = item.sex if forced_sex is None else forced_sex
+    def finish(item: InputRecording) -> InputRecording:
+        """--age / --sex over the tables, then the warnings of a usable recording."""
+        if forced_age is not None:
+            item.age, item.age_source = forced_age, "flag"
+        if forced_sex is not None:
+            item.sex, item.sex_source = forced_sex, "flag"
+        if forced_age is not None and forced_sex is not None:
+            item.table = None             # the table gave nothing used: no word about it
+        if item.error is None:
+            item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
         return item
 
     def from_folder(folder: Path, row: dict) -> InputRecording:
-        return demographics(_preprocessed_input(bundle, folder, row,
-                                                table_rows if participants else {}))
+        return finish(_preprocessed_input(bundle, folder, row, table if participants else None,
+                                          table_rows if participants else {}))
 
     def from_raw(path: Path) -> InputRecording:
         participant_id, meta = metadata.match_participant(path, table_rows, None, None)
-        item = InputRecording(ids[path], participant_id, str(path),
-                              age=age_value(meta.get("age")), sex=sex_value(meta.get("sex")))
-        return demographics(_preprocess_raw(bundle, path, item, max_interpolated))
+        item = InputRecording(ids[path], participant_id, str(path), source_file=str(path))
+        _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
+        if table is not None:
+            item.table = str(table)
+            item.table_lists_participant = participant_id in table_rows
+        return finish(_preprocess_raw(bundle, path, item, max_interpolated))
 
     makers = []
     for index, entry in enumerate(entries):
@@ -195,6 +230,14 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
         else:
             makers += [functools.partial(from_raw, path) for path in paths_of[index]]
     return InputRecordings(makers)
+
+
+def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
+    """``item``'s age and sex from table or manifest values (text, number or None), each with
+    ``source`` where known and ``"none"`` where not."""
+    item.age, item.sex = age_value(age), sex_value(sex)
+    item.age_source = source if not math.isnan(item.age) else "none"
+    item.sex_source = source if not math.isnan(item.sex) else "none"
 
 
 def _sex_code(sex: str) -> float:
@@ -220,6 +263,10 @@ def _preprocess_raw(bundle, path: Path, item: InputRecording,
         item.error = f"{path}: bands {connectome.bands} differ from the model's {bundle.bands}"
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
+    item.n_segments_rejected = connectome.n_segments_rejected
+    item.channels_interpolated = list(connectome.channels_interpolated)
+    item.source_sfreq, item.duration_s = connectome.source_sfreq, connectome.duration_s
+    item.signal_sha256 = connectome.signal_sha256 or None
     return item
 
 
@@ -281,19 +328,38 @@ def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
     return None
 
 
-def _preprocessed_input(bundle, folder: Path, row: dict, table: dict) -> InputRecording:
-    """One manifest row of a checked preprocess folder; ``table`` (participants rows, may be
-    empty) replaces the manifest's age and sex of the participants it lists."""
+def _connectome_provenance(path: Path) -> dict:
+    """What a connectome file records about its recording (keys of files written before
+    eegformer kept ``source_sfreq`` and ``signal_sha256`` are left out); {} if unreadable (the
+    arrays' reading then reports the file)."""
+    keys = {"n_segments_rejected": int, "channels_interpolated": list, "duration_s": float,
+            "source_sfreq": float, "signal_sha256": str}
+    try:
+        with np.load(path) as data:
+            return {key: (data[key].tolist() if kind is list else kind(data[key]))
+                    for key, kind in keys.items() if key in data.files}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return {}
+
+
+def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
+                        table_rows: dict) -> InputRecording:
+    """One manifest row of a checked preprocess folder; ``table_rows`` (the participants table
+    ``table``'s rows, or {} with ``table`` None) replace the manifest's age and sex of the
+    participants they list."""
     from eegformer_cli.training.dataset import RecordingInfo, read_connectome_arrays
 
     participant = row.get("participant_id")
     participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
-    listed = _table_demographics(table, participant)
+    listed = _table_demographics(table_rows, participant)
+    source_file = row.get("source_file")
     item = InputRecording(row["recording_id"], participant, str(folder),
-                          age=age_value(row.get("age")), sex=sex_value(row.get("sex")))
+                          source_file=None if source_file in (None, "", "n/a") else source_file)
+    _set_demographics(item, row.get("age"), row.get("sex"), "manifest")
+    if table is not None:
+        item.table, item.table_lists_participant = str(table), listed is not None
     if listed is not None:
-        item.age = age_value(listed["age"])
-        item.sex = sex_value(listed["sex"])
+        _set_demographics(item, listed["age"], listed["sex"], "table")
     if row.get("status") != "ok":
         item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
         return item
@@ -305,4 +371,11 @@ def _preprocessed_input(bundle, folder: Path, row: dict, table: dict) -> InputRe
         item.coh, item.wpli = read_connectome_arrays(info, bundle.channels, bundle.bands)
     except InputDataError as exc:
         item.error = exc.one_line()
+        return item
+    recorded = _connectome_provenance(info.connectome)
+    item.n_segments_rejected = recorded.get("n_segments_rejected")
+    item.channels_interpolated = [c for c in recorded.get("channels_interpolated", []) if c]
+    item.duration_s = recorded.get("duration_s", math.nan)
+    item.source_sfreq = recorded.get("source_sfreq", math.nan)
+    item.signal_sha256 = recorded.get("signal_sha256") or None
     return item

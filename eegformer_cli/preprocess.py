@@ -59,9 +59,9 @@ SETTINGS_NAME = "preprocess.json"
 MISSING = "n/a"
 #: Manifest columns before the metadata columns (docs/architecture.md).
 MANIFEST_LEADING_COLUMNS = ("recording_id", "participant_id", "source_file", "status", "error",
-                            "n_segments", "sfreq", "source_sfreq", "duration_s",
-                            "channels_interpolated", "age", "sex")
-MANIFEST_TRAILING_COLUMNS = ("connectome", "settings_hash")
+                            "n_segments", "n_segments_rejected", "sfreq", "source_sfreq",
+                            "duration_s", "channels_interpolated", "age", "sex")
+MANIFEST_TRAILING_COLUMNS = ("signal_sha256", "connectome", "settings_hash")
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,9 @@ class Connectome:
     channels_interpolated : names of the channels filled by interpolation.
     n_segments_rejected : segments dropped by amplitude rejection.
     ica_excluded : ICLabel labels of the removed components (empty without ICA).
+    source_sfreq : the recording's own sampling rate before resampling, Hz (NaN: not known, a
+        file written before eegformer stored it).
+    signal_sha256 : :func:`reading.signal_sha256` of the recording as read ("" when not known).
     record : bookkeeping stored with the file by :func:`run_preprocess` (settings hash, source
         size and mtime, processing fields of the manifest row); empty when not saved by a run.
     """
@@ -221,6 +224,8 @@ class Connectome:
     n_segments_rejected: int = 0
     ica_excluded: list[str] = field(default_factory=list)
     record: dict = field(default_factory=dict)
+    source_sfreq: float = math.nan
+    signal_sha256: str = ""
 
     @property
     def n_segments(self) -> int:
@@ -238,7 +243,8 @@ class Connectome:
             channels_interpolated=np.array(self.channels_interpolated, dtype=str),
             n_segments_rejected=np.int64(self.n_segments_rejected),
             ica_excluded=np.array(self.ica_excluded, dtype=str),
-            record_json=np.array(json.dumps(self.record)))
+            record_json=np.array(json.dumps(self.record)),
+            source_sfreq=np.float64(self.source_sfreq), signal_sha256=np.array(self.signal_sha256))
 
 
 def load_connectome(path: str | Path) -> Connectome:
@@ -252,7 +258,10 @@ def load_connectome(path: str | Path) -> Connectome:
             channels_interpolated=data["channels_interpolated"].tolist(),
             n_segments_rejected=int(data["n_segments_rejected"]),
             ica_excluded=data["ica_excluded"].tolist(),
-            record=json.loads(str(data["record_json"])))
+            record=json.loads(str(data["record_json"])),
+            # absent from files written before eegformer stored them
+            source_sfreq=float(data["source_sfreq"]) if "source_sfreq" in data else math.nan,
+            signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "")
 
 
 def _load_record(path: Path) -> dict | None:
@@ -319,6 +328,7 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
     path = Path(path)
     try:
         raw = reading.read_recording(path, preload=True)
+        source_sfreq, signal_sha256 = float(raw.info["sfreq"]), reading.signal_sha256(raw)
         raw, _ = normalise_channels(raw, path=path)
         requested = channels if channels is not None else settings.channels
         channels = select_channel_set([set(raw.ch_names)],
@@ -342,7 +352,8 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
                       bands=band_names(settings.bands), band_edges_hz=band_edges_hz(settings.bands),
                       sfreq=settings.sfreq, segment_onsets_s=onsets, duration_s=duration_s,
                       epoch_length_s=epoch_length_s, channels_interpolated=list(interpolated),
-                      n_segments_rejected=n_rejected, ica_excluded=excluded)
+                      n_segments_rejected=n_rejected, ica_excluded=excluded,
+                      source_sfreq=source_sfreq, signal_sha256=signal_sha256)
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,14 +431,12 @@ def _with_progress(results: Iterable, total: int, description: str) -> Iterator:
 
 @dataclass(frozen=True)
 class _Header:
-    """A recording file's header: its canonical EEG channels, length and sampling rate (Hz, as
-    recorded), or why it is unusable."""
+    """A recording file's header: its canonical EEG channels and length, or why it is unusable."""
 
     path: Path
     channels: frozenset[str] = frozenset()
     duration_s: float = 0.0
     error: str | None = None
-    sfreq: float | None = None
 
 
 def _read_header(path: Path) -> _Header:
@@ -442,8 +451,7 @@ def _read_header(path: Path) -> _Header:
     except Exception as exc:  # as in _process_and_save: one odd file must not stop the run
         message = " ".join(str(exc).split()) or type(exc).__name__
         return _Header(path, error=f"{path}: internal error: {type(exc).__name__}: {message}")
-    return _Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"],
-                   sfreq=raw.info["sfreq"])
+    return _Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"])
 
 
 @dataclass(frozen=True)
@@ -479,8 +487,11 @@ def _process_and_save(task: _Task) -> tuple[str, dict]:
         return task.recording_id, {"status": "error", "error": f"{task.path}: internal error: "
                                                               f"{type(exc).__name__}: {message}"}
     fields = {"status": "ok", "error": None, "n_segments": connectome.n_segments,
-              "sfreq": connectome.sfreq, "duration_s": round(connectome.duration_s, 3),
-              "channels_interpolated": ",".join(connectome.channels_interpolated)}
+              "n_segments_rejected": connectome.n_segments_rejected,
+              "sfreq": connectome.sfreq, "source_sfreq": connectome.source_sfreq,
+              "duration_s": round(connectome.duration_s, 3),
+              "channels_interpolated": ",".join(connectome.channels_interpolated),
+              "signal_sha256": connectome.signal_sha256}
     connectome.record = {"settings_hash": settings.settings_hash(),
                          "source_size": task.source_size,
                          "source_mtime_ns": task.source_mtime_ns, "fields": fields}
@@ -587,7 +598,9 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             for row in rows:  # a connectome from earlier settings must not outlive a failure now
                 if row["status"] == "error":
                     (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-            earlier = _earlier_rows(out_dir, previous_rows, current_ids, settings_hash)
+            earlier = _earlier_rows(out_dir, previous_rows, current_ids,
+                                    {str(rec.path.resolve()) for rec in recordings},
+                                    settings_hash)
             summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
                                      participants_file, recordings_file)
     first_error = _first_error(rows)
@@ -712,7 +725,9 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     record = _load_record(task.out_file)
     if (record is None or record.get("settings_hash") != settings_hash
             or record.get("source_size") != task.source_size
-            or record.get("source_mtime_ns") != task.source_mtime_ns):
+            or record.get("source_mtime_ns") != task.source_mtime_ns
+            # made before the signal hash was kept: made again, so the manifest has it
+            or "signal_sha256" not in record.get("fields", {})):
         return None
     return record.get("fields")
 
@@ -782,7 +797,7 @@ def _same_source(path: Path, row: dict, out_dir: Path) -> bool:
 
 
 def _earlier_rows(out_dir: Path, previous_rows: list[dict], current_ids: set[str],
-                  settings_hash: str) -> list[dict]:
+                  current_sources: set[str], settings_hash: str) -> list[dict]:
     """Rows of ``out_dir``'s manifest, from earlier runs (``previous_rows``), that this run's
     manifest keeps.
 
@@ -791,8 +806,17 @@ def _earlier_rows(out_dir: Path, previous_rows: list[dict], current_ids: set[str
     of a recording this run did not see is kept when it is ok, made with the same settings
     (channels and epoch length included) and its connectome file is there. The others are left
     out, with a log line, so the manifest never mixes settings; their files stay where they are.
+    So is an earlier row whose source file (``current_sources``: resolved paths) this run has
+    under another id (ids made before they kept Unicode letters: ``P_tient_1-2`` is now
+    ``Pätient_1``), so that no recording is listed twice.
     """
     previous = [row for row in previous_rows if row.get("recording_id") not in current_ids]
+    renamed = [row for row in previous
+               if str(Path(str(row.get("source_file"))).resolve()) in current_sources]
+    if renamed:
+        console.log(f"preprocess: {len(renamed)} recordings of earlier runs have new ids now "
+                    f"(e.g. {renamed[0].get('recording_id')}); their old rows are left out")
+        previous = [row for row in previous if row not in renamed]
     kept = [row for row in previous
             if row.get("status") == "ok" and row.get("settings_hash") == settings_hash
             and (out_dir / str(row.get("connectome"))).is_file()]
@@ -850,12 +874,14 @@ def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
     row = {"recording_id": rec.recording_id, "participant_id": rec.participant_id,
            "source_file": str(rec.path), "status": fields.get("status", "error"),
            "error": fields.get("error"), "n_segments": fields.get("n_segments"),
-           "sfreq": fields.get("sfreq"), "source_sfreq": rec.header.sfreq,
+           "n_segments_rejected": fields.get("n_segments_rejected"),
+           "sfreq": fields.get("sfreq"), "source_sfreq": fields.get("source_sfreq"),
            "duration_s": fields.get("duration_s"),
            "channels_interpolated": fields.get("channels_interpolated"),
            "age": rec.metadata.get("age"), "sex": rec.metadata.get("sex")}
     for key, value in rec.metadata.items():
         row.setdefault(key, value)
+    row["signal_sha256"] = fields.get("signal_sha256")
     row["connectome"] = f"{CONNECTOME_DIR}/{rec.recording_id}.npz" if ok else None
     row["settings_hash"] = settings_hash if ok else None
     return row

@@ -261,8 +261,10 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
     assert code == 0, output
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == [
         "attention.csv", "attention_diagnostics.csv", "band_importance.csv", "channel_pairs.csv",
-        "class_summary.json",
-        "class_summary.npz", "notes.txt", "sub-14_task-rest_eeg.json", "sub-14_task-rest_eeg.npz"]
+        "class_summary.json", "class_summary.npz", "notes.txt", "recordings.csv",
+        "sub-14_task-rest_eeg.json", "sub-14_task-rest_eeg.npz"]
+    # ... and says so on stderr, with the count
+    assert "explain: removed 2 files of 1 recordings that an earlier run explained" in output
 
     code, output = run_main(capsys, "explain", model, edf, "--out", tmp_path / "x",
                                "--target", "nosuch")

@@ -93,3 +93,19 @@ def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval()
     same = compare_folds([{"bac": 0.7}, {"bac": 0.9}, {"bac": 0.8}],
                          [{"bac": 0.7667}, {"bac": 0.9667}, {"bac": 0.8667}], 1.0)
     assert 0 < same["std_difference"] < 1e-12 and np.isnan(same["p_value"])
+
+
+def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
+    """Three folds (the issue's case: -1.004 to +0.866): a difference of two values in [0, 1]
+    lies in [-1, 1], so the interval is clipped there and the line says why."""
+    model = [{"bac": 0.5}, {"bac": 1.0}, {"bac": 0.55}]
+    reference = [{"bac": 1.0}, {"bac": 0.5}, {"bac": 0.95}]
+    comparison = compare_folds(model, reference, test_train_ratio=0.5)   # 3-fold CV
+    assert comparison["ci95"] == [-1.0, 1.0] and comparison["ci95_clipped"]
+    assert "clipped to the possible range: too few folds" in describe_comparison(
+        comparison, "xaiguiformer", "logistic_regression")
+    # an interval inside the range is left as it is
+    narrow = compare_folds([{"bac": 0.8}, {"bac": 0.9}, {"bac": 0.85}],
+                           [{"bac": 0.75}, {"bac": 0.9}, {"bac": 0.8}], 0.5)
+    assert not narrow["ci95_clipped"] and -1 < narrow["ci95"][0] < narrow["ci95"][1] < 1
+    assert "clipped" not in describe_comparison(narrow, "a", "b")

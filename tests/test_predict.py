@@ -65,7 +65,13 @@ def test_predict_on_raw_edfs_reproduces_the_out_of_fold_probabilities(msu_run):
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert [r["recording_id"] for r in rows] == [p.name.removesuffix(".edf") for p in msu_run["test_edfs"]]
     assert list(rows[0]) == ["recording_id", "participant_id", "predicted", "prob_healthy",
-                             "prob_schizophrenia"]
+                             "prob_schizophrenia", "source_file", "n_segments",
+                             "n_segments_rejected", "channels_interpolated", "age", "age_source",
+                             "sex", "sex_source", "warnings"]
+    # the held-out participants were not the model's training data: nothing to warn about
+    assert [row["source_file"] for row in rows] == [str(p) for p in msu_run["test_edfs"]]
+    assert all(row["warnings"] == "" and row["sex_source"] == "table" for row in rows)
+    assert "warning" not in done.stderr
     oof = _oof(msu_run["run"])
     assert set(oof) == {r["recording_id"] for r in rows}
     for row in rows:

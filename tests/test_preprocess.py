@@ -255,23 +255,16 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     assert run_preprocess(files, out, theta_only).n_skipped == 2
 
 
-def test_a_rerun_fills_the_original_rate_of_a_folder_made_without_it(messy_folder, tmp_path):
+def test_manifest_has_the_original_rate_and_preprocess_json_absolute_inputs(messy_folder,
+                                                                            tmp_path):
     out = tmp_path / "out"
     files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
-    settings = PreprocessSettings.from_preset("default")
-    run_preprocess(files, out, settings)
+    run_preprocess(files, out, PreprocessSettings.from_preset("default"))
     rows = read_manifest(out)
-    assert [row["source_sfreq"] for row in rows] == ["256", "500"]
-    # a folder written before the column existed: the rerun skips both recordings and fills it
-    text = (out / "manifest.tsv").read_text().splitlines()
-    column = text[0].split("\t").index("source_sfreq")
-    (out / "manifest.tsv").write_text("\n".join(
-        "\t".join(cell for i, cell in enumerate(line.split("\t")) if i != column)
-        for line in text) + "\n")
-    assert run_preprocess(files, out, settings).n_skipped == 2
-    assert [row["source_sfreq"] for row in read_manifest(out)] == ["256", "500"]
+    assert [(row["sfreq"], row["source_sfreq"]) for row in rows] == [("128", "256"),
+                                                                     ("128", "500")]
     inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
-    assert inputs == [str(path.absolute()) for path in files]
+    assert inputs == [str(path.absolute()) for path in files]   # the audit's input folders
 
 
 def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder, tmp_path, capsys):

@@ -1,6 +1,9 @@
 """``eegformer report``: built from a real tiny run on sample data (+ its explanations), one
-self-contained HTML file that a real browser (headless Chromium) renders with every figure
-decoded; parts missing; not a run folder.
+self-contained HTML file; the report of ``eegformer demo`` (what ``make demo`` writes) rendered
+by a real browser (headless Chromium): every figure decoded, the run summary, metric notes and
+a sortable per-recording table there, no tag badges; figures that label the final model, keep
+their titles inside and give each attention panel its own scale; parts missing; not a run
+folder.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import numpy as np
 import pytest
 
 from eegformer_cli.cli.app import main
+from eegformer_cli.explain.report import (attention_figure, confusion_matrix_figure,
+                                          training_curves_figure)
 from test_explain import build_sample_run, run_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -39,6 +44,16 @@ def report_file(tmp_path_factory):
     return out / "report.html"
 
 
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory):
+    """report.html of ``eegformer demo`` (the whole chain on sample_data/, as ``make demo``)."""
+    out = tmp_path_factory.mktemp("demo")
+    with pytest.raises(SystemExit) as stopped:
+        main(["demo", "--out", str(out)])
+    assert stopped.value.code == 0
+    return out / "report.html"
+
+
 def test_report_is_one_self_contained_file_with_every_section(report_file):
     text = report_file.read_text(encoding="utf-8")
     sources = re.findall(r'\bsrc="([^"]*)"', text)
@@ -49,8 +64,53 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
                   "Training curves per fold", "Band importance per class",
                   "Strongest channel-pair attributions", "Coarse vs refined attention",
                   "logistic_regression", "No preprocessing failures",
-                  "Paired over the same folds: xaiguiformer - logistic_regression, bac:"):
+                  "Paired over the same folds: xaiguiformer - logistic_regression, bac:",
+                  "Which run this is", "What these numbers mean",
+                  "Per-recording out-of-fold predictions", "About the explanations",
+                  "What attention does (out of fold)", "Attention entropy per epoch",
+                  "explanation / qkv bias", "logit change, uniform"):
         assert title in text, title
+    assert 'class="badge' not in text                  # no MNE tag badges
+
+
+def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel():
+    history = [{"repeat": r, "fold": f, "epoch": e, "train_loss": 1.0 / e, "val_loss": 1.0,
+                "val_bac": 0.5} for r, f in ((0, 0), (0, 1), (-1, -1)) for e in (1, 2)]
+    fig = training_curves_figure(history)
+    legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert legend == ["repeat 0 fold 0", "repeat 0 fold 1", "final model"]
+    assert not any("r-1" in label for label in legend)
+
+    fig = confusion_matrix_figure([[40, 5], [6, 33]], ["healthy", "schizophrenia"], n_folds=15)
+    fig.canvas.draw()
+    title = fig.axes[0].title.get_window_extent()
+    assert fig.bbox.x0 <= title.x0 and title.x1 <= fig.bbox.x1 and title.y1 <= fig.bbox.y1
+    assert "summed over 15 folds" in fig.axes[0].get_title()
+
+    bands = ["delta", "theta", "alpha", "beta"]
+    coarse = np.full((1, 4, 4), 0.25)
+    coarse[0, :, 1] += 0.06
+    coarse[0, :, 0] -= 0.06                              # rows still sum to 1
+    refined = np.full((1, 4, 4), 0.25)
+    refined[0, 2, 3], refined[0, 2, 2] = 0.251, 0.249   # nearly uniform
+    fig = attention_figure(coarse, refined, bands, "test")
+    limits = [image.get_clim() for ax in fig.axes for image in ax.get_images()]
+    assert limits[0] == pytest.approx((-0.06, 0.06))      # coarse - 1/4
+    assert limits[1] == pytest.approx((-0.001, 0.001))    # refined - 1/4: its own scale
+    assert limits[2] == pytest.approx((-0.06, 0.06))      # refined - coarse
+
+    # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
+    # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
+    from eegformer_cli.explain.report import band_importance_figure, connectivity_circle_figure
+    rng = np.random.default_rng(0)
+    pairs = rng.normal(size=(2, 4, 6, 6))
+    figures = [confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),
+               band_importance_figure(rng.normal(size=(2, 9)), ["x", "y"], list("abcdefghi")),
+               connectivity_circle_figure(pairs + pairs.transpose(0, 1, 3, 2), ["x", "y"], bands,
+                                          ["Fp1", "Fp2", "C3", "C4", "O1", "O2"])]
+    for fig in figures:
+        pixels = fig.get_size_inches() * fig.dpi
+        assert (pixels == np.round(pixels)).all(), pixels
 
 
 def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_path, capsys):
@@ -110,26 +170,61 @@ def test_report_refuses_another_models_explanations_and_damaged_predictions(
     assert "rerun the same `eegformer train` command" in output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
                                              "(Debian: apt-get install chromium)")
-def test_report_renders_in_headless_chromium(report_file, tmp_path):
-    # a copy that, once loaded, writes how many images the browser decoded into the DOM
+def test_demo_report_renders_in_headless_chromium(demo_report, tmp_path):
+    # a copy that, once loaded, writes into the DOM what the browser shows: decoded images,
+    # visible tag badges, the tag filter, the sortable table, and whether sorting by P(true)
+    # (a click on its header) orders the rows
     probe = tmp_path / "probe.html"
-    probe.write_text(report_file.read_text(encoding="utf-8").replace(
-        "</body>", "<script>window.addEventListener('load', () => document.body.setAttribute("
-                   "'data-decoded', [...document.images].filter(i => i.complete && "
-                   "i.naturalWidth > 0).length));</script></body>"), encoding="utf-8")
+    probe.write_text(demo_report.read_text(encoding="utf-8").replace("</body>", """<script>
+window.addEventListener('load', () => setTimeout(() => {
+  const b = document.body;
+  b.setAttribute('data-decoded', [...document.images].filter(
+      i => i.complete && i.naturalWidth > 0).length);
+  b.setAttribute('data-badges', [...document.querySelectorAll('.badge')].filter(
+      e => e.offsetParent !== null).length);
+  const filter = document.getElementById('filter-by-tags-dropdown-menu');
+  b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
+  const heads = [...document.querySelectorAll('.bootstrap-table thead th')];
+  b.setAttribute('data-sortable', heads.filter(t => t.querySelector('.sortable')).length);
+  const head = heads.find(t => t.textContent.trim() === 'P(true)');
+  head.querySelector('.sortable').click();
+  setTimeout(() => {
+    const column = [...head.parentNode.children].indexOf(head);
+    const values = [...document.querySelectorAll('.bootstrap-table tbody tr')].map(
+        row => parseFloat(row.children[column].textContent));
+    b.setAttribute('data-rows', values.length);
+    b.setAttribute('data-sorted', values.every((v, i) => i === 0 || values[i - 1] <= v));
+  }, 300);
+}, 300));
+</script></body>"""), encoding="utf-8")
     profile = ["--user-data-dir=" + str(tmp_path / "profile")]
     dom = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, "--virtual-time-budget=5000",
                           "--dump-dom", probe.as_uri()], capture_output=True, text=True,
                          timeout=120)
-    decoded = re.search(r'data-decoded="(\d+)"', dom.stdout)
-    assert decoded, dom.stderr[-2000:]
-    assert int(decoded.group(1)) >= MIN_FIGURES
+
+    def attribute(name: str) -> str:
+        found = re.search(rf'<body[^>]* data-{name}="([^"]*)"', dom.stdout)
+        assert found, (name, dom.stderr[-2000:])
+        return found.group(1)
+
+    assert int(attribute("decoded")) >= MIN_FIGURES
+    assert attribute("badges") == "0" and attribute("filter-shown") == "false"
+    assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
+    assert attribute("sorted") == "true"
+    for text in ("Which run this is", "participant-wise 3-fold cross-validation",
+                 "positive class for AUROC and AUC-PR", "What these numbers mean",
+                 "is chance (2 classes)", "Per-recording out-of-fold predictions",
+                 "All 24 explained recordings were in the training data of this model"):
+        assert text in dom.stdout, text
+    # no tag badge anywhere (MNE writes a tag as a badge holding its name)
+    assert not re.search(r"badge[^>]*>\s*custom-", dom.stdout)
 
     screenshot = tmp_path / "report.png"
     subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, f"--screenshot={screenshot}",
-                    "--window-size=1280,4000", report_file.as_uri()], capture_output=True,
+                    "--window-size=1280,4000", demo_report.as_uri()], capture_output=True,
                    timeout=120)
     pixels = matplotlib.image.imread(screenshot)[..., :3]                # (H, W, 3) in [0, 1]
     assert pixels.shape[:2] == (4000, 1280)

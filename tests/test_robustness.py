@@ -572,7 +572,7 @@ def outcomes(workspace, tmp_path_factory) -> dict[str, tuple[Path, subprocess.Co
 
 
 #: How the commands' own log lines on stderr start (anything else beside the error is noise).
-LOG_PREFIXES = ("preprocess: ", "warning: ", "explained ")
+LOG_PREFIXES = ("preprocess: ", "train: ", "explain: ", "warning: ", "explained ")
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess) -> str:

@@ -12,9 +12,28 @@ import signal
 import sys
 
 import typer
+from typer.core import TyperOption
 
 import eegformer_cli
 from eegformer_cli.errors import EegformerError
+
+#: Commands that an interrupted run resumes when given again (they keep finished work).
+RESUMABLE_COMMANDS = ("preprocess", "train", "demo")
+
+
+def _flags_show_no_type() -> None:
+    """A boolean flag (``--strict``, ``--help``) takes no value, but Typer's rich help shows it
+    as ``<bool>`` as if it did: make the help show no type for flags (every other option's
+    display is Typer's own)."""
+    typer_display = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else typer_display(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_show_no_type()
 
 app = typer.Typer(
     name="eegformer",
@@ -79,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        print("eegformer: interrupted", file=sys.stderr)
+        print(_interrupted(args), file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as exc:  # Typer's own usage errors (bad flags): exit 2
         exc.show()
@@ -90,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"eegformer: error: {exc.one_line()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        print("eegformer: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(_interrupted(args), file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         _reader_has_gone()
@@ -102,12 +121,21 @@ def main(argv: list[str] | None = None) -> None:
               "(rerun with --debug for the traceback and report it)", file=sys.stderr)
         sys.exit(1)
     if result == 130:  # Typer turns Ctrl-C / SIGTERM inside a command into a returned 130
-        print("eegformer: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(_interrupted(args), file=sys.stderr)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _reader_has_gone()
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _interrupted(args: list[str]) -> str:
+    """The line for an interrupted command: rerunning resumes only :data:`RESUMABLE_COMMANDS`
+    (``predict``, ``explain``, ``report`` keep nothing to resume from)."""
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    if command in RESUMABLE_COMMANDS:
+        return "eegformer: interrupted; rerun the same command to resume"
+    return "eegformer: interrupted"
 
 
 def _reader_has_gone() -> None:

@@ -74,7 +74,8 @@ def demo(
     _run(app, ["train", str(prep), "--out", str(run), "--label-column", "diagnosis",
                "--cv", "3", "--n-jobs", str(train_jobs)])
     # Predicting raw EDFs exercises the model file's stored preprocessing; these participants
-    # were seen in training, so read the cross-validated run/oof_predictions.tsv for accuracy.
+    # were seen in training (each row's warning says so), so read the cross-validated
+    # run/oof_predictions.tsv (and the report's per-recording table) for accuracy.
     _run(app, ["predict", str(run / "model.pt"), str(data / "eeg"),
                "--participants", str(data / "participants.tsv"), "--format", "csv"],
          stdout_file=predictions)

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import console
-from eegformer_cli.cli import exit_for_failed_recordings
+from eegformer_cli.cli import (exit_for_failed_recordings, exit_for_warnings,
+                               note_unchecked_model, print_recording_warnings)
 from eegformer_cli.errors import UsageError, check_choice
 
 # Seed of the random interpolation points of gradient_shap (the other methods are deterministic).
@@ -33,6 +34,9 @@ def explain(
         None, help="Most missing channels a raw recording may have interpolated "
                    "(default: the model's preprocessing setting)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    strict: bool = typer.Option(False, "--strict",
+                                help="Exit with code 6 when a recording got a warning (every "
+                                     "file is still written) \\[default: off]."),
 ) -> None:
     """Explain a trained model's predictions: band importance, attention and channel pairs.
 
@@ -44,19 +48,22 @@ def explain(
     captum attribution of the explained class's logit to every band x channel-pair
     connectivity value. Writes per recording ID.npz and ID.json (ID: the recording id), the
     long-format tables band_importance.csv, attention.csv, attention_diagnostics.csv and
-    channel_pairs.csv, and
-    class_summary.json/.npz (means per explained class). A rerun into the same --out removes
-    the per-recording files of an earlier run's recordings that this run did not explain, so
-    the folder always describes one run. See eegformer_cli/explain/.
+    channel_pairs.csv, class_summary.json/.npz (means per explained class), and recordings.csv:
+    one row per recording with its prediction, provenance and warnings, as `predict` prints
+    them (the warnings also on stderr). A rerun into the same --out removes the per-recording
+    files of an earlier run's recordings that this run did not explain, so the folder always
+    describes one run (how many files, on stderr). See eegformer_cli/explain/.
 
     Example:
 
         eegformer explain run/model.pt prep --out explanations --target depression
 
     Exit codes: 0 all explained, 3 a recording failed (the others are written) or the input
-    does not match the model, 4 bad model file, 2 bad flags.
+    does not match the model, 4 bad model file, 2 bad flags, 6 with --strict: a recording got
+    a warning (every file written).
     """
     # imported here: torch takes seconds to import (see predict.py)
+    from eegformer_cli import provenance
     from eegformer_cli.atomic import ensure_dir
     from eegformer_cli.devices import resolve_device, seed_everything
     from eegformer_cli.explain import attributions, export
@@ -74,14 +81,16 @@ def explain(
     # the inputs as a whole are checked (load_inputs raises at once) before --out is touched
     pending = load_inputs(bundle, inputs, participants=participants,
                           max_interpolated=max_interpolated)
+    note_unchecked_model(bundle, strict)
     out = ensure_dir(out)
     settings = {"model": str(model), "target": target, "method": method, "n_steps": n_steps,
                 "all_heads": all_heads, "device": str(torch_device),
                 "band_importance": "DeepLIFT (model layer 0), mean over segments, abs-sum 1",
-                "baseline": "zero connectivity"}
+                "baseline": "zero connectivity", "inputs": [str(path) for path in inputs],
+                "model_trained_on": bundle.trained_on}
     seed_everything(SEED)
     earlier = export.earlier_recordings(out)
-    explanations, failures = [], {}
+    explanations, failures, provenance_rows = [], {}, []
     with console.progress_bar() as bar:
         task = bar.add_task("explain", total=len(pending), status="")
         for item in pending:                   # a raw recording is preprocessed here
@@ -92,23 +101,33 @@ def explain(
                     recording_id=item.recording_id, participant_id=item.participant_id,
                     target=target, method=method, n_steps=n_steps, all_heads=all_heads,
                     device=torch_device)
+                print_recording_warnings(item.recording_id, item.warnings)
+                provenance_rows.append({"recording_id": item.recording_id,
+                                        **provenance.row_fields(item)})
                 export.write_recording(out, explanation, bundle.bands, bundle.channels,
-                                       bundle.label_names, settings)
+                                       bundle.label_names, settings, provenance_rows[-1])
                 explanations.append(explanation)
             else:
                 failures[item.recording_id] = item.error
                 console.stderr.print(f"eegformer: error: {item.error}", markup=False)
             bar.advance(task)
     export.write_tables(out, explanations, bundle.bands, bundle.channels)
+    export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
     export.write_class_summary(out, attributions.class_means(explanations), bundle.bands,
                                bundle.channels, bundle.label_names, settings,
                                [e.recording_id for e in explanations], failures, explanations)
     explained = {e.recording_id for e in explanations}
-    export.remove_recordings(out, [rid for rid in earlier if rid not in explained])
+    left_over = [rid for rid in earlier if rid not in explained]
+    removed = export.remove_recordings(out, left_over)
+    if removed:
+        console.log(f"explain: removed {removed} files of {len(left_over)} recordings that an "
+                    f"earlier run explained into {out} and this one did not (ID.npz/.json)")
     console.log(f"explained {len(explanations)} recording(s) in {out}: ID.npz/.json, "
                 "band_importance.csv, attention.csv, attention_diagnostics.csv, channel_pairs.csv, "
-                "class_summary.json/.npz")
+                "recordings.csv, class_summary.json/.npz")
     exit_for_failed_recordings(list(failures), "explained")
+    exit_for_warnings(strict, [row["recording_id"] for row in provenance_rows if row["warnings"]],
+                      bundle, "explained")
 
 def register(app: typer.Typer) -> None:
     app.command("explain")(explain)

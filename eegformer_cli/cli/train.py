@@ -10,6 +10,19 @@ from rich.table import Table
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
+from eegformer_cli.training.config import PRESETS, TrainConfig
+
+#: The model presets' frequency encodings (``ModelConfig.preset``; not imported here, since the
+#: model package loads torch, which --help must not pay for; tests/test_provenance.py checks).
+FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_paper"}
+
+
+def _preset_default(field: str) -> str:
+    """``\\[default: 40; paper preset: 100]``: a setting's value in each preset, for --help
+    (the flags default to None, so that a --config file can set them too)."""
+    values = {name: getattr(TrainConfig.preset_config(name), field) for name in PRESETS}
+    return ("\\[default: " + str(values["default"]) + "".join(
+        f"; {name} preset: {value}" for name, value in values.items() if name != "default") + "]")
 
 
 def _summary_table(metrics: dict) -> Table:
@@ -126,51 +139,68 @@ def train(
                                                  "Required (except with --merge)."),
     preset: str = typer.Option("default", help="Training recipe: default (defects fixed, tuned "
                                                "on measured accuracy) or paper (the reference)."),
-    config: Path | None = typer.Option(None, "--config", help="TOML file of training settings "
-                                                              "(keys of TrainConfig, [model] table)."),
+    config: Path | None = typer.Option(None, "--config",
+                                       help="TOML file of training settings (keys of "
+                                            "TrainConfig, [model] table) \\[default: none, the "
+                                            "preset's]."),
     cv: int | None = typer.Option(None, "--cv", help="Folds of participant-wise stratified CV "
                                                      "\\[default: 5]."),
     repeats: int | None = typer.Option(None, help="Repeats of the CV with other shuffles "
                                                   "\\[default: 1]."),
     holdout: float | None = typer.Option(None, help="Instead of CV: hold out this fraction of "
                                                     "the participants for test, in (0, 1), "
-                                                    "e.g. 0.2."),
+                                                    "e.g. 0.2 \\[default: none, CV]."),
     splits: Path | None = typer.Option(None, "--splits", help="Reuse the splits.json of an "
-                                                              "earlier run."),
-    epochs: int | None = typer.Option(None, help="Training epochs (maximum, with --patience)."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Segments per batch."),
-    lr: float | None = typer.Option(None, "--lr", help="Peak learning rate."),
+                                                              "earlier run \\[default: none, new "
+                                                              "splits from --seed]."),
+    epochs: int | None = typer.Option(None, help="Training epochs (maximum, with --patience) "
+                                                 + _preset_default("epochs") + "."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Segments per batch "
+                                                                     + _preset_default("batch_size")
+                                                                     + "."),
+    lr: float | None = typer.Option(None, "--lr", help="Peak learning rate "
+                                                       + _preset_default("lr") + "."),
     patience: int | None = typer.Option(None, help="Early stop after this many epochs without "
-                                                   "a better validation score (0 = off)."),
+                                                   "a better validation score (0 = off) "
+                                                   + _preset_default("patience") + "."),
     seed: int | None = typer.Option(None, help="Seed of splits, initialisation, shuffling and "
                                                "augmentation \\[default: 0]."),
     device: str | None = typer.Option(None, help="auto, cpu or cuda (mixed precision on cuda) "
                                                  "\\[default: auto]."),
     no_xai: bool = typer.Option(False, "--no-xai", help="Ablation: coarse pass only (no "
-                                                        "explanation-guided refinement)."),
+                                                        "explanation-guided refinement) "
+                                                        "\\[default: off]."),
     frequency_encoding: str | None = typer.Option(
         None, "--frequency-encoding", help="Ablation/option: drofe_default, drofe_paper, "
-                                           "rope_band_index or none (no dRoFE)."),
+                                           "rope_band_index or none (no dRoFE) \\[default: "
+                                           + "; ".join(f"{enc} ({name} preset)" for name, enc
+                                                       in FREQUENCY_ENCODING_BY_PRESET.items())
+                                           + "]."),
     positive_label: str | None = typer.Option(
         None, "--positive-label", help="Positive class for AUROC / AUC-PR with two classes "
-                                       "\\[default: the last label in sorted order]."),
+                                       "\\[default: the last label in sorted order, said on "
+                                       "stderr]."),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Folds trained side by side in this many "
                                                          "CPU processes (-1: one per core); the "
                                                          "results are the same as with 1."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
-    overwrite: bool = typer.Option(False, help="Replace a different run already in --out."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout "
+                                                       "\\[default: off]."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already "
+                                                              "in --out \\[default: off]."),
     fold: int | None = typer.Option(
         None, "--fold", help="Train only this fold of the splits (0-based; repeat r fold k is "
-                             "r * cv + k), as a job of its own; then --merge."),
+                             "r * cv + k), as a job of its own; then --merge \\[default: all "
+                             "folds]."),
     merge: Path | None = typer.Option(
         None, "--merge", metavar="RUN_DIR", help="Finish a run whose folds were trained by "
                                                  "--fold jobs: final model and summaries "
                                                  "(also adds --confounds or --permutations "
-                                                 "to a finished run)."),
+                                                 "to a finished run) \\[default: none]."),
     confounds: str | None = typer.Option(
         None, "--confounds", metavar="COL,COL", help="Manifest (participants, recordings) "
         "columns the shortcut audit checks too, beside recording duration, segments, original "
-        "sampling rate, interpolated channels, input folder, age and sex."),
+        "sampling rate, interpolated channels, input folder, age and sex \\[default: none, "
+        "those only]."),
     permutations: int = typer.Option(
         0, "--permutations", metavar="N", help="Permutation test: refit the CV N times with "
         "the labels permuted between participants (same folds) and report each model's BAC "

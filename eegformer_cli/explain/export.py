@@ -2,33 +2,10 @@
 
 In ``OUT_DIR``:
 
-=============================  ===========================================================================
-file                           content
-=============================  ===========================================================================
-``<recording_id>.npz``         arrays of :class:`~eegformer_cli.explain.attributions.RecordingExplanation`
-                               (``band_importance`` (T,), ``attention_coarse`` / ``attention_refined``
-                               (L, T, T) or (L, H, T, T), ``channel_pairs`` / ``coh_pairs`` /
-                               ``wpli_pairs`` (T, C, C), ``probabilities`` (K,)) plus ``bands``,
-                               ``channels``, ``label_names``
-``<recording_id>.json``        summary: prediction, probabilities, explained class, band importance
-                               per band, the :data:`TOP_PAIRS` strongest channel pairs, attention
-                               diagnostics (per pass and layer), settings
-``band_importance.csv``        ``recording_id, participant_id, target, band, value``
-``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head (mean|0..H-1),
-                               query_band, key_band, value``
-``attention_diagnostics.csv``  ``recording_id, target, pass, layer`` and one column per quantity of
-                               ``model/diagnostics.py`` (entropy in nats and as a fraction of ln T,
-                               residual share, guidance ratio, logit changes and flips when the
-                               attention is replaced by a uniform mean or the identity; empty
-                               where a pass has no such quantity)
-``channel_pairs.csv``          ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
-                               (each unordered pair once: channel_a before channel_b in model order)
-``class_summary.npz``          per explained class (``classes`` (K',), ``n_recordings`` (K',)), the
-                               class means stacked on a first axis: ``band_importance`` (K', T), ...
-``class_summary.json``         settings, bands, channels, labels, recordings, failures, and per class
-                               its count, mean band importance, strongest pairs and mean attention
-                               diagnostics
-=============================  ===========================================================================
+=============================  ====================================================================
+And ``recordings.csv``: one row per explained recording, as ``predict`` prints it (prediction,
+explained class, provenance and warnings; :func:`write_recordings_table`); each
+``<recording_id>.json`` holds the same provenance under ``provenance``.
 """
 
 from __future__ import annotations
@@ -45,6 +22,7 @@ from eegformer_cli.atomic import atomic_open, save_npz, write_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.explain.attributions import MEAN_FIELDS, RecordingExplanation
 from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES, mean_diagnostics
+from eegformer_cli.provenance import PROVENANCE_COLUMNS, flat_row
 
 #: How many channel pairs the JSON summaries list (strongest by absolute value).
 TOP_PAIRS = 10
@@ -67,8 +45,10 @@ def strongest_pairs(pairs: np.ndarray, bands: Sequence[str], channels: Sequence[
 
 
 def write_recording(out_dir: Path, explanation: RecordingExplanation, bands: Sequence[str],
-                    channels: Sequence[str], label_names: Sequence[str], settings: dict) -> None:
-    """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording."""
+                    channels: Sequence[str], label_names: Sequence[str], settings: dict,
+                    provenance: dict | None = None) -> None:
+    """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording (``provenance``:
+    :func:`eegformer_cli.provenance.row_fields` of its input, kept in the JSON)."""
     e = explanation
     save_npz(out_dir / f"{e.recording_id}.npz",
              **{field: getattr(e, field) for field in ARRAY_FIELDS},
@@ -81,6 +61,7 @@ def write_recording(out_dir: Path, explanation: RecordingExplanation, bands: Seq
         "strongest_channel_pairs": strongest_pairs(e.channel_pairs, bands, channels),
         "attention_diagnostics": e.attention_diagnostics,
         "settings": settings,
+        "provenance": provenance,
     })
 
 
@@ -162,6 +143,35 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
     })
 
 
+def write_recordings_table(out_dir: Path, explanations: Sequence[RecordingExplanation],
+                           provenance_rows: Sequence[dict], label_names: Sequence[str]) -> None:
+    """``recordings.csv``: per explained recording ``recording_id, participant_id, predicted,
+    target, prob_<label>...`` and the provenance columns of ``predict``
+    (:data:`eegformer_cli.provenance.PROVENANCE_COLUMNS`; ``provenance_rows`` in the order of
+    ``explanations``)."""
+    columns = (["recording_id", "participant_id", "predicted", "target"]
+               + [f"prob_{name}" for name in label_names] + list(PROVENANCE_COLUMNS))
+    with atomic_open(out_dir / "recordings.csv") as handle:
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
+        writer.writeheader()
+        for e, fields in zip(explanations, provenance_rows):
+            writer.writerow(flat_row({
+                "recording_id": e.recording_id, "participant_id": e.participant_id,
+                "predicted": e.predicted, "target": e.target,
+                **{f"prob_{name}": _fmt(p) for name, p in zip(label_names, e.probabilities)},
+                **fields}))
+
+
+def read_recordings_table(folder: str | Path) -> list[dict] | None:
+    """The rows of ``recordings.csv`` (strings), or None when the folder has none (written
+    before explain kept it)."""
+    path = Path(folder) / "recordings.csv"
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
 def earlier_recordings(out_dir: Path) -> list[str]:
     """The recording ids an earlier ``explain`` into ``out_dir`` wrote files for (from its
     ``class_summary.json``; empty when there is none or it cannot be read)."""
@@ -172,12 +182,18 @@ def earlier_recordings(out_dir: Path) -> list[str]:
         return []
 
 
-def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> None:
+def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> int:
     """Delete ``<recording_id>.npz`` and ``.json`` of each id (e.g. an earlier run's
-    recordings that this run did not explain, so the folder holds one run's files only)."""
+    recordings that this run did not explain, so the folder holds one run's files only);
+    returns how many files were removed."""
+    removed = 0
     for recording_id in recording_ids:
         for suffix in (".npz", ".json"):
-            (Path(out_dir) / f"{recording_id}{suffix}").unlink(missing_ok=True)
+            path = Path(out_dir) / f"{recording_id}{suffix}"
+            if path.is_file():
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def load_class_summary(folder: str | Path) -> dict:

@@ -9,8 +9,11 @@ long or cryptic message) becomes a :class:`RecordingError` with a short reason n
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 import mne
@@ -34,7 +37,6 @@ BIDS_SKIPPED_FOLDERS = frozenset({"derivatives", "sourcedata", "code"})
 _MAGIC_BY_FORMAT = {"EDF": (b"0       ",), "BDF": (b"\xffBIOSEMI",), "GDF": (b"GDF",),
                     "FIF": (b"\x00\x00\x00\x64", b"\x1f\x8b"),  # FIFF_FILE_ID tag, or gzip
                     "EEGLAB": (b"MATLAB", b"\x89HDF")}  # MAT-file v5-v7, or v7.3 (HDF5)
-_UNSAFE_ID_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
 # Values checked for NaN at a time (80 MB as float64), to bound the memory of the check.
 _FINITE_CHECK_VALUES = 10_000_000
 
@@ -258,6 +260,22 @@ def _check_finite(raw: mne.io.BaseRaw, path: Path) -> None:
         raise _file_error(path, f"contains NaN or infinite values (channels {shown})")
 
 
+def _safe_id_part(text: str) -> str:
+    """``text`` (NFC-normalised) with every run of characters that are unsafe in a file name or
+    awkward in a table replaced by one ``_``: ASCII characters other than letters, digits,
+    ``.``, ``_`` and ``-`` (spaces, slashes, quotes, brackets ...), and non-ASCII characters
+    other than letters, digits and combining marks (symbols, punctuation, emoji, controls).
+    Unicode letters stay, so ``Pätient 1`` and ``Pötient 1`` keep distinct ids; ASCII names
+    get the ids they always had."""
+    def keep(char: str) -> bool:
+        if char.isascii():
+            return char.isalnum() or char in "._-"
+        return char.isalnum() or unicodedata.category(char).startswith("M")
+
+    runs = itertools.groupby(unicodedata.normalize("NFC", text), key=keep)
+    return "".join("".join(chars) if kept else "_" for kept, chars in runs)
+
+
 def recording_id(path: Path, root: Path | None = None) -> str:
     """A stable id for a recording, safe as a file name.
 
@@ -265,8 +283,9 @@ def recording_id(path: Path, root: Path | None = None) -> str:
     (``eeg/sub-001_task-rest_eeg.edf -> sub-001_task-rest_eeg``). With ``root``: the folders
     between ``root`` and the file are put in front, joined by ``__``
     (``site-a/sub-01_eeg.edf -> site-a__sub-01_eeg``); :func:`recording_ids` uses this form only
-    for names that would otherwise collide. Characters other than letters, digits, ``.``,
-    ``_`` and ``-`` become ``_``. A file outside ``root`` gets ``up`` for each ``..``.
+    for names that would otherwise collide. Unsafe characters become ``_``
+    (:func:`_safe_id_part`: ``Subject 1 (rest).EDF -> Subject_1_rest_``, ``Pätient 1.edf ->
+    Pätient_1``). A file outside ``root`` gets ``up`` for each ``..``.
     """
     path = Path(path)
     suffix = recording_suffix(path) or path.suffix
@@ -276,7 +295,7 @@ def recording_id(path: Path, root: Path | None = None) -> str:
         parts = [*Path(os.path.relpath(path.parent, root)).parts, stem]
         parts = [part for part in parts if part not in (".", "")]
         parts = [part if part != ".." else "up" for part in parts]
-    return "__".join(_UNSAFE_ID_CHARACTERS.sub("_", part) for part in parts)
+    return "__".join(_safe_id_part(part) for part in parts)
 
 
 def recording_ids(paths: list[Path]) -> list[str]:
@@ -301,3 +320,16 @@ def recording_ids(paths: list[Path]) -> list[str]:
             if seen[rid] > 1:
                 ids[i] = f"{rid}-{seen[rid]}"
     return ids
+
+
+def signal_sha256(raw: mne.io.BaseRaw) -> str:
+    """SHA-256 (hex) of a recording's samples as MNE reads them: float64 volts, the file's
+    channels in its order, one channel after the other (the bytes of ``raw.get_data()``, read
+    one channel at a time to bound memory). The same signal gives the same hash whatever the
+    file's name, header text (patient name, date) or folder, so a training recording renamed
+    or re-anonymised is still recognised (``model.pt``'s training data,
+    :mod:`eegformer_cli.provenance`)."""
+    digest = hashlib.sha256()
+    for index in range(len(raw.ch_names)):
+        digest.update(np.ascontiguousarray(raw.get_data(picks=[index]), dtype="<f8").tobytes())
+    return digest.hexdigest()

@@ -19,7 +19,9 @@ how many folds each wins, and a 95 % confidence interval from the *corrected* re
 (Nadeau & Bengio 2003, "Inference for the generalization error"; Bouckaert & Frank 2004 for
 repeated k-fold): folds share training participants, so the variance of the mean difference is
 ``(1/n + n_test/n_train) * s^2`` instead of the naive ``s^2 / n``, which would be far too
-confident.
+confident. Every metric here lies in [0, 1], so a difference lies in [-1, 1]; with few folds the
+t-interval can reach past that, and is then clipped to it (``ci95_clipped``), which
+:func:`describe_comparison` says.
 """
 
 from __future__ import annotations
@@ -137,9 +139,11 @@ def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_tra
     ``test_train_ratio``: test participants / training participants of a fold (``1 / (k - 1)``
     for k-fold CV); folds where either value is NaN are left out.
     Returns ``{"metric", "n_folds", "mean_difference", "std_difference", "folds_better",
-    "folds_equal", "folds_worse", "ci95", "p_value", "test"}``, difference = model - reference;
-    ``ci95`` ([low, high]) and ``p_value`` (two-sided) are NaN with fewer than two folds or
-    when every fold has the same difference (to 1e-9: rounding must not pass for certainty).
+    "folds_equal", "folds_worse", "ci95", "ci95_clipped", "p_value", "test"}``, difference =
+    model - reference; ``ci95`` ([low, high]) and ``p_value`` (two-sided) are NaN with fewer
+    than two folds or when every fold has the same difference (to 1e-9: rounding must not
+    pass for certainty); ``ci95`` is clipped to the possible range [-1, 1] (``ci95_clipped``
+    True when it reached past it: too few folds for an informative interval).
     """
     model = np.array([fold[metric] for fold in per_fold], dtype=float)
     reference = np.array([fold[metric] for fold in per_fold_reference], dtype=float)
@@ -147,15 +151,17 @@ def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_tra
     n = len(differences)
     mean = float(differences.mean()) if n else float("nan")
     std = float(differences.std(ddof=1)) if n > 1 else float("nan")
-    ci95, p_value = [float("nan"), float("nan")], float("nan")
+    ci95, p_value, clipped = [float("nan"), float("nan")], float("nan"), False
     if n > 1 and np.ptp(differences) > 1e-9:
         standard_error = std * np.sqrt(1 / n + test_train_ratio)
         margin = float(stats.t.ppf(0.975, n - 1) * standard_error)
-        ci95 = [mean - margin, mean + margin]
+        clipped = mean - margin < -1 or mean + margin > 1
+        ci95 = [max(mean - margin, -1.0), min(mean + margin, 1.0)]
         p_value = float(2 * stats.t.sf(abs(mean) / standard_error, n - 1))
     return {"metric": metric, "n_folds": n, "mean_difference": mean, "std_difference": std,
             "folds_better": int((differences > 0).sum()), "folds_equal": int((differences == 0).sum()),
-            "folds_worse": int((differences < 0).sum()), "ci95": ci95, "p_value": p_value,
+            "folds_worse": int((differences < 0).sum()), "ci95": ci95, "ci95_clipped": clipped,
+            "p_value": p_value,
             "test": "corrected resampled t-test (Nadeau & Bengio 2003), "
                     f"variance x (1/n + {test_train_ratio:.3g})"}
 
@@ -169,8 +175,10 @@ def describe_comparison(comparison: dict, model: str, reference: str) -> str:
     mean, (low, high) = comparison["mean_difference"], comparison["ci95"]
     if not known(mean):
         return f"{model} - {reference}, {comparison['metric']}: no fold to compare"
-    interval = (f" (95 % CI {low:+.3f} to {high:+.3f}, p = {comparison['p_value']:.2g}, "
-                "corrected resampled t-test)" if known(low) else "")
+    clipped = (", clipped to the possible range: too few folds for an informative interval"
+               if comparison.get("ci95_clipped") else "")
+    interval = (f" (95 % CI {low:+.3f} to {high:+.3f}{clipped}, p = "
+                f"{comparison['p_value']:.2g}, corrected resampled t-test)" if known(low) else "")
     return (f"{model} - {reference}, {comparison['metric']}: {mean:+.3f}{interval}; better on "
             f"{comparison['folds_better']}, equal on {comparison['folds_equal']}, worse on "
             f"{comparison['folds_worse']} of {comparison['n_folds']} folds")

@@ -25,6 +25,12 @@ key                         value
 ``train_config``            ``TrainConfig.to_dict()``
 ``trained_on``              which participants: ``"all"`` (after CV) or ``"holdout"``
 ``versions``                ``versions.package_versions()`` at training time
+``training_data``           what the model was fitted to (fit and epoch-selection recordings):
+                            participant and recording ids, the recordings' signal hashes, age
+                            range, sexes, sampling-rate and length ranges
+                            (:func:`eegformer_cli.provenance.describe_training_data`); absent
+                            from files written before eegformer kept it (they load, and
+                            ``predict`` says once that it cannot check against it)
 ==========================  ====================================================================
 """
 
@@ -70,12 +76,13 @@ class ModelBundle:
     trained_on: str
     eegformer_version: str
     versions: dict
+    training_data: dict | None = None
 
 
 def save_model_file(path: str | Path, model, *, label_names: list[str], label_column: str,
                     positive_label: str | None, channels: list[str], bands: list[str],
                     band_edges_hz, preprocess_settings: dict, demographic_stats: dict | None,
-                    train_config: dict, trained_on: str) -> None:
+                    train_config: dict, trained_on: str, training_data: dict | None = None) -> None:
     """Write the bundle atomically (a temporary file renamed over ``path``)."""
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     bundle = {
@@ -96,6 +103,7 @@ def save_model_file(path: str | Path, model, *, label_names: list[str], label_co
         "train_config": _plain(train_config),
         "trained_on": trained_on,
         "versions": package_versions(),
+        "training_data": _plain(training_data),
     }
     buffer = io.BytesIO()
     torch.save(bundle, buffer)
@@ -165,7 +173,7 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
             preprocess_settings=dict(bundle["preprocess_settings"]),
             demographic_stats=bundle["demographic_stats"], train_config=bundle["train_config"],
             trained_on=str(bundle["trained_on"]), eegformer_version=str(bundle["eegformer_version"]),
-            versions=dict(bundle["versions"]))
+            versions=dict(bundle["versions"]), training_data=bundle.get("training_data"))
     except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
         reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())
         raise ModelFileError(f"model file is incomplete or inconsistent: {reason[:200]}",

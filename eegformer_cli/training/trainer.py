@@ -48,7 +48,8 @@ from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnost
 from eegformer_cli.parallel import process_pool, worker_count
 from eegformer_cli.training import audit, augment, distributed, merge, permutation, splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData, load_training_data
+from eegformer_cli.training.dataset import (ConnectomeDataset, RecordingInfo, TrainingData,
+                                            load_training_data, read_manifest)
 from eegformer_cli.training.metrics import (classification_metrics, compare_folds,
                                              summarise_folds)
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
@@ -450,14 +451,20 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
 
 
 def _save_model(path: Path, model, plan: RunPlan, fit_recs: list[RecordingInfo],
-                trained_on: str) -> None:
+                trained_on: str, seen_recs: list[RecordingInfo]) -> None:
+    """``model.pt``: demographic scaling from ``fit_recs``; ``training_data`` describes
+    ``seen_recs``, every recording that shaped the model (fit and epoch selection)."""
+    from eegformer_cli.provenance import describe_training_data
+
     data = plan.data
+    manifest = {row["recording_id"]: row for row in read_manifest(data.data_dir)}
     save_model_file(path, model, label_names=data.label_names, label_column=data.label_column,
                     positive_label=plan.positive_label, channels=data.channels, bands=data.bands,
                     band_edges_hz=data.band_edges_hz,
                     preprocess_settings=data.preprocess.get("settings", {}),
                     demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
-                    train_config=plan.config.to_dict(), trained_on=trained_on)
+                    train_config=plan.config.to_dict(), trained_on=trained_on,
+                    training_data=describe_training_data(seen_recs, manifest, data.data_dir))
 
 
 def _nan_to_none(value):
@@ -569,6 +576,10 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
             remove_stale_temporaries(folds_dir)
         if writer:
             prepare_run_dir(run_dir, plan, overwrite)
+            if positive_label is None and plan.positive_label is not None:
+                console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
+                            "(the last label in sorted order; choose another with "
+                            "--positive-label)")
         extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
                  if writer and audit_plan is not None else None)
         distributed.barrier()  # the other processes read the folder once rank 0 prepared it
@@ -580,7 +591,12 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
             if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
                 results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
         pending = [fold for fold in folds if fold.name not in results]
+        if results:
+            console.log(f"train: {len(results)} of {len(folds)} folds already finished in "
+                        f"{run_dir} (an earlier run or --fold jobs): reused, not trained again")
         train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
+        if fold_index is None and not holdout and not train_final:
+            console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
         with process_pool(min(n_workers, len(pending) + train_final)) as pool, \
                 console.progress_bar() as bar:
             folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
@@ -591,8 +607,9 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 final_job = pool.apply_async(_fit_final, (plan,)) if train_final else None
             for fold, result, model in trained:
                 if holdout and writer:
-                    _save_model(run_dir / "model.pt", model,
-                                plan, _recordings_of(plan.data, fold.train), "holdout")
+                    _save_model(run_dir / "model.pt", model, plan,
+                                _recordings_of(plan.data, fold.train), "holdout",
+                                _recordings_of(plan.data, fold.train + fold.val))
                 if writer:
                     write_json(folds_dir / f"{fold.name}.json", _nan_to_none(result))
                 results[fold.name] = result
@@ -678,8 +695,8 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
         write_json(run_dir / "folds" / "final.json", _nan_to_none(
             {"history": fit.history, "best_epoch": fit.best_epoch, "seconds": fit.seconds,
              "train": fold.train, "val": fold.val}))
-        _save_model(run_dir / "model.pt", fit.model, plan, _recordings_of(plan.data, fold.train)
-                    + _recordings_of(plan.data, fold.val), "all")
+        seen = _recordings_of(plan.data, fold.train) + _recordings_of(plan.data, fold.val)
+        _save_model(run_dir / "model.pt", fit.model, plan, seen, "all", seen)
     console.log(f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
                 f"{run_dir / 'model.pt'}")
     return fit.history

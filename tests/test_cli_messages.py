@@ -1,0 +1,91 @@
+"""What the commands say (issue 23, "smaller"): every default in ``train --help`` and no
+``<bool>`` for flags; a rerun of a finished ``train`` says its folds were reused and which class
+is positive; ``preprocess`` of a missing path says it does not exist; Ctrl-C in ``predict``
+does not promise a resume.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import typer.main
+
+from eegformer_cli.cli.app import app, main
+from eegformer_cli.training.config import PRESETS
+from test_explain import SAMPLE_DATA, build_sample_run, run_main
+
+
+def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
+    from eegformer_cli.cli.train import FREQUENCY_ENCODING_BY_PRESET
+    from eegformer_cli.model.xaiguiformer import ModelConfig
+
+    command = typer.main.get_command(app).commands["train"]
+    for param in command.params:
+        if param.param_type_name != "option" or param.name == "help":
+            continue
+        help_text = param.help or ""
+        shows = param.show_default and param.default is not None
+        assert shows or "[default:" in help_text or "Required" in help_text, param.name
+    # the preset-dependent defaults are the presets' own values
+    assert FREQUENCY_ENCODING_BY_PRESET == {
+        name: ModelConfig.preset(name, n_channels=2, band_names=["a"], band_edges_hz=[(1, 4)],
+                                 n_classes=2, channel_names=["C3", "C4"]).frequency_encoding
+        for name in PRESETS}
+    monkeypatch.setenv("COLUMNS", "250")       # one line per option: nothing wrapped
+    with pytest.raises(SystemExit) as stopped:
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    assert stopped.value.code == 0
+    for fragment in ("[default: 40; paper preset: 100]", "[default: 16; paper preset: 64]",
+                     "[default: 0.001; paper preset: 5e-05]", "[default: 0; paper preset: 0]"):
+        assert fragment in text, fragment
+    assert "<bool>" not in text and "--no-xai" in text
+
+
+def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, tmp_path,
+                                                              capsys):
+    from eegformer_cli.training.merge import read_run_request
+    from eegformer_cli.training.trainer import run_training
+
+    run = build_sample_run(tmp_path_factory)
+    rerun = tmp_path / "run"
+    shutil.copytree(run["run"], rerun)
+    before = (rerun / "model.pt").read_bytes()
+    request = read_run_request(rerun)
+    capsys.readouterr()
+    run_training(request.data_dir, rerun, request.label_column, request.config)
+    err = capsys.readouterr().err
+    assert "train: 1 of 1 folds already finished in" in err and "reused, not trained again" in err
+    assert ("train: positive class for AUROC and AUC-PR: healthy (the last label in sorted order; "
+            "choose another with --positive-label)") in err
+    assert (rerun / "model.pt").read_bytes() == before
+
+
+def test_preprocess_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
+    code, output = run_main(capsys, "preprocess", tmp_path / "nonexistent", "--out",
+                            tmp_path / "out")
+    assert code == 3 and f"{tmp_path / 'nonexistent'}: no such file or folder" in output
+    assert "holds no recordings" not in output and not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
+    run = build_sample_run(tmp_path_factory)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "eegformer_cli", "predict", str(run["model"]),
+         str(SAMPLE_DATA / "eeg")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert process.stdout.readline().startswith("recording_id,")
+        assert process.stdout.readline().startswith("sub-01_task-rest_eeg,")  # it is at work
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "eegformer: interrupted"
+    assert "Traceback" not in err and "resume" not in err
