@@ -39,6 +39,8 @@ benchmarks: $(STAMP)
 	  > $(BENCH_OUT)/bench_explain.json
 	$(BIN)/python benchmarks/bench_accuracy.py --out $(BENCH_OUT)/accuracy \
 	  --variants default,coarse_only,no_drofe > $(BENCH_OUT)/bench_accuracy.json
+	$(BIN)/python benchmarks/bench_permutations.py --out $(BENCH_OUT)/permutations \
+	  > $(BENCH_OUT)/bench_permutations.json
 
 sample-data: $(STAMP)
 	$(BIN)/eegformer simulate --out sample_data --overwrite

@@ -57,6 +57,31 @@ VARIANTS = {
 TOKENIZER_ONLY_TOML = "[model]\nn_layers = 0\nxai_refinement = false\n"
 
 
+def preprocessed(dataset: str, data: Path | None, out: Path) -> Path:
+    """``data`` (a ``preprocess`` output of ``dataset``), or OUT/<dataset>-prep, made if absent."""
+    data = data or out / f"{dataset}-prep"
+    if not (data / "manifest.tsv").exists():
+        subprocess.run(EEGFORMER + ["preprocess", str(SHARED / DATASETS[dataset][0]), "--out",
+                                    str(data), "--n-jobs", "2"], check=True)
+    return data
+
+
+def timed_train(data: Path, run_dir: Path, flags: list[str], what: str,
+                label_column: str = "diagnosis") -> tuple[str, float, dict]:
+    """``eegformer train DATA --out RUN_DIR --label-column LABEL --json --overwrite FLAGS`` in
+    its own process: (the command as typed, wall seconds, its metrics.json); exits naming
+    ``what`` when it fails."""
+    command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
+                           label_column, "--json", "--overwrite", *flags]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{done.stderr}")
+    return (" ".join(["eegformer"] + command[len(EEGFORMER):]), wall,
+            json.loads((run_dir / "metrics.json").read_text()))
+
+
 def attention_means(attention: dict | None) -> dict | None:
     """Per pass, each diagnostic's mean over layers (None when the run has no attention)."""
     if not attention:
@@ -80,11 +105,8 @@ def main() -> None:
                         help="train --n-jobs: folds at a time (same numbers, less wall time)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    folder, label_column = DATASETS[args.dataset]
-    data = args.data or args.out / f"{args.dataset}-prep"
-    if not (data / "manifest.tsv").exists():
-        subprocess.run(EEGFORMER + ["preprocess", str(SHARED / folder), "--out", str(data),
-                                    "--n-jobs", "2"], check=True)
+    label_column = DATASETS[args.dataset][1]
+    data = preprocessed(args.dataset, args.data, args.out)
     results = {"machine": {**machine(), "load_average_start": os.getloadavg()},
                "dataset": args.dataset, "seed": args.seed, "data": str(data),
                "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
@@ -98,19 +120,13 @@ def main() -> None:
                 flags += ["--epochs", str(args.paper_epochs)]
             if name == "tokenizer_only":
                 flags += ["--config", str(tokenizer_only)]
-            run_dir = args.out / f"{name}-{args.dataset}-seed{args.seed}"
-            command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
-                                   label_column, "--seed", str(args.seed), "--device", args.device,
-                                   "--n-jobs", str(args.n_jobs), "--json", "--overwrite"] + flags
-            start = time.perf_counter()
-            done = subprocess.run(command, capture_output=True, text=True)
-            wall = time.perf_counter() - start
-            if done.returncode != 0:
-                raise SystemExit(f"{name} failed:\n{done.stderr}")
-            metrics = json.loads((run_dir / "metrics.json").read_text())
+            command, wall, metrics = timed_train(
+                data, args.out / f"{name}-{args.dataset}-seed{args.seed}",
+                ["--seed", str(args.seed), "--device", args.device, "--n-jobs",
+                 str(args.n_jobs), *flags], name, label_column)
             per_fold[name] = metrics["models"]["xaiguiformer"]["per_fold"]
             results["variants"][name] = {
-                "command": " ".join(["eegformer"] + command[len(EEGFORMER):]),
+                "command": command,
                 "wall_seconds": wall, "cv_seconds": metrics["cv_seconds"],
                 "n_folds": metrics["n_folds"],
                 "models": {model: {"mean": values["mean"], "std": values["std"]}

@@ -1,5 +1,6 @@
 """Where work runs: ``preprocess``'s recordings on local processes or a Dask cluster, and the
-pieces every local worker pool shares (``--n-jobs``, signal handling in workers).
+pieces every local worker pool shares (``--n-jobs``, signal handling in workers, the process
+pool of ``train --n-jobs``: folds, the final model and permutations).
 
 ``preprocess`` spreads recordings over workers in one place
 (:func:`eegformer_cli.preprocess.recording_workers`). :func:`preprocess_backend` chooses where
@@ -30,6 +31,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Iterator
 
 from eegformer_cli.errors import UsageError, check_choice
@@ -54,6 +56,34 @@ def leave_interrupts_to_the_parent() -> None:
     would turn the pool's terminate signal into an exception instead of an exit)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def process_pool(n_workers: int):
+    """A pool of ``n_workers`` processes for ``train --n-jobs``, or None for fewer than 2.
+
+    Forked on Linux (workers start with this process's imports in milliseconds; create the
+    pool before a progress bar's thread exists, and draw the bar after), spawned elsewhere (no
+    safe fork). Each worker runs torch on one thread, as a fold does in the parent, so the
+    numbers are the same as in this process; the pool is terminated on leaving, also on
+    Ctrl-C (what the workers finished is on disk).
+    """
+    if n_workers < 2:
+        yield None
+        return
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with context.Pool(n_workers, initializer=_start_training_worker) as pool:
+        yield pool
+
+
+def _start_training_worker() -> None:
+    """Worker process start: Ctrl-C left to the parent, torch on one thread."""
+    import torch  # here: preprocess imports this module without needing torch
+
+    leave_interrupts_to_the_parent()
+    torch.set_num_threads(1)
 
 
 @contextlib.contextmanager

@@ -841,7 +841,7 @@ def _write_outputs(out_dir: Path, rows: list[dict], earlier: list[dict],
         n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
         channels=list(settings.channels or ()), epoch_length_s=settings.epoch_length,
         out_dir=out_dir, manifest=out_dir / MANIFEST_NAME, settings_file=out_dir / SETTINGS_NAME)
-    input_names = [str(path) for path in inputs]
+    input_names = [str(Path(path).absolute()) for path in inputs]  # as audit.py reads them
     if earlier and summary.settings_file.is_file():
         previous = json.loads(summary.settings_file.read_text(encoding="utf-8")).get("inputs", [])
         input_names = list(dict.fromkeys([*previous, *input_names]))

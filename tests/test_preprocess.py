@@ -171,7 +171,7 @@ def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
     for row in rows.values():
         expected = participants[row["participant_id"]]
         assert float(row["age"]) == float(expected["age"]) and row["sex"] == expected["sex"]
-        assert row["sfreq"] == "128"
+        assert row["sfreq"] == "128" and row["source_sfreq"] == "500"   # cleaned / as recorded
     stored = load_connectome(tmp_path / rows["Subject00_1"]["connectome"])
     assert stored.coh.shape == (12, 8, 19, 19)  # 182 s in 15 s epochs (set by the 62 s ones)
 
@@ -253,6 +253,18 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     assert second.bands == ["theta"] and second.coh.shape[1] == 1
     np.testing.assert_array_equal(second.coh[:, 0], first.coh[:, 1])
     assert run_preprocess(files, out, theta_only).n_skipped == 2
+
+
+def test_manifest_has_the_original_rate_and_preprocess_json_absolute_inputs(messy_folder,
+                                                                            tmp_path):
+    out = tmp_path / "out"
+    files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
+    run_preprocess(files, out, PreprocessSettings.from_preset("default"))
+    rows = read_manifest(out)
+    assert [(row["sfreq"], row["source_sfreq"]) for row in rows] == [("128", "256"),
+                                                                     ("128", "500")]
+    inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
+    assert inputs == [str(path.absolute()) for path in files]   # the audit's input folders
 
 
 def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder, tmp_path, capsys):

@@ -40,13 +40,19 @@ def _summary_table(metrics: dict) -> Table:
     return table
 
 
+#: What --merge takes beside RUN_DIR: not training settings (those come from RUN_DIR), but
+#: what is done with the finished run (the audit's columns, the permutation test, its workers).
+MERGE_OPTIONS = ("merge", "as_json", "confounds", "permutations", "permutation_model", "n_jobs")
+
+
 def _reject_options_beside_merge(ctx: typer.Context) -> None:
     """UsageError naming what was given beside --merge (its settings come from RUN_DIR)."""
-    given = [name for name in ctx.params if name not in ("merge", "as_json")
+    given = [name for name in ctx.params if name not in MERGE_OPTIONS
              and getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE",
                                                                             "ENVIRONMENT")]
     if given:
-        raise UsageError("--merge takes every setting from RUN_DIR/config.json; remove "
+        raise UsageError("--merge takes every training setting from RUN_DIR/config.json; "
+                         "remove "
                          + ", ".join(name.upper() if name == "data_dir" else
                                      "--" + name.replace("_", "-") for name in given))
 
@@ -76,6 +82,14 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.model.diagnostics import describe
 
         console.log(describe(metrics["attention"], "out of fold"))
+    if metrics.get("shortcut_audit"):
+        from eegformer_cli.training.audit import describe_audit
+
+        console.log(describe_audit(metrics["shortcut_audit"]))
+    if metrics.get("permutation_test"):
+        from eegformer_cli.training.permutation import describe_permutation_test
+
+        console.log(describe_permutation_test(metrics["permutation_test"]))
     console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
         summary = {"run_dir": str(out), "model_file": str(out / "model.pt"),
@@ -84,9 +98,33 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "labels": metrics["labels"], "positive_label": metrics["positive_label"],
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
                               for name, values in metrics["models"].items()},
-                   "comparison": metrics.get("comparison"), "attention": {key: value for key, value in (metrics.get("attention") or {}).items()
-                                 if key != "per_fold"} or None}
+                   "comparison": metrics.get("comparison"),
+                   "attention": {key: value for key, value in (metrics.get("attention") or {}).items()
+                                 if key != "per_fold"} or None,
+                   "shortcut_audit": _audit_summary(metrics.get("shortcut_audit")),
+                   "permutation_test": _without_null(metrics.get("permutation_test"))}
         typer.echo(json.dumps(summary, indent=2))
+
+
+def _audit_summary(audit: dict | None) -> dict | None:
+    """The shortcut audit for ``--json``: what was flagged, and each variable's status and
+    mean AUROC (metrics.json has the folds and intervals)."""
+    if audit is None:
+        return None
+    return {"flagged": audit["flagged"],
+            "variables": {entry["name"]: {"status": entry["status"],
+                                          "auroc": (entry["auroc"] or {}).get("mean")}
+                          for entry in audit["variables"]}}
+
+
+def _without_null(test: dict | None) -> dict | None:
+    """The permutation test for ``--json`` without its null values (they are in metrics.json)."""
+    return None if test is None else {k: v for k, v in test.items() if k != "null"}
+
+
+def _column_list(text: str | None) -> list[str]:
+    """``"site, scanner"`` -> ``["site", "scanner"]``."""
+    return [column.strip() for column in (text or "").split(",") if column.strip()]
 
 
 def train(
@@ -156,7 +194,21 @@ def train(
     merge: Path | None = typer.Option(
         None, "--merge", metavar="RUN_DIR", help="Finish a run whose folds were trained by "
                                                  "--fold jobs: final model and summaries "
-                                                 "\\[default: none]."),
+                                                 "(also adds --confounds or --permutations "
+                                                 "to a finished run) \\[default: none]."),
+    confounds: str | None = typer.Option(
+        None, "--confounds", metavar="COL,COL", help="Manifest (participants, recordings) "
+        "columns the shortcut audit checks too, beside recording duration, segments, original "
+        "sampling rate, interpolated channels, input folder, age and sex \\[default: none, "
+        "those only]."),
+    permutations: int = typer.Option(
+        0, "--permutations", metavar="N", help="Permutation test: refit the CV N times with "
+        "the labels permuted between participants (same folds) and report each model's BAC "
+        "p-value; 0 = off, 100 resolves p down to 0.0099. Resumable, spread by --n-jobs."),
+    permutation_model: str = typer.Option(
+        "reference", "--permutation-model", help="Model refit on permuted labels: reference "
+        "(the logistic regression, cheap; XAIguiFormer's p is then measured against its null) "
+        "or xaiguiformer (both models retrained: a full CV per permutation)."),
 ) -> None:
     """Train XAIguiFormer with participant-wise validation, beside a logistic-regression reference.
 
@@ -182,6 +234,16 @@ def train(
         eegformer train prep --out run -l diagnosis --fold 0   (one job per fold, then:)
         eegformer train --merge run
 
+    Is the score real? Every run also checks, on the same folds, whether a nuisance variable
+    alone predicts the label (duration, segments, original sampling rate, interpolated
+    channels, input folder, age, sex and the --confounds columns; a warning names each one
+    that does), and --permutations N tests the BAC against chance. Both go into
+    metrics.json and the report; add them to a finished run with --merge RUN_DIR.
+
+        eegformer train prep --out run -l condition --confounds site --permutations 100 -j 2
+
+        eegformer train --merge run --permutations 100 --permutation-model xaiguiformer
+
     Exit codes: 0 done, 2 bad flags or a different run in OUT, 3 unusable data (one class,
     no labels), 5 OUT not writable or in use, 130 interrupted (rerun to resume).
     """
@@ -193,7 +255,8 @@ def train(
 
     if merge is not None:
         _reject_options_beside_merge(ctx)
-        _report(merge_run(merge), merge, as_json)
+        _report(merge_run(merge, _column_list(confounds), permutations, permutation_model,
+                          n_jobs), merge, as_json)
         return
     missing = [name for name, value in (("DATA_DIR", data_dir), ("--out", out),
                                         ("--label-column", label_column)) if value is None]
@@ -215,7 +278,8 @@ def train(
     resolved = resolve_config(preset, config, flags)
     metrics = run_training(data_dir, out, label_column, resolved, splits_file=splits,
                            positive_label=positive_label, overwrite=overwrite, fold_index=fold,
-                           n_jobs=n_jobs)
+                           n_jobs=n_jobs, confounds=_column_list(confounds),
+                           permutations=permutations, permutation_model=permutation_model)
     if fold is not None:  # metrics: this fold's result (None on torchrun ranks other than 0)
         if metrics is not None:
             console.log(f"fold {fold} done; when every fold is done: eegformer train --merge {out}")

@@ -14,11 +14,12 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
    the paired interval, confusion matrix, ROC and precision-recall curves from the
    out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
-3. Attention: what the coarse and refined attention do, out of fold (metrics.json's
+3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`).
+4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
    the logit change when attention is replaced by a uniform mean or the identity) and the
    entropy per epoch on the validation participants (history.jsonl).
-4. Explanations: which model and recordings they come from (and whether those recordings
+5. Explanations: which model and recordings they come from (and whether those recordings
    were the model's training data), band importance per class with what its sign means, the
    strongest channel-pair attributions per class on a connectivity circle (mne-connectivity),
    coarse versus refined attention per layer as differences from uniform attention.
@@ -49,6 +50,7 @@ import numpy as np  # noqa: E402
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_bytes  # noqa: E402
 from eegformer_cli.errors import InputDataError, OutputError  # noqa: E402
+from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.training.metrics import describe_comparison
 
 #: Channel pairs drawn per class on the connectivity circle (strongest by |value|).
@@ -659,6 +661,7 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     _add_run_summary(report, run_dir, config)
     _add_dataset(report, config)
     _add_cross_validation(report, run_dir)
+    add_trust_section(report, run_dir)
     _add_attention(report, run_dir)
     _add_explanations(report, run_dir, explanations_dir)
     return report

@@ -48,6 +48,13 @@ def recording_suffix(path: Path) -> str | None:
     return max(matches, key=len) if matches else None
 
 
+def input_folder(path: str | Path) -> Path:
+    """The folder an input of :func:`find_recordings` stands for, absolute: a folder resolved
+    (its recordings' paths start with it), or a recording file's resolved folder."""
+    path = Path(path)
+    return path.absolute().parent.resolve() if recording_suffix(path) else path.resolve()
+
+
 def _is_recording_file(path: Path) -> bool:
     return (path.is_file() and not path.name.startswith(".")
             and recording_suffix(path) is not None)

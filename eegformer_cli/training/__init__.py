@@ -13,4 +13,7 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.model_file` the self-describing model file ``model.pt``
 - :mod:`~eegformer_cli.training.distributed` several processes under ``torchrun`` (DDP, gloo/nccl)
 - :mod:`~eegformer_cli.training.merge`      folds as separate jobs (``--fold``) and ``--merge``
+- :mod:`~eegformer_cli.training.audit`      shortcut audit: each nuisance variable alone vs the label
+- :mod:`~eegformer_cli.training.null_labels` label permutations under the null, their p-value
+- :mod:`~eegformer_cli.training.permutation` ``--permutations``: the CV refit on permuted labels
 """

@@ -14,7 +14,9 @@ holdout the fold job saved it) and writes ``history.jsonl``, ``oof_predictions.t
 ``metrics.json`` and ``model.pt``. The data, label column, settings and splits come from
 RUN_DIR's ``config.json`` and ``splits.json``, so the merged folder equals the folder of a
 single run with the same settings (timings aside). A merge with folds missing names them and
-changes nothing.
+changes nothing. The shortcut audit and the permutation test concern the whole run, so they
+run here (``--confounds``, ``--permutations``, with ``--n-jobs`` workers), never in a fold job;
+a merge of a finished run adds them to it.
 
 Locks: a whole run or a merge takes RUN_DIR's lock exclusively; fold jobs share it, so they run
 side by side but never alongside a whole run or a merge.
@@ -107,12 +109,16 @@ def missing_fold_indices(run_dir: str | Path) -> list[int]:
             if not (Path(run_dir) / "folds" / f"{fold.name}.json").is_file()]
 
 
-def merge_run(run_dir: str | Path) -> dict | None:
-    """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs.
+def merge_run(run_dir: str | Path, confounds=(), permutations: int = 0,
+              permutation_model: str = "reference", n_jobs: int = 1) -> dict | None:
+    """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs (or add the
+    shortcut audit's ``confounds`` or a permutation test to a finished run).
 
-    Returns the metrics dict (also written to ``metrics.json``; None on torchrun processes
-    other than rank 0). Raises InputDataError when RUN_DIR is not a run folder, UsageError
-    when folds are missing, OutputError when a fold job still runs.
+    ``confounds``, ``permutations``, ``permutation_model`` and ``n_jobs``: as
+    :func:`~eegformer_cli.training.trainer.run_training`'s (they are not part of the run's
+    identity). Returns the metrics dict (also written to ``metrics.json``; None on torchrun
+    processes other than rank 0). Raises InputDataError when RUN_DIR is not a run folder,
+    UsageError when folds are missing, OutputError when a fold job still runs.
     """
     from eegformer_cli.training.trainer import run_training  # the trainer imports this module
 
@@ -123,4 +129,6 @@ def merge_run(run_dir: str | Path) -> dict | None:
         raise UsageError(f"{len(missing)} fold(s) not finished in {run_dir} (--fold {shown})",
                          hint="run those `eegformer train --fold` jobs, then merge again")
     return run_training(request.data_dir, run_dir, request.label_column, request.config,
-                        splits_file=request.splits_file, positive_label=request.positive_label)
+                        splits_file=request.splits_file, positive_label=request.positive_label,
+                        n_jobs=n_jobs, confounds=confounds, permutations=permutations,
+                        permutation_model=permutation_model)

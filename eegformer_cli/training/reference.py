@@ -24,6 +24,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 INNER_FOLDS = 5
@@ -49,7 +50,10 @@ def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
                           scoring="balanced_accuracy",
                           cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True,
                                                   random_state=seed))
-    with warnings.catch_warnings():
+    # one BLAS thread, bit-identical results: on busy cores (other jobs, or the --n-jobs
+    # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B 9x slower on these
+    # small problems (msu's 15 folds: 55 s instead of 6 s at load 5; 3.1 s either way idle)
+    with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         # an inner training split with one class: that fold scores nan for every C (tiny data)
         warnings.filterwarnings("ignore", category=FitFailedWarning)

@@ -29,7 +29,6 @@ import contextlib
 import copy
 import json
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,8 +45,8 @@ from eegformer_cli.devices import autocast, one_cpu_thread, resolve_device, seed
 from eegformer_cli.errors import UsageError
 from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
-from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
-from eegformer_cli.training import augment, distributed, merge, splits
+from eegformer_cli.parallel import process_pool, worker_count
+from eegformer_cli.training import audit, augment, distributed, merge, permutation, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (ConnectomeDataset, RecordingInfo, TrainingData,
                                             load_training_data, read_manifest)
@@ -395,6 +394,7 @@ def _clear_run(run_dir: Path) -> None:
     for name in RUN_FILES:
         (run_dir / name).unlink(missing_ok=True)
     shutil.rmtree(run_dir / "folds", ignore_errors=True)
+    shutil.rmtree(run_dir / "permutations", ignore_errors=True)
 
 
 def _recordings_of(data: TrainingData, participants: list[str]) -> list[RecordingInfo]:
@@ -478,8 +478,10 @@ def _nan_to_none(value):
 
 
 def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
-                    final_history: list[dict] | None = None) -> dict:
-    """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics."""
+                    final_history: list[dict] | None = None, extra: dict | None = None) -> dict:
+    """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
+
+    ``extra``: more top-level entries of metrics.json (``shortcut_audit``)."""
     history = [record for result in results for record in result["history"]]
     history += final_history or []
     write_text(run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history))
@@ -507,7 +509,8 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
                "cv_seconds": float(sum(r["seconds"] for r in results)),
                "models": models,
                "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison},
-               "attention": _attention_out_of_fold(results)}
+               "attention": _attention_out_of_fold(results),
+               **(extra or {})}
     metrics = _nan_to_none(metrics)
     write_json(run_dir / "metrics.json", metrics)
     return metrics
@@ -527,22 +530,34 @@ def _attention_out_of_fold(results: list[dict]) -> dict | None:
 
 def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, splits_file=None,
                  positive_label: str | None = None, overwrite: bool = False,
-                 fold_index: int | None = None, n_jobs: int = 1) -> dict | None:
+                 fold_index: int | None = None, n_jobs: int = 1, confounds=(),
+                 permutations: int = 0, permutation_model: str = "reference") -> dict | None:
     """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
 
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
     ``train --merge``; see :mod:`merge`) and return its result (``folds/<name>.json``).
     ``n_jobs``: folds trained side by side in that many worker processes on the CPU (-1: one
-    per core; :func:`_worker_pool`), the final model queued behind them; every number is the
-    same as with 1, since each fold is seeded on its own and runs on one thread either way.
+    per core; :func:`parallel.process_pool`), the final model queued behind them; every number
+    is the same as with 1, since each fold is seeded on its own and runs on one thread either
+    way.
     Under torchrun the processes share the work (:mod:`distributed`); only rank 0 writes,
     and the other processes return None.
+    ``confounds``: manifest columns the shortcut audit (:mod:`audit`) checks beside the
+    built-in nuisance variables; ``permutations``: refit the CV that many times on permuted
+    labels, the null model being ``permutation_model`` (:mod:`permutation`). Both concern the
+    whole run (and ``train --merge``), not a fold job.
 
     Raises UsageError (bad settings, a run folder holding another run), InputDataError (data
     that cannot make a classification task) and OutputError (run folder not writable/locked).
     """
     n_workers = worker_count(n_jobs)
+    permutation.check_settings(permutations, permutation_model)
+    if fold_index is not None and (confounds or permutations):
+        raise UsageError("--confounds and --permutations concern the whole run: give them to "
+                         "`eegformer train --merge RUN_DIR` once the --fold jobs are done")
     plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
+    audit_plan = (None if fold_index is not None else
+                  audit.plan_audit(plan.data, plan.folds, plan.scheme, config, confounds))
     folds = merge.folds_to_run(plan.folds, fold_index, overwrite)
     if n_workers > 1 and plan.device.type == "cuda":
         raise UsageError(f"--n-jobs {n_jobs} trains folds in CPU worker processes, but the "
@@ -565,6 +580,8 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
                             "(the last label in sorted order; choose another with "
                             "--positive-label)")
+        extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
+                 if writer and audit_plan is not None else None)
         distributed.barrier()  # the other processes read the folder once rank 0 prepared it
         features = _reference_features(plan.data)
         holdout = plan.scheme.get("kind") == "holdout"
@@ -580,7 +597,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
         train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
         if fold_index is None and not holdout and not train_final:
             console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
-        with _worker_pool(min(n_workers, len(pending) + train_final)) as pool, \
+        with process_pool(min(n_workers, len(pending) + train_final)) as pool, \
                 console.progress_bar() as bar:
             folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
             if pool is None:
@@ -598,7 +615,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 results[fold.name] = result
                 bar.advance(folds_task)
                 if writer and fold_index is None:  # a fold job leaves the summaries to --merge
-                    write_summaries(run_dir, plan, _in_fold_order(results, folds))
+                    write_summaries(run_dir, plan, _in_fold_order(results, folds), extra=extra)
                 m = result["metrics"]
                 console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} "
                             f"(logistic regression {m[REFERENCE_NAME]['bac']:.3f}), best epoch "
@@ -617,8 +634,12 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 final_history = _write_final(run_dir, plan, fit)
             elif not holdout:
                 final_history = _final_history(run_dir)
-        return (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history)
-                if writer else None)
+        metrics = (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history,
+                                   extra) if writer else None)
+        if metrics is not None and permutations:
+            metrics = permutation.run_permutation_test(run_dir, plan, features, metrics,
+                                                       permutations, permutation_model, n_workers)
+        return metrics
 
 
 def _in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[dict]:
@@ -656,31 +677,6 @@ def _fold_job(job: tuple) -> tuple[str, dict]:
     with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
         result, _ = run_fold(plan, fold, features)
     return fold.name, result
-
-
-@contextlib.contextmanager
-def _worker_pool(n_workers: int):
-    """A pool of ``n_workers`` processes for ``train --n-jobs``, or None for fewer than 2.
-
-    Forked on Linux (workers start with this process's imports in milliseconds; no progress
-    thread exists yet, the bar is drawn after), spawned elsewhere (no safe fork). Each worker
-    runs torch on one thread, as a fold does here, so the numbers are the same as in this
-    process; the pool is terminated on leaving, also on Ctrl-C, and finished folds are on disk.
-    """
-    if n_workers < 2:
-        yield None
-        return
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with context.Pool(n_workers, initializer=_start_worker) as pool:
-        yield pool
-
-
-def _start_worker() -> None:
-    """Worker process start: Ctrl-C left to the parent, torch on one thread."""
-    leave_interrupts_to_the_parent()
-    torch.set_num_threads(1)
 
 
 def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:

@@ -1,0 +1,105 @@
+"""The report's section "Is the score real?": the shortcut audit and the permutation test.
+
+From ``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.training.audit`) and
+``permutation_test`` (:mod:`eegformer_cli.training.permutation`): a table of the nuisance
+variables (flagged first) with a sentence on what a flag means, and a histogram of the null
+BAC with each model's observed BAC. A run without them gets a line saying how to add them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
+import numpy as np  # noqa: E402
+
+from eegformer_cli.training.audit import (AUROC_FLAG, describe_by_class,  # noqa: E402
+                                          describe_figure)
+from eegformer_cli.training.permutation import describe_permutation_test  # noqa: E402
+
+SECTION = "Is the score real?"
+AUDIT_MEANING = (
+    "Each variable below was given alone to a small model (a logistic regression) on the "
+    "same participant-wise folds as the models. A flagged variable predicts the label by "
+    f"itself (AUROC >= {AUROC_FLAG} and beyond chance): the models' score may come from it "
+    "rather than from the brain, so compare like with like (e.g. recordings cropped to the "
+    "same length, sites or ages balanced) before trusting the score. Constant or unknown "
+    "variables cannot carry the label here.")
+PERMUTATION_MEANING = (
+    "The cross-validation was refit on labels permuted at random; p is the share of "
+    "permutations whose BAC reached the observed one (counting the observed labels). A small "
+    "p says the score beats chance; it does not say why (see the audit above).")
+
+
+def add_trust_section(report, run_dir: Path) -> None:
+    """Add the section to ``report`` (an :class:`mne.Report`) from ``RUN_DIR/metrics.json``
+    (nothing when there is none: the cross-validation section already says so)."""
+    metrics_file = Path(run_dir) / "metrics.json"
+    if not metrics_file.is_file():
+        return
+    metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+    audit, test = metrics.get("shortcut_audit"), metrics.get("permutation_test")
+    if audit is None:
+        body = ("<p>This run has no shortcut audit (it was trained before eegformer had one): "
+                f"<code>eegformer train --merge {html.escape(str(run_dir))}</code> adds it.</p>")
+    else:
+        body = (f"<p>{html.escape(AUDIT_MEANING)}</p><p>Folds: "
+                f"{html.escape(audit['folds'])}; interval: {html.escape(audit['interval'])}.</p>"
+                + audit_table_html(audit))
+    report.add_html(body, "Shortcut audit", section=SECTION)
+    if test is None:
+        report.add_html("<p>No permutation test: <code>eegformer train --merge "
+                        f"{html.escape(str(run_dir))} --permutations 100</code> adds one "
+                        "(the logistic regression refit 100 times by default).</p>",
+                        "Permutation test", section=SECTION)
+        return
+    report.add_html(f"<p>{html.escape(PERMUTATION_MEANING)}</p><p>"
+                    f"{html.escape(describe_permutation_test(test))}.</p>",
+                    "Permutation test", section=SECTION)
+    figure = null_distribution_figure(test)
+    report.add_figure(figure, "Permutation test: null distribution", section=SECTION,
+                      image_format="png")
+    plt.close(figure)
+
+
+def audit_table_html(audit: dict) -> str:
+    """HTML table of the audited variables in the audit's order (flagged first), flagged rows
+    highlighted."""
+    head = "".join(f"<th>{name}</th>" for name in (
+        "variable", "meaning", "status", "per class", "AUROC, BAC (alone)"))
+    rows = []
+    for entry in audit["variables"]:
+        figure = describe_figure(entry) if entry["auroc"] else ""
+        cells = [entry["name"], entry["description"], entry["status"], describe_by_class(entry),
+                 figure]
+        style = ' class="table-warning"' if entry["status"] == "flagged" else ""
+        rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+                    + "</tr>")
+    return (f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def null_distribution_figure(test: dict):
+    """Histogram of the null BAC (one per null model computed) with a line at each model's
+    observed BAC, labelled with its p-value."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    values = np.concatenate([np.asarray(v, dtype=float) for v in test["null"].values()])
+    bins = np.linspace(min(values.min(), 0.0), 1.0, 41)
+    for name, null in test["null"].items():
+        ax.hist(null, bins=bins, alpha=0.5, label=f"null: {name} on permuted labels")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (name, model) in enumerate(test["models"].items()):
+        ax.axvline(model["observed_bac"], color=colours[(k + 2) % len(colours)], linewidth=2,
+                   label=f"{name}: BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}"
+                         + ("" if model["null_from"] == name else
+                            f" (vs the {model['null_from']} null)"))
+    ax.set(xlabel="balanced accuracy (mean over folds)", ylabel="permutations",
+           title=f"{test['n_permutations']} permutations ({test['permuted']})")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,217 @@
+"""The permutation test of ``train --permutations N``: does the cross-validated BAC beat chance?
+
+Under the null hypothesis (the label does not depend on the recordings), relabelling the
+participants at random changes nothing, so the run's BAC is one draw of the BAC the same
+procedure reaches on permuted labels. The test refits the cross-validation N times, each
+time with permuted labels on the run's own participant-wise folds (same splits, same
+per-fold seeds), and reports p = (1 + #{null BAC >= observed BAC}) / (1 + N) per model (the
+smallest possible p is 1 / (N + 1)). BAC is the mean over folds, as ``metrics.json``'s.
+
+Labels are permuted by :func:`null_labels.permuted_labels` (between participants, or among
+each participant's recordings when those carry different labels).
+
+Why not :func:`sklearn.model_selection.permutation_test_score`: with ``groups`` it shuffles
+labels *within* each group (its only grouped mode, scikit-learn issue #21543), which for one
+recording per participant permutes nothing (p = 1 always); without ``groups`` it shuffles
+recordings freely, breaking a participant's label over its recordings. It also cannot resume,
+and the null must refit exactly the run's models (the reference's per-fold seeds, or the
+whole XAIguiFormer recipe). The p-value rule is the same as scikit-learn's.
+
+Null models (``--permutation-model``):
+
+- ``reference`` (default, cheap): the logistic-regression reference is refit on each
+  permutation; its p-value is exact, and XAIguiFormer's observed BAC is compared with the
+  reference's null (an approximation: under the null both models' BAC centre on chance with a
+  spread set mostly by the test sets' sizes; say so wherever it is shown);
+- ``xaiguiformer``: every fold of both models is retrained on each permutation (a full CV per
+  permutation): both p-values are exact.
+
+Each permutation's labels come from its own seeded stream (``seed``, index), so a permutation
+is the same whatever N, order or worker computes it. Results are stored one file per
+permutation, atomically, in ``RUN_DIR/permutations/<null model>/NNNNN.json``: a rerun (or a
+larger N) computes only the missing ones. ``--n-jobs`` spreads permutations over processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from eegformer_cli import console
+from eegformer_cli.atomic import ensure_dir, write_json
+from eegformer_cli.errors import UsageError, check_choice
+from eegformer_cli.parallel import process_pool
+from eegformer_cli.training.metrics import classification_metrics
+from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
+from eegformer_cli.training.reference import fit_reference, reference_probabilities
+
+if TYPE_CHECKING:  # the report imports describe_permutation_test without torch
+    from eegformer_cli.training.dataset import RecordingInfo
+
+#: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name
+#: (trainer.REFERENCE_NAME, trainer.MODEL_NAME; trainer imports this module, which imports
+#: trainer, and with it torch, only inside the functions that train).
+NULL_MODELS = {"reference": "logistic_regression", "xaiguiformer": "xaiguiformer"}
+FOLDER = "permutations"
+
+
+def check_settings(n_permutations: int, null_model: str) -> None:
+    """UsageError for a negative ``--permutations``, an unknown ``--permutation-model``, or
+    permutations under torchrun (they run in one process and its ``--n-jobs`` workers)."""
+    if n_permutations < 0:
+        raise UsageError(f"invalid value {n_permutations} for --permutations; use 0 (no test) "
+                         "or a positive number, e.g. 100")
+    check_choice("--permutation-model", null_model, NULL_MODELS)
+    from eegformer_cli.training import distributed
+
+    if n_permutations and distributed.process_place().world_size > 1:
+        raise UsageError("--permutations cannot run under torchrun",
+                         hint="train without it, then add the test to the finished run: "
+                              "eegformer train --merge RUN_DIR --permutations N")
+
+
+def null_scores(plan, features: dict[str, np.ndarray], index: int, null_model: str) -> dict:
+    """Permutation ``index`` of ``plan`` (a :class:`trainer.RunPlan`): what its file holds,
+    :func:`refit_scores` on its labels with ``index`` and the seconds it took. ``null_model``:
+    a value of :data:`NULL_MODELS` (a model name)."""
+    start = time.perf_counter()
+    labels = permuted_labels(plan.data, plan.folds, plan.config.seed, index)
+    return {"index": index, "null_model": null_model,
+            **refit_scores(plan, features, labels, null_model),
+            "seconds": time.perf_counter() - start}
+
+
+def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
+                 null_model: str) -> dict:
+    """The BAC of the models refit on the run's folds with ``labels`` (one per recording of
+    ``plan.data``) instead of the real ones: ``{"bac": {model: mean over folds}, "per_fold":
+    [...]}``. ``null_model`` :data:`trainer.MODEL_NAME` retrains both models exactly as the
+    run's folds do; else the reference alone is refit. With the real labels this is the run's
+    own BAC."""
+    from eegformer_cli.training import trainer
+
+    recordings = [dataclasses.replace(rec, label=label)
+                  for rec, label in zip(plan.data.recordings, labels)]
+    relabelled = dataclasses.replace(plan, data=dataclasses.replace(plan.data,
+                                                                    recordings=recordings))
+    per_fold = []
+    for fold in plan.folds:
+        if null_model == trainer.MODEL_NAME:
+            result, _ = trainer.run_fold(relabelled, fold, features)
+            bac = {name: metrics["bac"] for name, metrics in result["metrics"].items()}
+        else:
+            bac = {trainer.REFERENCE_NAME: _reference_bac(relabelled, fold, features)}
+        per_fold.append({"repeat": fold.repeat, "fold": fold.fold, "bac": bac})
+    return {"bac": {name: float(np.mean([fold["bac"][name] for fold in per_fold]))
+                    for name in per_fold[0]["bac"]},
+            "per_fold": per_fold}
+
+
+def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
+    """BAC of the reference on ``fold``'s test recordings, fit as in the run
+    (:func:`trainer.run_fold`: train + val participants, the fold's seed)."""
+    from eegformer_cli.training.trainer import fold_seed
+
+    data = plan.data
+    fit_recs = _recordings_of(data.recordings, fold.train + fold.val)
+    test_recs = _recordings_of(data.recordings, fold.test)
+    search = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
+                           data.label_indices(fit_recs),
+                           np.array([r.participant_id for r in fit_recs]),
+                           fold_seed(plan.config.seed, fold.repeat, fold.fold))
+    probabilities = reference_probabilities(
+        search, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
+    return classification_metrics(data.label_indices(test_recs), probabilities, None)["bac"]
+
+
+def _recordings_of(recordings: list[RecordingInfo], participants: list[str]) -> list[RecordingInfo]:
+    wanted = set(participants)
+    return [rec for rec in recordings if rec.participant_id in wanted]
+
+
+def _null_job(job: tuple) -> dict:
+    """One permutation: (plan, features, index, null model) -> its result, with torch's
+    deterministic algorithms as in a fold (a spawned worker does not inherit the flag)."""
+    from eegformer_cli.training.trainer import deterministic_algorithms
+
+    plan, features, index, null_model = job
+    with deterministic_algorithms(plan.device):
+        return null_scores(plan, features, index, null_model)
+
+
+def run_permutation_test(run_dir: Path, plan, features: dict[str, np.ndarray], metrics: dict,
+                         n_permutations: int, null_model: str, n_workers: int) -> dict:
+    """Compute the permutations not on disk yet (on ``n_workers`` processes), then add
+    ``permutation_test`` to ``metrics`` and rewrite ``RUN_DIR/metrics.json``; returns metrics.
+
+    ``null_model``: a key of :data:`NULL_MODELS`; ``metrics``: the run's metrics (the observed
+    BAC of each model is its ``mean.bac``).
+    """
+    model_name = NULL_MODELS[null_model]
+    folder = ensure_dir(Path(run_dir) / FOLDER / model_name)
+    results = {}
+    for index in range(n_permutations):
+        path = _result_path(folder, index)
+        if path.is_file():
+            results[index] = json.loads(path.read_text(encoding="utf-8"))
+    pending = [index for index in range(n_permutations) if index not in results]
+    if pending:
+        console.log(f"permutation test: {len(pending)} of {n_permutations} permutations to "
+                    f"compute, null model {model_name}")
+    with process_pool(min(n_workers, len(pending))) as pool, console.progress_bar() as bar:
+        task = bar.add_task("permutations", total=n_permutations, completed=len(results),
+                            status="")
+        jobs = [(plan, features, index, model_name) for index in pending]
+        finished = (map(_null_job, jobs) if pool is None
+                    else pool.imap_unordered(_null_job, jobs))
+        for result in finished:
+            write_json(_result_path(folder, result["index"]), result)
+            results[result["index"]] = result
+            bar.advance(task)
+    metrics = {**metrics, "permutation_test": summarise(
+        [results[index] for index in range(n_permutations)], metrics, model_name,
+        describe_scheme(plan.data), plan.config.seed)}
+    write_json(Path(run_dir) / "metrics.json", metrics)
+    return metrics
+
+
+def _result_path(folder: Path, index: int) -> Path:
+    return folder / f"{index:05d}.json"
+
+
+def summarise(results: list[dict], metrics: dict, null_model: str, scheme: str,
+              seed: int) -> dict:
+    """``metrics.json``'s ``permutation_test`` from the permutations' results (in index order):
+    per model its observed BAC, its p-value and which model's null it is measured against."""
+    null = {name: [result["bac"][name] for result in results] for name in results[0]["bac"]}
+    n = len(results)
+    models = {}
+    for name, values in metrics["models"].items():
+        observed = values["mean"]["bac"]
+        null_from = name if name in null else null_model
+        models[name] = {"observed_bac": observed, "p_value": p_value(null[null_from], observed),
+                        "null_from": null_from, "null_mean": float(np.mean(null[null_from])),
+                        "null_std": float(np.std(null[null_from], ddof=1)) if n > 1 else None}
+    return {"n_permutations": n, "null_model": null_model, "metric": "bac", "permuted": scheme,
+            "seed": seed, "p_value_rule": "(1 + null values >= observed) / (1 + n_permutations)",
+            "seconds": float(sum(result["seconds"] for result in results)),
+            "models": models, "null": null}
+
+
+def describe_permutation_test(test: dict) -> str:
+    """One line for people: ``"permutation test (100 permutations, ...): xaiguiformer BAC
+    0.884, p = 0.0099 (against the logistic_regression null); ..."``."""
+    parts = []
+    for name, model in test["models"].items():
+        against = ("" if model["null_from"] == name
+                   else f" (against the {model['null_from']} null, an approximation)")
+        parts.append(f"{name} BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}{against}")
+    n = test["n_permutations"]
+    return (f"permutation test ({n} permutations, {test['permuted']}, null model "
+            f"{test['null_model']} refit on each; smallest possible p {1 / (n + 1):.2g}): "
+            + "; ".join(parts))

@@ -1,0 +1,253 @@
+"""Is the score real? The shortcut audit (training/audit.py), the permutation test
+(training/permutation.py), their train options and their report section.
+
+Synthetic ``preprocess`` folders (tests/test_training.py's, a learnable coherence difference)
+get nuisance columns that do or do not carry the label; the permutation test's small p-value
+is checked on the committed sample_data, its uniformity on labels shuffled once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_training import make_connectome_folder, run_main, tiny_config  # tests/ is on sys.path
+
+from eegformer_cli.training import audit, null_labels, permutation
+from eegformer_cli.training.dataset import RecordingInfo, TrainingData
+from eegformer_cli.training.trainer import (MODEL_NAME, REFERENCE_NAME, _reference_features,
+                                            plan_run, run_training)
+
+SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
+
+
+def set_column(root: Path, column: str, values: list) -> Path:
+    """Add (or replace) ``column`` of ``root/manifest.tsv``, one value per row in order."""
+    path = root / "manifest.tsv"
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    for row, value in zip(rows, values, strict=True):
+        row[column] = str(value)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t",
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return root
+
+
+def audit_of(root: Path, label_column: str = "diagnosis", confounds=(), **settings) -> dict:
+    plan = plan_run(root, label_column, tiny_config(**settings))
+    return audit.run_audit(audit.plan_audit(plan.data, plan.folds, plan.scheme, plan.config,
+                                            confounds), plan.positive_label)
+
+
+def entry(result: dict, name: str) -> dict:
+    return next(e for e in result["variables"] if e["name"] == name)
+
+
+def labels_of(n_participants: int) -> list[str]:
+    """make_connectome_folder's labels: odd participants are patients."""
+    return ["patient" if p % 2 else "control" for p in range(n_participants)]
+
+
+# ------------------------------------------------------------------------------------------
+# the shortcut audit
+
+
+def test_a_duration_that_carries_the_label_is_flagged_with_its_figure(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    durations = [rng.normal(120 if label == "patient" else 90, 15) for label in labels_of(24)]
+    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s",
+                      [f"{d:.1f}" for d in durations])
+    result = audit_of(root)
+    assert result["flagged"] == ["duration_s"] and result["variables"][0]["name"] == "duration_s"
+    duration = entry(result, "duration_s")
+    assert duration["auroc"]["mean"] >= 0.8 and duration["auroc"]["ci95"][0] > 0.5
+    assert duration["bac"]["mean"] > 0.6 and len(duration["per_fold"]) == 5
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "shortcut:" in line]
+    assert len(warnings) == 1 and "duration_s" in warnings[0]
+    assert f"AUROC {duration['auroc']['mean']:.2f}" in warnings[0]
+    # what cannot carry the label is said, never flagged: 2 segments everywhere, no sampling
+    # rate column in this (older style) manifest
+    assert entry(result, "n_segments")["status"] == "constant"
+    assert entry(result, "source_sfreq")["status"] == "not recorded"
+    assert entry(result, "sex")["status"] == "checked"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_duration_independent_of_the_label_is_not_flagged(tmp_path, capsys, seed):
+    durations = np.random.default_rng(seed).normal(100, 15, 24)
+    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s",
+                      [f"{d:.1f}" for d in durations])
+    result = audit_of(root)
+    duration = entry(result, "duration_s")
+    assert result["flagged"] == [] and duration["status"] == "checked"
+    assert duration["auroc"]["mean"] < 0.65 or duration["auroc"]["ci95"][0] <= 0.5
+    assert "shortcut:" not in capsys.readouterr().err
+
+
+def test_confounds_are_audited_as_categories_with_three_classes(tmp_path):
+    # make_connectome_folder's sex follows p % 3 and its ages p % 20: the labels do not
+    labels = [["a", "b", "c"][(p // 3) % 3] for p in range(24)]
+    root = make_connectome_folder(tmp_path / "prep", labels=labels)
+    set_column(root, "site", [f"site-{(p // 3) % 3}" for p in range(24)])    # carries the label
+    set_column(root, "scanner", [f"s{p % 2}" for p in range(24)])            # does not
+    result = audit_of(root, confounds=["site", "scanner", "age"])            # age: a built-in
+    site, scanner = entry(result, "site"), entry(result, "scanner")
+    assert result["flagged"] == ["site"] and site["kind"] == "categorical"
+    assert site["source"] == "--confounds" and scanner["status"] == "checked"
+    assert site["auroc"]["mean"] == 1.0                      # macro one-vs-rest AUROC
+    assert site["bac"]["mean"] == 1.0 and scanner["bac"]["mean"] < 0.6   # chance is 1/3
+    assert [e["name"] for e in result["variables"]].count("age") == 1
+    assert "a: 9 x site-0; b: 9 x site-1" in audit.describe_by_class(site)
+
+
+def test_a_holdout_run_is_audited_on_a_cv_of_all_participants(tmp_path):
+    root = make_connectome_folder(tmp_path / "prep")
+    result = audit_of(root, holdout=0.25)
+    assert result["n_folds"] == 5 and "5-fold CV of all participants" in result["folds"]
+
+
+def test_bad_flags_are_one_line_usage_errors_before_the_run_folder(tmp_path, capsys):
+    root = make_connectome_folder(tmp_path / "prep")
+    run = tmp_path / "run"
+    cases = [(["--confounds", "site"], "available columns are recording_id, participant_id"),
+             (["--confounds", "diagnosis"], "is the label column"),
+             (["--permutations", "-1"], "invalid value -1 for --permutations"),
+             (["--permutation-model", "svm"], "allowed values are 'reference', 'xaiguiformer'"),
+             (["--fold", "0", "--permutations", "5"], "give them to `eegformer train --merge")]
+    for flags, message in cases:
+        code = run_main("train", root, "--out", run, "-l", "diagnosis", "--epochs", "1", *flags)
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
+        assert not run.exists()
+
+
+def test_train_help_documents_the_new_options(capsys):
+    assert run_main("train", "--help") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--confounds", "--permutations", "--permutation-model", "Is the score real?"):
+        assert option in text
+
+
+# ------------------------------------------------------------------------------------------
+# the permutation test
+
+
+def recordings(labels_by_participant: dict[str, list[str]]) -> TrainingData:
+    recs = [RecordingInfo(f"{p}_{i}", p, label, float("nan"), float("nan"), Path("x.npz"), 1)
+            for p, labels in labels_by_participant.items() for i, label in enumerate(labels)]
+    return TrainingData(Path("."), "label", recs, sorted({r.label for r in recs}), [], [],
+                        np.zeros((0, 2)), {})
+
+
+def test_labels_are_permuted_between_participants_or_within_them():
+    from eegformer_cli.training.splits import Fold
+
+    one_label = recordings({f"p{i}": [["x", "y"][i % 2]] * 2 for i in range(10)})
+    folds = [Fold(0, k, [f"p{i}" for i in range(10) if i % 5 != k], [], [f"p{k}", f"p{k + 5}"])
+             for k in range(5)]
+    drawn = [null_labels.permuted_labels(one_label, folds, 0, i) for i in range(20)]
+    for labels in drawn:
+        assert sorted(labels) == sorted(r.label for r in one_label.recordings)
+        assert all(labels[2 * i] == labels[2 * i + 1] for i in range(10))  # one per participant
+    assert len({tuple(labels) for labels in drawn}) > 10
+    assert drawn[3] == null_labels.permuted_labels(one_label, folds, 0, 3)   # seeded per index
+    assert null_labels.describe_scheme(one_label).startswith("participant labels shuffled")
+    conditions = recordings({f"p{i}": ["rest", "task"] for i in range(10)})
+    for i in range(20):
+        labels = null_labels.permuted_labels(conditions, folds, 0, i)
+        assert all(sorted(labels[2 * p:2 * p + 2]) == ["rest", "task"] for p in range(10))
+    assert "each participant's recordings" in null_labels.describe_scheme(conditions)
+
+
+def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s",
+                      [f"{rng.normal(130 if label == 'patient' else 80, 10):.1f}"
+                       for label in labels_of(24)])
+    run = tmp_path / "run"
+    config = tiny_config(cv=3)
+    metrics = run_training(root, run, "diagnosis", config, permutations=3, n_jobs=2)
+    assert metrics["shortcut_audit"]["flagged"] == ["duration_s"]
+    test = metrics["permutation_test"]
+    assert test["n_permutations"] == 3 and test["null_model"] == REFERENCE_NAME
+    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME}
+    assert test["models"]["xaiguiformer"]["null_from"] == "logistic_regression"
+    assert json.loads((run / "metrics.json").read_text())["permutation_test"] == test
+    files = sorted((run / "permutations" / "logistic_regression").glob("*.json"))
+    assert [f.name for f in files] == ["00000.json", "00001.json", "00002.json"]
+    # the test refits exactly the run's reference: on the real labels it gets the run's BAC
+    plan = plan_run(root, "diagnosis", config)
+    features = _reference_features(plan.data)
+    refit = permutation.refit_scores(plan, features, [r.label for r in plan.data.recordings],
+                                     "logistic_regression")
+    assert refit["bac"]["logistic_regression"] == \
+        metrics["models"]["logistic_regression"]["mean"]["bac"]
+    capsys.readouterr()
+    # merge adds permutations to the finished run: only the missing ones are computed, the
+    # same numbers in this process as in the workers
+    assert run_main("train", "--merge", run, "--permutations", "5") == 0
+    err = capsys.readouterr().err
+    assert "2 of 5 permutations to compute" in err and "permutation test (5 permutations" in err
+    assert "shortcut audit: flagged duration_s" in err
+    merged = json.loads((run / "metrics.json").read_text())["permutation_test"]
+    assert merged["null"]["logistic_regression"][:3] == test["null"]["logistic_regression"]
+    again = permutation.null_scores(plan, features, 1, "logistic_regression")
+    assert again["bac"] == json.loads(files[1].read_text())["bac"]
+    assert merged["models"]["logistic_regression"]["p_value"] == null_labels.p_value(
+        merged["null"]["logistic_regression"],
+        metrics["models"]["logistic_regression"]["mean"]["bac"])
+    # the full null: both models retrained on each permutation, each against its own null;
+    # the reference refit inside it is the same as the reference-only null's
+    assert run_main("train", "--merge", run, "--permutations", "2", "--permutation-model",
+                    "xaiguiformer", "-j", "2") == 0
+    full = json.loads((run / "metrics.json").read_text())["permutation_test"]
+    assert full["null_model"] == MODEL_NAME and len(full["null"][MODEL_NAME]) == 2
+    assert all(model["null_from"] == name for name, model in full["models"].items())
+    assert full["null"][REFERENCE_NAME] == merged["null"][REFERENCE_NAME][:2]
+    assert "2 of 2 permutations to compute, null model xaiguiformer" in capsys.readouterr().err
+    # the report's section
+    from eegformer_cli.explain.report import write_report
+
+    html = write_report(run, None, tmp_path / "report.html").read_text()
+    assert "Is the score real?" in html and "table-warning" in html
+    assert "Permutation test: null distribution" in html
+
+
+def observed_and_p(root: Path, run_dir: Path, n_permutations: int, **settings) -> tuple:
+    """The reference's BAC on ``root``'s real labels and its p-value against
+    ``n_permutations`` refits on permuted labels (2 workers), without training XAIguiFormer."""
+    plan = plan_run(root, "diagnosis", tiny_config(**settings))
+    features = _reference_features(plan.data)
+    observed = permutation.refit_scores(plan, features, [r.label for r in plan.data.recordings],
+                                        "logistic_regression")["bac"]["logistic_regression"]
+    metrics = {"models": {"logistic_regression": {"mean": {"bac": observed}}}}
+    result = permutation.run_permutation_test(run_dir, plan, features, metrics, n_permutations,
+                                              "reference", 2)
+    return observed, result["permutation_test"]["models"]["logistic_regression"]["p_value"]
+
+
+def test_permutation_p_value_is_small_on_sample_data(tmp_path):
+    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+
+    prep = tmp_path / "prep"   # all 24 recordings, a few seconds
+    run_preprocess([SAMPLE_DATA / "eeg"], prep, PreprocessSettings.from_preset("default"),
+                   participants=SAMPLE_DATA / "participants.tsv", n_jobs=2)
+    observed, p = observed_and_p(prep, tmp_path / "run", 24, cv=3)
+    assert observed > 0.75 and p == 1 / 25        # no permutation reaches it: p < 0.05
+
+
+def test_permutation_p_value_is_near_uniform_when_the_label_was_shuffled_once(tmp_path):
+    p_values = []
+    for seed in range(6):   # the coherence difference stays with the original labels
+        root = make_connectome_folder(tmp_path / f"prep{seed}")
+        set_column(root, "diagnosis", np.random.default_rng(seed).permutation(labels_of(24)))
+        p_values.append(observed_and_p(root, tmp_path / f"run{seed}", 9, cv=2)[1])
+    # p is uniform on {0.1, ..., 1} under the null (mean 0.55, sd 0.29; of 6: sd 0.12)
+    assert 0.25 <= np.mean(p_values) <= 0.85, p_values
+    assert sum(p <= 0.1 for p in p_values) <= 2, p_values
