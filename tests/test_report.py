@@ -71,6 +71,25 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
                   "explanation / rest", "logit change, uniform"):
         assert title in text, title
     assert 'class="badge' not in text                  # no MNE tag badges
+    # the title names the model, the data and the label, not the run folder ("eegformer run run")
+    assert "<title>XAIguiFormer (default preset) on sample_data: diagnosis</title>" in text
+
+
+def test_report_title_names_the_dataset_from_the_preprocess_inputs(tmp_path):
+    from eegformer_cli.explain.report import report_title
+
+    prep = tmp_path / "prep"
+    prep.mkdir()
+    dataset = tmp_path / "msu-schizophrenia"
+    dataset.mkdir()
+    (prep / "preprocess.json").write_text(json.dumps({"inputs": [str(dataset)]}))
+    config = {"data_dir": str(prep), "preset": "paper", "label_column": "diagnosis"}
+    assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
+    (prep / "preprocess.json").write_text(json.dumps({"inputs": [        # files of a BIDS tree
+        str(dataset / "sub-01" / "eeg" / "a.edf"), str(dataset / "eeg" / "b.edf")]}))
+    assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
+    (prep / "preprocess.json").unlink()                # no settings file: the folder's name
+    assert report_title(config) == "XAIguiFormer (paper preset) on prep: diagnosis"
 
 
 def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel():

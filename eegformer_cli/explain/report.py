@@ -635,6 +635,35 @@ def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
                              hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`")
 
 
+def report_title(config: dict) -> str:
+    """The report's title from a run's ``config.json``: the model, the data and the label, e.g.
+    "XAIguiFormer (default preset) on msu-schizophrenia: diagnosis". The data is named by the
+    folder ``preprocess`` read (its ``preprocess.json`` inputs: one folder's name, or the
+    folders' names joined; for recording files, the folder holding them above BIDS-style
+    ``eeg`` / ``sub-*`` / ``ses-*`` folders), else by the preprocess output folder."""
+    data_dir = Path(config.get("data_dir") or "data")
+    inputs = []
+    settings_file = data_dir / "preprocess.json"
+    if settings_file.is_file():
+        try:
+            inputs = [str(i) for i in json.loads(settings_file.read_text(encoding="utf-8"))
+                      .get("inputs") or []]
+        except ValueError:                       # a damaged file only loses the nicer name
+            inputs = []
+    names = list(dict.fromkeys(_dataset_name(Path(i)) for i in inputs))
+    data = " + ".join(names) if names else data_dir.name
+    return (f"XAIguiFormer ({config.get('preset', 'default')} preset) on {data}: "
+            f"{config.get('label_column', 'label')}")
+
+
+def _dataset_name(path: Path) -> str:
+    """The dataset an input path stands for (see :func:`report_title`)."""
+    folder = path if path.is_dir() or not path.suffix else path.parent
+    while folder.name == "eeg" or folder.name.startswith(("sub-", "ses-")):
+        folder = folder.parent
+    return folder.name
+
+
 def _untagged_report(title: str):
     """An :class:`mne.Report` whose items carry no tags unless given: MNE's defaults
     ("custom-html", "custom-figure") only add badges and a tag filter, which say nothing here."""
@@ -657,7 +686,7 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     is not a run folder (no ``config.json``)."""
     run_dir = _check_run_dir(run_dir)
     config = _read_json(run_dir / "config.json")
-    report = _untagged_report(f"eegformer run {run_dir.name}")
+    report = _untagged_report(report_title(config))
     _add_run_summary(report, run_dir, config)
     _add_dataset(report, config)
     _add_cross_validation(report, run_dir)
