@@ -163,9 +163,9 @@ def differentiable_explanations(model: torch.nn.Module):
     it is not used in training. Other explainers (captum's Integrated Gradients, Gradient x Activation)
     keep their own graphs.
     """
-    from eegformer_cli.model.xaiguiformer import XAIguiFormer
-
-    models = [m for m in model.modules() if isinstance(m, XAIguiFormer)]
+    # the models are found by their switch, so this module need not import xaiguiformer.py
+    # (which imports it)
+    models = [m for m in model.modules() if hasattr(m, "differentiable_explanations")]
     for module in models:
         module.differentiable_explanations = True
     try:
