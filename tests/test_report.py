@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from eegformer_cli.cli.app import main
-from eegformer_cli.explain.report import (attention_figure, confusion_matrix_figure,
-                                          training_curves_figure)
+from eegformer_cli.explain.report_figures import (attention_figure, confusion_matrix_figure,
+                                                  training_curves_figure)
 from test_explain import build_sample_run, run_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -120,7 +120,8 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
 
     # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
     # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
-    from eegformer_cli.explain.report import band_importance_figure, connectivity_circle_figure
+    from eegformer_cli.explain.report_figures import (band_importance_figure,
+                                                      connectivity_circle_figure)
     rng = np.random.default_rng(0)
     pairs = rng.normal(size=(2, 4, 6, 6))
     figures = [confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),
