@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from eegformer_cli.cli.app import main
+from eegformer_cli.explain.attributions import DEFAULT_N_STEPS
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.model_file import save_model_file
@@ -98,7 +99,7 @@ def main_benchmark() -> None:
     print(json.dumps({
         "recording": str(args.recording), "n_segments": n_segments,
         "model": "ModelConfig.preset('default'), random weights",
-        "method": "integrated_gradients, 32 steps", "files": files,
+        "method": f"integrated_gradients, {DEFAULT_N_STEPS} steps", "files": files,
         "median_s": {k: round(statistics.median(v), 2) for k, v in times.items()},
         "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
         "load_average_1min": os.getloadavg()[0], "machine": machine(), "torch": torch.__version__,

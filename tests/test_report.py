@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from eegformer_cli.cli.app import main
-from eegformer_cli.explain.report import (attention_figure, confusion_matrix_figure,
-                                          training_curves_figure)
+from eegformer_cli.explain.report_figures import (attention_figure, confusion_matrix_figure,
+                                                  training_curves_figure)
 from test_explain import build_sample_run, run_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -71,6 +71,25 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
                   "explanation / rest", "logit change, uniform"):
         assert title in text, title
     assert 'class="badge' not in text                  # no MNE tag badges
+    # the title names the model, the data and the label, not the run folder ("eegformer run run")
+    assert "<title>XAIguiFormer (default preset) on sample_data: diagnosis</title>" in text
+
+
+def test_report_title_names_the_dataset_from_the_preprocess_inputs(tmp_path):
+    from eegformer_cli.explain.report import report_title
+
+    prep = tmp_path / "prep"
+    prep.mkdir()
+    dataset = tmp_path / "msu-schizophrenia"
+    dataset.mkdir()
+    (prep / "preprocess.json").write_text(json.dumps({"inputs": [str(dataset)]}))
+    config = {"data_dir": str(prep), "preset": "paper", "label_column": "diagnosis"}
+    assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
+    (prep / "preprocess.json").write_text(json.dumps({"inputs": [        # files of a BIDS tree
+        str(dataset / "sub-01" / "eeg" / "a.edf"), str(dataset / "eeg" / "b.edf")]}))
+    assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
+    (prep / "preprocess.json").unlink()                # no settings file: the folder's name
+    assert report_title(config) == "XAIguiFormer (paper preset) on prep: diagnosis"
 
 
 def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel():
@@ -101,7 +120,8 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
 
     # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
     # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
-    from eegformer_cli.explain.report import band_importance_figure, connectivity_circle_figure
+    from eegformer_cli.explain.report_figures import (band_importance_figure,
+                                                      connectivity_circle_figure)
     rng = np.random.default_rng(0)
     pairs = rng.normal(size=(2, 4, 6, 6))
     figures = [confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),

@@ -174,7 +174,8 @@ def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex
     # second-order backward, which the fused attention kernel does not have), and the
     # explained class stays the input's along the whole path: where the coarse argmax would
     # flip between the baseline and the input, the refined logit would jump, and a jump has
-    # no gradient to integrate (on the demo model: 14 % of a recording's logit change lost).
+    # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
+    # recording's logit change lost that way).
     with differentiable_explanations(model), explicit_attention(model):
         coh_attr, wpli_attr = _captum_attribution(method, refined_logits, (coh, wpli),
                                                   (age, sex, guiding), target, n_steps)

@@ -41,7 +41,7 @@ PRESET_FIELDS = {
     # tokenizer that keeps channel identity (a readout over the flattened nodes with one
     # projection per band + channel embedding) and sees wPLI as node features too
     # (coherence_wpli), and a small, regularised size; the size and the tokenizer were chosen
-    # by measured accuracy on msu-schizophrenia (docs/benchmarks.md, "Training and accuracy").
+    # by measured accuracy on msu-schizophrenia (docs/benchmarks.md, "Accuracy").
     # XAI guidance that guides (issue 19; docs/benchmarks.md, "What attention does"): the
     # official refined Q/K = qkv(explanation) are the qkv bias (the explanation is ~1e-3 of
     # it), so the refined attention was uniform and the refinement changed nothing; with

@@ -131,8 +131,8 @@ _PRESET_VALUES = {
         alpha=0.7, label_smoothing=0.1, class_weighting="none", augmentation="graphon",
         augment_prob=1.0, cutmix_prob=0.5, mix_beta=0.2, selection="second_half",
         selection_metric="paper_bac", patience=0, val_fraction=0.1, model={}),
-    # Tuned on msu-schizophrenia (docs/benchmarks.md, "what was tried"): test BAC on the first
-    # 3-5 folds went 0.65 (d 32, 2 layers, wd 0.05) -> 0.77 (d 16, 1 layer, wd 0.5, dropout
+    # Tuned on msu-schizophrenia (docs/benchmarks-history.md, "what was tried"): test BAC on
+    # the first 3-5 folds went 0.65 (d 32, 2 layers, wd 0.05) -> 0.77 (d 16, 1 layer, wd 0.5, dropout
     # 0.1); z-scored inputs beat raw ones (0.65 vs 0.53); no augmentation beat graphon
     # mixup/cutmix (0.65 vs 0.60) and mixup Beta(1, 1) (0.63); early stopping (patience 10)
     # and best-of-all-epochs selection picked noisy early epochs on the 13-participant

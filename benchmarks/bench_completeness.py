@@ -1,0 +1,76 @@
+"""How well ``explain``'s channel-pair attributions add up: Integrated Gradients completeness.
+
+For each recording of a ``preprocess`` folder (the first ``--recordings``), with a trained model
+file: the sum of the channel-pair attributions over unordered pairs (coh + wPLI) against the
+change of the explained class's refined logit from zero connectivity to the recording (mean
+over segments; the refined pass guided, as in the attributions, by the explanation of the class
+the coarse pass predicts at the recording). Reports, per number of steps, the median and the
+largest relative gap ``|sum - change| / |change|`` (``DEFAULT_N_STEPS`` of
+``explain/attributions.py`` was chosen from these) and the seconds per recording.
+
+Example::
+
+    .venv/bin/python benchmarks/bench_completeness.py run-msu/model.pt prep-msu --steps 32,64,128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eegformer_cli.explain.attributions import channel_pair_attributions
+from eegformer_cli.training.model_file import load_model_file
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
+
+
+def relative_gap(model, coh: torch.Tensor, wpli: torch.Tensor, n_steps: int) -> float:
+    """|sum of pair attributions - refined logit change| / |change| for one recording."""
+    nan = torch.full((len(coh),), float("nan"))
+    with torch.no_grad():
+        output = model.forward_with_details(coh, wpli, nan, nan)
+        target = int(output.logits_refined.mean(dim=0).argmax())
+        at_zero = model.forward_with_details(torch.zeros_like(coh), torch.zeros_like(wpli), nan,
+                                             nan, target=output.target).logits_refined
+    change = float((output.logits_refined - at_zero)[:, target].mean())
+    coh_pairs, wpli_pairs = channel_pair_attributions(model, coh, wpli, nan, nan, target,
+                                                      n_steps=n_steps)
+    upper = np.triu_indices(coh.shape[-1], 1)
+    total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())
+    return abs(total - change) / abs(change)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path, help="model.pt of `eegformer train`")
+    parser.add_argument("data", type=Path, help="a `preprocess` output folder")
+    parser.add_argument("--recordings", type=int, default=20)
+    parser.add_argument("--steps", default="32,64,128")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model = load_model_file(args.model).model.eval()
+    files = sorted((args.data / "connectomes").glob("*.npz"))[:args.recordings]
+    results = {"machine": machine(), "model": str(args.model), "data": str(args.data),
+               "recordings": len(files), "load_average_start": os.getloadavg(), "steps": {}}
+    for n_steps in (int(s) for s in args.steps.split(",")):
+        gaps, seconds = [], []
+        for path in files:
+            with np.load(path) as data:
+                coh, wpli = torch.from_numpy(data["coh"]), torch.from_numpy(data["wpli"])
+            start = time.perf_counter()
+            gaps.append(relative_gap(model, coh, wpli, n_steps))
+            seconds.append(time.perf_counter() - start)
+        results["steps"][n_steps] = {"median_gap": statistics.median(gaps),
+                                     "max_gap": max(gaps),
+                                     "median_seconds": statistics.median(seconds)}
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The report's figures: each function takes plain data and returns a matplotlib figure (Agg
+backend; the caller embeds and closes it), so each can be tested and reused alone.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
+import numpy as np  # noqa: E402
+
+#: Channel pairs drawn per class on the connectivity circle (strongest by |value|).
+CIRCLE_PAIRS = 20
+
+
+def _inches(width: float, height: float) -> tuple[float, float]:
+    """A computed figure size on a quarter-inch grid. mne.Report reads a figure's pixels back
+    with int(size x dpi), so a width such as 9.2 in (919.999... px at 100 dpi) loses a pixel
+    and the image comes out sheared; quarter inches are exact in binary floating point."""
+    return round(width * 4) / 4, round(height * 4) / 4
+
+
+def confusion_matrix_figure(matrix, labels: list[str], title: str = "XAIguiFormer",
+                            n_folds: int | None = None):
+    """Counts (rows = true class, columns = predicted), summed over ``n_folds`` folds; the
+    title on two lines, so it fits above the matrix whatever the class names' length."""
+    from sklearn.metrics import ConfusionMatrixDisplay
+
+    longest = max(len(label) for label in labels)
+    fig, ax = plt.subplots(figsize=_inches(3.6 + 0.09 * longest + 0.45 * len(labels),
+                                           3.4 + 0.45 * len(labels)))
+    ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False)
+    summed = "" if n_folds is None else f", summed over {n_folds} fold{'s' * (n_folds != 1)}"
+    ax.set_title(f"{title}\nout-of-fold counts{summed}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def roc_pr_figure(predictions: list[dict], labels: list[str], positive_label: str | None,
+                  fold_means: dict[str, dict] | None = None):
+    """ROC and precision-recall curves per model from ``oof_predictions.tsv`` rows (two
+    classes: of ``positive_label``; more classes: one-vs-rest of each class, XAIguiFormer).
+
+    Each curve pools every out-of-fold prediction (all folds and repeats); its legend gives
+    that pooled area (ROC: AUC; precision-recall: average precision, the estimator of the
+    metrics table) and, from ``fold_means`` (model -> metrics.json's ``mean``), the table's
+    mean over folds, which differs from it: pooling mixes folds whose scores are not on one
+    scale.
+    """
+    from sklearn.metrics import (average_precision_score, precision_recall_curve, roc_auc_score,
+                                 roc_curve)
+
+    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 4.2))
+    models = sorted({row["model"] for row in predictions})
+    if positive_label is not None:
+        curves = [(m, positive_label, [r for r in predictions if r["model"] == m]) for m in models]
+    else:
+        rows = [r for r in predictions if r["model"] == "xaiguiformer"]
+        curves = [(f"xaiguiformer {label}-vs-rest", label, rows) for label in labels]
+    means = fold_means or {}
+    for name, label, rows in curves:
+        truth = np.array([r["label"] == label for r in rows])
+        score = np.array([float(r[f"prob_{label}"]) for r in rows])
+        if truth.all() or not truth.any():
+            continue
+        fpr, tpr, _ = roc_curve(truth, score)
+        precision, recall, _ = precision_recall_curve(truth, score)
+        mean = means.get(name, {})
+
+        def legend(metric: str, pooled: float, short: str) -> str:
+            text = f"{name}: pooled {short} {pooled:.3f}"
+            if mean.get(metric) is None:
+                return text
+            return f"{text}, mean over folds {mean[metric]:.3f}"
+
+        ax_roc.plot(fpr, tpr, label=legend("auroc", roc_auc_score(truth, score), "AUC"))
+        ax_pr.plot(recall, precision, drawstyle="steps-post",
+                   label=legend("auc_pr", average_precision_score(truth, score), "AP"))
+    ax_roc.plot([0, 1], [0, 1], color="grey", linestyle=":")
+    of = "" if positive_label is None else f" ({positive_label} = positive)"
+    ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC{of}")
+    ax_pr.set(xlabel="recall", ylabel="precision", title=f"Precision-recall{of}")
+    for ax in (ax_roc, ax_pr):
+        if ax.get_legend_handles_labels()[0]:  # no curve: no legend (and no matplotlib warning)
+            ax.legend(fontsize=8, loc="lower right" if ax is ax_roc else "lower left")
+    fig.tight_layout()
+    return fig
+
+
+def training_curves_figure(history: list[dict]):
+    """Train and validation loss and validation BAC against epoch, one line per fold."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    folds = sorted({(h.get("repeat", 0), h.get("fold", 0)) for h in history},
+                   key=lambda rf: (rf[0] < 0, rf))          # the final model last
+    for repeat, fold in folds:
+        rows = [h for h in history if (h.get("repeat", 0), h.get("fold", 0)) == (repeat, fold)]
+        epochs = [h["epoch"] for h in rows]
+        final = repeat < 0      # the model retrained on every participant after the CV
+        for ax, key in zip(axes, ("train_loss", "val_loss", "val_bac")):
+            values = [np.nan if h.get(key) is None else h[key] for h in rows]
+            ax.plot(epochs, values, marker=".", label="final model" if final
+                    else f"repeat {repeat} fold {fold}",
+                    **({"color": "black", "linestyle": "--"} if final else {}))
+    for ax, key in zip(axes, ("train_loss", "val_loss", "val_bac")):
+        ax.set(xlabel="epoch", title=key.replace("_", " "))
+    axes[-1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def attention_entropy_figure(history: list[dict], uniform_entropy: float):
+    """Attention entropy (nats, mean over layers and validation recordings) of each pass
+    against epoch, the mean over folds with the range over folds shaded."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    rows = [h for h in history if h.get("attention") and h.get("fold", 0) >= 0]
+    for name, colour in (("coarse", "tab:blue"), ("refined", "tab:orange")):
+        by_epoch: dict[int, list[float]] = {}
+        for h in rows:
+            if name in h["attention"]:
+                by_epoch.setdefault(h["epoch"], []).append(
+                    float(np.mean(h["attention"][name]["entropy"])))
+        if by_epoch:
+            epochs = sorted(by_epoch)
+            values = [by_epoch[e] for e in epochs]
+            ax.plot(epochs, [np.mean(v) for v in values], color=colour, label=name)
+            ax.fill_between(epochs, [min(v) for v in values], [max(v) for v in values],
+                            color=colour, alpha=0.2)
+    ax.axhline(uniform_entropy, color="grey", linestyle=":", label="uniform (ln T)")
+    ax.set(xlabel="epoch", ylabel="entropy (nats)",
+           title="Attention entropy on the validation participants")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def band_importance_figure(band_importance: np.ndarray, classes: list[str], bands: list[str]):
+    """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in."""
+    fig, ax = plt.subplots(figsize=_inches(max(6, len(bands) * 0.9), 3.8))
+    width = 0.8 / len(classes)
+    x = np.arange(len(bands))
+    for k, name in enumerate(classes):
+        ax.bar(x + (k - (len(classes) - 1) / 2) * width, band_importance[k], width, label=name)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x, bands, rotation=30)
+    ax.set(ylabel="signed importance (|.| sums to 1)",
+           title="Band importance (DeepLIFT of the explained class), mean per class\n"
+                 "> 0: the band raises the class's logit (against an all-zero token); "
+                 "< 0: lowers it")
+    ax.legend(title="explained class")
+    fig.tight_layout()
+    return fig
+
+
+def connectivity_circle_figure(channel_pairs: np.ndarray, classes: list[str], bands: list[str],
+                               channels: list[str], n_lines: int = CIRCLE_PAIRS):
+    """One connectivity circle per class: the ``n_lines`` strongest channel pairs, summed over
+    bands ((K', T, C, C) in; the band with the largest share is named in the title), on one
+    colour scale (red towards the class, blue against). The circles fill their panels: MNE's
+    room for long node names (``padding``) is cut to what 10-20 names need."""
+    from mne_connectivity.viz import plot_connectivity_circle
+
+    fig, axes = plt.subplots(1, len(classes), figsize=_inches(4.5 * len(classes), 5.0),
+                             subplot_kw={"projection": "polar"}, squeeze=False)
+    summed = channel_pairs.sum(axis=1)                                  # (K', C, C)
+    limit = float(np.abs(summed).max()) or 1.0
+    for k, (name, ax) in enumerate(zip(classes, axes[0])):
+        top_band = bands[int(np.abs(channel_pairs[k]).sum(axis=(1, 2)).argmax())]
+        plot_connectivity_circle(
+            summed[k], channels, n_lines=n_lines, ax=ax, show=False, facecolor="white",
+            textcolor="black", colormap="RdBu_r", vmin=-limit, vmax=limit, colorbar=False,
+            title=f"{name}: strongest {n_lines} pairs\n(largest band share: {top_band})",
+            fontsize_title=10, padding=1.5, interactive=False)
+    fig.subplots_adjust(left=0.03, right=0.97, bottom=0.03, top=0.86, wspace=0.15)
+    return fig
+
+
+def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], title: str):
+    """Per layer: coarse and refined attention as differences from uniform attention (1/T),
+    and refined - coarse; query rows, key columns; (L, T, T) in (a head axis is averaged).
+
+    Softmax rows sum to 1, so raw weights all sit near 1/T and one colour scale from 0 hides
+    every difference: each panel shows its departure from 1/T (or from the coarse pass) on a
+    diverging scale of its own, symmetric about 0, with its colour bar.
+    """
+    if coarse.ndim == 4:
+        coarse, refined = coarse.mean(axis=1), refined.mean(axis=1)
+    n_layers, n_bands = coarse.shape[0], coarse.shape[-1]
+    uniform = 1.0 / n_bands
+    fig, axes = plt.subplots(n_layers, 3, figsize=(11, 3.5 * n_layers), squeeze=False)
+    for layer in range(n_layers):
+        for col, (name, data) in enumerate((
+                (f"coarse - 1/{n_bands}", coarse[layer] - uniform),
+                (f"refined - 1/{n_bands}", refined[layer] - uniform),
+                ("refined - coarse", refined[layer] - coarse[layer]))):
+            ax = axes[layer, col]
+            limit = float(np.abs(data).max()) or 1e-6
+            image = ax.imshow(data, cmap="RdBu_r", vmin=-limit, vmax=limit)
+            ax.set_xticks(range(len(bands)), bands, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(bands)), bands, fontsize=7)
+            ax.set_title(f"layer {layer}: {name}", fontsize=9)
+            if col == 0:
+                ax.set_ylabel("query band", fontsize=8)
+            ax.set_xlabel("key band", fontsize=8)
+            fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.suptitle(f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
+                 "pass; blue: less; each panel on its own scale", fontsize=10)
+    fig.tight_layout()
+    return fig
