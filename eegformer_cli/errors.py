@@ -30,9 +30,16 @@ class EegformerError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None):
+    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None,
+                 result=None, printed: bool = False):
         self.path = None if path is None else str(path)
         self.hint = hint
+        #: What the call produced before it failed (``predict``: the rows of the recordings that
+        #: worked, a ``pandas.DataFrame``), or None.
+        self.result = result
+        #: The message is already on stderr (a recording's error line, printed as it failed):
+        #: the CLI exits with :attr:`exit_code` without printing it again.
+        self.printed = printed
         super().__init__(message)
 
     def one_line(self) -> str:

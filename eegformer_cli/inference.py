@@ -174,9 +174,7 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     """
     from eegformer_cli.recordings import metadata, reading
 
-    forced_age = float(age) if age is not None else None
-    if forced_age is not None and not 0 <= forced_age < 150:
-        raise UsageError(f"invalid --age {age!r}; give years, e.g. 42")
+    forced_age = _checked_age(age)
     forced_sex = _sex_code(sex) if sex is not None else None
     if max_interpolated is not None and max_interpolated < 0:
         raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
@@ -240,27 +238,34 @@ def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
     item.sex_source = source if not math.isnan(item.sex) else "none"
 
 
-def _sex_code(sex: str) -> float:
-    code = sex_value(sex)
+def _sex_code(sex) -> float:
+    code = sex_value(str(sex))
     if math.isnan(code):
         raise UsageError(f"invalid --sex {sex!r}; use M or F (or male/female)")
     return code
 
 
-def _preprocess_raw(bundle, path: Path, item: InputRecording,
+def _preprocess_raw(bundle, recording, item: InputRecording,
                     max_interpolated: int | None) -> InputRecording:
-    from eegformer_cli.preprocess import PreprocessSettings, process_recording
+    """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
+    preprocessed with the model's stored settings and channels, or with its ``error``."""
+    from eegformer_cli.preprocess import PreprocessSettings, process_raw, process_recording
 
     settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
     if max_interpolated is not None:
         settings = dataclasses.replace(settings, max_interpolated=max_interpolated)
     try:
-        connectome = process_recording(path, settings, bundle.channels)
+        if isinstance(recording, Path):
+            connectome = process_recording(recording, settings, bundle.channels)
+        else:
+            connectome = process_raw(recording, settings, bundle.channels,
+                                     path=item.source_file or item.recording_id)
     except EegformerError as exc:
         item.error = exc.one_line()
         return item
     if list(connectome.bands) != bundle.bands:
-        item.error = f"{path}: bands {connectome.bands} differ from the model's {bundle.bands}"
+        item.error = (f"{item.source_file or item.recording_id}: bands {connectome.bands} differ "
+                      f"from the model's {bundle.bands}")
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
     item.n_segments_rejected = connectome.n_segments_rejected
@@ -268,6 +273,58 @@ def _preprocess_raw(bundle, path: Path, item: InputRecording,
     item.source_sfreq, item.duration_s = connectome.source_sfreq, connectome.duration_s
     item.signal_sha256 = connectome.signal_sha256 or None
     return item
+
+
+def raw_inputs(bundle, raws: Sequence, ages: Sequence[float | None],
+               sexes: Sequence[str | None], max_interpolated: int | None = None
+               ) -> InputRecordings:
+    """:func:`load_inputs` for recordings held in memory (``mne.io.Raw`` objects), each
+    preprocessed with the model's settings when iterated.
+
+    A Raw read from a file gets the file's recording id and ``source_file`` (as ``predict`` on
+    the file); one made in memory is ``raw-<i>`` (its index) with no source file. ``ages`` /
+    ``sexes``: one per Raw (years; M/F), None = unknown; a given value has the source ``flag``,
+    as ``--age`` / ``--sex``. No participants table is consulted, so ``participant_id`` is None.
+    """
+    from eegformer_cli.recordings import reading
+
+    if max_interpolated is not None and max_interpolated < 0:
+        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
+    files = [Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
+             for raw in raws]
+    named = [path for path in files if path is not None]
+    file_ids = iter(reading.recording_ids(named) if named else [])
+    ids = [next(file_ids) if path is not None else f"raw-{index}"
+           for index, path in enumerate(files)]
+    checked_ages = [_checked_age(age) for age in ages]
+    checked_sexes = [None if sex is None else _sex_code(sex) for sex in sexes]
+
+    def from_raw(index: int) -> InputRecording:
+        item = InputRecording(ids[index], None, str(files[index] or ids[index]),
+                              source_file=None if files[index] is None else str(files[index]))
+        if checked_ages[index] is not None:
+            item.age, item.age_source = checked_ages[index], "flag"
+        if checked_sexes[index] is not None:
+            item.sex, item.sex_source = checked_sexes[index], "flag"
+        item = _preprocess_raw(bundle, raws[index], item, max_interpolated)
+        if item.error is None:
+            item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
+        return item
+
+    return InputRecordings([functools.partial(from_raw, index) for index in range(len(raws))])
+
+
+def _checked_age(age) -> float | None:
+    """``--age`` in years, checked (UsageError), or None."""
+    if age is None:
+        return None
+    try:
+        value = float(age)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 <= value < 150:
+        raise UsageError(f"invalid --age {age!r}; give years, e.g. 42")
+    return value
 
 
 # Settings that do not change a recording's tokens: the preset is only a name for the others,

@@ -248,7 +248,19 @@ class Connectome:
 
 
 def load_connectome(path: str | Path) -> Connectome:
-    """Read a connectome file written by :meth:`Connectome.save`."""
+    """Read a connectome file (``DIR/connectomes/RECORDING_ID.npz`` of ``eegformer
+    preprocess``, or one written by :meth:`Connectome.save`).
+
+    Parameters
+    ----------
+    path : str | os.PathLike
+        The ``.npz`` file.
+
+    Returns
+    -------
+    Connectome
+        Its tokens (``coh``, ``wpli``), channels, bands and how the recording was treated.
+    """
     with np.load(path, allow_pickle=False) as data:
         return Connectome(
             coh=data["coh"], wpli=data["wpli"], channels=data["channels"].tolist(),
@@ -326,8 +338,26 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
         too low for the bands, too short, or every segment rejected; one line, naming the file.
     """
     path = Path(path)
+    raw = reading.read_recording(path, preload=True)
+    return process_raw(raw, settings, channels, path=path)
+
+
+def process_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings,
+                channels: Sequence[str] | None = None, path: str | Path | None = None
+                ) -> Connectome:
+    """Connectome of one recording already in memory (``raw`` is not modified; nothing is
+    written). What :func:`process_recording` does after reading the file, so a Raw read from a
+    file gives the same numbers as the file (see :func:`preprocess_raw` for the parameters).
+
+    ``path``: the recording's file, named in errors (default: the file MNE read ``raw`` from,
+    or ``"raw"`` for a recording made in memory).
+    """
+    path = Path(path) if path is not None else Path(
+        raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
     try:
-        raw = reading.read_recording(path, preload=True)
+        if not raw.preload:  # a copy: the caller's Raw stays as it was
+            raw = raw.copy().load_data(verbose="error")
+        reading.check_finite(raw, path)
         source_sfreq, signal_sha256 = float(raw.info["sfreq"]), reading.signal_sha256(raw)
         raw, _ = normalise_channels(raw, path=path)
         requested = channels if channels is not None else settings.channels
@@ -354,6 +384,57 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
                       epoch_length_s=epoch_length_s, channels_interpolated=list(interpolated),
                       n_segments_rejected=n_rejected, ica_excluded=excluded,
                       source_sfreq=source_sfreq, signal_sha256=signal_sha256)
+
+
+def preprocess_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings | str | dict = "default",
+                   channels: Sequence[str] | None = None) -> Connectome:
+    """Preprocess one recording held in memory into its connectivity tokens, touching no disk.
+
+    The same steps as ``eegformer preprocess`` for one file (canonical 10-20 channels, missing
+    ones interpolated up to ``settings.max_interpolated``, resampling, band-pass, average
+    reference, segments, amplitude rejection, coherence and wPLI per band and segment), so an
+    ``mne.io.Raw`` read from a file gives exactly the file's connectome.
+
+    Parameters
+    ----------
+    raw : mne.io.BaseRaw
+        The recording (any MNE reader, or made in memory). It is not modified; a Raw that is
+        not preloaded is loaded into a copy.
+    settings : PreprocessSettings | str | dict
+        The settings: a :class:`PreprocessSettings`, a preset name (``"default"`` or
+        ``"paper"``), or a dict as :meth:`PreprocessSettings.to_dict` gives (a model's stored
+        settings, ``TrainedModel.preprocess_settings``). An ``epoch_length`` of ``"auto"`` is
+        resolved from this recording's length alone.
+    channels : sequence of str | None
+        The channels to give the recording, in order; default ``settings.channels``, or else
+        the standard 10-20 channels the recording has.
+
+    Returns
+    -------
+    Connectome
+        ``coh`` and ``wpli`` float32 (n_segments, n_bands, n_channels, n_channels), the channel
+        and band names, band edges (Hz), segment onsets (s) and how the recording was treated;
+        :meth:`Connectome.save` writes the file ``eegformer preprocess`` writes.
+
+    Raises
+    ------
+    RecordingError
+        The recording cannot be used (NaN values, too few 10-20 channels, too many missing,
+        a rate too low for the bands, too short, every segment rejected), with the message
+        ``eegformer preprocess`` puts in its manifest.
+    UsageError
+        Invalid settings.
+    """
+    if isinstance(settings, str):
+        settings = PreprocessSettings.from_preset(settings)
+    elif isinstance(settings, dict):
+        settings = PreprocessSettings.from_dict(settings)
+    elif not isinstance(settings, PreprocessSettings):
+        raise UsageError(f"invalid settings {settings!r}; give a PreprocessSettings, a preset "
+                         f"name ({', '.join(map(repr, PRESETS))}) or a dict of settings")
+    if not isinstance(raw, mne.io.BaseRaw):
+        raise UsageError(f"invalid raw of type {type(raw).__name__}; give an mne.io.Raw")
+    return process_raw(raw, settings, channels)
 
 
 # --------------------------------------------------------------------------------------------

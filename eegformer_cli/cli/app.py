@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
     except EegformerError as exc:
         if debug:
             raise
-        print(f"eegformer: error: {exc.one_line()}", file=sys.stderr)
+        if not exc.printed:
+            print(f"eegformer: error: {exc.one_line()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print(_interrupted(args), file=sys.stderr)

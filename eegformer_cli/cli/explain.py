@@ -6,13 +6,7 @@ from pathlib import Path
 
 import typer
 
-from eegformer_cli import console
-from eegformer_cli.cli import (exit_for_failed_recordings, exit_for_warnings,
-                               note_unchecked_model, print_recording_warnings)
-from eegformer_cli.errors import UsageError, check_choice
-
-# Seed of the random interpolation points of gradient_shap (the other methods are deterministic).
-SEED = 0
+from eegformer_cli import commands
 
 
 def explain(
@@ -63,72 +57,10 @@ def explain(
     does not match the model, 4 bad model file, 2 bad flags, 6 with --strict: a recording got
     a warning (every file written).
     """
-    # imported here: torch takes seconds to import (see predict.py)
-    from eegformer_cli import provenance
-    from eegformer_cli.atomic import ensure_dir
-    from eegformer_cli.devices import resolve_device, seed_everything
-    from eegformer_cli.explain import attributions, export
-    from eegformer_cli.inference import load_inputs
-    from eegformer_cli.training.model_file import load_model_file
+    commands.explain(model, inputs, out, target=target, method=method, n_steps=n_steps,
+                     all_heads=all_heads, participants=participants,
+                     max_interpolated=max_interpolated, device=device, strict=strict)
 
-    check_choice("--method", method, attributions.CAPTUM_METHODS)
-    if n_steps < 1:
-        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 128")
-    torch_device = resolve_device(device)
-    bundle = load_model_file(model, torch_device)
-    if target is not None and target not in bundle.label_names:
-        raise UsageError(f"invalid --target {target!r}; the model's classes are "
-                         f"{', '.join(bundle.label_names)}")
-    # the inputs as a whole are checked (load_inputs raises at once) before --out is touched
-    pending = load_inputs(bundle, inputs, participants=participants,
-                          max_interpolated=max_interpolated)
-    note_unchecked_model(bundle, strict)
-    out = ensure_dir(out)
-    settings = {"model": str(model), "target": target, "method": method, "n_steps": n_steps,
-                "all_heads": all_heads, "device": str(torch_device),
-                "band_importance": "DeepLIFT (model layer 0), mean over segments, abs-sum 1",
-                "baseline": "zero connectivity", "inputs": [str(path) for path in inputs],
-                "model_trained_on": bundle.trained_on}
-    seed_everything(SEED)
-    earlier = export.earlier_recordings(out)
-    explanations, failures, provenance_rows = [], {}, []
-    with console.progress_bar() as bar:
-        task = bar.add_task("explain", total=len(pending), status="")
-        for item in pending:                   # a raw recording is preprocessed here
-            bar.update(task, status=item.recording_id)
-            if item.error is None:
-                explanation = attributions.explain_recording(
-                    bundle.model, item.coh, item.wpli, item.age, item.sex, bundle.label_names,
-                    recording_id=item.recording_id, participant_id=item.participant_id,
-                    target=target, method=method, n_steps=n_steps, all_heads=all_heads,
-                    device=torch_device)
-                print_recording_warnings(item.recording_id, item.warnings)
-                provenance_rows.append({"recording_id": item.recording_id,
-                                        **provenance.row_fields(item)})
-                export.write_recording(out, explanation, bundle.bands, bundle.channels,
-                                       bundle.label_names, settings, provenance_rows[-1])
-                explanations.append(explanation)
-            else:
-                failures[item.recording_id] = item.error
-                console.stderr.print(f"eegformer: error: {item.error}", markup=False)
-            bar.advance(task)
-    export.write_tables(out, explanations, bundle.bands, bundle.channels)
-    export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
-    export.write_class_summary(out, attributions.class_means(explanations), bundle.bands,
-                               bundle.channels, bundle.label_names, settings,
-                               [e.recording_id for e in explanations], failures, explanations)
-    explained = {e.recording_id for e in explanations}
-    left_over = [rid for rid in earlier if rid not in explained]
-    removed = export.remove_recordings(out, left_over)
-    if removed:
-        console.log(f"explain: removed {removed} files of {len(left_over)} recordings that an "
-                    f"earlier run explained into {out} and this one did not (ID.npz/.json)")
-    console.log(f"explained {len(explanations)} recording(s) in {out}: ID.npz/.json, "
-                "band_importance.csv, attention.csv, attention_diagnostics.csv, channel_pairs.csv, "
-                "recordings.csv, class_summary.json/.npz")
-    exit_for_failed_recordings(list(failures), "explained")
-    exit_for_warnings(strict, [row["recording_id"] for row in provenance_rows if row["warnings"]],
-                      bundle, "explained")
 
 def register(app: typer.Typer) -> None:
     app.command("explain")(explain)

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import typer
 
-from eegformer_cli import console, provenance
-from eegformer_cli.cli import (exit_for_failed_recordings, exit_for_warnings,
-                               note_unchecked_model, print_recording_warnings)
-from eegformer_cli.errors import check_choice
+from eegformer_cli import commands, provenance
+from eegformer_cli.errors import EegformerError, check_choice
 
 FORMATS = ("csv", "json", "jsonl")
 
@@ -61,47 +59,50 @@ def predict(
     Exit codes: 0 all predicted, 3 at least one recording failed (the others are printed),
     4 bad model file, 2 bad flags, 6 with --strict: a recording got a warning (all printed).
     """
-    # imported here: torch takes seconds to import, which every other command (and --help)
-    # would pay if this module imported it
-    from eegformer_cli.devices import resolve_device
-    from eegformer_cli.inference import load_inputs, predict_recordings
-    from eegformer_cli.training.model_file import load_model_file
-
     check_choice("--format", output_format, FORMATS)
-    torch_device = resolve_device(device)
-    bundle = load_model_file(model, torch_device)
-    # every check of the inputs as a whole comes before the first line on stdout
-    items = load_inputs(bundle, inputs, participants=participants, age=age, sex=sex,
-                        max_interpolated=max_interpolated)
-    note_unchecked_model(bundle, strict)
-    columns = (["recording_id", "participant_id", "predicted"]
-               + [f"prob_{name}" for name in bundle.label_names]
-               + list(provenance.PROVENANCE_COLUMNS))
-    failures, warned, rows = [], [], []
-    writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n") if output_format == "csv" else None
-    if writer is not None:
-        writer.writeheader()
-    for row in predict_recordings(bundle, items, torch_device):
-        if "error" in row:
-            failures.append(row["recording_id"])
-            console.stderr.print(f"eegformer: error: {row['error']}", markup=False)
-            continue
-        print_recording_warnings(row["recording_id"], row["warnings"])
-        if row["warnings"]:
-            warned.append(row["recording_id"])
-        if writer is not None:
-            writer.writerow(provenance.flat_row(row))
+    printer = _RowPrinter(output_format)
+    try:
+        table = commands.predict(model, inputs, participants=participants, age=age, sex=sex,
+                                 max_interpolated=max_interpolated, device=device,
+                                 strict=strict, on_row=printer.row)
+    except EegformerError as exc:
+        if exc.result is not None:  # rows of the recordings that worked: printed first
+            printer.end(list(exc.result.columns))
+        raise
+    printer.end(list(table.columns))
+
+
+class _RowPrinter:
+    """Prints each row on stdout as it comes (CSV or JSON lines; ``--format json``: one list at
+    the end); a CSV header before the first row, or at the end when no row came."""
+
+    def __init__(self, output_format: str):
+        self.output_format = output_format
+        self.writer = None
+        self.rows: list[dict] = []
+
+    def _header(self, columns: list[str]) -> None:
+        if self.writer is None and self.output_format == "csv":
+            self.writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n")
+            self.writer.writeheader()
+
+    def row(self, row: dict) -> None:
+        self._header(list(row))
+        if self.writer is not None:
+            self.writer.writerow(provenance.flat_row(row))
         else:
             row = {key: ("n/a" if value is None else value) for key, value in row.items()}
-            if output_format == "jsonl":
+            if self.output_format == "jsonl":
                 typer.echo(json.dumps(row, ensure_ascii=False))
             else:
-                rows.append(row)
+                self.rows.append(row)
         sys.stdout.flush()
-    if output_format == "json":
-        typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))
-    exit_for_failed_recordings(failures, "predicted")
-    exit_for_warnings(strict, warned, bundle, "predicted")
+
+    def end(self, columns: list[str]) -> None:
+        self._header(columns)
+        if self.output_format == "json":
+            typer.echo(json.dumps(self.rows, indent=2, ensure_ascii=False))
+
 
 def register(app: typer.Typer) -> None:
     app.command("predict")(predict)

@@ -6,19 +6,7 @@ from pathlib import Path
 
 import typer
 
-from eegformer_cli import console
-from eegformer_cli.connectivity.bands import parse_bands
-from eegformer_cli.errors import UsageError
-from eegformer_cli.parallel import preprocess_backend
-
-
-def _parse_epoch_length(text: str | None) -> float | str | None:
-    if text is None or text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise UsageError(f"invalid --epoch-length {text!r}; give 'auto' or seconds, e.g. 30") from None
+from eegformer_cli import commands, console
 
 
 def preprocess(
@@ -80,20 +68,11 @@ def preprocess(
     Exit codes: 0 done (failures listed in the manifest), 3 no usable recording,
     5 OUT locked or not writable, 6 a recording failed and --strict was given.
     """
-    # imported here, not at the top: MNE and the preprocessing code are this command's work;
-    # every other command (and `eegformer --help`) would pay for them at start-up
-    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
-
-    overrides = {"channels": None if channels is None else
-                 tuple(name.strip() for name in channels.split(",") if name.strip()),
-                 "max_interpolated": max_interpolated,
-                 "bands": None if bands is None else parse_bands(bands),
-                 "epoch_length": _parse_epoch_length(epoch_length), "sfreq": sfreq, "ica": ica}
-    settings = PreprocessSettings.from_preset(
-        preset, **{key: value for key, value in overrides.items() if value is not None})
-    with preprocess_backend(backend, scheduler, n_jobs):
-        summary = run_preprocess(inputs, out, settings, participants=participants,
-                                 recordings_table=recordings, n_jobs=n_jobs, strict=strict)
+    summary = commands.preprocess(
+        inputs, out, participants=participants, recordings=recordings, preset=preset,
+        channels=channels, max_interpolated=max_interpolated, bands=bands,
+        epoch_length=epoch_length, sfreq=sfreq, ica=ica, n_jobs=n_jobs, strict=strict,
+        backend=backend, scheduler=scheduler)
     console.log(f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
                 f"({summary.n_skipped} already done) of {summary.n_recordings} recordings")
     console.log(f"connectomes: {summary.out_dir / 'connectomes'}")

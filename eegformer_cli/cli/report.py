@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from eegformer_cli import commands
+
 
 def report(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="The --out folder of `eegformer train`."),
@@ -27,10 +29,7 @@ def report(
 
     Exit codes: 0 written, 3 RUN_DIR is not a run folder, 5 the file cannot be written.
     """
-    from eegformer_cli.explain.report import write_report
-
-    path = write_report(run_dir, explanations, out or Path(run_dir) / "report.html")
-    typer.echo(str(path))
+    typer.echo(str(commands.report(run_dir, explanations=explanations, out=out)))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from eegformer_cli import console
+from eegformer_cli import commands, console
 from eegformer_cli.errors import UsageError
 from eegformer_cli.training.config import PRESETS, TrainConfig
 
@@ -55,15 +55,6 @@ def _reject_options_beside_merge(ctx: typer.Context) -> None:
                          "remove "
                          + ", ".join(name.upper() if name == "data_dir" else
                                      "--" + name.replace("_", "-") for name in given))
-
-
-def _check_holdout(holdout: float | None) -> None:
-    """UsageError unless --holdout is not given (the scheme of the preset or --config) or a
-    fraction strictly between 0 and 1."""
-    if holdout is not None and not 0 < holdout < 1:
-        raise UsageError(f"invalid value {holdout:g} for --holdout; allowed range is (0, 1), "
-                         "the fraction of participants held out for test",
-                         hint="leave --holdout out for cross-validation (--cv)")
 
 
 def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
@@ -120,11 +111,6 @@ def _audit_summary(audit: dict | None) -> dict | None:
 def _without_null(test: dict | None) -> dict | None:
     """The permutation test for ``--json`` without its null values (they are in metrics.json)."""
     return None if test is None else {k: v for k, v in test.items() if k != "null"}
-
-
-def _column_list(text: str | None) -> list[str]:
-    """``"site, scanner"`` -> ``["site", "scanner"]``."""
-    return [column.strip() for column in (text or "").split(",") if column.strip()]
 
 
 def train(
@@ -247,39 +233,18 @@ def train(
     Exit codes: 0 done, 2 bad flags or a different run in OUT, 3 unusable data (one class,
     no labels), 5 OUT not writable or in use, 130 interrupted (rerun to resume).
     """
-    # imported here: torch and scikit-learn take seconds to import, which every other command
-    # (and --help) would pay if this module imported them
-    from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.merge import merge_run
-    from eegformer_cli.training.trainer import run_training
-
     if merge is not None:
         _reject_options_beside_merge(ctx)
-        _report(merge_run(merge, _column_list(confounds), permutations, permutation_model,
-                          n_jobs), merge, as_json)
+    metrics = commands.train(
+        data_dir, out, label_column, preset=preset, config=config, cv=cv, repeats=repeats,
+        holdout=holdout, splits=splits, epochs=epochs, batch_size=batch_size, lr=lr,
+        patience=patience, seed=seed, device=device, no_xai=no_xai,
+        frequency_encoding=frequency_encoding, positive_label=positive_label, n_jobs=n_jobs,
+        overwrite=overwrite, fold=fold, merge=merge, confounds=confounds,
+        permutations=permutations, permutation_model=permutation_model)
+    if merge is not None:
+        _report(metrics, merge, as_json)
         return
-    missing = [name for name, value in (("DATA_DIR", data_dir), ("--out", out),
-                                        ("--label-column", label_column)) if value is None]
-    if missing:
-        raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
-    _check_holdout(holdout)
-    if holdout is not None and (cv is not None or repeats is not None):
-        raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
-    if splits is not None and (holdout is not None or cv is not None or repeats is not None):
-        raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
-    model_overrides = {}
-    if no_xai:
-        model_overrides["xai_refinement"] = False
-    if frequency_encoding is not None:
-        model_overrides["frequency_encoding"] = frequency_encoding
-    flags = {"cv": cv, "repeats": repeats, "holdout": holdout, "epochs": epochs,
-             "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
-             "device": device, "model": model_overrides or None}
-    resolved = resolve_config(preset, config, flags)
-    metrics = run_training(data_dir, out, label_column, resolved, splits_file=splits,
-                           positive_label=positive_label, overwrite=overwrite, fold_index=fold,
-                           n_jobs=n_jobs, confounds=_column_list(confounds),
-                           permutations=permutations, permutation_model=permutation_model)
     if fold is not None:  # metrics: this fold's result (None on torchrun ranks other than 0)
         if metrics is not None:
             console.log(f"fold {fold} done; when every fold is done: eegformer train --merge {out}")

@@ -3,8 +3,33 @@
 In ``OUT_DIR``:
 
 =============================  ====================================================================
+file                           content
+=============================  ====================================================================
+``<recording_id>.npz``         arrays of :class:`~eegformer_cli.explain.attributions.RecordingExplanation`
+                               (``band_importance`` (T,), ``attention_coarse`` / ``attention_refined``
+                               (L, T, T) or (L, H, T, T), ``channel_pairs`` / ``coh_pairs`` /
+                               ``wpli_pairs`` (T, C, C), ``probabilities`` (K,)) plus ``bands``,
+                               ``channels``, ``label_names``
+``<recording_id>.json``        summary: prediction, probabilities, explained class, band importance
+                               per band, the :data:`TOP_PAIRS` strongest channel pairs, attention
+                               diagnostics, settings, provenance
+``band_importance.csv``        ``recording_id, participant_id, target, band, value``
+``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head
+                               (mean|0..H-1), query_band, key_band, value``
+``attention_diagnostics.csv``  ``recording_id, target, pass, layer`` and each quantity of
+                               :mod:`eegformer_cli.model.diagnostics`
+``channel_pairs.csv``          ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
+                               (each unordered pair once: channel_a before channel_b in model order)
+``class_summary.npz``          per explained class (``classes`` (K',), ``n_recordings`` (K',)), the
+                               class means stacked on a first axis: ``band_importance`` (K', T), ...
+``class_summary.json``         settings, bands, channels, labels, recordings, failures, and per class
+                               its count, mean band importance, strongest pairs, attention diagnostics
+=============================  ====================================================================
+
+The four long-format tables (:data:`TABLES`) come from :func:`table_rows`, which the Python API
+also turns into DataFrames (unrounded; the CSV files round to 6 significant digits).
 And ``recordings.csv``: one row per explained recording, as ``predict`` prints it (prediction,
-explained class, provenance and warnings; :func:`write_recordings_table`); each
+explained class, provenance and warnings; :func:`recording_rows`); each
 ``<recording_id>.json`` holds the same provenance under ``provenance``.
 """
 
@@ -13,7 +38,7 @@ from __future__ import annotations
 import csv
 import json
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,50 +94,67 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
+def table_rows(name: str, explanations: Sequence[RecordingExplanation], bands: Sequence[str],
+               channels: Sequence[str]) -> tuple[list[str], Iterator[list]]:
+    """``(columns, rows)`` of the long-format table ``name`` (:data:`TABLES`), values unrounded
+    (floats as computed, None for a quantity a recording lacks): what ``NAME.csv`` holds, and
+    what the Python API returns as a DataFrame."""
+    if name == "band_importance":
+        return (["recording_id", "participant_id", "target", "band", "value"],
+                ([e.recording_id, e.participant_id or "n/a", e.target, band, float(value)]
+                 for e in explanations for band, value in zip(bands, e.band_importance)))
+    if name == "attention":
+        def attention():
+            for e in explanations:
+                for pass_name, maps in (("coarse", e.attention_coarse),
+                                        ("refined", e.attention_refined)):
+                    per_head = maps[:, None] if maps.ndim == 3 else maps      # (L, H', T, T)
+                    heads = ["mean"] if maps.ndim == 3 else list(range(maps.shape[1]))
+                    for layer, head, query, key in np.ndindex(per_head.shape):
+                        yield [e.recording_id, e.target, pass_name, layer, heads[head],
+                               bands[query], bands[key], float(per_head[layer, head, query, key])]
+        return (["recording_id", "target", "pass", "layer", "head", "query_band", "key_band",
+                 "value"], attention())
+    if name == "attention_diagnostics":
+        quantities = TRACE_QUANTITIES + ABLATION_QUANTITIES
+
+        def diagnostics():
+            for e in explanations:
+                for pass_name, values in (e.attention_diagnostics or {}).get("passes", {}).items():
+                    for layer in range(len(values["entropy"])):
+                        yield [e.recording_id, e.target, pass_name, layer,
+                               *(float(values[q][layer]) if q in values else None
+                                 for q in quantities)]
+        return ["recording_id", "target", "pass", "layer", *quantities], diagnostics()
+    if name == "channel_pairs":
+        upper_i, upper_j = np.triu_indices(len(channels), 1)
+        return (["recording_id", "target", "band", "channel_a", "channel_b", "value", "coh",
+                 "wpli"],
+                ([e.recording_id, e.target, band, channels[i], channels[j],
+                  float(e.channel_pairs[b, i, j]), float(e.coh_pairs[b, i, j]),
+                  float(e.wpli_pairs[b, i, j])]
+                 for e in explanations for b, band in enumerate(bands)
+                 for i, j in zip(upper_i, upper_j)))
+    raise ValueError(f"unknown table {name!r}")
+
+
+#: The long-format tables of ``explain``, each written as ``NAME.csv`` by :func:`write_tables`.
+TABLES = ("band_importance", "attention", "attention_diagnostics", "channel_pairs")
+
+
 def write_tables(out_dir: Path, explanations: Sequence[RecordingExplanation],
                  bands: Sequence[str], channels: Sequence[str]) -> None:
-    """``band_importance.csv``, ``attention.csv`` and ``channel_pairs.csv`` (long format)."""
-    with atomic_open(out_dir / "band_importance.csv") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["recording_id", "participant_id", "target", "band", "value"])
-        for e in explanations:
-            for band, value in zip(bands, e.band_importance):
-                writer.writerow([e.recording_id, e.participant_id or "n/a", e.target, band,
-                                 _fmt(value)])
-    with atomic_open(out_dir / "attention.csv") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["recording_id", "target", "pass", "layer", "head", "query_band",
-                         "key_band", "value"])
-        for e in explanations:
-            for name, maps in (("coarse", e.attention_coarse), ("refined", e.attention_refined)):
-                per_head = maps[:, None] if maps.ndim == 3 else maps          # (L, H', T, T)
-                heads = ["mean"] if maps.ndim == 3 else list(range(maps.shape[1]))
-                for layer, head, query, key in np.ndindex(per_head.shape):
-                    writer.writerow([e.recording_id, e.target, name, layer, heads[head],
-                                     bands[query], bands[key],
-                                     _fmt(per_head[layer, head, query, key])])
-    quantities = TRACE_QUANTITIES + ABLATION_QUANTITIES
-    with atomic_open(out_dir / "attention_diagnostics.csv") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["recording_id", "target", "pass", "layer", *quantities])
-        for e in explanations:
-            for name, values in (e.attention_diagnostics or {}).get("passes", {}).items():
-                for layer in range(len(values["entropy"])):
-                    writer.writerow([e.recording_id, e.target, name, layer,
-                                     *(_fmt(values[q][layer]) if q in values else ""
-                                       for q in quantities)])
-    upper_i, upper_j = np.triu_indices(len(channels), 1)
-    with atomic_open(out_dir / "channel_pairs.csv") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["recording_id", "target", "band", "channel_a", "channel_b", "value",
-                         "coh", "wpli"])
-        for e in explanations:
-            for band_index, band in enumerate(bands):
-                for i, j in zip(upper_i, upper_j):
-                    writer.writerow([e.recording_id, e.target, band, channels[i], channels[j],
-                                     _fmt(e.channel_pairs[band_index, i, j]),
-                                     _fmt(e.coh_pairs[band_index, i, j]),
-                                     _fmt(e.wpli_pairs[band_index, i, j])])
+    """``band_importance.csv``, ``attention.csv``, ``attention_diagnostics.csv`` and
+    ``channel_pairs.csv`` (long format, :func:`table_rows`; floats to 6 significant digits, a
+    missing quantity empty)."""
+    for name in TABLES:
+        columns, rows = table_rows(name, explanations, bands, channels)
+        with atomic_open(out_dir / f"{name}.csv") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(columns)
+            for row in rows:
+                writer.writerow(["" if value is None else _fmt(value) if isinstance(value, float)
+                                 else value for value in row])
 
 
 def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[str],
@@ -143,23 +185,30 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
     })
 
 
+def recording_rows(explanations: Sequence[RecordingExplanation],
+                   provenance_rows: Sequence[dict], label_names: Sequence[str]) -> list[dict]:
+    """Per explained recording ``recording_id, participant_id, predicted, target,
+    prob_<label>...`` and the provenance columns of ``predict``
+    (:data:`eegformer_cli.provenance.PROVENANCE_COLUMNS`; ``provenance_rows`` in the order of
+    ``explanations``), unrounded, lists as lists: what ``recordings.csv`` holds."""
+    return [{"recording_id": e.recording_id, "participant_id": e.participant_id,
+             "predicted": e.predicted, "target": e.target,
+             **{f"prob_{name}": float(p) for name, p in zip(label_names, e.probabilities)},
+             **fields} for e, fields in zip(explanations, provenance_rows)]
+
+
 def write_recordings_table(out_dir: Path, explanations: Sequence[RecordingExplanation],
                            provenance_rows: Sequence[dict], label_names: Sequence[str]) -> None:
-    """``recordings.csv``: per explained recording ``recording_id, participant_id, predicted,
-    target, prob_<label>...`` and the provenance columns of ``predict``
-    (:data:`eegformer_cli.provenance.PROVENANCE_COLUMNS`; ``provenance_rows`` in the order of
-    ``explanations``)."""
+    """``recordings.csv``: :func:`recording_rows` (probabilities to 6 significant digits, lists
+    joined as in ``predict``'s CSV)."""
     columns = (["recording_id", "participant_id", "predicted", "target"]
                + [f"prob_{name}" for name in label_names] + list(PROVENANCE_COLUMNS))
     with atomic_open(out_dir / "recordings.csv") as handle:
         writer = csv.DictWriter(handle, columns, lineterminator="\n")
         writer.writeheader()
-        for e, fields in zip(explanations, provenance_rows):
-            writer.writerow(flat_row({
-                "recording_id": e.recording_id, "participant_id": e.participant_id,
-                "predicted": e.predicted, "target": e.target,
-                **{f"prob_{name}": _fmt(p) for name, p in zip(label_names, e.probabilities)},
-                **fields}))
+        for row in recording_rows(explanations, provenance_rows, label_names):
+            writer.writerow(flat_row({key: _fmt(value) if key.startswith("prob_") else value
+                                      for key, value in row.items()}))
 
 
 def read_recordings_table(folder: str | Path) -> list[dict] | None:

@@ -1,6 +1,7 @@
 """The XAIguiFormer model: rotary encodings, connectome tokenizer, XAI-guided transformer.
 
-Public API: :class:`ModelConfig`, :class:`XAIguiFormer`, :class:`ModelOutput`.
+Internal to eegformer, like every subpackage (the public API is ``eegformer_cli.__all__``);
+the package's own entry points: :class:`ModelConfig`, :class:`XAIguiFormer`, :class:`ModelOutput`.
 """
 
 from eegformer_cli.model.xaiguiformer import PRESETS, ModelConfig, ModelOutput, XAIguiFormer

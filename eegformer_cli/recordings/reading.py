@@ -243,11 +243,11 @@ def read_recording(path: Path, preload: bool = True) -> mne.io.BaseRaw:
             raw.load_data(verbose="error")
         except Exception as exc:
             raise _file_error(path, f"corrupt or truncated {fmt} data ({_first_line(exc, path)})") from None
-        _check_finite(raw, path)
+        check_finite(raw, path)
     return raw
 
 
-def _check_finite(raw: mne.io.BaseRaw, path: Path) -> None:
+def check_finite(raw: mne.io.BaseRaw, path: Path) -> None:
     """Raise :class:`RecordingError` naming the channels that hold NaN or infinite values."""
     bad = np.zeros(len(raw.ch_names), dtype=bool)
     step = max(1, _FINITE_CHECK_VALUES // len(raw.ch_names))

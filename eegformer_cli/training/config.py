@@ -172,16 +172,20 @@ def load_toml(path: str | Path) -> dict:
         raise UsageError(f"not a valid TOML file: {exc}", path=path) from None
 
 
-def resolve_config(preset: str = "default", toml_path: str | Path | None = None,
+def resolve_config(preset: str = "default", toml_path: str | Path | dict | None = None,
                    overrides: dict | None = None) -> TrainConfig:
-    """Preset -> TOML file -> flag overrides, validated. ``None`` values in ``overrides`` are ignored.
+    """Preset -> TOML file (or a dict of its keys) -> flag overrides, validated. ``None``
+    values in ``overrides`` are ignored.
 
     A TOML file may itself name a ``preset``; an explicit ``preset`` flag (non-default) wins.
     """
-    file_values = load_toml(toml_path) if toml_path else {}
+    if isinstance(toml_path, dict):
+        file_values, source = dict(toml_path), "config"
+    else:
+        file_values = load_toml(toml_path) if toml_path else {}
+        source = f"config file {toml_path}" if toml_path else "config"
     name = file_values.get("preset", preset) if preset == "default" else preset
     config = TrainConfig.preset_config(name)
-    source = f"config file {toml_path}" if toml_path else "config"
     config = apply_overrides(config, {k: v for k, v in file_values.items() if k != "preset"},
                              source=source)
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}

@@ -40,7 +40,7 @@ class RecordingInfo:
     label: str
     age: float               # years, NaN = unknown
     sex: float               # 0 = male, 1 = female, NaN = unknown
-    connectome: Path         # absolute path of the .npz
+    connectome: Path         # absolute path of the .npz, or a preprocess.Connectome in memory
     n_segments: int
 
 
@@ -234,21 +234,28 @@ class ConnectomeDataset(Dataset):
 
 def read_connectome_arrays(recording: RecordingInfo, channels: list[str],
                            bands: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Read and check one connectome file: (coh, wpli) float32 (n_segments, n_bands, C, C).
+    """Read and check one connectome file (or take the arrays of a Connectome held in memory):
+    (coh, wpli) float32 (n_segments, n_bands, C, C).
 
     Raises InputDataError naming the file when it is unreadable or does not match the run's
     channels, bands or the manifest's segment count.
     """
     path = recording.connectome
-    try:
-        with np.load(path) as data:
-            coh = np.ascontiguousarray(data["coh"], dtype=np.float32)
-            wpli = np.ascontiguousarray(data["wpli"], dtype=np.float32)
-            file_channels = [str(c) for c in data["channels"]]
-            file_bands = [str(b) for b in data["bands"]]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
-        raise InputDataError(f"cannot read connectome: {exc}", path=path,
-                             hint="rerun `eegformer preprocess`") from None
+    if not isinstance(path, (str, Path)):  # a Connectome held in memory (the estimator's input)
+        coh = np.ascontiguousarray(path.coh, dtype=np.float32)
+        wpli = np.ascontiguousarray(path.wpli, dtype=np.float32)
+        file_channels, file_bands = [str(c) for c in path.channels], [str(b) for b in path.bands]
+        path = recording.recording_id
+    else:
+        try:
+            with np.load(path) as data:
+                coh = np.ascontiguousarray(data["coh"], dtype=np.float32)
+                wpli = np.ascontiguousarray(data["wpli"], dtype=np.float32)
+                file_channels = [str(c) for c in data["channels"]]
+                file_bands = [str(b) for b in data["bands"]]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
+            raise InputDataError(f"cannot read connectome: {exc}", path=path,
+                                 hint="rerun `eegformer preprocess`") from None
     if file_channels != channels or file_bands != bands:
         raise InputDataError("channels or bands differ from the other recordings of the folder",
                              path=path, hint="preprocess all recordings in one run")

@@ -115,7 +115,7 @@ def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
 def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
     """BAC of the reference on ``fold``'s test recordings, fit as in the run
     (:func:`trainer.run_fold`: train + val participants, the fold's seed)."""
-    from eegformer_cli.training.trainer import fold_seed
+    from eegformer_cli.training.trainer import seed_of
 
     data = plan.data
     fit_recs = _recordings_of(data.recordings, fold.train + fold.val)
@@ -123,7 +123,7 @@ def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
     search = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
                            data.label_indices(fit_recs),
                            np.array([r.participant_id for r in fit_recs]),
-                           fold_seed(plan.config.seed, fold.repeat, fold.fold))
+                           seed_of(fold, plan.config.seed))
     probabilities = reference_probabilities(
         search, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
     return classification_metrics(data.label_indices(test_recs), probabilities, None)["bac"]

@@ -39,18 +39,30 @@ VAL_FRACTION_REMEDY = "a larger val_fraction, up to 0.5, in a --config file, or 
 
 @dataclass
 class Fold:
-    """One outer split; the lists hold participant ids (sorted)."""
+    """One outer split; the lists hold participant ids (sorted). ``seed``: the seed of the
+    fold's model, shuffling and augmentation when a splits file gives one (e.g. the
+    ``random_state`` of the scikit-learn estimator, to reproduce its fits); None: the run's
+    ``trainer.fold_seed``."""
 
     repeat: int
     fold: int
     train: list[str]
     val: list[str]
     test: list[str]
+    seed: int | None = None
 
     @property
     def name(self) -> str:
         """``r{repeat}_f{fold}``, used for file names."""
         return f"r{self.repeat}_f{self.fold}"
+
+    def record(self) -> dict:
+        """The fold as ``splits.json`` holds it (``seed`` only when it has one, so the folds of
+        runs without one read as they always did)."""
+        record = asdict(self)
+        if self.seed is None:
+            del record["seed"]
+        return record
 
 
 def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: int, what: str,
@@ -177,9 +189,10 @@ def warn_missing_classes(folds: list[Fold], groups: np.ndarray, labels: np.ndarr
 
 
 def save_splits(path: str | Path, scheme: dict, folds: list[Fold]) -> None:
-    """Write ``splits.json``: ``{"format", "scheme", "folds": [{repeat, fold, train, val, test}]}``."""
+    """Write ``splits.json``: ``{"format", "scheme", "folds": [{repeat, fold, train, val, test
+    [, seed]}]}``."""
     write_json(path, {"format": SPLITS_FORMAT, "scheme": scheme,
-                      "folds": [asdict(fold) for fold in folds]})
+                      "folds": [fold.record() for fold in folds]})
 
 
 def load_splits(path: str | Path) -> tuple[dict, list[Fold]]:
@@ -188,7 +201,8 @@ def load_splits(path: str | Path) -> tuple[dict, list[Fold]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         folds = [Fold(int(f["repeat"]), int(f["fold"]), [str(p) for p in f["train"]],
-                      [str(p) for p in f["val"]], [str(p) for p in f["test"]])
+                      [str(p) for p in f["val"]], [str(p) for p in f["test"]],
+                      None if f.get("seed") is None else int(f["seed"]))
                  for f in data["folds"]]
         scheme = dict(data.get("scheme", {}))
     except FileNotFoundError:
@@ -223,7 +237,8 @@ def check_folds(folds: list[Fold], participants: set[str], source: str) -> list[
                                  + (" ..." if len(missing) > 5 else ""), path=source,
                                  hint="make new splits (drop --splits) for this data")
         extra |= set().union(*parts) - participants
-        checked.append(Fold(fold.repeat, fold.fold, *(sorted(p & participants) for p in parts)))
+        checked.append(Fold(fold.repeat, fold.fold, *(sorted(p & participants) for p in parts),
+                            fold.seed))
     if extra:
         warn(f"{source}: {len(extra)} participant(s) in the splits have no usable recording "
              f"and are ignored: {', '.join(sorted(extra)[:5])}")

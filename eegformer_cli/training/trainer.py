@@ -30,7 +30,7 @@ import copy
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +93,12 @@ def lr_at_step(step: int, total_steps: int, warmup_steps: int, lr: float, lr_min
 def fold_seed(seed: int, repeat: int, fold: int) -> int:
     """Seed of one fold's model, shuffling and augmentation (the final model uses ``seed``)."""
     return seed if repeat < 0 else seed + 1000 * (repeat + 1) + fold
+
+
+def seed_of(fold: splits.Fold, seed: int) -> int:
+    """The seed ``fold`` is trained with: its own (given by a splits file), else
+    :func:`fold_seed` of the run's ``seed``."""
+    return fold.seed if fold.seed is not None else fold_seed(seed, fold.repeat, fold.fold)
 
 
 def selection_improved(config: TrainConfig, epoch: int, metric: float, loss: float,
@@ -353,7 +359,7 @@ def _identity(plan: RunPlan) -> dict:
     return {"train_config": plan.config.to_dict(), "data_dir": str(plan.data.data_dir),
             "label_column": plan.data.label_column, "labels": plan.data.label_names,
             "positive_label": plan.positive_label, "device": plan.device.type,
-            "folds": [asdict(f) for f in plan.folds]}
+            "folds": [f.record() for f in plan.folds]}
 
 
 def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
@@ -423,7 +429,7 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
     data, config = plan.data, plan.config
     train_recs, val_recs = _recordings_of(data, fold.train), _recordings_of(data, fold.val)
     test_recs = _recordings_of(data, fold.test)
-    seed = fold_seed(config.seed, fold.repeat, fold.fold)
+    seed = seed_of(fold, config.seed)
     fit = fit_model(data, train_recs, val_recs, config, plan.device, seed,
                     {"repeat": fold.repeat, "fold": fold.fold}, on_epoch)
     positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)

@@ -1,0 +1,323 @@
+"""The ``eegformer`` commands as Python functions: the CLI's options are keyword arguments.
+
+``eegformer preprocess|train|predict|explain|report`` parse their flags and call these
+functions, then print what they return; so a script can run the whole chain, and everything the
+CLI does is reachable from Python. Bad input raises the exception of
+:mod:`eegformer_cli.errors` that gives the CLI its exit code, with the message the CLI prints.
+
+Imports of MNE, torch and scikit-learn happen inside the functions, so importing this module
+is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eegformer_cli.errors import UsageError
+
+PathLike = str | os.PathLike
+
+
+def _paths(inputs: PathLike | Sequence[PathLike]) -> list[Path]:
+    """One path or a list of them -> a list of Paths."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [Path(inputs)]
+    return [Path(entry) for entry in inputs]
+
+
+def _names(value: str | Sequence[str] | None) -> list[str] | None:
+    """``"Fp1, Fp2"`` or ``["Fp1", "Fp2"]`` -> ``["Fp1", "Fp2"]``; None stays None."""
+    if value is None:
+        return None
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    return [str(part).strip() for part in parts if str(part).strip()]
+
+
+def _epoch_length(value: float | str | None) -> float | str | None:
+    """``--epoch-length``: None, ``"auto"`` or seconds (a number or its text)."""
+    if value is None or value == "auto":
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"invalid --epoch-length {value!r}; give 'auto' or seconds, "
+                         "e.g. 30") from None
+
+
+def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
+               participants: PathLike | None = None, recordings: PathLike | None = None,
+               preset: str = "default", channels: str | Sequence[str] | None = None,
+               max_interpolated: int | None = None, bands: str | None = None,
+               epoch_length: float | str | None = None, sfreq: float | None = None,
+               ica: bool | None = None, n_jobs: int = 1, strict: bool = False,
+               backend: str = "local", scheduler: str | None = None):
+    """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
+
+    Parameters
+    ----------
+    inputs : path or list of paths
+        Recording files (EDF, BDF, GDF, BrainVision, EEGLAB, FIF), folders or a BIDS root.
+    out : path
+        Output folder (created; a rerun resumes): ``connectomes/RECORDING_ID.npz``,
+        ``manifest.tsv``, ``preprocess.json``.
+    participants, recordings : path | None
+        Participants / recordings tables (default: ``participants.tsv`` / ``recordings.tsv``
+        at the dataset root).
+    preset : str
+        ``"default"`` or ``"paper"``.
+    channels : str | list of str | None
+        Channels in order (``"Fp1,Fp2,F3"`` or a list); default: the standard 10-20 channels
+        every recording has.
+    max_interpolated : int | None
+        Most missing channels a recording may have interpolated (default 2).
+    bands : str | None
+        Bands as ``NAME:LOW-HIGH`` (Hz), ratio tokens as ``NAME:LOW-HIGH/LOW-HIGH``,
+        comma-separated; default: the preset's.
+    epoch_length : float | str | None
+        Segment length in s (a multiple of 3, at least 6) or ``"auto"``.
+    sfreq : float | None
+        Sampling rate after cleaning, Hz (default 128; paper 250).
+    ica : bool | None
+        Remove artefact components with ICA + ICLabel (default off; paper on).
+    n_jobs : int
+        Recordings processed in parallel (-1: all cores).
+    strict : bool
+        Raise :class:`~eegformer_cli.errors.PartialFailure` if any recording fails (after
+        writing every output).
+    backend : str
+        ``"local"`` or ``"dask"``; ``scheduler``: a Dask scheduler address (default: a local
+        cluster of ``n_jobs`` workers).
+
+    Returns
+    -------
+    PreprocessSummary
+        Counts (``n_recordings``, ``n_ok``, ``n_error``, ``n_skipped``), the channels, the
+        epoch length and the paths of the outputs.
+
+    Raises
+    ------
+    UsageError, InputDataError, OutputError, PartialFailure
+        As the CLI's exit codes 2, 3, 5 and 6.
+    """
+    from eegformer_cli.connectivity.bands import parse_bands
+    from eegformer_cli.parallel import preprocess_backend
+    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+
+    channel_names = _names(channels)
+    overrides = {"channels": None if channel_names is None else tuple(channel_names),
+                 "max_interpolated": max_interpolated,
+                 "bands": None if bands is None else parse_bands(bands),
+                 "epoch_length": _epoch_length(epoch_length), "sfreq": sfreq, "ica": ica}
+    settings = PreprocessSettings.from_preset(
+        preset, **{key: value for key, value in overrides.items() if value is not None})
+    with preprocess_backend(backend, scheduler, n_jobs):
+        return run_preprocess(_paths(inputs), Path(out), settings, participants=participants,
+                              recordings_table=recordings, n_jobs=n_jobs, strict=strict)
+
+
+#: ``train``'s settings that ``merge`` takes from the run folder instead, with their defaults.
+_TRAINING_SETTINGS = {"data_dir": None, "out": None, "label_column": None, "preset": "default",
+                      "config": None, "cv": None, "repeats": None, "holdout": None,
+                      "splits": None, "epochs": None, "batch_size": None, "lr": None,
+                      "patience": None, "seed": None, "device": None, "no_xai": False,
+                      "frequency_encoding": None, "positive_label": None, "overwrite": False,
+                      "fold": None}
+
+
+def train(data_dir: PathLike | None = None, out: PathLike | None = None,
+          label_column: str | None = None, *, preset: str = "default",
+          config: PathLike | None = None, cv: int | None = None, repeats: int | None = None,
+          holdout: float | None = None, splits: PathLike | None = None,
+          epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
+          patience: int | None = None, seed: int | None = None, device: str | None = None,
+          no_xai: bool = False, frequency_encoding: str | None = None,
+          positive_label: str | None = None, n_jobs: int = 1, overwrite: bool = False,
+          fold: int | None = None, merge: PathLike | None = None,
+          confounds: str | Sequence[str] | None = None, permutations: int = 0,
+          permutation_model: str = "reference") -> dict | None:
+    """Cross-validate XAIguiFormer beside a logistic-regression reference and write the final
+    model file (``eegformer train``; ``eegformer train --help`` describes every option).
+
+    Parameters
+    ----------
+    data_dir : path
+        A ``preprocess`` output folder.
+    out : path
+        The run folder (created; a rerun resumes).
+    label_column : str
+        The manifest column holding the class labels.
+    preset, config, cv, repeats, holdout, splits, epochs, batch_size, lr, patience, seed, device
+        The training settings, resolved as preset -> ``config`` (a TOML file) -> these values
+        (None: not given). ``splits``: the ``splits.json`` of an earlier run, or one written
+        by hand (a fold may carry its own ``seed``, e.g. the scikit-learn estimator's
+        ``random_state``).
+    no_xai : bool
+        Ablation: the coarse pass only.
+    frequency_encoding : str | None
+        ``"drofe_default"``, ``"drofe_paper"``, ``"rope_band_index"`` or ``"none"``.
+    positive_label : str | None
+        Positive class for AUROC / AUC-PR with two classes (default: the last label).
+    n_jobs : int
+        Folds trained side by side in CPU processes (-1: one per core); same results as 1.
+    overwrite : bool
+        Replace a different run already in ``out``.
+    fold : int | None
+        Train only this fold of the splits, as a job of its own (then ``merge``).
+    merge : path | None
+        Finish the run folder whose folds ``fold`` jobs trained (no other training setting
+        may be given: they come from the folder); also adds ``confounds`` or
+        ``permutations`` to a finished run.
+    confounds : str | list of str | None
+        Manifest columns the shortcut audit checks too (``"site,scanner"`` or a list).
+    permutations : int
+        Permutation test: refit the CV this many times on permuted labels (0: off).
+    permutation_model : str
+        ``"reference"`` or ``"xaiguiformer"``: the model refit on permuted labels.
+
+    Returns
+    -------
+    dict | None
+        ``metrics.json`` as a dict (with ``fold``: that fold's result); None on torchrun
+        processes other than rank 0.
+
+    Raises
+    ------
+    UsageError, InputDataError, OutputError
+        As the CLI's exit codes 2, 3 and 5.
+    """
+    from eegformer_cli.training.config import resolve_config
+    from eegformer_cli.training.merge import merge_run
+    from eegformer_cli.training.trainer import run_training
+
+    columns = _names(confounds) or []
+    if merge is not None:
+        settings = {"data_dir": data_dir, "out": out, "label_column": label_column,
+                    "preset": preset, "config": config, "cv": cv, "repeats": repeats,
+                    "holdout": holdout, "splits": splits, "epochs": epochs,
+                    "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
+                    "device": device, "no_xai": no_xai, "frequency_encoding": frequency_encoding,
+                    "positive_label": positive_label, "overwrite": overwrite, "fold": fold}
+        given = [name for name, value in settings.items() if value != _TRAINING_SETTINGS[name]]
+        if given:
+            raise UsageError("--merge takes every training setting from RUN_DIR/config.json; "
+                             "remove " + ", ".join(given))
+        return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
+    missing = [name for name, value in (("DATA_DIR", data_dir), ("--out", out),
+                                        ("--label-column", label_column)) if value is None]
+    if missing:
+        raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
+    if holdout is not None and not 0 < holdout < 1:
+        raise UsageError(f"invalid value {holdout:g} for --holdout; allowed range is (0, 1), "
+                         "the fraction of participants held out for test",
+                         hint="leave --holdout out for cross-validation (--cv)")
+    if holdout is not None and (cv is not None or repeats is not None):
+        raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
+    if splits is not None and (holdout is not None or cv is not None or repeats is not None):
+        raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
+    model_overrides = {}
+    if no_xai:
+        model_overrides["xai_refinement"] = False
+    if frequency_encoding is not None:
+        model_overrides["frequency_encoding"] = frequency_encoding
+    flags = {"cv": cv, "repeats": repeats, "holdout": holdout, "epochs": epochs,
+             "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
+             "device": device, "model": model_overrides or None}
+    resolved = resolve_config(preset, config, flags)
+    return run_training(Path(data_dir), Path(out), label_column, resolved, splits_file=splits,
+                        positive_label=positive_label, overwrite=overwrite, fold_index=fold,
+                        n_jobs=n_jobs, confounds=columns, permutations=permutations,
+                        permutation_model=permutation_model)
+
+
+def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
+            participants: PathLike | None = None, age: float | None = None,
+            sex: str | None = None, max_interpolated: int | None = None, device: str = "auto",
+            strict: bool = False, on_row: Callable[[dict], None] | None = None):
+    """Predict the class of each recording with a trained model (``eegformer predict``).
+
+    Parameters
+    ----------
+    model : path
+        A ``model.pt`` written by ``train``.
+    inputs : path or list of paths
+        Recordings (files or folders) or ``preprocess`` output folders.
+    participants, age, sex, max_interpolated, strict, on_row
+        As :meth:`TrainedModel.predict <eegformer_cli.TrainedModel.predict>`.
+    device : str
+        ``"auto"``, ``"cpu"`` or ``"cuda"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``eegformer predict``'s rows (see :meth:`TrainedModel.predict
+        <eegformer_cli.TrainedModel.predict>`, which also lists what is raised).
+    """
+    from eegformer_cli.trained_model import load_model
+
+    return load_model(model, device).predict(
+        _paths(inputs), age, sex, participants=participants, max_interpolated=max_interpolated,
+        strict=strict, on_row=on_row)
+
+
+def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLike, *,
+            target: str | None = None, method: str = "integrated_gradients",
+            n_steps: int = 128, all_heads: bool = False, participants: PathLike | None = None,
+            max_interpolated: int | None = None, device: str = "auto", strict: bool = False):
+    """Explain a trained model's predictions and write the files of ``eegformer explain``.
+
+    Parameters
+    ----------
+    model, inputs, device
+        As :func:`predict`.
+    out : path
+        Output folder (created): per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,
+        ``attention.csv``, ``attention_diagnostics.csv``, ``channel_pairs.csv``,
+        ``recordings.csv`` and ``class_summary.json/.npz``.
+    target, method, n_steps, all_heads, participants, max_interpolated, strict
+        As :meth:`TrainedModel.explain <eegformer_cli.TrainedModel.explain>` (which writes the
+        files, and says what is raised).
+
+    Returns
+    -------
+    Explanations
+        The written numbers as tables and arrays (unrounded).
+    """
+    from eegformer_cli.trained_model import check_explain_options, load_model
+
+    check_explain_options(method, n_steps)          # before the model file is read, as the CLI
+    return load_model(model, device).explain(
+        _paths(inputs), participants=participants, target=target, method=method,
+        n_steps=n_steps, all_heads=all_heads, max_interpolated=max_interpolated, strict=strict,
+        out=out)
+
+
+def report(run_dir: PathLike, *, explanations: PathLike | None = None,
+           out: PathLike | None = None) -> Path:
+    """Write one self-contained HTML report of a training run (``eegformer report``).
+
+    Parameters
+    ----------
+    run_dir : path
+        The run folder of ``train``.
+    explanations : path | None
+        An ``explain`` output folder (adds the explanation figures).
+    out : path | None
+        The HTML file (default ``RUN_DIR/report.html``).
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    InputDataError, OutputError
+        ``run_dir`` is not a run folder (or the explanations are another model's); the file
+        cannot be written.
+    """
+    from eegformer_cli.explain.report import write_report
+
+    return write_report(Path(run_dir), None if explanations is None else Path(explanations),
+                        Path(out) if out is not None else Path(run_dir) / "report.html")

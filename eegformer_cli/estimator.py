@@ -1,0 +1,411 @@
+"""XAIguiFormer as a scikit-learn classifier, fitted by the trainer's own code.
+
+One sample is one recording. ``X`` is a table of recordings (a ``pandas.DataFrame``, one row
+per recording, as :func:`read_preprocessed` gives for a ``preprocess`` folder) or a sequence of
+connectomes; why not a numeric array: a recording is a stack of segments (n_segments, n_bands,
+C, C) of coherence and of wPLI, the number of segments differs between recordings, and its
+prediction averages its segments' logits, so flattening it into a fixed-length row would lose
+either the segments or the recording; the model also needs the channel and band names and band
+edges (dRoFE rotates by frequency) and the age and sex of each recording, which a
+:class:`~eegformer_cli.preprocess.Connectome` and the table's columns carry.
+
+``fit`` is one fold of ``eegformer train``: the participant-wise inner validation split
+(:func:`splits.inner_validation_split`, seeded with ``random_state``), then
+:func:`trainer.fit_model` (the epoch loop, selection on the validation participants) seeded
+with ``random_state``; ``predict_proba`` is the trainer's per-recording evaluation
+(:func:`trainer.evaluate`: segment-mean refined logits, softmax). So a ``cross_val_score`` with
+a ``GroupKFold`` gives the out-of-fold numbers of ``eegformer train --splits`` on a splits file
+holding the same test participants, the estimator's validation participants
+(``val_participants_``) and its seed (a fold's ``seed``), as tests/test_estimator.py checks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from eegformer_cli.errors import InputDataError, UsageError
+
+#: Columns of ``X`` the estimator reads (the others are ignored).
+CONNECTOME_COLUMN = "connectome"
+OPTIONAL_COLUMNS = ("recording_id", "participant_id", "age", "sex", "n_segments")
+
+
+def read_preprocessed(data_dir: str | os.PathLike):
+    """The recordings of a ``preprocess`` output folder as a table, one row per recording.
+
+    Parameters
+    ----------
+    data_dir : str | os.PathLike
+        A folder written by ``eegformer preprocess`` (``manifest.tsv``, ``connectomes/``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The manifest's recordings with status ``ok``, in its order: ``recording_id``,
+        ``participant_id`` (the recording id where the manifest has none, as ``train``
+        counts it), ``connectome`` (the absolute path of its ``.npz``, read when needed),
+        ``n_segments`` (int), ``age`` (years, NaN = unknown), ``sex`` (``"M"``, ``"F"`` or
+        None), then every other manifest column (the participants and recordings tables'
+        included, e.g. the labels) as text, None for ``n/a``. ``X`` for
+        :class:`XAIguiFormerClassifier`; ``y`` and ``groups`` are two of its columns.
+
+    Raises
+    ------
+    InputDataError
+        Not a ``preprocess`` folder, or no recording with status ``ok``.
+    """
+    import pandas as pd
+
+    from eegformer_cli.provenance import SEX_NAMES
+    from eegformer_cli.recordings.metadata import is_missing
+    from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
+
+    data_dir = Path(data_dir).resolve()
+    rows = [row for row in read_manifest(data_dir) if row.get("status") == "ok"]
+    if not rows:
+        raise InputDataError("no recording in the manifest has status ok", path=data_dir,
+                             hint="see the error column of manifest.tsv")
+    table = []
+    for row in rows:
+        participant = (row.get("participant_id") or "").strip()
+        record = {"recording_id": row["recording_id"],
+                  "participant_id": row["recording_id"] if is_missing(participant) else participant,
+                  CONNECTOME_COLUMN: data_dir / (row.get("connectome")
+                                                 or f"connectomes/{row['recording_id']}.npz"),
+                  "n_segments": int(float(row["n_segments"])), "age": age_value(row.get("age")),
+                  "sex": SEX_NAMES.get(sex_value(row.get("sex")))}
+        record.update({key: None if is_missing(value) else value for key, value in row.items()
+                       if key not in record})
+        table.append(record)
+    return pd.DataFrame(table)
+
+
+class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
+    """XAIguiFormer as a scikit-learn classifier of recordings (one sample = one recording).
+
+    Each ``fit`` is one fold of ``eegformer train``: a participant-wise inner validation split
+    of the training recordings selects the epoch, with the trainer's own code and seeds.
+
+    Parameters
+    ----------
+    preset : str
+        Training recipe, ``"default"`` or ``"paper"`` (as ``train --preset``).
+    config : str | os.PathLike | dict | None
+        Training settings over the preset: a TOML file (``train --config``) or a dict of
+        the same keys (``TrainConfig`` fields, ``"model"``: a dict of model settings).
+    epochs, batch_size, lr, patience, val_fraction : number | None
+        Over ``config`` (None: not given), as the flags of ``train``; ``val_fraction``: the
+        share of the training participants held out to select the epoch.
+    no_xai : bool
+        Ablation: the coarse pass only (``train --no-xai``).
+    frequency_encoding : str | None
+        ``"drofe_default"``, ``"drofe_paper"``, ``"rope_band_index"`` or ``"none"``.
+    random_state : int
+        Seed of the inner validation split, the initialisation, shuffling and augmentation:
+        the ``seed`` of one fold of ``train`` (a fold of ``train``'s own splits uses
+        ``seed + 1000 * (repeat + 1) + fold``).
+    device : str
+        ``"auto"``, ``"cpu"`` or ``"cuda"``.
+
+    Attributes
+    ----------
+    classes_ : numpy.ndarray
+        The class labels (sorted), the columns of :meth:`predict_proba`.
+    model_ : torch.nn.Module
+        The fitted model (the selected epoch's weights), in eval mode.
+    history_ : list of dict
+        One record per epoch: ``train_loss``, ``val_loss``, ``val_bac``, ``lr``, ...
+    best_epoch_ : int
+        The selected epoch (1-based).
+    train_participants_, val_participants_ : list of str
+        The participants the model was fitted on and those that selected the epoch.
+    channels_, bands_ : list of str
+        The channels and bands of the connectomes it was fitted on (every ``X`` must have
+        them).
+    config_ : dict
+        The resolved training settings (``train``'s ``config.json`` ``train_config``).
+
+    Notes
+    -----
+    ``X`` is one of
+
+    - a ``pandas.DataFrame`` with a ``connectome`` column (a
+      :class:`~eegformer_cli.preprocess.Connectome`, e.g. from :func:`preprocess_raw
+      <eegformer_cli.preprocess.preprocess_raw>`, or the path of a connectome ``.npz`` file)
+      and optionally ``participant_id`` (the groups of the inner validation split; default:
+      each recording its own participant), ``age`` (years, NaN = unknown), ``sex`` (``"M"`` /
+      ``"F"`` / None), ``recording_id``; :func:`read_preprocessed` gives one for a
+      ``preprocess`` folder;
+    - a sequence of connectomes (Connectome objects or paths): no demographics, one
+      participant per recording.
+
+    Numeric arrays are refused (see the module's docstring for why), so scikit-learn's
+    ``check_estimator`` checks that fit on them cannot pass; tests/test_estimator.py lists
+    each with the reason.
+    """
+
+    def __init__(self, preset: str = "default", config=None, epochs: int | None = None,
+                 batch_size: int | None = None, lr: float | None = None,
+                 patience: int | None = None, val_fraction: float | None = None,
+                 no_xai: bool = False, frequency_encoding: str | None = None,
+                 random_state: int = 0, device: str = "auto"):
+        self.preset = preset
+        self.config = config
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.patience = patience
+        self.val_fraction = val_fraction
+        self.no_xai = no_xai
+        self.frequency_encoding = frequency_encoding
+        self.random_state = random_state
+        self.device = device
+
+    def fit(self, X, y, groups=None):
+        """Fit on the recordings ``X`` with labels ``y``.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame | sequence of Connectome or paths
+            The recordings (see the class's Notes).
+        y : array-like of shape (n_recordings,)
+            Class labels (at least two classes).
+        groups : array-like of shape (n_recordings,) | None
+            Participant of each recording, for the inner validation split (default: ``X``'s
+            ``participant_id`` column, else one participant per recording).
+
+        Returns
+        -------
+        self : XAIguiFormerClassifier
+            The fitted estimator.
+
+        Raises
+        ------
+        InputDataError
+            ``X`` is not a table of recordings, ``y`` has one class or another length, the
+            connectomes differ in channels or bands, or too few participants for the inner
+            validation split.
+        UsageError
+            Invalid settings (named as ``train`` names them).
+        """
+        from eegformer_cli.devices import resolve_device
+        from eegformer_cli.training import splits
+        from eegformer_cli.training.trainer import deterministic_algorithms, fit_model
+
+        config = self._train_config()
+        table = _rows(X)
+        recordings, channels, bands, edges = _recordings(table, groups, _labels(y, len(table)))
+        classes = np.unique(np.asarray(y))
+        if len(classes) < 2:
+            raise InputDataError(f"y has only one class ({classes[0]!r}); a classifier needs "
+                                 "at least two")
+        data = _training_data(recordings, [str(c) for c in classes], channels, bands, edges)
+        participants = np.array([r.participant_id for r in recordings])
+        train_ids, val_ids = splits.inner_validation_split(
+            participants, data.label_indices(), config.val_fraction, self.random_state,
+            where=f"X ({len(set(participants))} participants)")
+        device = resolve_device(config.device)
+        with deterministic_algorithms(device):
+            fit = fit_model(data, [r for r in recordings if r.participant_id in set(train_ids)],
+                            [r for r in recordings if r.participant_id in set(val_ids)], config,
+                            device, self.random_state, {"repeat": 0, "fold": 0})
+        self.classes_ = classes
+        self.model_ = fit.model
+        self.history_ = fit.history
+        self.best_epoch_ = fit.best_epoch
+        self.train_participants_, self.val_participants_ = list(train_ids), list(val_ids)
+        self.channels_, self.bands_ = channels, bands
+        self.config_ = config.to_dict()
+        self._device = device
+        return self
+
+    def predict_proba(self, X):
+        """Class probabilities per recording: softmax of the segment-mean refined logits (as
+        ``train``'s out-of-fold predictions and ``predict``).
+
+        Parameters
+        ----------
+        X : pandas.DataFrame | sequence of Connectome or paths
+            The recordings, with the fitted channels and bands.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_recordings, n_classes)
+            Columns in the order of ``classes_``.
+        """
+        from eegformer_cli.inference import softmax
+        from eegformer_cli.training.dataset import ConnectomeDataset
+        from eegformer_cli.training.trainer import deterministic_algorithms, evaluate
+
+        check_is_fitted(self, "model_")
+        names = [str(c) for c in self.classes_]
+        table = _rows(X)
+        # labels are not used to predict: every recording gets the first class as a placeholder
+        recordings, channels, bands, _ = _recordings(table, None, [names[0]] * len(table))
+        if channels != self.channels_ or bands != self.bands_:
+            raise InputDataError(f"X has channels {', '.join(channels)} and bands "
+                                 f"{', '.join(bands)}; the estimator was fitted on "
+                                 f"{', '.join(self.channels_)} and {', '.join(self.bands_)}")
+        dataset = ConnectomeDataset(recordings, names, channels, bands)
+        with deterministic_algorithms(self._device):
+            return softmax(evaluate(self.model_, dataset, self._device))
+
+    def predict(self, X):
+        """The most probable class of each recording.
+
+        Parameters
+        ----------
+        X : pandas.DataFrame | sequence of Connectome or paths
+            The recordings.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n_recordings,)
+            Labels from ``classes_``.
+        """
+        probabilities = self.predict_proba(X)         # checks first that it is fitted
+        return self.classes_[np.argmax(probabilities, axis=1)]
+
+    def _train_config(self):
+        """The resolved ``TrainConfig``: preset -> ``config`` -> the other parameters."""
+        from eegformer_cli.training.config import resolve_config
+
+        if self.config is not None and not isinstance(self.config, (str, os.PathLike, dict)):
+            raise UsageError(f"invalid config {self.config!r}; give a TOML file or a dict of "
+                             "training settings")
+        model = {}
+        if self.no_xai:
+            model["xai_refinement"] = False
+        if self.frequency_encoding is not None:
+            model["frequency_encoding"] = self.frequency_encoding
+        return resolve_config(self.preset, self.config, {
+            "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
+            "patience": self.patience, "val_fraction": self.val_fraction,
+            "seed": self.random_state, "device": self.device, "model": model or None})
+
+
+def _rows(X):
+    """``X`` as a DataFrame with a ``connectome`` column (a sequence of connectomes becomes
+    one); InputDataError for anything else (a numeric array)."""
+    import pandas as pd
+
+    if isinstance(X, pd.DataFrame):
+        if CONNECTOME_COLUMN not in X.columns:
+            raise InputDataError(f"X has no {CONNECTOME_COLUMN!r} column (columns: "
+                                 f"{', '.join(map(str, X.columns))}); give a table of "
+                                 "recordings, e.g. eegformer_cli.read_preprocessed(folder)")
+        return X
+    from eegformer_cli.preprocess import Connectome
+
+    entries = list(X) if isinstance(X, (list, tuple, np.ndarray)) else None
+    if entries is None or not entries or not all(
+            isinstance(entry, (Connectome, str, os.PathLike)) for entry in entries):
+        shape = f" of shape {np.shape(X)}" if hasattr(X, "shape") else ""
+        raise InputDataError(
+            f"X is a {type(X).__name__}{shape}, not recordings; give a table with a "
+            f"{CONNECTOME_COLUMN!r} column (eegformer_cli.read_preprocessed(folder)) or a list "
+            "of connectomes (Connectome objects or .npz paths): a recording is a stack of "
+            "connectivity matrices with its own number of segments, not a row of numbers")
+    return pd.DataFrame({CONNECTOME_COLUMN: entries})
+
+
+def _labels(y, n: int) -> list[str]:
+    """``y`` as the label text of each recording (InputDataError for another length)."""
+    values = np.asarray(y)
+    if values.ndim != 1 or len(values) != n:
+        raise InputDataError(f"y has shape {values.shape}; expected one label per recording "
+                             f"({n})")
+    return [str(value) for value in values]
+
+
+def _recordings(table, groups, labels: list[str]):
+    """The recordings of ``table`` (:func:`_rows`) as the trainer's ``RecordingInfo`` (in its
+    order), with the channels, bands and band edges (Hz) of the first one (the dataset checks
+    every other against them when it reads it)."""
+    from eegformer_cli.preprocess import Connectome
+    from eegformer_cli.training.dataset import RecordingInfo, age_value, sex_value
+
+    n = len(table)
+    groups = None if groups is None else list(groups)
+    if groups is not None and len(groups) != n:
+        raise InputDataError(f"groups has {len(groups)} values; expected one per recording ({n})")
+    column = {name: (list(table[name]) if name in table.columns else [None] * n)
+              for name in OPTIONAL_COLUMNS}
+    recordings = []
+    for i, connectome in enumerate(table[CONNECTOME_COLUMN]):
+        recording_id = str(column["recording_id"][i] if column["recording_id"][i] is not None
+                           else i)
+        participant = groups[i] if groups is not None else column["participant_id"][i]
+        if participant is None or (isinstance(participant, float) and math.isnan(participant)):
+            participant = recording_id
+        if not isinstance(connectome, Connectome):
+            connectome = Path(connectome).absolute()
+        n_segments = column["n_segments"][i]
+        if n_segments is None or isinstance(connectome, Connectome):
+            n_segments = _n_segments(connectome)
+        recordings.append(RecordingInfo(recording_id, str(participant), labels[i],
+                                        _age(column["age"][i], age_value),
+                                        _sex(column["sex"][i], sex_value), connectome,
+                                        int(n_segments)))
+    channels, bands, edges = _layout(recordings[0].connectome)
+    return recordings, channels, bands, edges
+
+
+def _age(value, age_value) -> float:
+    if value is None or isinstance(value, (int, float, np.number)):
+        return math.nan if value is None else float(value)
+    return age_value(str(value))
+
+
+def _sex(value, sex_value) -> float:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return math.nan
+    if isinstance(value, (int, float, np.number)) and value in (0, 1):
+        return float(value)          # the model's own code: 0 male, 1 female
+    return sex_value(str(value))
+
+
+def _n_segments(connectome) -> int:
+    """Segments of a Connectome or of a connectome file."""
+    if not isinstance(connectome, Path):
+        return connectome.n_segments
+    return int(_read_layout(connectome)["n_segments"])
+
+
+def _layout(connectome) -> tuple[list[str], list[str], np.ndarray]:
+    """(channels, bands, band edges (n_bands, 2) Hz) of a Connectome or connectome file."""
+    if not isinstance(connectome, Path):
+        return (list(map(str, connectome.channels)), list(map(str, connectome.bands)),
+                np.asarray(connectome.band_edges_hz, dtype=np.float64))
+    layout = _read_layout(connectome)
+    return layout["channels"], layout["bands"], layout["band_edges_hz"]
+
+
+def _read_layout(path: Path) -> dict:
+    """What a connectome file says about its layout; InputDataError when it is unreadable."""
+    import zipfile
+
+    try:
+        with np.load(path) as data:
+            return {"channels": [str(c) for c in data["channels"]],
+                    "bands": [str(b) for b in data["bands"]],
+                    "band_edges_hz": np.asarray(data["band_edges_hz"], dtype=np.float64),
+                    "n_segments": data["coh"].shape[0]}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputDataError(f"cannot read connectome: {exc}", path=path,
+                             hint="rerun `eegformer preprocess`") from None
+
+
+def _training_data(recordings, label_names, channels, bands, edges):
+    """The trainer's ``TrainingData`` for recordings held in a table, not a folder."""
+    from eegformer_cli.training.dataset import TrainingData
+
+    return TrainingData(data_dir=Path.cwd(), label_column="y", recordings=recordings,
+                        label_names=label_names, channels=channels, bands=bands,
+                        band_edges_hz=edges, preprocess={})

@@ -1,0 +1,489 @@
+"""A trained model file in Python: :func:`load_model` -> :class:`TrainedModel`, whose
+``predict``, ``predict_proba`` and ``explain`` take ``mne.io.Raw`` objects (preprocessed in
+memory with the model's stored settings) or paths (as ``eegformer predict`` / ``explain``).
+
+``eegformer predict`` and ``eegformer explain`` run on the same code (``commands.py``): rows,
+provenance, warnings (one line each on stderr, and in the rows), the error of a recording that
+cannot be used (one line on stderr as it fails; the call raises once every other recording is
+done, with their results in the exception's ``result``) and ``strict``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.markup import escape
+
+from eegformer_cli import console
+from eegformer_cli.errors import InputDataError, PartialFailure, RecordingError, UsageError
+
+#: Seed of the random interpolation points of ``gradient_shap`` (the other methods are
+#: deterministic); ``explain`` seeds with it before the first recording.
+EXPLAIN_SEED = 0
+
+
+def load_model(path: str | os.PathLike, device: str = "auto") -> "TrainedModel":
+    """Load a model file written by ``eegformer train`` (``RUN_DIR/model.pt``).
+
+    Parameters
+    ----------
+    path : str | os.PathLike
+        The model file.
+    device : str
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
+
+    Returns
+    -------
+    TrainedModel
+        The model, ready to predict and explain.
+
+    Raises
+    ------
+    ModelFileError
+        The file is missing, corrupt, not an eegformer model or from a newer version
+        (``eegformer predict``'s exit code 4).
+    UsageError
+        An invalid ``device``.
+    """
+    from eegformer_cli.devices import resolve_device
+    from eegformer_cli.training.model_file import load_model_file
+
+    torch_device = resolve_device(device)
+    return TrainedModel(load_model_file(path, torch_device), torch_device)
+
+
+@dataclass
+class Explanations:
+    """What ``eegformer explain`` writes, as Python objects (the same numbers, unrounded).
+
+    Attributes
+    ----------
+    recordings : pandas.DataFrame
+        One row per explained recording, as ``recordings.csv``: ``recording_id,
+        participant_id, predicted, target, prob_<class>...`` and the provenance columns of
+        ``predict`` (lists as lists, unknown values None).
+    band_importance, attention, attention_diagnostics, channel_pairs : pandas.DataFrame
+        The long-format tables of the files of the same names (``NAME.csv``).
+    per_recording : list of RecordingExplanation
+        Each recording's arrays, as in its ``ID.npz``: ``band_importance`` (n_bands,) signed,
+        absolute values summing to 1; ``attention_coarse`` / ``attention_refined`` (n_layers,
+        n_bands, n_bands) (or with a heads axis); ``channel_pairs``, ``coh_pairs``,
+        ``wpli_pairs`` (n_bands, n_channels, n_channels) in logit units; ``probabilities``.
+    """
+
+    recordings: object
+    band_importance: object
+    attention: object
+    attention_diagnostics: object
+    channel_pairs: object
+    per_recording: list
+
+
+class TrainedModel:
+    """A trained XAIguiFormer with what its model file says about it (use :func:`load_model`).
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The model file.
+    classes : list of str
+        Class names, in the order of the probability columns.
+    channels, bands : list of str
+        The model's channels (canonical 10-20 names) and frequency bands, in input order.
+    preprocess_settings : PreprocessSettings
+        How recordings are preprocessed for it (``preprocess_raw(raw, model.preprocess_settings)``
+        gives the connectome it predicts from).
+    training_data : dict | None
+        What it was trained on (participants, signal hashes, ranges of age, sex, sampling rate
+        and length), None for model files written before eegformer kept it.
+    """
+
+    def __init__(self, bundle, device):
+        from eegformer_cli.preprocess import PreprocessSettings
+
+        self._bundle = bundle
+        self._device = device
+        self.path = Path(bundle.path)
+        self.classes = list(bundle.label_names)
+        self.channels = list(bundle.channels)
+        self.bands = list(bundle.bands)
+        self.preprocess_settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
+        self.training_data = bundle.training_data
+
+    def __repr__(self) -> str:
+        return (f"<TrainedModel {self.path}: classes {', '.join(self.classes)}; "
+                f"{len(self.channels)} channels, {len(self.bands)} bands>")
+
+    # predictions ------------------------------------------------------------------------
+
+    def predict(self, raw_or_paths, age=None, sex=None, *, participants=None,
+                max_interpolated: int | None = None, strict: bool = False,
+                on_row: Callable[[dict], None] | None = None):
+        """Predict the class of each recording: the rows of ``eegformer predict``.
+
+        Parameters
+        ----------
+        raw_or_paths : mne.io.Raw | str | os.PathLike | list
+            An ``mne.io.Raw`` or a list of them (each preprocessed in memory with the model's
+            settings and channels), or paths as ``eegformer predict`` takes them: recording
+            files, folders of recordings, ``preprocess`` output folders (made with the model's
+            settings). Raws and paths cannot be mixed in one call.
+        age : float | list of float | None
+            Age in years: one for every recording, or (Raws only) one per Raw; None = from the
+            participants table for paths, unknown for Raws.
+        sex : str | list of str | None
+            ``"M"`` or ``"F"``, as ``age``.
+        participants : str | os.PathLike | None
+            A participants table for recordings given as paths (``--participants``; default:
+            the one beside them).
+        max_interpolated : int | None
+            Most missing channels a raw recording may have interpolated (default: the model's
+            preprocessing setting).
+        strict : bool
+            Raise :class:`~eegformer_cli.errors.PartialFailure` when a recording got a warning
+            (``--strict``), after every row is made (they are in its ``result``).
+        on_row : callable | None
+            Called with each row (a dict) as soon as it is made (``eegformer predict`` prints
+            it).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``,
+            then ``source_file, n_segments, n_segments_rejected, channels_interpolated, age,
+            age_source, sex, sex_source, warnings`` (lists as lists; unknown values None, NaN in
+            numeric columns). Each warning is also one line on stderr, as the CLI prints it.
+
+        Raises
+        ------
+        RecordingError
+            One recording could not be used (its one-line reason, as the CLI prints it); the
+            others' rows are in the exception's ``result``.
+        InputDataError
+            Several recordings could not be used (``result`` as above), or the inputs as a
+            whole cannot be (an input that does not exist, a preprocess folder made with other
+            settings, an unreadable participants table).
+        UsageError
+            Invalid ``age``, ``sex``, ``max_interpolated``, or Raws mixed with paths.
+        PartialFailure
+            ``strict`` and a recording got a warning.
+        """
+        import pandas as pd
+
+        from eegformer_cli import provenance
+        from eegformer_cli.inference import predict_recordings
+
+        items = self._inputs(raw_or_paths, age, sex, participants, max_interpolated)
+        self._note_unchecked(strict)
+        columns = (["recording_id", "participant_id", "predicted"]
+                   + [f"prob_{name}" for name in self.classes]
+                   + list(provenance.PROVENANCE_COLUMNS))
+        rows, failures = [], []
+        for row in predict_recordings(self._bundle, items, self._device):
+            if "error" in row:
+                failures.append(_print_failure(row["recording_id"], row["error"]))
+                continue
+            _print_warnings(row["recording_id"], row["warnings"])
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+        table = pd.DataFrame(rows, columns=columns)
+        self._finish(failures, [row["recording_id"] for row in rows if row["warnings"]], strict,
+                     "predicted", table)
+        return table
+
+    def predict_proba(self, raw_or_paths, age=None, sex=None, **options):
+        """Class probabilities of each recording (softmax of its segment-mean refined logits).
+
+        Parameters
+        ----------
+        raw_or_paths, age, sex
+            As :meth:`predict`.
+        **options
+            :meth:`predict`'s keyword-only parameters (``participants``, ``max_interpolated``,
+            ``strict``, ``on_row``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            Index ``recording_id``, one column per class (:attr:`classes`): the ``prob_<class>``
+            columns of :meth:`predict`'s rows.
+
+        Raises
+        ------
+        RecordingError, InputDataError, UsageError, PartialFailure
+            As :meth:`predict`.
+        """
+        rows = self.predict(raw_or_paths, age, sex, **options)
+        probabilities = rows.set_index("recording_id")[[f"prob_{c}" for c in self.classes]]
+        probabilities.columns = list(self.classes)
+        return probabilities
+
+    # explanations -----------------------------------------------------------------------
+
+    def explain(self, raw_or_paths, age=None, sex=None, *, participants=None,
+                target: str | None = None, method: str = "integrated_gradients",
+                n_steps: int = 128, all_heads: bool = False,
+                max_interpolated: int | None = None, strict: bool = False,
+                out: str | os.PathLike | None = None) -> Explanations:
+        """Explain each recording's prediction: the numbers ``eegformer explain`` writes.
+
+        Parameters
+        ----------
+        raw_or_paths, age, sex, participants, max_interpolated, strict
+            As :meth:`predict`.
+        target : str | None
+            The class to explain (default: each recording's predicted class).
+        method : str
+            captum method for the channel pairs: ``"integrated_gradients"``, ``"saliency"``,
+            ``"input_x_gradient"`` or ``"gradient_shap"``.
+        n_steps : int
+            Integrated Gradients steps (Gradient SHAP samples).
+        all_heads : bool
+            Keep every attention head (default: the mean over heads).
+        out : str | os.PathLike | None
+            Also write ``eegformer explain``'s files into this folder (created; the
+            per-recording files of an earlier run's recordings that this one does not explain
+            are removed). Default: nothing is written.
+
+        Returns
+        -------
+        Explanations
+            The tables and arrays of ``eegformer explain``'s files (unrounded).
+
+        Raises
+        ------
+        RecordingError, InputDataError, UsageError, PartialFailure
+            As :meth:`predict` (``result``: the :class:`Explanations` of the recordings that
+            worked; their files are written); UsageError also for an invalid ``target``,
+            ``method`` or ``n_steps``. The inputs as a whole are checked before ``out`` is
+            touched.
+        """
+        from eegformer_cli.atomic import ensure_dir
+        from eegformer_cli.explain import export
+
+        check_explain_options(method, n_steps)
+        self._check_target(target)
+        given = _as_list(raw_or_paths)
+        items = self._inputs(given, age, sex, participants, max_interpolated)
+        settings, earlier = None, []
+        if out is not None:
+            out = ensure_dir(Path(out))
+            settings = {"model": str(self.path), "target": target, "method": method,
+                        "n_steps": n_steps, "all_heads": all_heads, "device": str(self._device),
+                        "band_importance": "DeepLIFT (model layer 0), mean over segments, "
+                                           "abs-sum 1",
+                        "baseline": "zero connectivity", "inputs": [_described(e) for e in given],
+                        "model_trained_on": self._bundle.trained_on}
+            earlier = export.earlier_recordings(out)
+        result, failures, warned = self._explain(items, target, method, n_steps, all_heads,
+                                                 strict, out, settings)
+        if out is not None:
+            explained = {e.recording_id for e in result.per_recording}
+            left_over = [rid for rid in earlier if rid not in explained]
+            removed = export.remove_recordings(out, left_over)
+            if removed:
+                console.log(f"explain: removed {removed} files of {len(left_over)} recordings "
+                            f"that an earlier run explained into {out} and this one did not "
+                            "(ID.npz/.json)")
+            console.log(f"explained {len(result.per_recording)} recording(s) in {out}: "
+                        "ID.npz/.json, band_importance.csv, attention.csv, "
+                        "attention_diagnostics.csv, channel_pairs.csv, recordings.csv, "
+                        "class_summary.json/.npz")
+        self._finish(failures, warned, strict, "explained", result)
+        return result
+
+    def _explain(self, items, target, method, n_steps, all_heads, strict, out: Path | None,
+                 settings: dict | None = None) -> tuple[Explanations, list, list[str]]:
+        """The explanations of ``items`` (:class:`~eegformer_cli.inference.InputRecordings`;
+        options already checked): ``(explanations, failures (id, error), ids of recordings with
+        warnings)``. With ``out``, each recording's files are written as it is explained and
+        the tables at the end (``settings`` go into the JSON files)."""
+        from eegformer_cli import provenance
+        from eegformer_cli.devices import seed_everything
+        from eegformer_cli.explain import attributions, export
+
+        self._note_unchecked(strict)
+        bundle = self._bundle
+        seed_everything(EXPLAIN_SEED)
+        explanations, provenance_rows, failures = [], [], []
+        with console.progress_bar() as bar:
+            task = bar.add_task("explain", total=len(items), status="")
+            for item in items:                  # a raw recording is preprocessed here
+                bar.update(task, status=item.recording_id)
+                if item.error is None:
+                    explanation = attributions.explain_recording(
+                        bundle.model, item.coh, item.wpli, item.age, item.sex,
+                        bundle.label_names, recording_id=item.recording_id,
+                        participant_id=item.participant_id, target=target, method=method,
+                        n_steps=n_steps, all_heads=all_heads, device=self._device)
+                    _print_warnings(item.recording_id, item.warnings)
+                    provenance_rows.append({"recording_id": item.recording_id,
+                                            **provenance.row_fields(item)})
+                    if out is not None:
+                        export.write_recording(out, explanation, bundle.bands, bundle.channels,
+                                               bundle.label_names, settings, provenance_rows[-1])
+                    explanations.append(explanation)
+                else:
+                    failures.append(_print_failure(item.recording_id, item.error))
+                bar.advance(task)
+        if out is not None:
+            export.write_tables(out, explanations, bundle.bands, bundle.channels)
+            export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
+            export.write_class_summary(
+                out, attributions.class_means(explanations), bundle.bands, bundle.channels,
+                bundle.label_names, settings, [e.recording_id for e in explanations],
+                dict(failures), explanations)
+        return (self._explanations(explanations, provenance_rows), failures,
+                [row["recording_id"] for row in provenance_rows if row["warnings"]])
+
+    def _explanations(self, explanations: list, provenance_rows: list[dict]) -> Explanations:
+        import pandas as pd
+
+        from eegformer_cli.explain import export
+
+        tables = {}
+        for name in export.TABLES:
+            columns, rows = export.table_rows(name, explanations, self.bands, self.channels)
+            tables[name] = pd.DataFrame(list(rows), columns=columns)
+        recordings = pd.DataFrame(
+            export.recording_rows(explanations, provenance_rows, self.classes),
+            columns=(["recording_id", "participant_id", "predicted", "target"]
+                     + [f"prob_{name}" for name in self.classes]
+                     + list(_provenance_columns())))
+        return Explanations(recordings=recordings, per_recording=list(explanations), **tables)
+
+    def _check_target(self, target: str | None) -> None:
+        """UsageError for a ``target`` class the model does not have."""
+        if target is not None and target not in self.classes:
+            raise UsageError(f"invalid --target {target!r}; the model's classes are "
+                             f"{', '.join(self.classes)}")
+
+    # inputs and outcome -----------------------------------------------------------------
+
+    def _inputs(self, raw_or_paths, age, sex, participants, max_interpolated):
+        """The recordings of a call (:class:`~eegformer_cli.inference.InputRecordings`),
+        checked as a whole before any is read."""
+        import mne
+
+        from eegformer_cli.inference import load_inputs, raw_inputs
+
+        given = _as_list(raw_or_paths)
+        if not given:
+            raise UsageError("no recording given; pass an mne.io.Raw, a path or a list of them")
+        raws = [entry for entry in given if isinstance(entry, mne.io.BaseRaw)]
+        if raws and len(raws) < len(given):
+            raise UsageError("give recordings as mne.io.Raw objects or as paths, not both in "
+                             "one call")
+        if not raws:
+            for entry in given:
+                if not isinstance(entry, (str, os.PathLike)):
+                    raise UsageError(f"invalid recording of type {type(entry).__name__}; give "
+                                     "an mne.io.Raw or a path (file, folder or preprocess "
+                                     "output folder)")
+                if isinstance(age, (list, tuple)) or isinstance(sex, (list, tuple)):
+                    raise UsageError("one age and one sex per recording is for mne.io.Raw "
+                                     "inputs; with paths give one for all (or a participants "
+                                     "table)")
+            return load_inputs(self._bundle, [Path(entry) for entry in given],
+                               participants=participants, age=age, sex=sex,
+                               max_interpolated=max_interpolated)
+        if participants is not None:
+            raise UsageError("participants= is for recordings given as paths (a table is "
+                             "matched by file name); give age= and sex= for mne.io.Raw inputs")
+        return raw_inputs(self._bundle, raws, _per_recording(age, len(raws), "age"),
+                          _per_recording(sex, len(raws), "sex"), max_interpolated)
+
+    def _note_unchecked(self, strict: bool) -> None:
+        """One line when the model file does not describe its training data (written before
+        eegformer kept it): no recording can be checked against it; under ``strict`` that is
+        itself a reason for :class:`PartialFailure` (see :meth:`_finish`)."""
+        bundle = self._bundle
+        if bundle.training_data is None:
+            console.warn(escape(
+                f"{bundle.path} does not describe its training data (written by eegformer "
+                f"{bundle.eegformer_version}): no check whether a recording was in it or is "
+                "outside its range of age, sex, sampling rate and length" + (
+                    "; --strict: exit 6" if strict else "; retrain to get these checks")))
+
+    def _finish(self, failures: list[tuple[str, str]], warned_ids: list[str], strict: bool,
+                what: str, result) -> None:
+        """Raise for recordings that could not be used (their lines are already on stderr),
+        then, under ``strict``, for warnings; ``result`` goes with the exception."""
+        if len(failures) == 1:
+            raise RecordingError(failures[0][1], result=result, printed=True)
+        if failures:
+            ids = [recording_id for recording_id, _ in failures]
+            raise InputDataError(f"{len(ids)} recording(s) could not be {what}: {_shown(ids)}",
+                                 result=result)
+        if not strict:
+            return
+        if warned_ids:
+            raise PartialFailure(f"--strict: {len(warned_ids)} {what} recording(s) got warnings "
+                                 f"(on stderr and in the output): {_shown(warned_ids)}",
+                                 result=result)
+        if self._bundle.training_data is None:
+            raise PartialFailure(f"--strict: {self._bundle.path} does not describe its "
+                                 "training data, so the recordings could not be checked "
+                                 "against it", hint="retrain with this eegformer version",
+                                 result=result)
+
+
+def check_explain_options(method: str, n_steps: int) -> None:
+    """UsageError for an unknown captum ``method`` or ``n_steps`` < 1 (``--method``,
+    ``--n-steps``)."""
+    from eegformer_cli.errors import check_choice
+    from eegformer_cli.explain.attributions import CAPTUM_METHODS
+
+    check_choice("--method", method, CAPTUM_METHODS)
+    if n_steps < 1:
+        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 128")
+
+
+def _provenance_columns() -> tuple[str, ...]:
+    from eegformer_cli.provenance import PROVENANCE_COLUMNS
+
+    return PROVENANCE_COLUMNS
+
+
+def _as_list(raw_or_paths) -> list:
+    """One recording (a Raw or a path) or a list of them -> a list."""
+    return list(raw_or_paths) if isinstance(raw_or_paths, (list, tuple)) else [raw_or_paths]
+
+
+def _described(entry) -> str:
+    """An input as ``explain``'s settings list it: a path, or the file a Raw was read from."""
+    if isinstance(entry, (str, os.PathLike)):
+        return str(entry)
+    return str(entry.filenames[0]) if entry.filenames and entry.filenames[0] else "raw"
+
+
+def _shown(ids: Sequence[str]) -> str:
+    """The first five ids, ``...`` after them when there are more."""
+    return ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+
+
+def _per_recording(value, n: int, name: str) -> list:
+    """``age`` / ``sex`` for ``n`` Raws: one value for all, or a list of ``n``."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise UsageError(f"invalid {name}: {len(value)} values for {n} recordings; give one "
+                             "for all or one per recording")
+        return list(value)
+    return [value] * n
+
+
+def _print_warnings(recording_id: str, warnings: Iterable[str]) -> None:
+    """A usable recording's warnings on stderr, one line each: ``warning: ID: KIND: text``."""
+    for line in warnings:
+        console.warn(escape(f"{recording_id}: {line}"))
+
+
+def _print_failure(recording_id: str, error: str) -> tuple[str, str]:
+    """A recording's error line on stderr, as it fails; returns ``(recording_id, error)``."""
+    console.stderr.print(f"eegformer: error: {error}", markup=False)
+    return recording_id, error
+

@@ -1,0 +1,153 @@
+"""``XAIguiFormerClassifier`` (issue 21): scikit-learn's estimator checks (those that cannot
+pass listed with the reason), ``cross_val_score`` with ``GroupKFold`` against ``eegformer
+train --splits`` on the same folds and seeds, connectomes in memory against files, bad input.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GroupKFold, cross_val_predict, cross_val_score
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from eegformer_cli import (InputDataError, XAIguiFormerClassifier, commands, load_connectome,
+                           read_preprocessed)
+from eegformer_cli.training.splits import inner_validation_split
+from test_explain import build_sample_run
+
+#: A small model, for speed (20 epochs: enough for the folds' scores to differ, 1.0, 0.75, 0.5
+#: and 0.75); the same settings for the estimator and `train`.
+TINY = {"batch_size": 8, "val_fraction": 0.25,
+        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}}
+EPOCHS = 20
+SEED = 7
+
+#: scikit-learn's checks (1.9) that cannot pass, with why. Each fits on a numeric array (iris-
+#: like tables, blobs, sparse matrices, ...). One sample of XAIguiFormerClassifier is a
+#: recording: a stack of connectivity matrices with its own number of segments, its channel and
+#: band names and its age and sex (eegformer_cli/estimator.py), so a numeric X is refused with
+#: an InputDataError saying what X must be. The other 15 checks (cloning, repr, parameters,
+#: get_params/set_params, nothing set in __init__, NotFittedError before fit, tags, mixin order,
+#: ...) pass; check_array_api_input is skipped by scikit-learn itself.
+NUMERIC_X = "fits on a numeric array, which is not recordings: InputDataError"
+WANTS_VALUE_ERROR = ("expects a ValueError about its numeric X or y; gets InputDataError (the "
+                     "CLI's exit-3 class), since a numeric X is not recordings")
+EXPECTED_FAILED_CHECKS = {
+    **{name: NUMERIC_X for name in (
+        "check_classifier_data_not_an_array", "check_classifiers_classes", "check_complex_data",
+        "check_dict_unchanged", "check_dont_overwrite_parameters", "check_dtype_object",
+        "check_estimators_dtypes", "check_estimators_fit_returns_self",
+        "check_estimators_overwrite_params", "check_estimators_pickle",
+        "check_f_contiguous_array_estimator", "check_fit1d", "check_fit2d_1feature",
+        "check_fit2d_1sample", "check_fit2d_predict1d", "check_fit_check_is_fitted",
+        "check_fit_idempotent", "check_fit_score_takes_y", "check_methods_sample_order_invariance",
+        "check_methods_subset_invariance", "check_n_features_in",
+        "check_n_features_in_after_fitting", "check_pipeline_consistency",
+        "check_positive_only_tag_during_fit", "check_readonly_memmap_input",
+        "check_requires_y_none", "check_supervised_y_2d")},
+    **{name: WANTS_VALUE_ERROR for name in (
+        "check_classifiers_one_label", "check_classifiers_regression_target",
+        "check_classifiers_train", "check_estimator_sparse_array",
+        "check_estimator_sparse_matrix", "check_estimator_sparse_tag",
+        "check_estimators_empty_data_messages", "check_estimators_nan_inf",
+        "check_supervised_y_no_nan")},
+}
+
+
+@parametrize_with_checks([XAIguiFormerClassifier(epochs=1, device="cpu")],
+                         expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
+                         xfail_strict=True)
+def test_scikit_learn_checks(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def prep(tmp_path_factory):
+    """The 12 preprocessed sample recordings of test_explain's sample run (6 per class)."""
+    return build_sample_run(tmp_path_factory)["prep"]
+
+
+def oof_probabilities(run_dir) -> dict[str, float]:
+    with open(run_dir / "oof_predictions.tsv", newline="") as handle:
+        return {row["recording_id"]: float(row["prob_healthy"])
+                for row in csv.DictReader(handle, delimiter="\t")
+                if row["model"] == "xaiguiformer"}
+
+
+def test_cross_val_score_with_group_k_fold_equals_train_on_the_same_splits_and_seed(
+        prep, tmp_path):
+    """Acceptance: ``cross_val_score(XAIguiFormerClassifier(), X, y, groups=..., cv=GroupKFold)``
+    gives ``eegformer train``'s out-of-fold balanced accuracy, fold by fold, when ``train``
+    runs ``--splits`` on a splits.json made from the GroupKFold folds: their test participants,
+    the estimator's inner validation split of each training part (its ``val_participants_``:
+    the same function of the same participants, labels and seed) and ``"seed": random_state``.
+    The out-of-fold probabilities (``cross_val_predict``) are the run's oof_predictions.tsv."""
+    X = read_preprocessed(prep)
+    y, groups = X["diagnosis"].to_numpy(), X["participant_id"].to_numpy()
+    estimator = XAIguiFormerClassifier(config=TINY, epochs=EPOCHS, random_state=SEED,
+                                       device="cpu")
+    cv = GroupKFold(4)
+    scores = cross_val_score(estimator, X, y, groups=groups, cv=cv,
+                             scoring="balanced_accuracy")
+    probabilities = cross_val_predict(estimator, X, y, groups=groups, cv=cv,
+                                      method="predict_proba")
+    labels = np.unique(y, return_inverse=True)[1]
+    folds = []
+    for k, (train_index, test_index) in enumerate(cv.split(X, y, groups)):
+        train, val = inner_validation_split(groups[train_index], labels[train_index],
+                                            TINY["val_fraction"], SEED)
+        folds.append({"repeat": 0, "fold": k, "train": train, "val": val,
+                      "test": sorted(set(groups[test_index])), "seed": SEED})
+    splits = tmp_path / "splits.json"
+    splits.write_text(json.dumps({"format": "eegformer-splits", "scheme": {"kind": "cv", "k": 4},
+                                  "folds": folds}))
+    config = tmp_path / "tiny.toml"
+    config.write_text("batch_size = 8\nval_fraction = 0.25\n[model]\nd_model = 16\n"
+                      "n_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n")
+    metrics = commands.train(prep, tmp_path / "run", "diagnosis", config=config, epochs=EPOCHS,
+                             splits=splits, device="cpu")
+    per_fold = [fold["bac"] for fold in metrics["models"]["xaiguiformer"]["per_fold"]]
+    assert per_fold == pytest.approx(scores, abs=1e-12), (per_fold, scores)
+    assert len(set(scores)) > 1                           # folds differ: a real comparison
+    oof = oof_probabilities(tmp_path / "run")
+    healthy = list(np.unique(y)).index("healthy")
+    for recording_id, probability in zip(X["recording_id"], probabilities[:, healthy]):
+        assert abs(oof[recording_id] - probability) < 1e-9, recording_id
+
+
+def test_connectomes_in_memory_fit_and_predict_as_their_files(prep):
+    X = read_preprocessed(prep)
+    y = X["diagnosis"].to_numpy()
+    estimator = XAIguiFormerClassifier(config=TINY, epochs=2, random_state=SEED, device="cpu")
+    fitted = clone(estimator).fit(X, y)
+    in_memory = X.assign(connectome=[load_connectome(path) for path in X["connectome"]])
+    again = clone(estimator).fit(in_memory, y)
+    assert np.array_equal(fitted.predict_proba(X), again.predict_proba(in_memory))
+    assert set(fitted.predict(X)) <= set(fitted.classes_) == {"depression", "healthy"}
+    labels = np.unique(y, return_inverse=True)[1]
+    assert (fitted.train_participants_, fitted.val_participants_) == inner_validation_split(
+        X["participant_id"].to_numpy(), labels, TINY["val_fraction"], SEED)
+    assert fitted.best_epoch_ in (1, 2) and len(fitted.history_) == 2
+    assert fitted.get_params()["random_state"] == SEED
+    assert clone(fitted).set_params(epochs=5).get_params()["epochs"] == 5
+
+
+def test_bad_input_is_named(prep):
+    X = read_preprocessed(prep)
+    y = X["diagnosis"].to_numpy()
+    estimator = XAIguiFormerClassifier(config=TINY, epochs=1, device="cpu")
+    with pytest.raises(NotFittedError):
+        estimator.predict(X)
+    with pytest.raises(InputDataError, match="not recordings; give a table with a 'connectome'"):
+        estimator.fit(np.zeros((12, 4)), y)
+    with pytest.raises(InputDataError, match="has no 'connectome' column"):
+        estimator.fit(X.drop(columns="connectome"), y)
+    with pytest.raises(InputDataError, match="y has only one class"):
+        estimator.fit(X, ["healthy"] * len(X))
+    with pytest.raises(InputDataError, match=r"y has shape \(3,\)"):
+        estimator.fit(X, y[:3])
