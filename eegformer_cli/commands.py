@@ -103,7 +103,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
     """
     from eegformer_cli.connectivity.bands import parse_bands
     from eegformer_cli.parallel import preprocess_backend
-    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+    from eegformer_cli.preprocess.run import run_preprocess
+    from eegformer_cli.preprocess.settings import PreprocessSettings
 
     channel_names = _names(channels)
     overrides = {"channels": None if channel_names is None else tuple(channel_names),

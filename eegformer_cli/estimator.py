@@ -301,7 +301,7 @@ def _rows(X):
                                  f"{', '.join(map(str, X.columns))}); give a table of "
                                  "recordings, e.g. eegformer_cli.read_preprocessed(folder)")
         return X
-    from eegformer_cli.preprocess import Connectome
+    from eegformer_cli.preprocess.connectome import Connectome
 
     entries = list(X) if isinstance(X, (list, tuple, np.ndarray)) else None
     if entries is None or not entries or not all(
@@ -328,7 +328,7 @@ def _recordings(table, groups, labels: list[str]):
     """The recordings of ``table`` (:func:`_rows`) as the trainer's ``RecordingInfo`` (in its
     order), with the channels, bands and band edges (Hz) of the first one (the dataset checks
     every other against them when it reads it)."""
-    from eegformer_cli.preprocess import Connectome
+    from eegformer_cli.preprocess.connectome import Connectome
     from eegformer_cli.training.dataset import RecordingInfo, age_value, sex_value
 
     n = len(table)

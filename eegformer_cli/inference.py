@@ -249,7 +249,8 @@ def _preprocess_raw(bundle, recording, item: InputRecording,
                     max_interpolated: int | None) -> InputRecording:
     """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
     preprocessed with the model's stored settings and channels, or with its ``error``."""
-    from eegformer_cli.preprocess import PreprocessSettings, process_raw, process_recording
+    from eegformer_cli.preprocess.recording import process_raw, process_recording
+    from eegformer_cli.preprocess.settings import PreprocessSettings
 
     settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
     if max_interpolated is not None:

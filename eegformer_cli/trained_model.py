@@ -102,7 +102,7 @@ class TrainedModel:
     """
 
     def __init__(self, bundle, device):
-        from eegformer_cli.preprocess import PreprocessSettings
+        from eegformer_cli.preprocess.settings import PreprocessSettings
 
         self._bundle = bundle
         self._device = device

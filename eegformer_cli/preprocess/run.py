@@ -1,12 +1,7 @@
-"""Recordings -> connectome tokens: one recording (:func:`process_recording`) and a whole input
-(:func:`run_preprocess`, the ``eegformer preprocess`` command).
+"""A whole input -> an output folder (the ``eegformer preprocess`` command): workers, resume,
+recording ids, the manifest.
 
-One recording: read (any MNE format) -> keep the EEG channels under canonical 10-20 names ->
-give it the run's channels (interpolating at most ``max_interpolated`` missing ones) -> clean
-(:mod:`eegformer_cli.recordings.cleaning`) -> segment -> coherence and wPLI per band and segment
-(:mod:`eegformer_cli.connectivity.tokens`).
-
-A whole input, into ``out_dir``::
+Into ``out_dir``::
 
     out_dir/connectomes/<recording_id>.npz   one per recording that succeeded (see docs/architecture.md)
     out_dir/manifest.tsv                     one row per input recording, ok or error (plus
@@ -23,422 +18,42 @@ folder by folder into one output.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import csv
 import dataclasses
-import hashlib
 import io
 import json
 import math
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import mne
-import numpy as np
 
 from eegformer_cli import atomic, console
-from eegformer_cli.connectivity.bands import (BAND_PRESETS, band_edges_hz, band_names,
-                                              bands_to_spec, check_bands_fit_rate, parse_bands)
-from eegformer_cli.connectivity.tokens import recording_connectivity
-from eegformer_cli.errors import (EegformerError, InputDataError, PartialFailure, RecordingError,
-                                  UsageError, check_choice)
+from eegformer_cli.connectivity.bands import band_edges_hz, band_names
+from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure
 from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
+from eegformer_cli.preprocess.connectome import load_record
+from eegformer_cli.preprocess.recording import process_recording
+from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.recordings import cleaning, metadata, reading
-from eegformer_cli.recordings.channels import (STANDARD_1020, conform_channels,
-                                               normalise_channels, select_channel_set)
+from eegformer_cli.recordings.channels import STANDARD_1020, normalise_channels, select_channel_set
 from eegformer_cli.versions import package_versions
 
-PRESETS = ("default", "paper")
+#: The output folder's parts (docs/architecture.md).
 CONNECTOME_DIR = "connectomes"
 MANIFEST_NAME = "manifest.tsv"
 SETTINGS_NAME = "preprocess.json"
+#: How the manifest writes an unknown value.
 MISSING = "n/a"
 #: Manifest columns before the metadata columns (docs/architecture.md).
 MANIFEST_LEADING_COLUMNS = ("recording_id", "participant_id", "source_file", "status", "error",
                             "n_segments", "n_segments_rejected", "sfreq", "source_sfreq",
                             "duration_s", "channels_interpolated", "age", "sex")
 MANIFEST_TRAILING_COLUMNS = ("signal_sha256", "connectome", "settings_hash")
-
-
-@dataclass(frozen=True)
-class PreprocessSettings:
-    """Everything that decides a connectome's numbers (hashed to detect finished work).
-
-    Attributes
-    ----------
-    preset : "default" or "paper" (what the other defaults came from).
-    sfreq : sampling rate after cleaning, Hz (default 128: enough for bands up to 45 Hz).
-    l_freq, h_freq : band-pass edges, Hz.
-    h_trans_bandwidth : upper transition band of the FIR band-pass, Hz, or "auto" (MNE's rule,
-        the reference). The default 5 Hz puts 50 and 60 Hz line noise in the stop band.
-    epoch_length : segment length in s (a multiple of ``window_s``, at least 2 windows), or
-        "auto": :func:`run_preprocess` resolves it once per run from the shortest recording
-        (:func:`cleaning.auto_epoch_length`) so all recordings get the same estimator.
-    window_s : the windows inside a segment over which spectra are averaged, s (3 s, reference).
-    flat_ptp_v, absurd_ptp_v : segment rejection thresholds on 3 s peak-to-peak, volts, or None
-        for no rejection (see :func:`cleaning.reject_segments`).
-    ica : remove artefact components with ICA + ICLabel (:func:`cleaning.run_ica_iclabel`).
-    ica_n_components, ica_random_state : its parameters (components capped at the data's rank).
-    ica_before_reference : fit ICA before the average reference (the reference's order) instead
-        of after it (what ICLabel expects).
-    bands : the tokens, in order (:mod:`eegformer_cli.connectivity.bands`).
-    channels : the run's channel names in order, or None to choose them from the input
-        (:func:`select_channel_set`).
-    max_interpolated : the most missing channels a recording may have filled by interpolation.
-    """
-
-    preset: str = "default"
-    sfreq: float = 128.0
-    l_freq: float = 1.0
-    h_freq: float = 45.0
-    h_trans_bandwidth: float | str = cleaning.LINE_NOISE_H_TRANS_HZ
-    epoch_length: float | str = "auto"
-    window_s: float = cleaning.WINDOW_S
-    flat_ptp_v: float | None = cleaning.FLAT_PTP_V
-    absurd_ptp_v: float | None = cleaning.ABSURD_PTP_V
-    ica: bool = False
-    ica_n_components: int = 20
-    ica_random_state: int = 0
-    ica_before_reference: bool = False
-    bands: tuple = BAND_PRESETS["default"]
-    channels: tuple[str, ...] | None = None
-    max_interpolated: int = 2
-
-    def __post_init__(self) -> None:
-        check_choice("--preset", self.preset, PRESETS)
-        numbers = {"--sfreq": self.sfreq, "l_freq": self.l_freq, "h_freq": self.h_freq,
-                   "window_s": self.window_s, "flat_ptp_v": self.flat_ptp_v,
-                   "absurd_ptp_v": self.absurd_ptp_v, "h_trans_bandwidth": self.h_trans_bandwidth,
-                   "--epoch-length": self.epoch_length}
-        for name, value in numbers.items():
-            if isinstance(value, (int, float)) and not math.isfinite(value):
-                raise UsageError(f"invalid {name} {value}; it must be a finite number")
-        if not 0 < self.l_freq < self.h_freq < self.sfreq / 2:
-            raise UsageError(f"band-pass {self.l_freq:g}-{self.h_freq:g} Hz does not fit below the "
-                             f"Nyquist frequency of --sfreq {self.sfreq:g} Hz; raise --sfreq")
-        try:
-            check_bands_fit_rate(self.bands, self.sfreq, what="--sfreq")
-        except RecordingError as exc:
-            raise UsageError(str(exc), hint="raise --sfreq or change --bands") from None
-        for band in self.bands:
-            for part in band.ranges:  # spectra have bins every 1 / window_s Hz (1/3 Hz for 3 s)
-                if math.ceil(part.f_low * self.window_s - 1e-9) > math.floor(
-                        part.f_high * self.window_s + 1e-9):
-                    raise UsageError(f"band {band.name!r} ({part.f_low:g}-{part.f_high:g} Hz) "
-                                     f"holds no frequency bin of {self.window_s:g} s windows "
-                                     f"(bins every {1 / self.window_s:.3g} Hz); widen it in --bands")
-        if self.epoch_length != "auto":
-            n_windows = float(self.epoch_length) / self.window_s
-            if n_windows < 2 or not math.isclose(n_windows, round(n_windows)):
-                raise UsageError(f"invalid --epoch-length {self.epoch_length}; it must be 'auto' or "
-                                 f"a multiple of {self.window_s:g} s of at least "
-                                 f"{2 * self.window_s:g} s")
-        if self.max_interpolated < 0:
-            raise UsageError(f"invalid --max-interpolated {self.max_interpolated}; it must be >= 0")
-        if self.ica_n_components < 2:
-            raise UsageError(f"invalid ICA n_components {self.ica_n_components}; it must be >= 2")
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides) -> "PreprocessSettings":
-        """The settings of preset ``name`` ("default" or "paper"), with ``overrides`` applied.
-
-        ``paper`` follows section 1 of the reference: 250 Hz, 1-45 Hz with MNE's automatic
-        transition bands (no line-noise handling), ICA + ICLabel (20 components, before the
-        average reference), 30 s epochs, no amplitude rejection, 8 bands + theta/beta ratio.
-        Documented deviations, for generic inputs: PREP's bad-channel detection is skipped
-        (pyprep is not a dependency), so only missing channels are interpolated, and before
-        ICA rather than after it; every rate is resampled to 250 Hz (the reference decimates
-        500/512 Hz by 2 and leaves other rates); epochs are consecutive 30 s from the start
-        (the reference uses TDBRAIN's overlapping windows or crops TUAB's first and last 55 s);
-        ICA has a fixed random state and is fitted on the whole recording.
-        """
-        check_choice("--preset", name, PRESETS)
-        base = {"preset": name}
-        if name == "paper":
-            base.update(sfreq=250.0, h_trans_bandwidth="auto", epoch_length=30.0, flat_ptp_v=None,
-                        absurd_ptp_v=None, ica=True, ica_before_reference=True,
-                        bands=BAND_PRESETS["paper"])
-        base.update(overrides)
-        return cls(**base)
-
-    def to_dict(self) -> dict:
-        """JSON-able dict (bands as a ``--bands`` spec, channels as a list)."""
-        data = dataclasses.asdict(self)
-        data["bands"] = bands_to_spec(self.bands)
-        data["channels"] = None if self.channels is None else list(self.channels)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "PreprocessSettings":
-        """Inverse of :meth:`to_dict` (e.g. settings stored in ``preprocess.json`` or a model)."""
-        data = dict(data)
-        data["bands"] = parse_bands(data["bands"])
-        if data.get("channels") is not None:
-            data["channels"] = tuple(data["channels"])
-        return cls(**data)
-
-    def settings_hash(self) -> str:
-        """16 hex digits identifying these settings (same settings -> same hash)."""
-        text = json.dumps(self.to_dict(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass
-class Connectome:
-    """The tokens of one recording and how they were made.
-
-    Attributes
-    ----------
-    coh, wpli : float32 (n_segments, n_bands, n_channels, n_channels), symmetric, zero diagonal.
-    channels : canonical channel names (n_channels,).
-    bands : band names (n_bands,).
-    band_edges_hz : float64 (n_bands, 2).
-    sfreq : sampling rate after cleaning, Hz.
-    segment_onsets_s : float64 (n_segments,), segment starts in the recording, s.
-    duration_s : length of the recording, s.
-    epoch_length_s : segment length, s.
-    channels_interpolated : names of the channels filled by interpolation.
-    n_segments_rejected : segments dropped by amplitude rejection.
-    ica_excluded : ICLabel labels of the removed components (empty without ICA).
-    source_sfreq : the recording's own sampling rate before resampling, Hz (NaN: not known, a
-        file written before eegformer stored it).
-    signal_sha256 : :func:`reading.signal_sha256` of the recording as read ("" when not known).
-    record : bookkeeping stored with the file by :func:`run_preprocess` (settings hash, source
-        size and mtime, processing fields of the manifest row); empty when not saved by a run.
-    """
-
-    coh: np.ndarray
-    wpli: np.ndarray
-    channels: list[str]
-    bands: list[str]
-    band_edges_hz: np.ndarray
-    sfreq: float
-    segment_onsets_s: np.ndarray
-    duration_s: float
-    epoch_length_s: float
-    channels_interpolated: list[str] = field(default_factory=list)
-    n_segments_rejected: int = 0
-    ica_excluded: list[str] = field(default_factory=list)
-    record: dict = field(default_factory=dict)
-    source_sfreq: float = math.nan
-    signal_sha256: str = ""
-
-    @property
-    def n_segments(self) -> int:
-        return int(self.coh.shape[0])
-
-    def save(self, path: str | Path) -> None:
-        """Write an ``.npz`` atomically (keys of docs/architecture.md + ``record_json``)."""
-        atomic.save_npz(
-            path, coh=self.coh.astype(np.float32), wpli=self.wpli.astype(np.float32),
-            channels=np.array(self.channels, dtype=str), bands=np.array(self.bands, dtype=str),
-            band_edges_hz=np.asarray(self.band_edges_hz, dtype=np.float64),
-            sfreq=np.float64(self.sfreq),
-            segment_onsets_s=np.asarray(self.segment_onsets_s, dtype=np.float64),
-            duration_s=np.float64(self.duration_s), epoch_length_s=np.float64(self.epoch_length_s),
-            channels_interpolated=np.array(self.channels_interpolated, dtype=str),
-            n_segments_rejected=np.int64(self.n_segments_rejected),
-            ica_excluded=np.array(self.ica_excluded, dtype=str),
-            record_json=np.array(json.dumps(self.record)),
-            source_sfreq=np.float64(self.source_sfreq), signal_sha256=np.array(self.signal_sha256))
-
-
-def load_connectome(path: str | Path) -> Connectome:
-    """Read a connectome file (``DIR/connectomes/RECORDING_ID.npz`` of ``eegformer
-    preprocess``, or one written by :meth:`Connectome.save`).
-
-    Parameters
-    ----------
-    path : str | os.PathLike
-        The ``.npz`` file.
-
-    Returns
-    -------
-    Connectome
-        Its tokens (``coh``, ``wpli``), channels, bands and how the recording was treated.
-    """
-    with np.load(path, allow_pickle=False) as data:
-        return Connectome(
-            coh=data["coh"], wpli=data["wpli"], channels=data["channels"].tolist(),
-            bands=data["bands"].tolist(), band_edges_hz=data["band_edges_hz"],
-            sfreq=float(data["sfreq"]), segment_onsets_s=data["segment_onsets_s"],
-            duration_s=float(data["duration_s"]), epoch_length_s=float(data["epoch_length_s"]),
-            channels_interpolated=data["channels_interpolated"].tolist(),
-            n_segments_rejected=int(data["n_segments_rejected"]),
-            ica_excluded=data["ica_excluded"].tolist(),
-            record=json.loads(str(data["record_json"])),
-            # absent from files written before eegformer stored them
-            source_sfreq=float(data["source_sfreq"]) if "source_sfreq" in data else math.nan,
-            signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "")
-
-
-def _load_record(path: Path) -> dict | None:
-    """The ``record_json`` of a connectome file, or None if it is missing or unreadable."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return json.loads(str(data["record_json"]))
-    except Exception:  # a foreign or damaged file is simply recomputed
-        return None
-
-
-# --------------------------------------------------------------------------------------------
-# One recording
-
-
-def clean_segments(raw: mne.io.BaseRaw, settings: PreprocessSettings,
-                   epoch_length_s: float) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
-    """Clean a conformed recording and cut it into kept segments.
-
-    Returns ``(segments (n_kept, n_windows, C, n_times) float64 volts, onsets_s (n_kept,),
-    n_rejected, ica_excluded_labels)``. Raises :class:`RecordingError` when no segment is kept.
-    Rejection is judged before the average reference (a flat channel stops being flat after
-    it); the tokens are computed on the referenced data.
-    """
-    filtered = cleaning.bandpass(cleaning.resample(raw, settings.sfreq), settings.l_freq,
-                                 settings.h_freq, settings.h_trans_bandwidth)
-    excluded: list[str] = []
-    if settings.ica and settings.ica_before_reference:
-        filtered, excluded = cleaning.run_ica_iclabel(filtered, settings.ica_n_components,
-                                                      settings.ica_random_state)
-    referenced = cleaning.average_reference(filtered)
-    if settings.ica and not settings.ica_before_reference:
-        referenced, excluded = cleaning.run_ica_iclabel(referenced, settings.ica_n_components,
-                                                        settings.ica_random_state)
-    segments, onsets = cleaning.segment(referenced, epoch_length_s, settings.window_s)
-    unreferenced, _ = cleaning.segment(filtered, epoch_length_s, settings.window_s)
-    keep, reasons = cleaning.reject_segments(unreferenced, raw.ch_names, settings.flat_ptp_v,
-                                             settings.absurd_ptp_v)
-    if not keep.any():
-        reason, _ = collections.Counter(reasons).most_common(1)[0]
-        raise RecordingError(f"all {len(keep)} segments rejected ({reason})",
-                             hint="check the recording; amplitudes are judged in volts")
-    return segments[keep], onsets[keep], int((~keep).sum()), excluded
-
-
-def process_recording(path: str | Path, settings: PreprocessSettings,
-                      channels: Sequence[str] | None = None) -> Connectome:
-    """Connectome of one recording file (pure: reads ``path``, writes nothing).
-
-    Parameters
-    ----------
-    path : a recording in any format :func:`reading.read_recording` reads.
-    settings : the preprocessing settings; ``settings.epoch_length`` "auto" is resolved from this
-        recording's length alone (a run resolves it once for all recordings instead).
-    channels : the channels to give the recording, in order (any spelling
-        :func:`select_channel_set` accepts); default ``settings.channels``, or else the standard
-        10-20 channels the recording has.
-
-    Raises
-    ------
-    RecordingError : unreadable (including NaN data), too few channels, too many missing, rate
-        too low for the bands, too short, or every segment rejected; one line, naming the file.
-    """
-    path = Path(path)
-    raw = reading.read_recording(path, preload=True)
-    return process_raw(raw, settings, channels, path=path)
-
-
-def process_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings,
-                channels: Sequence[str] | None = None, path: str | Path | None = None
-                ) -> Connectome:
-    """Connectome of one recording already in memory (``raw`` is not modified; nothing is
-    written). What :func:`process_recording` does after reading the file, so a Raw read from a
-    file gives the same numbers as the file (see :func:`preprocess_raw` for the parameters).
-
-    ``path``: the recording's file, named in errors (default: the file MNE read ``raw`` from,
-    or ``"raw"`` for a recording made in memory).
-    """
-    path = Path(path) if path is not None else Path(
-        raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
-    try:
-        if not raw.preload:  # a copy: the caller's Raw stays as it was
-            raw = raw.copy().load_data(verbose="error")
-        reading.check_finite(raw, path)
-        source_sfreq, signal_sha256 = float(raw.info["sfreq"]), reading.signal_sha256(raw)
-        raw, _ = normalise_channels(raw, path=path)
-        requested = channels if channels is not None else settings.channels
-        channels = select_channel_set([set(raw.ch_names)],
-                                      None if requested is None else list(requested))
-        raw, interpolated = conform_channels(raw, list(channels), settings.max_interpolated,
-                                             path=path)
-        check_bands_fit_rate(settings.bands, raw.info["sfreq"])
-        duration_s = raw.n_times / raw.info["sfreq"]
-        epoch_length_s = (cleaning.auto_epoch_length(duration_s, settings.window_s)
-                          if settings.epoch_length == "auto" else float(settings.epoch_length))
-        segments, onsets, n_rejected, excluded = clean_segments(raw, settings, epoch_length_s)
-    except RecordingError as exc:
-        if exc.path is None:
-            exc.path = str(path)
-        raise
-    coh, wpli = recording_connectivity(segments, settings.sfreq, settings.bands)
-    if not (np.isfinite(coh).all() and np.isfinite(wpli).all()):
-        raise RecordingError("connectivity is undefined: a channel carries no signal in some "
-                             "segment", path=path, hint="check for flat channels")
-    return Connectome(coh=coh, wpli=wpli, channels=list(channels),
-                      bands=band_names(settings.bands), band_edges_hz=band_edges_hz(settings.bands),
-                      sfreq=settings.sfreq, segment_onsets_s=onsets, duration_s=duration_s,
-                      epoch_length_s=epoch_length_s, channels_interpolated=list(interpolated),
-                      n_segments_rejected=n_rejected, ica_excluded=excluded,
-                      source_sfreq=source_sfreq, signal_sha256=signal_sha256)
-
-
-def preprocess_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings | str | dict = "default",
-                   channels: Sequence[str] | None = None) -> Connectome:
-    """Preprocess one recording held in memory into its connectivity tokens, touching no disk.
-
-    The same steps as ``eegformer preprocess`` for one file (canonical 10-20 channels, missing
-    ones interpolated up to ``settings.max_interpolated``, resampling, band-pass, average
-    reference, segments, amplitude rejection, coherence and wPLI per band and segment), so an
-    ``mne.io.Raw`` read from a file gives exactly the file's connectome.
-
-    Parameters
-    ----------
-    raw : mne.io.BaseRaw
-        The recording (any MNE reader, or made in memory). It is not modified; a Raw that is
-        not preloaded is loaded into a copy.
-    settings : PreprocessSettings | str | dict
-        The settings: a :class:`PreprocessSettings`, a preset name (``"default"`` or
-        ``"paper"``), or a dict as :meth:`PreprocessSettings.to_dict` gives (a model's stored
-        settings, ``TrainedModel.preprocess_settings``). An ``epoch_length`` of ``"auto"`` is
-        resolved from this recording's length alone.
-    channels : sequence of str | None
-        The channels to give the recording, in order; default ``settings.channels``, or else
-        the standard 10-20 channels the recording has.
-
-    Returns
-    -------
-    Connectome
-        ``coh`` and ``wpli`` float32 (n_segments, n_bands, n_channels, n_channels), the channel
-        and band names, band edges (Hz), segment onsets (s) and how the recording was treated;
-        :meth:`Connectome.save` writes the file ``eegformer preprocess`` writes.
-
-    Raises
-    ------
-    RecordingError
-        The recording cannot be used (NaN values, too few 10-20 channels, too many missing,
-        a rate too low for the bands, too short, every segment rejected), with the message
-        ``eegformer preprocess`` puts in its manifest.
-    UsageError
-        Invalid settings.
-    """
-    if isinstance(settings, str):
-        settings = PreprocessSettings.from_preset(settings)
-    elif isinstance(settings, dict):
-        settings = PreprocessSettings.from_dict(settings)
-    elif not isinstance(settings, PreprocessSettings):
-        raise UsageError(f"invalid settings {settings!r}; give a PreprocessSettings, a preset "
-                         f"name ({', '.join(map(repr, PRESETS))}) or a dict of settings")
-    if not isinstance(raw, mne.io.BaseRaw):
-        raise UsageError(f"invalid raw of type {type(raw).__name__}; give an mne.io.Raw")
-    return process_raw(raw, settings, channels)
-
-
-# --------------------------------------------------------------------------------------------
-# A whole input
 
 
 #: Signature of the ``map`` that :func:`recording_workers` yields.
@@ -803,7 +418,7 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     unchanged source file; None if it must be (re)computed."""
     if not task.out_file.is_file():
         return None
-    record = _load_record(task.out_file)
+    record = load_record(task.out_file)
     if (record is None or record.get("settings_hash") != settings_hash
             or record.get("source_size") != task.source_size
             or record.get("source_mtime_ns") != task.source_mtime_ns
@@ -868,7 +483,7 @@ def _same_source(path: Path, row: dict, out_dir: Path) -> bool:
     :func:`_avoid_earlier_ids`)."""
     if Path(str(row.get("source_file"))).resolve() == path.resolve():
         return True
-    record = _load_record(out_dir / str(row.get("connectome"))) or {}
+    record = load_record(out_dir / str(row.get("connectome"))) or {}
     try:
         stat = path.stat()
     except OSError:  # gone since it was found: not the earlier file, and it will fail as a row

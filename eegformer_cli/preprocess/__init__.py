@@ -1,0 +1,42 @@
+"""Recordings -> connectome tokens, in four modules that follow the data:
+
+- :mod:`~eegformer_cli.preprocess.settings`: :class:`PreprocessSettings`, everything that
+  decides a connectome's numbers (stored in every output folder and model file);
+- :mod:`~eegformer_cli.preprocess.connectome`: the ``.npz`` file of one recording's tokens,
+  :class:`Connectome` and :func:`load_connectome` (what training and inference read);
+- :mod:`~eegformer_cli.preprocess.recording`: one recording -> its connectome, from a file
+  (:func:`process_recording`) or an ``mne.io.Raw`` in memory (:func:`process_raw`,
+  :func:`preprocess_raw`);
+- :mod:`~eegformer_cli.preprocess.run`: a whole input -> an output folder (workers, resume,
+  recording ids, the manifest): :func:`run_preprocess`, the ``eegformer preprocess`` command.
+
+The names below are importable from this package, as they were when it was one module; each is
+imported with its module on first use (PEP 562), so reading a connectome file does not import
+MNE.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {
+    "PRESETS": "settings", "PreprocessSettings": "settings",
+    "Connectome": "connectome", "load_connectome": "connectome",
+    "clean_segments": "recording", "process_recording": "recording", "process_raw": "recording",
+    "preprocess_raw": "recording",
+    "CONNECTOME_DIR": "run", "MANIFEST_NAME": "run", "SETTINGS_NAME": "run",
+    "PreprocessSummary": "run", "recording_workers": "run", "run_preprocess": "run",
+}
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str):
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_MODULES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULES))
