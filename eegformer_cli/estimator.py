@@ -11,9 +11,9 @@ edges (dRoFE rotates by frequency) and the age and sex of each recording, which 
 
 ``fit`` is one fold of ``eegformer train``: the participant-wise inner validation split
 (:func:`splits.inner_validation_split`, seeded with ``random_state``), then
-:func:`trainer.fit_model` (the epoch loop, selection on the validation participants) seeded
+:func:`fit.fit_model` (the epoch loop, selection on the validation participants) seeded
 with ``random_state``; ``predict_proba`` is the trainer's per-recording evaluation
-(:func:`trainer.evaluate`: segment-mean refined logits, softmax). So a ``cross_val_score`` with
+(:func:`fit.evaluate`: segment-mean refined logits, softmax). So a ``cross_val_score`` with
 a ``GroupKFold`` gives the out-of-fold numbers of ``eegformer train --splits`` on a splits file
 holding the same test participants, the estimator's validation participants
 (``val_participants_``) and its seed (a fold's ``seed``), as tests/test_estimator.py checks.
@@ -196,7 +196,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         """
         from eegformer_cli.devices import resolve_device
         from eegformer_cli.training import splits
-        from eegformer_cli.training.trainer import deterministic_algorithms, fit_model
+        from eegformer_cli.training.fit import deterministic_algorithms, fit_model
 
         config = self._train_config()
         table = _rows(X)
@@ -241,7 +241,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         """
         from eegformer_cli.inference import softmax
         from eegformer_cli.training.dataset import ConnectomeDataset
-        from eegformer_cli.training.trainer import deterministic_algorithms, evaluate
+        from eegformer_cli.training.fit import deterministic_algorithms, evaluate
 
         check_is_fitted(self, "model_")
         names = [str(c) for c in self.classes_]

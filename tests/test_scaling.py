@@ -26,8 +26,8 @@ from eegformer_cli.preprocess import Connectome, PreprocessSettings, run_preproc
 from eegformer_cli.training import distributed
 from eegformer_cli.training.config import resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
-from eegformer_cli.training.merge import merge_run
-from eegformer_cli.training.trainer import run_training
+from eegformer_cli.training.run import merge_run
+from eegformer_cli.training.run import run_training
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RECORDINGS = sorted((REPO / "sample_data" / "eeg").glob("*.edf"))[:4]

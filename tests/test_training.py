@@ -28,13 +28,8 @@ from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 from eegformer_cli.training.reference import fit_reference
-from eegformer_cli.training.trainer import (
-    RUN_FILES,
-    _clear_run,
-    lr_at_step,
-    run_training,
-    selection_improved,
-)
+from eegformer_cli.training.fit import lr_at_step, selection_improved
+from eegformer_cli.training.run import RUN_FILES, _clear_run, run_training
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]

@@ -18,8 +18,9 @@ from test_training import make_connectome_folder, run_main, tiny_config  # tests
 
 from eegformer_cli.training import audit, null_labels, permutation
 from eegformer_cli.training.dataset import RecordingInfo, TrainingData
-from eegformer_cli.training.trainer import (MODEL_NAME, REFERENCE_NAME, _reference_features,
-                                            plan_run, run_training)
+from eegformer_cli.training.folds import plan_run, reference_features
+from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME
+from eegformer_cli.training.run import run_training
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 
@@ -183,7 +184,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert [f.name for f in files] == ["00000.json", "00001.json", "00002.json"]
     # the test refits exactly the run's reference: on the real labels it gets the run's BAC
     plan = plan_run(root, "diagnosis", config)
-    features = _reference_features(plan.data)
+    features = reference_features(plan.data)
     refit = permutation.refit_scores(plan, features, [r.label for r in plan.data.recordings],
                                      "logistic_regression")
     assert refit["bac"]["logistic_regression"] == \
@@ -223,7 +224,7 @@ def observed_and_p(root: Path, run_dir: Path, n_permutations: int, **settings) -
     """The reference's BAC on ``root``'s real labels and its p-value against
     ``n_permutations`` refits on permuted labels (2 workers), without training XAIguiFormer."""
     plan = plan_run(root, "diagnosis", tiny_config(**settings))
-    features = _reference_features(plan.data)
+    features = reference_features(plan.data)
     observed = permutation.refit_scores(plan, features, [r.label for r in plan.data.recordings],
                                         "logistic_regression")["bac"]["logistic_regression"]
     metrics = {"models": {"logistic_regression": {"mean": {"bac": observed}}}}

@@ -9,10 +9,12 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.standardise` per-entry z-scores of coh / wPLI inside the model
 - :mod:`~eegformer_cli.training.metrics`    balanced accuracy, AUROC, AUC-PR, confusion matrix
 - :mod:`~eegformer_cli.training.reference`  logistic regression on the same tokens and folds
-- :mod:`~eegformer_cli.training.trainer`    fold loop, epoch loop, selection, resume, outputs
+- :mod:`~eegformer_cli.training.fit`        one model: epoch loop, selection, evaluation
+- :mod:`~eegformer_cli.training.folds`      a run's plan (data, splits, settings) and one fold
+- :mod:`~eegformer_cli.training.run`        the run folder, folds here or on workers, summaries,
+                                           final model, resume, ``--fold`` jobs and ``--merge``
 - :mod:`~eegformer_cli.training.model_file` the self-describing model file ``model.pt``
 - :mod:`~eegformer_cli.training.distributed` several processes under ``torchrun`` (DDP, gloo/nccl)
-- :mod:`~eegformer_cli.training.merge`      folds as separate jobs (``--fold``) and ``--merge``
 - :mod:`~eegformer_cli.training.audit`      shortcut audit: each nuisance variable alone vs the label
 - :mod:`~eegformer_cli.training.null_labels` label permutations under the null, their p-value
 - :mod:`~eegformer_cli.training.permutation` ``--permutations``: the CV refit on permuted labels

@@ -34,6 +34,9 @@ from sklearn.metrics import (accuracy_score, average_precision_score, balanced_a
                              confusion_matrix, roc_auc_score)
 from sklearn.preprocessing import label_binarize
 
+#: The two models of every run, as metrics.json and oof_predictions.tsv name them.
+MODEL_NAME = "xaiguiformer"
+REFERENCE_NAME = "logistic_regression"
 SCALAR_METRICS = ("bac", "auroc", "auc_pr", "accuracy", "paper_bac")
 
 

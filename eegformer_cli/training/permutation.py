@@ -38,7 +38,6 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,17 +45,12 @@ from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_json
 from eegformer_cli.errors import UsageError, check_choice
 from eegformer_cli.parallel import process_pool
-from eegformer_cli.training.metrics import classification_metrics
+from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, classification_metrics
 from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
 from eegformer_cli.training.reference import fit_reference, reference_probabilities
 
-if TYPE_CHECKING:  # the report imports describe_permutation_test without torch
-    from eegformer_cli.training.dataset import RecordingInfo
-
-#: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name
-#: (trainer.REFERENCE_NAME, trainer.MODEL_NAME; trainer imports this module, which imports
-#: trainer, and with it torch, only inside the functions that train).
-NULL_MODELS = {"reference": "logistic_regression", "xaiguiformer": "xaiguiformer"}
+#: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name.
+NULL_MODELS = {"reference": REFERENCE_NAME, "xaiguiformer": MODEL_NAME}
 FOLDER = "permutations"
 
 
@@ -76,7 +70,8 @@ def check_settings(n_permutations: int, null_model: str) -> None:
 
 
 def null_scores(plan, features: dict[str, np.ndarray], index: int, null_model: str) -> dict:
-    """Permutation ``index`` of ``plan`` (a :class:`trainer.RunPlan`): what its file holds,
+    """Permutation ``index`` of ``plan`` (a :class:`~eegformer_cli.training.folds.RunPlan`):
+    what its file holds,
     :func:`refit_scores` on its labels with ``index`` and the seconds it took. ``null_model``:
     a value of :data:`NULL_MODELS` (a model name)."""
     start = time.perf_counter()
@@ -90,10 +85,10 @@ def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
                  null_model: str) -> dict:
     """The BAC of the models refit on the run's folds with ``labels`` (one per recording of
     ``plan.data``) instead of the real ones: ``{"bac": {model: mean over folds}, "per_fold":
-    [...]}``. ``null_model`` :data:`trainer.MODEL_NAME` retrains both models exactly as the
-    run's folds do; else the reference alone is refit. With the real labels this is the run's
-    own BAC."""
-    from eegformer_cli.training import trainer
+    [...]}``. ``null_model`` :data:`~eegformer_cli.training.metrics.MODEL_NAME` retrains both
+    models exactly as the run's folds do; else the reference alone is refit. With the real
+    labels this is the run's own BAC."""
+    from eegformer_cli.training.folds import run_fold  # torch: only when training
 
     recordings = [dataclasses.replace(rec, label=label)
                   for rec, label in zip(plan.data.recordings, labels)]
@@ -101,11 +96,11 @@ def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
                                                                     recordings=recordings))
     per_fold = []
     for fold in plan.folds:
-        if null_model == trainer.MODEL_NAME:
-            result, _ = trainer.run_fold(relabelled, fold, features)
+        if null_model == MODEL_NAME:
+            result, _ = run_fold(relabelled, fold, features)
             bac = {name: metrics["bac"] for name, metrics in result["metrics"].items()}
         else:
-            bac = {trainer.REFERENCE_NAME: _reference_bac(relabelled, fold, features)}
+            bac = {REFERENCE_NAME: _reference_bac(relabelled, fold, features)}
         per_fold.append({"repeat": fold.repeat, "fold": fold.fold, "bac": bac})
     return {"bac": {name: float(np.mean([fold["bac"][name] for fold in per_fold]))
                     for name in per_fold[0]["bac"]},
@@ -114,12 +109,14 @@ def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
 
 def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
     """BAC of the reference on ``fold``'s test recordings, fit as in the run
-    (:func:`trainer.run_fold`: train + val participants, the fold's seed)."""
-    from eegformer_cli.training.trainer import seed_of
+    (:func:`~eegformer_cli.training.folds.run_fold`: train + val participants, the fold's
+    seed)."""
+    from eegformer_cli.training.fit import seed_of
+    from eegformer_cli.training.folds import recordings_of
 
     data = plan.data
-    fit_recs = _recordings_of(data.recordings, fold.train + fold.val)
-    test_recs = _recordings_of(data.recordings, fold.test)
+    fit_recs = recordings_of(data, fold.train + fold.val)
+    test_recs = recordings_of(data, fold.test)
     search = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
                            data.label_indices(fit_recs),
                            np.array([r.participant_id for r in fit_recs]),
@@ -129,15 +126,10 @@ def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
     return classification_metrics(data.label_indices(test_recs), probabilities, None)["bac"]
 
 
-def _recordings_of(recordings: list[RecordingInfo], participants: list[str]) -> list[RecordingInfo]:
-    wanted = set(participants)
-    return [rec for rec in recordings if rec.participant_id in wanted]
-
-
 def _null_job(job: tuple) -> dict:
     """One permutation: (plan, features, index, null model) -> its result, with torch's
     deterministic algorithms as in a fold (a spawned worker does not inherit the flag)."""
-    from eegformer_cli.training.trainer import deterministic_algorithms
+    from eegformer_cli.training.fit import deterministic_algorithms
 
     plan, features, index, null_model = job
     with deterministic_algorithms(plan.device):

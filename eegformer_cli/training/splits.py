@@ -42,7 +42,7 @@ class Fold:
     """One outer split; the lists hold participant ids (sorted). ``seed``: the seed of the
     fold's model, shuffling and augmentation when a splits file gives one (e.g. the
     ``random_state`` of the scikit-learn estimator, to reproduce its fits); None: the run's
-    ``trainer.fold_seed``."""
+    ``fit.fold_seed``."""
 
     repeat: int
     fold: int

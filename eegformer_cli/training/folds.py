@@ -1,0 +1,150 @@
+"""A run's plan and its folds: what a ``train`` run trains, fixed before the first fold.
+
+:func:`plan_run` reads the data (:func:`dataset.load_training_data`), makes or loads the
+participant-wise splits (:mod:`splits`) and checks every setting, model settings included, all
+before the run folder is created or touched. :func:`run_fold` trains one fold: XAIguiFormer on
+the fold's ``train`` participants with the epoch selected on its ``val`` participants
+(:func:`fit.fit_model`), the logistic-regression reference (:mod:`reference`) on train + val,
+both evaluated on the ``test`` participants, per recording; its result is what
+``folds/<r{repeat}_f{fold}>.json`` holds. The permutation test reruns folds through it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from eegformer_cli import console
+from eegformer_cli.devices import resolve_device
+from eegformer_cli.errors import UsageError
+from eegformer_cli.inference import softmax
+from eegformer_cli.training import splits
+from eegformer_cli.training.config import TrainConfig
+from eegformer_cli.training.dataset import (ConnectomeDataset, RecordingInfo, TrainingData,
+                                            load_training_data)
+from eegformer_cli.training.fit import attention_summary, build_model, evaluate, fit_model, seed_of
+from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, classification_metrics
+from eegformer_cli.training.reference import (fit_reference, recording_features,
+                                              reference_probabilities)
+
+@dataclass
+class RunPlan:
+    """Everything fixed (and checked) before the first fold: data, labels, folds, the final
+    model's split (CV only), device, the model's resolved settings."""
+
+    data: TrainingData
+    config: TrainConfig
+    folds: list[splits.Fold]
+    final: splits.Fold | None
+    scheme: dict
+    positive_label: str | None
+    device: torch.device
+    model_config: dict
+
+
+def _positive_label(label_names: list[str], positive_label: str | None) -> str | None:
+    if len(label_names) != 2:
+        if positive_label is not None:
+            console.warn("--positive-label is ignored with more than two classes "
+                         "(metrics are macro averages)")
+        return None
+    if positive_label is None:
+        return label_names[-1]
+    if positive_label not in label_names:
+        raise UsageError(f"invalid --positive-label {positive_label!r}; allowed values are "
+                         + ", ".join(repr(n) for n in label_names))
+    return positive_label
+
+
+def plan_run(data_dir, label_column: str, config: TrainConfig, splits_file=None,
+             positive_label: str | None = None) -> RunPlan:
+    """Read the data, fix the folds (made from the config, or read from ``splits_file``) and
+    check every setting, so that nothing is created in the run folder for a run that cannot
+    start (UsageError / InputDataError)."""
+    data = load_training_data(data_dir, label_column)
+    groups = np.array([r.participant_id for r in data.recordings])
+    labels = data.label_indices()
+    if splits_file is not None:
+        scheme, folds = splits.load_splits(splits_file)
+        folds = splits.check_folds(folds, set(groups), str(splits_file))
+        scheme = {**scheme, "from_file": str(splits_file)}
+    elif config.holdout:
+        folds = [splits.holdout_fold(groups, labels, config.holdout, config.seed, config.val_fraction)]
+        scheme = {"kind": "holdout", "fraction": config.holdout, "seed": config.seed,
+                  "val_fraction": config.val_fraction}
+    else:
+        folds = splits.cross_validation_folds(groups, labels, config.cv, config.repeats,
+                                              config.seed, config.val_fraction)
+        scheme = {"kind": "cv", "k": config.cv, "repeats": config.repeats, "seed": config.seed,
+                  "val_fraction": config.val_fraction}
+    final = None if scheme.get("kind") == "holdout" else splits.final_fit_split(
+        groups, labels, config.seed, config.val_fraction)
+    splits.warn_missing_classes(folds + ([final] if final else []), groups, labels,
+                                data.label_names)
+    model_config = build_model(data, config, np.array([np.nan])).config.to_dict()
+    return RunPlan(data, config, folds, final, scheme,
+                   _positive_label(data.label_names, positive_label),
+                   resolve_device(config.device), model_config)
+
+
+def recordings_of(data: TrainingData, participants: list[str]) -> list[RecordingInfo]:
+    wanted = set(participants)
+    return [r for r in data.recordings if r.participant_id in wanted]
+
+
+def _oof_rows(model_name: str, fold: splits.Fold, recs: list[RecordingInfo],
+              probabilities: np.ndarray, label_names: list[str]) -> list[dict]:
+    rows = []
+    for rec, probs in zip(recs, probabilities):
+        row = {"model": model_name, "repeat": fold.repeat, "fold": fold.fold,
+               "recording_id": rec.recording_id, "participant_id": rec.participant_id,
+               "label": rec.label, "predicted": label_names[int(np.argmax(probs))]}
+        row.update({f"prob_{name}": float(p) for name, p in zip(label_names, probs)})
+        rows.append(row)
+    return rows
+
+
+def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
+             on_epoch=None) -> tuple[dict, torch.nn.Module]:
+    """Train, select and evaluate one fold (XAIguiFormer and the reference).
+
+    Returns the fold's result dict (what ``folds/<name>.json`` holds) and the selected model.
+    """
+    data, config = plan.data, plan.config
+    train_recs, val_recs = recordings_of(data, fold.train), recordings_of(data, fold.val)
+    test_recs = recordings_of(data, fold.test)
+    seed = seed_of(fold, config.seed)
+    fit = fit_model(data, train_recs, val_recs, config, plan.device, seed,
+                    {"repeat": fold.repeat, "fold": fold.fold}, on_epoch)
+    positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)
+    test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
+    y_test = test_set.labels
+    model_probs = softmax(evaluate(fit.model, test_set, plan.device))
+    fit_recs = train_recs + val_recs
+    reference = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
+                              data.label_indices(fit_recs),
+                              np.array([r.participant_id for r in fit_recs]), seed)
+    reference_probs = reference_probabilities(
+        reference, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
+    result = {
+        "repeat": fold.repeat, "fold": fold.fold, "best_epoch": fit.best_epoch,
+        "seconds": fit.seconds, "reference_C": float(reference.best_params_["logisticregression__C"]),
+        "history": fit.history,
+        "attention": attention_summary(fit.model, test_set, plan.device, ablations=True),
+        "oof": (_oof_rows(MODEL_NAME, fold, test_recs, model_probs, data.label_names)
+                + _oof_rows(REFERENCE_NAME, fold, test_recs, reference_probs, data.label_names)),
+        "metrics": {
+            MODEL_NAME: classification_metrics(y_test, model_probs, positive),
+            REFERENCE_NAME: classification_metrics(y_test, reference_probs, positive)},
+    }
+    return result, fit.model
+
+
+def reference_features(data: TrainingData) -> dict[str, np.ndarray]:
+    """Reference-model features of every recording (one pass over the connectome files)."""
+    dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
+                                cache_bytes=0)
+    return {rec.recording_id: recording_features(*dataset.recording_arrays(r))
+            for r, rec in enumerate(data.recordings)}

@@ -1,0 +1,474 @@
+"""The training run: the run folder, its folds in this process or on workers, the summaries,
+the final model, resume, and folds as separate jobs (``--fold``, ``--merge``).
+
+``run_training`` does, in order:
+
+1. :func:`folds.plan_run` (data, splits, settings: nothing is written for a run that cannot
+   start); write ``config.json`` and ``splits.json`` (or check that the run folder holds the
+   same run, to resume it);
+2. for every fold not finished before, :func:`folds.run_fold`, in this process or on
+   ``--n-jobs`` workers; write ``folds/<r{repeat}_f{fold}>.json`` atomically;
+3. write ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` from all fold files
+   (with the shortcut audit and, on request, the permutation test);
+4. the model file ``model.pt``: with ``holdout`` it is the model evaluated on the held-out
+   participants (so ``predict`` on them reproduces ``oof_predictions.tsv``); with CV it is a
+   model retrained on all participants with the same recipe (an inner validation split for
+   selection), since every fold model saw only part of the data.
+
+An interrupted run (Ctrl-C, SIGTERM, a crash) leaves only whole files; rerunning the same
+command skips the finished folds.
+
+Folds as separate jobs (``train --fold I``) and their merge (``train --merge RUN_DIR``): a fold
+job is an ordinary ``train`` command restricted to fold ``I`` (0-based, in the order
+of ``splits.json``: repeat ``r`` fold ``k`` is ``I = r * cv + k``). All fold jobs of a run use
+the same data, options and ``--out RUN_DIR``, and may run at the same time on different
+machines that share RUN_DIR (e.g. a SLURM array). Each writes ``config.json`` and
+``splits.json`` (identical for every job) and its own ``folds/<r{repeat}_f{fold}>.json``;
+no job writes the run's summaries.
+
+``train --merge RUN_DIR`` then does what a single run does after its last fold: it reads the
+fold files, trains the final model on all participants (cross-validation only; with a
+holdout the fold job saved it) and writes ``history.jsonl``, ``oof_predictions.tsv``,
+``metrics.json`` and ``model.pt``. The data, label column, settings and splits come from
+RUN_DIR's ``config.json`` and ``splits.json``, so the merged folder equals the folder of a
+single run with the same settings (timings aside). A merge with folds missing names them and
+changes nothing. The shortcut audit and the permutation test concern the whole run, so they
+run here (``--confounds``, ``--permutations``, with ``--n-jobs`` workers), never in a fold job;
+a merge of a finished run adds them to it.
+
+Locks: a whole run or a merge takes RUN_DIR's lock exclusively; fold jobs share it, so they run
+side by side but never alongside a whole run or a merge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from eegformer_cli import console
+from eegformer_cli.atomic import (DirectoryLock, ensure_dir, remove_stale_temporaries, write_json,
+                                  write_text)
+from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.model.diagnostics import mean_diagnostics
+from eegformer_cli.parallel import process_pool, worker_count
+from eegformer_cli.training import audit, distributed, permutation, splits
+from eegformer_cli.training.config import TrainConfig
+from eegformer_cli.training.dataset import RecordingInfo, read_manifest
+from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
+from eegformer_cli.training.folds import (RunPlan, plan_run, recordings_of, reference_features,
+                                          run_fold)
+from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, compare_folds,
+                                            summarise_folds)
+from eegformer_cli.training.model_file import demographic_stats, save_model_file
+from eegformer_cli.versions import package_versions
+
+RUN_FILES = ("config.json", "splits.json", "history.jsonl", "oof_predictions.tsv", "metrics.json",
+             "model.pt", "report.html")  # report.html: `eegformer report`'s default output
+
+
+def _identity(plan: RunPlan) -> dict:
+    """What must be equal for a rerun to resume this run folder."""
+    return {"train_config": plan.config.to_dict(), "data_dir": str(plan.data.data_dir),
+            "label_column": plan.data.label_column, "labels": plan.data.label_names,
+            "positive_label": plan.positive_label, "device": plan.device.type,
+            "folds": [f.record() for f in plan.folds]}
+
+
+def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
+    """Create/claim the run folder: write config.json and splits.json, or check they match.
+
+    A folder holding a different run is refused (UsageError) unless ``overwrite``, which
+    deletes the run's files (and only those) first.
+    """
+    config_path = run_dir / "config.json"
+    identity = _identity(plan)
+    if config_path.exists():
+        try:
+            previous = json.loads(config_path.read_text(encoding="utf-8")).get("identity")
+        except (OSError, ValueError):
+            previous = None
+        if previous != identity and not overwrite:
+            changed = sorted(k for k in identity if (previous or {}).get(k) != identity[k])
+            if "train_config" in changed and previous:
+                old = previous["train_config"]
+                changed += [f"train_config.{k}" for k in identity["train_config"]
+                            if old.get(k) != identity["train_config"][k]]
+            raise UsageError(f"{run_dir} holds another run (different: {', '.join(changed)})",
+                             hint="use --overwrite to replace it, or choose another --out")
+        if previous != identity:
+            _clear_run(run_dir)
+    write_json(config_path, {
+        "identity": identity, "preset": plan.config.preset, "train_config": plan.config.to_dict(),
+        "model_config": plan.model_config, "data_dir": str(plan.data.data_dir),
+        "label_column": plan.data.label_column, "labels": plan.data.label_names,
+        "positive_label": plan.positive_label, "device": plan.device.type,
+        "n_recordings": len(plan.data.recordings),
+        "n_participants": len({r.participant_id for r in plan.data.recordings}),
+        "versions": package_versions()})
+    splits.save_splits(run_dir / "splits.json", plan.scheme, plan.folds)
+
+
+def _clear_run(run_dir: Path) -> None:
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "folds", ignore_errors=True)
+    shutil.rmtree(run_dir / "permutations", ignore_errors=True)
+
+
+def _save_model(path: Path, model, plan: RunPlan, fit_recs: list[RecordingInfo],
+                trained_on: str, seen_recs: list[RecordingInfo]) -> None:
+    """``model.pt``: demographic scaling from ``fit_recs``; ``training_data`` describes
+    ``seen_recs``, every recording that shaped the model (fit and epoch selection)."""
+    from eegformer_cli.provenance import describe_training_data
+
+    data = plan.data
+    manifest = {row["recording_id"]: row for row in read_manifest(data.data_dir)}
+    save_model_file(path, model, label_names=data.label_names, label_column=data.label_column,
+                    positive_label=plan.positive_label, channels=data.channels, bands=data.bands,
+                    band_edges_hz=data.band_edges_hz,
+                    preprocess_settings=data.preprocess.get("settings", {}),
+                    demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
+                    train_config=plan.config.to_dict(), trained_on=trained_on,
+                    training_data=describe_training_data(seen_recs, manifest, data.data_dir))
+
+
+def _nan_to_none(value):
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
+def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
+                    final_history: list[dict] | None = None, extra: dict | None = None) -> dict:
+    """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
+
+    ``extra``: more top-level entries of metrics.json (``shortcut_audit``)."""
+    history = [record for result in results for record in result["history"]]
+    history += final_history or []
+    write_text(run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history))
+    label_names = plan.data.label_names
+    columns = (["model", "repeat", "fold", "recording_id", "participant_id", "label", "predicted"]
+               + [f"prob_{name}" for name in label_names])
+    lines = ["\t".join(columns)]
+    for result in results:
+        for row in result["oof"]:
+            lines.append("\t".join(repr(row[c]) if isinstance(row[c], float) else str(row[c])
+                                   for c in columns))
+    write_text(run_dir / "oof_predictions.tsv", "\n".join(lines) + "\n")
+    models = {}
+    for name in (MODEL_NAME, REFERENCE_NAME):
+        per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
+                    for r in results]
+        models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
+    test_train_ratio = float(np.mean([len(fold.test) / (len(fold.train) + len(fold.val))
+                                      for fold in plan.folds]))
+    comparison = compare_folds(models[MODEL_NAME]["per_fold"], models[REFERENCE_NAME]["per_fold"],
+                               test_train_ratio)
+    metrics = {"labels": label_names, "positive_label": plan.positive_label,
+               "label_column": plan.data.label_column, "scheme": plan.scheme,
+               "preset": plan.config.preset, "n_folds": len(results),
+               "cv_seconds": float(sum(r["seconds"] for r in results)),
+               "models": models,
+               "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison},
+               "attention": _attention_out_of_fold(results),
+               **(extra or {})}
+    metrics = _nan_to_none(metrics)
+    write_json(run_dir / "metrics.json", metrics)
+    return metrics
+
+
+def _attention_out_of_fold(results: list[dict]) -> dict | None:
+    """The folds' attention summaries (test recordings) and their mean over folds; None when
+    no fold has one (a run folder of an earlier version)."""
+    per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["attention"]}
+                for r in results if r.get("attention")]
+    mean = mean_diagnostics([r["attention"] for r in results if r.get("attention")])
+    if mean is None:
+        return None
+    return {"scope": "test recordings of every fold: mean over a fold's recordings, then over "
+                     "folds", **mean, "per_fold": per_fold}
+
+
+def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, splits_file=None,
+                 positive_label: str | None = None, overwrite: bool = False,
+                 fold_index: int | None = None, n_jobs: int = 1, confounds=(),
+                 permutations: int = 0, permutation_model: str = "reference") -> dict | None:
+    """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
+
+    ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
+    ``train --merge``; see :mod:`merge`) and return its result (``folds/<name>.json``).
+    ``n_jobs``: folds trained side by side in that many worker processes on the CPU (-1: one
+    per core; :func:`parallel.process_pool`), the final model queued behind them; every number
+    is the same as with 1, since each fold is seeded on its own and runs on one thread either
+    way.
+    Under torchrun the processes share the work (:mod:`distributed`); only rank 0 writes,
+    and the other processes return None.
+    ``confounds``: manifest columns the shortcut audit (:mod:`audit`) checks beside the
+    built-in nuisance variables; ``permutations``: refit the CV that many times on permuted
+    labels, the null model being ``permutation_model`` (:mod:`permutation`). Both concern the
+    whole run (and ``train --merge``), not a fold job.
+
+    Raises UsageError (bad settings, a run folder holding another run), InputDataError (data
+    that cannot make a classification task) and OutputError (run folder not writable/locked).
+    """
+    n_workers = worker_count(n_jobs)
+    permutation.check_settings(permutations, permutation_model)
+    if fold_index is not None and (confounds or permutations):
+        raise UsageError("--confounds and --permutations concern the whole run: give them to "
+                         "`eegformer train --merge RUN_DIR` once the --fold jobs are done")
+    plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
+    audit_plan = (None if fold_index is not None else
+                  audit.plan_audit(plan.data, plan.folds, plan.scheme, config, confounds))
+    folds = folds_to_run(plan.folds, fold_index, overwrite)
+    if n_workers > 1 and plan.device.type == "cuda":
+        raise UsageError(f"--n-jobs {n_jobs} trains folds in CPU worker processes, but the "
+                         "device is cuda", hint="use --device cpu, or --n-jobs 1 on the GPU")
+    if n_workers > 1 and distributed.process_place().world_size > 1:
+        raise UsageError(f"--n-jobs {n_jobs} cannot be combined with torchrun (its processes "
+                         "already share every fold)", hint="use --n-jobs 1")
+    run_dir = Path(run_dir)
+    ensure_dir(run_dir)
+    with distributed.process_group(plan.device), run_folder_lock(run_dir, fold_index), \
+            deterministic_algorithms(plan.device):
+        writer = distributed.is_writer()
+        folds_dir = ensure_dir(run_dir / "folds")
+        if writer and fold_index is None:  # fold jobs run side by side: keep their temporaries
+            remove_stale_temporaries(run_dir)
+            remove_stale_temporaries(folds_dir)
+        if writer:
+            prepare_run_dir(run_dir, plan, overwrite)
+            if positive_label is None and plan.positive_label is not None:
+                console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
+                            "(the last label in sorted order; choose another with "
+                            "--positive-label)")
+        extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
+                 if writer and audit_plan is not None else None)
+        distributed.barrier()  # the other processes read the folder once rank 0 prepared it
+        features = reference_features(plan.data)
+        holdout = plan.scheme.get("kind") == "holdout"
+        results = {}  # fold name -> result; folds finished by an earlier, interrupted run first
+        for fold in folds:
+            fold_file = folds_dir / f"{fold.name}.json"
+            if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
+                results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
+        pending = [fold for fold in folds if fold.name not in results]
+        if results:
+            console.log(f"train: {len(results)} of {len(folds)} folds already finished in "
+                        f"{run_dir} (an earlier run or --fold jobs): reused, not trained again")
+        train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
+        if fold_index is None and not holdout and not train_final:
+            console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
+        with process_pool(min(n_workers, len(pending) + train_final)) as pool, \
+                console.progress_bar() as bar:
+            folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
+            if pool is None:
+                trained = _folds_here(plan, pending, features, bar)
+            else:  # the final model is queued behind the folds, on the first free worker
+                trained = _folds_on_workers(pool, plan, pending, features)
+                final_job = pool.apply_async(_fit_final, (plan,)) if train_final else None
+            for fold, result, model in trained:
+                if holdout and writer:
+                    _save_model(run_dir / "model.pt", model, plan,
+                                recordings_of(plan.data, fold.train), "holdout",
+                                recordings_of(plan.data, fold.train + fold.val))
+                if writer:
+                    write_json(folds_dir / f"{fold.name}.json", _nan_to_none(result))
+                results[fold.name] = result
+                bar.advance(folds_task)
+                if writer and fold_index is None:  # a fold job leaves the summaries to --merge
+                    write_summaries(run_dir, plan, _in_fold_order(results, folds), extra=extra)
+                m = result["metrics"]
+                console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} "
+                            f"(logistic regression {m[REFERENCE_NAME]['bac']:.3f}), best epoch "
+                            f"{result['best_epoch']}, {result['seconds']:.0f} s")
+            if fold_index is not None:
+                return results[folds[0].name] if writer else None
+            final_history = None
+            if train_final:
+                if pool is None:
+                    final_task = bar.add_task("final model (all participants)",
+                                              total=config.epochs, status="")
+                    fit = _fit_final(plan, lambda record: bar.update(
+                        final_task, completed=record["epoch"]))
+                else:
+                    fit = final_job.get()
+                final_history = _write_final(run_dir, plan, fit)
+            elif not holdout:
+                final_history = _final_history(run_dir)
+        metrics = (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history,
+                                   extra) if writer else None)
+        if metrics is not None and permutations:
+            metrics = permutation.run_permutation_test(run_dir, plan, features, metrics,
+                                                       permutations, permutation_model, n_workers)
+        return metrics
+
+
+def _in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[dict]:
+    """The finished folds' results in the order of the splits (whatever order they ended in)."""
+    return [results[fold.name] for fold in folds if fold.name in results]
+
+
+def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.ndarray], bar):
+    """Train ``folds`` in this process, one after the other, each with an epoch bar; yields
+    (fold, result, selected model)."""
+    for fold in folds:
+        epoch_task = bar.add_task(f"fold {fold.name}", total=plan.config.epochs, status="")
+
+        def on_epoch(record, task=epoch_task):
+            bar.update(task, completed=record["epoch"],
+                       status=f"loss {record['train_loss']:.3f} val BAC {record['val_bac']:.3f}")
+
+        result, model = run_fold(plan, fold, features, on_epoch)
+        bar.remove_task(epoch_task)
+        yield fold, result, model
+
+
+def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
+                      features: dict[str, np.ndarray]):
+    """Queue ``folds`` on ``pool`` now; yields (fold, result, None) in the order they finish
+    (the models stay in the workers: only a holdout run saves a fold's model, and it has one)."""
+    by_name = {fold.name: fold for fold in folds}
+    finished = pool.imap_unordered(_fold_job, [(plan, fold, features) for fold in folds])
+    return ((by_name[name], result, None) for name, result in finished)
+
+
+def _fold_job(job: tuple) -> tuple[str, dict]:
+    """One fold in a worker process: (plan, fold, features) -> (fold name, result)."""
+    plan, fold, features = job
+    with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
+        result, _ = run_fold(plan, fold, features)
+    return fold.name, result
+
+
+def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
+    """The final model: all participants, the final split's inner validation for selection."""
+    data, fold = plan.data, plan.final
+    with deterministic_algorithms(plan.device):
+        return fit_model(data, recordings_of(data, fold.train), recordings_of(data, fold.val),
+                         plan.config, plan.device, plan.config.seed, {"repeat": -1, "fold": -1},
+                         on_epoch)
+
+
+def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
+    """``folds/final.json`` and ``model.pt`` of the final model; returns its history."""
+    fold = plan.final
+    if distributed.is_writer():
+        write_json(run_dir / "folds" / "final.json", _nan_to_none(
+            {"history": fit.history, "best_epoch": fit.best_epoch, "seconds": fit.seconds,
+             "train": fold.train, "val": fold.val}))
+        seen = recordings_of(plan.data, fold.train) + recordings_of(plan.data, fold.val)
+        _save_model(run_dir / "model.pt", fit.model, plan, seen, "all", seen)
+    console.log(f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
+                f"{run_dir / 'model.pt'}")
+    return fit.history
+
+
+def _final_history(run_dir: Path) -> list[dict] | None:
+    path = run_dir / "folds" / "final.json"
+    return json.loads(path.read_text(encoding="utf-8"))["history"] if path.exists() else None
+
+
+def folds_to_run(folds: list[splits.Fold], fold_index: int | None,
+                 overwrite: bool = False) -> list[splits.Fold]:
+    """All ``folds`` (``fold_index`` None), or the one fold a ``--fold`` job trains.
+
+    Raises UsageError for an index outside the splits, or ``--overwrite`` with ``--fold``
+    (a fold job would delete the results of the jobs running beside it).
+    """
+    if fold_index is None:
+        return folds
+    if overwrite:
+        raise UsageError("--overwrite cannot be combined with --fold (fold jobs share the run "
+                         "folder; replacing it would delete the other jobs' results)",
+                         hint="clear the folder once before starting the fold jobs")
+    if not 0 <= fold_index < len(folds):
+        raise UsageError(f"invalid --fold {fold_index}; these splits have {len(folds)} folds, "
+                         f"so allowed values are 0 to {len(folds) - 1}")
+    return [folds[fold_index]]
+
+
+@contextlib.contextmanager
+def run_folder_lock(run_dir: Path, fold_index: int | None) -> Iterator[None]:
+    """RUN_DIR's lock for this process: exclusive for a whole run or a merge, shared for a
+    fold job, and none on the processes of a torchrun job other than rank 0 (they write
+    nothing). OutputError when another run holds it in a conflicting way."""
+    if not distributed.is_writer():
+        yield
+        return
+    what = ("eegformer train fold jobs or another eegformer train run"
+            if fold_index is None else "another eegformer train run or merge")
+    with DirectoryLock(run_dir, what=what, shared=fold_index is not None):
+        yield
+
+
+@dataclass
+class RunRequest:
+    """The arguments of :func:`run_training` that made a run."""
+
+    data_dir: Path
+    label_column: str
+    config: TrainConfig
+    positive_label: str | None
+    splits_file: Path | None    # None: the splits are remade from the config's seed
+
+
+def read_run_request(run_dir: str | Path) -> RunRequest:
+    """What ``RUN_DIR/config.json`` and ``splits.json`` say the run was asked to do.
+
+    Raises InputDataError naming the file when RUN_DIR is not a ``train`` run folder.
+    """
+    run_dir = Path(run_dir)
+    config_path, splits_path = run_dir / "config.json", run_dir / "splits.json"
+    try:
+        stored = json.loads(config_path.read_text(encoding="utf-8"))
+        data_dir, label_column = Path(stored["data_dir"]), stored["label_column"]
+        train_config, positive_label = stored["train_config"], stored["positive_label"]
+    except FileNotFoundError:
+        raise InputDataError("no config.json: not a train run folder", path=run_dir,
+                         hint="pass the --out folder of the `eegformer train --fold` jobs") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputDataError("unreadable config.json", path=config_path,
+                         hint="rerun the fold jobs into a fresh folder") from None
+    scheme, _ = splits.load_splits(splits_path)
+    return RunRequest(data_dir, label_column, TrainConfig.from_dict(train_config),
+                      positive_label, splits_path if "from_file" in scheme else None)
+
+
+def missing_fold_indices(run_dir: str | Path) -> list[int]:
+    """Indices (``--fold`` values) of the folds of ``splits.json`` without a result file."""
+    _, folds = splits.load_splits(Path(run_dir) / "splits.json")
+    return [index for index, fold in enumerate(folds)
+            if not (Path(run_dir) / "folds" / f"{fold.name}.json").is_file()]
+
+
+def merge_run(run_dir: str | Path, confounds=(), permutations: int = 0,
+              permutation_model: str = "reference", n_jobs: int = 1) -> dict | None:
+    """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs (or add the
+    shortcut audit's ``confounds`` or a permutation test to a finished run).
+
+    ``confounds``, ``permutations``, ``permutation_model`` and ``n_jobs``: as
+    :func:`run_training`'s (they are not part of the run's
+    identity). Returns the metrics dict (also written to ``metrics.json``; None on torchrun
+    processes other than rank 0). Raises InputDataError when RUN_DIR is not a run folder,
+    UsageError when folds are missing, OutputError when a fold job still runs.
+    """
+    request = read_run_request(run_dir)
+    missing = missing_fold_indices(run_dir)
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise UsageError(f"{len(missing)} fold(s) not finished in {run_dir} (--fold {shown})",
+                         hint="run those `eegformer train --fold` jobs, then merge again")
+    return run_training(request.data_dir, run_dir, request.label_column, request.config,
+                        splits_file=request.splits_file, positive_label=request.positive_label,
+                        n_jobs=n_jobs, confounds=confounds, permutations=permutations,
+                        permutation_model=permutation_model)
