@@ -1,7 +1,7 @@
 """What the commands say (issue 23, "smaller"): every default in ``train --help`` and no
 ``<bool>`` for flags; a rerun of a finished ``train`` says its folds were reused and which class
 is positive; ``preprocess`` of a missing path says it does not exist; Ctrl-C in ``predict``
-does not promise a resume.
+does not promise a resume; ``predict -`` and ``explain -`` read their inputs from standard input.
 """
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer.main
 
 from eegformer_cli.cli.app import app, main
+from eegformer_cli.cli.arguments import expand_stdin
+from eegformer_cli.errors import UsageError
 from eegformer_cli.training.config import PRESETS
 from test_explain import SAMPLE_DATA, build_sample_run, run_main
 
@@ -89,3 +92,43 @@ def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
     assert process.returncode == 130, err
     assert err.strip().splitlines()[-1] == "eegformer: interrupted"
     assert "Traceback" not in err and "resume" not in err
+
+
+def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(tmp_path_factory,
+                                                                        tmp_path):
+    """``-`` stands for the paths piped in, one per line, as for other shell tools (issue 22)."""
+    run = build_sample_run(tmp_path_factory)
+    edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[12:14]
+    command = [sys.executable, "-m", "eegformer_cli", "predict", str(run["model"])]
+    piped = subprocess.run(command + ["-"], input="\n".join(map(str, edfs)) + "\n\n",
+                           capture_output=True, text=True, timeout=300)
+    listed = subprocess.run(command + [str(p) for p in edfs], capture_output=True, text=True,
+                            timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == listed.stdout and piped.stdout.count("\n") == 3   # header + 2 rows
+    # a dash among other inputs takes its place; a second dash or nothing piped is refused
+    mixed = subprocess.run(command + [str(edfs[0]), "-"], input=f"{edfs[1]}\n",
+                           capture_output=True, text=True, timeout=300)
+    assert mixed.stdout == listed.stdout
+    for args, given, message in ((["-", "-"], "x\n", "only once"),
+                                 (["-"], "\n  \n", "holds no path")):
+        refused = subprocess.run(command + args, input=given, capture_output=True, text=True,
+                                 timeout=300)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr and refused.stdout == ""
+    out = tmp_path / "explanations"
+    explained = subprocess.run([sys.executable, "-m", "eegformer_cli", "explain",
+                                str(run["model"]), "-", "--out", str(out), "--n-steps", "4"],
+                               input=f"{edfs[0]}\n", capture_output=True, text=True, timeout=300)
+    assert explained.returncode == 0, explained.stderr
+    assert (out / f"{edfs[0].stem}.json").is_file()
+
+
+def test_a_dash_with_a_terminal_on_standard_input_is_refused():
+    class Terminal:
+        def isatty(self):
+            return True
+
+    with pytest.raises(UsageError, match="nothing is piped in"):
+        expand_stdin([Path("-")], Terminal())
+    assert expand_stdin([Path("a.edf")], Terminal()) == [Path("a.edf")]

@@ -7,12 +7,15 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands
+from eegformer_cli.cli.arguments import expand_stdin
 
 
 def explain(
     model: Path = typer.Argument(..., metavar="MODEL", help="A model.pt written by `eegformer train`."),
     inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
-                                        help="Recordings (files or folders) or preprocess output folders."),
+                                        help="Recordings (files or folders) or preprocess output "
+                                             "folders; - reads paths from standard input, one "
+                                             "per line."),
     out: Path = typer.Option(..., "--out", help="Output folder (created; files are replaced)."),
     target: str | None = typer.Option(
         None, help="Class to explain, e.g. healthy (default: each recording's predicted class)."),
@@ -53,11 +56,13 @@ def explain(
 
         eegformer explain run/model.pt prep --out explanations --target depression
 
+        ls recordings/*.edf | eegformer explain run/model.pt - --out explanations
+
     Exit codes: 0 all explained, 3 a recording failed (the others are written) or the input
     does not match the model, 4 bad model file, 2 bad flags, 6 with --strict: a recording got
     a warning (every file written).
     """
-    commands.explain(model, inputs, out, target=target, method=method, n_steps=n_steps,
+    commands.explain(model, expand_stdin(inputs), out, target=target, method=method, n_steps=n_steps,
                      all_heads=all_heads, participants=participants,
                      max_interpolated=max_interpolated, device=device, strict=strict)
 

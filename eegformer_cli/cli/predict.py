@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands, provenance
+from eegformer_cli.cli.arguments import expand_stdin
 from eegformer_cli.errors import EegformerError, check_choice
 
 FORMATS = ("csv", "json", "jsonl")
@@ -18,7 +19,9 @@ FORMATS = ("csv", "json", "jsonl")
 def predict(
     model: Path = typer.Argument(..., metavar="MODEL", help="A model.pt written by `eegformer train`."),
     inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
-                                        help="Recordings (files or folders) or preprocess output folders."),
+                                        help="Recordings (files or folders) or preprocess output "
+                                             "folders; - reads paths from standard input, one "
+                                             "per line."),
     participants: Path | None = typer.Option(
         None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
     age: float | None = typer.Option(None, help="Age in years for every recording (overrides tables)."),
@@ -56,10 +59,13 @@ def predict(
 
         eegformer predict run/model.pt ../shared/data/msu-schizophrenia/eeg --format jsonl
 
+        find new-data -name '*.edf' | eegformer predict run/model.pt -
+
     Exit codes: 0 all predicted, 3 at least one recording failed (the others are printed),
     4 bad model file, 2 bad flags, 6 with --strict: a recording got a warning (all printed).
     """
     check_choice("--format", output_format, FORMATS)
+    inputs = expand_stdin(inputs)
     printer = _RowPrinter(output_format)
     try:
         table = commands.predict(model, inputs, participants=participants, age=age, sex=sex,
