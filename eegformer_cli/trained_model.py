@@ -155,7 +155,8 @@ class TrainedModel:
             One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``,
             then ``source_file, n_segments, n_segments_rejected, channels_interpolated, age,
             age_source, sex, sex_source, warnings`` (lists as lists; unknown values None, NaN in
-            numeric columns). Each warning is also one line on stderr, as the CLI prints it.
+            numeric columns). Each warning is also one line on stderr, as the CLI prints it
+            (the first three of each kind, then a line counting the rest).
 
         Raises
         ------
@@ -181,15 +182,16 @@ class TrainedModel:
         columns = (["recording_id", "participant_id", "predicted"]
                    + [f"prob_{name}" for name in self.classes]
                    + list(provenance.PROVENANCE_COLUMNS))
-        rows, failures = [], []
+        rows, failures, warning_lines = [], [], _WarningLines()
         for row in predict_recordings(self._bundle, items, self._device):
             if "error" in row:
                 failures.append(_print_failure(row["recording_id"], row["error"]))
                 continue
-            _print_warnings(row["recording_id"], row["warnings"])
+            warning_lines.print(row["recording_id"], row["warnings"])
             rows.append(row)
             if on_row is not None:
                 on_row(row)
+        warning_lines.close()
         table = pd.DataFrame(rows, columns=columns)
         self._finish(failures, [row["recording_id"] for row in rows if row["warnings"]], strict,
                      "predicted", table)
@@ -310,6 +312,7 @@ class TrainedModel:
         bundle = self._bundle
         seed_everything(EXPLAIN_SEED)
         explanations, provenance_rows, failures = [], [], []
+        warning_lines = _WarningLines()
         with console.progress_bar() as bar:
             task = bar.add_task("explain", total=len(items), status="")
             for item in items:                  # a raw recording is preprocessed here
@@ -320,7 +323,7 @@ class TrainedModel:
                         bundle.label_names, recording_id=item.recording_id,
                         participant_id=item.participant_id, target=target, method=method,
                         n_steps=n_steps, all_heads=all_heads, device=self._device)
-                    _print_warnings(item.recording_id, item.warnings)
+                    warning_lines.print(item.recording_id, item.warnings)
                     provenance_rows.append({"recording_id": item.recording_id,
                                             **provenance.row_fields(item)})
                     if out is not None:
@@ -330,6 +333,7 @@ class TrainedModel:
                 else:
                     failures.append(_print_failure(item.recording_id, item.error))
                 bar.advance(task)
+        warning_lines.close()
         if out is not None:
             export.write_tables(out, explanations, bundle.bands, bundle.channels)
             export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
@@ -476,10 +480,29 @@ def _per_recording(value, n: int, name: str) -> list:
     return [value] * n
 
 
-def _print_warnings(recording_id: str, warnings: Iterable[str]) -> None:
-    """A usable recording's warnings on stderr, one line each: ``warning: ID: KIND: text``."""
-    for line in warnings:
-        console.warn(escape(f"{recording_id}: {line}"))
+class _WarningLines:
+    """Recordings' warnings on stderr, one line each (``warning: ID: KIND: text``), the first
+    :attr:`shown` of each kind in full; the rest of a kind are counted and summed up in one line
+    by :meth:`close` (a model predicting its own 24 training recordings would otherwise print 24
+    lines that say the same). Every row keeps all its warnings."""
+
+    shown = 3
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def print(self, recording_id: str, warnings: Iterable[str]) -> None:
+        for line in warnings:
+            kind = line.split(":", 1)[0]
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if self.counts[kind] <= self.shown:
+                console.warn(escape(f"{recording_id}: {line}"))
+
+    def close(self) -> None:
+        for kind, count in self.counts.items():
+            if count > self.shown:
+                console.warn(escape(f"{kind} on {count - self.shown} more recording(s), not "
+                                    "repeated here; each row's warnings column lists it"))
 
 
 def _print_failure(recording_id: str, error: str) -> tuple[str, str]:

@@ -260,3 +260,19 @@ def test_warning_rules_on_plain_values(tmp_path):
     # an old model file (no training data): only the recording's own warnings
     assert recording_warnings(item(age=35.0, channels_interpolated=["F7"]), None,
                               tmp_path / "m.pt")[0].startswith("interpolated: channel(s) F7")
+
+
+def test_many_warnings_of_one_kind_show_three_and_count_the_rest(sample_run, capsys):
+    """Predicting a preprocess folder of training recordings: every row keeps its
+    ``in_training_data`` warning; stderr shows three of them and one line counting the rest."""
+    code, output = run_main(capsys, "predict", sample_run["model"], sample_run["prep"],
+                            "--format", "json")
+    assert code == 0, output
+    warned = [row for row in json_rows(output)
+              if any(w.startswith("in_training_data:") for w in row["warnings"])]
+    assert len(warned) > 3
+    lines = [line for line in output.splitlines() if "in_training_data" in line
+             and line.startswith("warning:")]
+    assert len(lines) == 4
+    assert lines[-1] == (f"warning: in_training_data on {len(warned) - 3} more recording(s), "
+                         "not repeated here; each row's warnings column lists it")

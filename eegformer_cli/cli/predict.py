@@ -53,7 +53,8 @@ def predict(
     participants table that does not list the recording; an age, sex, sampling rate or length
     outside the model's training data; a recording or participant that was in the model's
     training data (then its prediction is optimistic: the run's oof_predictions.tsv has the
-    honest ones).
+    honest ones). Of each kind, stderr shows the first three recordings and then one line
+    counting the rest.
 
     Example:
 
