@@ -100,14 +100,12 @@ class Variable:
 @dataclass(frozen=True)
 class AuditPlan:
     """What :func:`run_audit` checks: the variables, the participant-wise folds and how the
-    folds were chosen (words for people), and the folds' test / training participant ratio
-    (the corrected resampled t-test's correction)."""
+    folds were chosen (words for people)."""
 
     data: TrainingData
     variables: list[Variable]
     folds: list[splits.Fold]
     folds_description: str
-    test_train_ratio: float
     seed: int
 
 
@@ -129,8 +127,7 @@ def plan_audit(data: TrainingData, folds: list[splits.Fold], scheme: dict, confi
     variables += [_column_variable(recording_rows, column, "--confounds column", "--confounds")
                   for column in dict.fromkeys(confounds) if column not in names]
     audit_folds, description = _audit_folds(data, folds, scheme, config)
-    ratio = float(np.mean([len(f.test) / (len(f.train) + len(f.val)) for f in audit_folds]))
-    return AuditPlan(data, variables, audit_folds, description, ratio, config.seed)
+    return AuditPlan(data, variables, audit_folds, description, config.seed)
 
 
 def _check_confounds(columns: list[str], confounds: list[str], data: TrainingData) -> None:
@@ -277,8 +274,9 @@ def _audit_variable(variable: Variable, plan: AuditPlan, labels: np.ndarray,
         return {**entry, "status": "constant"}
     per_fold = _fold_metrics(variable, plan, labels, positive)
     n_classes = len(plan.data.label_names)
-    bac = _against_chance(per_fold, "bac", 1.0 / n_classes, plan.test_train_ratio)
-    auroc = _against_chance(per_fold, "auroc", 0.5, plan.test_train_ratio)
+    ratio = splits.test_train_ratio(plan.folds)
+    bac = _against_chance(per_fold, "bac", 1.0 / n_classes, ratio)
+    auroc = _against_chance(per_fold, "auroc", 0.5, ratio)
     candidate = bool(np.isfinite(auroc["mean"]) and auroc["mean"] >= AUROC_FLAG)
     if candidate and not np.isfinite(auroc["ci95"][0]):
         auroc["p_value"] = _permutation_p_value(variable, plan, positive, auroc["mean"])

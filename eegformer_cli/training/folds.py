@@ -122,12 +122,7 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
     y_test = test_set.labels
     model_probs = softmax(evaluate(fit.model, test_set, plan.device))
-    fit_recs = train_recs + val_recs
-    reference = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
-                              data.label_indices(fit_recs),
-                              np.array([r.participant_id for r in fit_recs]), seed)
-    reference_probs = reference_probabilities(
-        reference, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
+    reference, reference_probs = fit_fold_reference(plan, fold, features)
     result = {
         "repeat": fold.repeat, "fold": fold.fold, "best_epoch": fit.best_epoch,
         "seconds": fit.seconds, "reference_C": float(reference.best_params_["logisticregression__C"]),
@@ -140,6 +135,23 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
             REFERENCE_NAME: classification_metrics(y_test, reference_probs, positive)},
     }
     return result, fit.model
+
+
+def fit_fold_reference(plan: RunPlan, fold: splits.Fold,
+                       features: dict[str, np.ndarray]) -> tuple[object, np.ndarray]:
+    """The reference of ``fold``: fit on its train + val participants' recordings with the
+    fold's seed; returns the fitted search and its probabilities (n_test, n_classes) on the
+    fold's test recordings (in :func:`recordings_of` order). ``features``:
+    :func:`reference_features`."""
+    data = plan.data
+    fit_recs = recordings_of(data, fold.train) + recordings_of(data, fold.val)
+    test_recs = recordings_of(data, fold.test)
+    search = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
+                           data.label_indices(fit_recs),
+                           np.array([r.participant_id for r in fit_recs]),
+                           seed_of(fold, plan.config.seed))
+    return search, reference_probabilities(
+        search, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
 
 
 def reference_features(data: TrainingData) -> dict[str, np.ndarray]:

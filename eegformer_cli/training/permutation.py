@@ -47,7 +47,6 @@ from eegformer_cli.errors import UsageError, check_choice
 from eegformer_cli.parallel import process_pool
 from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, classification_metrics
 from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
-from eegformer_cli.training.reference import fit_reference, reference_probabilities
 
 #: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name.
 NULL_MODELS = {"reference": REFERENCE_NAME, "xaiguiformer": MODEL_NAME}
@@ -109,21 +108,12 @@ def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
 
 def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
     """BAC of the reference on ``fold``'s test recordings, fit as in the run
-    (:func:`~eegformer_cli.training.folds.run_fold`: train + val participants, the fold's
-    seed)."""
-    from eegformer_cli.training.fit import seed_of
-    from eegformer_cli.training.folds import recordings_of
+    (:func:`~eegformer_cli.training.folds.fit_fold_reference`)."""
+    from eegformer_cli.training.folds import fit_fold_reference, recordings_of
 
-    data = plan.data
-    fit_recs = recordings_of(data, fold.train + fold.val)
-    test_recs = recordings_of(data, fold.test)
-    search = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
-                           data.label_indices(fit_recs),
-                           np.array([r.participant_id for r in fit_recs]),
-                           seed_of(fold, plan.config.seed))
-    probabilities = reference_probabilities(
-        search, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
-    return classification_metrics(data.label_indices(test_recs), probabilities, None)["bac"]
+    _, probabilities = fit_fold_reference(plan, fold, features)
+    test_labels = plan.data.label_indices(recordings_of(plan.data, fold.test))
+    return classification_metrics(test_labels, probabilities, None)["bac"]
 
 
 def _null_job(job: tuple) -> dict:

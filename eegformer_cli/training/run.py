@@ -170,10 +170,8 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
         per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
                     for r in results]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
-    test_train_ratio = float(np.mean([len(fold.test) / (len(fold.train) + len(fold.val))
-                                      for fold in plan.folds]))
     comparison = compare_folds(models[MODEL_NAME]["per_fold"], models[REFERENCE_NAME]["per_fold"],
-                               test_train_ratio)
+                               splits.test_train_ratio(plan.folds))
     metrics = {"labels": label_names, "positive_label": plan.positive_label,
                "label_column": plan.data.label_column, "scheme": plan.scheme,
                "preset": plan.config.preset, "n_folds": len(results),
@@ -206,7 +204,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
     """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
 
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
-    ``train --merge``; see :mod:`merge`) and return its result (``folds/<name>.json``).
+    ``train --merge``; see :func:`merge_run`) and return its result (``folds/<name>.json``).
     ``n_jobs``: folds trained side by side in that many worker processes on the CPU (-1: one
     per core; :func:`parallel.process_pool`), the final model queued behind them; every number
     is the same as with 1, since each fold is seeded on its own and runs on one thread either

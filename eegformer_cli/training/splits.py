@@ -161,6 +161,12 @@ def final_fit_split(groups: np.ndarray, labels: np.ndarray, seed: int,
     return Fold(-1, -1, train, val, [])
 
 
+def test_train_ratio(folds: list[Fold]) -> float:
+    """The mean over ``folds`` of test participants / training (train + val) participants: the
+    correction of the corrected resampled t-test (:func:`metrics.compare_folds`)."""
+    return float(np.mean([len(fold.test) / (len(fold.train) + len(fold.val)) for fold in folds]))
+
+
 def warn_missing_classes(folds: list[Fold], groups: np.ndarray, labels: np.ndarray,
                          label_names: list[str]) -> None:
     """One warning line when test or validation sets of ``folds`` lack a class.
