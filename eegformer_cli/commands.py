@@ -189,8 +189,7 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
         As the CLI's exit codes 2, 3 and 5.
     """
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import merge_run
-    from eegformer_cli.training.run import run_training
+    from eegformer_cli.training.run import merge_run, run_training
 
     columns = _names(confounds) or []
     if merge is not None:

@@ -167,17 +167,16 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     recording named twice comes once); a recording that cannot be used comes with ``error``
     (the others go on), a usable one with its provenance and ``warnings``
     (:func:`provenance.recording_warnings` against the model's training data). What concerns
-    the inputs as a whole is checked here, before any recording is read: bad ``age``, ``sex`` or ``max_interpolated`` raise UsageError; an input
-    that does not exist or holds no recording, a participants table that cannot be read, or a
-    preprocess folder made with other channels, bands or preprocessing settings than the
-    model's, InputDataError.
+    the inputs as a whole is checked here, before any recording is read: bad ``age``, ``sex``
+    or ``max_interpolated`` raise UsageError; an input that does not exist or holds no
+    recording, a participants table that cannot be read, or a preprocess folder made with
+    other channels, bands or preprocessing settings than the model's, InputDataError.
     """
     from eegformer_cli.recordings import metadata, reading
 
     forced_age = _checked_age(age)
     forced_sex = _sex_code(sex) if sex is not None else None
-    if max_interpolated is not None and max_interpolated < 0:
-        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
+    _check_max_interpolated(max_interpolated)
     entries = [Path(entry) for entry in inputs]
     folders = {index: _checked_preprocess_folder(bundle, entry)
                for index, entry in enumerate(entries)
@@ -197,16 +196,7 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     table_rows = metadata.load_participants(table) if table else {}
 
     def finish(item: InputRecording) -> InputRecording:
-        """--age / --sex over the tables, then the warnings of a usable recording."""
-        if forced_age is not None:
-            item.age, item.age_source = forced_age, "flag"
-        if forced_sex is not None:
-            item.sex, item.sex_source = forced_sex, "flag"
-        if forced_age is not None and forced_sex is not None:
-            item.table = None             # the table gave nothing used: no word about it
-        if item.error is None:
-            item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
-        return item
+        return _finish(bundle, item, forced_age, forced_sex)
 
     def from_folder(folder: Path, row: dict) -> InputRecording:
         return finish(_preprocessed_input(bundle, folder, row, table if participants else None,
@@ -228,6 +218,26 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
         else:
             makers += [functools.partial(from_raw, path) for path in paths_of[index]]
     return InputRecordings(makers)
+
+
+def _finish(bundle, item: InputRecording, age: float | None,
+            sex: float | None) -> InputRecording:
+    """``item`` with ``age`` / ``sex`` (checked ``--age`` / ``--sex``, None: not given) over
+    the table's or manifest's values, then the warnings of a usable recording."""
+    if age is not None:
+        item.age, item.age_source = age, "flag"
+    if sex is not None:
+        item.sex, item.sex_source = sex, "flag"
+    if age is not None and sex is not None:
+        item.table = None             # the table gave nothing used: no word about it
+    if item.error is None:
+        item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
+    return item
+
+
+def _check_max_interpolated(max_interpolated: int | None) -> None:
+    if max_interpolated is not None and max_interpolated < 0:
+        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
 
 
 def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
@@ -269,10 +279,7 @@ def _preprocess_raw(bundle, recording, item: InputRecording,
                       f"from the model's {bundle.bands}")
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
-    item.n_segments_rejected = connectome.n_segments_rejected
-    item.channels_interpolated = list(connectome.channels_interpolated)
-    item.source_sfreq, item.duration_s = connectome.source_sfreq, connectome.duration_s
-    item.signal_sha256 = connectome.signal_sha256 or None
+    _set_recorded(item, {key: getattr(connectome, key) for key in _RECORDED})
     return item
 
 
@@ -289,8 +296,7 @@ def raw_inputs(bundle, raws: Sequence, ages: Sequence[float | None],
     """
     from eegformer_cli.recordings import reading
 
-    if max_interpolated is not None and max_interpolated < 0:
-        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
+    _check_max_interpolated(max_interpolated)
     files = [Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
              for raw in raws]
     named = [path for path in files if path is not None]
@@ -303,14 +309,8 @@ def raw_inputs(bundle, raws: Sequence, ages: Sequence[float | None],
     def from_raw(index: int) -> InputRecording:
         item = InputRecording(ids[index], None, str(files[index] or ids[index]),
                               source_file=None if files[index] is None else str(files[index]))
-        if checked_ages[index] is not None:
-            item.age, item.age_source = checked_ages[index], "flag"
-        if checked_sexes[index] is not None:
-            item.sex, item.sex_source = checked_sexes[index], "flag"
-        item = _preprocess_raw(bundle, raws[index], item, max_interpolated)
-        if item.error is None:
-            item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
-        return item
+        return _finish(bundle, _preprocess_raw(bundle, raws[index], item, max_interpolated),
+                       checked_ages[index], checked_sexes[index])
 
     return InputRecordings([functools.partial(from_raw, index) for index in range(len(raws))])
 
@@ -386,16 +386,30 @@ def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
     return None
 
 
+#: What a connectome records about its recording that a row's provenance carries, with the
+#: type of each key in the file.
+_RECORDED = {"n_segments_rejected": int, "channels_interpolated": list, "duration_s": float,
+             "source_sfreq": float, "signal_sha256": str}
+
+
+def _set_recorded(item: InputRecording, recorded: dict) -> None:
+    """``item``'s provenance from ``recorded`` (keys of :data:`_RECORDED`; a missing key is
+    unknown)."""
+    item.n_segments_rejected = recorded.get("n_segments_rejected")
+    item.channels_interpolated = [c for c in recorded.get("channels_interpolated", []) if c]
+    item.duration_s = recorded.get("duration_s", math.nan)
+    item.source_sfreq = recorded.get("source_sfreq", math.nan)
+    item.signal_sha256 = recorded.get("signal_sha256") or None
+
+
 def _connectome_provenance(path: Path) -> dict:
     """What a connectome file records about its recording (keys of files written before
     eegformer kept ``source_sfreq`` and ``signal_sha256`` are left out); {} if unreadable (the
     arrays' reading then reports the file)."""
-    keys = {"n_segments_rejected": int, "channels_interpolated": list, "duration_s": float,
-            "source_sfreq": float, "signal_sha256": str}
     try:
         with np.load(path) as data:
             return {key: (data[key].tolist() if kind is list else kind(data[key]))
-                    for key, kind in keys.items() if key in data.files}
+                    for key, kind in _RECORDED.items() if key in data.files}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return {}
 
@@ -430,10 +444,5 @@ def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
     except InputDataError as exc:
         item.error = exc.one_line()
         return item
-    recorded = _connectome_provenance(info.connectome)
-    item.n_segments_rejected = recorded.get("n_segments_rejected")
-    item.channels_interpolated = [c for c in recorded.get("channels_interpolated", []) if c]
-    item.duration_s = recorded.get("duration_s", math.nan)
-    item.source_sfreq = recorded.get("source_sfreq", math.nan)
-    item.signal_sha256 = recorded.get("signal_sha256") or None
+    _set_recorded(item, _connectome_provenance(info.connectome))
     return item

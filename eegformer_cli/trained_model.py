@@ -355,9 +355,7 @@ class TrainedModel:
             tables[name] = pd.DataFrame(list(rows), columns=columns)
         recordings = pd.DataFrame(
             export.recording_rows(explanations, provenance_rows, self.classes),
-            columns=(["recording_id", "participant_id", "predicted", "target"]
-                     + [f"prob_{name}" for name in self.classes]
-                     + list(_provenance_columns())))
+            columns=export.recording_columns(self.classes))
         return Explanations(recordings=recordings, per_recording=list(explanations), **tables)
 
     def _check_target(self, target: str | None) -> None:
@@ -445,12 +443,6 @@ def check_explain_options(method: str, n_steps: int) -> None:
     check_choice("--method", method, CAPTUM_METHODS)
     if n_steps < 1:
         raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 128")
-
-
-def _provenance_columns() -> tuple[str, ...]:
-    from eegformer_cli.provenance import PROVENANCE_COLUMNS
-
-    return PROVENANCE_COLUMNS
 
 
 def _as_list(raw_or_paths) -> list:

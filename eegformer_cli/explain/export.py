@@ -185,6 +185,12 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
     })
 
 
+def recording_columns(label_names: Sequence[str]) -> list[str]:
+    """The columns of ``recordings.csv`` (and of :func:`recording_rows`)."""
+    return (["recording_id", "participant_id", "predicted", "target"]
+            + [f"prob_{name}" for name in label_names] + list(PROVENANCE_COLUMNS))
+
+
 def recording_rows(explanations: Sequence[RecordingExplanation],
                    provenance_rows: Sequence[dict], label_names: Sequence[str]) -> list[dict]:
     """Per explained recording ``recording_id, participant_id, predicted, target,
@@ -201,10 +207,8 @@ def write_recordings_table(out_dir: Path, explanations: Sequence[RecordingExplan
                            provenance_rows: Sequence[dict], label_names: Sequence[str]) -> None:
     """``recordings.csv``: :func:`recording_rows` (probabilities to 6 significant digits, lists
     joined as in ``predict``'s CSV)."""
-    columns = (["recording_id", "participant_id", "predicted", "target"]
-               + [f"prob_{name}" for name in label_names] + list(PROVENANCE_COLUMNS))
     with atomic_open(out_dir / "recordings.csv") as handle:
-        writer = csv.DictWriter(handle, columns, lineterminator="\n")
+        writer = csv.DictWriter(handle, recording_columns(label_names), lineterminator="\n")
         writer.writeheader()
         for row in recording_rows(explanations, provenance_rows, label_names):
             writer.writerow(flat_row({key: _fmt(value) if key.startswith("prob_") else value
