@@ -75,8 +75,8 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
         too low for the bands, too short, or every segment rejected; one line, naming the file.
     """
     path = Path(path)
-    raw = reading.read_recording(path, preload=True)
-    return process_raw(raw, settings, channels, path=path)
+    raw = reading.read_recording(path, preload=True)      # loaded, its values checked finite
+    return _process_loaded(raw, settings, channels, path)
 
 
 def process_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings,
@@ -91,10 +91,17 @@ def process_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings,
     """
     path = Path(path) if path is not None else Path(
         raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
+    if not raw.preload:  # a copy: the caller's Raw stays as it was
+        raw = raw.copy().load_data(verbose="error")
+    reading.check_finite(raw, path)
+    return _process_loaded(raw, settings, channels, path)
+
+
+def _process_loaded(raw: mne.io.BaseRaw, settings: PreprocessSettings,
+                    channels: Sequence[str] | None, path: Path) -> Connectome:
+    """:func:`process_raw` of a loaded ``raw`` whose values are known to be finite (as
+    :func:`reading.read_recording` leaves a file's)."""
     try:
-        if not raw.preload:  # a copy: the caller's Raw stays as it was
-            raw = raw.copy().load_data(verbose="error")
-        reading.check_finite(raw, path)
         source_sfreq, signal_sha256 = float(raw.info["sfreq"]), reading.signal_sha256(raw)
         raw, _ = normalise_channels(raw, path=path)
         requested = channels if channels is not None else settings.channels
