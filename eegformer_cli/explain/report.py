@@ -224,12 +224,17 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     is not a run folder (no ``config.json``)."""
     run_dir = _check_run_dir(run_dir)
     config = _read_json(run_dir / "config.json")
+    metrics_file, history_file = run_dir / "metrics.json", run_dir / "history.jsonl"
+    metrics = _read_json(metrics_file) if metrics_file.is_file() else None
+    history = (_read_jsonl(history_file)
+               if history_file.is_file() and history_file.stat().st_size else [])
     report = _untagged_report(report_title(config))
-    _add_run_summary(report, run_dir, config)
+    _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)
-    _add_cross_validation(report, run_dir)
-    add_trust_section(report, run_dir)
-    _add_attention(report, run_dir)
+    _add_cross_validation(report, run_dir, metrics, history)
+    if metrics is not None:      # without it, the cross-validation section says why
+        add_trust_section(report, run_dir, metrics)
+    _add_attention(report, metrics, history)
     _add_explanations(report, run_dir, explanations_dir)
     return report
 
@@ -243,9 +248,8 @@ def _figure(report, fig, title: str, section: str, caption: str | None = None) -
     plt.close(fig)
 
 
-def _add_run_summary(report, run_dir: Path, config: dict) -> None:
-    metrics_file, splits_file = run_dir / "metrics.json", run_dir / "splits.json"
-    metrics = _read_json(metrics_file) if metrics_file.is_file() else None
+def _add_run_summary(report, run_dir: Path, config: dict, metrics: dict | None) -> None:
+    splits_file = run_dir / "splits.json"
     scheme = (metrics or {}).get("scheme") or (
         _read_json(splits_file).get("scheme") if splits_file.is_file() else None)
     report.add_html(run_summary_html(run_dir, config, metrics, scheme), "Which run this is",
@@ -267,17 +271,16 @@ def _add_dataset(report, config: dict) -> None:
                     "Dataset summary", section=section)
 
 
-def _add_cross_validation(report, run_dir: Path) -> None:
+def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
+                          history: list[dict]) -> None:
     section = "Cross-validation"
-    metrics_file, oof_file, history_file = (run_dir / "metrics.json", run_dir / "oof_predictions.tsv",
-                                            run_dir / "history.jsonl")
-    if not metrics_file.is_file():
+    oof_file = run_dir / "oof_predictions.tsv"
+    if metrics is None:
         why = ("incomplete run: no metrics.json (the training did not finish); rerun the same "
                "`eegformer train` command, or `eegformer train --merge` after `--fold` jobs")
         console.warn(f"{run_dir}: {why}")
         _note(report, "Metrics", why, section)
         return
-    metrics = _read_json(metrics_file)
     incomplete = _incomplete_run(run_dir, metrics)
     if incomplete:
         console.warn(f"{run_dir}: {incomplete}")
@@ -310,15 +313,13 @@ def _add_cross_validation(report, run_dir: Path) -> None:
             "metrics table gives the mean of the per-fold values instead. The two differ "
             "because each fold's model puts its probabilities on a scale of its own."))
         report.add_html(table, "Per-recording out-of-fold predictions", section=section)
-    if history_file.is_file() and history_file.stat().st_size:
-        _figure(report, training_curves_figure(_read_jsonl(history_file)),
-                "Training curves per fold", section)
+    if history:
+        _figure(report, training_curves_figure(history), "Training curves per fold", section)
 
 
-def _add_attention(report, run_dir: Path) -> None:
+def _add_attention(report, metrics: dict | None, history: list[dict]) -> None:
     section = "Attention"
-    metrics_file, history_file = run_dir / "metrics.json", run_dir / "history.jsonl"
-    attention = _read_json(metrics_file).get("attention") if metrics_file.is_file() else None
+    attention = (metrics or {}).get("attention")
     if not attention:
         _note(report, "What attention does", "No attention diagnostics: the run has no "
               "metrics.json, or an earlier version of eegformer trained it.", section)
@@ -338,11 +339,9 @@ def _add_attention(report, run_dir: Path) -> None:
         "means the attention could be removed without changing the output.</p>"
         + attention_diagnostics_html(attention), "What attention does (out of fold)",
         section=section)
-    if history_file.is_file() and history_file.stat().st_size:
-        history = _read_jsonl(history_file)
-        if any(h.get("attention") for h in history):
-            _figure(report, attention_entropy_figure(history, attention["uniform_entropy"]),
-                    "Attention entropy per epoch", section)
+    if any(h.get("attention") for h in history):
+        _figure(report, attention_entropy_figure(history, attention["uniform_entropy"]),
+                "Attention entropy per epoch", section)
 
 
 def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:

@@ -9,7 +9,6 @@ BAC with each model's observed BAC. A run without them gets a line saying how to
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import matplotlib
@@ -36,13 +35,9 @@ PERMUTATION_MEANING = (
     "p says the score beats chance; it does not say why (see the audit above).")
 
 
-def add_trust_section(report, run_dir: Path) -> None:
-    """Add the section to ``report`` (an :class:`mne.Report`) from ``RUN_DIR/metrics.json``
-    (nothing when there is none: the cross-validation section already says so)."""
-    metrics_file = Path(run_dir) / "metrics.json"
-    if not metrics_file.is_file():
-        return
-    metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
+    """Add the section to ``report`` (an :class:`mne.Report`) from the run's ``metrics``
+    (``RUN_DIR/metrics.json``; ``run_dir`` is named in the commands that add what is missing)."""
     audit, test = metrics.get("shortcut_audit"), metrics.get("permutation_test")
     if audit is None:
         body = ("<p>This run has no shortcut audit (it was trained before eegformer had one): "
