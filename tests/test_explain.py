@@ -186,6 +186,13 @@ def run_main(capsys, *args) -> tuple[int, str]:
     return stopped.value.code, captured.out + captured.err
 
 
+def json_rows(output: str) -> list[dict]:
+    """The JSON list ``predict --format json`` printed (stdout), from :func:`run_main`'s
+    output."""
+    start = output.index("[\n")
+    return json.loads(output[start: output.index("\n]", start) + 2])
+
+
 def _read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))

@@ -22,7 +22,7 @@ from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.provenance import FAR_FACTOR, WARNING_KINDS, recording_warnings
 from eegformer_cli.recordings.reading import recording_id
 from eegformer_cli.training.dataset import read_manifest
-from test_explain import SAMPLE_DATA, build_sample_run, run_main
+from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 EEG = SAMPLE_DATA / "eeg"
 UNSEEN = EEG / "sub-13_task-rest_eeg.edf"          # not among the 12 recordings of the sample run
@@ -35,12 +35,6 @@ def sample_run(tmp_path_factory) -> dict:
     run = build_sample_run(tmp_path_factory)
     fold = json.loads((run["run"] / "splits.json").read_text())["folds"][0]
     return {**run, "seen": sorted(fold["train"] + fold["val"]), "held_out": sorted(fold["test"])}
-
-
-def json_rows(output: str) -> list[dict]:
-    """The JSON list ``predict --format json`` printed (stdout), from run_main's output."""
-    start = output.index("[\n")
-    return json.loads(output[start: output.index("\n]", start) + 2])
 
 
 def edited_copy(source: Path, target: Path, edit) -> Path:

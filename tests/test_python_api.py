@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import inspect
-import json
 import re
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 
 import eegformer_cli
 from eegformer_cli import commands, errors
-from test_explain import SAMPLE_DATA, build_sample_run, run_main
+from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 REPO = Path(__file__).resolve().parents[1]
 EEG = SAMPLE_DATA / "eeg"
@@ -125,12 +124,6 @@ def participant_row(participant_id: str) -> dict:
     with open(SAMPLE_DATA / "participants.tsv", newline="") as handle:
         return next(row for row in csv.DictReader(handle, delimiter="\t")
                     if row["participant_id"] == participant_id)
-
-
-def json_rows(output: str) -> list[dict]:
-    """The JSON list ``predict --format json`` printed, from run_main's output."""
-    start = output.index("[\n")
-    return json.loads(output[start: output.index("\n]", start) + 2])
 
 
 def test_predict_proba_of_a_raw_equals_predict_on_the_file(sample_run, capsys):
