@@ -16,6 +16,7 @@ from eegformer_cli.model.diagnostics import (attention_entropy, describe, explic
                                              replaced_attention, segment_diagnostics)
 from eegformer_cli.model.transformer import guidance_input
 from test_model import BANDS, connectome_batch, perturb, small_config
+from tolerance import assert_float32_close
 
 T = len(BANDS)
 
@@ -23,7 +24,7 @@ T = len(BANDS)
 def test_entropy_is_ln_t_for_uniform_rows_and_zero_for_one_hot_rows():
     uniform = torch.full((2, 3, T, T), 1.0 / T)
     one_hot = torch.eye(T).expand(2, 3, T, T)
-    np.testing.assert_allclose(attention_entropy(uniform), math.log(T), rtol=1e-6)
+    assert_float32_close(attention_entropy(uniform), math.log(T))
     np.testing.assert_allclose(attention_entropy(one_hot), 0.0, atol=1e-7)
     mixed = torch.stack([uniform[0], one_hot[0]])          # per sample, not pooled
     np.testing.assert_allclose(attention_entropy(mixed), [math.log(T), 0.0], atol=1e-6)
@@ -140,10 +141,8 @@ def test_recording_summaries_are_segment_means_and_average_over_recordings():
                                       torch.tensor([1.0, 1.0, 0.0]))
     for name in ("coarse", "refined"):
         for key, value in per_segment[name].items():
-            np.testing.assert_allclose(first["passes"][name][key], value[:, :2].mean(axis=1),
-                                       rtol=1e-5, atol=1e-7)
-            np.testing.assert_allclose(second["passes"][name][key], value[:, 2], rtol=1e-5,
-                                       atol=1e-7)
+            assert_float32_close(first["passes"][name][key], value[:, :2].mean(axis=1))
+            assert_float32_close(second["passes"][name][key], value[:, 2])
     mean = mean_diagnostics([first, second])
     np.testing.assert_allclose(mean["passes"]["refined"]["entropy"],
                                (np.array(first["passes"]["refined"]["entropy"])
