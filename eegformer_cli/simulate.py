@@ -205,15 +205,20 @@ def coupling(rng: np.random.Generator, n_times: int, sfreq: float, strength: flo
     conduction: it raises both coherence and wPLI. Std per channel: ``strength * amplitude_v``
     times a per-channel gain in [0.8, 1.2].
     """
-    from scipy.signal import hilbert  # imported here: scipy.signal costs ~1 s at CLI start-up
-
     source = _narrowband(rng, n_times, sfreq, *COUPLING_BAND_HZ)
-    lagged = np.cos(COUPLING_LAG_RAD) * source + np.sin(COUPLING_LAG_RAD) * np.imag(hilbert(source))
+    lagged = phase_shifted(source, COUPLING_LAG_RAD)
     signals = np.zeros((len(CHANNELS), n_times))
     for names, copy in ((FRONTAL, source), (PARIETAL, lagged)):
         for name in names:
             signals[CHANNELS.index(name)] = rng.uniform(0.8, 1.2) * copy
     return strength * amplitude_v * signals
+
+
+def phase_shifted(signal: np.ndarray, lag_rad: float) -> np.ndarray:
+    """``signal`` (t,) with every frequency's phase shifted by ``lag_rad`` (Hilbert rotation)."""
+    from scipy.signal import hilbert  # imported here: scipy.signal costs ~1 s at CLI start-up
+
+    return np.cos(lag_rad) * signal + np.sin(lag_rad) * np.imag(hilbert(signal))
 
 
 def _blink(times_s: np.ndarray, onset_s: float, rise_s: float) -> np.ndarray:
@@ -246,9 +251,12 @@ def artefacts(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfr
 
 
 def simulate_participant(participant: SimulatedParticipant, duration_s: float = DEFAULT_DURATION_S,
-                         sfreq: float = DEFAULT_SFREQ) -> mne.io.RawArray:
+                         sfreq: float = DEFAULT_SFREQ, planted=None) -> mne.io.RawArray:
     """The participant's recording: 19 EEG channels in volts, labelled as in their EDF file.
 
+    ``planted``: None for this study's fronto-parietal theta :func:`coupling`, or a function
+    ``(rng, n_times, sfreq) -> (n_channels, n_times)`` volts put in its place (the ground-truth
+    scenarios, :mod:`eegformer_cli.scenarios`).
     The random numbers come from one Generator seeded with (seed, index, 1), so a participant's
     signal does not depend on how many others are simulated. ``meas_date`` is fixed
     (MEAS_DATE plus ``index`` days) so that exported files are byte-identical between runs.
@@ -260,8 +268,9 @@ def simulate_participant(participant: SimulatedParticipant, duration_s: float = 
                        participant.background_exponent)
             + alpha(rng, positions, n_times, sfreq, participant.alpha_peak_hz,
                     participant.alpha_amplitude_v)
-            + coupling(rng, n_times, sfreq, participant.coupling_strength,
-                       participant.background_amplitude_v)
+            + (coupling(rng, n_times, sfreq, participant.coupling_strength,
+                        participant.background_amplitude_v) if planted is None
+               else planted(rng, n_times, sfreq))
             + artefacts(rng, positions, n_times, sfreq, participant.blink_rate_per_min,
                         participant.line_amplitude_v))
     info = mne.create_info(edf_channel_labels(participant.channel_style), sfreq, "eeg")
@@ -310,22 +319,35 @@ def simulate_dataset(out_dir: str | Path, n_participants: int = DEFAULT_N_PARTIC
     Returns the participants with their ground truth.
     """
     check_simulation_settings(n_participants, duration_s, sfreq)
+    participants = draw_participants(n_participants, seed)
+    write_dataset(out_dir, participants, duration_s, sfreq, overwrite)
+    return participants
+
+
+def write_dataset(out_dir: str | Path, participants: list[SimulatedParticipant], duration_s: float,
+                  sfreq: float, overwrite: bool, planted_of=None) -> None:
+    """Write ``participants``' EDF files and ``participants.tsv`` into ``out_dir``.
+
+    ``planted_of(participant)``: the ``planted`` argument of :func:`simulate_participant` for
+    that participant (None: this study's theta coupling). Refuses (:class:`OutputError`) a
+    folder that already holds a dataset unless ``overwrite``; then stale EDF files of a larger
+    earlier dataset are removed and other files (a README) kept.
+    """
     out_dir = Path(out_dir)
     eeg_dir = out_dir / "eeg"
     if not overwrite and ((out_dir / "participants.tsv").exists() or eeg_dir.exists()):
         raise OutputError("folder already holds a dataset", path=out_dir,
                           hint="pass --overwrite to replace it, or choose another --out")
     ensure_dir(eeg_dir)
-    participants = draw_participants(n_participants, seed)
     keep = {p.file_name for p in participants}
     for stale in eeg_dir.glob("*_task-rest_eeg.edf"):
         if stale.name not in keep:
             stale.unlink()
     with console.progress_bar() as bar:
-        task = bar.add_task("simulate", total=n_participants, status="")
+        task = bar.add_task("simulate", total=len(participants), status="")
         for participant in participants:
-            write_edf(simulate_participant(participant, duration_s, sfreq),
+            planted = None if planted_of is None else planted_of(participant)
+            write_edf(simulate_participant(participant, duration_s, sfreq, planted),
                       eeg_dir / participant.file_name)
             bar.update(task, advance=1, status=participant.participant_id)
     write_text(out_dir / "participants.tsv", participants_table(participants))
-    return participants

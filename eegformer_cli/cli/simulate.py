@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import console
+from eegformer_cli.errors import UsageError
+from eegformer_cli.scenarios import DEFAULT_STRENGTH, ground_truth_path, simulate_scenario
 from eegformer_cli.simulate import (DEFAULT_DURATION_S, DEFAULT_N_PARTICIPANTS, DEFAULT_SEED,
                                     DEFAULT_SFREQ, simulate_dataset)
 
@@ -19,6 +21,17 @@ def simulate(
     sfreq: int = typer.Option(DEFAULT_SFREQ, "--sfreq", help="Sampling rate in Hz (above 100)."),
     seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed; the same seed gives the same files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset already in --out."),
+    scenario: str | None = typer.Option(
+        None, "--scenario", help="A ground-truth study instead: linear, interaction, age or null "
+                                 "(the label is caused by planted channel-pair couplings; the truth "
+                                 "goes to OUT.ground_truth.json beside --out) [default: none, the "
+                                 "sample study]."),
+    layout_seed: int | None = typer.Option(
+        None, "--layout-seed", help="With --scenario: seed of the planted pairs and bands; studies "
+                                    "with the same layout seed share their cause [default: --seed]."),
+    strength: float = typer.Option(
+        DEFAULT_STRENGTH, "--strength", help="With --scenario: a present coupling's source amplitude "
+                                             "over the background's in its band."),
 ) -> None:
     """Simulate a small EEG study: healthy vs depression, 19 channels of the 10-20 system, EDF.
 
@@ -27,14 +40,32 @@ def simulate(
     Channel labels are messy on purpose (EEG Fp1-REF, T3/T4/T5/T6, FP1-LE).
     With the defaults this regenerates the bundled sample_data/ byte for byte.
 
+    With --scenario, a study whose label has a known cause (linear: a coupling; interaction: the
+    xor of two couplings in two bands; age: a coupling that means the opposite above age 50;
+    null: none), to check what a model learns and whether its explanations point at the cause.
+
     Example:
 
         eegformer simulate --out my_data --n-participants 40 --duration 60 --seed 1
+
+        eegformer simulate --out xor_study --scenario interaction --n-participants 300 --duration 60
     """
-    participants = simulate_dataset(out, n_participants=n_participants, duration_s=duration,
-                                    sfreq=sfreq, seed=seed, overwrite=overwrite)
-    console.log(f"wrote {len(participants)} recordings ({duration} s, {sfreq} Hz) and "
-                f"participants.tsv")
+    if scenario is None:
+        if layout_seed is not None or strength != DEFAULT_STRENGTH:
+            raise UsageError("--layout-seed and --strength go with --scenario")
+        participants = simulate_dataset(out, n_participants=n_participants, duration_s=duration,
+                                        sfreq=sfreq, seed=seed, overwrite=overwrite)
+        console.log(f"wrote {len(participants)} recordings ({duration} s, {sfreq} Hz) and "
+                    f"participants.tsv")
+    else:
+        truth = simulate_scenario(out, scenario, n_participants, duration, sfreq, seed,
+                                  layout_seed, strength, overwrite)
+        planted = "; ".join(f"{f['name']}: " + ", ".join(
+            f"{'-'.join(c['channels'])} in {c['token_band']}" for c in f["couplings"])
+            for f in truth["factors"])
+        console.log(f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
+                    f"participants.tsv; {scenario}: {truth['rule']} ({planted}); ground truth in "
+                    f"{ground_truth_path(out)}")
     console.stdout.print(str(out))
 
 
