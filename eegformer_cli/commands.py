@@ -150,11 +150,15 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
         The run folder (created; a rerun resumes).
     label_column : str
         The manifest column holding the class labels.
-    preset, config, cv, repeats, holdout, splits, epochs, batch_size, lr, patience, seed, device, precision
+    preset, config, cv, repeats, holdout, splits, epochs, batch_size, lr, patience, seed, device
         The training settings, resolved as preset -> ``config`` (a TOML file) -> these values
         (None: not given). ``splits``: the ``splits.json`` of an earlier run, or one written
         by hand (a fold may carry its own ``seed``, e.g. the scikit-learn estimator's
         ``random_state``).
+    precision : str | None
+        ``"auto"`` (bfloat16 for the default preset on CUDA, else float32), ``"float32"``,
+        ``"bfloat16"`` or ``"float16"``: mixed precision of training and evaluation (attention,
+        norms and explanations stay float32); recorded in ``config.json``.
     no_xai : bool
         Ablation: the coarse pass only.
     frequency_encoding : str | None
