@@ -75,7 +75,7 @@ def train_step(model, inputs, labels, bf16: bool):
     loss.backward()
     model.eval()
     grads = torch.cat([p.grad.double().flatten() for p in model.parameters() if p.grad is not None])
-    return float(loss), grads
+    return float(loss.detach()), grads
 
 
 def compare(model, inputs, labels, batch: int) -> dict:

@@ -61,11 +61,13 @@ def one_cpu_thread():
 def resolve_precision(name: str, device: torch.device, preset: str) -> str:
     """``--precision`` -> ``"float32"``, ``"bfloat16"`` or ``"float16"``.
 
-    ``auto``: float32 on CPU (autocast gains nothing there: one thread, small matrices); on
-    CUDA bfloat16 (float16 where the GPU lacks it) for ``default`` and float32 for ``paper``
-    (the official model ran float32, and its dRoFE multiplies queries and keys by raw ages, so
-    rounding in its Linears moves attention logits of hundreds; a user may still ask for
-    ``bfloat16``, with the policy's float32 attention). Anything else -> UsageError.
+    ``auto``: float32 on CPU (CPU bfloat16 is slower than float32 on CPUs without bfloat16
+    arithmetic); on CUDA bfloat16 (float16 where the GPU lacks it) for ``default`` and float32
+    for ``paper``: the official model ran float32, and its dRoFE multiplies queries and keys by
+    raw ages (attention logits of ~4800 in a small trained paper model), so it stays float32
+    until a fully trained paper model has been measured under bfloat16 (docs/benchmarks.md); a
+    user may ask for ``bfloat16``, whose attention the policy keeps in float32. Anything else
+    -> UsageError.
     """
     check_choice("--precision", name, PRECISIONS)
     if name != "auto":

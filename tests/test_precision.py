@@ -1,5 +1,5 @@
 """The precision policy (model/precision.py) checked without a GPU: trained ``default`` and
-``paper`` models under CPU bfloat16 autocast against float32 (logits, probabilities, the
+``paper`` models under CPU bfloat16 autocast (and CUDA's, where there is a GPU) against float32 (logits, probabilities, the
 model's own explanations, one training step), the dtypes the policy keeps, the paper norm's
 second derivative, the paper model's Integrated Gradients completeness, and ``--precision``.
 
@@ -64,20 +64,26 @@ def runs(tmp_path_factory) -> dict:
             "paper": build_paper_run(tmp_path_factory, sample["prep"])}
 
 
-def model_and_inputs(runs: dict, preset: str):
-    """The preset's trained model (eval mode) and every sample recording's segments."""
-    bundle = load_model_file(runs[preset] / "model.pt")
+#: Where the autocast tests run: the CPU always, CUDA when there is a GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+
+
+def model_and_inputs(runs: dict, preset: str, device: str = "cpu"):
+    """The preset's trained model (eval mode) and every sample recording's segments, on
+    ``device``."""
+    bundle = load_model_file(runs[preset] / "model.pt", device)
     items = [i for i in load_inputs(bundle, [runs["prep"]]) if i.error is None]
     counts = [len(i.coh) for i in items]
     inputs = (torch.from_numpy(np.concatenate([i.coh for i in items])),
               torch.from_numpy(np.concatenate([i.wpli for i in items])),
               torch.tensor(np.repeat([i.age for i in items], counts), dtype=torch.float32),
               torch.tensor(np.repeat([i.sex for i in items], counts), dtype=torch.float32))
-    return bundle.model.eval(), inputs
+    return bundle.model.eval(), tuple(x.to(device) for x in inputs)
 
 
-def bf16(enabled: bool = True):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+def bf16(enabled: bool = True, device: str = "cpu"):
+    return torch.autocast(device, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
 
 def peak_attention_logit(model, inputs) -> float:
@@ -98,14 +104,15 @@ def peak_attention_logit(model, inputs) -> float:
     return peak[0]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("preset", ["default", "paper"])
-def test_bfloat16_inference_stays_close_to_float32(runs, preset):
+def test_bfloat16_inference_stays_close_to_float32(runs, preset, device):
     """Logits, probabilities and explanations of all 48 sample segments, bf16 vs float32."""
-    model, inputs = model_and_inputs(runs, preset)
+    model, inputs = model_and_inputs(runs, preset, device)
     assert peak_attention_logit(model, inputs) > LEAST_PEAK_LOGIT[preset]
     outputs = {}
     for half in (False, True):
-        with torch.no_grad(), bf16(half):
+        with torch.no_grad(), bf16(half, device):
             outputs[half] = model.forward_with_details(*inputs)
     full, half = outputs[False], outputs[True]
     logit_change = (half.logits_refined.float() - full.logits_refined).abs().max()
@@ -123,7 +130,7 @@ def training_step(model, inputs, labels, half: bool):
     model.train()
     model.zero_grad(set_to_none=True)
     torch.manual_seed(0)                                     # the same dropout masks
-    with bf16(half):
+    with bf16(half, labels.device.type):
         coarse, refined = model(*inputs)
     loss = 0.3 * F.cross_entropy(coarse.float(), labels) + 0.7 * F.cross_entropy(
         refined.float(), labels)
@@ -133,11 +140,12 @@ def training_step(model, inputs, labels, half: bool):
                                    if p.grad is not None])
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("preset", ["default", "paper"])
-def test_bfloat16_training_step_agrees_with_float32(runs, preset):
-    model, inputs = model_and_inputs(runs, preset)
+def test_bfloat16_training_step_agrees_with_float32(runs, preset, device):
+    model, inputs = model_and_inputs(runs, preset, device)
     batch = tuple(x[:16] for x in inputs)
-    labels = torch.arange(16) % 2
+    labels = torch.arange(16, device=device) % 2
     loss, grads = training_step(model, batch, labels, half=False)
     half_loss, half_grads = training_step(model, batch, labels, half=True)
     assert abs(half_loss - loss) / loss < TOLERANCE["loss"]
