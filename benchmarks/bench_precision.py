@@ -5,7 +5,8 @@ model runs in float32 and under CPU bfloat16 autocast (the policy of ``model/pre
 on, then off with ``precision.policy_off``), and the script prints one JSON object: the
 largest attention logit |q.k| / sqrt(Dh) met (float32), and for each bfloat16 run the largest
 change of a refined logit and of a probability, the share of segments whose predicted class
-flips, the explanations' relative change (max over layers of ||dE|| / ||E||, the model's own
+flips, the largest change of an attention weight and the share of attention rows (query, head,
+layer, pass) where one moves by more than 0.1, the explanations' relative change (max over layers of ||dE|| / ||E||, the model's own
 DeepLIFT), and for one training step on the first ``--batch`` segments (train mode, same
 dropout masks) the relative change of the loss and of the gradient (L2 over every parameter).
 CPU autocast keeps fewer operations in float32 than CUDA's, which is why the policy casts
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from eegformer_cli.model.diagnostics import explicit_attention
 from eegformer_cli.model.precision import policy_off
 from eegformer_cli.training.model_file import load_model_file
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
@@ -55,11 +57,13 @@ def attention_logit_peak(model, peak: list):
 
 
 def run(model, inputs, bf16: bool):
-    """(refined logits float64 (S, K), explanations list of (S, T, d) float64)."""
+    """(refined logits float64 (S, K), explanations list of (S, T, d) float64, attention
+    weights list of (S, H, T, T) float64, coarse then refined)."""
     context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    with torch.no_grad(), context:
+    with torch.no_grad(), context, explicit_attention(model):
         output = model.forward_with_details(*inputs)
-    return (output.logits_refined.double(), [e.double() for e in output.explanations])
+    return (output.logits_refined.double(), [e.double() for e in output.explanations],
+            [t.weights.double() for t in output.attention_coarse + output.attention_refined])
 
 
 def train_step(model, inputs, labels, bf16: bool):
@@ -82,19 +86,24 @@ def compare(model, inputs, labels, batch: int) -> dict:
     """Every figure of the module docstring, for the policy on and off."""
     peak = [0.0]
     with attention_logit_peak(model, peak):
-        logits, explanations = run(model, inputs, bf16=False)
+        logits, explanations, weights = run(model, inputs, bf16=False)
     step_inputs = tuple(x[:batch] for x in inputs)
     loss, grads = train_step(model, step_inputs, labels[:batch], bf16=False)
     out = {"max_attention_logit": peak[0], "segments": len(logits)}
     for name, context in (("policy", contextlib.nullcontext), ("no_policy", policy_off)):
         with context():
-            half_logits, half_explanations = run(model, inputs, bf16=True)
+            half_logits, half_explanations, half_weights = run(model, inputs, bf16=True)
             half_loss, half_grads = train_step(model, step_inputs, labels[:batch], bf16=True)
         out[name] = {
             "max_logit_change": float((half_logits - logits).abs().max()),
             "max_probability_change": float((half_logits.softmax(-1) - logits.softmax(-1))
                                             .abs().max()),
             "flipped_share": float((half_logits.argmax(-1) != logits.argmax(-1)).double().mean()),
+            "max_attention_weight_change": max(float((h - w).abs().max())
+                                               for h, w in zip(half_weights, weights)),
+            "attention_rows_changed_share": float(torch.cat(
+                [((h - w).abs().amax(-1) > 0.1).flatten() for h, w in zip(half_weights, weights)]
+            ).double().mean()),
             "explanation_relative_change": max(
                 float((h - e).norm() / e.norm()) for h, e in zip(half_explanations, explanations)),
             "loss_relative_change": abs(half_loss - loss) / abs(loss),

@@ -64,10 +64,11 @@ def resolve_precision(name: str, device: torch.device, preset: str) -> str:
     ``auto``: float32 on CPU (CPU bfloat16 is slower than float32 on CPUs without bfloat16
     arithmetic); on CUDA bfloat16 (float16 where the GPU lacks it) for ``default`` and float32
     for ``paper``: the official model ran float32, and its dRoFE multiplies queries and keys by
-    raw ages (attention logits of ~4800 in a small trained paper model), so it stays float32
-    until a fully trained paper model has been measured under bfloat16 (docs/benchmarks.md); a
-    user may ask for ``bfloat16``, whose attention the policy keeps in float32. Anything else
-    -> UsageError.
+    raw ages (attention logits of ~4800 in a small trained paper model, where bfloat16's
+    rounding before the attention switched the winning key in 0.7 % of attention rows;
+    docs/benchmarks.md), so it stays float32 until a fully trained paper model has been
+    measured under bfloat16; a user may ask for ``bfloat16``, whose attention the policy keeps
+    in float32. Anything else -> UsageError.
     """
     check_choice("--precision", name, PRECISIONS)
     if name != "auto":
