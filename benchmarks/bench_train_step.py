@@ -9,10 +9,11 @@ logits, and the max relative difference of the parameter gradients between the t
 implementations (float32: the paper's raw-age attention amplifies rounding; in float64 the
 gradients agree to 1e-13, see tests/test_explanation.py).
 
-With ``--default-step`` it times instead the ``default`` preset's training step as ``train``
-runs it (msu-like inputs: 16 channels, 8 bands, batch 16, one CPU thread, z-scored inputs),
-one-pass explanation only; ``--model-json`` overrides model fields (e.g. the guidance before
-and after a change).
+With ``--default-step`` it times instead a preset's training step as ``train`` runs it
+(``--preset``, default ``default``; msu-like inputs: 16 channels, 8 bands, the preset's batch
+(16, paper 64), one CPU thread, inputs z-scored where the preset does), one-pass explanation
+only; ``--model-json`` overrides model fields (e.g. the guidance before and after a change, or
+``{"xai_refinement": false}`` for the coarse-only step).
 
 Example::
 
@@ -20,6 +21,7 @@ Example::
     .venv/bin/python benchmarks/bench_train_step.py --device cuda --batch 64
     .venv/bin/python benchmarks/bench_train_step.py --default-step --steps 50
     .venv/bin/python benchmarks/bench_train_step.py --default-step --model-json '{"guidance": "paper"}'
+    .venv/bin/python benchmarks/bench_train_step.py --default-step --preset paper --steps 20
 """
 
 from __future__ import annotations
@@ -139,24 +141,28 @@ def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
 
 
 def default_step(args) -> dict:
-    """Median step seconds of the ``default`` preset's model (module docs)."""
+    """Median step seconds of the ``--preset`` preset's model (module docs)."""
+    from eegformer_cli.training.config import TrainConfig
     from eegformer_cli.training.standardise import StandardisedModel
 
     bands, edges = BANDS[:8], BAND_EDGES_HZ[:8]
     fields = json.loads(args.model_json) if args.model_json else {}
     torch.manual_seed(0)
-    config = ModelConfig.preset("default", n_channels=args.channels, band_names=bands,
+    config = ModelConfig.preset(args.preset, n_channels=args.channels, band_names=bands,
                                 band_edges_hz=edges, n_classes=2, **fields)
-    model = StandardisedModel(XAIguiFormer(config)).to(args.device).train()
+    model = XAIguiFormer(config)
+    if TrainConfig.preset_config(args.preset).input_standardisation:
+        model = StandardisedModel(model)
+    model = model.to(args.device).train()
     generator = torch.Generator().manual_seed(0)
     coh, wpli = (torch.rand(args.batch, 8, args.channels, args.channels, generator=generator)
                  for _ in range(2))
     coh, wpli = ((m + m.transpose(-1, -2)) / 2 for m in (coh, wpli))
-    age, sex = torch.full((args.batch,), float("nan")), torch.zeros(args.batch)
+    age, sex = 20 + 60 * torch.rand(args.batch, generator=generator), torch.zeros(args.batch)
     labels = torch.randint(0, 2, (args.batch,), generator=generator)
     inputs = tuple(t.to(args.device) for t in (coh, wpli, age, sex, labels))
-    seconds = median_step_seconds({"default": model}, inputs, args.steps, args.warmup,
-                                  args.device)["default"]
+    seconds = median_step_seconds({"step": model}, inputs, args.steps, args.warmup,
+                                  args.device)["step"]
     return {"model": config.to_dict(), "step_seconds": seconds["wall"],
             "step_cpu_seconds": seconds["cpu"]}
 
@@ -164,7 +170,7 @@ def default_step(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, help="default: 64 (--default-step: the preset's)")
     parser.add_argument("--channels", type=int, default=19)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per implementation")
     parser.add_argument("--warmup", type=int, default=1)
@@ -172,20 +178,24 @@ def main() -> None:
     parser.add_argument("--default-step", action="store_true",
                         help="time the default preset's step instead (module docs)")
     parser.add_argument("--model-json", help="with --default-step: model fields as JSON")
+    parser.add_argument("--preset", default="default", help="with --default-step: default or paper")
     args = parser.parse_args()
     if args.default_step:
-        if args.batch == 64:
-            args.batch = 16                       # the default preset's batch
+        if args.batch is None:
+            from eegformer_cli.training.config import TrainConfig
+
+            args.batch = TrainConfig.preset_config(args.preset).batch_size
         if args.channels == 19:
             args.channels = 16                    # msu-schizophrenia
         torch.set_num_threads(1)                  # as train does
-        print(json.dumps({"device": args.device, "threads": 1, "torch": torch.__version__,
+        print(json.dumps({"device": args.device, "preset": args.preset, "threads": 1,
+                          "torch": torch.__version__, "cpu": cpu_model(),
                           "batch": args.batch, "channels": args.channels, "steps": args.steps,
                           "load_average_1min": os.getloadavg()[0], **default_step(args)},
                          indent=2))
         return
     torch.set_num_threads(args.threads)
-
+    args.batch = args.batch or 64
     inputs = make_inputs(args.batch, args.channels, args.device)
     model = perturbed_paper_model(args.channels, args.device)
     one_pass, captum = with_impl(model, "one_pass"), with_impl(model, "captum")

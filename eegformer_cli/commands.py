@@ -122,7 +122,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
 _TRAINING_SETTINGS = {"data_dir": None, "out": None, "label_column": None, "preset": "default",
                       "config": None, "cv": None, "repeats": None, "holdout": None,
                       "splits": None, "epochs": None, "batch_size": None, "lr": None,
-                      "patience": None, "seed": None, "device": None, "no_xai": False,
+                      "patience": None, "seed": None, "device": None, "precision": None,
+                      "no_xai": False,
                       "frequency_encoding": None, "positive_label": None, "overwrite": False,
                       "fold": None}
 
@@ -133,7 +134,7 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
           holdout: float | None = None, splits: PathLike | None = None,
           epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
           patience: int | None = None, seed: int | None = None, device: str | None = None,
-          no_xai: bool = False, frequency_encoding: str | None = None,
+          precision: str | None = None, no_xai: bool = False, frequency_encoding: str | None = None,
           positive_label: str | None = None, n_jobs: int = 1, overwrite: bool = False,
           fold: int | None = None, merge: PathLike | None = None,
           confounds: str | Sequence[str] | None = None, permutations: int = 0,
@@ -154,6 +155,10 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
         (None: not given). ``splits``: the ``splits.json`` of an earlier run, or one written
         by hand (a fold may carry its own ``seed``, e.g. the scikit-learn estimator's
         ``random_state``).
+    precision : str | None
+        ``"auto"`` (bfloat16 for the default preset on CUDA, else float32), ``"float32"``,
+        ``"bfloat16"`` or ``"float16"``: mixed precision of training and evaluation (attention,
+        norms and explanations stay float32); recorded in ``config.json``.
     no_xai : bool
         Ablation: the coarse pass only.
     frequency_encoding : str | None
@@ -197,7 +202,8 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
                     "preset": preset, "config": config, "cv": cv, "repeats": repeats,
                     "holdout": holdout, "splits": splits, "epochs": epochs,
                     "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
-                    "device": device, "no_xai": no_xai, "frequency_encoding": frequency_encoding,
+                    "device": device, "precision": precision, "no_xai": no_xai,
+                    "frequency_encoding": frequency_encoding,
                     "positive_label": positive_label, "overwrite": overwrite, "fold": fold}
         given = [name for name, value in settings.items() if value != _TRAINING_SETTINGS[name]]
         if given:
@@ -223,7 +229,7 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
         model_overrides["frequency_encoding"] = frequency_encoding
     flags = {"cv": cv, "repeats": repeats, "holdout": holdout, "epochs": epochs,
              "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
-             "device": device, "model": model_overrides or None}
+             "device": device, "precision": precision, "model": model_overrides or None}
     resolved = resolve_config(preset, config, flags)
     return run_training(Path(data_dir), Path(out), label_column, resolved, splits_file=splits,
                         positive_label=positive_label, overwrite=overwrite, fold_index=fold,
@@ -234,7 +240,8 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
 def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
             participants: PathLike | None = None, age: float | None = None,
             sex: str | None = None, max_interpolated: int | None = None, device: str = "auto",
-            strict: bool = False, on_row: Callable[[dict], None] | None = None):
+            precision: str = "auto", strict: bool = False,
+            on_row: Callable[[dict], None] | None = None):
     """Predict the class of each recording with a trained model (``eegformer predict``).
 
     Parameters
@@ -247,6 +254,9 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
         As :meth:`TrainedModel.predict <eegformer_cli.TrainedModel.predict>`.
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
+    precision : str
+        ``"auto"``, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (see :func:`load_model
+        <eegformer_cli.load_model>`).
 
     Returns
     -------
@@ -256,7 +266,7 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
     """
     from eegformer_cli.trained_model import load_model
 
-    return load_model(model, device).predict(
+    return load_model(model, device, precision).predict(
         _paths(inputs), age, sex, participants=participants, max_interpolated=max_interpolated,
         strict=strict, on_row=on_row)
 

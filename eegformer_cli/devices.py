@@ -1,6 +1,7 @@
 """Where torch runs and how reproducibly (shared by ``train``, ``predict`` and ``explain``):
-the ``--device`` choice, seeding, one CPU thread for the model's small operations, and mixed
-precision on CUDA.
+the ``--device`` choice, seeding, one CPU thread for the model's small operations, and the
+``--precision`` choice (mixed precision; what stays float32 under it is the model's precision
+policy, ``model/precision.py``).
 
 Kept apart from the trainer so that ``predict`` and ``explain`` do not import scikit-learn
 and the training loop to pick a device.
@@ -15,7 +16,10 @@ import numpy as np
 import torch
 
 from eegformer_cli.errors import UsageError, check_choice
-from eegformer_cli.training.config import DEVICES
+from eegformer_cli.training.config import DEVICES, PRECISIONS
+
+#: Autocast dtype of each ``--precision`` (float32: no autocast).
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,12 +58,32 @@ def one_cpu_thread():
         torch.set_num_threads(previous)
 
 
-def autocast(device: torch.device):
-    """Mixed precision on CUDA (bfloat16 where supported, else float16), nothing on CPU.
+def resolve_precision(name: str, device: torch.device, preset: str) -> str:
+    """``--precision`` -> ``"float32"``, ``"bfloat16"`` or ``"float16"``.
 
-    The model keeps its rotary angles in float32 under autocast.
+    ``auto``: float32 on CPU (CPU bfloat16 is slower than float32 on CPUs without bfloat16
+    arithmetic); on CUDA bfloat16 (float16 where the GPU lacks it) for ``default`` and float32
+    for ``paper``: the official model ran float32, and its dRoFE multiplies queries and keys by
+    raw ages (attention logits of ~4800 in a small trained paper model, where bfloat16's
+    rounding before the attention switched the winning key in 0.7 % of attention rows;
+    docs/benchmarks.md), so it stays float32 until a fully trained paper model has been
+    measured under bfloat16; a user may ask for ``bfloat16``, whose attention the policy keeps
+    in float32. Anything else -> UsageError.
     """
-    if device.type != "cuda":
+    check_choice("--precision", name, PRECISIONS)
+    if name != "auto":
+        return name
+    if device.type != "cuda" or preset == "paper":
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
+def autocast(device: torch.device, precision: str):
+    """The autocast context of a resolved ``precision`` on ``device`` (float32: none).
+
+    The model keeps its attention, rotary angles, norms and explanations in float32 under it
+    (``model/precision.py``).
+    """
+    if precision == "float32":
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
+    return torch.autocast(device.type, dtype=AUTOCAST_DTYPES[precision])

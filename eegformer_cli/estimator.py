@@ -194,7 +194,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         UsageError
             Invalid settings (named as ``train`` names them).
         """
-        from eegformer_cli.devices import resolve_device
+        from eegformer_cli.devices import resolve_device, resolve_precision
         from eegformer_cli.training import splits
         from eegformer_cli.training.fit import deterministic_algorithms, fit_model
 
@@ -223,6 +223,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         self.channels_, self.bands_ = channels, bands
         self.config_ = config.to_dict()
         self._device = device
+        self._precision = resolve_precision(config.precision, device, config.preset)
         return self
 
     def predict_proba(self, X):
@@ -254,7 +255,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
                                  f"{', '.join(self.channels_)} and {', '.join(self.bands_)}")
         dataset = ConnectomeDataset(recordings, names, channels, bands)
         with deterministic_algorithms(self._device):
-            return softmax(evaluate(self.model_, dataset, self._device))
+            return softmax(evaluate(self.model_, dataset, self._device, self._precision))
 
     def predict(self, X):
         """The most probable class of each recording.

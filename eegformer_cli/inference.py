@@ -73,8 +73,10 @@ class InputRecording:
     warnings: list[str] = field(default_factory=list)
 
 
-def recording_logits(model, recordings: Sequence[tuple], device: torch.device) -> np.ndarray:
-    """Mean refined logits per recording: float64 (n_recordings, n_classes).
+def recording_logits(model, recordings: Sequence[tuple], device: torch.device,
+                     precision: str = "float32") -> np.ndarray:
+    """Mean refined logits per recording: float64 (n_recordings, n_classes), the model run in
+    ``precision`` (resolved: ``devices.resolve_precision``).
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` with coh/wpli float32 numpy
     (n_segments, n_bands, C, C) and scalar age/sex. Segments of several recordings share
@@ -90,7 +92,7 @@ def recording_logits(model, recordings: Sequence[tuple], device: torch.device) -
     with torch.no_grad(), one_cpu_thread():
         for start in range(0, len(coh), SEGMENTS_PER_BATCH):
             part = slice(start, start + SEGMENTS_PER_BATCH)
-            with autocast(device):
+            with autocast(device, precision):
                 _, refined = model(torch.from_numpy(coh[part]).to(device),
                                    torch.from_numpy(wpli[part]).to(device),
                                    torch.from_numpy(age[part]).to(device),
@@ -108,15 +110,15 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=1, keepdims=True)
 
 
-def predict_recordings(bundle, items: Iterable[InputRecording],
-                       device: torch.device) -> Iterator[dict]:
+def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.device,
+                       precision: str = "float32") -> Iterator[dict]:
     """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
     then the provenance columns (:data:`provenance.PROVENANCE_COLUMNS`: ``source_file``,
     segments used and rejected, interpolated channels, age and sex with their sources,
     ``warnings``; lists as lists).
 
-    ``bundle`` a loaded model file (:class:`~eegformer_cli.training.model_file.ModelBundle`).
-    A recording with an ``error`` yields ``{"recording_id", "participant_id", "error"}``.
+    ``bundle`` a loaded model file (:class:`~eegformer_cli.training.model_file.ModelBundle`),
+    run in ``precision`` (resolved: ``devices.resolve_precision``). A recording with an ``error`` yields ``{"recording_id", "participant_id", "error"}``.
     """
     for item in items:
         row = {"recording_id": item.recording_id, "participant_id": item.participant_id}
@@ -124,7 +126,7 @@ def predict_recordings(bundle, items: Iterable[InputRecording],
             yield {**row, "error": item.error}
             continue
         logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
-                                  device)
+                                  device, precision)
         probabilities = softmax(logits)[0]
         row["predicted"] = bundle.label_names[int(probabilities.argmax())]
         row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})

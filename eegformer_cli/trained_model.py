@@ -25,7 +25,8 @@ from eegformer_cli.errors import InputDataError, PartialFailure, RecordingError,
 EXPLAIN_SEED = 0
 
 
-def load_model(path: str | os.PathLike, device: str = "auto") -> "TrainedModel":
+def load_model(path: str | os.PathLike, device: str = "auto",
+               precision: str = "auto") -> "TrainedModel":
     """Load a model file written by ``eegformer train`` (``RUN_DIR/model.pt``).
 
     Parameters
@@ -34,6 +35,11 @@ def load_model(path: str | os.PathLike, device: str = "auto") -> "TrainedModel":
         The model file.
     device : str
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
+    precision : str
+        What :meth:`TrainedModel.predict` runs the model in: ``"auto"`` (bfloat16 for a
+        ``default``-preset model on CUDA, else float32), ``"float32"``, ``"bfloat16"`` or
+        ``"float16"`` (mixed precision; attention, norms and explanations stay float32).
+        Explanations always run in float32.
 
     Returns
     -------
@@ -46,13 +52,18 @@ def load_model(path: str | os.PathLike, device: str = "auto") -> "TrainedModel":
         The file is missing, corrupt, not an eegformer model or from a newer version
         (``eegformer predict``'s exit code 4).
     UsageError
-        An invalid ``device``.
+        An invalid ``device`` or ``precision``.
     """
-    from eegformer_cli.devices import resolve_device
+    from eegformer_cli.devices import resolve_device, resolve_precision
+    from eegformer_cli.errors import check_choice
+    from eegformer_cli.training.config import PRECISIONS
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)
-    return TrainedModel(load_model_file(path, torch_device), torch_device)
+    check_choice("--precision", precision, PRECISIONS)   # before the model file is read
+    bundle = load_model_file(path, torch_device)
+    preset = bundle.train_config.get("preset", "default")
+    return TrainedModel(bundle, torch_device, resolve_precision(precision, torch_device, preset))
 
 
 @dataclass
@@ -101,11 +112,12 @@ class TrainedModel:
         and length), None for model files written before eegformer kept it.
     """
 
-    def __init__(self, bundle, device):
+    def __init__(self, bundle, device, precision: str = "float32"):
         from eegformer_cli.preprocess.settings import PreprocessSettings
 
         self._bundle = bundle
         self._device = device
+        self._precision = precision
         self.path = Path(bundle.path)
         self.classes = list(bundle.label_names)
         self.channels = list(bundle.channels)
@@ -183,7 +195,7 @@ class TrainedModel:
                    + [f"prob_{name}" for name in self.classes]
                    + list(provenance.PROVENANCE_COLUMNS))
         rows, failures, warning_lines = [], [], _WarningLines()
-        for row in predict_recordings(self._bundle, items, self._device):
+        for row in predict_recordings(self._bundle, items, self._device, self._precision):
             if "error" in row:
                 failures.append(_print_failure(row["recording_id"], row["error"]))
                 continue

@@ -28,7 +28,7 @@ UNSEEN = EEG / "sub-13_task-rest_eeg.edf"          # not among the 12 recordings
 
 #: Every public name, its parameters as ``inspect`` shows them (keyword-only ones after ``*``).
 SIGNATURES = {
-    "load_model": "(path, device='auto')",
+    "load_model": "(path, device='auto', precision='auto')",
     "TrainedModel.predict": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
                             "max_interpolated=None, strict=False, on_row=None)",
     "TrainedModel.predict_proba": "(self, raw_or_paths, age=None, sex=None, **options)",
@@ -53,11 +53,13 @@ SIGNATURES = {
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
                       "config=None, cv=None, repeats=None, holdout=None, splits=None, "
                       "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
-                      "device=None, no_xai=False, frequency_encoding=None, positive_label=None, "
+                      "device=None, precision=None, no_xai=False, frequency_encoding=None, "
+                      "positive_label=None, "
                       "n_jobs=1, overwrite=False, fold=None, merge=None, confounds=None, "
                       "permutations=0, permutation_model='reference')",
     "commands.predict": "(model, inputs, *, participants=None, age=None, sex=None, "
-                        "max_interpolated=None, device='auto', strict=False, on_row=None)",
+                        "max_interpolated=None, device='auto', precision='auto', strict=False, "
+                        "on_row=None)",
     "commands.explain": "(model, inputs, out, *, target=None, method='integrated_gradients', "
                         "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
                         "device='auto', strict=False)",

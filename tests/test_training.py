@@ -527,3 +527,4 @@ def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
     assert next(bundle.model.parameters()).is_cuda
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["device"] == "cuda"
+    assert config["precision"] == ("bfloat16" if torch.cuda.is_bf16_supported() else "float16")

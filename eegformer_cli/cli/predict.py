@@ -31,6 +31,9 @@ def predict(
                    "(default: the model's preprocessing setting)."),
     output_format: str = typer.Option("csv", "--format", help="csv, json (one list) or jsonl."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    precision: str = typer.Option(
+        "auto", help="auto, float32, bfloat16 or float16 (mixed precision); auto: bfloat16 for "
+                     "a default-preset model on CUDA, else float32."),
     strict: bool = typer.Option(False, "--strict",
                                 help="Exit with code 6 when a recording got a warning (every "
                                      "row is still printed) \\[default: off]."),
@@ -71,7 +74,7 @@ def predict(
     try:
         table = commands.predict(model, inputs, participants=participants, age=age, sex=sex,
                                  max_interpolated=max_interpolated, device=device,
-                                 strict=strict, on_row=printer.row)
+                                 precision=precision, strict=strict, on_row=printer.row)
     except EegformerError as exc:
         if exc.result is not None:  # rows of the recordings that worked: printed first
             printer.end(list(exc.result.columns))

@@ -151,8 +151,11 @@ def train(
                                                    + _preset_default("patience") + "."),
     seed: int | None = typer.Option(None, help="Seed of splits, initialisation, shuffling and "
                                                "augmentation \\[default: 0]."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda (mixed precision on cuda) "
-                                                 "\\[default: auto]."),
+    device: str | None = typer.Option(None, help="auto, cpu or cuda \\[default: auto]."),
+    precision: str | None = typer.Option(
+        None, help="auto, float32, bfloat16 or float16 (mixed precision; attention, norms and "
+                   "explanations stay float32); auto: bfloat16 for the default preset on "
+                   "CUDA, else float32 \\[default: auto]."),
     no_xai: bool = typer.Option(False, "--no-xai", help="Ablation: coarse pass only (no "
                                                         "explanation-guided refinement) "
                                                         "\\[default: off]."),
@@ -238,7 +241,7 @@ def train(
     metrics = commands.train(
         data_dir, out, label_column, preset=preset, config=config, cv=cv, repeats=repeats,
         holdout=holdout, splits=splits, epochs=epochs, batch_size=batch_size, lr=lr,
-        patience=patience, seed=seed, device=device, no_xai=no_xai,
+        patience=patience, seed=seed, device=device, precision=precision, no_xai=no_xai,
         frequency_encoding=frequency_encoding, positive_label=positive_label, n_jobs=n_jobs,
         overwrite=overwrite, fold=fold, merge=merge, confounds=confounds,
         permutations=permutations, permutation_model=permutation_model)

@@ -152,7 +152,9 @@ def explained_coarse_pass(encoder: BandTransformer, tokens: Tensor, demographics
 def differentiable_explanations(model: torch.nn.Module):
     """Within the block, every XAIguiFormer in ``model`` computes its DeepLIFT explanations as
     differentiable functions of its inputs (not detached, the gradient factor with a graph),
-    restored afterwards.
+    and every timm norm (the paper preset's) is twice differentiable, so a gradient through the
+    explanations keeps its second-order terms (its fast backward is first-order only,
+    ``layers.py``); restored afterwards.
 
     Why: the refined pass depends on the explanation (its attention follows it), so an
     attribution of the refined logits to the inputs (``explain``'s Integrated Gradients) must
@@ -163,8 +165,8 @@ def differentiable_explanations(model: torch.nn.Module):
     it is not used in training. Other explainers (captum's Integrated Gradients, Gradient x Activation)
     keep their own graphs.
     """
-    # the models are found by their switch, so this module need not import xaiguiformer.py
-    # (which imports it)
+    # the models and norms are found by their switch, so this module need not import
+    # xaiguiformer.py (which imports it)
     models = [m for m in model.modules() if hasattr(m, "differentiable_explanations")]
     for module in models:
         module.differentiable_explanations = True

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from eegformer_cli.errors import check_choice
+from eegformer_cli.model.precision import float32_forward
 
 NORMS = ("timm_rms", "rms")
 
@@ -37,8 +38,9 @@ class _TimmRmsScale(torch.autograd.Function):
     :class:`TimmRmsNorm` forward + backward: 5.8-6.2 ms instead of 8.8-10.4 ms at the GNN's
     (64, 9, 19, 128), 0.37 ms instead of 0.41-0.52 ms at the transformer's (64, 9, 128).
     Equality with autograd in float64 is tested (tests/test_model.py). First order only: no
-    explanation or training path differentiates a gradient (the explanations' gradient factor
-    has no graph, as in captum).
+    training path differentiates a gradient (the explanations' gradient factor has no graph, as
+    in captum); where one does (``explain``'s Integrated Gradients through the explanation),
+    :class:`TimmRmsNorm` uses :func:`timm_rms_scale` instead.
     """
 
     @staticmethod
@@ -64,20 +66,37 @@ class _TimmRmsScale(torch.autograd.Function):
         return grad_x.add_(coefficient * centred.mean(dim=-1, keepdim=True)), None
 
 
+def timm_rms_scale(x: Tensor, eps: float) -> Tensor:
+    """``x * rsqrt(var(x) + eps)`` over the last dim (unbiased variance) written out, so autograd
+    differentiates it to any order. (..., d) -> (..., d)."""
+    return x * torch.rsqrt(x.var(dim=-1, keepdim=True) + eps)
+
+
 class TimmRmsNorm(nn.Module):
     """timm 0.9.5 ``RmsNorm``, as the official model used it: ``x * rsqrt(var(x) + eps) * weight``.
 
     The *unbiased variance* over the last dim (not the mean square) is used, without re-centring
-    the output (timm bug #2380, fixed in later timm). Weight initialised to 1. (..., d) -> (..., d).
+    the output (timm bug #2380, fixed in later timm). Weight initialised to 1. (..., d) -> (..., d),
+    float32 under autocast (the precision policy, ``model/precision.py``).
+
+    ``differentiable_explanations`` (set by
+    :func:`~eegformer_cli.model.explanation.differentiable_explanations`): the norm is
+    :func:`timm_rms_scale`, twice differentiable, instead of the faster first-order
+    :class:`_TimmRmsScale`, so a gradient taken through the explanations keeps its
+    second-order terms.
     """
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.differentiable_explanations = False
 
+    @float32_forward
     def normalise(self, x: Tensor) -> Tensor:
         """The norm without its weight: ``x * rsqrt(var(x) + eps)``."""
+        if self.differentiable_explanations:
+            return timm_rms_scale(x, self.eps)
         return _TimmRmsScale.apply(x, self.eps)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -86,8 +105,13 @@ class TimmRmsNorm(nn.Module):
 
 class RmsNorm(nn.RMSNorm):
     """``torch.nn.RMSNorm`` over the last dim, with :meth:`normalise` like :class:`TimmRmsNorm`.
-    (..., d) -> (..., d)."""
+    (..., d) -> (..., d), float32 under autocast (``model/precision.py``)."""
 
+    @float32_forward
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x)
+
+    @float32_forward
     def normalise(self, x: Tensor) -> Tensor:
         """The norm without its weight: ``x * rsqrt(mean(x^2) + eps)``."""
         return F.rms_norm(x, self.normalized_shape, None, self.eps)

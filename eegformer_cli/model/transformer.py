@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from eegformer_cli.errors import check_choice
 from eegformer_cli.model.layers import GegluMLP, LayerScale, make_norm
+from eegformer_cli.model.precision import at_least_float32, float32_forward
 from eegformer_cli.model.rotary import BandRotaryEncoding
 
 ATTENTION_IMPLS = ("fused", "explicit")
@@ -146,7 +147,8 @@ class RotaryAttention(nn.Module):
     that pass's weights become uniform (every query takes the mean of the values) or the
     identity (every token keeps its own value): the ablations of ``model/diagnostics.py``.
 
-    forward(x (B, T, d), demographics (B, 2), explanation=None) -> (out (B, T, d), trace or None).
+    forward(x (B, T, d), demographics (B, 2), explanation=None) -> (out (B, T, d), trace or None);
+    computed in float32 under autocast (the precision policy, ``model/precision.py``).
     """
 
     def __init__(self, dim: int, n_heads: int, rotary: BandRotaryEncoding, attention_impl: str,
@@ -180,6 +182,7 @@ class RotaryAttention(nn.Module):
         ratio = _norm_per_sample(guided) / (_norm_per_sample(bias.expand_as(guided)) + GUIDANCE_EPS)
         return guided + bias, ratio
 
+    @float32_forward
     def forward(self, x: Tensor, demographics: Tensor, explanation: Tensor | None = None):
         dim = x.shape[-1]
         ratio, logit_bias = None, None
@@ -296,9 +299,10 @@ class BandTransformer(nn.Module):
     def run(self, tokens: Tensor, demographics: Tensor, explanations: list[Tensor] | None = None,
             keep_layer_inputs: bool = False) -> EncoderOutput:
         """One pass: coarse when ``explanations`` is None, else refined (Q/K from explanation i
-        at layer i, each (B, T, d)); both start from the same tokens."""
+        at layer i, each (B, T, d)); both start from the same tokens, in float32 under
+        autocast (so the layer inputs and the explanations are float32: ``model/precision.py``)."""
         layer_inputs, attention = [], []
-        x = tokens
+        x = at_least_float32(tokens)
         for i, layer in enumerate(self.layers):
             if keep_layer_inputs:
                 layer_inputs.append(x)

@@ -52,6 +52,8 @@ CLASS_WEIGHTINGS = ("balanced", "none")
 SELECTIONS = ("best", "second_half")
 SELECTION_METRICS = ("bac", "paper_bac")
 DEVICES = ("auto", "cpu", "cuda")
+#: ``--precision``: ``auto`` resolves per preset and device (``devices.resolve_precision``).
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 # Fields of ModelConfig that come from the data, not from the user.
 DATA_DERIVED_MODEL_FIELDS = ("n_channels", "band_names", "band_edges_hz", "n_classes",
@@ -102,6 +104,7 @@ class TrainConfig:
     holdout: float = 0.0        # fraction in (0, 1) held out for test; 0: cross-validation
     seed: int = 0
     device: str = "auto"
+    precision: str = "auto"
     model: dict = field(default_factory=dict)
 
     @classmethod
@@ -252,6 +255,7 @@ def validate(config: TrainConfig) -> None:
     check_choice("selection", config.selection, SELECTIONS)
     check_choice("selection_metric", config.selection_metric, SELECTION_METRICS)
     check_choice("device", config.device, DEVICES)
+    check_choice("precision", config.precision, PRECISIONS)
     _check_range("epochs", config.epochs, 1, None)
     _check_range("batch_size", config.batch_size, 2, None)
     _check_range("lr", config.lr, 0, None, low_open=True)

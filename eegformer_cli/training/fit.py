@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader
 
-from eegformer_cli.devices import autocast, one_cpu_thread, seed_everything
+from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.errors import UsageError
 from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
@@ -121,8 +121,10 @@ def _loss(logits_coarse, logits_refined, targets, config: TrainConfig, weight):
     return (1.0 - config.alpha) * ce(logits_coarse) + config.alpha * ce(logits_refined)
 
 
-def evaluate(model, dataset: ConnectomeDataset, device: torch.device) -> np.ndarray:
-    """Mean refined logits per recording of ``dataset``: float64 (n_recordings, n_classes).
+def evaluate(model, dataset: ConnectomeDataset, device: torch.device,
+             precision: str = "float32") -> np.ndarray:
+    """Mean refined logits per recording of ``dataset``: float64 (n_recordings, n_classes),
+    computed in ``precision`` (resolved: ``devices.resolve_precision``).
 
     Recordings go through the model in chunks of at most :data:`SEGMENTS_PER_BATCH` segments,
     one chunk in memory at a time; under torchrun the chunks are shared over the processes and
@@ -130,7 +132,8 @@ def evaluate(model, dataset: ConnectomeDataset, device: torch.device) -> np.ndar
     """
     def chunk_logits(chunk: list[int]) -> np.ndarray:
         return recording_logits(model, [(*dataset.recording_arrays(r), dataset.recordings[r].age,
-                                         dataset.recordings[r].sex) for r in chunk], device)
+                                         dataset.recordings[r].sex) for r in chunk], device,
+                                precision)
 
     chunks = distributed.evaluation_chunks([rec.n_segments for rec in dataset.recordings],
                                            SEGMENTS_PER_BATCH)
@@ -192,8 +195,8 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
     # 3.6 ms instead of 15 ms per step for the paper model's 186 tensors on this project's CPU
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=tuple(config.betas),
                                   eps=config.eps, weight_decay=config.weight_decay, fused=True)
-    scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda"
-                                  and not torch.cuda.is_bf16_supported())
+    precision = resolve_precision(config.precision, device, config.preset)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
     steps_per_epoch = len(loader)
     total_steps = config.epochs * steps_per_epoch
     warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
@@ -214,7 +217,7 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
                 config.augmentation, config.augment_prob, config.cutmix_prob, config.mix_beta, rng)
             (coh, wpli, age, sex, targets), loss_scale = distributed.shard_batch(
                 coh, wpli, age, sex, targets)  # this process's slice of the batch (torchrun)
-            with autocast(device):
+            with autocast(device, precision):
                 coarse, refined = train_model(coh.to(device), wpli.to(device), age.to(device),
                                               sex.to(device))
             loss = _loss(coarse, refined, targets.to(device), config, weight) * loss_scale
@@ -224,7 +227,7 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             scaler.update()
             losses.append(distributed.batch_mean_loss(loss))
             step += 1
-        logits = evaluate(model, val_set, device)
+        logits = evaluate(model, val_set, device, precision)
         if not np.isfinite(logits).all():
             where = ("final model" if tag["fold"] == -1
                      else f"repeat {tag['repeat']}, fold {tag['fold']}")

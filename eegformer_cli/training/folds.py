@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from eegformer_cli import console
-from eegformer_cli.devices import resolve_device
+from eegformer_cli.devices import resolve_device, resolve_precision
 from eegformer_cli.errors import UsageError
 from eegformer_cli.inference import softmax
 from eegformer_cli.training import splits
@@ -121,7 +121,8 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
     positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
     y_test = test_set.labels
-    model_probs = softmax(evaluate(fit.model, test_set, plan.device))
+    precision = resolve_precision(config.precision, plan.device, config.preset)
+    model_probs = softmax(evaluate(fit.model, test_set, plan.device, precision))
     reference, reference_probs = fit_fold_reference(plan, fold, features)
     result = {
         "repeat": fold.repeat, "fold": fold.fold, "best_epoch": fit.best_epoch,

@@ -54,6 +54,7 @@ import numpy as np
 from eegformer_cli import console
 from eegformer_cli.atomic import (DirectoryLock, ensure_dir, remove_stale_temporaries, write_json,
                                   write_text)
+from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.parallel import process_pool, worker_count
@@ -108,6 +109,7 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
         "model_config": plan.model_config, "data_dir": str(plan.data.data_dir),
         "label_column": plan.data.label_column, "labels": plan.data.label_names,
         "positive_label": plan.positive_label, "device": plan.device.type,
+        "precision": resolve_precision(plan.config.precision, plan.device, plan.config.preset),
         "n_recordings": len(plan.data.recordings),
         "n_participants": len({r.participant_id for r in plan.data.recordings}),
         "versions": package_versions()})
