@@ -269,7 +269,10 @@ def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLik
 
     Parameters
     ----------
-    model, inputs, device
+    model : path
+        A model file, or a run folder of ``train``: then the run's own recordings are
+        explained by the fold models that did not train on them (:func:`load_model`).
+    inputs, device
         As :func:`predict`.
     out : path
         Output folder (created): per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,
