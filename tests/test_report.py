@@ -205,6 +205,12 @@ window.addEventListener('load', () => setTimeout(() => {
       i => i.complete && i.naturalWidth > 0).length);
   b.setAttribute('data-badges', [...document.querySelectorAll('.badge')].filter(
       e => e.offsetParent !== null).length);
+  const pairItem = [...document.querySelectorAll('.accordion-item')].find(
+      e => e.textContent.includes('Strongest channel-pair attributions'));
+  const pairImage = pairItem && pairItem.querySelector('img');
+  b.setAttribute('data-head-figure', !!(pairImage && pairImage.complete
+      && pairImage.naturalWidth > 0 && pairItem.textContent.includes('montage positions')
+      && pairItem.textContent.includes('colour bar')));
   const filter = document.getElementById('filter-by-tags-dropdown-menu');
   b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
   const heads = [...document.querySelectorAll('.bootstrap-table thead th')];
@@ -234,10 +240,11 @@ window.addEventListener('load', () => setTimeout(() => {
     assert attribute("badges") == "0" and attribute("filter-shown") == "false"
     assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
     assert attribute("sorted") == "true"
+    assert attribute("head-figure") == "true"    # channel pairs on the head, with colour bars
     for text in ("Which run this is", "participant-wise 3-fold cross-validation",
                  "positive class for AUROC and AUC-PR", "What these numbers mean",
                  "is chance (2 classes)", "Per-recording out-of-fold predictions",
-                 "All 24 explained recordings were in the training data of this model"):
+                 "Every explained recording was explained out of fold"):
         assert text in dom.stdout, text
     # no tag badge anywhere (MNE writes a tag as a badge holding its name)
     assert not re.search(r"badge[^>]*>\s*custom-", dom.stdout)

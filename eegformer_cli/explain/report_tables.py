@@ -254,6 +254,9 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
     which = {"all": "the final model, retrained on all participants of the run",
              "holdout": "the holdout model, trained on the run's training participants"
              }.get(trained_on, "a model file")
+    if settings.get("run_dir"):
+        which = ("the run folder: its fold models for the run's own recordings, its final "
+                 "model for the others")
     parts = [f"From <code>{html.escape(str(folder))}</code>: "
              f"<code>eegformer explain</code> with {html.escape(which)} "
              + ("(this run's <code>model.pt</code>)" if own else
@@ -263,10 +266,11 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
                 if settings.get("inputs") else "") + "."]
     if out_of_fold:
         parts.append(out_of_fold_html(out_of_fold, len(recordings)))
+        recordings = [row for row in recordings if row not in out_of_fold]
     if recordings is None:
         parts.append("This explain output predates the record of which recordings were the "
                      "model's training data, so that is not known here.")
-    else:
+    elif recordings:                            # those not explained out of fold
         seen = [row for row in recordings if "in_training_data:" in (row.get("warnings") or "")]
         if seen and len(seen) == len(recordings):
             every = ("The explained recording was" if len(seen) == 1 else
@@ -282,8 +286,9 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
                          "the training data of this model</b>; their explanations describe "
                          "recordings the model was fitted to.")
         else:
-            parts.append(f"None of the {len(recordings)} explained recordings was in the "
-                         "training data of this model.")
+            parts.append(f"None of the {len(recordings)} "
+                         + ("other " if out_of_fold else "") + "explained recordings was in "
+                         "the training data of this model.")
     target = settings.get("target")
     parts.append("Each recording is explained for " + (
         f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
