@@ -527,3 +527,30 @@ def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
     assert next(bundle.model.parameters()).is_cuda
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["device"] == "cuda"
+
+
+def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatch):
+    """With --n-jobs the folds train in worker processes; each fold's epochs still reach the
+    bar (one task per running fold, as in one process), and the final model's too."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from eegformer_cli import console
+    from test_scaling import TRAIN_SETTINGS, write_connectome_folder
+
+    class SeenProgress(Progress):
+        seen: list = []
+
+        def update(self, task_id, **fields):
+            SeenProgress.seen.append((self._tasks[task_id].description, fields.get("completed")))
+            super().update(task_id, **fields)
+
+    monkeypatch.setattr(console, "progress_bar", lambda transient=False: SeenProgress(
+        console=Console(file=io.StringIO(), force_terminal=True), auto_refresh=False))
+    data = write_connectome_folder(tmp_path / "prep", n_participants=12, n_segments=3)
+    run_training(data, tmp_path / "run", "diagnosis",
+                 resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)), n_jobs=2)
+    for name in ("fold r0_f0", "fold r0_f1", "final model (all participants)"):
+        assert [done for label, done in SeenProgress.seen if label == name] == [1, 2, 3], name

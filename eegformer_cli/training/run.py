@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ from eegformer_cli.atomic import (DirectoryLock, ensure_dir, remove_stale_tempor
                                   write_text)
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
-from eegformer_cli.parallel import process_pool, worker_count
+from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.training import audit, distributed, permutation, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, read_manifest
@@ -277,15 +278,16 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
         train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
         if fold_index is None and not holdout and not train_final:
             console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
-        with process_pool(min(n_workers, len(pending) + train_final)) as pool, \
-                console.progress_bar() as bar:
+        with process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool, \
+                console.progress_bar() as bar, _worker_progress(pool, bar, config.epochs) as shown:
             folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
             if pool is None:
                 trained = _folds_here(plan, pending, features, bar)
             else:  # the final model is queued behind the folds, on the first free worker
                 trained = _folds_on_workers(pool, plan, pending, features, run_dir)
-                final_job = pool.apply_async(_fit_final, (plan,)) if train_final else None
+                final_job = pool.apply_async(_final_job, (plan,)) if train_final else None
             for fold, result, model in trained:
+                shown.finished(fold.name)
                 if writer and model is not None:   # a worker saved its own
                     save_fold_model(run_dir, plan, fold, model)
                 if holdout and writer:
@@ -313,6 +315,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                         final_task, completed=record["epoch"]))
                 else:
                     fit = final_job.get()
+                    shown.finished(FINAL_NAME)
                 final_history = _write_final(run_dir, plan, fit)
             elif not holdout:
                 final_history = _final_history(run_dir)
@@ -356,10 +359,11 @@ def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
 
 def _fold_job(job: tuple) -> tuple[str, dict]:
     """One fold in a worker process: (plan, fold, features, run_dir) -> (fold name, result);
-    the fold's model file is written here."""
+    the fold's model file is written here, each epoch reported to the parent's bar."""
     plan, fold, features, run_dir = job
     with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
-        result, model = run_fold(plan, fold, features)
+        result, model = run_fold(plan, fold, features,
+                                 lambda record: report_progress((fold.name, _shown(record))))
     save_fold_model(run_dir, plan, fold, model)
     return fold.name, result
 
@@ -371,6 +375,76 @@ def save_fold_model(run_dir: Path, plan: RunPlan, fold: splits.Fold, model) -> N
     _save_model(run_dir / "folds" / f"{fold.name}.pt", model, plan,
                 recordings_of(plan.data, fold.train), "fold",
                 recordings_of(plan.data, fold.train + fold.val))
+
+
+#: The final model's name on the progress bar of a run on workers.
+FINAL_NAME = "final model (all participants)"
+
+
+def _final_job(plan: RunPlan) -> FitResult:
+    """The final model in a worker process, each epoch reported to the parent's bar."""
+    return _fit_final(plan, lambda record: report_progress((FINAL_NAME, _shown(record))))
+
+
+def _shown(record: dict) -> dict:
+    """What the progress bar shows of an epoch's history record."""
+    return {key: record.get(key) for key in ("epoch", "train_loss", "val_bac")}
+
+
+class _WorkerProgress:
+    """Each fold's epochs on the progress bar while workers train them (as ``_folds_here``
+    shows them): a thread reads ``queue`` (``(name, record)`` from the workers) and keeps one
+    task per running fold; :meth:`finished` removes a fold's task."""
+
+    def __init__(self, queue, bar, epochs: int):
+        self.queue, self.bar, self.epochs = queue, bar, epochs
+        self.tasks: dict[str, int] = {}
+        self.done: set[str] = set()
+        self.thread = threading.Thread(target=self._show, daemon=True)
+        self.thread.start()
+
+    def _show(self) -> None:
+        while (item := self.queue.get()) is not None:
+            name, record = item
+            if record is None:
+                self.done.add(name)
+                if name in self.tasks:
+                    self.bar.remove_task(self.tasks.pop(name))
+            elif name not in self.done:       # an epoch line may arrive after its fold's end
+                if name not in self.tasks:
+                    label = name if name == FINAL_NAME else f"fold {name}"
+                    self.tasks[name] = self.bar.add_task(label, total=self.epochs, status="")
+                val_bac = record.get("val_bac")
+                self.bar.update(self.tasks[name], completed=record["epoch"],
+                                status=f"loss {record.get('train_loss') or 0:.3f} val BAC "
+                                       + ("n/a" if val_bac is None else f"{val_bac:.3f}"))
+
+    def finished(self, name: str) -> None:
+        self.queue.put((name, None))
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+
+class _NoWorkers:
+    """:class:`_WorkerProgress` of a run without workers: nothing to show."""
+
+    def finished(self, name: str) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _worker_progress(pool, bar, epochs: int):
+    """A :class:`_WorkerProgress` for ``pool`` (closed on leaving), or :class:`_NoWorkers`."""
+    if pool is None:
+        yield _NoWorkers()
+        return
+    shown = _WorkerProgress(pool.progress, bar, epochs)
+    try:
+        yield shown
+    finally:
+        shown.close()
 
 
 def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
