@@ -66,8 +66,8 @@ class Explanations:
     ----------
     recordings : pandas.DataFrame
         One row per explained recording, as ``recordings.csv``: ``recording_id,
-        participant_id, predicted, target, prob_<class>...`` and the provenance columns of
-        ``predict`` (lists as lists, unknown values None).
+        participant_id, predicted, target, prob_<class>..., explained_by`` and the provenance
+        columns of ``predict`` (lists as lists, unknown values None).
     band_importance, attention, attention_diagnostics, channel_pairs : pandas.DataFrame
         The long-format tables of the files of the same names (``NAME.csv``).
     per_recording : list of RecordingExplanation
@@ -238,6 +238,11 @@ class TrainedModel:
                 max_interpolated: int | None = None, strict: bool = False,
                 out: str | os.PathLike | None = None) -> Explanations:
         """Explain each recording's prediction: the numbers ``eegformer explain`` writes.
+
+        Attributions are against the training recordings' mean connectome. A model loaded
+        from a run folder explains each of the run's own recordings with the fold models that
+        did not train on it (the mean over repeats; probabilities = its out-of-fold ones) and
+        other recordings with the final model (the ``explained_by`` column says which).
 
         Parameters
         ----------

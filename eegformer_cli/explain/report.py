@@ -367,8 +367,9 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
     if explanations_dir is None:
         _note(report, "How to add explanations",
               "No explanations: no --explanations folder was given. Run "
-              f"`eegformer explain {run_dir / 'model.pt'} "
-              "DATA --out EXPLANATIONS` and then `eegformer report "
+              f"`eegformer explain {run_dir} "
+              "DATA --out EXPLANATIONS` (the run folder: its recordings explained out of "
+              "fold) and then `eegformer report "
               f"{run_dir} --explanations EXPLANATIONS`.", section)
         return
     folder = Path(explanations_dir)
