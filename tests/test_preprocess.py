@@ -337,7 +337,8 @@ def test_a_recording_failing_now_loses_its_old_connectome(messy_folder, tmp_path
     run_preprocess(files, out, PreprocessSettings.from_preset("default"))
     assert len(list((out / "connectomes").glob("*.npz"))) == 2
     with pytest.raises(InputDataError, match="no recording could be preprocessed"):
-        run_preprocess(files, out, PreprocessSettings.from_preset("default", epoch_length=90.0))
+        run_preprocess(files, out, PreprocessSettings.from_preset("default", epoch_length=90.0),
+                       overwrite=True)
     assert list((out / "connectomes").glob("*.npz")) == []
     assert {row["status"] for row in read_manifest(out)} == {"error"}
 
