@@ -269,7 +269,9 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             atomic.remove_stale_temporaries(out_dir)
             atomic.remove_stale_temporaries(connectome_dir)
             previous_rows = _read_earlier_manifest(out_dir)
-            if not overwrite:
+            if not overwrite and any(rec.header.error is None for rec in recordings):
+                # (with no readable recording the settings are not this run's choice: the
+                # failures are said below, the folder left as it was)
                 _refuse_other_settings(out_dir, previous_rows, resolved)
             _avoid_earlier_ids(recordings, previous_rows, out_dir)
             fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
