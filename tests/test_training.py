@@ -424,14 +424,17 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert "train_config.epochs" in changed.stderr
 
 
-def test_small_classes_give_one_warning_line_and_no_python_warnings(tmp_path, capsys):
+def test_small_classes_give_one_warning_and_no_scikit_learn_warnings(tmp_path):
+    from eegformer_cli import EegformerWarning
+
     folder = make_connectome_folder(tmp_path / "p", n_participants=12)  # sex: 4 F, 8 M
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_training(folder, tmp_path / "run", "sex", tiny_config(epochs=1))
     assert [str(w.message) for w in caught if "sklearn" in w.filename] == []
-    lines = [line for line in capsys.readouterr().err.splitlines() if "lack a class" in line]
+    lines = [str(w.message) for w in caught if "lack a class" in str(w.message)]
     assert len(lines) == 1 and "'F', has 4 participants" in lines[0]
+    assert [w.category for w in caught if "lack a class" in str(w.message)] == [EegformerWarning]
 
 
 def test_reference_search_with_a_one_class_inner_split_stays_quiet():
