@@ -259,7 +259,9 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
                  "model for the others")
     parts = [f"From <code>{html.escape(str(folder))}</code>: "
              f"<code>eegformer explain</code> with {html.escape(which)} "
-             + ("(this run's <code>model.pt</code>)" if own else
+             + ("(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
+                if own and settings.get("run_dir") else
+                "(this run's <code>model.pt</code>)" if own else
                 f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
                 "classes, bands and channels)")
              + (f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
