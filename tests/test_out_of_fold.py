@@ -102,3 +102,20 @@ def test_explain_run_dir_gives_the_out_of_fold_probabilities(cv_run, tmp_path, c
     final = _rows(tmp_path / "final" / "recordings.csv")
     assert {r["explained_by"] for r in final} == {"model"}
     assert all("in_training_data" in r["warnings"] for r in final)
+
+
+def test_a_run_without_fold_models_is_explained_by_its_final_model(cv_run, tmp_path, capsys):
+    import shutil
+
+    prep, run_dir = cv_run
+    old = tmp_path / "old-run"              # as a run folder of an earlier version leaves it
+    shutil.copytree(run_dir, old)
+    for path in (old / "folds").glob("*.pt"):
+        path.unlink()
+    code, output = run_main(capsys, "explain", old, prep, "--out", tmp_path / "e", "--n-steps",
+                            "2")
+    assert code == 0, output
+    assert "keeps no model of fold(s) r0_f0, r0_f1, r0_f2, r1_f0, r1_f1 ..." in output
+    rows = _rows(tmp_path / "e" / "recordings.csv")
+    assert {r["explained_by"] for r in rows} == {"final_model"}
+    assert all("in_training_data" in r["warnings"] for r in rows)
