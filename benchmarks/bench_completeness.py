@@ -2,9 +2,10 @@
 
 For each recording of a ``preprocess`` folder (the first ``--recordings``), with a trained model
 file: the sum of the channel-pair attributions over unordered pairs (coh + wPLI) against the
-change of the explained class's refined logit from zero connectivity to the recording (mean
-over segments; the refined pass guided, as in the attributions, by the explanation of the class
-the coarse pass predicts at the recording). Reports, per number of steps, the median and the
+change of the explained class's refined logit from the reference connectome ``explain``
+attributes against (the model file's training mean connectome; ``--zero``: zero
+connectivity) to the recording (mean over segments; the refined pass guided, as in the
+attributions, by the explanation of the class the coarse pass predicts at the recording). Reports, per number of steps, the median and the
 largest relative gap ``|sum - change| / |change|`` (``DEFAULT_N_STEPS`` of
 ``explain/attributions.py`` was chosen from these) and the seconds per recording.
 
@@ -30,17 +31,21 @@ from eegformer_cli.training.model_file import load_model_file
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 
-def relative_gap(model, coh: torch.Tensor, wpli: torch.Tensor, n_steps: int) -> float:
-    """|sum of pair attributions - refined logit change| / |change| for one recording."""
+def relative_gap(model, coh: torch.Tensor, wpli: torch.Tensor, n_steps: int,
+                 reference: tuple[torch.Tensor, torch.Tensor] | None) -> float:
+    """|sum of pair attributions - refined logit change| / |change| for one recording, against
+    ``reference`` (coh, wPLI) (T, C, C) or zero connectivity (None)."""
     nan = torch.full((len(coh),), float("nan"))
+    base = ((torch.zeros_like(coh), torch.zeros_like(wpli)) if reference is None else
+            (reference[0].expand_as(coh), reference[1].expand_as(wpli)))
     with torch.no_grad():
         output = model.forward_with_details(coh, wpli, nan, nan)
         target = int(output.logits_refined.mean(dim=0).argmax())
-        at_zero = model.forward_with_details(torch.zeros_like(coh), torch.zeros_like(wpli), nan,
-                                             nan, target=output.target).logits_refined
-    change = float((output.logits_refined - at_zero)[:, target].mean())
+        at_base = model.forward_with_details(*base, nan, nan,
+                                             target=output.target).logits_refined
+    change = float((output.logits_refined - at_base)[:, target].mean())
     coh_pairs, wpli_pairs = channel_pair_attributions(model, coh, wpli, nan, nan, target,
-                                                      n_steps=n_steps)
+                                                      n_steps=n_steps, reference=reference)
     upper = np.triu_indices(coh.shape[-1], 1)
     total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())
     return abs(total - change) / abs(change)
@@ -52,19 +57,27 @@ def main() -> None:
     parser.add_argument("data", type=Path, help="a `preprocess` output folder")
     parser.add_argument("--recordings", type=int, default=20)
     parser.add_argument("--steps", default="32,64,128")
+    parser.add_argument("--zero", action="store_true",
+                        help="against zero connectivity (explain's baseline before it had a "
+                             "reference connectome)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model = load_model_file(args.model).model.eval()
+    bundle = load_model_file(args.model)
+    model = bundle.model.eval()
+    reference = None if args.zero else tuple(torch.from_numpy(bundle.reference[key])
+                                             for key in ("coh", "wpli"))
     files = sorted((args.data / "connectomes").glob("*.npz"))[:args.recordings]
     results = {"machine": machine(), "model": str(args.model), "data": str(args.data),
-               "recordings": len(files), "load_average_start": os.getloadavg(), "steps": {}}
+               "recordings": len(files),
+               "reference": "zero connectivity" if args.zero else bundle.reference["description"],
+               "load_average_start": os.getloadavg(), "steps": {}}
     for n_steps in (int(s) for s in args.steps.split(",")):
         gaps, seconds = [], []
         for path in files:
             with np.load(path) as data:
                 coh, wpli = torch.from_numpy(data["coh"]), torch.from_numpy(data["wpli"])
             start = time.perf_counter()
-            gaps.append(relative_gap(model, coh, wpli, n_steps))
+            gaps.append(relative_gap(model, coh, wpli, n_steps, reference))
             seconds.append(time.perf_counter() - start)
         results["steps"][n_steps] = {"median_gap": statistics.median(gaps),
                                      "max_gap": max(gaps),

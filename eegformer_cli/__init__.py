@@ -43,6 +43,7 @@ _PUBLIC = {
     "ModelFileError": "eegformer_cli.errors",
     "OutputError": "eegformer_cli.errors",
     "PartialFailure": "eegformer_cli.errors",
+    "EegformerWarning": "eegformer_cli.errors",
 }
 #: Public modules (imported when first used, like the names).
 _PUBLIC_MODULES = ("commands", "errors")

@@ -52,7 +52,7 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
                max_interpolated: int | None = None, bands: str | None = None,
                epoch_length: float | str | None = None, sfreq: float | None = None,
                ica: bool | None = None, n_jobs: int = 1, strict: bool = False,
-               backend: str = "local", scheduler: str | None = None):
+               backend: str = "local", scheduler: str | None = None, overwrite: bool = False):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
 
     Parameters
@@ -89,6 +89,9 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
     backend : str
         ``"local"`` or ``"dask"``; ``scheduler``: a Dask scheduler address (default: a local
         cluster of ``n_jobs`` workers).
+    overwrite : bool
+        Allow ``out`` to hold recordings preprocessed with other settings (they leave the
+        manifest); without it such a folder is refused (UsageError).
 
     Returns
     -------
@@ -115,7 +118,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
         preset, **{key: value for key, value in overrides.items() if value is not None})
     with preprocess_backend(backend, scheduler, n_jobs):
         return run_preprocess(_paths(inputs), Path(out), settings, participants=participants,
-                              recordings_table=recordings, n_jobs=n_jobs, strict=strict)
+                              recordings_table=recordings, n_jobs=n_jobs, strict=strict,
+                              overwrite=overwrite)
 
 
 #: ``train``'s settings that ``merge`` takes from the run folder instead, with their defaults.
@@ -279,7 +283,10 @@ def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLik
 
     Parameters
     ----------
-    model, inputs, device
+    model : path
+        A model file, or a run folder of ``train``: then the run's own recordings are
+        explained by the fold models that did not train on them (:func:`load_model`).
+    inputs, device
         As :func:`predict`.
     out : path
         Output folder (created): per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,

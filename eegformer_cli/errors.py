@@ -17,12 +17,22 @@ class                           code  meaning
 (interrupted)                   130   Ctrl-C / SIGINT; ``preprocess``, ``train`` and
                                       ``demo`` resume when rerun
 ==============================  ====  ==============================================
+
+Warnings (something the user should know, the work goes on) are :class:`EegformerWarning`\ s,
+issued with :func:`warnings.warn`, so Python code can filter, record or escalate them
+(``warnings.simplefilter("ignore", eegformer_cli.EegformerWarning)``); the CLI shows each as
+one ``warning: ...`` line on stderr (:func:`eegformer_cli.console.warnings_on_stderr`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+
+
+class EegformerWarning(UserWarning):
+    """A warning of eegformer: a recording outside the model's training range, one that failed
+    while the others go on, a setting that is ignored... (module docs)."""
 
 
 class EegformerError(Exception):

@@ -51,7 +51,7 @@ def read_preprocessed(data_dir: str | os.PathLike):
         ``participant_id`` (the recording id where the manifest has none, as ``train``
         counts it), ``connectome`` (the absolute path of its ``.npz``, read when needed),
         ``n_segments`` (int), ``age`` (years, NaN = unknown), ``sex`` (``"M"``, ``"F"`` or
-        None), then every other manifest column (the participants and recordings tables'
+        NaN = unknown, as age), then every other manifest column (the participants and recordings tables'
         included, e.g. the labels) as text, None for ``n/a``. ``X`` for
         :class:`XAIguiFormerClassifier`; ``y`` and ``groups`` are two of its columns.
 
@@ -79,7 +79,7 @@ def read_preprocessed(data_dir: str | os.PathLike):
                   CONNECTOME_COLUMN: data_dir / (row.get("connectome")
                                                  or f"connectomes/{row['recording_id']}.npz"),
                   "n_segments": int(float(row["n_segments"])), "age": age_value(row.get("age")),
-                  "sex": SEX_NAMES.get(sex_value(row.get("sex")))}
+                  "sex": SEX_NAMES.get(sex_value(row.get("sex"))) or math.nan}
         record.update({key: None if is_missing(value) else value for key, value in row.items()
                        if key not in record})
         table.append(record)

@@ -59,14 +59,15 @@ def leave_interrupts_to_the_parent() -> None:
 
 
 @contextlib.contextmanager
-def process_pool(n_workers: int):
+def process_pool(n_workers: int, progress: bool = False):
     """A pool of ``n_workers`` processes for ``train --n-jobs``, or None for fewer than 2.
 
     Forked on Linux (workers start with this process's imports in milliseconds; create the
     pool before a progress bar's thread exists, and draw the bar after), spawned elsewhere (no
     safe fork). Each worker runs torch on one thread, as a fold does in the parent, so the
     numbers are the same as in this process; the pool is terminated on leaving, also on
-    Ctrl-C (what the workers finished is on disk).
+    Ctrl-C (what the workers finished is on disk). With ``progress`` the pool has a queue
+    (``pool.progress``) that its workers' :func:`report_progress` messages arrive on.
     """
     if n_workers < 2:
         yield None
@@ -74,14 +75,32 @@ def process_pool(n_workers: int):
     import multiprocessing
 
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with context.Pool(n_workers, initializer=_start_training_worker) as pool:
+    # inherited by the workers; a SimpleQueue writes each message before put returns, so a
+    # worker's messages precede whatever the parent sends after the worker's result
+    queue = context.SimpleQueue() if progress else None
+    with context.Pool(n_workers, initializer=_start_training_worker, initargs=(queue,)) as pool:
+        pool.progress = queue
         yield pool
 
 
-def _start_training_worker() -> None:
-    """Worker process start: Ctrl-C left to the parent, torch on one thread."""
+#: In a worker of :func:`process_pool`: where :func:`report_progress` puts its messages.
+_progress_queue = None
+
+
+def report_progress(message) -> None:
+    """Send ``message`` (picklable) to the parent's ``pool.progress`` queue, from a worker
+    started with one; nothing elsewhere."""
+    if _progress_queue is not None:
+        _progress_queue.put(message)
+
+
+def _start_training_worker(queue=None) -> None:
+    """Worker process start: Ctrl-C left to the parent, torch on one thread, the progress
+    queue kept for :func:`report_progress`."""
+    global _progress_queue
     import torch  # here: preprocess imports this module without needing torch
 
+    _progress_queue = queue
     leave_interrupts_to_the_parent()
     torch.set_num_threads(1)
 

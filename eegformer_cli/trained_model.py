@@ -32,7 +32,8 @@ def load_model(path: str | os.PathLike, device: str = "auto",
     Parameters
     ----------
     path : str | os.PathLike
-        The model file.
+        The model file, or a run folder (its ``model.pt``; then :meth:`TrainedModel.explain`
+        explains the run's own recordings with the fold models that did not train on them).
     device : str
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
     precision : str
@@ -61,9 +62,12 @@ def load_model(path: str | os.PathLike, device: str = "auto",
 
     torch_device = resolve_device(device)
     check_choice("--precision", precision, PRECISIONS)   # before the model file is read
-    bundle = load_model_file(path, torch_device)
+    run_dir = Path(path) if Path(path).is_dir() else None
+    model_file = Path(path) / "model.pt" if run_dir is not None else path
+    bundle = load_model_file(model_file, torch_device)
     preset = bundle.train_config.get("preset", "default")
-    return TrainedModel(bundle, torch_device, resolve_precision(precision, torch_device, preset))
+    return TrainedModel(bundle, torch_device, resolve_precision(precision, torch_device, preset),
+                        run_dir)
 
 
 @dataclass
@@ -74,8 +78,8 @@ class Explanations:
     ----------
     recordings : pandas.DataFrame
         One row per explained recording, as ``recordings.csv``: ``recording_id,
-        participant_id, predicted, target, prob_<class>...`` and the provenance columns of
-        ``predict`` (lists as lists, unknown values None).
+        participant_id, predicted, target, prob_<class>..., explained_by`` and the provenance
+        columns of ``predict`` (lists as lists, unknown values None).
     band_importance, attention, attention_diagnostics, channel_pairs : pandas.DataFrame
         The long-format tables of the files of the same names (``NAME.csv``).
     per_recording : list of RecordingExplanation
@@ -110,9 +114,11 @@ class TrainedModel:
     training_data : dict | None
         What it was trained on (participants, signal hashes, ranges of age, sex, sampling rate
         and length), None for model files written before eegformer kept it.
+    run_dir : pathlib.Path | None
+        The run folder it was loaded from (None: loaded from a model file).
     """
 
-    def __init__(self, bundle, device, precision: str = "float32"):
+    def __init__(self, bundle, device, precision: str = "float32", run_dir: Path | None = None):
         from eegformer_cli.preprocess.settings import PreprocessSettings
 
         self._bundle = bundle
@@ -124,6 +130,7 @@ class TrainedModel:
         self.bands = list(bundle.bands)
         self.preprocess_settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
         self.training_data = bundle.training_data
+        self.run_dir = run_dir
 
     def __repr__(self) -> str:
         return (f"<TrainedModel {self.path}: classes {', '.join(self.classes)}; "
@@ -245,6 +252,11 @@ class TrainedModel:
                 out: str | os.PathLike | None = None) -> Explanations:
         """Explain each recording's prediction: the numbers ``eegformer explain`` writes.
 
+        Attributions are against the training recordings' mean connectome. A model loaded
+        from a run folder explains each of the run's own recordings with the fold models that
+        did not train on it (the mean over repeats; probabilities = its out-of-fold ones) and
+        other recordings with the final model (the ``explained_by`` column says which).
+
         Parameters
         ----------
         raw_or_paths, age, sex, participants, max_interpolated, strict
@@ -288,10 +300,11 @@ class TrainedModel:
             out = ensure_dir(Path(out))
             settings = {"model": str(self.path), "target": target, "method": method,
                         "n_steps": n_steps, "all_heads": all_heads, "device": str(self._device),
-                        "band_importance": "DeepLIFT (model layer 0), mean over segments, "
-                                           "abs-sum 1",
-                        "baseline": "zero connectivity", "inputs": [_described(e) for e in given],
-                        "model_trained_on": self._bundle.trained_on}
+                        "band_importance": "channel-pair attributions summed per band, abs-sum 1",
+                        "baseline": self._bundle.reference["description"],
+                        "inputs": [_described(e) for e in given],
+                        "model_trained_on": self._bundle.trained_on,
+                        "run_dir": None if self.run_dir is None else str(self.run_dir)}
             earlier = export.earlier_recordings(out)
         result, failures, warned = self._explain(items, target, method, n_steps, all_heads,
                                                  strict, out, settings)
@@ -319,9 +332,13 @@ class TrainedModel:
         from eegformer_cli import provenance
         from eegformer_cli.devices import seed_everything
         from eegformer_cli.explain import attributions, export
+        from eegformer_cli.explain.out_of_fold import OutOfFoldModels
 
         self._note_unchecked(strict)
         bundle = self._bundle
+        chooser = None if self.run_dir is None else OutOfFoldModels(self.run_dir, bundle,
+                                                                    self._device)
+        own = [(bundle.model, (bundle.reference["coh"], bundle.reference["wpli"]))]
         seed_everything(EXPLAIN_SEED)
         explanations, provenance_rows, failures = [], [], []
         warning_lines = _WarningLines()
@@ -330,11 +347,17 @@ class TrainedModel:
             for item in items:                  # a raw recording is preprocessed here
                 bar.update(task, status=item.recording_id)
                 if item.error is None:
-                    explanation = attributions.explain_recording(
-                        bundle.model, item.coh, item.wpli, item.age, item.sex,
+                    models, explained_by = (own, "model") if chooser is None else \
+                        chooser.models_for(item)
+                    if explained_by.startswith("out_of_fold"):  # the prediction is honest
+                        item.warnings = [w for w in item.warnings
+                                         if not w.startswith("in_training_data:")]
+                    explanation = attributions.explain_with_models(
+                        models, item.coh, item.wpli, item.age, item.sex,
                         bundle.label_names, recording_id=item.recording_id,
                         participant_id=item.participant_id, target=target, method=method,
                         n_steps=n_steps, all_heads=all_heads, device=self._device)
+                    explanation.explained_by = explained_by
                     warning_lines.print(item.recording_id, item.warnings)
                     provenance_rows.append({"recording_id": item.recording_id,
                                             **provenance.row_fields(item)})

@@ -32,3 +32,14 @@ def eegmat_dir() -> Path:
 @pytest.fixture
 def fixtures_dir() -> Path:
     return shared_dataset("reader-fixtures")
+
+
+@pytest.fixture(autouse=True)
+def package_warnings_on_stderr():
+    """eegformer's warnings (``warnings.warn`` with EegformerWarning) as the CLI shows them, one
+    ``warning: ...`` line on stderr, for the Python API calls of every test too (a test that
+    checks the warnings themselves uses ``pytest.warns``, which records them instead)."""
+    from eegformer_cli.console import warnings_on_stderr
+
+    with warnings_on_stderr():
+        yield

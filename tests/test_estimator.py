@@ -151,3 +151,24 @@ def test_bad_input_is_named(prep):
         estimator.fit(X, ["healthy"] * len(X))
     with pytest.raises(InputDataError, match=r"y has shape \(3,\)"):
         estimator.fit(X, y[:3])
+
+
+def test_read_preprocessed_gives_nan_for_every_missing_demographic(tmp_path):
+    from test_scaling import write_connectome_folder
+
+    folder = write_connectome_folder(tmp_path / "prep", n_participants=8, n_segments=2)
+    manifest = folder / "manifest.tsv"
+    lines = manifest.read_text().splitlines()
+    columns = lines[0].split("\t")
+    cells = lines[2].split("\t")
+    cells[columns.index("age")] = cells[columns.index("sex")] = "n/a"
+    lines[2] = "\t".join(cells)
+    manifest.write_text("\n".join(lines) + "\n")
+    X = read_preprocessed(folder)
+    assert X["sex"].tolist()[2:4] == ["M", "F"] and X["age"].tolist()[:3:2] == [20.0, 26.0]
+    assert np.isnan(X["age"][1]) and isinstance(X["sex"][1], float) and np.isnan(X["sex"][1])
+    assert X[["age", "sex"]].isna().sum().tolist() == [1, 1]
+    # the estimator reads NaN as unknown, as the model does
+    fitted = XAIguiFormerClassifier(config=TINY, epochs=1, device="cpu").fit(
+        X, X["diagnosis"].to_numpy())
+    assert fitted.predict_proba(X).shape == (8, 2)

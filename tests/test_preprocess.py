@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import mne
@@ -20,7 +21,7 @@ from conftest import shared_dataset
 from eegformer_cli.atomic import DirectoryLock
 from eegformer_cli.cli.app import main
 from eegformer_cli.connectivity.bands import BAND_PRESETS
-from eegformer_cli.errors import InputDataError, OutputError, PartialFailure
+from eegformer_cli.errors import InputDataError, OutputError, PartialFailure, UsageError
 from eegformer_cli.preprocess import (PreprocessSettings, load_connectome, process_recording,
                                       run_preprocess)
 from eegformer_cli.recordings.channels import STANDARD_1020
@@ -226,7 +227,12 @@ def test_each_broken_recording_gets_its_one_line_reason(messy_folder, tmp_path, 
     assert rows["good1"]["status"] == rows["good2"]["status"] == "ok"
     assert rows["good1"]["age"] == "30" and rows["good1"]["sex"] == "F"
     assert rows["good2"]["age"] == "n/a"
-    assert "6 recordings have no row" in capsys.readouterr().err  # all but good1
+    err = capsys.readouterr().err
+    assert "6 recordings have no row" in err  # all but good1
+    # the first three failures named on stderr with their reason, then how many more
+    named = [line for line in err.splitlines() if " failed: " in line]
+    assert len(named) == 3 and all(line.startswith("warning: ") for line in named)
+    assert "warning: 2 more recording(s) failed; every error is in " in err
     for recording_id, fragment in EXPECTED_ERRORS.items():
         row = rows[recording_id]
         assert row["status"] == "error" and fragment in row["error"], row["error"]
@@ -247,7 +253,7 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     run_preprocess(files, out, PreprocessSettings.from_preset("default"))
     first = load_connectome(out / "connectomes" / "good1.npz")
     theta_only = PreprocessSettings.from_preset("default", bands=BAND_PRESETS["default"][1:2])
-    summary = run_preprocess(files, out, theta_only)
+    summary = run_preprocess(files, out, theta_only, overwrite=True)
     assert summary.n_skipped == 0
     second = load_connectome(out / "connectomes" / "good1.npz")
     assert second.bands == ["theta"] and second.coh.shape[1] == 1
@@ -278,9 +284,17 @@ def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder,
     assert "keeps 1 recordings of earlier runs" in capsys.readouterr().err
     inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
     assert [Path(name).name for name in inputs] == ["good1.edf", "good2.edf"]
-    # other settings: the earlier row is left out (never a manifest of mixed settings), its file stays
-    run_preprocess([messy_folder / "good2.edf"], out,
-                   dataclasses.replace(settings, bands=BAND_PRESETS["default"][1:2]))
+    # other settings: refused, naming what differs, the folder untouched
+    theta = dataclasses.replace(settings, bands=BAND_PRESETS["default"][1:2])
+    before = (out / "manifest.tsv").read_text()
+    with pytest.raises(UsageError, match=r"holds 2 recordings preprocessed with other settings "
+                                         r"\(different: bands\)") as refused:
+        run_preprocess([messy_folder / "good2.edf"], out, theta)
+    assert "--overwrite" in refused.value.one_line()
+    assert (out / "manifest.tsv").read_text() == before
+    # with overwrite the earlier row is left out (never a manifest of mixed settings), its
+    # file stays
+    run_preprocess([messy_folder / "good2.edf"], out, theta, overwrite=True)
     assert [row["recording_id"] for row in read_manifest(out)] == ["good2"]
     assert "1 rows of earlier runs" in capsys.readouterr().err
     assert (out / "connectomes" / "good1.npz").is_file()
@@ -323,7 +337,8 @@ def test_a_recording_failing_now_loses_its_old_connectome(messy_folder, tmp_path
     run_preprocess(files, out, PreprocessSettings.from_preset("default"))
     assert len(list((out / "connectomes").glob("*.npz"))) == 2
     with pytest.raises(InputDataError, match="no recording could be preprocessed"):
-        run_preprocess(files, out, PreprocessSettings.from_preset("default", epoch_length=90.0))
+        run_preprocess(files, out, PreprocessSettings.from_preset("default", epoch_length=90.0),
+                       overwrite=True)
     assert list((out / "connectomes").glob("*.npz")) == []
     assert {row["status"] for row in read_manifest(out)} == {"error"}
 
@@ -465,3 +480,19 @@ def test_table_columns_named_like_manifest_columns_are_warned_about(tmp_path, ca
     manifest = (tmp_path / "prep" / "manifest.tsv").read_text().splitlines()
     rows = list(csv.DictReader(manifest, delimiter="\t"))
     assert [row["status"] for row in rows] == ["ok", "ok"]
+
+
+def test_warnings_are_python_warnings_of_the_package_class(messy_folder, tmp_path, capsys):
+    from eegformer_cli import EegformerWarning
+
+    files = [messy_folder / "good1.edf", messy_folder / "short.edf"]
+    with pytest.warns(EegformerWarning) as caught:
+        run_preprocess(files, tmp_path / "a", PreprocessSettings.from_preset("default"))
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("short failed: ") and "too short" in m for m in messages), messages
+    assert all(issubclass(w.category, UserWarning) for w in caught)
+    capsys.readouterr()
+    with warnings.catch_warnings():                # a script can silence them
+        warnings.simplefilter("ignore", EegformerWarning)
+        run_preprocess(files, tmp_path / "b", PreprocessSettings.from_preset("default"))
+    assert "warning:" not in capsys.readouterr().err

@@ -49,7 +49,7 @@ SIGNATURES = {
     "commands.preprocess": "(inputs, out, *, participants=None, recordings=None, "
                            "preset='default', channels=None, max_interpolated=None, bands=None, "
                            "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
-                           "backend='local', scheduler=None)",
+                           "backend='local', scheduler=None, overwrite=False)",
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
                       "config=None, cv=None, repeats=None, holdout=None, splits=None, "
                       "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
@@ -88,7 +88,7 @@ def resolve(dotted: str):
 
 def test_every_public_name_imports_with_its_signature_and_a_numpydoc_docstring():
     assert sorted(eegformer_cli.__all__) == sorted(
-        {"__version__", "commands", "errors", *CLASSES, *EXCEPTIONS,
+        {"__version__", "commands", "errors", "EegformerWarning", *CLASSES, *EXCEPTIONS,
          *{name.split(".")[0] for name in SIGNATURES}})
     for name in eegformer_cli.__all__:
         assert getattr(eegformer_cli, name) is not None

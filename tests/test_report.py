@@ -25,7 +25,7 @@ from test_explain import build_sample_run, run_main
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-# figures: confusion matrix, ROC/PR, training curves, band importance, connectivity circle,
+# figures: confusion matrix, ROC/PR, training curves, band importance, channel pairs on the head,
 # one attention figure per explained class (at least one)
 MIN_FIGURES = 6
 
@@ -121,13 +121,13 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
     # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
     # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
     from eegformer_cli.explain.report_figures import (band_importance_figure,
-                                                      connectivity_circle_figure)
+                                                      connectivity_head_figure)
     rng = np.random.default_rng(0)
     pairs = rng.normal(size=(2, 4, 6, 6))
     figures = [confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),
                band_importance_figure(rng.normal(size=(2, 9)), ["x", "y"], list("abcdefghi")),
-               connectivity_circle_figure(pairs + pairs.transpose(0, 1, 3, 2), ["x", "y"], bands,
-                                          ["Fp1", "Fp2", "C3", "C4", "O1", "O2"])]
+               connectivity_head_figure(pairs + pairs.transpose(0, 1, 3, 2), ["x", "y"], bands,
+                                        ["Fp1", "Fp2", "C3", "C4", "O1", "O2"])]
     for fig in figures:
         pixels = fig.get_size_inches() * fig.dpi
         assert (pixels == np.round(pixels)).all(), pixels
@@ -205,6 +205,12 @@ window.addEventListener('load', () => setTimeout(() => {
       i => i.complete && i.naturalWidth > 0).length);
   b.setAttribute('data-badges', [...document.querySelectorAll('.badge')].filter(
       e => e.offsetParent !== null).length);
+  const pairItem = [...document.querySelectorAll('.accordion-item')].find(
+      e => e.textContent.includes('Strongest channel-pair attributions'));
+  const pairImage = pairItem && pairItem.querySelector('img');
+  b.setAttribute('data-head-figure', !!(pairImage && pairImage.complete
+      && pairImage.naturalWidth > 0 && pairItem.textContent.includes('montage positions')
+      && pairItem.textContent.includes('colour bar')));
   const filter = document.getElementById('filter-by-tags-dropdown-menu');
   b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
   const heads = [...document.querySelectorAll('.bootstrap-table thead th')];
@@ -234,10 +240,11 @@ window.addEventListener('load', () => setTimeout(() => {
     assert attribute("badges") == "0" and attribute("filter-shown") == "false"
     assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
     assert attribute("sorted") == "true"
+    assert attribute("head-figure") == "true"    # channel pairs on the head, with colour bars
     for text in ("Which run this is", "participant-wise 3-fold cross-validation",
                  "positive class for AUROC and AUC-PR", "What these numbers mean",
                  "is chance (2 classes)", "Per-recording out-of-fold predictions",
-                 "All 24 explained recordings were in the training data of this model"):
+                 "Every explained recording was explained out of fold"):
         assert text in dom.stdout, text
     # no tag badge anywhere (MNE writes a tag as a badge holding its name)
     assert not re.search(r"badge[^>]*>\s*custom-", dom.stdout)
@@ -253,3 +260,34 @@ window.addEventListener('load', () => setTimeout(() => {
     # figures are drawn in many colours, not just text: count distinct colours
     rgb = (pixels * 255).astype(np.int32)
     assert len(np.unique(rgb[..., 0] << 16 | rgb[..., 1] << 8 | rgb[..., 2])) > 200
+
+
+def test_channel_pairs_on_the_head_and_band_importance_title_fit():
+    from eegformer_cli.explain.report_figures import (band_importance_figure,
+                                                      connectivity_head_figure)
+    channels = ["Fp1", "Fp2", "F3", "F4", "C3", "C4", "P3", "P4", "O1", "O2"]
+    pairs = np.zeros((2, 3, 10, 10))
+    pairs[0, 1, 2, 4] = pairs[0, 1, 4, 2] = 2.0          # class x: F3-C3 in band b, raises
+    pairs[0, 0, 3, 5] = pairs[0, 0, 5, 3] = -0.5
+    pairs[1, 2, 3, 9] = pairs[1, 2, 9, 3] = -0.02        # class y: F4-O2 in band c, lowers
+    fig = connectivity_head_figure(pairs, ["x", "y"], ["a", "b", "c"], channels)
+    heads, bars = fig.axes[:2], fig.axes[2:]
+    assert len(bars) == 2                                 # a colour bar per class, with values
+    assert [b.get_xlim() for b in bars] == [pytest.approx((-2.0, 2.0)),
+                                            pytest.approx((-0.02, 0.02))]
+    assert "x: strongest pair, b" in heads[0].get_title()
+    assert "y: strongest pair, c" in heads[1].get_title()
+    positions = dict(zip(channels, heads[0].collections[0].get_offsets()))
+    assert positions["F3"][0] < 0 < positions["F4"][0]    # left hemisphere on the left
+    assert positions["Fp1"][1] > positions["C3"][1] > positions["O1"][1]   # nose up
+    line = heads[0].collections[-1]
+    assert len(line.get_segments()) == 1
+    np.testing.assert_allclose(line.get_segments()[-1], [positions["F3"], positions["C3"]])
+
+    fig = band_importance_figure(np.array([[0.5, -0.5, 0.0]]), ["x"], ["a", "b", "c"],
+                                 "the training recordings' mean connectome")
+    fig.canvas.draw()
+    title = fig.axes[0].title
+    box = title.get_window_extent()
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+    assert "lowers it" in title.get_text() and "mean connectome" in title.get_text()

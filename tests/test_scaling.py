@@ -254,7 +254,7 @@ def test_torchrun_two_gloo_processes_match_one_process(connectome_dir, single_ru
     assert result.stderr.count("fold r0_f1: BAC") == 1  # rank 1 logs nothing
     assert json.loads(result.stdout)["n_folds"] == 2  # one summary, from rank 0
     assert sorted(p.name for p in (run_dir / "folds").iterdir()) == [
-        "final.json", "r0_f0.json", "r0_f1.json"]
+        "final.json", "r0_f0.json", "r0_f0.pt", "r0_f1.json", "r0_f1.pt"]
 
 
 @pytest.mark.cuda

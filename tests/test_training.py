@@ -424,14 +424,17 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert "train_config.epochs" in changed.stderr
 
 
-def test_small_classes_give_one_warning_line_and_no_python_warnings(tmp_path, capsys):
+def test_small_classes_give_one_warning_and_no_scikit_learn_warnings(tmp_path):
+    from eegformer_cli import EegformerWarning
+
     folder = make_connectome_folder(tmp_path / "p", n_participants=12)  # sex: 4 F, 8 M
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_training(folder, tmp_path / "run", "sex", tiny_config(epochs=1))
     assert [str(w.message) for w in caught if "sklearn" in w.filename] == []
-    lines = [line for line in capsys.readouterr().err.splitlines() if "lack a class" in line]
+    lines = [str(w.message) for w in caught if "lack a class" in str(w.message)]
     assert len(lines) == 1 and "'F', has 4 participants" in lines[0]
+    assert [w.category for w in caught if "lack a class" in str(w.message)] == [EegformerWarning]
 
 
 def test_reference_search_with_a_one_class_inner_split_stays_quiet():
@@ -528,3 +531,30 @@ def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["device"] == "cuda"
     assert config["precision"] == ("bfloat16" if torch.cuda.is_bf16_supported() else "float16")
+
+
+def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatch):
+    """With --n-jobs the folds train in worker processes; each fold's epochs still reach the
+    bar (one task per running fold, as in one process), and the final model's too."""
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from eegformer_cli import console
+    from test_scaling import TRAIN_SETTINGS, write_connectome_folder
+
+    class SeenProgress(Progress):
+        seen: list = []
+
+        def update(self, task_id, **fields):
+            SeenProgress.seen.append((self._tasks[task_id].description, fields.get("completed")))
+            super().update(task_id, **fields)
+
+    monkeypatch.setattr(console, "progress_bar", lambda transient=False: SeenProgress(
+        console=Console(file=io.StringIO(), force_terminal=True), auto_refresh=False))
+    data = write_connectome_folder(tmp_path / "prep", n_participants=12, n_segments=3)
+    run_training(data, tmp_path / "run", "diagnosis",
+                 resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)), n_jobs=2)
+    for name in ("fold r0_f0", "fold r0_f1", "final model (all participants)"):
+        assert [done for label, done in SeenProgress.seen if label == name] == [1, 2, 3], name

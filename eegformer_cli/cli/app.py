@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperOption
 
 import eegformer_cli
+from eegformer_cli import console
 from eegformer_cli.errors import EegformerError
 
 #: Commands that an interrupted run resumes when given again (they keep finished work).
@@ -88,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     stdout = sys.stdout
     try:
-        result = app(args=args, prog_name="eegformer", standalone_mode=False)
+        with console.warnings_on_stderr():
+            result = app(args=args, prog_name="eegformer", standalone_mode=False)
     except SystemExit:
         # Click answers a broken stdout pipe by swapping sys.stdout for a quiet wrapper and
         # exiting 1, which would read as an internal error

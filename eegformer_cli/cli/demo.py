@@ -79,7 +79,8 @@ def demo(
     _run(app, ["predict", str(run / "model.pt"), str(data / "eeg"),
                "--participants", str(data / "participants.tsv"), "--format", "csv"],
          stdout_file=predictions)
-    _run(app, ["explain", str(run / "model.pt"), str(prep), "--out", str(explanations)])
+    # the run folder: each recording explained by the fold model that did not train on it
+    _run(app, ["explain", str(run), str(prep), "--out", str(explanations)])
     _run(app, ["report", str(run), "--explanations", str(explanations), "--out", str(report)])
     console.log("\n[bold green]Demo finished.[/bold green] Outputs:")
     for what, path in (("connectomes + manifest", prep / "manifest.tsv"),

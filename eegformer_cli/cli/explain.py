@@ -11,7 +11,10 @@ from eegformer_cli.cli.arguments import expand_stdin
 
 
 def explain(
-    model: Path = typer.Argument(..., metavar="MODEL", help="A model.pt written by `eegformer train`."),
+    model: Path = typer.Argument(..., metavar="MODEL|RUN_DIR",
+                                 help="A model.pt written by `eegformer train`, or its run "
+                                      "folder (the run's own recordings are then explained "
+                                      "out of fold)."),
     inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
                                         help="Recordings (files or folders) or preprocess output "
                                              "folders; - reads paths from standard input, one "
@@ -39,12 +42,20 @@ def explain(
     """Explain a trained model's predictions: band importance, attention and channel pairs.
 
     For each recording (raw, preprocessed with the model's settings, or from a preprocess
-    output folder, as in `predict`): the signed importance of each frequency band from the
-    model's own DeepLIFT explanation (absolute values sum to 1), the coarse and refined
-    attention per layer with what it does (entropy, share of the residual stream, explanation
-    against the rest, logit change when replaced by a uniform mean or the identity), and a
-    captum attribution of the explained class's logit to every band x channel-pair
-    connectivity value. Writes per recording ID.npz and ID.json (ID: the recording id), the
+    output folder, as in `predict`): a captum attribution of the explained class's logit to
+    every band x channel-pair connectivity value against the training recordings' mean
+    connectome (positive: raises the logit compared with the typical training recording),
+    the signed importance of each frequency band (those attributions summed per band,
+    absolute values sum to 1), and the coarse and refined attention per layer with what it
+    does (entropy, share of the residual stream, explanation against the rest, logit change
+    when replaced by a uniform mean or the identity).
+
+    Given RUN_DIR instead of a model file, each recording the run trained on is explained by
+    the fold model(s) that did not train on it (RUN_DIR/folds/*.pt; with repeats, the mean
+    over them), so its probabilities are its out-of-fold ones; other recordings by
+    RUN_DIR/model.pt (recordings.csv's explained_by column says which).
+
+    Writes per recording ID.npz and ID.json (ID: the recording id), the
     long-format tables band_importance.csv, attention.csv, attention_diagnostics.csv and
     channel_pairs.csv, class_summary.json/.npz (means per explained class), and recordings.csv:
     one row per recording with its prediction, provenance and warnings, as `predict` prints
@@ -55,6 +66,8 @@ def explain(
     Example:
 
         eegformer explain run/model.pt prep --out explanations --target depression
+
+        eegformer explain run prep --out explanations
 
         ls recordings/*.edf | eegformer explain run/model.pt - --out explanations
 

@@ -42,6 +42,9 @@ def preprocess(
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Recordings processed in parallel "
                                                          "(-1: all cores)."),
     strict: bool = typer.Option(False, help="Exit with code 6 if any recording fails."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="OUT may hold recordings preprocessed with other settings: "
+                                   "they leave the manifest \\[default: off: refused]."),
     backend: str = typer.Option(
         "local", help="Where recordings run: local (--n-jobs processes here) or dask (a Dask "
                       "cluster; needs `pip install eegformer-cli\\[dask]`)."),
@@ -57,7 +60,8 @@ def preprocess(
     and wPLI per band and segment (mne-connectivity's spectral_connectivity_epochs estimator).
     Writes OUT/connectomes/RECORDING_ID.npz, OUT/manifest.tsv (one row per recording, status ok or
     error) and OUT/preprocess.json. A failed recording gets a one-line error in the manifest
-    and the others go on; a rerun skips recordings already done with the same settings.
+    and the others go on (the first three named on stderr); a rerun skips recordings already
+    done with the same settings, and a folder made with other settings needs --overwrite.
 
     Example:
 
@@ -65,14 +69,15 @@ def preprocess(
 
         eegformer preprocess archive/ --out prep --backend dask --scheduler tcp://10.0.0.5:8786
 
-    Exit codes: 0 done (failures listed in the manifest), 3 no usable recording,
+    Exit codes: 0 done (failures listed in the manifest), 2 OUT holds other settings (without
+    --overwrite), 3 no usable recording,
     5 OUT locked or not writable, 6 a recording failed and --strict was given.
     """
     summary = commands.preprocess(
         inputs, out, participants=participants, recordings=recordings, preset=preset,
         channels=channels, max_interpolated=max_interpolated, bands=bands,
         epoch_length=epoch_length, sfreq=sfreq, ica=ica, n_jobs=n_jobs, strict=strict,
-        backend=backend, scheduler=scheduler)
+        backend=backend, scheduler=scheduler, overwrite=overwrite)
     console.log(f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
                 f"({summary.n_skipped} already done) of {summary.n_recordings} recordings")
     console.log(f"connectomes: {summary.out_dir / 'connectomes'}")

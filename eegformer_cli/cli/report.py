@@ -20,7 +20,7 @@ def report(
     Sections: dataset (recordings, participants, classes, age and sex, preprocessing
     failures), cross-validation metrics of every model, confusion matrix, ROC and
     precision-recall curves, training curves per fold, and with --explanations the band
-    importance per class, the strongest channel pairs on a connectivity circle and coarse
+    importance per class, the strongest channel pairs on the head and coarse
     versus refined attention. Prints the file's path on stdout.
 
     Example:

@@ -2,13 +2,29 @@
 
 For one recording (all its segments, float32 (S, T, C, C) coh and wPLI, T bands, C channels):
 
+Every attribution is against a **reference connectome** the reader can name: the mean
+connectome of the model's training recordings (``model_file.reference_connectome``; zero
+connectivity only for a model file that stores none). So a positive value means "this raises
+the explained class's logit compared with the typical training recording", a negative one
+"lowers it". Only what ``explain`` reports is measured this way: the explanation that guides
+the refined pass (the model's own DeepLIFT against a zero token) is the model's and unchanged.
+
+channel-pair attributions
+    A captum attribution (:data:`CAPTUM_METHODS`; Integrated Gradients by default, the
+    reference connectome as baseline, ``n_steps`` Gauss-Legendre steps) of the explained
+    class's refined logit with respect to the raw coh and wPLI inputs, (S, T, C, C) each.
+    Combined: ``pair[t, i, j] = coh[t, i, j] + coh[t, j, i] + wpli[t, i, j] + wpli[t, j, i]``,
+    the total contribution of pair {i, j} in band t (logit units), averaged over segments ->
+    (T, C, C), symmetric with a zero diagonal. Each unordered pair is stored in both entries,
+    so the sum over i < j (not the whole matrix) is the total; for Integrated Gradients that
+    total is close to ``logit(x) - logit(reference)`` (completeness). ``coh_pairs`` and
+    ``wpli_pairs`` keep the two measures apart (same combination of the two entries).
 band importance
-    The model's own explanation (reference section 4.4): layer 0 of
-    ``forward_with_details(...).explanations`` is the DeepLIFT attribution of the explained
-    class's coarse logit to each band token, (S, T, d). Summed over the embedding dimension d
-    -> (S, T) signed; averaged over segments -> (T,); then divided by the sum of its absolute
-    values. So the values are signed (positive = the band pushes towards the class) and
-    **their absolute values sum to 1** (all zeros when the raw attribution is exactly zero).
+    The channel-pair attributions summed over the pairs of each band (i < j): (T,) signed,
+    how much each band's connectivity moves the logit away from the reference's; then divided
+    by the sum of its absolute values, so **their absolute values sum to 1** (all zeros when
+    every attribution is exactly zero). With Integrated Gradients the undivided values add up
+    to the logit's change from the reference.
 attention
     Softmax attention weights of the coarse and refined passes, per layer: (L, T, T) (mean over
     heads and segments; ``all_heads`` keeps (L, H, T, T)). Each row sums to 1 (query band ->
@@ -17,16 +33,6 @@ attention
     does (model/diagnostics.py: entropy, residual share, explanation against qkv bias, the
     logit change when it is replaced by a uniform mean or the identity), per pass and layer,
     means over the recording's segments.
-channel-pair attributions
-    A captum attribution (:data:`CAPTUM_METHODS`; Integrated Gradients by default, zero
-    connectivity as baseline, ``n_steps`` Gauss-Legendre steps) of the explained class's
-    refined logit with respect to the raw coh and wPLI inputs, (S, T, C, C) each. Combined:
-    ``pair[t, i, j] = coh[t, i, j] + coh[t, j, i] + wpli[t, i, j] + wpli[t, j, i]``, the total
-    contribution of pair {i, j} in band t (logit units), averaged over segments -> (T, C, C),
-    symmetric with a zero diagonal. Each unordered pair is stored in both entries, so the sum
-    over i < j (not the whole matrix) is the total; for Integrated Gradients that total is
-    close to ``logit(x) - logit(zero connectivity)`` (completeness). ``coh_pairs`` and
-    ``wpli_pairs`` keep the two measures apart (same combination of the two entries).
 
 The explained class is ``target`` when given, else the recording's predicted class (argmax of
 the segment-mean refined logits, as ``predict`` reports). The model itself always runs as in
@@ -46,18 +52,18 @@ from torch import Tensor
 
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.model.diagnostics import explicit_attention, recording_diagnostics
+from eegformer_cli.model.diagnostics import (explicit_attention, mean_diagnostics,
+                                             recording_diagnostics)
 from eegformer_cli.model.explanation import differentiable_explanations
 
 #: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
 #: Default number of Integrated Gradients steps (and Gradient SHAP samples). The completeness
-#: gap |sum(attr) - (logit(x) - logit(0))| / |logit(x) - logit(0)|, measured over 20 msu
-#: recordings with a default model (band-share guidance, whose refined attention follows the
-#: explanation): median 1.0 % / worst 9.8 % at 32 steps, 0.6 % / 5.2 % at 64, 0.2 % / 1.1 % at
-#: 128 (the earlier default, whose refined pass ignored the explanation: 0.3 % at 32). 128
-#: steps cost 0.22 s for a 60 s recording (4 segments) on this project's CPU
-#: (docs/benchmarks.md).
+#: gap |sum(attr) - (logit(x) - logit(reference))| / |logit(x) - logit(reference)| over 20 msu
+#: recordings, against the training mean connectome (a default model): median 0.37 % / worst
+#: 3.2 % at 32 steps, 0.17 % / 1.0 % at 64, 0.08 % / 0.8 % at 128 (against zero connectivity,
+#: the earlier baseline: 0.20 % / 1.1 % at 128). 128 steps cost about 0.5 s for a 60 s
+#: recording on this project's loaded 2-core CPU (docs/benchmarks.md).
 DEFAULT_N_STEPS = 128
 #: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
 ROWS_PER_FORWARD = 512
@@ -67,12 +73,15 @@ ROWS_PER_FORWARD = 512
 class RecordingExplanation:
     """All explanations of one recording.
 
-    ``probabilities`` float64 (K,) softmax of the segment-mean refined logits; ``predicted`` and
-    ``target`` class names (target = the explained class); ``band_importance`` float64 (T,)
-    signed, abs-sum 1; ``attention_coarse`` / ``attention_refined`` float64 (L, T, T) or
+    ``probabilities`` float64 (K,) softmax of the segment-mean refined logits (the mean over the
+    models when several explain it, :func:`mean_explanation`); ``predicted`` and ``target``
+    class names (target = the explained class); ``band_importance`` float64 (T,) signed,
+    abs-sum 1; ``attention_coarse`` / ``attention_refined`` float64 (L, T, T) or
     (L, H, T, T); ``channel_pairs``, ``coh_pairs``, ``wpli_pairs`` float64 (T, C, C) symmetric,
     logit units; ``n_segments`` S; ``attention_diagnostics`` the recording's summary from
-    :func:`~eegformer_cli.model.diagnostics.recording_diagnostics`.
+    :func:`~eegformer_cli.model.diagnostics.recording_diagnostics`; ``explained_by`` which
+    model(s): ``"model"`` (the model file given), ``"final_model"`` (a run folder's
+    ``model.pt``) or ``"out_of_fold: r0_f1 ..."`` (its fold models that did not train on it).
     """
 
     recording_id: str
@@ -88,6 +97,7 @@ class RecordingExplanation:
     wpli_pairs: np.ndarray
     n_segments: int
     attention_diagnostics: dict
+    explained_by: str = "model"
 
 
 def normalise_signed(values: np.ndarray) -> np.ndarray:
@@ -97,20 +107,11 @@ def normalise_signed(values: np.ndarray) -> np.ndarray:
     return values / total if total > 0 else np.zeros_like(values)
 
 
-def band_importance(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
-                    target: int) -> np.ndarray:
-    """Signed band importance (T,) float64 whose absolute values sum to 1 (module docs).
-
-    Inputs on the model's device: coh, wpli (S, T, C, C), age, sex (S,); ``target`` class index.
-    """
-    targets = torch.full((coh.shape[0],), target, dtype=torch.int64, device=coh.device)
-    with torch.no_grad():
-        output = model.forward_with_details(coh, wpli, age, sex, target=targets)
-    if not output.explanations:
-        raise UsageError("this model was trained without XAI refinement (xai_refinement=False), "
-                         "so it has no DeepLIFT explanation to give band importance")
-    per_segment = output.explanations[0].float().sum(dim=-1)            # (S, T)
-    return normalise_signed(per_segment.mean(dim=0).cpu().numpy())
+def band_totals(coh_pairs: np.ndarray, wpli_pairs: np.ndarray) -> np.ndarray:
+    """Band importance (T,) float64, abs-sum 1 (module docs): the pair attributions of each band
+    summed over i < j; ``coh_pairs``, ``wpli_pairs`` (T, C, C) symmetric."""
+    upper = np.triu_indices(coh_pairs.shape[-1], 1)
+    return normalise_signed((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum(axis=1))
 
 
 def attention_maps(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
@@ -131,10 +132,10 @@ def attention_maps(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
 
 
 def _captum_attribution(method: str, forward, inputs: tuple[Tensor, Tensor],
-                        extra: tuple[Tensor, ...], target: int, n_steps: int):
+                        baselines: tuple[Tensor, Tensor], extra: tuple[Tensor, ...], target: int,
+                        n_steps: int):
     import captum.attr as ca
 
-    baselines = tuple(torch.zeros_like(x) for x in inputs)
     if method == "integrated_gradients":
         return ca.IntegratedGradients(forward).attribute(
             inputs, baselines=baselines, target=target, additional_forward_args=extra,
@@ -144,7 +145,7 @@ def _captum_attribution(method: str, forward, inputs: tuple[Tensor, Tensor],
     if method == "input_x_gradient":
         return ca.InputXGradient(forward).attribute(inputs, target=target,
                                                     additional_forward_args=extra)
-    # gradient_shap: expected gradients between the zero baseline and the input, n_steps samples
+    # gradient_shap: expected gradients between the baseline and the input, n_steps samples
     return ca.GradientShap(forward).attribute(
         inputs, baselines=tuple(b[:1] for b in baselines), target=target,
         additional_forward_args=extra, n_samples=n_steps, stdevs=0.0)
@@ -152,8 +153,11 @@ def _captum_attribution(method: str, forward, inputs: tuple[Tensor, Tensor],
 
 def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
                               target: int, method: str = "integrated_gradients",
-                              n_steps: int = DEFAULT_N_STEPS) -> tuple[np.ndarray, np.ndarray]:
-    """captum attribution of the ``target`` refined logit to each input entry.
+                              n_steps: int = DEFAULT_N_STEPS,
+                              reference: tuple[Tensor, Tensor] | None = None
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """captum attribution of the ``target`` refined logit to each input entry, against
+    ``reference`` (coh, wPLI), each (T, C, C) on the model's device (None: zero connectivity).
 
     Returns ``(coh_pairs, wpli_pairs)``, float64 (T, C, C) each, symmetric: entry (i, j) plus
     entry (j, i) of the attribution, averaged over segments (module docs). Seeded by the caller
@@ -177,7 +181,10 @@ def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex
     # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
     # recording's logit change lost that way).
     with differentiable_explanations(model), explicit_attention(model):
-        coh_attr, wpli_attr = _captum_attribution(method, refined_logits, (coh, wpli),
+        baselines = ((torch.zeros_like(coh), torch.zeros_like(wpli)) if reference is None else
+                     tuple(r.to(x.dtype).expand_as(x).contiguous()
+                           for r, x in zip(reference, (coh, wpli))))
+        coh_attr, wpli_attr = _captum_attribution(method, refined_logits, (coh, wpli), baselines,
                                                   (age, sex, guiding), target, n_steps)
 
     def pairs(attr: Tensor) -> np.ndarray:
@@ -191,13 +198,16 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
                       label_names: Sequence[str], *, recording_id: str,
                       participant_id: str | None = None, target: str | None = None,
                       method: str = "integrated_gradients", n_steps: int = DEFAULT_N_STEPS,
-                      all_heads: bool = False,
-                      device: torch.device | str = "cpu") -> RecordingExplanation:
+                      all_heads: bool = False, device: torch.device | str = "cpu",
+                      reference: tuple[np.ndarray, np.ndarray] | None = None
+                      ) -> RecordingExplanation:
     """All explanations of one recording (module docs).
 
     ``coh``, ``wpli`` float32 numpy (S, T, C, C) raw connectivity; ``age`` years, ``sex`` 0/1
     (NaN = unknown); ``model`` in eval mode on ``device`` (an ``XAIguiFormer`` or a
-    ``StandardisedModel``); ``target`` a class name or None (= the predicted class).
+    ``StandardisedModel``); ``target`` a class name or None (= the predicted class);
+    ``reference`` the reference connectome (coh, wPLI) float32 (T, C, C) the attributions are
+    against (None: zero connectivity).
     """
     if target is not None and target not in label_names:
         raise UsageError(f"invalid --target {target!r}; the model's classes are "
@@ -220,16 +230,72 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
         probabilities /= probabilities.sum()
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
-        bands = band_importance(model, *tensors, target=target_index)
+        baseline = None if reference is None else tuple(
+            torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in reference)
         coh_pairs, wpli_pairs = channel_pair_attributions(model, *tensors, target=target_index,
-                                                          method=method, n_steps=n_steps)
+                                                          method=method, n_steps=n_steps,
+                                                          reference=baseline)
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id, participant_id=participant_id,
         predicted=label_names[predicted], target=label_names[target_index],
-        probabilities=probabilities, band_importance=bands, attention_coarse=coarse,
+        probabilities=probabilities, band_importance=band_totals(coh_pairs, wpli_pairs),
+        attention_coarse=coarse,
         attention_refined=refined, channel_pairs=coh_pairs + wpli_pairs, coh_pairs=coh_pairs,
         wpli_pairs=wpli_pairs, n_segments=n, attention_diagnostics=diagnostics)
+
+
+def recording_probabilities(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex: float,
+                            device: torch.device | str = "cpu") -> np.ndarray:
+    """float64 (K,): softmax of the segment-mean refined logits (what ``predict`` reports),
+    ``coh``, ``wpli`` float32 numpy (S, T, C, C)."""
+    device = torch.device(device)
+    n = coh.shape[0]
+    with torch.no_grad():
+        logits = model(torch.as_tensor(coh, dtype=torch.float32, device=device),
+                       torch.as_tensor(wpli, dtype=torch.float32, device=device),
+                       torch.full((n,), float(age), dtype=torch.float32, device=device),
+                       torch.full((n,), float(sex), dtype=torch.float32, device=device))[1]
+    mean = logits.float().mean(dim=0).cpu().numpy().astype(np.float64)
+    probabilities = np.exp(mean - mean.max())
+    return probabilities / probabilities.sum()
+
+
+def explain_with_models(models: Sequence[tuple], coh: np.ndarray, wpli: np.ndarray, age: float,
+                        sex: float, label_names: Sequence[str], *, target: str | None = None,
+                        device: torch.device | str = "cpu", **options) -> RecordingExplanation:
+    """One recording explained by each of ``models`` (``(model, reference)`` pairs, e.g. the
+    fold models of a run that did not train on it, one per repeat) and averaged
+    (:func:`mean_explanation`). All explain the same class: ``target``, else the class of the
+    mean probabilities. ``options``: :func:`explain_recording`'s other keywords."""
+    if len(models) > 1 and target is None:
+        mean = np.mean([recording_probabilities(model, coh, wpli, age, sex, device)
+                        for model, _ in models], axis=0)
+        target = label_names[int(mean.argmax())]
+    return mean_explanation([explain_recording(model, coh, wpli, age, sex, label_names,
+                                               target=target, device=device,
+                                               reference=reference, **options)
+                             for model, reference in models], label_names)
+
+
+def mean_explanation(explanations: Sequence[RecordingExplanation],
+                     label_names: Sequence[str]) -> RecordingExplanation:
+    """The mean of one recording's explanations by several models (same explained class):
+    probabilities, attention and pair attributions averaged, the predicted class the argmax
+    of the mean probabilities, band importance the renormalised mean, the attention
+    diagnostics averaged per pass, quantity and layer."""
+    first = explanations[0]
+    if len(explanations) == 1:
+        return first
+    means = {field: np.mean([getattr(e, field) for e in explanations], axis=0)
+             for field in MEAN_FIELDS + ("probabilities",)}
+    means["band_importance"] = normalise_signed(means["band_importance"])
+    return RecordingExplanation(
+        recording_id=first.recording_id, participant_id=first.participant_id,
+        predicted=label_names[int(means["probabilities"].argmax())], target=first.target,
+        n_segments=first.n_segments,
+        attention_diagnostics={**mean_diagnostics([e.attention_diagnostics for e in explanations]),
+                               "n": first.attention_diagnostics.get("n")}, **means)
 
 
 #: Array fields of :class:`RecordingExplanation` averaged per class by :func:`class_means`.

@@ -188,19 +188,20 @@ def write_class_summary(out_dir: Path, means: dict[str, dict], bands: Sequence[s
 def recording_columns(label_names: Sequence[str]) -> list[str]:
     """The columns of ``recordings.csv`` (and of :func:`recording_rows`)."""
     return (["recording_id", "participant_id", "predicted", "target"]
-            + [f"prob_{name}" for name in label_names] + list(PROVENANCE_COLUMNS))
+            + [f"prob_{name}" for name in label_names] + ["explained_by"]
+            + list(PROVENANCE_COLUMNS))
 
 
 def recording_rows(explanations: Sequence[RecordingExplanation],
                    provenance_rows: Sequence[dict], label_names: Sequence[str]) -> list[dict]:
     """Per explained recording ``recording_id, participant_id, predicted, target,
-    prob_<label>...`` and the provenance columns of ``predict``
+    prob_<label>..., explained_by`` and the provenance columns of ``predict``
     (:data:`eegformer_cli.provenance.PROVENANCE_COLUMNS`; ``provenance_rows`` in the order of
     ``explanations``), unrounded, lists as lists: what ``recordings.csv`` holds."""
     return [{"recording_id": e.recording_id, "participant_id": e.participant_id,
              "predicted": e.predicted, "target": e.target,
              **{f"prob_{name}": float(p) for name, p in zip(label_names, e.probabilities)},
-             **fields} for e, fields in zip(explanations, provenance_rows)]
+             "explained_by": e.explained_by, **fields} for e, fields in zip(explanations, provenance_rows)]
 
 
 def write_recordings_table(out_dir: Path, explanations: Sequence[RecordingExplanation],

@@ -20,9 +20,11 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
    the logit change when attention is replaced by a uniform mean or the identity) and the
    entropy per epoch on the validation participants (history.jsonl).
 5. Explanations: which model and recordings they come from (and whether those recordings
-   were the model's training data), band importance per class with what its sign means, the
-   strongest channel-pair attributions per class on a connectivity circle (mne-connectivity),
-   coarse versus refined attention per layer as differences from uniform attention.
+   were the model's training data, or were explained out of fold), band importance per class
+   with what its sign is against (the reference connectome), the strongest channel-pair
+   attributions per class on the head (MNE's sensor topomap, montage positions, a colour bar
+   per class), coarse versus refined attention per layer as differences from uniform
+   attention.
 
 No MNE tags: every item is added without them (:func:`_untagged_report`) and the tag filter is
 hidden (:data:`REPORT_CSS`).
@@ -51,11 +53,10 @@ from eegformer_cli.errors import InputDataError, OutputError
 from eegformer_cli.explain.report_figures import (attention_entropy_figure, attention_figure,
                                                   band_importance_figure,
                                                   confusion_matrix_figure,
-                                                  connectivity_circle_figure, roc_pr_figure,
+                                                  connectivity_head_figure, roc_pr_figure,
                                                   training_curves_figure)
-from eegformer_cli.explain.report_tables import (BAND_IMPORTANCE_NOTE,
-                                                 attention_diagnostics_html,
-                                                 dataset_summary_html,
+from eegformer_cli.explain.report_tables import (attention_diagnostics_html,
+                                                 band_importance_note, dataset_summary_html,
                                                  explanations_source_html, metric_notes_html,
                                                  metrics_html, oof_table_html, run_summary_html)
 from eegformer_cli.explain.trust_report import add_trust_section
@@ -366,8 +367,9 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
     if explanations_dir is None:
         _note(report, "How to add explanations",
               "No explanations: no --explanations folder was given. Run "
-              f"`eegformer explain {run_dir / 'model.pt'} "
-              "DATA --out EXPLANATIONS` and then `eegformer report "
+              f"`eegformer explain {run_dir} "
+              "DATA --out EXPLANATIONS` (the run folder: its recordings explained out of "
+              "fold) and then `eegformer report "
               f"{run_dir} --explanations EXPLANATIONS`.", section)
         return
     folder = Path(explanations_dir)
@@ -382,18 +384,31 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
     report.add_html(explanations_source_html(
         run_dir, folder, settings, read_recordings_table(folder), classes,
         [int(n) for n in summary["n_recordings"]]), "About the explanations", section=section)
-    _figure(report, band_importance_figure(summary["band_importance"], classes, bands),
-            "Band importance per class", section, caption=BAND_IMPORTANCE_NOTE)
-    _figure(report, connectivity_circle_figure(summary["channel_pairs"], classes, bands, channels),
-            "Strongest channel-pair attributions", section, caption=(
-                "Each line joins two channels whose connectivity (coherence + wPLI, all bands "
-                "summed) the model's explained-class logit depends on most (captum attribution): "
-                "red raises the class's logit, blue lowers it; one colour scale for all panels."))
+    _add_attribution_figures(report, summary, settings, section)
     for k, name in enumerate(classes):
         _figure(report, attention_figure(summary["attention_coarse"][k],
                                          summary["attention_refined"][k], bands,
                                          f"Attention, class {name} (mean over its recordings)"),
                 f"Coarse vs refined attention: {name}", section)
+
+
+def _add_attribution_figures(report, summary: dict, settings: dict, section: str) -> None:
+    """Band importance and the channel pairs on the head, each said against the reference
+    connectome the explanations used (``settings["baseline"]``)."""
+    classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
+    reference = str(settings.get("baseline") or "zero connectivity")
+    _figure(report, band_importance_figure(summary["band_importance"], classes, bands,
+                                           reference), "Band importance per class", section,
+            caption=band_importance_note(reference))
+    _figure(report, connectivity_head_figure(summary["channel_pairs"], classes, bands, channels,
+                                             reference=reference),
+            "Strongest channel-pair attributions", section, caption=(
+                "Each line joins two sensors (montage positions, seen from above, nose up, "
+                "left hemisphere on the left) whose connectivity (coherence + wPLI) in the "
+                "class's strongest band the explained-class logit depends on most (captum "
+                f"attribution against {reference}): red raises the class's logit compared "
+                "with it, blue lowers it; thicker is stronger. Each class on its own colour "
+                "scale (its colour bar gives the values, logit units)."))
 
 
 def write_report(run_dir: str | Path, explanations_dir: str | Path | None,

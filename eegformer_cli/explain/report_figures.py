@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 import numpy as np  # noqa: E402
 
-#: Channel pairs drawn per class on the connectivity circle (strongest by |value|).
-CIRCLE_PAIRS = 20
+#: Channel pairs drawn per class on the head (strongest by |value|).
+HEAD_PAIRS = 20
 
 
 def _inches(width: float, height: float) -> tuple[float, float]:
@@ -134,44 +134,27 @@ def attention_entropy_figure(history: list[dict], uniform_entropy: float):
     return fig
 
 
-def band_importance_figure(band_importance: np.ndarray, classes: list[str], bands: list[str]):
-    """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in."""
-    fig, ax = plt.subplots(figsize=_inches(max(6, len(bands) * 0.9), 3.8))
+def band_importance_figure(band_importance: np.ndarray, classes: list[str], bands: list[str],
+                           reference: str = "the training recordings' mean connectome"):
+    """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in; the
+    title says what the sign is against (``reference``), on lines that fit the figure."""
+    import textwrap
+
+    width_in = _inches(max(6, len(bands) * 0.9), 3.8)
+    fig, ax = plt.subplots(figsize=width_in)
     width = 0.8 / len(classes)
     x = np.arange(len(bands))
     for k, name in enumerate(classes):
         ax.bar(x + (k - (len(classes) - 1) / 2) * width, band_importance[k], width, label=name)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, bands, rotation=30)
-    ax.set(ylabel="signed importance (|.| sums to 1)",
-           title="Band importance (DeepLIFT of the explained class), mean per class\n"
-                 "> 0: the band raises the class's logit (against an all-zero token); "
-                 "< 0: lowers it")
+    characters = int(width_in[0] * 13)        # about 13 characters per inch at 9 pt
+    ax.set_ylabel("signed importance (|.| sums to 1)")
+    ax.set_title("\n".join(textwrap.wrap(
+        "Band importance per explained class (mean): > 0 the band's connectivity raises the "
+        f"class's logit compared with {reference}, < 0 lowers it", characters)), fontsize=9)
     ax.legend(title="explained class")
     fig.tight_layout()
-    return fig
-
-
-def connectivity_circle_figure(channel_pairs: np.ndarray, classes: list[str], bands: list[str],
-                               channels: list[str], n_lines: int = CIRCLE_PAIRS):
-    """One connectivity circle per class: the ``n_lines`` strongest channel pairs, summed over
-    bands ((K', T, C, C) in; the band with the largest share is named in the title), on one
-    colour scale (red towards the class, blue against). The circles fill their panels: MNE's
-    room for long node names (``padding``) is cut to what 10-20 names need."""
-    from mne_connectivity.viz import plot_connectivity_circle
-
-    fig, axes = plt.subplots(1, len(classes), figsize=_inches(4.5 * len(classes), 5.0),
-                             subplot_kw={"projection": "polar"}, squeeze=False)
-    summed = channel_pairs.sum(axis=1)                                  # (K', C, C)
-    limit = float(np.abs(summed).max()) or 1.0
-    for k, (name, ax) in enumerate(zip(classes, axes[0])):
-        top_band = bands[int(np.abs(channel_pairs[k]).sum(axis=(1, 2)).argmax())]
-        plot_connectivity_circle(
-            summed[k], channels, n_lines=n_lines, ax=ax, show=False, facecolor="white",
-            textcolor="black", colormap="RdBu_r", vmin=-limit, vmax=limit, colorbar=False,
-            title=f"{name}: strongest {n_lines} pairs\n(largest band share: {top_band})",
-            fontsize_title=10, padding=1.5, interactive=False)
-    fig.subplots_adjust(left=0.03, right=0.97, bottom=0.03, top=0.86, wspace=0.15)
     return fig
 
 
@@ -206,4 +189,57 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
     fig.suptitle(f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
                  "pass; blue: less; each panel on its own scale", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def connectivity_head_figure(channel_pairs: np.ndarray, classes: list[str], bands: list[str],
+                             channels: list[str], n_lines: int = HEAD_PAIRS,
+                             reference: str = "the training recordings' mean connectome"):
+    """Channel-pair attributions on the head: one panel per explained class ((K', T, C, C) in,
+    logit units), the ``n_lines`` strongest pairs of the band with the largest share of that
+    class's attribution, drawn between the sensors' montage positions (MNE's sensor topomap,
+    nose up, left hemisphere on the left). Each panel has its own diverging colour scale,
+    symmetric about 0, and a colour bar with values: red raises the class's logit compared
+    with ``reference``, blue lowers it; line width grows with |value|."""
+    import mne
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import Normalize
+
+    from eegformer_cli.recordings.channels import MONTAGE_NAME
+
+    info = mne.create_info(list(channels), 100.0, "eeg")
+    info.set_montage(MONTAGE_NAME, on_missing="ignore", verbose="error")
+    fig, axes = plt.subplots(1, len(classes), figsize=_inches(4.75 * len(classes), 5.25),
+                             squeeze=False)
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    cmap = plt.get_cmap("RdBu_r")
+    for k, (name, ax) in enumerate(zip(classes, axes[0])):
+        mne.viz.plot_sensors(info, kind="topomap", axes=ax, show_names=True, show=False,
+                             pointsize=12, linewidth=0)
+        positions = ax.collections[0].get_offsets()                   # (C, 2), info order
+        band = int(np.abs(channel_pairs[k]).sum(axis=(1, 2)).argmax())
+        values = channel_pairs[k, band, upper_i, upper_j]
+        strongest = np.argsort(-np.abs(values), kind="stable")[:n_lines]
+        strongest = strongest[values[strongest] != 0]
+        limit = float(np.abs(values[strongest]).max()) if len(strongest) else 0.0
+        limit = limit or 1e-12
+        norm = Normalize(-limit, limit)
+        order = strongest[::-1]                                       # strongest drawn last
+        segments = [(positions[upper_i[p]], positions[upper_j[p]]) for p in order]
+        lines = LineCollection(segments, colors=cmap(norm(values[order])),
+                               linewidths=0.8 + 3.2 * np.abs(values[order]) / limit, zorder=3)
+        ax.add_collection(lines)
+        for label in ax.texts:                     # channel names stay readable over lines
+            label.set(zorder=4, fontsize=8, bbox={"boxstyle": "round,pad=0.1", "fc": "white",
+                                                  "ec": "none", "alpha": 0.7})
+        mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+        bar = fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.02)
+        bar.set_label("attribution (logit units)", fontsize=8)
+        bar.ax.tick_params(labelsize=7)
+        count = "strongest pair" if len(strongest) == 1 else f"strongest {len(strongest)} pairs"
+        ax.set_title(f"{name}: {count}, {bands[band]}\n"
+                     f"(the band with the largest share)", fontsize=9)
+    fig.suptitle(f"Channel pairs on the head: red raises the class's logit, blue lowers it, "
+                 f"compared with {reference}; each panel on its own scale", fontsize=9, wrap=True)
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.1, top=0.84, wspace=0.08)
     return fig

@@ -248,21 +248,31 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
     warnings), what the per-class means average over, and classes of one recording."""
     model = Path(str(settings.get("model", "")))
     own = (run_dir / "model.pt").resolve() == model.resolve() if settings.get("model") else False
+    out_of_fold = [row for row in recordings or []
+                   if str(row.get("explained_by", "")).startswith("out_of_fold")]
     trained_on = settings.get("model_trained_on")
     which = {"all": "the final model, retrained on all participants of the run",
              "holdout": "the holdout model, trained on the run's training participants"
              }.get(trained_on, "a model file")
+    if settings.get("run_dir"):
+        which = ("the run folder: its fold models for the run's own recordings, its final "
+                 "model for the others")
     parts = [f"From <code>{html.escape(str(folder))}</code>: "
              f"<code>eegformer explain</code> with {html.escape(which)} "
-             + ("(this run's <code>model.pt</code>)" if own else
+             + ("(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
+                if own and settings.get("run_dir") else
+                "(this run's <code>model.pt</code>)" if own else
                 f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
                 "classes, bands and channels)")
              + (f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
                 if settings.get("inputs") else "") + "."]
+    if out_of_fold:
+        parts.append(out_of_fold_html(out_of_fold, len(recordings)))
+        recordings = [row for row in recordings if row not in out_of_fold]
     if recordings is None:
         parts.append("This explain output predates the record of which recordings were the "
                      "model's training data, so that is not known here.")
-    else:
+    elif recordings:                            # those not explained out of fold
         seen = [row for row in recordings if "in_training_data:" in (row.get("warnings") or "")]
         if seen and len(seen) == len(recordings):
             every = ("The explained recording was" if len(seen) == 1 else
@@ -278,8 +288,9 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
                          "the training data of this model</b>; their explanations describe "
                          "recordings the model was fitted to.")
         else:
-            parts.append(f"None of the {len(recordings)} explained recordings was in the "
-                         "training data of this model.")
+            parts.append(f"None of the {len(recordings)} "
+                         + ("other " if out_of_fold else "") + "explained recordings was in "
+                         "the training data of this model.")
     target = settings.get("target")
     parts.append("Each recording is explained for " + (
         f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
@@ -293,6 +304,20 @@ def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
         parts.append(f"<b>{html.escape(', '.join(single))}: one recording only</b>, so its "
                      "'mean' is that one recording's explanation, not a pattern of the class.")
     return "<p>" + "</p><p>".join(parts) + "</p>"
+
+
+def out_of_fold_html(rows: list[dict], n_recordings: int) -> str:
+    """What it means that ``rows`` (of ``recordings.csv``) were explained out of fold."""
+    repeats = max(len(str(row["explained_by"]).split()) - 1 for row in rows)
+    every = ("Every explained recording was" if len(rows) == n_recordings else
+             f"{len(rows)} of the {n_recordings} explained recordings were")
+    return (f"<b>{every} explained out of fold</b>: by the fold model"
+            + (f"s (one per repeat, {repeats}; their mean)" if repeats > 1 else "")
+            + " of this run that did not train on the person, so these explanations, and the "
+            "class means below, describe people the model never saw, and their probabilities "
+            "are the out-of-fold ones (<code>explained_by</code> in recordings.csv names the "
+            "folds). Each fold model's attributions are against its own training recordings' "
+            "mean connectome.")
 
 
 def attention_diagnostics_html(attention: dict) -> str:
@@ -312,15 +337,15 @@ def attention_diagnostics_html(attention: dict) -> str:
     return _table(["pass", "layer"] + [title for _, title, _ in columns], rows)
 
 
-BAND_IMPORTANCE_NOTE = (
-    "Each bar is the model's own DeepLIFT explanation of the explained class's coarse logit, "
-    "per band token, averaged over the class's recordings and scaled so that the absolute "
-    "values sum to 1 (the share of the explanation each band carries). For one band it is "
-    "(the band's token - an all-zero reference token) x the gradient of the logit at the real "
-    "token, summed over the embedding: a first-order estimate of how much the band, compared "
-    "with that reference, moves the logit. Positive: the band raises the class's logit; "
-    "negative: it lowers it. The reference is artificial (a zero embedding, not 'no "
-    "connectivity'), and in this transformer the bars need not add up to the class's logit, "
-    "so bars that are negative almost everywhere do not say the class is unlikely (these "
-    "recordings were predicted as that class): the sizes rank the bands, the sign gives the "
-    "direction relative to the zero token.")
+def band_importance_note(reference: str) -> str:
+    """The band-importance figure's caption, for explanations against ``reference``."""
+    return (
+        "Each bar is the explained class's attribution (captum, Integrated Gradients by "
+        "default) to a band's connectivity, summed over its channel pairs, averaged over the "
+        "class's recordings and scaled so that the absolute values sum to 1 (the share each "
+        f"band carries). It is measured against {reference}: positive, the band's "
+        "connectivity raises the class's logit compared with that reference (the typical "
+        "training recording); negative, it lowers it. Before scaling the bars add up to the "
+        "logit's change from the reference (completeness), so sign and size both mean "
+        "something. The refined pass itself is guided by another explanation (the model's "
+        "DeepLIFT against a zero token), which this does not show.")

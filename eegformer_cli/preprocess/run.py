@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mne
+from rich.markup import escape
 
 from eegformer_cli import atomic, console
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
-from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure
+from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure, UsageError
 from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
 from eegformer_cli.preprocess.connectome import load_record
 from eegformer_cli.preprocess.recording import process_recording
@@ -227,7 +228,7 @@ class PreprocessSummary:
 def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                    settings: PreprocessSettings, participants: str | Path | None = None,
                    recordings_table: str | Path | None = None, n_jobs: int = 1,
-                   strict: bool = False) -> PreprocessSummary:
+                   strict: bool = False, overwrite: bool = False) -> PreprocessSummary:
     """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
 
     Steps: find recordings and their metadata -> read their headers (unreadable files become
@@ -236,8 +237,13 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     rest with ``n_jobs`` workers, each connectome saved atomically as soon as it is ready ->
     write ``manifest.tsv`` and ``preprocess.json``.
 
+    ``overwrite``: allow ``out_dir`` to hold recordings preprocessed with other settings (their
+    rows leave the manifest, so it never mixes settings); without it such a folder is refused.
+
     Raises
     ------
+    UsageError : ``out_dir`` holds recordings made with other settings and not ``overwrite``
+        (exit 2; nothing is changed).
     InputDataError : no recording found, bad tables, too few common channels, or no recording
         could be preprocessed (exit 3; in the last case the manifest is written, unless that
         would drop an earlier run's ok recordings of other files: then ``out_dir`` is left
@@ -263,6 +269,10 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             atomic.remove_stale_temporaries(out_dir)
             atomic.remove_stale_temporaries(connectome_dir)
             previous_rows = _read_earlier_manifest(out_dir)
+            if not overwrite and any(rec.header.error is None for rec in recordings):
+                # (with no readable recording the settings are not this run's choice: the
+                # failures are said below, the folder left as it was)
+                _refuse_other_settings(out_dir, previous_rows, resolved)
             _avoid_earlier_ids(recordings, previous_rows, out_dir)
             fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
                             for rec in recordings if rec.header.error}
@@ -299,6 +309,7 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                                     settings_hash)
             summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
                                      participants_file, recordings_file)
+    _name_failures(rows, summary.manifest)
     first_error = _first_error(rows)
     if summary.n_ok == 0:
         raise InputDataError(f"no recording could be preprocessed; first error: {first_error}; "
@@ -340,6 +351,38 @@ def _warn_shadowed_columns(tables: dict[str, dict]) -> None:
             console.warn(f"{name} table: column(s) {', '.join(shadowed)} are also manifest "
                          "columns; the manifest keeps its own values there (rename them to keep "
                          "yours)")
+
+
+def _refuse_other_settings(out_dir: Path, previous_rows: list[dict],
+                           settings: PreprocessSettings) -> None:
+    """UsageError when ``out_dir``'s manifest lists ok recordings made with settings other than
+    ``settings`` (naming the settings that differ, from its ``preprocess.json``)."""
+    current = settings.settings_hash()
+    other = [row for row in previous_rows if row.get("status") == "ok"
+             and row.get("settings_hash") not in (None, "", "n/a", current)]
+    if not other:
+        return
+    try:
+        earlier = json.loads((out_dir / "preprocess.json").read_text(encoding="utf-8"))["settings"]
+        now = settings.to_dict()
+        changed = sorted(key for key in now if earlier.get(key) != now[key])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        changed = []
+    raise UsageError(f"{out_dir} holds {len(other)} recordings preprocessed with other settings"
+                     + (f" (different: {', '.join(changed)})" if changed else ""),
+                     hint="use --overwrite to replace them (they leave the manifest), another "
+                          "--out, or the same settings (--channels, --epoch-length) to add "
+                          "recordings")
+
+
+def _name_failures(rows: list[dict], manifest: Path) -> None:
+    """The failed recordings on stderr: the first three with their error, then how many more
+    (the manifest has every error)."""
+    failed = [row for row in rows if row["status"] == "error"]
+    for row in failed[:3]:
+        console.warn(escape(f"{row['recording_id']} failed: {row['error']}"))
+    if len(failed) > 3:
+        console.warn(f"{len(failed) - 3} more recording(s) failed; every error is in {manifest}")
 
 
 def _first_error(rows: list[dict]) -> str | None:

@@ -31,6 +31,10 @@ key                         value
                             (:func:`eegformer_cli.provenance.describe_training_data`); absent
                             from files written before eegformer kept it (they load, and
                             ``predict`` says once that it cannot check against it)
+``reference_connectome``    ``{"coh", "wpli"}`` float32 tensors (n_bands, C, C): the mean
+                            connectome of the recordings the model was fitted to (mean over
+                            their segments), the reference ``explain`` attributes against;
+                            absent from earlier files (:func:`reference_connectome` falls back)
 ==========================  ====================================================================
 """
 
@@ -77,13 +81,18 @@ class ModelBundle:
     eegformer_version: str
     versions: dict
     training_data: dict | None = None
+    reference: dict | None = None
 
 
 def save_model_file(path: str | Path, model, *, label_names: list[str], label_column: str,
                     positive_label: str | None, channels: list[str], bands: list[str],
                     band_edges_hz, preprocess_settings: dict, demographic_stats: dict | None,
-                    train_config: dict, trained_on: str, training_data: dict | None = None) -> None:
-    """Write the bundle atomically (a temporary file renamed over ``path``)."""
+                    train_config: dict, trained_on: str, training_data: dict | None = None,
+                    reference_connectome: dict | None = None) -> None:
+    """Write the bundle atomically (a temporary file renamed over ``path``).
+
+    ``reference_connectome``: ``{"coh", "wpli"}`` float32 arrays (n_bands, C, C), the mean
+    connectome of the fit recordings (module docs); None: not stored."""
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     bundle = {
         "format": FORMAT_NAME,
@@ -105,6 +114,10 @@ def save_model_file(path: str | Path, model, *, label_names: list[str], label_co
         "versions": package_versions(),
         "training_data": _plain(training_data),
     }
+    if reference_connectome is not None:
+        bundle["reference_connectome"] = {
+            key: torch.as_tensor(np.asarray(reference_connectome[key], dtype=np.float32))
+            for key in ("coh", "wpli")}
     buffer = io.BytesIO()
     torch.save(bundle, buffer)
     write_bytes(path, buffer.getvalue())
@@ -174,6 +187,7 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
             demographic_stats=bundle["demographic_stats"], train_config=bundle["train_config"],
             trained_on=str(bundle["trained_on"]), eegformer_version=str(bundle["eegformer_version"]),
             versions=dict(bundle["versions"]), training_data=bundle.get("training_data"))
+        result.reference = reference_connectome(bundle.get("reference_connectome"), model)
     except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
         reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())
         raise ModelFileError(f"model file is incomplete or inconsistent: {reason[:200]}",
@@ -181,6 +195,27 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
     if len(result.label_names) != config.n_classes or len(result.channels) != config.n_channels:
         raise ModelFileError("label names or channels do not match the model's config", path=path)
     return result
+
+
+def reference_connectome(stored: dict | None, model: torch.nn.Module) -> dict:
+    """What ``explain`` attributes against: ``{"coh", "wpli"}`` float32 numpy (n_bands, C, C)
+    and ``"description"`` (said in the report's captions).
+
+    The file's ``reference_connectome``; for a file written before eegformer stored it, the
+    input standardisation's means (the same mean connectome of the training segments), and
+    for one without either, zero connectivity.
+    """
+    if stored is not None:
+        coh, wpli = (stored[key].float().numpy() for key in ("coh", "wpli"))
+        description = "the mean connectome of the model's training recordings"
+    elif isinstance(model, StandardisedModel):
+        coh, wpli = model.coh_mean.cpu().numpy(), model.wpli_mean.cpu().numpy()
+        description = "the mean connectome of the model's training recordings"
+    else:
+        shape = (len(model.config.band_names), model.config.n_channels, model.config.n_channels)
+        coh, wpli = np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+        description = "zero connectivity (this model file stores no training mean connectome)"
+    return {"coh": coh, "wpli": wpli, "description": description}
 
 
 def demographic_stats(ages: np.ndarray) -> dict | None:

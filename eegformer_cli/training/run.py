@@ -7,7 +7,8 @@ the final model, resume, and folds as separate jobs (``--fold``, ``--merge``).
    start); write ``config.json`` and ``splits.json`` (or check that the run folder holds the
    same run, to resume it);
 2. for every fold not finished before, :func:`folds.run_fold`, in this process or on
-   ``--n-jobs`` workers; write ``folds/<r{repeat}_f{fold}>.json`` atomically;
+   ``--n-jobs`` workers; write the fold's model ``folds/<r{repeat}_f{fold}>.pt`` and then
+   ``folds/<r{repeat}_f{fold}>.json``, atomically;
 3. write ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` from all fold files
    (with the shortcut audit and, on request, the permutation test);
 4. the model file ``model.pt``: with ``holdout`` it is the model evaluated on the held-out
@@ -45,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,16 +59,17 @@ from eegformer_cli.atomic import (DirectoryLock, ensure_dir, remove_stale_tempor
 from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
-from eegformer_cli.parallel import process_pool, worker_count
+from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.training import audit, distributed, permutation, splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.dataset import RecordingInfo, read_manifest
+from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, read_manifest
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
 from eegformer_cli.training.folds import (RunPlan, plan_run, recordings_of, reference_features,
                                           run_fold)
 from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, compare_folds,
                                             summarise_folds)
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
+from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 from eegformer_cli.versions import package_versions
 
 RUN_FILES = ("config.json", "splits.json", "history.jsonl", "oof_predictions.tsv", "metrics.json",
@@ -125,19 +128,28 @@ def _clear_run(run_dir: Path) -> None:
 
 def _save_model(path: Path, model, plan: RunPlan, fit_recs: list[RecordingInfo],
                 trained_on: str, seen_recs: list[RecordingInfo]) -> None:
-    """``model.pt``: demographic scaling from ``fit_recs``; ``training_data`` describes
-    ``seen_recs``, every recording that shaped the model (fit and epoch selection)."""
+    """A model file (``model.pt``, ``folds/<name>.pt``): demographic scaling and the reference
+    connectome from ``fit_recs``; ``training_data`` describes ``seen_recs``, every recording
+    that shaped the model (fit and epoch selection)."""
     from eegformer_cli.provenance import describe_training_data
 
     data = plan.data
     manifest = {row["recording_id"]: row for row in read_manifest(data.data_dir)}
+    if isinstance(model, StandardisedModel):    # its input means are that mean connectome
+        reference = {"coh": model.coh_mean.cpu().numpy(), "wpli": model.wpli_mean.cpu().numpy()}
+    else:
+        dataset = ConnectomeDataset(fit_recs, data.label_names, data.channels, data.bands,
+                                    cache_bytes=0)
+        stats = connectivity_stats(dataset.recording_arrays(r) for r in range(len(fit_recs)))
+        reference = {"coh": stats["coh_mean"], "wpli": stats["wpli_mean"]}
     save_model_file(path, model, label_names=data.label_names, label_column=data.label_column,
                     positive_label=plan.positive_label, channels=data.channels, bands=data.bands,
                     band_edges_hz=data.band_edges_hz,
                     preprocess_settings=data.preprocess.get("settings", {}),
                     demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
                     train_config=plan.config.to_dict(), trained_on=trained_on,
-                    training_data=describe_training_data(seen_recs, manifest, data.data_dir))
+                    training_data=describe_training_data(seen_recs, manifest, data.data_dir),
+                    reference_connectome=reference)
 
 
 def _nan_to_none(value):
@@ -268,15 +280,18 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
         train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
         if fold_index is None and not holdout and not train_final:
             console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
-        with process_pool(min(n_workers, len(pending) + train_final)) as pool, \
-                console.progress_bar() as bar:
+        with process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool, \
+                console.progress_bar() as bar, _worker_progress(pool, bar, config.epochs) as shown:
             folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
             if pool is None:
                 trained = _folds_here(plan, pending, features, bar)
             else:  # the final model is queued behind the folds, on the first free worker
-                trained = _folds_on_workers(pool, plan, pending, features)
-                final_job = pool.apply_async(_fit_final, (plan,)) if train_final else None
+                trained = _folds_on_workers(pool, plan, pending, features, run_dir)
+                final_job = pool.apply_async(_final_job, (plan,)) if train_final else None
             for fold, result, model in trained:
+                shown.finished(fold.name)
+                if writer and model is not None:   # a worker saved its own
+                    save_fold_model(run_dir, plan, fold, model)
                 if holdout and writer:
                     _save_model(run_dir / "model.pt", model, plan,
                                 recordings_of(plan.data, fold.train), "holdout",
@@ -302,6 +317,7 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                         final_task, completed=record["epoch"]))
                 else:
                     fit = final_job.get()
+                    shown.finished(FINAL_NAME)
                 final_history = _write_final(run_dir, plan, fit)
             elif not holdout:
                 final_history = _final_history(run_dir)
@@ -334,20 +350,103 @@ def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.
 
 
 def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
-                      features: dict[str, np.ndarray]):
+                      features: dict[str, np.ndarray], run_dir: Path):
     """Queue ``folds`` on ``pool`` now; yields (fold, result, None) in the order they finish
-    (the models stay in the workers: only a holdout run saves a fold's model, and it has one)."""
+    (each worker saves its fold's model file; a holdout run, whose model.pt is its fold's
+    model, trains its one fold in this process)."""
     by_name = {fold.name: fold for fold in folds}
-    finished = pool.imap_unordered(_fold_job, [(plan, fold, features) for fold in folds])
+    finished = pool.imap_unordered(_fold_job, [(plan, fold, features, run_dir) for fold in folds])
     return ((by_name[name], result, None) for name, result in finished)
 
 
 def _fold_job(job: tuple) -> tuple[str, dict]:
-    """One fold in a worker process: (plan, fold, features) -> (fold name, result)."""
-    plan, fold, features = job
+    """One fold in a worker process: (plan, fold, features, run_dir) -> (fold name, result);
+    the fold's model file is written here, each epoch reported to the parent's bar."""
+    plan, fold, features, run_dir = job
     with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
-        result, _ = run_fold(plan, fold, features)
+        result, model = run_fold(plan, fold, features,
+                                 lambda record: report_progress((fold.name, _shown(record))))
+    save_fold_model(run_dir, plan, fold, model)
     return fold.name, result
+
+
+def save_fold_model(run_dir: Path, plan: RunPlan, fold: splits.Fold, model) -> None:
+    """``folds/<name>.pt``: the fold's selected model, a model file like ``model.pt`` (what
+    ``explain RUN_DIR`` explains the fold's test recordings with), written before the fold's
+    result file, so a finished fold always has it."""
+    _save_model(run_dir / "folds" / f"{fold.name}.pt", model, plan,
+                recordings_of(plan.data, fold.train), "fold",
+                recordings_of(plan.data, fold.train + fold.val))
+
+
+#: The final model's name on the progress bar of a run on workers.
+FINAL_NAME = "final model (all participants)"
+
+
+def _final_job(plan: RunPlan) -> FitResult:
+    """The final model in a worker process, each epoch reported to the parent's bar."""
+    return _fit_final(plan, lambda record: report_progress((FINAL_NAME, _shown(record))))
+
+
+def _shown(record: dict) -> dict:
+    """What the progress bar shows of an epoch's history record."""
+    return {key: record.get(key) for key in ("epoch", "train_loss", "val_bac")}
+
+
+class _WorkerProgress:
+    """Each fold's epochs on the progress bar while workers train them (as ``_folds_here``
+    shows them): a thread reads ``queue`` (``(name, record)`` from the workers) and keeps one
+    task per running fold; :meth:`finished` removes a fold's task."""
+
+    def __init__(self, queue, bar, epochs: int):
+        self.queue, self.bar, self.epochs = queue, bar, epochs
+        self.tasks: dict[str, int] = {}
+        self.done: set[str] = set()
+        self.thread = threading.Thread(target=self._show, daemon=True)
+        self.thread.start()
+
+    def _show(self) -> None:
+        while (item := self.queue.get()) is not None:
+            name, record = item
+            if record is None:
+                self.done.add(name)
+                if name in self.tasks:
+                    self.bar.remove_task(self.tasks.pop(name))
+            elif name not in self.done:       # an epoch line may arrive after its fold's end
+                if name not in self.tasks:
+                    label = name if name == FINAL_NAME else f"fold {name}"
+                    self.tasks[name] = self.bar.add_task(label, total=self.epochs, status="")
+                val_bac = record.get("val_bac")
+                self.bar.update(self.tasks[name], completed=record["epoch"],
+                                status=f"loss {record.get('train_loss') or 0:.3f} val BAC "
+                                       + ("n/a" if val_bac is None else f"{val_bac:.3f}"))
+
+    def finished(self, name: str) -> None:
+        self.queue.put((name, None))
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+
+class _NoWorkers:
+    """:class:`_WorkerProgress` of a run without workers: nothing to show."""
+
+    def finished(self, name: str) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _worker_progress(pool, bar, epochs: int):
+    """A :class:`_WorkerProgress` for ``pool`` (closed on leaving), or :class:`_NoWorkers`."""
+    if pool is None:
+        yield _NoWorkers()
+        return
+    shown = _WorkerProgress(pool.progress, bar, epochs)
+    try:
+        yield shown
+    finally:
+        shown.close()
 
 
 def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
