@@ -159,7 +159,8 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
     frequency_encoding : str | None
         ``"drofe_default"``, ``"drofe_paper"``, ``"rope_band_index"`` or ``"none"``.
     positive_label : str | None
-        Positive class for AUROC / AUC-PR with two classes (default: the last label).
+        Positive class for AUROC / AUC-PR with two classes (default: the class that is not
+        control-like, e.g. not ``healthy``/``control``/``HC``, else the last label).
     n_jobs : int
         Folds trained side by side in CPU processes (-1: one per core); same results as 1.
     overwrite : bool
@@ -234,7 +235,8 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
 def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
             participants: PathLike | None = None, age: float | None = None,
             sex: str | None = None, max_interpolated: int | None = None, device: str = "auto",
-            strict: bool = False, on_row: Callable[[dict], None] | None = None):
+            strict: bool = False, on_row: Callable[[dict], None] | None = None,
+            coverage: float | None = None):
     """Predict the class of each recording with a trained model (``eegformer predict``).
 
     Parameters
@@ -243,7 +245,7 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
         A ``model.pt`` written by ``train``.
     inputs : path or list of paths
         Recordings (files or folders) or ``preprocess`` output folders.
-    participants, age, sex, max_interpolated, strict, on_row
+    participants, age, sex, max_interpolated, strict, on_row, coverage
         As :meth:`TrainedModel.predict <eegformer_cli.TrainedModel.predict>`.
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
@@ -258,7 +260,7 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
 
     return load_model(model, device).predict(
         _paths(inputs), age, sex, participants=participants, max_interpolated=max_interpolated,
-        strict=strict, on_row=on_row)
+        strict=strict, on_row=on_row, coverage=coverage)
 
 
 def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLike, *,

@@ -164,7 +164,9 @@ def train(
                                            + "]."),
     positive_label: str | None = typer.Option(
         None, "--positive-label", help="Positive class for AUROC / AUC-PR with two classes "
-                                       "\\[default: the last label in sorted order, said on "
+                                       "\\[default: the class that is not control-like (control, "
+                                       "healthy, HC, normal, ...), else the last label in "
+                                       "sorted order, said on "
                                        "stderr]."),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Folds trained side by side in this many "
                                                          "CPU processes (-1: one per core); the "
