@@ -11,7 +11,7 @@ top-label confidence (the largest probability against how often that class was r
 - ``log_loss``: scikit-learn ``log_loss`` (nats per recording);
 - ``ece``: expected calibration error, sum over :data:`N_BINS` equal-width bins of
   (bin share) x |observed frequency - mean probability|; 0 is perfect;
-- ``slope`` / ``intercept``: a logistic regression (no penalty) of the outcome on the
+- ``slope`` / ``intercept``: a logistic regression (no penalty, C = inf) of the outcome on the
   probability's logit (Cox 1958): slope 1 and intercept 0 for calibrated probabilities; a slope
   below 1 means too extreme probabilities (over-confidence), above 1 too timid ones;
 - ``bins``: the reliability diagram's points (bin edges, counts, mean probability, observed
@@ -87,8 +87,9 @@ def calibration_summary(y_true: np.ndarray, probabilities: np.ndarray,
     score, outcome, target = calibration_target(y_true, probabilities, positive_index)
     if n_classes == 2:
         brier = brier_score_loss(outcome, score)
-    else:
-        brier = brier_score_loss(y_true, probabilities, labels=np.arange(n_classes))
+    else:               # scikit-learn's multi-class score (>= 1.7), written out for older ones
+        onehot = np.eye(n_classes)[y_true]
+        brier = ((probabilities - onehot) ** 2).sum(axis=1).mean() / 2
     edges = np.linspace(0.0, 1.0, N_BINS + 1)
     which = np.clip(np.digitize(score, edges[1:-1]), 0, N_BINS - 1)
     bins, ece = [], 0.0
@@ -112,7 +113,7 @@ def _slope_intercept(score: np.ndarray, outcome: np.ndarray) -> tuple[float, flo
         return float("nan"), float("nan")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=ConvergenceWarning)
-        fit = LogisticRegression(penalty=None, max_iter=1000).fit(
+        fit = LogisticRegression(C=np.inf, max_iter=1000).fit(
             _logit(score).reshape(-1, 1), outcome)
     return float(fit.coef_[0, 0]), float(fit.intercept_[0])
 
@@ -166,7 +167,7 @@ def fit_recalibration(method: str, y_true: np.ndarray, probabilities: np.ndarray
         x = (logp[:, positive] - logp[:, 1 - positive]).reshape(-1, 1)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=ConvergenceWarning)
-            fit = LogisticRegression(penalty=None, max_iter=1000).fit(x, y_true == positive)
+            fit = LogisticRegression(C=np.inf, max_iter=1000).fit(x, y_true == positive)
         return {"method": "platt", "params": {"a": float(fit.coef_[0, 0]),
                                               "b": float(fit.intercept_[0]),
                                               "positive_index": int(positive)}}
