@@ -91,6 +91,27 @@ def test_a_duration_independent_of_the_label_is_not_flagged(tmp_path, capsys, se
     assert "shortcut:" not in capsys.readouterr().err
 
 
+def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_path, capsys):
+    # AUROC about 0.6: below the flag's 0.65, but 600 participants put it beyond chance
+    n = 600
+    rng = np.random.default_rng(3)
+    durations = [rng.normal(105 if label == "patient" else 100, 15) for label in labels_of(n)]
+    root = set_column(make_connectome_folder(tmp_path / "prep", n_participants=n, n_segments=1),
+                      "duration_s", [f"{d:.1f}" for d in durations])
+    result = audit_of(root)
+    duration = entry(result, "duration_s")
+    assert duration["status"] == "borderline" and result["borderline"] == ["duration_s"]
+    assert result["flagged"] == [] and result["variables"][0]["name"] == "duration_s"
+    assert 0.5 < duration["auroc"]["ci95"][0] and duration["auroc"]["mean"] < audit.AUROC_FLAG
+    assert "beyond chance" in duration["reason"] and "below 0.65" in duration["reason"]
+    assert entry(result, "sex")["reason"].startswith("AUROC below 0.65")
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "shortcut" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "warning: possible shortcut (borderline): duration_s")
+    assert "crop every recording to the shortest one's length" in warnings[0]
+    assert audit.describe_audit(result).startswith("shortcut audit: borderline duration_s (AUROC")
+
+
 def test_confounds_are_audited_as_categories_with_three_classes(tmp_path):
     # make_connectome_folder's sex follows p % 3 and its ages p % 20: the labels do not
     labels = [["a", "b", "c"][(p // 3) % 3] for p in range(24)]
