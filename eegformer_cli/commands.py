@@ -52,7 +52,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
                max_interpolated: int | None = None, bands: str | None = None,
                epoch_length: float | str | None = None, sfreq: float | None = None,
                ica: bool | None = None, n_jobs: int = 1, strict: bool = False,
-               backend: str = "local", scheduler: str | None = None):
+               backend: str = "local", scheduler: str | None = None,
+               crop: float | None = None):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
 
     Parameters
@@ -81,6 +82,9 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
         Sampling rate after cleaning, Hz (default 128; paper 250).
     ica : bool | None
         Remove artefact components with ICA + ICLabel (default off; paper on).
+    crop : float | None
+        Analyse only the first ``crop`` seconds of every recording (default: all of it), so
+        every recording gives the same segments; a shorter recording fails.
     n_jobs : int
         Recordings processed in parallel (-1: all cores).
     strict : bool
@@ -110,7 +114,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
     overrides = {"channels": None if channel_names is None else tuple(channel_names),
                  "max_interpolated": max_interpolated,
                  "bands": None if bands is None else parse_bands(bands),
-                 "epoch_length": _epoch_length(epoch_length), "sfreq": sfreq, "ica": ica}
+                 "epoch_length": _epoch_length(epoch_length), "sfreq": sfreq, "ica": ica,
+                 "crop_s": crop}
     settings = PreprocessSettings.from_preset(
         preset, **{key: value for key, value in overrides.items() if value is not None})
     with preprocess_backend(backend, scheduler, n_jobs):

@@ -157,8 +157,9 @@ class TrainedModel:
         Returns
         -------
         pandas.DataFrame
-            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``,
-            then ``source_file, n_segments, n_segments_rejected, channels_interpolated, age,
+            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``
+            (recalibrated when ``train`` kept a recalibration), ``prediction_set`` (with
+            ``coverage``), then ``source_file, n_segments, n_segments_rejected, channels_interpolated, age,
             age_source, sex, sex_source, warnings`` (lists as lists; unknown values None, NaN in
             numeric columns). Each warning is also one line on stderr, as the CLI prints it
             (the first three of each kind, then a line counting the rest).
@@ -206,7 +207,8 @@ class TrainedModel:
         return table
 
     def predict_proba(self, raw_or_paths, age=None, sex=None, **options):
-        """Class probabilities of each recording (softmax of its segment-mean refined logits).
+        """Class probabilities of each recording (softmax of its segment-mean refined logits,
+        through the model file's recalibration when ``train`` kept one).
 
         Parameters
         ----------

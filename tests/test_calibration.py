@@ -86,7 +86,7 @@ def test_split_conformal_sets_reach_their_coverage_on_fresh_recordings():
     out_of_fold = conformal.coverage_out_of_fold(calib, calib_labels, np.arange(400) // 2)
     level = next(x for x in out_of_fold["levels"] if x["coverage"] == 0.9)
     assert 0.85 <= level["empirical_coverage"] <= 0.95 and 1 <= level["mean_size"] <= 2
-    with pytest.raises(Exception, match="needs at least 19 out-of-fold recordings"):
+    with pytest.raises(Exception, match="needs at least 21 out-of-fold recordings"):
         conformal.check_coverage(0.95, 10)
 
 
@@ -189,7 +189,7 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
     assert run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"],
                     "--coverage", "0.99") == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "needs at least 99 out-of-fold recordings" in err
+    assert err.count("\n") == 0 and "needs at least 101 out-of-fold recordings" in err
 
 
 def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):

@@ -7,7 +7,8 @@ nothing about the brain; e.g. in eegmat the rest recordings are 180 s and the ar
 ``train --merge``) checks, on the same participant-wise folds as the models, how well each
 nuisance variable predicts the label by itself:
 
-- ``duration_s`` (numeric): recording duration, s;
+- ``duration_s`` (numeric): recording duration, s (the part analysed, at most ``preprocess
+  --crop``, when given);
 - ``n_segments`` (numeric): segments kept after rejection;
 - ``source_sfreq`` (categorical): the file's own sampling rate, Hz (amplifier, site);
 - ``n_channels_interpolated`` (numeric): channels filled by interpolation;
@@ -87,9 +88,9 @@ MISSING = "n/a"
 STATUS_ORDER = ("flagged", "borderline", "checked", "constant", "unknown", "not recorded")
 #: Variables whose shortcut is the recordings' length; the remedy offered for them.
 LENGTH_VARIABLES = ("duration_s", "n_segments")
-LENGTH_REMEDY = ("remedy: compare like with like: crop every recording to the shortest one's "
-                 "length before `eegformer preprocess` (e.g. MNE's raw.crop(tmax=SECONDS)), "
-                 "then train again and see whether the score holds")
+LENGTH_REMEDY = ("remedy: compare like with like: `eegformer preprocess ... --crop SECONDS` "
+                 "(at most the shortest recording's length) analyses the same length of every "
+                 "recording; train again and see whether the score holds")
 
 
 @dataclass(frozen=True)
@@ -158,8 +159,13 @@ def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
                     [0.0 if metadata.is_missing(row["channels_interpolated"])
                      else float(len(row["channels_interpolated"].split(","))) for row in rows])
     ages = None if "age" not in rows[0] else [age_value(row["age"]) for row in rows]
+    crop = (data.preprocess.get("settings") or {}).get("crop_s")
+    duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
+    if crop is not None and duration.values is not None:   # what the tokens were computed on
+        duration = Variable("duration_s", f"recording duration analysed (--crop {crop:g}), s",
+                            "numeric", [min(value, crop) for value in duration.values])
     return [
-        _column_variable(rows, "duration_s", "recording duration, s", kind="numeric"),
+        duration,
         _column_variable(rows, "n_segments", "segments kept", kind="numeric"),
         _column_variable(rows, "source_sfreq", "original sampling rate, Hz",
                          kind="categorical"),

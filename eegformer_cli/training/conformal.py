@@ -60,9 +60,9 @@ class _GivenProbabilities(ClassifierMixin, BaseEstimator):
 
 
 def fewest_recordings(coverage: float) -> int:
-    """Calibration recordings a split-conformal set of ``coverage`` needs: (n + 1) x coverage
-    must not exceed n."""
-    return math.ceil(coverage / (1 - coverage) - 1e-9)
+    """Calibration recordings a split-conformal set of ``coverage`` needs: more than
+    1 / (1 - coverage) and 1 / coverage (MAPIE's rule; (n + 1) x coverage must not exceed n)."""
+    return math.floor(max(1 / (1 - coverage), 1 / coverage) + 1e-9) + 1
 
 
 def check_coverage(coverage: float, n_calibration: int) -> None:
