@@ -211,13 +211,13 @@ window.addEventListener('load', () => setTimeout(() => {
   b.setAttribute('data-verdict-rows', verdict ? verdict.querySelectorAll('tr').length : 0);
   b.setAttribute('data-verdict-above', verdict !== null && metrics !== undefined
                  && top(verdict) < top(metrics));
-  const figureAfter = title => {
-    const heading = [...document.querySelectorAll('h1, h2, h3, h4, h5, button, a')].find(
-        h => h.textContent.trim() === title);
-    const item = heading && heading.closest('.accordion-item, .card, section, div[id]');
-    const image = item && item.querySelector('img');
-    return image ? image.complete && image.naturalWidth > 0 : false;
-  };
+  // a report item (not the table of contents) titled so, holding a decoded image
+  const figureAfter = title => [...document.querySelectorAll('.accordion-item')].some(item => {
+    const heading = item.querySelector('.accordion-header, button');
+    const image = item.querySelector('img');
+    return heading && heading.textContent.trim() === title && image !== null
+           && image.complete && image.naturalWidth > 0;
+  });
   b.setAttribute('data-reliability', figureAfter('Reliability diagram'));
   const sets = document.getElementById('eeg-prediction-sets');
   b.setAttribute('data-coverage-rows', sets ? [...sets.querySelectorAll('tbody tr')].filter(
