@@ -14,13 +14,17 @@ the fold models. So here the whole ``train`` is the inner loop:
    those before its recalibration), with ``--coverage`` sets at 0.8 / 0.9 / 0.95.
 
 The outer test predictions, pooled over the outer folds (every participant once), give the
-expected calibration error, Brier score and log-loss before and after recalibration, and the
-empirical coverage and size of the prediction sets (:mod:`eegformer_cli.training.calibration`
+expected calibration error, Brier score and log-loss before and after recalibration (as
+``predict`` applies it: only when the inner cross-fitting found that it helps), after each
+recalibration forced (fitted on the inner out-of-fold probabilities whatever the inner
+choice: what the rule guards against or gives up), and the empirical coverage and size of the
+prediction sets (:mod:`eegformer_cli.training.calibration`
 and :mod:`~eegformer_cli.training.conformal` define them).
 
 Usage (from the repository root):
   python benchmarks/bench_calibration.py --data PREP --label-column diagnosis --out OUT
-      [--outer 5] [--cv 5] [--seed 0] [--n-jobs 2] [--epochs N]
+      [--outer 5] [--cv 5] [--seed 0] [--n-jobs 2] [--epochs N] [--reuse]
+(--reuse: keep the inner runs already in OUT, recomputing only the outer figures)
 Prints one JSON object (also written to OUT/bench_calibration.json).
 """
 
@@ -95,6 +99,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--reuse", action="store_true")
     args = parser.parse_args()
 
     from eegformer_cli.training import calibration, conformal
@@ -115,21 +120,32 @@ def main() -> None:
     config = resolve_config("default", None, flags)
     positive = (None if len(data.label_names) != 2
                 else data.label_names.index(default_positive_label(data.label_names)))
-    pooled = {"raw": [], "recalibrated": [], "labels": [], "sets": {level: [] for level in LEVELS}}
+    pooled = {"raw": [], "recalibrated": [], "labels": [], "sets": {level: [] for level in LEVELS},
+              "forced": {method: [] for method in ("temperature", "platt")}}
     per_fold = []
     for fold in outer:
         train_participants = set(fold.train) | set(fold.val)
         folder = subset_folder(args.data, train_participants,
                                args.out / f"outer{fold.fold}" / "prep")
         run_dir = args.out / f"outer{fold.fold}" / "run"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        metrics = run_training(folder, run_dir, args.label_column, config, n_jobs=args.n_jobs)
+        if args.reuse and (run_dir / "model.pt").is_file():
+            metrics = json.loads((run_dir / "metrics.json").read_text())
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            metrics = run_training(folder, run_dir, args.label_column, config,
+                                   n_jobs=args.n_jobs)
         bundle, raw, truth, ids = outer_test_predictions(run_dir / "model.pt", args.data,
                                                          set(fold.test))
         recalibrated = calibration.recalibrate(bundle.recalibration, raw)
         pooled["raw"].append(raw)
         pooled["recalibrated"].append(recalibrated)
         pooled["labels"].append(truth)
+        inner = (np.asarray(bundle.conformal["probabilities"]), bundle.conformal["labels"])
+        for method in pooled["forced"]:
+            if method == "platt" and raw.shape[1] != 2:
+                continue
+            fitted = calibration.fit_recalibration(method, inner[1], inner[0], positive)
+            pooled["forced"][method].append(calibration.recalibrate(fitted, raw))
         for level in LEVELS:
             cal = bundle.conformal
             pooled["sets"][level].append(conformal.prediction_sets(
@@ -164,6 +180,8 @@ def main() -> None:
                "scheme": f"outer {args.outer}-fold (seed {args.seed}) x inner train "
                          f"(--cv {args.cv}, default preset{', epochs ' + str(args.epochs) if args.epochs else ''})",
                "before_recalibration": summary(raw), "after_recalibration": summary(recalibrated),
+               "forced_recalibration": {method: summary(np.concatenate(parts))
+                                        for method, parts in pooled["forced"].items() if parts},
                "prediction_sets": coverage, "per_outer_fold": per_fold,
                "seconds": time.perf_counter() - start}
     (args.out / "bench_calibration.json").write_text(json.dumps(results, indent=2))

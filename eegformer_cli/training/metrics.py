@@ -175,7 +175,8 @@ def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: floa
     The interval is :func:`compare_folds`'s for the paired difference from a "model" that
     scores ``chance`` on every fold, i.e. the one-sample corrected resampled t (two-sided
     ``p_value``); both are n/a (NaN) when every fold gives the same value or with one fold.
-    ``ratio``: test participants / training participants of a fold.
+    ``ratio``: test participants / training participants of a fold. The metric lies in
+    [0, 1], and so does the interval (clipped to it).
     """
     chance_folds = [{metric: chance} for _ in per_fold]
     comparison = compare_folds(per_fold, chance_folds, ratio, metric)
@@ -183,7 +184,7 @@ def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: floa
     values = values[np.isfinite(values)]
     mean, std = comparison["mean_difference"] + chance, comparison["std_difference"]
     low, high = comparison["ci95"]
-    return {"mean": mean, "std": std, "ci95": [low + chance, high + chance],
+    return {"mean": mean, "std": std, "ci95": [max(low + chance, 0.0), min(high + chance, 1.0)],
             "p_value": comparison["p_value"], "n_folds": len(values),
             "test": "corrected resampled t-test"}
 
