@@ -178,7 +178,8 @@ def main() -> None:
     results = {"machine": {**machine(), "load_average": os.getloadavg()},
                "data": str(args.data), "label_column": args.label_column,
                "scheme": f"outer {args.outer}-fold (seed {args.seed}) x inner train "
-                         f"(--cv {args.cv}, default preset{', epochs ' + str(args.epochs) if args.epochs else ''})",
+                         f"(--cv {args.cv}, default preset"
+                         + (f", epochs {args.epochs})" if args.epochs else ")"),
                "before_recalibration": summary(raw), "after_recalibration": summary(recalibrated),
                "forced_recalibration": {method: summary(np.concatenate(parts))
                                         for method, parts in pooled["forced"].items() if parts},

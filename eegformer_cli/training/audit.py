@@ -41,8 +41,8 @@ Graded, each with its ``reason``: flagged: AUROC >= :data:`AUROC_FLAG` and beyon
 (interval's lower bound above 0.5, or, without an interval, permutation p < 0.05);
 borderline: beyond chance so, but AUROC below :data:`AUROC_FLAG` (a weak shortcut: "0.64,
 p = 0.0008" is not "cleared"); checked: neither. Flagged and borderline variables get one
-warning line each on stderr, a length variable (:data:`LENGTH_VARIABLES`) with its remedy. More than
-two classes: macro one-vs-rest AUROC, as the models' metrics. Variables that are constant,
+warning line each on stderr, a length variable (:data:`LENGTH_VARIABLES`) with its remedy
+(``preprocess --crop``). More than two classes: macro one-vs-rest AUROC, as the models' metrics. Variables that are constant,
 unknown for every recording or not in the manifest are reported as such, never flagged.
 With ``--holdout`` the single split gives no interval, so the audit (about the data, not the
 model, and cheap) runs on a participant-wise ``cv``-fold CV of all participants with the
@@ -284,8 +284,7 @@ def _audit_variable(variable: Variable, plan: AuditPlan, labels: np.ndarray,
                     positive: int | None) -> dict:
     entry = {"name": variable.name, "description": variable.description, "kind": variable.kind,
              "source": variable.source, "status": None, "reason": None, "by_class": None,
-             "bac": None,
-             "auroc": None, "per_fold": None}
+             "bac": None, "auroc": None, "per_fold": None}
     if variable.values is None:
         return {**entry, "status": "not recorded"}
     values = variable.values
