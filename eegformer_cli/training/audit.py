@@ -42,8 +42,9 @@ Graded, each with its ``reason``: flagged: AUROC >= :data:`AUROC_FLAG` and beyon
 borderline: beyond chance so, but AUROC below :data:`AUROC_FLAG` (a weak shortcut: "0.64,
 p = 0.0008" is not "cleared"); checked: neither. Flagged and borderline variables get one
 warning line each on stderr, a length variable (:data:`LENGTH_VARIABLES`) with its remedy
-(``preprocess --crop``). More than two classes: macro one-vs-rest AUROC, as the models' metrics. Variables that are constant,
-unknown for every recording or not in the manifest are reported as such, never flagged.
+(``preprocess --crop``). More than two classes: macro one-vs-rest AUROC, as the models'
+metrics. Variables that are constant, unknown for every recording or not in the manifest are
+reported as such, never flagged.
 With ``--holdout`` the single split gives no interval, so the audit (about the data, not the
 model, and cheap) runs on a participant-wise ``cv``-fold CV of all participants with the
 run's seed instead, and says so.
