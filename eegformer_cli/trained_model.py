@@ -161,8 +161,9 @@ class TrainedModel:
             (recalibrated when ``train`` kept a recalibration), ``prediction_set`` (with
             ``coverage``), then ``source_file, n_segments, n_segments_rejected,
             channels_interpolated, age, age_source, sex, sex_source, warnings`` (lists as lists;
-            unknown values None, NaN in numeric columns). Each warning is also one line on stderr, as the CLI prints it
-            (the first three of each kind, then a line counting the rest).
+            unknown values None, NaN in numeric columns). Each warning is also one line on
+            stderr, as the CLI prints it (the first three of each kind, then a line counting
+            the rest).
 
         Raises
         ------
