@@ -8,7 +8,8 @@ top-label confidence (the largest probability against how often that class was r
 
 - ``brier``: scikit-learn ``brier_score_loss`` (two classes: of the positive class, 0.25 for a
   constant 0.5; more: the multi-class score scaled by half), lower is better;
-- ``log_loss``: scikit-learn ``log_loss`` (nats per recording);
+- ``log_loss``: mean -ln(probability of the true class), nats per recording (scikit-learn's
+  ``log_loss`` without its check that rows sum to 1 to 1e-8, which rounding can miss);
 - ``ece``: expected calibration error, sum over :data:`N_BINS` equal-width bins of
   (bin share) x |observed frequency - mean probability|; 0 is perfect;
 - ``slope`` / ``intercept``: a logistic regression (no penalty, C = inf) of the outcome on the
@@ -37,7 +38,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import brier_score_loss, log_loss
+from sklearn.metrics import brier_score_loss
 from sklearn.model_selection import GroupKFold
 
 #: Equal-width probability bins of the expected calibration error and the reliability diagram.
@@ -54,6 +55,14 @@ METHODS = ("none", "temperature", "platt")
 def _logit(p: np.ndarray) -> np.ndarray:
     p = np.clip(p, EPSILON, 1 - EPSILON)
     return np.log(p) - np.log1p(-p)
+
+
+def log_loss(y_true: np.ndarray, probabilities: np.ndarray) -> float:
+    """Mean -ln(probability of the true class) of (n, K) ``probabilities`` (clipped to
+    :data:`EPSILON`), nats."""
+    rows = np.arange(len(y_true))
+    return float(-np.log(np.clip(np.asarray(probabilities, dtype=float)[rows, y_true],
+                                 EPSILON, 1.0)).mean())
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -103,8 +112,7 @@ def calibration_summary(y_true: np.ndarray, probabilities: np.ndarray,
                      "n": int(members.sum()), "mean_predicted": mean, "observed": observed})
     slope, intercept = _slope_intercept(score, outcome)
     return {"target": target, "n": int(len(y_true)), "brier": float(brier),
-            "log_loss": float(log_loss(y_true, np.clip(probabilities, EPSILON, 1),
-                                       labels=np.arange(n_classes))),
+            "log_loss": log_loss(y_true, probabilities),
             "ece": float(ece), "slope": slope, "intercept": intercept, "bins": bins}
 
 
@@ -207,9 +215,7 @@ def choose_recalibration(y_true: np.ndarray, probabilities: np.ndarray, groups: 
     methods = ["none", "temperature"] + (["platt"] if n_classes == 2 else [])
     candidates = {method: cross_fitted(method, y_true, probabilities, groups, positive_index)
                   for method in methods}
-    losses = {method: float(log_loss(y_true, np.clip(p, EPSILON, 1),
-                                     labels=np.arange(n_classes)))
-              for method, p in candidates.items()}
+    losses = {method: log_loss(y_true, p) for method, p in candidates.items()}
     best = min(methods, key=lambda m: (losses[m], methods.index(m)))
     if best == "none":
         reason = ("no recalibration lowers the out-of-fold log-loss (cross-fitted over "
