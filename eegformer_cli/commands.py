@@ -52,7 +52,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
                max_interpolated: int | None = None, bands: str | None = None,
                epoch_length: float | str | None = None, sfreq: float | None = None,
                ica: bool | None = None, n_jobs: int = 1, strict: bool = False,
-               backend: str = "local", scheduler: str | None = None, overwrite: bool = False):
+               backend: str = "local", scheduler: str | None = None, overwrite: bool = False,
+               crop: float | None = None):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
 
     Parameters
@@ -81,6 +82,9 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
         Sampling rate after cleaning, Hz (default 128; paper 250).
     ica : bool | None
         Remove artefact components with ICA + ICLabel (default off; paper on).
+    crop : float | None
+        Analyse only the first ``crop`` seconds of every recording (default: all of it), so
+        every recording gives the same segments; a shorter recording fails.
     n_jobs : int
         Recordings processed in parallel (-1: all cores).
     strict : bool
@@ -113,7 +117,8 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
     overrides = {"channels": None if channel_names is None else tuple(channel_names),
                  "max_interpolated": max_interpolated,
                  "bands": None if bands is None else parse_bands(bands),
-                 "epoch_length": _epoch_length(epoch_length), "sfreq": sfreq, "ica": ica}
+                 "epoch_length": _epoch_length(epoch_length), "sfreq": sfreq, "ica": ica,
+                 "crop_s": crop}
     settings = PreprocessSettings.from_preset(
         preset, **{key: value for key, value in overrides.items() if value is not None})
     with preprocess_backend(backend, scheduler, n_jobs):
@@ -168,7 +173,8 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
     frequency_encoding : str | None
         ``"drofe_default"``, ``"drofe_paper"``, ``"rope_band_index"`` or ``"none"``.
     positive_label : str | None
-        Positive class for AUROC / AUC-PR with two classes (default: the last label).
+        Positive class for AUROC / AUC-PR with two classes (default: the class that is not
+        control-like, e.g. not ``healthy``/``control``/``HC``, else the last label).
     n_jobs : int
         Folds trained side by side in CPU processes (-1: one per core); same results as 1.
     overwrite : bool
@@ -245,7 +251,7 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
             participants: PathLike | None = None, age: float | None = None,
             sex: str | None = None, max_interpolated: int | None = None, device: str = "auto",
             precision: str = "auto", strict: bool = False,
-            on_row: Callable[[dict], None] | None = None):
+            on_row: Callable[[dict], None] | None = None, coverage: float | None = None):
     """Predict the class of each recording with a trained model (``eegformer predict``).
 
     Parameters
@@ -254,7 +260,7 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
         A ``model.pt`` written by ``train``.
     inputs : path or list of paths
         Recordings (files or folders) or ``preprocess`` output folders.
-    participants, age, sex, max_interpolated, strict, on_row
+    participants, age, sex, max_interpolated, strict, on_row, coverage
         As :meth:`TrainedModel.predict <eegformer_cli.TrainedModel.predict>`.
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda"``.
@@ -272,7 +278,7 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
 
     return load_model(model, device, precision).predict(
         _paths(inputs), age, sex, participants=participants, max_interpolated=max_interpolated,
-        strict=strict, on_row=on_row)
+        strict=strict, on_row=on_row, coverage=coverage)
 
 
 def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLike, *,

@@ -140,7 +140,7 @@ class TrainedModel:
 
     def predict(self, raw_or_paths, age=None, sex=None, *, participants=None,
                 max_interpolated: int | None = None, strict: bool = False,
-                on_row: Callable[[dict], None] | None = None):
+                on_row: Callable[[dict], None] | None = None, coverage: float | None = None):
         """Predict the class of each recording: the rows of ``eegformer predict``.
 
         Parameters
@@ -167,15 +167,22 @@ class TrainedModel:
         on_row : callable | None
             Called with each row (a dict) as soon as it is made (``eegformer predict`` prints
             it).
+        coverage : float | None
+            Add ``prediction_set`` (after the probabilities): the classes that hold the true
+            one with this probability (``--coverage``, e.g. 0.9; split-conformal on the run's
+            out-of-fold probabilities: one class when the model is sure enough, several when
+            it cannot tell).
 
         Returns
         -------
         pandas.DataFrame
-            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``,
-            then ``source_file, n_segments, n_segments_rejected, channels_interpolated, age,
-            age_source, sex, sex_source, warnings`` (lists as lists; unknown values None, NaN in
-            numeric columns). Each warning is also one line on stderr, as the CLI prints it
-            (the first three of each kind, then a line counting the rest).
+            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``
+            (recalibrated when ``train`` kept a recalibration), ``prediction_set`` (with
+            ``coverage``), then ``source_file, n_segments, n_segments_rejected,
+            channels_interpolated, age, age_source, sex, sex_source, warnings`` (lists as lists;
+            unknown values None, NaN in numeric columns). Each warning is also one line on
+            stderr, as the CLI prints it (the first three of each kind, then a line counting
+            the rest).
 
         Raises
         ------
@@ -194,15 +201,19 @@ class TrainedModel:
         import pandas as pd
 
         from eegformer_cli import provenance
-        from eegformer_cli.inference import predict_recordings
+        from eegformer_cli.inference import check_coverage, predict_recordings
 
+        if coverage is not None:
+            check_coverage(self._bundle, coverage)
         items = self._inputs(raw_or_paths, age, sex, participants, max_interpolated)
         self._note_unchecked(strict)
         columns = (["recording_id", "participant_id", "predicted"]
                    + [f"prob_{name}" for name in self.classes]
+                   + ([] if coverage is None else ["prediction_set"])
                    + list(provenance.PROVENANCE_COLUMNS))
         rows, failures, warning_lines = [], [], _WarningLines()
-        for row in predict_recordings(self._bundle, items, self._device, self._precision):
+        for row in predict_recordings(self._bundle, items, self._device, self._precision,
+                                      coverage):
             if "error" in row:
                 failures.append(_print_failure(row["recording_id"], row["error"]))
                 continue
@@ -217,7 +228,8 @@ class TrainedModel:
         return table
 
     def predict_proba(self, raw_or_paths, age=None, sex=None, **options):
-        """Class probabilities of each recording (softmax of its segment-mean refined logits).
+        """Class probabilities of each recording (softmax of its segment-mean refined logits,
+        through the model file's recalibration when ``train`` kept one).
 
         Parameters
         ----------

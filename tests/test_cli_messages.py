@@ -63,8 +63,9 @@ def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, 
     run_training(request.data_dir, rerun, request.label_column, request.config)
     err = capsys.readouterr().err
     assert "train: 1 of 1 folds already finished in" in err and "reused, not trained again" in err
-    assert ("train: positive class for AUROC and AUC-PR: healthy (the last label in sorted order; "
-            "choose another with --positive-label)") in err
+    # the control-like class is the negative one, although it comes last in sorted order
+    assert ("train: positive class for AUROC and AUC-PR: depression (the class that is not "
+            "control-like; choose another with --positive-label)") in err
     assert (rerun / "model.pt").read_bytes() == before
 
 

@@ -30,7 +30,7 @@ UNSEEN = EEG / "sub-13_task-rest_eeg.edf"          # not among the 12 recordings
 SIGNATURES = {
     "load_model": "(path, device='auto', precision='auto')",
     "TrainedModel.predict": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
-                            "max_interpolated=None, strict=False, on_row=None)",
+                            "max_interpolated=None, strict=False, on_row=None, coverage=None)",
     "TrainedModel.predict_proba": "(self, raw_or_paths, age=None, sex=None, **options)",
     "TrainedModel.explain": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
                             "target=None, method='integrated_gradients', n_steps=128, "
@@ -49,7 +49,7 @@ SIGNATURES = {
     "commands.preprocess": "(inputs, out, *, participants=None, recordings=None, "
                            "preset='default', channels=None, max_interpolated=None, bands=None, "
                            "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
-                           "backend='local', scheduler=None, overwrite=False)",
+                           "backend='local', scheduler=None, overwrite=False, crop=None)",
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
                       "config=None, cv=None, repeats=None, holdout=None, splits=None, "
                       "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
@@ -59,7 +59,7 @@ SIGNATURES = {
                       "permutations=0, permutation_model='reference')",
     "commands.predict": "(model, inputs, *, participants=None, age=None, sex=None, "
                         "max_interpolated=None, device='auto', precision='auto', strict=False, "
-                        "on_row=None)",
+                        "on_row=None, coverage=None)",
     "commands.explain": "(model, inputs, out, *, target=None, method='integrated_gradients', "
                         "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
                         "device='auto', strict=False)",

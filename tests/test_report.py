@@ -203,6 +203,25 @@ window.addEventListener('load', () => setTimeout(() => {
   const b = document.body;
   b.setAttribute('data-decoded', [...document.images].filter(
       i => i.complete && i.naturalWidth > 0).length);
+  // the verdict box first, above the metrics table; the calibration section's figure and table
+  const top = e => e ? e.getBoundingClientRect().top + window.scrollY : -1;
+  const verdict = document.getElementById('eeg-verdict');
+  const metrics = [...document.querySelectorAll('p')].find(
+      p => p.textContent.startsWith('Out-of-fold metrics'));
+  b.setAttribute('data-verdict-rows', verdict ? verdict.querySelectorAll('tr').length : 0);
+  b.setAttribute('data-verdict-above', verdict !== null && metrics !== undefined
+                 && top(verdict) < top(metrics));
+  // a report item (not the table of contents) titled so, holding a decoded image
+  const figureAfter = title => [...document.querySelectorAll('.accordion-item')].some(item => {
+    const heading = item.querySelector('.accordion-header, button');
+    const image = item.querySelector('img');
+    return heading && heading.textContent.trim() === title && image !== null
+           && image.complete && image.naturalWidth > 0;
+  });
+  b.setAttribute('data-reliability', figureAfter('Reliability diagram'));
+  const sets = document.getElementById('eeg-prediction-sets');
+  b.setAttribute('data-coverage-rows', sets ? [...sets.querySelectorAll('tbody tr')].filter(
+      r => /%/.test(r.textContent)).length : 0);
   b.setAttribute('data-badges', [...document.querySelectorAll('.badge')].filter(
       e => e.offsetParent !== null).length);
   const pairItem = [...document.querySelectorAll('.accordion-item')].find(
@@ -237,11 +256,17 @@ window.addEventListener('load', () => setTimeout(() => {
         return found.group(1)
 
     assert int(attribute("decoded")) >= MIN_FIGURES
+    # the verdict box (score, references, shortcuts, permutation test, calibration) comes first,
+    # the reliability diagram is drawn and the prediction sets' coverage is tabulated
+    assert attribute("verdict-above") == "true" and int(attribute("verdict-rows")) >= 5
+    assert attribute("reliability") == "true" and int(attribute("coverage-rows")) >= 1
     assert attribute("badges") == "0" and attribute("filter-shown") == "false"
     assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
     assert attribute("sorted") == "true"
     assert attribute("head-figure") == "true"    # channel pairs on the head, with colour bars
     for text in ("Which run this is", "participant-wise 3-fold cross-validation",
+                 "the logistic regression (", "prediction sets cover",
+                 "Reliability diagram", "Prediction sets: coverage",
                  "positive class for AUROC and AUC-PR", "What these numbers mean",
                  "is chance (2 classes)", "Per-recording out-of-fold predictions",
                  "Every explained recording was explained out of fold"):

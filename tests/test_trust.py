@@ -91,6 +91,59 @@ def test_a_duration_independent_of_the_label_is_not_flagged(tmp_path, capsys, se
     assert "shortcut:" not in capsys.readouterr().err
 
 
+def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_path, capsys):
+    # AUROC about 0.6: below the flag's 0.65, but 600 participants put it beyond chance
+    n = 600
+    rng = np.random.default_rng(3)
+    durations = [rng.normal(105 if label == "patient" else 100, 15) for label in labels_of(n)]
+    root = set_column(make_connectome_folder(tmp_path / "prep", n_participants=n, n_segments=1),
+                      "duration_s", [f"{d:.1f}" for d in durations])
+    result = audit_of(root)
+    duration = entry(result, "duration_s")
+    assert duration["status"] == "borderline" and result["borderline"] == ["duration_s"]
+    assert result["flagged"] == [] and result["variables"][0]["name"] == "duration_s"
+    assert 0.5 < duration["auroc"]["ci95"][0] and duration["auroc"]["mean"] < audit.AUROC_FLAG
+    assert "beyond chance" in duration["reason"] and "below 0.65" in duration["reason"]
+    assert entry(result, "sex")["reason"].startswith("AUROC below 0.65")
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "shortcut" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "warning: possible shortcut (borderline): duration_s")
+    assert "--crop SECONDS" in warnings[0]
+    assert audit.describe_audit(result).startswith("shortcut audit: borderline duration_s (AUROC")
+
+
+def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_path, capsys):
+    from eegformer_cli.errors import RecordingError, UsageError
+    from eegformer_cli.preprocess import PreprocessSettings, preprocess_raw
+    from eegformer_cli.simulate import draw_participants, simulate_participant
+
+    # the remedy: only the first 30 s of a 40 s and a 60 s recording are analysed
+    settings = PreprocessSettings.from_preset("default", crop_s=30.0, epoch_length=6.0)
+    raw = simulate_participant(draw_participants(1, seed=0)[0], duration_s=60.0)
+    short, long = (preprocess_raw(raw.copy().crop(0, d, include_tmax=False), settings)
+                   for d in (40.0, 60.0))
+    assert len(short.coh) == len(long.coh) == 5 and long.segment_onsets_s.max() < 30
+    # the same first 30 s, the same tokens (but near the cut, where the filter saw more data)
+    assert np.allclose(short.coh[:3], long.coh[:3], atol=1e-3)
+    with pytest.raises(RecordingError, match="too short for --crop 30: 20.0 s"):
+        preprocess_raw(raw.copy().crop(0, 20.0, include_tmax=False), settings)
+    with pytest.raises(UsageError, match="invalid --crop 2.0"):
+        PreprocessSettings.from_preset("default", crop_s=2.0)
+    # folders made without it keep their settings and hashes
+    assert "crop_s" not in PreprocessSettings.from_preset("default").to_dict()
+    assert settings.to_dict()["crop_s"] == 30.0
+    assert PreprocessSettings.from_dict(settings.to_dict()) == settings
+    # the audit then judges the length analysed: the lengths that carried the label are equal
+    durations = [120 if label == "patient" else 60 for label in labels_of(24)]
+    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s", durations)
+    assert entry(audit_of(root), "duration_s")["status"] == "flagged"
+    stored = json.loads((root / "preprocess.json").read_text())
+    stored["settings"]["crop_s"] = 60.0
+    (root / "preprocess.json").write_text(json.dumps(stored))
+    cropped = entry(audit_of(root), "duration_s")
+    assert cropped["status"] == "constant" and "--crop 60" in cropped["description"]
+
+
 def test_confounds_are_audited_as_categories_with_three_classes(tmp_path):
     # make_connectome_folder's sex follows p % 3 and its ages p % 20: the labels do not
     labels = [["a", "b", "c"][(p // 3) % 3] for p in range(24)]

@@ -34,6 +34,11 @@ def predict(
     precision: str = typer.Option(
         "auto", help="auto, float32, bfloat16 or float16 (mixed precision); auto: bfloat16 for "
                      "a default-preset model on CUDA, else float32."),
+    coverage: float | None = typer.Option(
+        None, "--coverage", metavar="SHARE",
+        help="Add prediction_set: the classes that hold the true one with this probability, "
+             "e.g. 0.9 (split-conformal on the run's out-of-fold probabilities; one class, or "
+             "several when the model cannot tell) \\[default: none]."),
     strict: bool = typer.Option(False, "--strict",
                                 help="Exit with code 6 when a recording got a warning (every "
                                      "row is still printed) \\[default: off]."),
@@ -47,8 +52,9 @@ def predict(
     --participants gives the demographics of raw recordings and, for the participants it
     lists, replaces those of a preprocess folder's manifest. Each recording's prediction
     averages the model's refined logits over its segments. Rows on stdout: recording_id,
-    participant_id, predicted, prob_LABEL per class, then where the row comes from and how
-    trustworthy it is: source_file, n_segments (used), n_segments_rejected,
+    participant_id, predicted, prob_LABEL per class (recalibrated when train found that this
+    lowers the out-of-fold log-loss), prediction_set with --coverage, then where the row comes
+    from and how trustworthy it is: source_file, n_segments (used), n_segments_rejected,
     channels_interpolated, age and sex with age_source / sex_source (flag, table, manifest or
     none), and warnings. A recording that fails gets one line on stderr and no row.
 
@@ -74,7 +80,8 @@ def predict(
     try:
         table = commands.predict(model, inputs, participants=participants, age=age, sex=sex,
                                  max_interpolated=max_interpolated, device=device,
-                                 precision=precision, strict=strict, on_row=printer.row)
+                                 precision=precision, strict=strict, on_row=printer.row,
+                                 coverage=coverage)
     except EegformerError as exc:
         if exc.result is not None:  # rows of the recordings that worked: printed first
             printer.end(list(exc.result.columns))

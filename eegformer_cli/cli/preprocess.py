@@ -39,6 +39,11 @@ def preprocess(
     ica: bool | None = typer.Option(
         None, "--ica/--no-ica", help="Remove artefact components with ICA + ICLabel "
                                      "\\[default: off; paper: on]."),
+    crop: float | None = typer.Option(
+        None, "--crop", metavar="SECONDS",
+        help="Analyse only the first SECONDS of every recording, so recordings of different "
+             "lengths give the same segments (the remedy when train's shortcut audit flags "
+             "duration_s or n_segments); a shorter recording fails \\[default: all of it]."),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Recordings processed in parallel "
                                                          "(-1: all cores)."),
     strict: bool = typer.Option(False, help="Exit with code 6 if any recording fails."),
@@ -77,7 +82,7 @@ def preprocess(
         inputs, out, participants=participants, recordings=recordings, preset=preset,
         channels=channels, max_interpolated=max_interpolated, bands=bands,
         epoch_length=epoch_length, sfreq=sfreq, ica=ica, n_jobs=n_jobs, strict=strict,
-        backend=backend, scheduler=scheduler, overwrite=overwrite)
+        backend=backend, scheduler=scheduler, overwrite=overwrite, crop=crop)
     console.log(f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
                 f"({summary.n_skipped} already done) of {summary.n_recordings} recordings")
     console.log(f"connectomes: {summary.out_dir / 'connectomes'}")

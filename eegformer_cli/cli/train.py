@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import typer
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from eegformer_cli import commands, console
 from eegformer_cli.errors import UsageError
@@ -25,8 +27,24 @@ def _preset_default(field: str) -> str:
         f"; {name} preset: {value}" for name, value in values.items() if name != "default") + "]")
 
 
+def _verdict_panel(metrics: dict) -> Panel:
+    """The verdict box that opens the summary (:mod:`eegformer_cli.training.verdict`)."""
+    from eegformer_cli.training.verdict import headline, verdict_lines
+
+    colour = {"good": "green", "warn": "yellow", "neutral": "default"}
+    text = Text(headline(metrics) + "\n", style="bold")
+    for topic, line, tone in verdict_lines(metrics):
+        text.append(f"{topic}: ", style="bold")
+        text.append(line + "\n", style=colour[tone])
+    text.rstrip()
+    return Panel(text, title="Verdict", expand=False)
+
+
 def _summary_table(metrics: dict) -> Table:
-    table = Table(title=f"{metrics['n_folds']} fold(s), test participants only")
+    n_classes = len(metrics.get("labels") or [])
+    table = Table(title=f"{metrics['n_folds']} fold(s), test participants only",
+                  caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), "
+                          "AUROC 0.50")
     table.add_column("model")
     for name in ("BAC", "AUROC", "AUC-PR"):
         table.add_column(name, justify="right")
@@ -62,6 +80,7 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
     than rank 0 (``metrics`` None: rank 0 reports)."""
     if metrics is None:
         return
+    console.stderr.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
     console.stderr.print(_summary_table(metrics))
     comparison = metrics.get("comparison")
     if comparison:
@@ -90,6 +109,10 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
                               for name, values in metrics["models"].items()},
                    "comparison": metrics.get("comparison"),
+                   "comparisons": metrics.get("comparisons"),
+                   "score": metrics.get("score"),
+                   "calibration": _calibration_summary(metrics.get("calibration")),
+                   "prediction_sets": metrics.get("prediction_sets"),
                    "attention": {key: value for key, value in (metrics.get("attention") or {}).items()
                                  if key != "per_fold"} or None,
                    "shortcut_audit": _audit_summary(metrics.get("shortcut_audit")),
@@ -106,6 +129,17 @@ def _audit_summary(audit: dict | None) -> dict | None:
             "variables": {entry["name"]: {"status": entry["status"],
                                           "auroc": (entry["auroc"] or {}).get("mean")}
                           for entry in audit["variables"]}}
+
+
+def _calibration_summary(calibration: dict | None) -> dict | None:
+    """The calibration for ``--json`` without the reliability bins (metrics.json has them)."""
+    if calibration is None:
+        return None
+    def figures(summary):
+        return {k: v for k, v in summary.items() if k != "bins"} if summary else summary
+    recalibration = calibration.get("recalibration") or {}
+    return {"models": {name: figures(s) for name, s in calibration["models"].items()},
+            "recalibration": {**recalibration, "after": figures(recalibration.get("after"))}}
 
 
 def _without_null(test: dict | None) -> dict | None:
@@ -167,7 +201,9 @@ def train(
                                            + "]."),
     positive_label: str | None = typer.Option(
         None, "--positive-label", help="Positive class for AUROC / AUC-PR with two classes "
-                                       "\\[default: the last label in sorted order, said on "
+                                       "\\[default: the class that is not control-like (control, "
+                                       "healthy, HC, normal, ...), else the last label in "
+                                       "sorted order, said on "
                                        "stderr]."),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Folds trained side by side in this many "
                                                          "CPU processes (-1: one per core); the "

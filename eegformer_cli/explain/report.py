@@ -5,6 +5,8 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
 ``eegformer explain`` output folder. Sections, each present even when its inputs are missing
 (it then says what is missing and how to get it):
 
+Verdict (first): the score with its interval, the comparison with every reference model,
+   shortcuts, the permutation p and calibration, in a box (:mod:`calibration_report`).
 0. Run summary: preset, epochs, evaluation scheme, seed, classes and positive class, data,
    model, final model, versions (``config.json``, ``metrics.json``).
 1. Dataset: recordings, participants, classes, age and sex per class, preprocessing failures
@@ -14,7 +16,9 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
    the paired interval, confusion matrix, ROC and precision-recall curves from the
    out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
-3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`).
+3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`),
+   then how far to trust a probability: calibration, reliability diagram, prediction-set
+   coverage (:mod:`calibration_report`); then the per-recording table and training curves.
 4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
    the logit change when attention is replaced by a uniform mean or the identity) and the
@@ -59,6 +63,7 @@ from eegformer_cli.explain.report_tables import (attention_diagnostics_html,
                                                  band_importance_note, dataset_summary_html,
                                                  explanations_source_html, metric_notes_html,
                                                  metrics_html, oof_table_html, run_summary_html)
+from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.training.metrics import describe_comparison
 
@@ -230,11 +235,14 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     history = (_read_jsonl(history_file)
                if history_file.is_file() and history_file.stat().st_size else [])
     report = _untagged_report(report_title(config))
+    add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)
     _add_cross_validation(report, run_dir, metrics, history)
     if metrics is not None:      # without it, the cross-validation section says why
         add_trust_section(report, run_dir, metrics)
+        add_calibration_section(report, metrics)
+        _add_predictions_and_curves(report, run_dir, metrics, history)
     _add_attention(report, metrics, history)
     _add_explanations(report, run_dir, explanations_dir)
     return report
@@ -291,8 +299,10 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
     paired = ("" if not comparison else "<p>Paired over the same folds: "
               + html.escape(describe_comparison(comparison, comparison["model"],
                                                 comparison["reference"])) + ".</p>")
+    chance = (f" Chance level: bac {1 / len(labels):.2f} ({len(labels)} classes), auroc 0.50."
+              if labels else "")
     report.add_html("<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
-                    "</p>" + metrics_html(metrics) + paired, "Metrics", section=section)
+                    f"{chance}</p>" + metrics_html(metrics) + paired, "Metrics", section=section)
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)
     matrix = metrics.get("models", {}).get("xaiguiformer", {}).get("confusion_matrix")
     if matrix is not None:
@@ -301,18 +311,41 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
     if oof_file.is_file():
         fold_means = {name: model.get("mean", {})
                       for name, model in metrics.get("models", {}).items()}
+        predictions = _read_oof(oof_file)
         try:
-            predictions = _read_tsv(oof_file)
             figure = roc_pr_figure(predictions, labels, metrics.get("positive_label"), fold_means)
-            table = oof_table_html(predictions, labels)
         except (KeyError, TypeError, ValueError) as exc:  # a truncated or edited table
-            raise InputDataError(f"damaged out-of-fold predictions ({type(exc).__name__}: {exc})",
-                                 path=oof_file, hint="rerun the same `eegformer train` command"
-                                 ) from None
+            raise _damaged(oof_file, exc) from None
         _figure(report, figure, "ROC and precision-recall curves", section, caption=(
             "Each curve pools the out-of-fold predictions of every fold into one ranking; the "
             "metrics table gives the mean of the per-fold values instead. The two differ "
             "because each fold's model puts its probabilities on a scale of its own."))
+
+
+def _damaged(oof_file: Path, exc: Exception) -> InputDataError:
+    return InputDataError(f"damaged out-of-fold predictions ({type(exc).__name__}: {exc})",
+                          path=oof_file, hint="rerun the same `eegformer train` command")
+
+
+def _read_oof(oof_file: Path) -> list[dict]:
+    try:
+        return _read_tsv(oof_file)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _damaged(oof_file, exc) from None
+
+
+def _add_predictions_and_curves(report, run_dir: Path, metrics: dict,
+                                history: list[dict]) -> None:
+    """Every recording's out-of-fold prediction and the training curves, after the verdict's
+    evidence (metrics, audit, calibration)."""
+    section = "Per-recording predictions and training"
+    oof_file = run_dir / "oof_predictions.tsv"
+    labels = [str(label) for label in metrics.get("labels", [])]
+    if oof_file.is_file():
+        try:
+            table = oof_table_html(_read_oof(oof_file), labels)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _damaged(oof_file, exc) from None
         report.add_html(table, "Per-recording out-of-fold predictions", section=section)
     if history:
         _figure(report, training_curves_figure(history), "Training curves per fold", section)

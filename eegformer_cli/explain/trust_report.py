@@ -27,7 +27,9 @@ AUDIT_MEANING = (
     "same participant-wise folds as the models. A flagged variable predicts the label by "
     f"itself (AUROC >= {AUROC_FLAG} and beyond chance): the models' score may come from it "
     "rather than from the brain, so compare like with like (e.g. recordings cropped to the "
-    "same length, sites or ages balanced) before trusting the score. Constant or unknown "
+    "same length, sites or ages balanced) before trusting the score. A borderline variable "
+    f"predicts the label beyond chance too, but with AUROC below {AUROC_FLAG}: weaker, not "
+    "cleared. Checked: no evidence that it predicts the label. Constant or unknown "
     "variables cannot carry the label here.")
 PERMUTATION_MEANING = (
     "The cross-validation was refit on labels permuted at random; p is the share of "
@@ -63,16 +65,17 @@ def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
 
 
 def audit_table_html(audit: dict) -> str:
-    """HTML table of the audited variables in the audit's order (flagged first), flagged rows
-    highlighted."""
+    """HTML table of the audited variables in the audit's order (flagged first), flagged and
+    borderline rows highlighted, each with the reason for its status."""
     head = "".join(f"<th>{name}</th>" for name in (
-        "variable", "meaning", "status", "per class", "AUROC, BAC (alone)"))
+        "variable", "meaning", "status", "why", "per class", "AUROC, BAC (alone)"))
     rows = []
     for entry in audit["variables"]:
         figure = describe_figure(entry) if entry["auroc"] else ""
-        cells = [entry["name"], entry["description"], entry["status"], describe_by_class(entry),
-                 figure]
-        style = ' class="table-warning"' if entry["status"] == "flagged" else ""
+        cells = [entry["name"], entry["description"], entry["status"],
+                 entry.get("reason") or "", describe_by_class(entry), figure]
+        style = {"flagged": ' class="table-warning"',
+                 "borderline": ' class="table-info"'}.get(entry["status"], "")
         rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")
     return (f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'

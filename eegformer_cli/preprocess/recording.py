@@ -28,7 +28,8 @@ from eegformer_cli.recordings.channels import (conform_channels, normalise_chann
 
 def clean_segments(raw: mne.io.BaseRaw, settings: PreprocessSettings,
                    epoch_length_s: float) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
-    """Clean a conformed recording and cut it into kept segments.
+    """Clean a conformed recording (its first ``settings.crop_s`` seconds when set) and cut it
+    into kept segments.
 
     Returns ``(segments (n_kept, n_windows, C, n_times) float64 volts, onsets_s (n_kept,),
     n_rejected, ica_excluded_labels)``. Raises :class:`RecordingError` when no segment is kept.
@@ -37,6 +38,8 @@ def clean_segments(raw: mne.io.BaseRaw, settings: PreprocessSettings,
     """
     filtered = cleaning.bandpass(cleaning.resample(raw, settings.sfreq), settings.l_freq,
                                  settings.h_freq, settings.h_trans_bandwidth)
+    if settings.crop_s is not None:     # after the filter: no edge effect at the cut
+        filtered = cleaning.crop(filtered, settings.crop_s)
     excluded: list[str] = []
     if settings.ica and settings.ica_before_reference:
         filtered, excluded = cleaning.run_ica_iclabel(filtered, settings.ica_n_components,
@@ -111,7 +114,8 @@ def _process_loaded(raw: mne.io.BaseRaw, settings: PreprocessSettings,
                                              path=path)
         check_bands_fit_rate(settings.bands, raw.info["sfreq"])
         duration_s = raw.n_times / raw.info["sfreq"]
-        epoch_length_s = (cleaning.auto_epoch_length(duration_s, settings.window_s)
+        epoch_length_s = (cleaning.auto_epoch_length(min(duration_s, settings.crop_s or np.inf),
+                                                     settings.window_s)
                           if settings.epoch_length == "auto" else float(settings.epoch_length))
         segments, onsets, n_rejected, excluded = clean_segments(raw, settings, epoch_length_s)
     except RecordingError as exc:

@@ -423,7 +423,7 @@ def _resolve_settings(settings: PreprocessSettings,
         _warn_channels_dropped_for_a_few(readable, channels)
     epoch_length = settings.epoch_length
     if epoch_length == "auto":
-        usable = [header.duration_s for header in readable
+        usable = [min(header.duration_s, settings.crop_s or math.inf) for header in readable
                   if header.duration_s >= cleaning.AUTO_MIN_SEGMENTS * cleaning.MIN_EPOCH_LENGTH_S]
         epoch_length = (cleaning.auto_epoch_length(min(usable), settings.window_s) if usable
                         else cleaning.MIN_EPOCH_LENGTH_S)

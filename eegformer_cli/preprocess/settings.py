@@ -50,6 +50,11 @@ class PreprocessSettings:
     channels : the run's channel names in order, or None to choose them from the input
         (:func:`select_channel_set`).
     max_interpolated : the most missing channels a recording may have filled by interpolation.
+    crop_s : analyse only the first ``crop_s`` seconds of every recording (None: all of it), so
+        recordings of different lengths give the same number of segments and the same
+        estimator bias (the shortcut audit's remedy for a length shortcut); a shorter
+        recording is an error. Left out of :meth:`to_dict` when None, so the settings (and
+        hashes) of folders made without it are unchanged.
     """
 
     preset: str = "default"
@@ -68,6 +73,7 @@ class PreprocessSettings:
     bands: tuple = BAND_PRESETS["default"]
     channels: tuple[str, ...] | None = None
     max_interpolated: int = 2
+    crop_s: float | None = None
 
     def __post_init__(self) -> None:
         check_choice("--preset", self.preset, PRESETS)
@@ -98,6 +104,10 @@ class PreprocessSettings:
                 raise UsageError(f"invalid --epoch-length {self.epoch_length}; it must be 'auto' or "
                                  f"a multiple of {self.window_s:g} s of at least "
                                  f"{2 * self.window_s:g} s")
+        if self.crop_s is not None and not (math.isfinite(self.crop_s) and
+                                            self.crop_s >= 2 * self.window_s):
+            raise UsageError(f"invalid --crop {self.crop_s}; give the seconds to keep from the "
+                             f"start of every recording, at least {2 * self.window_s:g}")
         if self.max_interpolated < 0:
             raise UsageError(f"invalid --max-interpolated {self.max_interpolated}; it must be >= 0")
         if self.ica_n_components < 2:
@@ -131,6 +141,8 @@ class PreprocessSettings:
         data = dataclasses.asdict(self)
         data["bands"] = bands_to_spec(self.bands)
         data["channels"] = None if self.channels is None else list(self.channels)
+        if self.crop_s is None:
+            del data["crop_s"]
         return data
 
     @classmethod

@@ -71,6 +71,16 @@ def average_reference(raw: mne.io.BaseRaw) -> mne.io.BaseRaw:
     return raw
 
 
+def crop(raw: mne.io.BaseRaw, seconds: float) -> mne.io.BaseRaw:
+    """The first ``seconds`` of ``raw`` (a copy); RecordingError when it is shorter."""
+    duration = raw.n_times / raw.info["sfreq"]
+    if duration < seconds - 1e-9:
+        raise RecordingError(f"recording too short for --crop {seconds:g}: {duration:.1f} s",
+                             hint="give a --crop no longer than the shortest recording, or "
+                                  "leave this one out")
+    return raw.copy().crop(tmin=0.0, tmax=seconds, include_tmax=False)
+
+
 def auto_epoch_length(duration_s: float, window_s: float = WINDOW_S) -> float:
     """Epoch length (s) for a recording of ``duration_s`` seconds.
 

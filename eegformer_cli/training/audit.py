@@ -7,7 +7,8 @@ nothing about the brain; e.g. in eegmat the rest recordings are 180 s and the ar
 ``train --merge``) checks, on the same participant-wise folds as the models, how well each
 nuisance variable predicts the label by itself:
 
-- ``duration_s`` (numeric): recording duration, s;
+- ``duration_s`` (numeric): recording duration, s (the part analysed, at most ``preprocess
+  --crop``, when given);
 - ``n_segments`` (numeric): segments kept after rejection;
 - ``source_sfreq`` (categorical): the file's own sampling rate, Hz (amplifier, site);
 - ``n_channels_interpolated`` (numeric): channels filled by interpolation;
@@ -36,10 +37,14 @@ one-variable model refit on :data:`N_PERMUTATIONS` label permutations
 (:func:`null_labels.permuted_labels`) on the same folds, p = (1 + #{null mean AUROC >=
 observed}) / (1 + N). It costs a second or two and runs only in that case.
 
-Flagged (one warning line each on stderr): AUROC >= :data:`AUROC_FLAG` and beyond chance
-(interval's lower bound above 0.5, or, without an interval, permutation p < 0.05). More than
-two classes: macro one-vs-rest AUROC, as the models' metrics. Variables that are constant,
-unknown for every recording or not in the manifest are reported as such, never flagged.
+Graded, each with its ``reason``: flagged: AUROC >= :data:`AUROC_FLAG` and beyond chance
+(interval's lower bound above 0.5, or, without an interval, permutation p < 0.05);
+borderline: beyond chance so, but AUROC below :data:`AUROC_FLAG` (a weak shortcut: "0.64,
+p = 0.0008" is not "cleared"); checked: neither. Flagged and borderline variables get one
+warning line each on stderr, a length variable (:data:`LENGTH_VARIABLES`) with its remedy
+(``preprocess --crop``). More than two classes: macro one-vs-rest AUROC, as the models'
+metrics. Variables that are constant, unknown for every recording or not in the manifest are
+reported as such, never flagged.
 With ``--holdout`` the single split gives no interval, so the audit (about the data, not the
 model, and cheap) runs on a participant-wise ``cv``-fold CV of all participants with the
 run's seed instead, and says so.
@@ -66,7 +71,7 @@ from eegformer_cli.recordings import metadata
 from eegformer_cli.recordings.reading import input_folder
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.metrics import classification_metrics, compare_folds
+from eegformer_cli.training.metrics import against_chance, classification_metrics
 from eegformer_cli.training.null_labels import p_value, permuted_labels
 
 if TYPE_CHECKING:  # the report imports this module's words without torch (dataset.py's)
@@ -81,7 +86,12 @@ N_PERMUTATIONS = 99
 #: Manifest columns that describe the processing, not the recording: never confounds.
 BOOKKEEPING_COLUMNS = ("status", "error", "connectome", "settings_hash")
 MISSING = "n/a"
-STATUS_ORDER = ("flagged", "checked", "constant", "unknown", "not recorded")
+STATUS_ORDER = ("flagged", "borderline", "checked", "constant", "unknown", "not recorded")
+#: Variables whose shortcut is the recordings' length; the remedy offered for them.
+LENGTH_VARIABLES = ("duration_s", "n_segments")
+LENGTH_REMEDY = ("remedy: compare like with like: `eegformer preprocess ... --crop SECONDS` "
+                 "(at most the shortest recording's length) analyses the same length of every "
+                 "recording; train again and see whether the score holds")
 
 
 @dataclass(frozen=True)
@@ -150,8 +160,13 @@ def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
                     [0.0 if metadata.is_missing(row["channels_interpolated"])
                      else float(len(row["channels_interpolated"].split(","))) for row in rows])
     ages = None if "age" not in rows[0] else [age_value(row["age"]) for row in rows]
+    crop = (data.preprocess.get("settings") or {}).get("crop_s")
+    duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
+    if crop is not None and duration.values is not None:   # what the tokens were computed on
+        duration = Variable("duration_s", f"recording duration analysed (--crop {crop:g}), s",
+                            "numeric", [min(value, crop) for value in duration.values])
     return [
-        _column_variable(rows, "duration_s", "recording duration, s", kind="numeric"),
+        duration,
         _column_variable(rows, "n_segments", "segments kept", kind="numeric"),
         _column_variable(rows, "source_sfreq", "original sampling rate, Hz",
                          kind="categorical"),
@@ -237,12 +252,18 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
     entries.sort(key=lambda e: (STATUS_ORDER.index(e["status"]),
                                 -np.nan_to_num(e["auroc"]["mean"] if e["auroc"] else 0.0)))
     flagged = [entry for entry in entries if entry["status"] == "flagged"]
-    for entry in flagged:
+    for entry in entries:
+        if entry["status"] not in ("flagged", "borderline"):
+            continue
         named = (entry["name"] if entry["description"] == entry["name"]
                  else f"{entry['name']} ({entry['description']})")
-        warn(f"shortcut: {named} alone predicts {data.label_column!r} ({describe_figure(entry)}); "
-             "the models may score on it rather than on the EEG (see shortcut_audit in "
-             "metrics.json and the report)")
+        what = ("shortcut: " if entry["status"] == "flagged" else
+                "possible shortcut (borderline): ")
+        how = "alone predicts" if entry["status"] == "flagged" else "weakly predicts"
+        remedy = f"; {LENGTH_REMEDY}" if entry["name"] in LENGTH_VARIABLES else ""
+        warn(f"{what}{named} {how} {data.label_column!r} "
+             f"({describe_figure(entry)}); the models may score on it rather than on the EEG "
+             f"(see shortcut_audit in metrics.json and the report){remedy}")
     return {
         "folds": plan.folds_description, "n_folds": len(plan.folds),
         "model": "class-balanced logistic regression on the variable alone, fit on each "
@@ -252,8 +273,10 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
                     "Bengio 2003), as the model comparison; n/a when every fold gives the same "
                     f"value (then a permutation test, {N_PERMUTATIONS} permutations)",
         "rule": f"flagged when AUROC >= {AUROC_FLAG} and the interval's lower bound is above 0.5 "
-                f"(or, with no interval, the permutation p < {SIGNIFICANCE})",
+                f"(or, with no interval, the permutation p < {SIGNIFICANCE}); borderline when "
+                f"beyond chance so but AUROC < {AUROC_FLAG}; checked otherwise",
         "flagged": [entry["name"] for entry in flagged],
+        "borderline": [entry["name"] for entry in entries if entry["status"] == "borderline"],
         "variables": entries,
     }
 
@@ -261,8 +284,8 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
 def _audit_variable(variable: Variable, plan: AuditPlan, labels: np.ndarray,
                     positive: int | None) -> dict:
     entry = {"name": variable.name, "description": variable.description, "kind": variable.kind,
-             "source": variable.source, "status": None, "by_class": None, "bac": None,
-             "auroc": None, "per_fold": None}
+             "source": variable.source, "status": None, "reason": None, "by_class": None,
+             "bac": None, "auroc": None, "per_fold": None}
     if variable.values is None:
         return {**entry, "status": "not recorded"}
     values = variable.values
@@ -275,17 +298,35 @@ def _audit_variable(variable: Variable, plan: AuditPlan, labels: np.ndarray,
     per_fold = _fold_metrics(variable, plan, labels, positive)
     n_classes = len(plan.data.label_names)
     ratio = splits.test_train_ratio(plan.folds)
-    bac = _against_chance(per_fold, "bac", 1.0 / n_classes, ratio)
-    auroc = _against_chance(per_fold, "auroc", 0.5, ratio)
+    bac = against_chance(per_fold, "bac", 1.0 / n_classes, ratio)
+    auroc = against_chance(per_fold, "auroc", 0.5, ratio)
     candidate = bool(np.isfinite(auroc["mean"]) and auroc["mean"] >= AUROC_FLAG)
     if candidate and not np.isfinite(auroc["ci95"][0]):
         auroc["p_value"] = _permutation_p_value(variable, plan, positive, auroc["mean"])
         auroc["test"] = (f"permutation test ({N_PERMUTATIONS} label permutations on the same "
                          "folds; no spread over folds for an interval)")
-    flagged = candidate and (auroc["ci95"][0] > 0.5 if np.isfinite(auroc["ci95"][0])
-                             else auroc["p_value"] < SIGNIFICANCE)
-    return {**entry, "status": "flagged" if flagged else "checked", "bac": bac, "auroc": auroc,
-            "per_fold": per_fold}
+    beyond_chance = bool(auroc["ci95"][0] > 0.5 if np.isfinite(auroc["ci95"][0])
+                         else np.isfinite(auroc["p_value"]) and auroc["p_value"] < SIGNIFICANCE)
+    status = ("flagged" if candidate and beyond_chance else
+              "borderline" if beyond_chance else "checked")
+    return {**entry, "status": status, "reason": _reason(status, auroc, candidate), "bac": bac,
+            "auroc": auroc, "per_fold": per_fold}
+
+
+def _reason(status: str, auroc: dict, candidate: bool) -> str:
+    """Why a variable got its status, in words."""
+    interval = np.isfinite(auroc["ci95"][0])
+    evidence = ("its interval lies above chance (0.5)" if interval else
+                f"permutation p < {SIGNIFICANCE}")
+    if status == "flagged":
+        return f"AUROC >= {AUROC_FLAG} and {evidence}"
+    if status == "borderline":
+        return (f"predicts the label beyond chance ({evidence}) but its AUROC is below "
+                f"{AUROC_FLAG}: a weak shortcut the models may still use")
+    if candidate:
+        return f"AUROC >= {AUROC_FLAG} but not beyond chance on these folds"
+    return f"AUROC below {AUROC_FLAG} and not beyond chance (interval reaches 0.5)" \
+        if interval else f"AUROC below {AUROC_FLAG}"
 
 
 def _permutation_p_value(variable: Variable, plan: AuditPlan, positive: int | None,
@@ -348,24 +389,6 @@ def _one_variable_model(kind: str):
     return make_pipeline(*encode, LogisticRegression(class_weight="balanced", max_iter=1000))
 
 
-def _against_chance(per_fold: list[dict], metric: str, chance: float, ratio: float) -> dict:
-    """Mean, spread and 95 % interval over folds of ``metric``, tested against ``chance``.
-
-    The interval is :func:`compare_folds`'s for the paired difference from a "model" that
-    scores ``chance`` on every fold, i.e. the one-sample corrected resampled t (two-sided
-    ``p_value``); both are n/a (NaN) when every fold gives the same value or with one fold.
-    """
-    chance_folds = [{metric: chance} for _ in per_fold]
-    comparison = compare_folds(per_fold, chance_folds, ratio, metric)
-    values = np.array([fold[metric] for fold in per_fold], dtype=float)
-    values = values[np.isfinite(values)]
-    mean, std = comparison["mean_difference"] + chance, comparison["std_difference"]
-    low, high = comparison["ci95"]
-    return {"mean": mean, "std": std, "ci95": [low + chance, high + chance],
-            "p_value": comparison["p_value"], "n_folds": len(values),
-            "test": "corrected resampled t-test"}
-
-
 def _by_class(variable: Variable, label_names: list[str], labels: np.ndarray) -> dict:
     """Per class: numeric -> median, min, max and unknown count; categorical -> counts per
     level (``n/a`` included)."""
@@ -426,12 +449,15 @@ def describe_by_class(entry: dict) -> str:
 def describe_audit(audit: dict) -> str:
     """One line for ``train``'s summary: the flagged variables with their figures, then the
     others by status."""
-    parts = [f"{e['name']} ({describe_figure(e)})" for e in audit["variables"]
-             if e["status"] == "flagged"]
-    flagged = ("flagged " + ", ".join(parts) if parts
-               else "no variable predicts the label alone")
+    graded = []
+    for status in ("flagged", "borderline"):
+        parts = [f"{e['name']} ({describe_figure(e)})" for e in audit["variables"]
+                 if e["status"] == status]
+        if parts:
+            graded.append(f"{status} " + ", ".join(parts))
+    flagged = "; ".join(graded) or "no variable predicts the label alone"
     others = [f"{status} " + ", ".join(e["name"] for e in audit["variables"]
                                        if e["status"] == status)
-              for status in STATUS_ORDER[1:]
+              for status in STATUS_ORDER[2:]
               if any(e["status"] == status for e in audit["variables"])]
     return "shortcut audit: " + "; ".join([flagged, *others])

@@ -44,6 +44,28 @@ class RunPlan:
     model_config: dict
 
 
+#: Labels that name the comparison group (case and separators ignored): with two classes, the
+#: other class is the positive one by default.
+CONTROL_LABELS = ("control", "controls", "healthy", "healthycontrol", "healthycontrols", "hc",
+                  "normal", "norm", "nc", "typical", "typicallydeveloping", "td", "negative",
+                  "neg", "rest", "baseline", "none", "no")
+
+
+def is_control_label(label: str) -> bool:
+    """Whether ``label`` names a control-like class (:data:`CONTROL_LABELS`)."""
+    return "".join(ch for ch in str(label).lower() if ch.isalnum()) in CONTROL_LABELS
+
+
+def default_positive_label(label_names: list[str]) -> str:
+    """Two classes: the one that is not control-like when exactly one is (``healthy`` vs
+    ``schizophrenia`` -> ``schizophrenia``, whatever the sorted order), else the last label in
+    sorted order."""
+    control = [name for name in label_names if is_control_label(name)]
+    if len(control) == 1:
+        return next(name for name in label_names if name != control[0])
+    return label_names[-1]
+
+
 def _positive_label(label_names: list[str], positive_label: str | None) -> str | None:
     if len(label_names) != 2:
         if positive_label is not None:
@@ -51,7 +73,7 @@ def _positive_label(label_names: list[str], positive_label: str | None) -> str |
                          "(metrics are macro averages)")
         return None
     if positive_label is None:
-        return label_names[-1]
+        return default_positive_label(label_names)
     if positive_label not in label_names:
         raise UsageError(f"invalid --positive-label {positive_label!r}; allowed values are "
                          + ", ".join(repr(n) for n in label_names))

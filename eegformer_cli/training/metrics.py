@@ -169,6 +169,26 @@ def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_tra
                     f"variance x (1/n + {test_train_ratio:.3g})"}
 
 
+def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: float) -> dict:
+    """Mean, spread and 95 % interval over folds of ``metric``, tested against ``chance``.
+
+    The interval is :func:`compare_folds`'s for the paired difference from a "model" that
+    scores ``chance`` on every fold, i.e. the one-sample corrected resampled t (two-sided
+    ``p_value``); both are n/a (NaN) when every fold gives the same value or with one fold.
+    ``ratio``: test participants / training participants of a fold. The metric lies in
+    [0, 1], and so does the interval (clipped to it).
+    """
+    chance_folds = [{metric: chance} for _ in per_fold]
+    comparison = compare_folds(per_fold, chance_folds, ratio, metric)
+    values = np.array([fold[metric] for fold in per_fold], dtype=float)
+    values = values[np.isfinite(values)]
+    mean, std = comparison["mean_difference"] + chance, comparison["std_difference"]
+    low, high = comparison["ci95"]
+    return {"mean": mean, "std": std, "ci95": [max(low + chance, 0.0), min(high + chance, 1.0)],
+            "p_value": comparison["p_value"], "n_folds": len(values),
+            "test": "corrected resampled t-test"}
+
+
 def describe_comparison(comparison: dict, model: str, reference: str) -> str:
     """One line for people, from :func:`compare_folds`'s dict (NaN or None where unknown):
     ``"xaiguiformer - logistic_regression, bac: -0.029 (95 % CI -0.081 to +0.023, ...)"``."""

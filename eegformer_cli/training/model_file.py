@@ -35,7 +35,18 @@ key                         value
                             connectome of the recordings the model was fitted to (mean over
                             their segments), the reference ``explain`` attributes against;
                             absent from earlier files (:func:`reference_connectome` falls back)
+``recalibration``           ``{"method": "none"|"temperature"|"platt", "params": {...}}``: what
+                            ``predict`` applies to the probabilities (:mod:`calibration`);
+                            absent from files written before it (then none)
+``conformal``               ``{"probabilities": (m, K), "labels": (m,), "score": "lac"}``: the
+                            run's out-of-fold (recalibrated) probabilities, one per recording,
+                            with their true class indices: ``predict --coverage``'s
+                            calibration set (:mod:`conformal`); absent from files written
+                            before it
 ==========================  ====================================================================
+
+``recalibration`` and ``conformal`` are added by :func:`add_calibration` once the run's
+out-of-fold predictions are known (after the model itself is saved).
 """
 
 from __future__ import annotations
@@ -82,6 +93,8 @@ class ModelBundle:
     versions: dict
     training_data: dict | None = None
     reference: dict | None = None
+    recalibration: dict | None = None
+    conformal: dict | None = None
 
 
 def save_model_file(path: str | Path, model, *, label_names: list[str], label_column: str,
@@ -118,6 +131,16 @@ def save_model_file(path: str | Path, model, *, label_names: list[str], label_co
         bundle["reference_connectome"] = {
             key: torch.as_tensor(np.asarray(reference_connectome[key], dtype=np.float32))
             for key in ("coh", "wpli")}
+    buffer = io.BytesIO()
+    torch.save(bundle, buffer)
+    write_bytes(path, buffer.getvalue())
+
+
+def add_calibration(path: str | Path, entry: dict) -> None:
+    """Store ``entry`` (``{"recalibration", "conformal"}``, :mod:`oof_calibration`) in the
+    model file at ``path``, rewritten atomically (the weights unchanged)."""
+    bundle = torch.load(path, map_location="cpu", weights_only=True)
+    bundle.update(_plain(entry))
     buffer = io.BytesIO()
     torch.save(bundle, buffer)
     write_bytes(path, buffer.getvalue())
@@ -186,7 +209,8 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
             preprocess_settings=dict(bundle["preprocess_settings"]),
             demographic_stats=bundle["demographic_stats"], train_config=bundle["train_config"],
             trained_on=str(bundle["trained_on"]), eegformer_version=str(bundle["eegformer_version"]),
-            versions=dict(bundle["versions"]), training_data=bundle.get("training_data"))
+            versions=dict(bundle["versions"]), training_data=bundle.get("training_data"),
+            recalibration=bundle.get("recalibration"), conformal=bundle.get("conformal"))
         result.reference = reference_connectome(bundle.get("reference_connectome"), model)
     except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
         reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())

@@ -60,15 +60,15 @@ from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
-from eegformer_cli.training import audit, distributed, permutation, splits
+from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, read_manifest
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
-from eegformer_cli.training.folds import (RunPlan, plan_run, recordings_of, reference_features,
-                                          run_fold)
-from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, compare_folds,
-                                            summarise_folds)
-from eegformer_cli.training.model_file import demographic_stats, save_model_file
+from eegformer_cli.training.folds import (RunPlan, is_control_label, plan_run, recordings_of,
+                                          reference_features, run_fold)
+from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, against_chance,
+                                            compare_folds, summarise_folds)
+from eegformer_cli.training.model_file import add_calibration, demographic_stats, save_model_file
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 from eegformer_cli.versions import package_versions
 
@@ -166,7 +166,11 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
                     final_history: list[dict] | None = None, extra: dict | None = None) -> dict:
     """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
 
-    ``extra``: more top-level entries of metrics.json (``shortcut_audit``)."""
+    ``extra``: more top-level entries of metrics.json (``shortcut_audit``). Beside the models'
+    metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval against
+    chance) and the out-of-fold calibration and prediction-set coverage
+    (:mod:`oof_calibration`), whose recalibration and calibration set go into ``model.pt``
+    when it exists."""
     history = [record for result in results for record in result["history"]]
     history += final_history or []
     write_text(run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history))
@@ -184,18 +188,28 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
         per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
                     for r in results]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
+    ratio = splits.test_train_ratio(plan.folds)
     comparison = compare_folds(models[MODEL_NAME]["per_fold"], models[REFERENCE_NAME]["per_fold"],
-                               splits.test_train_ratio(plan.folds))
+                               ratio)
+    oof_rows = [row for result in results for row in result["oof"]]
+    calibration, prediction_sets, model_entry = oof_calibration.summarise(
+        oof_rows, label_names, plan.positive_label)
     metrics = {"labels": label_names, "positive_label": plan.positive_label,
                "label_column": plan.data.label_column, "scheme": plan.scheme,
                "preset": plan.config.preset, "n_folds": len(results),
                "cv_seconds": float(sum(r["seconds"] for r in results)),
                "models": models,
                "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison},
+               "score": {"model": MODEL_NAME, "metric": "bac", "chance": 1 / len(label_names),
+                         **against_chance(models[MODEL_NAME]["per_fold"], "bac",
+                                          1 / len(label_names), ratio)},
+               "calibration": calibration, "prediction_sets": prediction_sets,
                "attention": _attention_out_of_fold(results),
                **(extra or {})}
     metrics = _nan_to_none(metrics)
     write_json(run_dir / "metrics.json", metrics)
+    if (run_dir / "model.pt").is_file():
+        add_calibration(run_dir / "model.pt", model_entry)
     return metrics
 
 
@@ -260,9 +274,11 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
         if writer:
             prepare_run_dir(run_dir, plan, overwrite)
             if positive_label is None and plan.positive_label is not None:
+                why = ("the class that is not control-like"
+                       if sum(map(is_control_label, plan.data.label_names)) == 1
+                       else "the last label in sorted order")
                 console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
-                            "(the last label in sorted order; choose another with "
-                            "--positive-label)")
+                            f"({why}; choose another with --positive-label)")
         extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
                  if writer and audit_plan is not None else None)
         distributed.barrier()  # the other processes read the folder once rank 0 prepared it

@@ -1,0 +1,204 @@
+"""How far a probability can be trusted: calibration figures on probabilities whose
+calibration is known, the recalibration that undoes a known distortion, split-conformal sets
+whose coverage is measured on fresh draws, and the chain through a real run: metrics.json, the
+model file, ``predict``'s recalibrated probabilities and ``--coverage`` sets, and the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from eegformer_cli.training import calibration, conformal, verdict
+from eegformer_cli.training.folds import default_positive_label, is_control_label
+from test_training import make_connectome_folder, run_main, tiny_config
+
+
+def calibrated_draws(n: int, seed: int, n_classes: int = 2):
+    """Probabilities (n, K) from a Dirichlet and labels drawn from them: calibrated by
+    construction."""
+    rng = np.random.default_rng(seed)
+    probabilities = rng.dirichlet(np.full(n_classes, 0.7), size=n)
+    labels = np.array([rng.choice(n_classes, p=p) for p in probabilities])
+    return probabilities, labels
+
+
+def sharpen(probabilities: np.ndarray, power: float) -> np.ndarray:
+    """p^power renormalised: power > 1 makes calibrated probabilities over-confident."""
+    out = probabilities ** power
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def test_calibrated_probabilities_score_as_calibrated_and_sharpened_ones_do_not():
+    probabilities, labels = calibrated_draws(4000, 0)
+    good = calibration.calibration_summary(labels, probabilities, 1)
+    assert good["ece"] < 0.03 and good["slope"] == pytest.approx(1.0, abs=0.1)
+    assert good["intercept"] == pytest.approx(0.0, abs=0.1)
+    assert sum(b["n"] for b in good["bins"]) == 4000 and good["target"] == "P(positive class)"
+    bad = calibration.calibration_summary(labels, sharpen(probabilities, 3.0), 1)
+    assert bad["ece"] > 0.1 and bad["slope"] == pytest.approx(1 / 3, abs=0.06)
+    assert bad["brier"] > good["brier"] and bad["log_loss"] > good["log_loss"]
+    # three classes: the top label's confidence; Brier on the one-hot scale, halved
+    probabilities, labels = calibrated_draws(3000, 1, n_classes=3)
+    three = calibration.calibration_summary(labels, probabilities, None)
+    assert three["target"] == "top-label confidence" and three["ece"] < 0.04
+    assert 0 < three["brier"] < 0.5
+
+
+def test_recalibration_undoes_overconfidence_and_is_kept_only_when_it_helps():
+    probabilities, labels = calibrated_draws(600, 2)
+    groups = np.arange(600) // 3                         # participants of 3 recordings
+    chosen = calibration.choose_recalibration(labels, sharpen(probabilities, 3.0), groups, 1)
+    assert chosen["method"] in ("temperature", "platt")
+    losses = chosen["cross_fitted_log_loss"]
+    assert losses[chosen["method"]] < losses["none"] and "lowers" in chosen["reason"]
+    if chosen["method"] == "temperature":
+        assert chosen["params"]["temperature"] == pytest.approx(3.0, rel=0.25)
+    # as calibrated as the undistorted probabilities are on these 600 draws (binning noise)
+    truth = calibration.calibration_summary(labels, probabilities, 1)["ece"]
+    before = calibration.calibration_summary(labels, sharpen(probabilities, 3.0), 1)["ece"]
+    assert chosen["after"]["ece"] < truth + 0.02 < before
+    back = calibration.recalibrate(chosen, sharpen(probabilities, 3.0))
+    assert np.allclose(back.sum(axis=1), 1) and np.abs(back - probabilities).mean() < 0.05
+    # the temperature of three classes
+    probabilities3, labels3 = calibrated_draws(600, 3, n_classes=3)
+    fitted = calibration.fit_recalibration("temperature", labels3, sharpen(probabilities3, 2.0),
+                                           None)
+    assert fitted["params"]["temperature"] == pytest.approx(2.0, rel=0.25)
+    # too few recordings: nothing is fitted
+    few = calibration.choose_recalibration(labels[:12], probabilities[:12], groups[:12], 1)
+    assert few["method"] == "none" and "too few" in few["reason"]
+    assert calibration.recalibrate(few, probabilities[:3]) is not None
+
+
+def test_split_conformal_sets_reach_their_coverage_on_fresh_recordings():
+    calib, calib_labels = calibrated_draws(400, 4)
+    fresh, fresh_labels = calibrated_draws(4000, 5)
+    for coverage in (0.8, 0.9):
+        sets = conformal.prediction_sets(calib, calib_labels, fresh, coverage)
+        covered = sets[np.arange(len(fresh_labels)), fresh_labels].mean()
+        assert coverage - 0.04 <= covered <= coverage + 0.05, (coverage, covered)
+        assert sets.any(axis=1).all()                       # never an empty set
+        # a confident recording gets one class, an uncertain one may get both
+        assert sets[fresh.max(axis=1) > 0.99].sum(axis=1).max() == 1
+    out_of_fold = conformal.coverage_out_of_fold(calib, calib_labels, np.arange(400) // 2)
+    level = next(x for x in out_of_fold["levels"] if x["coverage"] == 0.9)
+    assert 0.85 <= level["empirical_coverage"] <= 0.95 and 1 <= level["mean_size"] <= 2
+    with pytest.raises(Exception, match="needs at least 21 out-of-fold recordings"):
+        conformal.check_coverage(0.95, 10)
+
+
+def test_control_like_labels_are_the_negative_class_by_default():
+    assert default_positive_label(["healthy", "schizophrenia"]) == "schizophrenia"
+    assert default_positive_label(["ADHD", "control"]) == "ADHD"       # not the last in order
+    assert default_positive_label(["HC", "MDD"]) == "MDD"
+    assert default_positive_label(["Normal", "abnormal"]) == "abnormal"
+    assert default_positive_label(["a", "b"]) == "b"                   # neither: the last
+    assert is_control_label("Healthy_Control") and not is_control_label("schizophrenia")
+
+
+def metrics_of(**changes) -> dict:
+    """A metrics.json of a run, as ``verdict`` reads it."""
+    base = {"labels": ["control", "patient"], "n_folds": 5,
+            "models": {"xaiguiformer": {"mean": {"bac": 0.75, "auroc": 0.8}}},
+            "score": {"mean": 0.75, "std": 0.05, "ci95": [0.66, 0.84]},
+            "comparison": {"model": "xaiguiformer", "reference": "logistic_regression",
+                           "metric": "bac", "mean_difference": 0.017, "ci95": [-0.072, 0.105]}}
+    return {**base, **changes}
+
+
+def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
+    lines = verdict.verdict_lines(metrics_of(
+        comparisons=[{"reference": "logistic_regression", "metric": "bac",
+                      "mean_difference": 0.017, "ci95": [-0.072, 0.105]},
+                     {"reference": "tangent_space", "metric": "bac",
+                      "mean_difference": 0.09, "ci95": [0.02, 0.16]}],
+        shortcut_audit={"variables": [
+            {"name": "duration_s", "status": "borderline", "auroc": {"mean": 0.64}},
+            {"name": "age", "status": "checked", "auroc": {"mean": 0.5}}]}))
+    text = {topic: [t for k, t, _ in lines if k == topic] for topic, _, _ in lines}
+    assert text["score"][0].startswith("balanced accuracy 0.750 (95 % CI 0.66 to 0.84), "
+                                       "chance 0.50 (2 classes)")
+    assert text["reference"] == [
+        "not distinguishable from the logistic regression (+0.017 bac, 95 % CI -0.072 to +0.105)",
+        "better than the tangent-space (Riemannian) reference (+0.090 bac, 95 % CI +0.020 to "
+        "+0.160)"]
+    assert text["shortcuts"] == ["borderline: duration_s (AUROC 0.64) (the score may come "
+                                 "from them, not the EEG)"]
+    assert "not computed" in text["permutation test"][0]
+    assert "not measured" in text["calibration"][0]
+    three = verdict.verdict_lines(metrics_of(labels=["a", "b", "c"],
+                                             score={"mean": 0.5, "ci95": [0.3, 0.7]}))
+    assert "chance 0.33 (3 classes)" in three[0][1] and three[0][2] == "neutral"
+    assert verdict.headline(metrics_of()).startswith(
+        "XAIguiFormer: above chance; not distinguishable from the logistic regression")
+
+
+@pytest.fixture(scope="module")
+def cv_run(tmp_path_factory) -> dict:
+    """A 3-fold CV of a tiny model on 30 synthetic participants (their labels learnable)."""
+    from eegformer_cli.training.run import run_training
+
+    root = tmp_path_factory.mktemp("calibration")
+    prep = make_connectome_folder(root / "prep", n_participants=30)
+    run_dir = root / "run"
+    metrics = run_training(prep, run_dir, "diagnosis", tiny_config(cv=3, epochs=3))
+    return {"prep": prep, "run": run_dir, "metrics": metrics}
+
+
+def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(cv_run, capsys):
+    from eegformer_cli.inference import load_inputs, recording_logits, softmax
+    from eegformer_cli.training.model_file import load_model_file
+
+    metrics = json.loads((cv_run["run"] / "metrics.json").read_text())
+    assert metrics["positive_label"] == "patient"
+    assert set(metrics["calibration"]["models"]) == {"xaiguiformer", "logistic_regression"}
+    for summary in metrics["calibration"]["models"].values():
+        assert {"brier", "ece", "slope", "intercept", "bins"} <= set(summary)
+    recalibration = metrics["calibration"]["recalibration"]
+    assert recalibration["n"] == 30 and recalibration["method"] in calibration.METHODS
+    levels = {level["coverage"]: level for level in metrics["prediction_sets"]["levels"]}
+    assert 0.9 in levels and 0 <= levels[0.9]["empirical_coverage"] <= 1
+    assert metrics["score"]["chance"] == 0.5 and metrics["score"]["n_folds"] == 3
+    bundle = load_model_file(cv_run["run"] / "model.pt")
+    assert bundle.recalibration == {"method": recalibration["method"],
+                                    "params": recalibration["params"]}
+    assert len(bundle.conformal["labels"]) == 30
+    capsys.readouterr()
+    assert run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"], "--coverage", "0.9",
+                    "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert list(rows[0])[:6] == ["recording_id", "participant_id", "predicted", "prob_control",
+                                 "prob_patient", "prediction_set"]
+    assert all(row["prediction_set"] and set(row["prediction_set"]) <= {"control", "patient"}
+               for row in rows)
+    assert all(row["predicted"] in row["prediction_set"] for row in rows)
+    # predict's probabilities are the network's, through the stored recalibration
+    items = list(load_inputs(bundle, [cv_run["prep"]]))[:4]
+    import torch
+
+    raw = softmax(recording_logits(bundle.model, [(i.coh, i.wpli, i.age, i.sex) for i in items],
+                                   torch.device("cpu")))
+    expected = calibration.recalibrate(bundle.recalibration, raw)
+    for item, probabilities in zip(items, expected):
+        row = next(r for r in rows if r["recording_id"] == item.recording_id)
+        assert row["prob_patient"] == pytest.approx(probabilities[1], abs=1e-6)
+    # a coverage the run's 30 recordings cannot give: one line, exit 2
+    assert run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"],
+                    "--coverage", "0.99") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "needs at least 101 out-of-fold recordings" in err
+
+
+def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):
+    from eegformer_cli.cli.train import _report
+
+    _report(cv_run["metrics"], cv_run["run"], False)
+    err = capsys.readouterr().err
+    assert err.lstrip().startswith("╭") and "Verdict" in err.splitlines()[0]
+    for topic in ("score:", "reference:", "shortcuts:", "permutation test:", "calibration:"):
+        assert topic in err
+    assert err.index("Verdict") < err.index("test participants only")
+    assert "chance: BAC 0.50 (2 classes)" in err
