@@ -14,9 +14,13 @@ fold, two side by side; no final model):
   no_drofe          ``--frequency-encoding none`` (age scenario)
   age_withheld      default on the same connectomes with every age set to n/a (age scenario)
 
+Per scenario at ``--n`` (default 300), so that the whole benchmark fits a working session on 2
+cores: linear default, no_xai, tokenizer_only; interaction default, tokenizer_only (does
+attention between band tokens carry the interaction); age default, no_drofe, age_withheld (does
+the age rotation carry the age effect); null default (``--variants`` runs any list instead).
 At ``--n-large`` participants (default 1000) only interaction and age run, with ``default`` and
-the ablation that answers each (tokenizer alone: does attention between band tokens carry the
-interaction; without dRoFE: does the age rotation carry the age effect).
+the ablation that answers each (tokenizer alone; without dRoFE). ``--skip-small`` runs only
+those, so two processes can share the work.
 
 Paired differences (variant minus default, and default minus the logistic regression) use the
 corrected resampled t-test over the same folds. The null scenario also runs the shortcut audit
@@ -69,9 +73,9 @@ VARIANTS = {
     "age_withheld": [],                       # default on a copy of the data without ages
 }
 SMALL = {"linear": ["default", "no_xai", "tokenizer_only"],
-         "interaction": ["default", "no_xai", "tokenizer_only"],
-         "age": ["default", "no_xai", "tokenizer_only", "no_drofe", "age_withheld"],
-         "null": ["default", "no_xai", "tokenizer_only"]}
+         "interaction": ["default", "tokenizer_only"],
+         "age": ["default", "no_drofe", "age_withheld"],
+         "null": ["default"]}
 LARGE = {"interaction": ["default", "tokenizer_only"], "age": ["default", "no_drofe"]}
 
 
@@ -296,6 +300,7 @@ def main() -> None:
     parser.add_argument("--scenarios", default="linear,interaction,age,null")
     parser.add_argument("--variants", default=None, help="comma list instead of each scenario's")
     parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--skip-small", action="store_true", help="only the --n-large runs")
     parser.add_argument("--skip-null-trust", action="store_true")
     parser.add_argument("--explain", action="store_true", help="the explanation checks too")
     parser.add_argument("--n-jobs", type=int, default=2)
@@ -308,13 +313,13 @@ def main() -> None:
     chosen = args.variants.split(",") if args.variants else None
     report = {"benchmark": "ground_truth", "machine": machine(), "seed": args.seed,
               "acceptance_seed": ACCEPTANCE_SEED, "small": {}, "large": {}}
-    for scenario in scenarios:
+    for scenario in ([] if args.skip_small else scenarios):
         report["small"][scenario] = evaluate_scenario(args.out, scenario, args.n, args.seed,
                                                       chosen or SMALL[scenario], args.n_jobs, log)
         print(json.dumps({scenario: report["small"][scenario]["models"]}), file=sys.stderr)
-    if "null" in scenarios and not args.skip_null_trust:
+    if "null" in scenarios and not (args.skip_null_trust or args.skip_small):
         report["null_trust"] = null_trust(args.out, args.seed, args.n, args.n_jobs, log)
-    if args.explain:
+    if args.explain and not args.skip_small:
         report["explanations"] = {s: explanation_check(args.out, s, args.n, args.seed,
                                                        args.n_jobs, log)
                                   for s in ("linear", "interaction") if s in scenarios}
