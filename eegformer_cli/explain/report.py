@@ -10,7 +10,7 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
 1. Dataset: recordings, participants, classes, age and sex per class, preprocessing failures
    (the manifest of the training data, whose folder ``config.json`` names).
 2. Cross-validation: mean +- std of each metric per model (XAIguiFormer, the logistic
-   regression reference, ablations if present) with a plain-language note on each metric and
+   regression and tangent-space references, ablations if present) with a plain-language note on each metric and
    the paired interval, confusion matrix, ROC and precision-recall curves from the
    out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
@@ -286,10 +286,11 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
         console.warn(f"{run_dir}: {incomplete}")
         _note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.get("labels", [])]
-    comparison = metrics.get("comparison")
-    paired = ("" if not comparison else "<p>Paired over the same folds: "
-              + html.escape(describe_comparison(comparison, comparison["model"],
-                                                comparison["reference"])) + ".</p>")
+    comparisons = [c for c in metrics.get("comparisons") or [metrics.get("comparison")] if c]
+    paired = "".join("<p>Paired over the same folds: "
+                     + html.escape(describe_comparison(comparison, comparison["model"],
+                                                       comparison["reference"])) + ".</p>"
+                     for comparison in comparisons)
     report.add_html("<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
                     "</p>" + metrics_html(metrics) + paired, "Metrics", section=section)
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)

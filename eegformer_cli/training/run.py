@@ -61,10 +61,9 @@ from eegformer_cli.training import audit, distributed, permutation, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import RecordingInfo, read_manifest
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
-from eegformer_cli.training.folds import (RunPlan, plan_run, recordings_of, reference_features,
-                                          run_fold)
-from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, compare_folds,
-                                            summarise_folds)
+from eegformer_cli.training.folds import (REFERENCES, RunPlan, plan_run, recordings_of,
+                                          reference_features, run_fold)
+from eegformer_cli.training.metrics import MODEL_NAME, compare_folds, summarise_folds
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
 from eegformer_cli.versions import package_versions
 
@@ -166,18 +165,22 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
                                    for c in columns))
     write_text(run_dir / "oof_predictions.tsv", "\n".join(lines) + "\n")
     models = {}
-    for name in (MODEL_NAME, REFERENCE_NAME):
+    # a reference every fold has (folds of an earlier version, or a folder without band
+    # covariances, have only the logistic regression)
+    for name in (MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]):
         per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
                     for r in results]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
-    comparison = compare_folds(models[MODEL_NAME]["per_fold"], models[REFERENCE_NAME]["per_fold"],
-                               splits.test_train_ratio(plan.folds))
+    comparisons = [{"model": MODEL_NAME, "reference": name,
+                    **compare_folds(models[MODEL_NAME]["per_fold"], models[name]["per_fold"],
+                                    splits.test_train_ratio(plan.folds))}
+                   for name in models if name != MODEL_NAME]
     metrics = {"labels": label_names, "positive_label": plan.positive_label,
                "label_column": plan.data.label_column, "scheme": plan.scheme,
                "preset": plan.config.preset, "n_folds": len(results),
                "cv_seconds": float(sum(r["seconds"] for r in results)),
                "models": models,
-               "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison},
+               "comparison": comparisons[0], "comparisons": comparisons,
                "attention": _attention_out_of_fold(results),
                **(extra or {})}
     metrics = _nan_to_none(metrics)
@@ -225,6 +228,8 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
         raise UsageError("--confounds and --permutations concern the whole run: give them to "
                          "`eegformer train --merge RUN_DIR` once the --fold jobs are done")
     plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
+    if permutations:
+        permutation.check_null_model_available(permutation_model, plan.data)
     audit_plan = (None if fold_index is not None else
                   audit.plan_audit(plan.data, plan.folds, plan.scheme, config, confounds))
     folds = folds_to_run(plan.folds, fold_index, overwrite)
@@ -286,9 +291,10 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 if writer and fold_index is None:  # a fold job leaves the summaries to --merge
                     write_summaries(run_dir, plan, _in_fold_order(results, folds), extra=extra)
                 m = result["metrics"]
-                console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} "
-                            f"(logistic regression {m[REFERENCE_NAME]['bac']:.3f}), best epoch "
-                            f"{result['best_epoch']}, {result['seconds']:.0f} s")
+                references = ", ".join(f"{name.replace('_', ' ')} {m[name]['bac']:.3f}"
+                                       for name in m if name != MODEL_NAME)
+                console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
+                            f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s")
             if fold_index is not None:
                 return results[folds[0].name] if writer else None
             final_history = None
@@ -316,7 +322,7 @@ def _in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[d
     return [results[fold.name] for fold in folds if fold.name in results]
 
 
-def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.ndarray], bar):
+def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, dict], bar):
     """Train ``folds`` in this process, one after the other, each with an epoch bar; yields
     (fold, result, selected model)."""
     for fold in folds:
@@ -332,7 +338,7 @@ def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.
 
 
 def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
-                      features: dict[str, np.ndarray]):
+                      features: dict[str, dict]):
     """Queue ``folds`` on ``pool`` now; yields (fold, result, None) in the order they finish
     (the models stay in the workers: only a holdout run saves a fold's model, and it has one)."""
     by_name = {fold.name: fold for fold in folds}
