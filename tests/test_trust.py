@@ -19,7 +19,7 @@ from test_training import make_connectome_folder, run_main, tiny_config  # tests
 from eegformer_cli.training import audit, null_labels, permutation
 from eegformer_cli.training.dataset import RecordingInfo, TrainingData
 from eegformer_cli.training.folds import plan_run, reference_features
-from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME
+from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME
 from eegformer_cli.training.run import run_training
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
@@ -177,7 +177,8 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert metrics["shortcut_audit"]["flagged"] == ["duration_s"]
     test = metrics["permutation_test"]
     assert test["n_permutations"] == 3 and test["null_model"] == REFERENCE_NAME
-    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME}
+    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME,
+                                                      TANGENT_SPACE_NAME}
     assert test["models"]["xaiguiformer"]["null_from"] == "logistic_regression"
     assert json.loads((run / "metrics.json").read_text())["permutation_test"] == test
     files = sorted((run / "permutations" / "logistic_regression").glob("*.json"))
