@@ -209,9 +209,9 @@ def train(
     The references run on the same folds: a logistic regression on the standardised
     upper-triangle coherence + wPLI means, and pyRiemann's tangent space of the band
     covariances + a logistic regression (when the preprocess folder holds covariances; older
-    folders train without it, and say so), each with C chosen by inner CV. Writes to OUT: config.json,
-    splits.json, history.jsonl, oof_predictions.tsv, metrics.json and model.pt (with CV: a
-    model retrained on all participants; with --holdout: the evaluated model). Settings
+    folders train without it, and say so), each with C chosen by inner CV. Writes to OUT:
+    config.json, splits.json, history.jsonl, oof_predictions.tsv, metrics.json and model.pt
+    (with CV: a model retrained on all participants; with --holdout: the evaluated model). Settings
     resolve as preset -> --config file -> flags; the resolved config is saved. Interrupted
     runs resume (finished folds are kept) when rerun with the same settings.
 

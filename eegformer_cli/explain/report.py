@@ -10,9 +10,9 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
 1. Dataset: recordings, participants, classes, age and sex per class, preprocessing failures
    (the manifest of the training data, whose folder ``config.json`` names).
 2. Cross-validation: mean +- std of each metric per model (XAIguiFormer, the logistic
-   regression and tangent-space references, ablations if present) with a plain-language note on each metric and
-   the paired interval, confusion matrix, ROC and precision-recall curves from the
-   out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
+   regression and tangent-space references, ablations if present) with a plain-language note
+   on each metric and the paired intervals, confusion matrix, ROC and precision-recall curves
+   from the out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
 3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`).
 4. Attention: what the coarse and refined attention do, out of fold (metrics.json's

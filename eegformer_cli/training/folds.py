@@ -36,6 +36,7 @@ from eegformer_cli.training.tangent_space import fit_tangent_space, shrunk_covar
 #: seed), in the order of metrics.json.
 REFERENCES = {REFERENCE_NAME: fit_reference, TANGENT_SPACE_NAME: fit_tangent_space}
 
+
 @dataclass
 class RunPlan:
     """Everything fixed (and checked) before the first fold: data, labels, folds, the final
