@@ -10,17 +10,19 @@ participants) -> StandardScaler -> class-balanced LogisticRegression, C from 1e-
 participant-wise StratifiedGroupKFold (5 folds, or as many as the smallest class has
 participants, at least 2) seeded as the run's fold (``seed + 1000 (repeat + 1) + fold``,
 or the fold's own ``seed``). Reports the largest difference from the run's out-of-fold
-``tangent_space`` probabilities and both BACs (mean over folds).
+``tangent_space`` probabilities, both BACs (mean over folds) and the CPU time of this refit
+(reading the covariances and every fold: about what the reference adds to ``train``).
 
 ``--timing BASELINE_SRC`` (a checkout of the code before the covariances, e.g. ``git archive``
-of the previous commit): ``preprocess`` of msu (``--n-jobs 1``, fresh folder) and ``train`` of
-msu (split seed 0, ``default``, ``--n-jobs 2``) with the baseline code and with this one, each
-in its own process; process CPU time (user + sys of the command and its workers, what a loaded
-shared machine distorts least), wall time and the size of the connectome files.
+of the previous commit): ``preprocess`` of msu (``--n-jobs 1``, a fresh folder, ``--repeats``
+times alternating, median) and ``train`` of msu (split seed 0, ``default``, ``--n-jobs 2``;
+once, or not with ``--no-train``) with the baseline code and with this one, each in its own
+process; process CPU time (user + sys of the command and its workers, what a loaded shared
+machine distorts least), wall time and the size of the connectome files.
 
 Usage:
   python benchmarks/bench_tangent_space.py --run RUN_DIR [--data PREP]
-  python benchmarks/bench_tangent_space.py --timing /tmp/base --out /tmp/ts-timing
+  python benchmarks/bench_tangent_space.py --timing /tmp/base --out /tmp/ts-timing [--no-train]
 Prints one JSON object.
 """
 
@@ -61,6 +63,7 @@ def independent_oof(run_dir: Path, data_dir: Path | None) -> dict:
     from sklearn.preprocessing import StandardScaler
     from threadpoolctl import threadpool_limits
 
+    start = time.process_time()
     config = json.loads((run_dir / "config.json").read_text())
     data_dir = data_dir or Path(config["data_dir"])
     labels = config["labels"]
@@ -101,8 +104,10 @@ def independent_oof(run_dir: Path, data_dir: Path | None) -> dict:
         largest = max(largest, float(np.abs(probs - theirs).max()))
         bac_here.append(balanced_accuracy_score(y[test], probs.argmax(axis=1)))
         bac_run.append(balanced_accuracy_score(y[test], theirs.argmax(axis=1)))
+    cpu_s = time.process_time() - start
     metrics = json.loads((run_dir / "metrics.json").read_text())
     return {"run": str(run_dir), "data": str(data_dir), "n_folds": len(bac_here),
+            "cpu_s": cpu_s,
             "largest_probability_difference": largest,
             "bac_independent": float(np.mean(bac_here)), "bac_run_oof": float(np.mean(bac_run)),
             "bac_metrics_json": metrics["models"]["tangent_space"]["mean"]["bac"],
@@ -129,26 +134,39 @@ def _timed(command: list[str], source: Path) -> dict:
             + (after.ru_stime - before.ru_stime), "load_average_end": os.getloadavg()}
 
 
-def timing(baseline: Path, out: Path) -> dict:
-    """Preprocess and train msu with the baseline code and this code."""
-    results = {}
-    for name, source in (("baseline", baseline.resolve()), ("this", REPO)):
+def timing(baseline: Path, out: Path, repeats: int, train: bool) -> dict:
+    """Preprocess msu ``repeats`` times with the baseline code and this code, alternating, each
+    into a fresh folder (medians), then train msu once with each (``train``)."""
+    import shutil
+
+    sources = {"baseline": baseline.resolve(), "this": REPO}
+    results = {name: {"preprocess": []} for name in sources}
+    for _ in range(repeats):
+        for name, source in sources.items():
+            prep = out / f"prep-{name}"
+            shutil.rmtree(prep, ignore_errors=True)
+            results[name]["preprocess"].append(_timed(
+                [sys.executable, "-m", "eegformer_cli", "preprocess", str(MSU), "--out",
+                 str(prep), "--n-jobs", "1"], source))
+    for name, source in sources.items():
         prep, run = out / f"prep-{name}", out / f"run-{name}"
-        preprocess = _timed([sys.executable, "-m", "eegformer_cli", "preprocess", str(MSU),
-                             "--out", str(prep), "--n-jobs", "1"], source)
         files = list((prep / "connectomes").glob("*.npz"))
-        train = _timed([sys.executable, "-m", "eegformer_cli", "train", str(prep), "--out",
-                        str(run), "--label-column", "diagnosis", "--seed", "0", "--cv", "5",
-                        "--repeats", "3", "--n-jobs", "2", "--overwrite"], source)
-        results[name] = {"preprocess": preprocess, "train": train,
-                         "connectome_bytes": sum(f.stat().st_size for f in files),
-                         "n_files": len(files), "run": str(run)}
+        results[name].update(
+            preprocess_cpu_s=float(np.median([r["cpu_s"] for r in results[name]["preprocess"]])),
+            connectome_bytes=sum(f.stat().st_size for f in files), n_files=len(files))
+        if train:
+            results[name]["train"] = _timed(
+                [sys.executable, "-m", "eegformer_cli", "train", str(prep), "--out", str(run),
+                 "--label-column", "diagnosis", "--seed", "0", "--cv", "5", "--repeats", "3",
+                 "--n-jobs", "2", "--overwrite"], source)
+            results[name]["run"] = str(run)
         print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
     base, this = results["baseline"], results["this"]
     results["growth"] = {
-        "preprocess_cpu": this["preprocess"]["cpu_s"] / base["preprocess"]["cpu_s"] - 1,
-        "train_cpu": this["train"]["cpu_s"] / base["train"]["cpu_s"] - 1,
+        "preprocess_cpu": this["preprocess_cpu_s"] / base["preprocess_cpu_s"] - 1,
         "connectome_bytes": this["connectome_bytes"] / base["connectome_bytes"] - 1}
+    if train:
+        results["growth"]["train_cpu"] = this["train"]["cpu_s"] / base["train"]["cpu_s"] - 1
     return results
 
 
@@ -159,11 +177,13 @@ def main() -> None:
     parser.add_argument("--timing", type=Path, metavar="BASELINE_SRC",
                         help="time preprocess and train against this checkout")
     parser.add_argument("--out", type=Path, help="folder for --timing's outputs")
+    parser.add_argument("--repeats", type=int, default=3, help="preprocess runs per code")
+    parser.add_argument("--no-train", action="store_true", help="time preprocess only")
     args = parser.parse_args()
     results = {"machine": {**machine(), "load_average_start": os.getloadavg()}}
     if args.timing:
         args.out.mkdir(parents=True, exist_ok=True)
-        results["timing"] = timing(args.timing, args.out)
+        results["timing"] = timing(args.timing, args.out, args.repeats, not args.no_train)
     if args.run:
         results["check"] = independent_oof(args.run, args.data)
     print(json.dumps(results, indent=2))

@@ -119,7 +119,8 @@ def test_bad_flags_are_one_line_usage_errors_before_the_run_folder(tmp_path, cap
     cases = [(["--confounds", "site"], "available columns are recording_id, participant_id"),
              (["--confounds", "diagnosis"], "is the label column"),
              (["--permutations", "-1"], "invalid value -1 for --permutations"),
-             (["--permutation-model", "svm"], "allowed values are 'reference', 'xaiguiformer'"),
+             (["--permutation-model", "svm"],
+              "allowed values are 'reference', 'tangent_space', 'xaiguiformer'"),
              (["--fold", "0", "--permutations", "5"], "give them to `eegformer train --merge")]
     for flags, message in cases:
         code = run_main("train", root, "--out", run, "-l", "diagnosis", "--epochs", "1", *flags)
