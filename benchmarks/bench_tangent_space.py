@@ -15,10 +15,11 @@ or the fold's own ``seed``). Reports the largest difference from the run's out-o
 
 ``--timing BASELINE_SRC`` (a checkout of the code before the covariances, e.g. ``git archive``
 of the previous commit): ``preprocess`` of msu (``--n-jobs 1``, a fresh folder, ``--repeats``
-times alternating, median) and ``train`` of msu (split seed 0, ``default``, ``--n-jobs 2``;
+times, alternating ABBA..., median) and ``train`` of msu (split seed 0, ``default``, ``--n-jobs 2``;
 once, or not with ``--no-train``) with the baseline code and with this one, each in its own
 process; process CPU time (user + sys of the command and its workers, what a loaded shared
-machine distorts least), wall time and the size of the connectome files.
+machine distorts least), wall time and the size of the connectome files; and, in this
+process, the CPU time of the token computation alone with and without the covariances.
 
 Usage:
   python benchmarks/bench_tangent_space.py --run RUN_DIR [--data PREP]
@@ -134,6 +135,32 @@ def _timed(command: list[str], source: Path) -> dict:
             + (after.ru_stime - before.ru_stime), "load_average_end": os.getloadavg()}
 
 
+def token_cost(baseline: Path, repeats: int = 3, calls: int = 50) -> dict:
+    """CPU ms per msu-shaped recording (4 segments of 5 windows, 16 channels, 3 s at 128 Hz,
+    8 bands) of the baseline's ``recording_connectivity`` and this code's ``recording_tokens``
+    (the same plus the covariances), in this process, alternating; the best of ``repeats``."""
+    import importlib.util
+
+    sys.path.insert(0, str(REPO))
+    from eegformer_cli.connectivity.bands import BAND_PRESETS
+    from eegformer_cli.connectivity.tokens import recording_tokens
+
+    spec = importlib.util.spec_from_file_location(
+        "baseline_tokens", baseline / "eegformer_cli" / "connectivity" / "tokens.py")
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    segments = np.random.default_rng(0).standard_normal((4, 5, 16, 384))
+    best = {"baseline": np.inf, "this": np.inf}
+    for _ in range(repeats):
+        for name, function in (("baseline", old.recording_connectivity),
+                               ("this", recording_tokens)):
+            start = time.process_time()
+            for _ in range(calls):
+                function(segments, 128.0, BAND_PRESETS["default"])
+            best[name] = min(best[name], (time.process_time() - start) / calls * 1e3)
+    return {"cpu_ms_per_recording": best}
+
+
 def timing(baseline: Path, out: Path, repeats: int, train: bool) -> dict:
     """Preprocess msu ``repeats`` times with the baseline code and this code, alternating, each
     into a fresh folder (medians), then train msu once with each (``train``)."""
@@ -141,8 +168,9 @@ def timing(baseline: Path, out: Path, repeats: int, train: bool) -> dict:
 
     sources = {"baseline": baseline.resolve(), "this": REPO}
     results = {name: {"preprocess": []} for name in sources}
-    for _ in range(repeats):
-        for name, source in sources.items():
+    results["tokens"] = token_cost(baseline.resolve())
+    for repeat in range(repeats):   # ABBA: a load that drifts weighs on both codes alike
+        for name, source in list(sources.items())[::1 if repeat % 2 == 0 else -1]:
             prep = out / f"prep-{name}"
             shutil.rmtree(prep, ignore_errors=True)
             results[name]["preprocess"].append(_timed(
