@@ -156,18 +156,20 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
     history += final_history or []
     write_text(run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history))
     label_names = plan.data.label_names
+    # the references every fold has (folds of an earlier version, or a folder without band
+    # covariances, have only the logistic regression)
+    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]]
     columns = (["model", "repeat", "fold", "recording_id", "participant_id", "label", "predicted"]
                + [f"prob_{name}" for name in label_names])
     lines = ["\t".join(columns)]
     for result in results:
         for row in result["oof"]:
-            lines.append("\t".join(repr(row[c]) if isinstance(row[c], float) else str(row[c])
-                                   for c in columns))
+            if row["model"] in names:
+                lines.append("\t".join(repr(row[c]) if isinstance(row[c], float)
+                                       else str(row[c]) for c in columns))
     write_text(run_dir / "oof_predictions.tsv", "\n".join(lines) + "\n")
     models = {}
-    # a reference every fold has (folds of an earlier version, or a folder without band
-    # covariances, have only the logistic regression)
-    for name in (MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]):
+    for name in names:
         per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
                     for r in results]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
