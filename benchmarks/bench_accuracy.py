@@ -1,11 +1,12 @@
-"""Accuracy, training time and what attention does: XAIguiFormer variants vs logistic regression.
+"""Accuracy, training time and what attention does: XAIguiFormer variants vs the references.
 
 Runs ``eegformer train`` (the real command, one process per variant, so the wall time is what a
 user waits) on a ``preprocess`` output of ../shared/data/msu-schizophrenia (``--dataset msu``,
 label ``diagnosis``) or ../shared/data/eegmat-subset (``--dataset eegmat``, label
 ``condition``: rest vs mental arithmetic), participant-wise stratified 5-fold CV, and collects
 each run's metrics.json. Every variant uses the same ``--seed``, hence the same folds, so the
-variants and the logistic-regression reference are compared on exactly the same folds.
+variants and the references (the logistic regression; the tangent space when the folder holds
+band covariances) are compared on exactly the same folds.
 
 Variants:
   default         ``--preset default``, 5 folds x 3 repeats
@@ -17,8 +18,8 @@ Variants:
                   per fold on a 2-core CPU, so it runs 5 folds x 1 repeat with ``--paper-epochs``
                   epochs (default 20 instead of 100); say so when quoting it.
 
-For every variant: mean +- std of each metric, the paired difference with the reference
-(``metrics.json``'s comparison), the paired BAC difference with ``default`` (corrected
+For every variant: mean +- std of each metric, the paired difference with each reference
+(``metrics.json``'s comparisons), the paired BAC difference with ``default`` (corrected
 resampled t-test over the same folds), and the out-of-fold attention diagnostics
 (model/diagnostics.py; means over layers).
 
@@ -132,12 +133,15 @@ def main() -> None:
                 "models": {model: {"mean": values["mean"], "std": values["std"]}
                            for model, values in metrics["models"].items()},
                 "vs_reference": metrics["comparison"],
+                "vs_references": metrics.get("comparisons") or [metrics["comparison"]],
                 "attention": attention_means(metrics.get("attention")),
                 "load_average_end": os.getloadavg(),
             }
+            references = ", ".join(f"{model} {values['mean']['bac']:.3f}" for model, values
+                                   in metrics["models"].items() if model != "xaiguiformer")
             print(f"{name}: {wall:.0f} s, BAC "
-                  f"{metrics['models']['xaiguiformer']['mean']['bac']:.3f} (logistic regression "
-                  f"{metrics['models']['logistic_regression']['mean']['bac']:.3f})", file=sys.stderr)
+                  f"{metrics['models']['xaiguiformer']['mean']['bac']:.3f} ({references})",
+                  file=sys.stderr)
     if "default" in per_fold:
         for name, folds in per_fold.items():
             if name != "default" and len(folds) == len(per_fold["default"]):

@@ -148,7 +148,7 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
           fold: int | None = None, merge: PathLike | None = None,
           confounds: str | Sequence[str] | None = None, permutations: int = 0,
           permutation_model: str = "reference") -> dict | None:
-    """Cross-validate XAIguiFormer beside a logistic-regression reference and write the final
+    """Cross-validate XAIguiFormer beside the reference models and write the final
     model file (``eegformer train``; ``eegformer train --help`` describes every option).
 
     Parameters
@@ -190,7 +190,8 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
     permutations : int
         Permutation test: refit the CV this many times on permuted labels (0: off).
     permutation_model : str
-        ``"reference"`` or ``"xaiguiformer"``: the model refit on permuted labels.
+        ``"reference"``, ``"tangent_space"`` or ``"xaiguiformer"``: the model refit on
+        permuted labels.
 
     Returns
     -------

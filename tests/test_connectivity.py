@@ -8,7 +8,8 @@ from mne_connectivity import spectral_connectivity_epochs
 
 from eegformer_cli.connectivity.bands import (BAND_PRESETS, Band, RatioBand, band_edges_hz,
                                               bands_to_spec, check_bands_fit_rate, parse_bands)
-from eegformer_cli.connectivity.tokens import recording_connectivity, segment_connectivity
+from eegformer_cli.connectivity.tokens import (recording_connectivity, recording_tokens,
+                                               segment_connectivity)
 from eegformer_cli.errors import RecordingError, UsageError
 
 SFREQ = 128.0
@@ -133,3 +134,32 @@ def test_recording_connectivity_equals_one_mne_call_per_segment():
         expected_coh, expected_wpli = mne_connectivity_tokens(windows, SFREQ, bands[:8])
         np.testing.assert_allclose(coh[index, :8], expected_coh, atol=1e-6)
         np.testing.assert_allclose(wpli[index, :8], expected_wpli, atol=1e-6)
+
+
+def test_band_covariance_is_the_variance_of_the_band_in_volts_squared():
+    """A 6 Hz sine of 20 uV on one of 5 channels, weak noise, average reference: its variance
+    (A^2 / 2, shared out by the reference) lies in theta alone; the matrices are symmetric,
+    positive semi-definite and of rank C - 1; the ratio token has none."""
+    rng = np.random.default_rng(0)
+    n_times, amplitude = int(3 * SFREQ), 20e-6
+    t = np.arange(4 * 5 * n_times) / SFREQ
+    signal = rng.standard_normal((5, t.size)) * 0.1e-6
+    signal[0] += amplitude * np.sin(2 * np.pi * 6 * t)
+    signal -= signal.mean(axis=0)                     # average reference
+    segments = signal.reshape(5, 4, 5, n_times).transpose(1, 2, 0, 3)  # 4 segments x 5 windows
+    coh, _, covariance = recording_tokens(segments, SFREQ, BAND_PRESETS["paper"])
+    assert coh.shape[1] == 9 and covariance.shape == (8, 5, 5)      # no theta/beta covariance
+    assert covariance.dtype == np.float32
+    sine = amplitude * np.sin(2 * np.pi * 6 * t)
+    referenced = np.outer([0.8, -0.2, -0.2, -0.2, -0.2], sine)
+    np.testing.assert_allclose(covariance[1], referenced @ referenced.T / t.size, rtol=0.01,
+                               atol=1e-13)
+    others = np.delete(covariance, 1, axis=0)
+    assert np.abs(others).max() < 0.01 * covariance[1, 0, 0]
+    for band, matrix in enumerate(covariance.astype(np.float64)):
+        np.testing.assert_array_equal(matrix, matrix.T)
+        eigenvalues = np.linalg.eigvalsh(matrix)
+        assert abs(eigenvalues[0]) < 1e-5 * eigenvalues[-1]    # the all-ones direction
+        assert np.abs(matrix @ np.ones(5)).max() < 1e-5 * eigenvalues[-1]
+        if band >= 3:                         # 10 Hz and up, noise alone: rank C - 1
+            assert eigenvalues[1] > 1e-2 * eigenvalues[-1]

@@ -65,6 +65,8 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
                   "Strongest channel-pair attributions", "Coarse vs refined attention",
                   "logistic_regression", "No preprocessing failures",
                   "Paired over the same folds: xaiguiformer - logistic_regression, bac:",
+                  "Paired over the same folds: xaiguiformer - tangent_space, bac:",
+                  "TS P(true)",
                   "Which run this is", "What these numbers mean",
                   "Per-recording out-of-fold predictions", "About the explanations",
                   "What attention does (out of fold)", "Attention entropy per epoch",

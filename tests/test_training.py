@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SAMPLE_DATA
 from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
 from eegformer_cli.model.xaiguiformer import ModelConfig
 from eegformer_cli.training import augment
@@ -41,10 +42,11 @@ TINY = {"epochs": 6, "batch_size": 4, "lr": 3e-3, "warmup_epochs": 1.0, "augment
 
 def make_connectome_folder(root: Path, n_participants: int = 24, n_segments: int = 2,
                            seed: int = 0, labels=None) -> Path:
-    """A preprocess-style output folder with a learnable two-class difference."""
+    """A preprocess-style output folder with a learnable two-class difference (band
+    covariances too: average-referenced random signals, rank C - 1, from their own stream)."""
     from eegformer_cli.preprocess import PreprocessSettings
 
-    rng = np.random.default_rng(seed)
+    rng, signals = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     (root / "connectomes").mkdir(parents=True)
     c = len(CHANNELS)
     header = ["recording_id", "participant_id", "source_file", "status", "error", "n_segments",
@@ -60,10 +62,14 @@ def make_connectome_folder(root: Path, n_participants: int = 24, n_segments: int
         for m in (coh, wpli):
             m[:] = (m + m.transpose(0, 1, 3, 2)) / 2
             m[:, :, np.arange(c), np.arange(c)] = 0
+        x = signals.normal(size=(len(BANDS), c, 200)) * 1e-5
+        x -= x.mean(axis=1, keepdims=True)
         rid = f"sub-{p:02d}_rest"
         np.savez(root / "connectomes" / f"{rid}.npz", coh=coh.astype(np.float32),
                  wpli=wpli.astype(np.float32), channels=np.array(CHANNELS),
-                 bands=np.array(BANDS), band_edges_hz=np.array(EDGES))
+                 bands=np.array(BANDS), band_edges_hz=np.array(EDGES),
+                 covariance=(x @ x.transpose(0, 2, 1) / 200).astype(np.float32),
+                 covariance_bands=np.array(BANDS))
         age = f"{30 + p % 20}" if p % 5 else "n/a"
         rows.append([rid, f"sub-{p:02d}", f"/data/{rid}.edf", "ok", "n/a", str(n_segments), "128",
                      "60", "n/a", age, "M" if p % 3 else "F", label or "n/a",
@@ -558,3 +564,115 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
                  resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)), n_jobs=2)
     for name in ("fold r0_f0", "fold r0_f1", "final model (all participants)"):
         assert [done for label, done in SeenProgress.seen if label == name] == [1, 2, 3], name
+
+
+# ------------------------------------------------------------------------------------------
+# the tangent-space reference
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory) -> dict:
+    """test_explain's sample run: 12 preprocessed sample recordings, a 25 % holdout."""
+    from test_explain import build_sample_run
+
+    return build_sample_run(tmp_path_factory)
+
+
+def pyriemann_probabilities(prep: Path, fold: dict, seed: int, labels: list[str]) -> dict:
+    """The tangent-space reference written with pyRiemann and scikit-learn alone: shrinkage,
+    tangent space per band at the training recordings' Riemannian mean, standardised, a
+    balanced logistic regression with C by participant-wise inner CV; test recording id ->
+    class probabilities."""
+    import csv
+
+    from pyriemann.estimation import Shrinkage
+    from pyriemann.tangentspace import TangentSpace
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    with open(prep / "manifest.tsv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle, delimiter="\t") if r["status"] == "ok"]
+    groups = np.array([r["participant_id"] for r in rows])
+    y = np.array([labels.index(r["diagnosis"]) for r in rows])
+    covariances = np.stack([Shrinkage(0.1).transform(
+        np.load(prep / r["connectome"])["covariance"].astype(np.float64)) for r in rows])
+    fit, test = np.isin(groups, fold["train"] + fold["val"]), np.isin(groups, fold["test"])
+    spaces = [TangentSpace(metric="riemann").fit(covariances[fit, b])
+              for b in range(covariances.shape[1])]
+    vectors = np.hstack([space.transform(covariances[:, b]) for b, space in enumerate(spaces)])
+    smallest = min(len(set(groups[fit][y[fit] == k])) for k in np.unique(y[fit]))
+    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(
+        class_weight="balanced", max_iter=5000)), {"logisticregression__C": [1e-4, 1e-3, 1e-2,
+                                                                          1e-1, 1.0]},
+        scoring="balanced_accuracy", cv=StratifiedGroupKFold(max(2, min(5, smallest)),
+                                                             shuffle=True, random_state=seed))
+    search.fit(vectors[fit], y[fit], groups=groups[fit])
+    return dict(zip([r["recording_id"] for r, t in zip(rows, test) if t],
+                    search.predict_proba(vectors[test])))
+
+
+def test_tangent_space_reference_is_pyriemanns_pipeline_on_the_same_folds(sample_run):
+    from eegformer_cli.training import permutation
+    from eegformer_cli.training.fit import fold_seed
+    from eegformer_cli.training.folds import plan_run, reference_features
+    from eegformer_cli.training.run import read_run_request
+
+    run = sample_run["run"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert list(metrics["models"]) == ["xaiguiformer", "logistic_regression", "tangent_space"]
+    assert [(c["model"], c["reference"]) for c in metrics["comparisons"]] == [
+        ("xaiguiformer", "logistic_regression"), ("xaiguiformer", "tangent_space")]
+    assert metrics["comparison"] == metrics["comparisons"][0]
+    fold = json.loads((run / "splits.json").read_text())["folds"][0]
+    config = json.loads((run / "config.json").read_text())
+    expected = pyriemann_probabilities(sample_run["prep"], fold,
+                                       fold_seed(config["train_config"]["seed"], 0, 0),
+                                       config["labels"])
+    lines = (run / "oof_predictions.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    rows = [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+    got = {r["recording_id"]: [float(r[f"prob_{label}"]) for label in config["labels"]]
+           for r in rows if r["model"] == "tangent_space"}
+    assert sorted(got) == sorted(expected) and len(got) == 3
+    for recording_id, probabilities in got.items():
+        np.testing.assert_allclose(probabilities, expected[recording_id], atol=1e-9)
+    # the permutation test refits exactly this reference: on the real labels, the run's BAC
+    request = read_run_request(run)
+    plan = plan_run(request.data_dir, request.label_column, request.config)
+    refit = permutation.refit_scores(plan, reference_features(plan.data),
+                                     [r.label for r in plan.data.recordings], "tangent_space")
+    assert refit["bac"] == {"tangent_space": metrics["models"]["tangent_space"]["mean"]["bac"]}
+
+
+def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_so(
+        sample_run, tmp_path, capsys):
+    import shutil
+
+    from eegformer_cli.preprocess import PreprocessSettings, load_connectome, run_preprocess
+
+    old = tmp_path / "old"   # as an earlier eegformer wrote it: no covariance keys
+    shutil.copytree(sample_run["prep"], old)
+    for path in (old / "connectomes").glob("*.npz"):
+        with np.load(path) as data:
+            arrays = {key: data[key] for key in data.files if not key.startswith("covariance")}
+        np.savez_compressed(path, **arrays)
+    metrics = run_training(old, tmp_path / "run", "diagnosis",
+                           tiny_config(epochs=1, holdout=0.25, val_fraction=0.25))
+    assert "hold no band covariances" in capsys.readouterr().err
+    assert list(metrics["models"]) == ["xaiguiformer", "logistic_regression"]
+    assert [c["reference"] for c in metrics["comparisons"]] == ["logistic_regression"]
+    assert run_main("train", "--merge", tmp_path / "run", "--permutations", "2",
+                    "--permutation-model", "tangent_space") == 2
+    err = capsys.readouterr().err
+    assert "needs band covariances" in err and "Traceback" not in err
+    # a rerun of preprocess into the folder makes those files again, with the covariances
+    edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[:12]
+    run_preprocess(edfs, old, PreprocessSettings.from_preset("default"),
+                   participants=SAMPLE_DATA / "participants.tsv", n_jobs=1)
+    for path in (old / "connectomes").glob("*.npz"):
+        remade = load_connectome(path)
+        original = load_connectome(sample_run["prep"] / "connectomes" / path.name)
+        assert remade.covariance.shape == (8, 19, 19) and remade.covariance_bands[0] == "delta"
+        np.testing.assert_array_equal(remade.covariance, original.covariance)

@@ -19,7 +19,7 @@ from test_training import make_connectome_folder, run_main, tiny_config  # tests
 from eegformer_cli.training import audit, null_labels, permutation
 from eegformer_cli.training.dataset import RecordingInfo, TrainingData
 from eegformer_cli.training.folds import plan_run, reference_features
-from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME
+from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME
 from eegformer_cli.training.run import run_training
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
@@ -172,7 +172,8 @@ def test_bad_flags_are_one_line_usage_errors_before_the_run_folder(tmp_path, cap
     cases = [(["--confounds", "site"], "available columns are recording_id, participant_id"),
              (["--confounds", "diagnosis"], "is the label column"),
              (["--permutations", "-1"], "invalid value -1 for --permutations"),
-             (["--permutation-model", "svm"], "allowed values are 'reference', 'xaiguiformer'"),
+             (["--permutation-model", "svm"],
+              "allowed values are 'reference', 'tangent_space', 'xaiguiformer'"),
              (["--fold", "0", "--permutations", "5"], "give them to `eegformer train --merge")]
     for flags, message in cases:
         code = run_main("train", root, "--out", run, "-l", "diagnosis", "--epochs", "1", *flags)
@@ -230,7 +231,8 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert metrics["shortcut_audit"]["flagged"] == ["duration_s"]
     test = metrics["permutation_test"]
     assert test["n_permutations"] == 3 and test["null_model"] == REFERENCE_NAME
-    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME}
+    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME,
+                                                      TANGENT_SPACE_NAME}
     assert test["models"]["xaiguiformer"]["null_from"] == "logistic_regression"
     assert json.loads((run / "metrics.json").read_text())["permutation_test"] == test
     files = sorted((run / "permutations" / "logistic_regression").glob("*.json"))

@@ -82,12 +82,14 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         return
     console.stderr.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
     console.stderr.print(_summary_table(metrics))
-    comparison = metrics.get("comparison")
-    if comparison:
+    comparisons = metrics.get("comparisons") or [metrics["comparison"]]
+    if comparisons[0]:
         # imported here: scikit-learn, not at every command's start-up
         from eegformer_cli.training.metrics import describe_comparison
 
-        console.log(describe_comparison(comparison, comparison["model"], comparison["reference"]))
+        for comparison in comparisons:
+            console.log(describe_comparison(comparison, comparison["model"],
+                                            comparison["reference"]))
     if metrics.get("attention"):
         from eegformer_cli.model.diagnostics import describe
 
@@ -109,7 +111,7 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
                               for name, values in metrics["models"].items()},
                    "comparison": metrics.get("comparison"),
-                   "comparisons": metrics.get("comparisons"),
+                   "comparisons": metrics.get("comparisons") or [metrics.get("comparison")],
                    "score": metrics.get("score"),
                    "calibration": _calibration_summary(metrics.get("calibration")),
                    "prediction_sets": metrics.get("prediction_sets"),
@@ -232,19 +234,22 @@ def train(
         "p-value; 0 = off, 100 resolves p down to 0.0099. Resumable, spread by --n-jobs."),
     permutation_model: str = typer.Option(
         "reference", "--permutation-model", help="Model refit on permuted labels: reference "
-        "(the logistic regression, cheap; XAIguiFormer's p is then measured against its null) "
-        "or xaiguiformer (both models retrained: a full CV per permutation)."),
+        "(the logistic regression, cheap; the other models' p is then measured against its "
+        "null), tangent_space (the same with the tangent-space reference) or xaiguiformer "
+        "(every model retrained: a full CV per permutation)."),
 ) -> None:
-    """Train XAIguiFormer with participant-wise validation, beside a logistic-regression reference.
+    """Train XAIguiFormer with participant-wise validation, beside two reference models.
 
     Splits are made on participants (stratified on the label): K-fold CV repeated R times, or
     a holdout fraction; inside every training part a participant-wise validation split selects
     the epoch, so test participants are never used for any choice. Class imbalance: the
     default preset weights the loss by inverse class frequency (the paper preset does not).
-    The reference (standardised upper-triangle coherence + wPLI means, logistic regression
-    with C chosen by inner CV) runs on the same folds. Writes to OUT: config.json,
-    splits.json, history.jsonl, oof_predictions.tsv, metrics.json and model.pt (with CV: a
-    model retrained on all participants; with --holdout: the evaluated model). Settings
+    The references run on the same folds: a logistic regression on the standardised
+    upper-triangle coherence + wPLI means, and pyRiemann's tangent space of the band
+    covariances + a logistic regression (when the preprocess folder holds covariances; older
+    folders train without it, and say so), each with C chosen by inner CV. Writes to OUT:
+    config.json, splits.json, history.jsonl, oof_predictions.tsv, metrics.json and model.pt
+    (with CV: a model retrained on all participants; with --holdout: the evaluated model). Settings
     resolve as preset -> --config file -> flags; the resolved config is saved. Interrupted
     runs resume (finished folds are kept) when rerun with the same settings.
 

@@ -12,9 +12,9 @@ Verdict (first): the score with its interval, the comparison with every referenc
 1. Dataset: recordings, participants, classes, age and sex per class, preprocessing failures
    (the manifest of the training data, whose folder ``config.json`` names).
 2. Cross-validation: mean +- std of each metric per model (XAIguiFormer, the logistic
-   regression reference, ablations if present) with a plain-language note on each metric and
-   the paired interval, confusion matrix, ROC and precision-recall curves from the
-   out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
+   regression and tangent-space references, ablations if present) with a plain-language note
+   on each metric and the paired intervals, confusion matrix, ROC and precision-recall curves
+   from the out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
 3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`),
    then how far to trust a probability: calibration, reliability diagram, prediction-set
@@ -295,10 +295,11 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
         console.warn(f"{run_dir}: {incomplete}")
         _note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.get("labels", [])]
-    comparison = metrics.get("comparison")
-    paired = ("" if not comparison else "<p>Paired over the same folds: "
-              + html.escape(describe_comparison(comparison, comparison["model"],
-                                                comparison["reference"])) + ".</p>")
+    comparisons = [c for c in metrics.get("comparisons") or [metrics.get("comparison")] if c]
+    paired = "".join("<p>Paired over the same folds: "
+                     + html.escape(describe_comparison(comparison, comparison["model"],
+                                                       comparison["reference"])) + ".</p>"
+                     for comparison in comparisons)
     chance = (f" Chance level: bac {1 / len(labels):.2f} ({len(labels)} classes), auroc 0.50."
               if labels else "")
     report.add_html("<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."

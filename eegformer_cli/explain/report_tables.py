@@ -133,7 +133,8 @@ def run_summary_html(run_dir: Path, config: dict, metrics: dict | None,
             f"{model.get('n_heads')} heads, explanation-guided refinement "
             f"{'on' if model.get('xai_refinement', True) else 'off'}, frequency encoding "
             f"{model.get('frequency_encoding')}; beside it a logistic regression on the same "
-            "tokens")),
+            "tokens and, when the folder holds band covariances, pyRiemann's tangent space of "
+            "them + a logistic regression")),
         ("model.pt", html.escape(final)),
         ("device", html.escape(str(config.get("device")))),
         ("versions", html.escape(", ".join(f"{name} {version}"
@@ -154,9 +155,10 @@ def metric_notes_html(metrics: dict) -> str:
              if positive in labels and matrix.sum() else None)
     auc_pr_chance = "" if share is None else f" (chance here: {share:.2f}, the share of {positive})"
     of_positive = ("" if positive is None else f" of the positive class ({positive})")
-    comparison = metrics.get("comparison") or {}
+    comparisons = [c for c in metrics.get("comparisons") or [metrics.get("comparison")] if c]
     clipped = (" Here it reached past the possible range and was clipped to it: too few folds "
-               "for an informative interval." if comparison.get("ci95_clipped") else "")
+               "for an informative interval." if any(c.get("ci95_clipped") for c in comparisons)
+               else "")
     items = [
         ("bac (balanced accuracy)",
          "the share of each class's recordings classified correctly, averaged over the "
@@ -176,7 +178,8 @@ def metric_notes_html(metrics: dict) -> str:
                         "confidence interval. A fold's test participants were never used to "
                         "train or choose its model."),
         ("paired difference and 95 % interval",
-         "the transformer's bac minus the logistic regression's, fold by fold on the same test "
+         "the transformer's bac minus a reference's (the logistic regression on the same "
+         "tokens; the tangent space of the band covariances), fold by fold on the same test "
          "participants; the interval (corrected resampled t-test, which allows for folds "
          "sharing training participants) shows what the folds cannot rule out: if it contains "
          f"0, these data do not tell which model is better.{clipped}"),
@@ -190,17 +193,23 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+#: The references' columns in the out-of-fold table: short name -> model name.
+REFERENCE_COLUMNS = {"LR": "logistic_regression", "TS": "tangent_space"}
+
+
 def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
     """Every recording's out-of-fold predictions, one row each, misclassified first: true
     class, XAIguiFormer's prediction (argmax of its probabilities averaged over repeats), its
     probability of the true class, how many of its out-of-fold predictions were wrong, the
-    folds, and the same for the logistic regression. Sortable by any column in the browser
-    (bootstrap-table, which mne.Report embeds)."""
+    folds, and the same for each reference in the predictions (the logistic regression, the
+    tangent space). Sortable by any column in the browser (bootstrap-table, which mne.Report
+    embeds)."""
     by_model: dict[str, dict[str, list[dict]]] = {}
     for row in predictions:
         by_model.setdefault(row["model"], {}).setdefault(row["recording_id"], []).append(row)
     model_rows = by_model.get("xaiguiformer", {})
-    reference_rows = by_model.get("logistic_regression", {})
+    references = {short: by_model[name] for short, name in REFERENCE_COLUMNS.items()
+                  if name in by_model}
 
     def summary(rows: list[dict]) -> tuple[str, float, int]:
         mean_probs = {label: _mean([float(r[f"prob_{label}"]) for r in rows]) for label in labels}
@@ -210,20 +219,22 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
     table = []
     for recording_id, rows in model_rows.items():
         predicted, p_true, wrong = summary(rows)
-        reference = summary(reference_rows[recording_id]) if recording_id in reference_rows \
-            else ("n/a", np.nan, 0)
+        reference = [summary(ref_rows[recording_id]) if recording_id in ref_rows
+                     else ("n/a", np.nan, 0) for ref_rows in references.values()]
         folds = ", ".join(f"r{r['repeat']} f{r['fold']}" for r in rows)
         table.append((wrong, p_true, recording_id, rows[0]["participant_id"], rows[0]["label"],
                       predicted, folds, reference))
     table.sort(key=lambda t: (-t[0], t[1], t[2]))
     repeats = max((len(rows) for rows in model_rows.values()), default=1)
     header = ["recording", "participant", "true class", "predicted", "P(true)",
-              f"wrong (of {repeats})", "test fold", "LR predicted", "LR P(true)"]
+              f"wrong (of {repeats})", "test fold"] + [
+        f"{short} {what}" for short in references for what in ("predicted", "P(true)")]
     head = "".join(f'<th data-sortable="true">{html.escape(h)}</th>' for h in header)
     body = []
-    for wrong, p_true, recording_id, participant, label, predicted, folds, ref in table:
-        cells = [recording_id, participant, label, predicted, f"{p_true:.3f}", wrong, folds,
-                 ref[0], "n/a" if np.isnan(ref[1]) else f"{ref[1]:.3f}"]
+    for wrong, p_true, recording_id, participant, label, predicted, folds, refs in table:
+        cells = [recording_id, participant, label, predicted, f"{p_true:.3f}", wrong, folds]
+        for ref in refs:
+            cells += [ref[0], "n/a" if np.isnan(ref[1]) else f"{ref[1]:.3f}"]
         tint = ' class="table-danger"' if wrong else ""
         body.append(f"<tr{tint}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")
@@ -234,7 +245,8 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
             "probability the model gave the recording's true class, averaged over its "
             f"out-of-fold predictions (one per repeat, {repeats} here); <i>wrong</i>: how many "
             "of them were wrong; <i>test fold</i>: r = repeat, f = fold; <i>LR</i>: the "
-            "logistic regression (the reference), tested on the same folds.</p>"
+            "logistic regression, <i>TS</i>: the tangent-space reference, tested on the same "
+            "folds.</p>"
             '<div class="eeg-oof"><table class="table table-sm table-hover" data-toggle="table" '
             'data-pagination="true" data-page-size="25" data-page-list="[25, 100, all]">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")

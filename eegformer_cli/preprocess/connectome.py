@@ -2,7 +2,8 @@
 
 The contract between ``preprocess`` and everything after it (training, inference, the Python
 API): :class:`Connectome` (coherence and wPLI, float32 (n_segments, n_bands, C, C), with the
-channel and band names, band edges, segment onsets and how the recording was treated),
+channel and band names, band edges, segment onsets, the band covariances and how the recording
+was treated),
 :meth:`Connectome.save` and :func:`load_connectome`. Keys: docs/architecture.md.
 """
 
@@ -40,6 +41,10 @@ class Connectome:
     signal_sha256 : :func:`reading.signal_sha256` of the recording as read ("" when not known).
     record : bookkeeping stored with the file by :func:`run_preprocess` (settings hash, source
         size and mtime, processing fields of the manifest row); empty when not saved by a run.
+    covariance : float32 (n_covariance_bands, n_channels, n_channels), the band-limited channel
+        covariance over the kept segments, V^2 (``connectivity.tokens.recording_tokens``; rank
+        C - 1 after the average reference), or None (a file written before eegformer stored it).
+    covariance_bands : the bands of ``covariance`` (every band but the ratio tokens).
     """
 
     coh: np.ndarray
@@ -57,6 +62,8 @@ class Connectome:
     record: dict = field(default_factory=dict)
     source_sfreq: float = math.nan
     signal_sha256: str = ""
+    covariance: np.ndarray | None = None
+    covariance_bands: list[str] = field(default_factory=list)
 
     @property
     def n_segments(self) -> int:
@@ -64,6 +71,9 @@ class Connectome:
 
     def save(self, path: str | Path) -> None:
         """Write an ``.npz`` atomically (keys of docs/architecture.md + ``record_json``)."""
+        covariance = {} if self.covariance is None else {
+            "covariance": np.asarray(self.covariance, dtype=np.float32),
+            "covariance_bands": np.array(self.covariance_bands, dtype=str)}
         atomic.save_npz(
             path, coh=self.coh.astype(np.float32), wpli=self.wpli.astype(np.float32),
             channels=np.array(self.channels, dtype=str), bands=np.array(self.bands, dtype=str),
@@ -75,7 +85,8 @@ class Connectome:
             n_segments_rejected=np.int64(self.n_segments_rejected),
             ica_excluded=np.array(self.ica_excluded, dtype=str),
             record_json=np.array(json.dumps(self.record)),
-            source_sfreq=np.float64(self.source_sfreq), signal_sha256=np.array(self.signal_sha256))
+            source_sfreq=np.float64(self.source_sfreq), signal_sha256=np.array(self.signal_sha256),
+            **covariance)
 
 
 def load_connectome(path: str | Path) -> Connectome:
@@ -104,13 +115,16 @@ def load_connectome(path: str | Path) -> Connectome:
             record=json.loads(str(data["record_json"])),
             # absent from files written before eegformer stored them
             source_sfreq=float(data["source_sfreq"]) if "source_sfreq" in data else math.nan,
-            signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "")
+            signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "",
+            covariance=data["covariance"] if "covariance" in data else None,
+            covariance_bands=data["covariance_bands"].tolist() if "covariance" in data else [])
 
 
 def load_record(path: Path) -> dict | None:
-    """The ``record_json`` of a connectome file, or None if it is missing or unreadable."""
+    """The ``record_json`` of a connectome file, or None if it is missing or unreadable; with
+    ``"has_covariance"`` added (False: written before eegformer stored the band covariances)."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return json.loads(str(data["record_json"]))
+            return {**json.loads(str(data["record_json"])), "has_covariance": "covariance" in data}
     except Exception:  # a foreign or damaged file is simply recomputed
         return None

@@ -3,8 +3,8 @@
 Read (any MNE format) -> keep the EEG channels under canonical 10-20 names -> give it the run's
 channels (interpolating at most ``max_interpolated`` missing ones) -> clean
 (:mod:`eegformer_cli.recordings.cleaning`) -> segment -> coherence and wPLI per band and segment
-(:mod:`eegformer_cli.connectivity.tokens`). :func:`process_recording` reads a file,
-:func:`process_raw` / :func:`preprocess_raw` take an ``mne.io.Raw`` held in memory.
+and the band covariances (:mod:`eegformer_cli.connectivity.tokens`). :func:`process_recording`
+reads a file, :func:`process_raw` / :func:`preprocess_raw` take an ``mne.io.Raw`` held in memory.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import mne
 import numpy as np
 
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names, check_bands_fit_rate
-from eegformer_cli.connectivity.tokens import recording_connectivity
+from eegformer_cli.connectivity.tokens import covariance_bands, recording_tokens
 from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.connectome import Connectome
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
@@ -122,7 +122,7 @@ def _process_loaded(raw: mne.io.BaseRaw, settings: PreprocessSettings,
         if exc.path is None:
             exc.path = str(path)
         raise
-    coh, wpli = recording_connectivity(segments, settings.sfreq, settings.bands)
+    coh, wpli, covariance = recording_tokens(segments, settings.sfreq, settings.bands)
     if not (np.isfinite(coh).all() and np.isfinite(wpli).all()):
         raise RecordingError("connectivity is undefined: a channel carries no signal in some "
                              "segment", path=path, hint="check for flat channels")
@@ -131,7 +131,9 @@ def _process_loaded(raw: mne.io.BaseRaw, settings: PreprocessSettings,
                       sfreq=settings.sfreq, segment_onsets_s=onsets, duration_s=duration_s,
                       epoch_length_s=epoch_length_s, channels_interpolated=list(interpolated),
                       n_segments_rejected=n_rejected, ica_excluded=excluded,
-                      source_sfreq=source_sfreq, signal_sha256=signal_sha256)
+                      source_sfreq=source_sfreq, signal_sha256=signal_sha256,
+                      covariance=covariance,
+                      covariance_bands=band_names(covariance_bands(settings.bands)))
 
 
 def preprocess_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings | str | dict = "default",

@@ -465,8 +465,9 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     if (record is None or record.get("settings_hash") != settings_hash
             or record.get("source_size") != task.source_size
             or record.get("source_mtime_ns") != task.source_mtime_ns
-            # made before the signal hash was kept: made again, so the manifest has it
-            or "signal_sha256" not in record.get("fields", {})):
+            # made before the signal hash or the band covariances were kept: made again, so
+            # the manifest has the hash and training the tangent-space reference
+            or "signal_sha256" not in record.get("fields", {}) or not record["has_covariance"]):
         return None
     return record.get("fields")
 

@@ -264,3 +264,27 @@ def read_connectome_arrays(recording: RecordingInfo, channels: list[str],
         raise InputDataError(f"connectome has shape {coh.shape}, expected {expected} from the "
                              "manifest", path=path, hint="rerun `eegformer preprocess`")
     return coh, wpli
+
+
+def read_covariances(recording: RecordingInfo, channels: list[str]) -> np.ndarray | None:
+    """The band covariances of one connectome file (or of a Connectome held in memory): float32
+    (n_covariance_bands, C, C), V^2; None when it has none (written before eegformer stored
+    them). InputDataError naming the file when it is unreadable or not C x C."""
+    path = recording.connectome
+    if not isinstance(path, (str, Path)):
+        covariance, path = path.covariance, recording.recording_id
+    else:
+        try:
+            with np.load(path) as data:
+                covariance = data["covariance"] if "covariance" in data else None
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise InputDataError(f"cannot read connectome: {exc}", path=path,
+                                 hint="rerun `eegformer preprocess`") from None
+    if covariance is None:
+        return None
+    covariance = np.asarray(covariance, dtype=np.float32)
+    if covariance.ndim != 3 or covariance.shape[1:] != (len(channels), len(channels)):
+        raise InputDataError(f"band covariances have shape {covariance.shape}, expected "
+                             f"(bands, {len(channels)}, {len(channels)})", path=path,
+                             hint="rerun `eegformer preprocess`")
+    return covariance

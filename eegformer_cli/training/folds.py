@@ -4,8 +4,9 @@
 participant-wise splits (:mod:`splits`) and checks every setting, model settings included, all
 before the run folder is created or touched. :func:`run_fold` trains one fold: XAIguiFormer on
 the fold's ``train`` participants with the epoch selected on its ``val`` participants
-(:func:`fit.fit_model`), the logistic-regression reference (:mod:`reference`) on train + val,
-both evaluated on the ``test`` participants, per recording; its result is what
+(:func:`fit.fit_model`), the references on train + val (the logistic regression,
+:mod:`reference`, and the tangent space, :mod:`tangent_space`, when the connectome files hold
+band covariances), all evaluated on the ``test`` participants, per recording; its result is what
 ``folds/<r{repeat}_f{fold}>.json`` holds. The permutation test reruns folds through it too.
 """
 
@@ -23,11 +24,18 @@ from eegformer_cli.inference import softmax
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (ConnectomeDataset, RecordingInfo, TrainingData,
-                                            load_training_data)
+                                            load_training_data, read_covariances)
 from eegformer_cli.training.fit import attention_summary, build_model, evaluate, fit_model, seed_of
-from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, classification_metrics
+from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME,
+                                            classification_metrics)
 from eegformer_cli.training.reference import (fit_reference, recording_features,
                                               reference_probabilities)
+from eegformer_cli.training.tangent_space import fit_tangent_space, shrunk_covariances
+
+#: Each reference model: the function fitting it on a training part (inputs, labels, groups,
+#: seed), in the order of metrics.json.
+REFERENCES = {REFERENCE_NAME: fit_reference, TANGENT_SPACE_NAME: fit_tangent_space}
+
 
 @dataclass
 class RunPlan:
@@ -128,9 +136,10 @@ def _oof_rows(model_name: str, fold: splits.Fold, recs: list[RecordingInfo],
     return rows
 
 
-def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
+def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.ndarray]],
              on_epoch=None) -> tuple[dict, torch.nn.Module]:
-    """Train, select and evaluate one fold (XAIguiFormer and the reference).
+    """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
+    :func:`reference_features`).
 
     Returns the fold's result dict (what ``folds/<name>.json`` holds) and the selected model.
     """
@@ -144,42 +153,66 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, np.ndarray],
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
     y_test = test_set.labels
     precision = resolve_precision(config.precision, plan.device, config.preset)
-    model_probs = softmax(evaluate(fit.model, test_set, plan.device, precision))
-    reference, reference_probs = fit_fold_reference(plan, fold, features)
+    probabilities = {MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision))}
+    chosen_c = {}
+    for name in features:
+        reference, probabilities[name] = fit_fold_reference(plan, fold, features, name)
+        chosen_c[name] = chosen_regularisation(reference)
     result = {
         "repeat": fold.repeat, "fold": fold.fold, "best_epoch": fit.best_epoch,
-        "seconds": fit.seconds, "reference_C": float(reference.best_params_["logisticregression__C"]),
+        "seconds": fit.seconds, "reference_C": chosen_c[REFERENCE_NAME], "references_C": chosen_c,
         "history": fit.history,
         "attention": attention_summary(fit.model, test_set, plan.device, ablations=True),
-        "oof": (_oof_rows(MODEL_NAME, fold, test_recs, model_probs, data.label_names)
-                + _oof_rows(REFERENCE_NAME, fold, test_recs, reference_probs, data.label_names)),
-        "metrics": {
-            MODEL_NAME: classification_metrics(y_test, model_probs, positive),
-            REFERENCE_NAME: classification_metrics(y_test, reference_probs, positive)},
+        "oof": [row for name, probs in probabilities.items()
+                for row in _oof_rows(name, fold, test_recs, probs, data.label_names)],
+        "metrics": {name: classification_metrics(y_test, probs, positive)
+                    for name, probs in probabilities.items()},
     }
     return result, fit.model
 
 
+def chosen_regularisation(reference) -> float:
+    """The C a fitted reference chose (a GridSearchCV, or a Pipeline ending in one)."""
+    search = reference[-1] if hasattr(reference, "steps") else reference
+    return float(search.best_params_["logisticregression__C"])
+
+
 def fit_fold_reference(plan: RunPlan, fold: splits.Fold,
-                       features: dict[str, np.ndarray]) -> tuple[object, np.ndarray]:
-    """The reference of ``fold``: fit on its train + val participants' recordings with the
-    fold's seed; returns the fitted search and its probabilities (n_test, n_classes) on the
-    fold's test recordings (in :func:`recordings_of` order). ``features``:
-    :func:`reference_features`."""
-    data = plan.data
+                       features: dict[str, dict[str, np.ndarray]],
+                       name: str = REFERENCE_NAME) -> tuple[object, np.ndarray]:
+    """Reference ``name`` (a key of :data:`REFERENCES`) of ``fold``: fit on its train + val
+    participants' recordings with the fold's seed; returns the fitted model and its
+    probabilities (n_test, n_classes) on the fold's test recordings (in :func:`recordings_of`
+    order). ``features``: :func:`reference_features`."""
+    data, inputs = plan.data, features[name]
     fit_recs = recordings_of(data, fold.train) + recordings_of(data, fold.val)
     test_recs = recordings_of(data, fold.test)
-    search = fit_reference(np.stack([features[r.recording_id] for r in fit_recs]),
-                           data.label_indices(fit_recs),
-                           np.array([r.participant_id for r in fit_recs]),
-                           seed_of(fold, plan.config.seed))
-    return search, reference_probabilities(
-        search, np.stack([features[r.recording_id] for r in test_recs]), len(data.label_names))
+    model = REFERENCES[name](np.stack([inputs[r.recording_id] for r in fit_recs]),
+                             data.label_indices(fit_recs),
+                             np.array([r.participant_id for r in fit_recs]),
+                             seed_of(fold, plan.config.seed))
+    return model, reference_probabilities(
+        model, np.stack([inputs[r.recording_id] for r in test_recs]), len(data.label_names))
 
 
-def reference_features(data: TrainingData) -> dict[str, np.ndarray]:
-    """Reference-model features of every recording (one pass over the connectome files)."""
+def reference_features(data: TrainingData) -> dict[str, dict[str, np.ndarray]]:
+    """The references' inputs of every recording (one pass over the connectome files):
+    ``{reference name: {recording id: array}}``, the logistic regression's features and, when
+    every file holds band covariances, the tangent space's shrunk covariances; without them
+    (a folder preprocessed by an earlier eegformer) a warning says the run goes without it."""
     dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
                                 cache_bytes=0)
-    return {rec.recording_id: recording_features(*dataset.recording_arrays(r))
-            for r, rec in enumerate(data.recordings)}
+    features = {REFERENCE_NAME: {rec.recording_id: recording_features(*dataset.recording_arrays(r))
+                                 for r, rec in enumerate(data.recordings)}}
+    covariances = {rec.recording_id: read_covariances(rec, data.channels)
+                   for rec in data.recordings}
+    missing = [rid for rid, covariance in covariances.items() if covariance is None]
+    if missing:
+        console.warn(f"{len(missing)} of {len(covariances)} connectome files hold no band "
+                     "covariances (preprocessed by an earlier eegformer): this run has no "
+                     "tangent-space reference; rerun `eegformer preprocess` with the same "
+                     "inputs and --out to add them")
+    else:
+        features[TANGENT_SPACE_NAME] = {rid: shrunk_covariances(covariance)
+                                        for rid, covariance in covariances.items()}
+    return features

@@ -34,9 +34,12 @@ from sklearn.metrics import (accuracy_score, average_precision_score, balanced_a
                              confusion_matrix, roc_auc_score)
 from sklearn.preprocessing import label_binarize
 
-#: The two models of every run, as metrics.json and oof_predictions.tsv name them.
+#: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
+#: logistic-regression reference and (when the connectome files hold band covariances) the
+#: tangent-space reference.
 MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
+TANGENT_SPACE_NAME = "tangent_space"
 SCALAR_METRICS = ("bac", "auroc", "auc_pr", "accuracy", "paper_bac")
 
 

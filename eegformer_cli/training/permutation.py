@@ -23,8 +23,10 @@ Null models (``--permutation-model``):
   permutation; its p-value is exact, and XAIguiFormer's observed BAC is compared with the
   reference's null (an approximation: under the null both models' BAC centre on chance with a
   spread set mostly by the test sets' sizes; say so wherever it is shown);
-- ``xaiguiformer``: every fold of both models is retrained on each permutation (a full CV per
-  permutation): both p-values are exact.
+- ``tangent_space``: the same with the tangent-space reference (:mod:`tangent_space`), for
+  folders whose connectome files hold band covariances;
+- ``xaiguiformer``: every fold of every model is retrained on each permutation (a full CV per
+  permutation): every p-value is exact.
 
 Each permutation's labels come from its own seeded stream (``seed``, index), so a permutation
 is the same whatever N, order or worker computes it. Results are stored one file per
@@ -45,11 +47,13 @@ from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_json
 from eegformer_cli.errors import UsageError, check_choice
 from eegformer_cli.parallel import process_pool
-from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, classification_metrics
+from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME,
+                                            classification_metrics)
 from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
 
 #: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name.
-NULL_MODELS = {"reference": REFERENCE_NAME, "xaiguiformer": MODEL_NAME}
+NULL_MODELS = {"reference": REFERENCE_NAME, "tangent_space": TANGENT_SPACE_NAME,
+               "xaiguiformer": MODEL_NAME}
 FOLDER = "permutations"
 
 
@@ -68,7 +72,22 @@ def check_settings(n_permutations: int, null_model: str) -> None:
                               "eegformer train --merge RUN_DIR --permutations N")
 
 
-def null_scores(plan, features: dict[str, np.ndarray], index: int, null_model: str) -> dict:
+def check_null_model_available(null_model: str, data) -> None:
+    """UsageError when ``null_model`` is the tangent-space reference and ``data`` (a
+    :class:`~eegformer_cli.training.dataset.TrainingData`) has no band covariances (judged on
+    its first connectome file, before anything is written)."""
+    from eegformer_cli.training.dataset import read_covariances
+
+    if (NULL_MODELS[null_model] == TANGENT_SPACE_NAME
+            and read_covariances(data.recordings[0], data.channels) is None):
+        raise UsageError(f"--permutation-model {null_model} needs band covariances, which "
+                         f"the connectome files of {data.data_dir} do not hold (preprocessed "
+                         "by an earlier eegformer)",
+                         hint="rerun `eegformer preprocess` with the same inputs and --out, "
+                              "or use --permutation-model reference")
+
+
+def null_scores(plan, features: dict[str, dict], index: int, null_model: str) -> dict:
     """Permutation ``index`` of ``plan`` (a :class:`~eegformer_cli.training.folds.RunPlan`):
     what its file holds,
     :func:`refit_scores` on its labels with ``index`` and the seconds it took. ``null_model``:
@@ -80,12 +99,12 @@ def null_scores(plan, features: dict[str, np.ndarray], index: int, null_model: s
             "seconds": time.perf_counter() - start}
 
 
-def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
+def refit_scores(plan, features: dict[str, dict], labels: list[str],
                  null_model: str) -> dict:
     """The BAC of the models refit on the run's folds with ``labels`` (one per recording of
     ``plan.data``) instead of the real ones: ``{"bac": {model: mean over folds}, "per_fold":
     [...]}``. ``null_model`` :data:`~eegformer_cli.training.metrics.MODEL_NAME` retrains both
-    models exactly as the run's folds do; else the reference alone is refit. With the real
+    models exactly as the run's folds do; else that reference alone is refit. With the real
     labels this is the run's own BAC."""
     from eegformer_cli.training.folds import run_fold  # torch: only when training
 
@@ -99,19 +118,19 @@ def refit_scores(plan, features: dict[str, np.ndarray], labels: list[str],
             result, _ = run_fold(relabelled, fold, features)
             bac = {name: metrics["bac"] for name, metrics in result["metrics"].items()}
         else:
-            bac = {REFERENCE_NAME: _reference_bac(relabelled, fold, features)}
+            bac = {null_model: _reference_bac(relabelled, fold, features, null_model)}
         per_fold.append({"repeat": fold.repeat, "fold": fold.fold, "bac": bac})
     return {"bac": {name: float(np.mean([fold["bac"][name] for fold in per_fold]))
                     for name in per_fold[0]["bac"]},
             "per_fold": per_fold}
 
 
-def _reference_bac(plan, fold, features: dict[str, np.ndarray]) -> float:
-    """BAC of the reference on ``fold``'s test recordings, fit as in the run
+def _reference_bac(plan, fold, features: dict[str, dict], name: str) -> float:
+    """BAC of reference ``name`` on ``fold``'s test recordings, fit as in the run
     (:func:`~eegformer_cli.training.folds.fit_fold_reference`)."""
     from eegformer_cli.training.folds import fit_fold_reference, recordings_of
 
-    _, probabilities = fit_fold_reference(plan, fold, features)
+    _, probabilities = fit_fold_reference(plan, fold, features, name)
     test_labels = plan.data.label_indices(recordings_of(plan.data, fold.test))
     return classification_metrics(test_labels, probabilities, None)["bac"]
 
@@ -126,7 +145,7 @@ def _null_job(job: tuple) -> dict:
         return null_scores(plan, features, index, null_model)
 
 
-def run_permutation_test(run_dir: Path, plan, features: dict[str, np.ndarray], metrics: dict,
+def run_permutation_test(run_dir: Path, plan, features: dict[str, dict], metrics: dict,
                          n_permutations: int, null_model: str, n_workers: int) -> dict:
     """Compute the permutations not on disk yet (on ``n_workers`` processes), then add
     ``permutation_test`` to ``metrics`` and rewrite ``RUN_DIR/metrics.json``; returns metrics.

@@ -44,8 +44,20 @@ def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
     ``features`` (n_recordings, n_features); ``labels`` int (n_recordings,); ``groups``
     participant id per recording (inner folds are participant-wise).
     """
-    pipeline = make_pipeline(StandardScaler(),
-                             LogisticRegression(class_weight="balanced", max_iter=5000))
+    return search_logistic_c(make_pipeline(StandardScaler(), balanced_logistic_regression()),
+                             features, labels, groups, seed)
+
+
+def balanced_logistic_regression() -> LogisticRegression:
+    """The references' classifier: L2, ``class_weight="balanced"``, lbfgs."""
+    return LogisticRegression(class_weight="balanced", max_iter=5000)
+
+
+def search_logistic_c(pipeline, features: np.ndarray, labels: np.ndarray, groups: np.ndarray,
+                      seed: int):
+    """Choose the C of ``pipeline``'s last step (``logisticregression``) by the inner
+    participant-wise CV (grid :data:`C_GRID`, balanced accuracy) and refit on all of
+    ``features`` (any array whose first axis is the recordings); the fitted GridSearchCV."""
     search = GridSearchCV(pipeline, {"logisticregression__C": list(C_GRID)},
                           scoring="balanced_accuracy",
                           cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True,

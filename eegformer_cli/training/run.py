@@ -64,10 +64,10 @@ from eegformer_cli.training import audit, distributed, oof_calibration, permutat
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, read_manifest
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
-from eegformer_cli.training.folds import (RunPlan, is_control_label, plan_run, recordings_of,
-                                          reference_features, run_fold)
-from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, against_chance,
-                                            compare_folds, summarise_folds)
+from eegformer_cli.training.folds import (REFERENCES, RunPlan, is_control_label, plan_run,
+                                          recordings_of, reference_features, run_fold)
+from eegformer_cli.training.metrics import (MODEL_NAME, against_chance, compare_folds,
+                                            summarise_folds)
 from eegformer_cli.training.model_file import add_calibration, demographic_stats, save_model_file
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 from eegformer_cli.versions import package_versions
@@ -175,22 +175,28 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
     history += final_history or []
     write_text(run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history))
     label_names = plan.data.label_names
+    # the references every fold has (folds of an earlier version, or a folder without band
+    # covariances, have only the logistic regression)
+    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]]
     columns = (["model", "repeat", "fold", "recording_id", "participant_id", "label", "predicted"]
                + [f"prob_{name}" for name in label_names])
     lines = ["\t".join(columns)]
     for result in results:
         for row in result["oof"]:
-            lines.append("\t".join(repr(row[c]) if isinstance(row[c], float) else str(row[c])
-                                   for c in columns))
+            if row["model"] in names:
+                lines.append("\t".join(repr(row[c]) if isinstance(row[c], float)
+                                       else str(row[c]) for c in columns))
     write_text(run_dir / "oof_predictions.tsv", "\n".join(lines) + "\n")
     models = {}
-    for name in (MODEL_NAME, REFERENCE_NAME):
+    for name in names:
         per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
                     for r in results]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
     ratio = splits.test_train_ratio(plan.folds)
-    comparison = compare_folds(models[MODEL_NAME]["per_fold"], models[REFERENCE_NAME]["per_fold"],
-                               ratio)
+    comparisons = [{"model": MODEL_NAME, "reference": name,
+                    **compare_folds(models[MODEL_NAME]["per_fold"], models[name]["per_fold"],
+                                    ratio)}
+                   for name in models if name != MODEL_NAME]
     oof_rows = [row for result in results for row in result["oof"]]
     calibration, prediction_sets, model_entry = oof_calibration.summarise(
         oof_rows, label_names, plan.positive_label)
@@ -199,7 +205,7 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
                "preset": plan.config.preset, "n_folds": len(results),
                "cv_seconds": float(sum(r["seconds"] for r in results)),
                "models": models,
-               "comparison": {"model": MODEL_NAME, "reference": REFERENCE_NAME, **comparison},
+               "comparison": comparisons[0], "comparisons": comparisons,
                "score": {"model": MODEL_NAME, "metric": "bac", "chance": 1 / len(label_names),
                          **against_chance(models[MODEL_NAME]["per_fold"], "bac",
                                           1 / len(label_names), ratio)},
@@ -253,6 +259,8 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
         raise UsageError("--confounds and --permutations concern the whole run: give them to "
                          "`eegformer train --merge RUN_DIR` once the --fold jobs are done")
     plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
+    if permutations:
+        permutation.check_null_model_available(permutation_model, plan.data)
     audit_plan = (None if fold_index is not None else
                   audit.plan_audit(plan.data, plan.folds, plan.scheme, config, confounds))
     folds = folds_to_run(plan.folds, fold_index, overwrite)
@@ -319,9 +327,10 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
                 if writer and fold_index is None:  # a fold job leaves the summaries to --merge
                     write_summaries(run_dir, plan, _in_fold_order(results, folds), extra=extra)
                 m = result["metrics"]
-                console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} "
-                            f"(logistic regression {m[REFERENCE_NAME]['bac']:.3f}), best epoch "
-                            f"{result['best_epoch']}, {result['seconds']:.0f} s")
+                references = ", ".join(f"{name.replace('_', ' ')} {m[name]['bac']:.3f}"
+                                       for name in m if name != MODEL_NAME)
+                console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
+                            f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s")
             if fold_index is not None:
                 return results[folds[0].name] if writer else None
             final_history = None
@@ -350,7 +359,7 @@ def _in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[d
     return [results[fold.name] for fold in folds if fold.name in results]
 
 
-def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.ndarray], bar):
+def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, dict], bar):
     """Train ``folds`` in this process, one after the other, each with an epoch bar; yields
     (fold, result, selected model)."""
     for fold in folds:
@@ -366,7 +375,7 @@ def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, np.
 
 
 def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
-                      features: dict[str, np.ndarray], run_dir: Path):
+                      features: dict[str, dict], run_dir: Path):
     """Queue ``folds`` on ``pool`` now; yields (fold, result, None) in the order they finish
     (each worker saves its fold's model file; a holdout run, whose model.pt is its fold's
     model, trains its one fold in this process)."""
