@@ -154,7 +154,8 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
 
     metrics = json.loads((cv_run["run"] / "metrics.json").read_text())
     assert metrics["positive_label"] == "patient"
-    assert set(metrics["calibration"]["models"]) == {"xaiguiformer", "logistic_regression"}
+    assert set(metrics["calibration"]["models"]) == set(metrics["models"]) == {
+        "xaiguiformer", "logistic_regression", "tangent_space"}   # every model, both references
     for summary in metrics["calibration"]["models"].values():
         assert {"brier", "ece", "slope", "intercept", "bins"} <= set(summary)
     recalibration = metrics["calibration"]["recalibration"]
