@@ -123,7 +123,7 @@ def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
                                        "chance 0.50 (2 classes)")
     assert text["reference"] == [
         "not distinguishable from the logistic regression (+0.017 bac, 95 % CI -0.072 to +0.105)",
-        "better than the tangent-space (Riemannian) reference (+0.090 bac, 95 % CI +0.020 to "
+        "better than the Riemannian tangent-space reference (+0.090 bac, 95 % CI +0.020 to "
         "+0.160)"]
     assert text["shortcuts"] == ["borderline: duration_s (AUROC 0.64) (the score may come "
                                  "from them, not the EEG)"]

@@ -22,7 +22,7 @@ import math
 
 #: How a reference model is named in a sentence ("not distinguishable from ...").
 REFERENCE_NAMES = {"logistic_regression": "the logistic regression",
-                   "tangent_space": "the tangent-space (Riemannian) reference"}
+                   "tangent_space": "the Riemannian tangent-space reference"}
 #: Prediction-set level quoted in the verdict.
 VERDICT_COVERAGE = 0.9
 
