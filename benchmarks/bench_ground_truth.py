@@ -249,8 +249,9 @@ def explanation_check(out: Path, scenario: str, n: int, seed: int, n_jobs: int, 
                          "--holdout", "0.2", "--seed", "0"], log)
     explained = out / "explain" / f"{prep.name}-on-{fresh.name}"
     if not (explained / "recordings.csv").exists():
-        run(EEGFORMER + ["explain", str(run_dir / "model.pt"), str(fresh), "--out", str(explained),
-                         "--overwrite"], log)
+        shutil.rmtree(explained, ignore_errors=True)           # an interrupted earlier try
+        run(EEGFORMER + ["explain", str(run_dir / "model.pt"), str(fresh), "--out", str(explained)],
+            log)
     participants = {p["participant_id"]: p for p in truth["participants"]}
     with open(explained / "recordings.csv", newline="") as handle:
         recordings = list(csv.DictReader(handle))
