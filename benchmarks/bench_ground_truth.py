@@ -167,10 +167,12 @@ def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list[dict]:
 
 
 def summary(per_fold: list[dict]) -> dict:
-    values = np.array([m["bac"] for m in per_fold])
-    aurocs = np.array([m["auroc"] for m in per_fold])
-    return {"bac": float(values.mean()), "bac_std": float(values.std(ddof=1)),
-            "auroc": float(np.nanmean(aurocs)), "per_fold_bac": [round(float(v), 4) for v in values]}
+    from eegformer_cli.training.metrics import summarise_folds
+
+    summarised = summarise_folds(per_fold)
+    return {"bac": summarised["mean"]["bac"], "bac_std": summarised["std"]["bac"],
+            "auroc": summarised["mean"]["auroc"],
+            "per_fold_bac": [round(float(m["bac"]), 4) for m in per_fold]}
 
 
 def paired(a: list[dict], b: list[dict]) -> dict:
@@ -181,18 +183,10 @@ def paired(a: list[dict], b: list[dict]) -> dict:
             "better_equal_worse": [c["folds_better"], c["folds_equal"], c["folds_worse"]]}
 
 
-def chance_interval(per_fold: list[dict]) -> list[float]:
-    """95 % interval of the mean BAC over folds (corrected t, as the paired comparison)."""
-    from eegformer_cli.training.metrics import compare_folds
-
-    zero = [{"bac": 0.5} for _ in per_fold]
-    c = compare_folds(per_fold, zero, 1 / (CV_FOLDS - 1))
-    return [0.5 + c["ci95"][0], 0.5 + c["ci95"][1]]
-
-
 def evaluate_scenario(out: Path, scenario: str, n: int, seed: int, variants: list[str],
                       n_jobs: int, log: Path) -> dict:
     from eegformer_cli.scenarios import ground_truth_path, read_ground_truth
+    from eegformer_cli.training.metrics import against_chance
 
     data, prep = study(out, scenario, n, seed, seed, n_jobs, log)
     truth = read_ground_truth(ground_truth_path(data))
@@ -211,7 +205,8 @@ def evaluate_scenario(out: Path, scenario: str, n: int, seed: int, variants: lis
     for name, folds in per_fold.items():
         result["models"][name] = summary(folds)
         if scenario == "null":
-            result["models"][name]["bac_ci95"] = chance_interval(folds)
+            result["models"][name]["bac_ci95"] = against_chance(
+                folds, "bac", 0.5, 1 / (CV_FOLDS - 1))["ci95"]
     for name in per_fold:
         if name != "default":
             result["paired_vs_default"][name] = paired(per_fold["default"], per_fold[name])
