@@ -38,7 +38,7 @@ import numpy as np
 
 from eegformer_cli.atomic import write_json
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.simulate import (CHANNELS, SimulatedParticipant, _narrowband,
+from eegformer_cli.simulate import (CHANNELS, SimulatedParticipant, narrowband,
                                     channel_positions, check_simulation_settings,
                                     draw_participants, phase_shifted, write_dataset)
 
@@ -154,7 +154,7 @@ def planted_signals(factors: tuple[Factor, ...], strengths: dict[str, float],
         signals = np.zeros((len(CHANNELS), n_times))
         for factor in factors:
             for coupling in factor.couplings:
-                source = _narrowband(rng, n_times, sfreq, *coupling.band_hz)
+                source = narrowband(rng, n_times, sfreq, *coupling.band_hz)
                 in_band = participant.background_amplitude_v * np.sqrt(
                     band_fraction(participant.background_exponent, coupling.band_hz, sfreq))
                 amplitude = strengths[factor.name] * in_band

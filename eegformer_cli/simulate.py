@@ -161,7 +161,7 @@ def _shaped_noise(rng: np.random.Generator, n_signals: int, n_times: int, sfreq:
     return _unit_std(np.fft.irfft(spectrum, n=n_times, axis=-1))
 
 
-def _narrowband(rng: np.random.Generator, n_times: int, sfreq: float, low_hz: float,
+def narrowband(rng: np.random.Generator, n_times: int, sfreq: float, low_hz: float,
                 high_hz: float) -> np.ndarray:
     """A waxing-and-waning rhythm: noise with a Gaussian spectrum over [low, high] Hz, (t,)."""
     centre, width = (low_hz + high_hz) / 2, (high_hz - low_hz) / 4
@@ -190,7 +190,7 @@ def alpha(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfreq: 
 
     One source, weighted by distance from the midpoint of O1 and O2 (1 there, ~0.1 at Cz).
     """
-    rhythm = _narrowband(rng, n_times, sfreq, peak_hz - 0.5, peak_hz + 0.5)
+    rhythm = narrowband(rng, n_times, sfreq, peak_hz - 0.5, peak_hz + 0.5)
     occiput = positions[[CHANNELS.index("O1"), CHANNELS.index("O2")]].mean(axis=0)
     weights = np.exp(-np.linalg.norm(positions - occiput, axis=1) / 0.05)
     return amplitude_v * (weights / weights.max())[:, None] * rhythm
@@ -205,7 +205,7 @@ def coupling(rng: np.random.Generator, n_times: int, sfreq: float, strength: flo
     conduction: it raises both coherence and wPLI. Std per channel: ``strength * amplitude_v``
     times a per-channel gain in [0.8, 1.2].
     """
-    source = _narrowband(rng, n_times, sfreq, *COUPLING_BAND_HZ)
+    source = narrowband(rng, n_times, sfreq, *COUPLING_BAND_HZ)
     lagged = phase_shifted(source, COUPLING_LAG_RAD)
     signals = np.zeros((len(CHANNELS), n_times))
     for names, copy in ((FRONTAL, source), (PARIETAL, lagged)):

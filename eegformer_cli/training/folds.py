@@ -196,7 +196,8 @@ def fit_fold_reference(plan: RunPlan, fold: splits.Fold,
 
 
 def reference_features(data: TrainingData) -> dict[str, dict[str, np.ndarray]]:
-    """The references' inputs of every recording (one pass over the connectome files):
+    """The references' inputs of every recording (the coherence/wPLI arrays, then the band
+    covariances: two reads of each connectome file, a few ms per recording):
     ``{reference name: {recording id: array}}``, the logistic regression's features and, when
     every file holds band covariances, the tangent space's shrunk covariances; without them
     (a folder preprocessed by an earlier eegformer) a warning says the run goes without it."""
