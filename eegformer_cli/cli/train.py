@@ -82,12 +82,13 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         return
     console.stderr.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
     console.stderr.print(_summary_table(metrics))
-    comparisons = metrics.get("comparisons") or [metrics["comparison"]]
-    if comparisons[0]:
+    from eegformer_cli.training.verdict import comparisons
+
+    if comparisons(metrics):
         # imported here: scikit-learn, not at every command's start-up
         from eegformer_cli.training.metrics import describe_comparison
 
-        for comparison in comparisons:
+        for comparison in comparisons(metrics):
             console.log(describe_comparison(comparison, comparison["model"],
                                             comparison["reference"]))
     if metrics.get("attention"):
@@ -111,7 +112,7 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
                    "models": {name: {"mean": values["mean"], "std": values["std"]}
                               for name, values in metrics["models"].items()},
                    "comparison": metrics.get("comparison"),
-                   "comparisons": metrics.get("comparisons") or [metrics.get("comparison")],
+                   "comparisons": comparisons(metrics),
                    "score": metrics.get("score"),
                    "calibration": _calibration_summary(metrics.get("calibration")),
                    "prediction_sets": metrics.get("prediction_sets"),

@@ -65,6 +65,7 @@ from eegformer_cli.explain.report_tables import (attention_diagnostics_html,
                                                  metrics_html, oof_table_html, run_summary_html)
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.trust_report import add_trust_section
+from eegformer_cli.training import verdict
 from eegformer_cli.training.metrics import describe_comparison
 
 #: Styles added to MNE's page: the tag filter hidden (the report has no tags), the notes boxed.
@@ -295,7 +296,7 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
         console.warn(f"{run_dir}: {incomplete}")
         _note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.get("labels", [])]
-    comparisons = [c for c in metrics.get("comparisons") or [metrics.get("comparison")] if c]
+    comparisons = verdict.comparisons(metrics)
     paired = "".join("<p>Paired over the same folds: "
                      + html.escape(describe_comparison(comparison, comparison["model"],
                                                        comparison["reference"])) + ".</p>"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from eegformer_cli.training import verdict
+
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
 
 
@@ -155,7 +157,7 @@ def metric_notes_html(metrics: dict) -> str:
              if positive in labels and matrix.sum() else None)
     auc_pr_chance = "" if share is None else f" (chance here: {share:.2f}, the share of {positive})"
     of_positive = ("" if positive is None else f" of the positive class ({positive})")
-    comparisons = [c for c in metrics.get("comparisons") or [metrics.get("comparison")] if c]
+    comparisons = verdict.comparisons(metrics)
     clipped = (" Here it reached past the possible range and was clipped to it: too few folds "
                "for an informative interval." if any(c.get("ci95_clipped") for c in comparisons)
                else "")
