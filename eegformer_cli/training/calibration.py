@@ -36,6 +36,7 @@ import warnings
 
 import numpy as np
 from scipy.optimize import minimize_scalar
+from scipy.special import softmax
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss
@@ -63,12 +64,6 @@ def log_loss(y_true: np.ndarray, probabilities: np.ndarray) -> float:
     rows = np.arange(len(y_true))
     return float(-np.log(np.clip(np.asarray(probabilities, dtype=float)[rows, y_true],
                                  EPSILON, 1.0)).mean())
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def calibration_target(y_true: np.ndarray, probabilities: np.ndarray,
@@ -138,7 +133,7 @@ def recalibrate(recalibration: dict | None, probabilities: np.ndarray) -> np.nda
     params = (recalibration or {}).get("params", {})
     logp = np.log(np.clip(probabilities, EPSILON, 1.0))
     if method == "temperature":
-        return _softmax(logp / params["temperature"])
+        return softmax(logp / params["temperature"], axis=1)
     if method == "platt":
         positive = params["positive_index"]
         z = params["a"] * (logp[:, positive] - logp[:, 1 - positive]) + params["b"]
