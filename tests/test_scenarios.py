@@ -12,19 +12,12 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from eegformer_cli import commands
-from eegformer_cli.cli.app import main
 from eegformer_cli.preprocess import load_connectome
 from eegformer_cli.scenarios import (LABELS, MIN_PAIR_DISTANCE_M, SCENARIOS, draw_layout,
                                      ground_truth_path, oracle_features, oracle_model,
                                      read_ground_truth)
 from eegformer_cli.simulate import CHANNELS, channel_positions
-
-
-def _run_cli(args: list[str]) -> int:
-    try:
-        return main(args)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+from test_simulate import _run_cli
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
