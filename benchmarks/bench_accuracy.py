@@ -14,6 +14,9 @@ Variants:
   no_drofe        ``--preset default --frequency-encoding none`` (ablation)
   tokenizer_only  the default tokenizer and head without transformer layers (``n_layers = 0``,
                   no refinement): what the transformer adds over the tokenizer and readout
+  rose            ``default`` with RoSE (``spatial_encoding = "rose"``): the tokenizer's
+                  electrodes attend to each other with queries and keys rotated by their
+                  montage positions (3-D, cm)
   paper           ``--preset paper``; the paper model (12 layers, d 128, batch 64) needs minutes
                   per fold on a 2-core CPU, so it runs 5 folds x 1 repeat with ``--paper-epochs``
                   epochs (default 20 instead of 100); say so when quoting it.
@@ -53,9 +56,12 @@ VARIANTS = {
     "coarse_only": ["--preset", "default", *CV, "--no-xai"],
     "no_drofe": ["--preset", "default", *CV, "--frequency-encoding", "none"],
     "tokenizer_only": ["--preset", "default", *CV],          # + a config file, see main()
+    "rose": ["--preset", "default", *CV],                    # + a config file, see main()
     "paper": ["--preset", "paper", "--cv", "5", "--repeats", "1"],
 }
-TOKENIZER_ONLY_TOML = "[model]\nn_layers = 0\nxai_refinement = false\n"
+#: The variants that change model settings the command line has no flag for: a ``--config`` file.
+VARIANT_TOML = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
+                "rose": '[model]\nspatial_encoding = "rose"\n'}
 
 
 def preprocessed(dataset: str, data: Path | None, out: Path) -> Path:
@@ -113,14 +119,14 @@ def main() -> None:
                "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
     per_fold = {}
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer_only = Path(tmp) / "tokenizer_only.toml"
-        tokenizer_only.write_text(TOKENIZER_ONLY_TOML)
         for name in args.variants.split(","):
             flags = list(VARIANTS[name])
             if name == "paper":
                 flags += ["--epochs", str(args.paper_epochs)]
-            if name == "tokenizer_only":
-                flags += ["--config", str(tokenizer_only)]
+            if name in VARIANT_TOML:
+                config = Path(tmp) / f"{name}.toml"
+                config.write_text(VARIANT_TOML[name])
+                flags += ["--config", str(config)]
             command, wall, metrics = timed_train(
                 data, args.out / f"{name}-{args.dataset}-seed{args.seed}",
                 ["--seed", str(args.seed), "--device", args.device, "--n-jobs",
