@@ -182,7 +182,7 @@ def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
 
 def report_title(config: dict) -> str:
     """The report's title from a run's ``config.json``: the model, the data and the label, e.g.
-    "XAIguiFormer (default preset) on msu-schizophrenia: diagnosis". The data is named by the
+    "XAIguiFormer (default preset) on sample_data: diagnosis". The data is named by the
     folder ``preprocess`` read (its ``preprocess.json`` inputs: one folder's name, or the
     folders' names joined; for recording files, the folder holding them above BIDS-style
     ``eeg`` / ``sub-*`` / ``ses-*`` folders), else by the preprocess output folder."""

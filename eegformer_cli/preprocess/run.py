@@ -73,8 +73,8 @@ def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
     - ``n_jobs`` 1: this process;
     - Linux: a ``multiprocessing`` pool of *forked* workers. Why not joblib's own pool (loky):
       loky starts every worker as a fresh interpreter that imports numpy, SciPy, MNE and this
-      package again (about 1.5 s of CPU each); on msu-schizophrenia (84 one-minute recordings,
-      about 6 s of work on this project's 2-core CPU) that cost made ``--n-jobs 2`` only 1.40x
+      package again (about 1.5 s of CPU each); on a study of 84 one-minute recordings
+      (about 6 s of work on this project's 2-core CPU) that cost made ``--n-jobs 2`` only 1.40x
       faster than 1. Forked workers start with the parent's imports in milliseconds
       (docs/benchmarks.md). The pool is forked here, before any progress-bar thread exists
       (fork copies only the calling thread), and terminated on leaving (also on Ctrl-C);

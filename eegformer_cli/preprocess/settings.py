@@ -124,8 +124,8 @@ class PreprocessSettings:
         (pyprep is not a dependency), so only missing channels are interpolated, and before
         ICA rather than after it; every rate is resampled to 250 Hz (the reference decimates
         500/512 Hz by 2 and leaves other rates); epochs are consecutive 30 s from the start
-        (the reference uses TDBRAIN's overlapping windows or crops TUAB's first and last 55 s);
-        ICA has a fixed random state and is fitted on the whole recording.
+        (the reference uses overlapping windows on one dataset and crops the first and last
+        55 s on the other); ICA has a fixed random state and is fitted on the whole recording.
         """
         check_choice("--preset", name, PRESETS)
         base = {"preset": name}

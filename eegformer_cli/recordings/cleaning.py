@@ -18,8 +18,8 @@ Default preset, in order (see :mod:`eegformer_cli.preprocess`):
    (peak-to-peak below ``FLAT_PTP_V`` = 0.5 uV in most of its 3 s windows) or absurd
    (peak-to-peak above ``ABSURD_PTP_V`` = 25 mV in any window). Chosen on the real data: over
    all recordings, the smallest / largest 3 s peak-to-peak after steps 1-2 is 556 uV / 7.6 mV
-   for msu-schizophrenia (stored with an unusually large gain) and 9.2 uV / 0.74 mV for
-   eegmat-subset, so both keep every segment (margins 18x and 3.3x), while disconnected
+   for the benchmark's clinical set (stored with an unusually large gain) and 9.2 uV / 0.74 mV
+   for its task set, so both keep every segment (margins 18x and 3.3x), while disconnected
    channels (~0 V) and unit errors (1000x or more) are caught.
 Optional ICA (``--ica``; always in the ``paper`` preset): :func:`run_ica_iclabel`.
 """

@@ -9,7 +9,7 @@ How labels are permuted (:func:`permuted_labels`):
   leave a fold's training part without some class are redrawn (the observed labels have every
   class in every training part, so the null is conditioned on the same event);
 - when a participant's recordings carry different labels (a condition per recording, e.g.
-  eegmat rest / arithmetic): the labels are shuffled among each participant's recordings.
+  rest / mental arithmetic): the labels are shuffled among each participant's recordings.
 
 Each permutation's labels come from its own seeded stream (seed, index), so a permutation is
 the same whatever the number of permutations, their order or the process computing them.

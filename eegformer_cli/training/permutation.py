@@ -11,7 +11,7 @@ Labels are permuted by :func:`null_labels.permuted_labels` (between participants
 each participant's recordings when those carry different labels).
 
 Why not :func:`sklearn.model_selection.permutation_test_score`: with ``groups`` it shuffles
-labels *within* each group (its only grouped mode, scikit-learn issue #21543), which for one
+labels *within* each group (its only grouped mode, scikit-learn/scikit-learn#21543), which for one
 recording per participant permutes nothing (p = 1 always); without ``groups`` it shuffles
 recordings freely, breaking a participant's label over its recordings. It also cannot resume,
 and the null must refit exactly the run's models (the reference's per-fold seeds, or the

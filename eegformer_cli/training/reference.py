@@ -64,7 +64,7 @@ def search_logistic_c(pipeline, features: np.ndarray, labels: np.ndarray, groups
                                                   random_state=seed))
     # one BLAS thread, bit-identical results: on busy cores (other jobs, or the --n-jobs
     # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B 9x slower on these
-    # small problems (msu's 15 folds: 55 s instead of 6 s at load 5; 3.1 s either way idle)
+    # small problems (15 folds of 84 participants: 55 s instead of 6 s at load 5; 3.1 s either way idle)
     with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         # an inner training split with one class: that fold scores nan for every C (tiny data)

@@ -13,7 +13,7 @@ logistic regression of :mod:`reference`, its C chosen by the same inner particip
 
 The tangent space (no labels) is fitted once on the whole training part and the inner CV chooses
 C on its vectors; refitting it inside every inner fold and C (26 Riemannian means per band and
-fold) made the reference 6.7 s of CPU per msu fold instead of about 0.4 s, and the test
+fold) made the reference 6.7 s of CPU per fold of an 84-participant study instead of about 0.4 s, and the test
 participants never reach it either way.
 """
 
