@@ -1,4 +1,4 @@
-"""The Python API (issue 21): the public names and their signatures, a lazy ``import
+"""The Python API: the public names and their signatures, a lazy ``import
 eegformer_cli``, a trained model on an ``mne.io.Raw`` against ``eegformer predict`` on the file,
 ``explain`` against the files of ``eegformer explain``, the same exceptions as the CLI's exit
 codes, and the README's Python example run as written.
