@@ -37,7 +37,7 @@ class Option:
 
 
 class Options(dict):
-    """A command's options in the order of its Python signature: name -> :class:`Option`."""
+    """A command's options: parameter name -> :class:`Option`."""
 
     def help(self, name: str) -> str:
         """The option's text for Typer's ``help=`` (rich markup: ``[`` escaped)."""
@@ -45,17 +45,17 @@ class Options(dict):
 
 
 def choices(module: str, name: str) -> tuple[str, ...]:
-    """The string choices ``name`` of ``module`` (a tuple, or a dict's keys), read from the
-    module's source without importing it.
+    """The tuple of choices ``name`` of ``module``, read from the module's source without
+    importing it; ``module`` is a path below the package without ``.py``, e.g. ``"model/rotary"``.
 
-    ``module`` is a path below the package without ``.py``, e.g. ``"model/rotary"``.
+    Raises LookupError when the module assigns no ``name`` at its top level (e.g. the tuple
+    moved to another module).
     """
     source = PACKAGE / f"{module}.py"
     for node in ast.parse(source.read_text(encoding="utf-8")).body:
         target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
         if isinstance(target, ast.Name) and target.id == name and node.value is not None:
-            values = node.value.keys if isinstance(node.value, ast.Dict) else node.value.elts
-            return tuple(ast.literal_eval(value) for value in values)
+            return tuple(ast.literal_eval(node.value))
     raise LookupError(f"{source} defines no {name}")
 
 
@@ -98,8 +98,8 @@ def document(table: Options):
     return decorate
 
 
-DEVICES = one_of(choices("training/config", "DEVICES"))
-PRECISIONS = one_of(choices("training/config", "PRECISIONS"))
+_DEVICES = one_of(choices("training/config", "DEVICES"))
+_PRECISIONS = one_of(choices("training/config", "PRECISIONS"))
 #: The model presets' frequency encodings (``ModelConfig.preset``; tests/test_cli_messages.py
 #: checks them against the presets, which load torch).
 FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_paper"}
@@ -110,7 +110,7 @@ _PARTICIPANTS = ("Participants table for age and sex [default: participants.tsv 
                  "inputs].")
 _MAX_INTERPOLATED = ("Most missing channels a raw recording may have interpolated [default: "
                      "the model's preprocessing setting].")
-_DEVICE = f"{DEVICES}."
+_DEVICE = f"{_DEVICES}."
 
 PREPROCESS = Options(
     inputs=Option("path or list of paths", "Recording files (EDF, BDF, GDF, BrainVision, "
@@ -178,8 +178,8 @@ TRAIN = Options(
                     "validation score (0 = off) " + preset_default("patience") + "."),
     seed=Option("int | None", "Seed of splits, initialisation, shuffling and augmentation "
                 "[default: 0]."),
-    device=Option("str | None", f"{DEVICES} [default: auto]."),
-    precision=Option("str | None", f"{PRECISIONS} (mixed precision; attention, norms and "
+    device=Option("str | None", f"{_DEVICES} [default: auto]."),
+    precision=Option("str | None", f"{_PRECISIONS} (mixed precision; attention, norms and "
                      "explanations stay float32); auto: bfloat16 for the default preset on "
                      "CUDA, else float32; recorded in config.json [default: auto]."),
     no_xai=Option("bool", "Ablation: coarse pass only (no explanation-guided refinement) "
@@ -225,7 +225,7 @@ PREDICT = Options(
     sex=Option("str | None", "Sex for every recording: M or F (overrides tables)."),
     max_interpolated=Option("int | None", _MAX_INTERPOLATED),
     device=Option("str", _DEVICE),
-    precision=Option("str", f"{PRECISIONS} (mixed precision); auto: bfloat16 for a "
+    precision=Option("str", f"{_PRECISIONS} (mixed precision); auto: bfloat16 for a "
                      "default-preset model on CUDA, else float32."),
     strict=Option("bool", "Exit with code 6 (Python: raise PartialFailure) when a recording "
                   "got a warning; every row is still printed [default: off]."),
