@@ -268,7 +268,8 @@ ESTIMATOR = Options(
     preset=TRAIN["preset"],
     config=Option("str | os.PathLike | dict | None", "Training settings over the preset: a "
                   "TOML file (as train --config) or a dict of the same keys (TrainConfig "
-                  "fields, \"model\": a dict of model settings)."),
+                  "fields, \"model\": a dict of model settings); the other parameters, where "
+                  "not None, override it."),
     epochs=TRAIN["epochs"], batch_size=TRAIN["batch_size"], lr=TRAIN["lr"],
     patience=TRAIN["patience"],
     val_fraction=Option("float | None", "Share of the training participants held out to "
