@@ -1,7 +1,7 @@
 """eegformer: explainable EEG brain-disorder classification (XAIguiFormer) from the shell and
 from Python.
 
-The public Python API is the names in :data:`__all__` (README, "Python API"):
+The public Python API is the names in :data:`__all__` (docs/guide/python.md):
 
 - :func:`load_model` -> :class:`TrainedModel` (``predict``, ``predict_proba``, ``explain`` on
   ``mne.io.Raw`` objects or paths; :class:`Explanations` is what ``explain`` returns);

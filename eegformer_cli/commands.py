@@ -5,8 +5,9 @@ functions, then print what they return; so a script can run the whole chain, and
 CLI does is reachable from Python. Bad input raises the exception of
 :mod:`eegformer_cli.errors` that gives the CLI its exit code, with the message the CLI prints.
 
-Imports of MNE, torch and scikit-learn happen inside the functions, so importing this module
-is cheap.
+Each parameter's text is the one ``--help`` shows for the option (both come from
+:mod:`eegformer_cli.options`). Imports of MNE, torch and scikit-learn happen inside the
+functions, so importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eegformer_cli.errors import UsageError
+from eegformer_cli.options import EXPLAIN, PREDICT, PREPROCESS, REPORT, TRAIN, document
 
 PathLike = str | os.PathLike
 
@@ -46,6 +48,7 @@ def _epoch_length(value: float | str | None) -> float | str | None:
                          "e.g. 30") from None
 
 
+@document(PREPROCESS)
 def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
                participants: PathLike | None = None, recordings: PathLike | None = None,
                preset: str = "default", channels: str | Sequence[str] | None = None,
@@ -55,47 +58,6 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
                backend: str = "local", scheduler: str | None = None, overwrite: bool = False,
                crop: float | None = None):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
-
-    Parameters
-    ----------
-    inputs : path or list of paths
-        Recording files (EDF, BDF, GDF, BrainVision, EEGLAB, FIF), folders or a BIDS root.
-    out : path
-        Output folder (created; a rerun resumes): ``connectomes/RECORDING_ID.npz``,
-        ``manifest.tsv``, ``preprocess.json``.
-    participants, recordings : path | None
-        Participants / recordings tables (default: ``participants.tsv`` / ``recordings.tsv``
-        at the dataset root).
-    preset : str
-        ``"default"`` or ``"paper"``.
-    channels : str | list of str | None
-        Channels in order (``"Fp1,Fp2,F3"`` or a list); default: the standard 10-20 channels
-        every recording has.
-    max_interpolated : int | None
-        Most missing channels a recording may have interpolated (default 2).
-    bands : str | None
-        Bands as ``NAME:LOW-HIGH`` (Hz), ratio tokens as ``NAME:LOW-HIGH/LOW-HIGH``,
-        comma-separated; default: the preset's.
-    epoch_length : float | str | None
-        Segment length in s (a multiple of 3, at least 6) or ``"auto"``.
-    sfreq : float | None
-        Sampling rate after cleaning, Hz (default 128; paper 250).
-    ica : bool | None
-        Remove artefact components with ICA + ICLabel (default off; paper on).
-    crop : float | None
-        Analyse only the first ``crop`` seconds of every recording (default: all of it), so
-        every recording gives the same segments; a shorter recording fails.
-    n_jobs : int
-        Recordings processed in parallel (-1: all cores).
-    strict : bool
-        Raise :class:`~eegformer_cli.errors.PartialFailure` if any recording fails (after
-        writing every output).
-    backend : str
-        ``"local"`` or ``"dask"``; ``scheduler``: a Dask scheduler address (default: a local
-        cluster of ``n_jobs`` workers).
-    overwrite : bool
-        Allow ``out`` to hold recordings preprocessed with other settings (they leave the
-        manifest); without it such a folder is refused (UsageError).
 
     Returns
     -------
@@ -137,6 +99,7 @@ _TRAINING_SETTINGS = {"data_dir": None, "out": None, "label_column": None, "pres
                       "fold": None}
 
 
+@document(TRAIN)
 def train(data_dir: PathLike | None = None, out: PathLike | None = None,
           label_column: str | None = None, *, preset: str = "default",
           config: PathLike | None = None, cv: int | None = None, repeats: int | None = None,
@@ -149,49 +112,7 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
           confounds: str | Sequence[str] | None = None, permutations: int = 0,
           permutation_model: str = "reference") -> dict | None:
     """Cross-validate XAIguiFormer beside the reference models and write the final
-    model file (``eegformer train``; ``eegformer train --help`` describes every option).
-
-    Parameters
-    ----------
-    data_dir : path
-        A ``preprocess`` output folder.
-    out : path
-        The run folder (created; a rerun resumes).
-    label_column : str
-        The manifest column holding the class labels.
-    preset, config, cv, repeats, holdout, splits, epochs, batch_size, lr, patience, seed, device
-        The training settings, resolved as preset -> ``config`` (a TOML file) -> these values
-        (None: not given). ``splits``: the ``splits.json`` of an earlier run, or one written
-        by hand (a fold may carry its own ``seed``, e.g. the scikit-learn estimator's
-        ``random_state``).
-    precision : str | None
-        ``"auto"`` (bfloat16 for the default preset on CUDA, else float32), ``"float32"``,
-        ``"bfloat16"`` or ``"float16"``: mixed precision of training and evaluation (attention,
-        norms and explanations stay float32); recorded in ``config.json``.
-    no_xai : bool
-        Ablation: the coarse pass only.
-    frequency_encoding : str | None
-        ``"drofe_default"``, ``"drofe_paper"``, ``"rope_band_index"`` or ``"none"``.
-    positive_label : str | None
-        Positive class for AUROC / AUC-PR with two classes (default: the class that is not
-        control-like, e.g. not ``healthy``/``control``/``HC``, else the last label).
-    n_jobs : int
-        Folds trained side by side in CPU processes (-1: one per core); same results as 1.
-    overwrite : bool
-        Replace a different run already in ``out``.
-    fold : int | None
-        Train only this fold of the splits, as a job of its own (then ``merge``).
-    merge : path | None
-        Finish the run folder whose folds ``fold`` jobs trained (no other training setting
-        may be given: they come from the folder); also adds ``confounds`` or
-        ``permutations`` to a finished run.
-    confounds : str | list of str | None
-        Manifest columns the shortcut audit checks too (``"site,scanner"`` or a list).
-    permutations : int
-        Permutation test: refit the CV this many times on permuted labels (0: off).
-    permutation_model : str
-        ``"reference"``, ``"tangent_space"`` or ``"xaiguiformer"``: the model refit on
-        permuted labels.
+    model file (``eegformer train``).
 
     Returns
     -------
@@ -248,6 +169,7 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
                         permutation_model=permutation_model)
 
 
+@document(PREDICT)
 def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
             participants: PathLike | None = None, age: float | None = None,
             sex: str | None = None, max_interpolated: int | None = None, device: str = "auto",
@@ -255,25 +177,12 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
             on_row: Callable[[dict], None] | None = None, coverage: float | None = None):
     """Predict the class of each recording with a trained model (``eegformer predict``).
 
-    Parameters
-    ----------
-    model : path
-        A ``model.pt`` written by ``train``.
-    inputs : path or list of paths
-        Recordings (files or folders) or ``preprocess`` output folders.
-    participants, age, sex, max_interpolated, strict, on_row, coverage
-        As :meth:`TrainedModel.predict <eegformer_cli.TrainedModel.predict>`.
-    device : str
-        ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    precision : str
-        ``"auto"``, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (see :func:`load_model
-        <eegformer_cli.load_model>`).
-
     Returns
     -------
     pandas.DataFrame
         ``eegformer predict``'s rows (see :meth:`TrainedModel.predict
-        <eegformer_cli.TrainedModel.predict>`, which also lists what is raised).
+        <eegformer_cli.TrainedModel.predict>`, which also lists what is raised; ``device``
+        and ``precision`` as in :func:`load_model <eegformer_cli.load_model>`).
     """
     from eegformer_cli.trained_model import load_model
 
@@ -282,26 +191,17 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
         strict=strict, on_row=on_row, coverage=coverage)
 
 
+@document(EXPLAIN)
 def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLike, *,
             target: str | None = None, method: str = "integrated_gradients",
             n_steps: int = 128, all_heads: bool = False, participants: PathLike | None = None,
             max_interpolated: int | None = None, device: str = "auto", strict: bool = False):
     """Explain a trained model's predictions and write the files of ``eegformer explain``.
 
-    Parameters
-    ----------
-    model : path
-        A model file, or a run folder of ``train``: then the run's own recordings are
-        explained by the fold models that did not train on them (:func:`load_model`).
-    inputs, device
-        As :func:`predict`.
-    out : path
-        Output folder (created): per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,
-        ``attention.csv``, ``attention_diagnostics.csv``, ``channel_pairs.csv``,
-        ``recordings.csv`` and ``class_summary.json/.npz``.
-    target, method, n_steps, all_heads, participants, max_interpolated, strict
-        As :meth:`TrainedModel.explain <eegformer_cli.TrainedModel.explain>` (which writes the
-        files, and says what is raised).
+    Into ``out``: per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,
+    ``attention.csv``, ``attention_diagnostics.csv``, ``channel_pairs.csv``, ``recordings.csv``
+    and ``class_summary.json/.npz``. What is raised: as :meth:`TrainedModel.explain
+    <eegformer_cli.TrainedModel.explain>`.
 
     Returns
     -------
@@ -317,18 +217,10 @@ def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLik
         out=out)
 
 
+@document(REPORT)
 def report(run_dir: PathLike, *, explanations: PathLike | None = None,
            out: PathLike | None = None) -> Path:
     """Write one self-contained HTML report of a training run (``eegformer report``).
-
-    Parameters
-    ----------
-    run_dir : path
-        The run folder of ``train``.
-    explanations : path | None
-        An ``explain`` output folder (adds the explanation figures).
-    out : path | None
-        The HTML file (default ``RUN_DIR/report.html``).
 
     Returns
     -------

@@ -30,6 +30,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.options import ESTIMATOR, document
 
 #: Columns of ``X`` the estimator reads (the others are ignored).
 CONNECTOME_COLUMN = "connectome"
@@ -86,32 +87,12 @@ def read_preprocessed(data_dir: str | os.PathLike):
     return pd.DataFrame(table)
 
 
+@document(ESTIMATOR)
 class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
     """XAIguiFormer as a scikit-learn classifier of recordings (one sample = one recording).
 
     Each ``fit`` is one fold of ``eegformer train``: a participant-wise inner validation split
     of the training recordings selects the epoch, with the trainer's own code and seeds.
-
-    Parameters
-    ----------
-    preset : str
-        Training recipe, ``"default"`` or ``"paper"`` (as ``train --preset``).
-    config : str | os.PathLike | dict | None
-        Training settings over the preset: a TOML file (``train --config``) or a dict of
-        the same keys (``TrainConfig`` fields, ``"model"``: a dict of model settings).
-    epochs, batch_size, lr, patience, val_fraction : number | None
-        Over ``config`` (None: not given), as the flags of ``train``; ``val_fraction``: the
-        share of the training participants held out to select the epoch.
-    no_xai : bool
-        Ablation: the coarse pass only (``train --no-xai``).
-    frequency_encoding : str | None
-        ``"drofe_default"``, ``"drofe_paper"``, ``"rope_band_index"`` or ``"none"``.
-    random_state : int
-        Seed of the inner validation split, the initialisation, shuffling and augmentation:
-        the ``seed`` of one fold of ``train`` (a fold of ``train``'s own splits uses
-        ``seed + 1000 * (repeat + 1) + fold``).
-    device : str
-        ``"auto"``, ``"cpu"`` or ``"cuda"``.
 
     Attributes
     ----------

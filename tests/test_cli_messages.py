@@ -1,4 +1,4 @@
-"""What the commands say (issue 23, "smaller"): every default in ``train --help`` and no
+"""What the commands say: every default in ``train --help`` and no
 ``<bool>`` for flags; a rerun of a finished ``train`` says its folds were reused and which class
 is positive; ``preprocess`` of a missing path says it does not exist; Ctrl-C in ``predict``
 does not promise a resume; ``predict -`` and ``explain -`` read their inputs from standard input.
@@ -23,7 +23,7 @@ from test_explain import SAMPLE_DATA, build_sample_run, run_main
 
 
 def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
-    from eegformer_cli.cli.train import FREQUENCY_ENCODING_BY_PRESET
+    from eegformer_cli.options import FREQUENCY_ENCODING_BY_PRESET
     from eegformer_cli.model.xaiguiformer import ModelConfig
 
     command = typer.main.get_command(app).commands["train"]
@@ -97,7 +97,7 @@ def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
 
 def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(tmp_path_factory,
                                                                         tmp_path):
-    """``-`` stands for the paths piped in, one per line, as for other shell tools (issue 22)."""
+    """``-`` stands for the paths piped in, one per line, as for other shell tools."""
     run = build_sample_run(tmp_path_factory)
     edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[12:14]
     command = [sys.executable, "-m", "eegformer_cli", "predict", str(run["model"])]

@@ -8,36 +8,22 @@ import typer
 
 from eegformer_cli import commands
 from eegformer_cli.cli.arguments import expand_stdin
+from eegformer_cli.options import EXPLAIN
 
 
 def explain(
-    model: Path = typer.Argument(..., metavar="MODEL|RUN_DIR",
-                                 help="A model.pt written by `eegformer train`, or its run "
-                                      "folder (the run's own recordings are then explained "
-                                      "out of fold)."),
-    inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
-                                        help="Recordings (files or folders) or preprocess output "
-                                             "folders; - reads paths from standard input, one "
-                                             "per line."),
-    out: Path = typer.Option(..., "--out", help="Output folder (created; files are replaced)."),
-    target: str | None = typer.Option(
-        None, help="Class to explain, e.g. healthy (default: each recording's predicted class)."),
-    method: str = typer.Option("integrated_gradients",
-                               help="captum method for channel pairs: integrated_gradients, "
-                                    "saliency, input_x_gradient or gradient_shap."),
+    model: Path = typer.Argument(..., metavar="MODEL|RUN_DIR", help=EXPLAIN.help("model")),
+    inputs: list[Path] = typer.Argument(..., metavar="INPUT...", help=EXPLAIN.help("inputs")),
+    out: Path = typer.Option(..., "--out", help=EXPLAIN.help("out")),
+    target: str | None = typer.Option(None, help=EXPLAIN.help("target")),
+    method: str = typer.Option("integrated_gradients", help=EXPLAIN.help("method")),
     # 128: attributions.DEFAULT_N_STEPS (not imported here: it loads torch)
-    n_steps: int = typer.Option(128, help="Integrated Gradients steps (gradient_shap samples)."),
-    all_heads: bool = typer.Option(False, "--all-heads",
-                                   help="Keep every attention head (default: mean over heads)."),
-    participants: Path | None = typer.Option(
-        None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
-    max_interpolated: int | None = typer.Option(
-        None, help="Most missing channels a raw recording may have interpolated "
-                   "(default: the model's preprocessing setting)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    strict: bool = typer.Option(False, "--strict",
-                                help="Exit with code 6 when a recording got a warning (every "
-                                     "file is still written) \\[default: off]."),
+    n_steps: int = typer.Option(128, help=EXPLAIN.help("n_steps")),
+    all_heads: bool = typer.Option(False, "--all-heads", help=EXPLAIN.help("all_heads")),
+    participants: Path | None = typer.Option(None, help=EXPLAIN.help("participants")),
+    max_interpolated: int | None = typer.Option(None, help=EXPLAIN.help("max_interpolated")),
+    device: str = typer.Option("auto", help=EXPLAIN.help("device")),
+    strict: bool = typer.Option(False, "--strict", help=EXPLAIN.help("strict")),
 ) -> None:
     """Explain a trained model's predictions: band importance, attention and channel pairs.
 

@@ -12,36 +12,24 @@ import typer
 from eegformer_cli import commands, provenance
 from eegformer_cli.cli.arguments import expand_stdin
 from eegformer_cli.errors import EegformerError, check_choice
+from eegformer_cli.options import PREDICT
 
 FORMATS = ("csv", "json", "jsonl")
 
 
 def predict(
-    model: Path = typer.Argument(..., metavar="MODEL", help="A model.pt written by `eegformer train`."),
-    inputs: list[Path] = typer.Argument(..., metavar="INPUT...",
-                                        help="Recordings (files or folders) or preprocess output "
-                                             "folders; - reads paths from standard input, one "
-                                             "per line."),
-    participants: Path | None = typer.Option(
-        None, help="participants table for age/sex (default: participants.tsv beside the inputs)."),
-    age: float | None = typer.Option(None, help="Age in years for every recording (overrides tables)."),
-    sex: str | None = typer.Option(None, help="Sex for every recording: M or F (overrides tables)."),
-    max_interpolated: int | None = typer.Option(
-        None, help="Most missing channels a raw recording may have interpolated "
-                   "(default: the model's preprocessing setting)."),
+    model: Path = typer.Argument(..., metavar="MODEL", help=PREDICT.help("model")),
+    inputs: list[Path] = typer.Argument(..., metavar="INPUT...", help=PREDICT.help("inputs")),
+    participants: Path | None = typer.Option(None, help=PREDICT.help("participants")),
+    age: float | None = typer.Option(None, help=PREDICT.help("age")),
+    sex: str | None = typer.Option(None, help=PREDICT.help("sex")),
+    max_interpolated: int | None = typer.Option(None, help=PREDICT.help("max_interpolated")),
     output_format: str = typer.Option("csv", "--format", help="csv, json (one list) or jsonl."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    precision: str = typer.Option(
-        "auto", help="auto, float32, bfloat16 or float16 (mixed precision); auto: bfloat16 for "
-                     "a default-preset model on CUDA, else float32."),
-    coverage: float | None = typer.Option(
-        None, "--coverage", metavar="SHARE",
-        help="Add prediction_set: the classes that hold the true one with this probability, "
-             "e.g. 0.9 (split-conformal on the run's out-of-fold probabilities; one class, or "
-             "several when the model cannot tell) \\[default: none]."),
-    strict: bool = typer.Option(False, "--strict",
-                                help="Exit with code 6 when a recording got a warning (every "
-                                     "row is still printed) \\[default: off]."),
+    device: str = typer.Option("auto", help=PREDICT.help("device")),
+    precision: str = typer.Option("auto", help=PREDICT.help("precision")),
+    coverage: float | None = typer.Option(None, "--coverage", metavar="SHARE",
+                                          help=PREDICT.help("coverage")),
+    strict: bool = typer.Option(False, "--strict", help=PREDICT.help("strict")),
 ) -> None:
     """Predict the class of each recording with a trained model.
 
@@ -67,7 +55,7 @@ def predict(
 
     Example:
 
-        eegformer predict run/model.pt ../shared/data/msu-schizophrenia/eeg --format jsonl
+        eegformer predict run/model.pt study/eeg --format jsonl
 
         find new-data -name '*.edf' | eegformer predict run/model.pt -
 

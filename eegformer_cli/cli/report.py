@@ -7,13 +7,13 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands
+from eegformer_cli.options import REPORT
 
 
 def report(
-    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="The --out folder of `eegformer train`."),
-    explanations: Path | None = typer.Option(
-        None, help="An `eegformer explain` output folder (adds the explanation figures)."),
-    out: Path | None = typer.Option(None, "--out", help="HTML file to write (default RUN_DIR/report.html)."),
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help=REPORT.help("run_dir")),
+    explanations: Path | None = typer.Option(None, help=REPORT.help("explanations")),
+    out: Path | None = typer.Option(None, "--out", help=REPORT.help("out")),
 ) -> None:
     """Write one self-contained HTML report of a training run (figures embedded).
 

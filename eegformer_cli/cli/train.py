@@ -12,19 +12,7 @@ from rich.text import Text
 
 from eegformer_cli import commands, console
 from eegformer_cli.errors import UsageError
-from eegformer_cli.training.config import PRESETS, TrainConfig
-
-#: The model presets' frequency encodings (``ModelConfig.preset``; not imported here, since the
-#: model package loads torch, which --help must not pay for; tests/test_provenance.py checks).
-FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_paper"}
-
-
-def _preset_default(field: str) -> str:
-    """``\\[default: 40; paper preset: 100]``: a setting's value in each preset, for --help
-    (the flags default to None, so that a --config file can set them too)."""
-    values = {name: getattr(TrainConfig.preset_config(name), field) for name in PRESETS}
-    return ("\\[default: " + str(values["default"]) + "".join(
-        f"; {name} preset: {value}" for name, value in values.items() if name != "default") + "]")
+from eegformer_cli.options import TRAIN
 
 
 def _verdict_panel(metrics: dict) -> Panel:
@@ -152,92 +140,41 @@ def _without_null(test: dict | None) -> dict | None:
 
 def train(
     ctx: typer.Context,
-    data_dir: Path | None = typer.Argument(None, metavar="DATA_DIR",
-                                           help="A `eegformer preprocess` output folder."),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                    help="Run folder (created; a rerun resumes). Required "
-                                         "(except with --merge)."),
+    data_dir: Path | None = typer.Argument(None, metavar="DATA_DIR", help=TRAIN.help("data_dir")),
+    out: Path | None = typer.Option(None, "--out", "-o", help=TRAIN.help("out")),
     label_column: str | None = typer.Option(None, "--label-column", "-l",
-                                            help="Manifest column holding the class labels. "
-                                                 "Required (except with --merge)."),
-    preset: str = typer.Option("default", help="Training recipe: default (defects fixed, tuned "
-                                               "on measured accuracy) or paper (the reference)."),
-    config: Path | None = typer.Option(None, "--config",
-                                       help="TOML file of training settings (keys of "
-                                            "TrainConfig, [model] table) \\[default: none, the "
-                                            "preset's]."),
-    cv: int | None = typer.Option(None, "--cv", help="Folds of participant-wise stratified CV "
-                                                     "\\[default: 5]."),
-    repeats: int | None = typer.Option(None, help="Repeats of the CV with other shuffles "
-                                                  "\\[default: 1]."),
-    holdout: float | None = typer.Option(None, help="Instead of CV: hold out this fraction of "
-                                                    "the participants for test, in (0, 1), "
-                                                    "e.g. 0.2 \\[default: none, CV]."),
-    splits: Path | None = typer.Option(None, "--splits", help="Reuse the splits.json of an "
-                                                              "earlier run \\[default: none, new "
-                                                              "splits from --seed]."),
-    epochs: int | None = typer.Option(None, help="Training epochs (maximum, with --patience) "
-                                                 + _preset_default("epochs") + "."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Segments per batch "
-                                                                     + _preset_default("batch_size")
-                                                                     + "."),
-    lr: float | None = typer.Option(None, "--lr", help="Peak learning rate "
-                                                       + _preset_default("lr") + "."),
-    patience: int | None = typer.Option(None, help="Early stop after this many epochs without "
-                                                   "a better validation score (0 = off) "
-                                                   + _preset_default("patience") + "."),
-    seed: int | None = typer.Option(None, help="Seed of splits, initialisation, shuffling and "
-                                               "augmentation \\[default: 0]."),
-    device: str | None = typer.Option(None, help="auto, cpu or cuda \\[default: auto]."),
-    precision: str | None = typer.Option(
-        None, help="auto, float32, bfloat16 or float16 (mixed precision; attention, norms and "
-                   "explanations stay float32); auto: bfloat16 for the default preset on "
-                   "CUDA, else float32 \\[default: auto]."),
-    no_xai: bool = typer.Option(False, "--no-xai", help="Ablation: coarse pass only (no "
-                                                        "explanation-guided refinement) "
-                                                        "\\[default: off]."),
-    frequency_encoding: str | None = typer.Option(
-        None, "--frequency-encoding", help="Ablation/option: drofe_default, drofe_paper, "
-                                           "rope_band_index or none (no dRoFE) \\[default: "
-                                           + "; ".join(f"{enc} ({name} preset)" for name, enc
-                                                       in FREQUENCY_ENCODING_BY_PRESET.items())
-                                           + "]."),
-    positive_label: str | None = typer.Option(
-        None, "--positive-label", help="Positive class for AUROC / AUC-PR with two classes "
-                                       "\\[default: the class that is not control-like (control, "
-                                       "healthy, HC, normal, ...), else the last label in "
-                                       "sorted order, said on "
-                                       "stderr]."),
-    n_jobs: int = typer.Option(1, "--n-jobs", "-j", help="Folds trained side by side in this many "
-                                                         "CPU processes (-1: one per core); the "
-                                                         "results are the same as with 1."),
+                                            help=TRAIN.help("label_column")),
+    preset: str = typer.Option("default", help=TRAIN.help("preset")),
+    config: Path | None = typer.Option(None, "--config", help=TRAIN.help("config")),
+    cv: int | None = typer.Option(None, "--cv", help=TRAIN.help("cv")),
+    repeats: int | None = typer.Option(None, help=TRAIN.help("repeats")),
+    holdout: float | None = typer.Option(None, help=TRAIN.help("holdout")),
+    splits: Path | None = typer.Option(None, "--splits", help=TRAIN.help("splits")),
+    epochs: int | None = typer.Option(None, help=TRAIN.help("epochs")),
+    batch_size: int | None = typer.Option(None, "--batch-size", help=TRAIN.help("batch_size")),
+    lr: float | None = typer.Option(None, "--lr", help=TRAIN.help("lr")),
+    patience: int | None = typer.Option(None, help=TRAIN.help("patience")),
+    seed: int | None = typer.Option(None, help=TRAIN.help("seed")),
+    device: str | None = typer.Option(None, help=TRAIN.help("device")),
+    precision: str | None = typer.Option(None, help=TRAIN.help("precision")),
+    no_xai: bool = typer.Option(False, "--no-xai", help=TRAIN.help("no_xai")),
+    frequency_encoding: str | None = typer.Option(None, "--frequency-encoding",
+                                                  help=TRAIN.help("frequency_encoding")),
+    positive_label: str | None = typer.Option(None, "--positive-label",
+                                              help=TRAIN.help("positive_label")),
+    n_jobs: int = typer.Option(1, "--n-jobs", "-j", help=TRAIN.help("n_jobs")),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout "
                                                        "\\[default: off]."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a different run already "
-                                                              "in --out \\[default: off]."),
-    fold: int | None = typer.Option(
-        None, "--fold", help="Train only this fold of the splits (0-based; repeat r fold k is "
-                             "r * cv + k), as a job of its own; then --merge \\[default: all "
-                             "folds]."),
-    merge: Path | None = typer.Option(
-        None, "--merge", metavar="RUN_DIR", help="Finish a run whose folds were trained by "
-                                                 "--fold jobs: final model and summaries "
-                                                 "(also adds --confounds or --permutations "
-                                                 "to a finished run) \\[default: none]."),
-    confounds: str | None = typer.Option(
-        None, "--confounds", metavar="COL,COL", help="Manifest (participants, recordings) "
-        "columns the shortcut audit checks too, beside recording duration, segments, original "
-        "sampling rate, interpolated channels, input folder, age and sex \\[default: none, "
-        "those only]."),
-    permutations: int = typer.Option(
-        0, "--permutations", metavar="N", help="Permutation test: refit the CV N times with "
-        "the labels permuted between participants (same folds) and report each model's BAC "
-        "p-value; 0 = off, 100 resolves p down to 0.0099. Resumable, spread by --n-jobs."),
-    permutation_model: str = typer.Option(
-        "reference", "--permutation-model", help="Model refit on permuted labels: reference "
-        "(the logistic regression, cheap; the other models' p is then measured against its "
-        "null), tangent_space (the same with the tangent-space reference) or xaiguiformer "
-        "(every model retrained: a full CV per permutation)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help=TRAIN.help("overwrite")),
+    fold: int | None = typer.Option(None, "--fold", help=TRAIN.help("fold")),
+    merge: Path | None = typer.Option(None, "--merge", metavar="RUN_DIR",
+                                      help=TRAIN.help("merge")),
+    confounds: str | None = typer.Option(None, "--confounds", metavar="COL,COL",
+                                         help=TRAIN.help("confounds")),
+    permutations: int = typer.Option(0, "--permutations", metavar="N",
+                                     help=TRAIN.help("permutations")),
+    permutation_model: str = typer.Option("reference", "--permutation-model",
+                                          help=TRAIN.help("permutation_model")),
 ) -> None:
     """Train XAIguiFormer with participant-wise validation, beside two reference models.
 
