@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine.py, bench_train_step.py
-from bench_train_step import ALPHA, BAND_EDGES_HZ, BANDS, make_inputs  # noqa: E402
+from bench_train_step import ALPHA, BAND_EDGES_HZ, BANDS, CaptumDeepLift, make_inputs  # noqa: E402
 from machine import cpu_model  # noqa: E402
 
 from eegformer_cli.devices import autocast, resolve_precision  # noqa: E402
@@ -194,8 +194,8 @@ def measure(device: torch.device, size: dict, cv_data: Path | None, quick: bool)
                  paper["float32"][0] / paper[half][0], "x"))
     for precision in ("float32", half):
         rows.append((f"paper-size step peak memory, {precision}", paper[precision][1], "MiB"))
-    captum = build("paper", size["channels"], len(BANDS), device, explanation_impl="captum",
-                   **size["paper_model"])
+    captum = CaptumDeepLift(build("paper", size["channels"], len(BANDS), device,
+                                  **size["paper_model"]))
     captum_seconds = step_seconds(captum, paper_inputs, device, "float32", size["steps"],
                                   size["warmup"])[0]
     rows.append(("paper-size step, captum LayerDeepLift", captum_seconds * 1e3, "ms"))

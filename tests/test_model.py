@@ -61,17 +61,12 @@ ABLATIONS = {
     "paper": ("paper", {}),
     "default": ("default", {}),
     "coarse_only": ("default", {"xai_refinement": False}),
-    "rope_band_index": ("default", {"frequency_encoding": "rope_band_index"}),
+    "tokenizer_alone": ("default", {"xai_refinement": False, "n_layers": 0}),
     "no_frequency_encoding": ("default", {"frequency_encoding": "none"}),
-    "explicit_attention": ("paper", {"attention_impl": "explicit"}),
-    "captum_deeplift": ("paper", {"explanation_impl": "captum"}),
-    "integrated_gradients": ("default", {"explainer": "integrated_gradients"}),
-    "gradient_x_activation": ("default", {"explainer": "gradient_x_activation"}),
-    "captum_without_demographics": ("default", {"explanation_impl": "captum", "frequency_encoding": "none"}),
     "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": CHANNELS}),
     "directed_torch_rms": ("default", {"edges": "directed", "norm": "rms"}),
-    "readout_shared_by_bands": ("default", {"readout": "channel_flatten"}),
     "coherence_only_nodes": ("default", {"node_features": "coherence"}),
+    "paper_guidance": ("default", {"guidance": "paper"}),
 }
 
 
@@ -90,15 +85,13 @@ def test_every_config_runs_forward_and_backward(name):
     if config.xai_refinement:
         assert len(output.explanations) == 2
         assert all(e.shape == (3, len(BANDS), 32) for e in output.explanations)
-    if config.attention_impl == "explicit":
-        assert [a.weights.shape for a in output.attention_refined] == [(3, 4, len(BANDS), len(BANDS))] * 2
-        np.testing.assert_allclose(output.attention_coarse[0].weights.sum(-1).detach(), 1.0, rtol=1e-5)
     loss = F.cross_entropy(output.logits_coarse, torch.tensor([0, 1, 2])) + \
         F.cross_entropy(output.logits_refined, torch.tensor([0, 1, 2]))
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
-    assert model.encoder.layers[0].attn.qkv.weight.grad.abs().sum() > 0
+    if config.n_layers:
+        assert model.encoder.layers[0].attn.qkv.weight.grad.abs().sum() > 0
 
 
 def test_timm_rms_norm_divides_by_the_unbiased_std_without_recentring():
@@ -256,13 +249,21 @@ def test_rose_positions_are_a_buffer_in_centimetres():
 
 @pytest.mark.parametrize("preset", ["paper", "default"])
 def test_fused_and_explicit_attention_agree(preset):
+    from eegformer_cli.model.diagnostics import explicit_attention
+
     torch.manual_seed(3)
-    fused = XAIguiFormer(small_config(preset, attention_impl="fused"))
-    explicit = XAIguiFormer(small_config(preset, attention_impl="explicit"))
-    explicit.load_state_dict(fused.state_dict())
+    model = XAIguiFormer(small_config(preset))
     coh, wpli, age, sex = connectome_batch()
-    for a, b in zip(fused(coh, wpli, age, sex), explicit(coh, wpli, age, sex)):
+    fused = model.forward_with_details(coh, wpli, age, sex)
+    with explicit_attention(model):
+        explicit = model.forward_with_details(coh, wpli, age, sex)
+    for a, b in ((fused.logits_coarse, explicit.logits_coarse),
+                 (fused.logits_refined, explicit.logits_refined)):
         assert_float32_close(a, b)
+    assert fused.attention_refined == [] and all(m.fused_attn for m in model.modules()
+                                                 if hasattr(m, "fused_attn"))
+    assert [a.weights.shape for a in explicit.attention_refined] == [(3, 4, len(BANDS), len(BANDS))] * 2
+    np.testing.assert_allclose(explicit.attention_coarse[0].weights.sum(-1).detach(), 1.0, rtol=1e-5)
 
 
 def test_coarse_only_ablation_returns_coarse_logits_twice():
@@ -314,18 +315,20 @@ def pair_swap(coh: torch.Tensor, delta: float = 0.2) -> torch.Tensor:
 
 def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
     """Without GNN layers the mean readout's token is a function of the row sums of coh (the
-    information bottleneck the channel_flatten readout removes): a change of coupled pairs that
-    keeps every node strength leaves it unchanged, while channel_flatten's token moves."""
+    information bottleneck the channel_flatten_per_band readout removes): a change of coupled
+    pairs that keeps every node strength leaves it unchanged, while the flattened token moves."""
     coh, wpli, _, _ = connectome_batch()
     swapped = pair_swap(coh)
     assert torch.allclose(swapped.sum(-1), coh.sum(-1), atol=1e-6) and not torch.equal(swapped, coh)
     tokens = {}
-    for readout in ("mean", "channel_flatten"):
+    for readout in ("mean", "channel_flatten_per_band"):
         torch.manual_seed(0)
-        tokenizer = XAIguiFormer(small_config(readout=readout, n_gnn_layers=0)).tokenizer.eval()
+        tokenizer = XAIguiFormer(small_config(readout=readout, n_gnn_layers=0,
+                                              channel_embedding=False)).tokenizer.eval()
         tokens[readout] = (tokenizer(coh, wpli), tokenizer(swapped, wpli))
     torch.testing.assert_close(tokens["mean"][0], tokens["mean"][1], rtol=1e-5, atol=1e-6)
-    assert (tokens["channel_flatten"][0] - tokens["channel_flatten"][1]).abs().max() > 1e-3
+    flattened = tokens["channel_flatten_per_band"]
+    assert (flattened[0] - flattened[1]).abs().max() > 1e-3
 
 
 def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
@@ -349,7 +352,7 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     tokens = tokenizer(coh, wpli)
     assert (tokens[:, 0] - tokens[:, 1]).abs().max() > 1e-3
     torch.manual_seed(4)
-    shared = XAIguiFormer(small_config(readout="channel_flatten", n_gnn_layers=0)).tokenizer.eval()
+    shared = XAIguiFormer(config).tokenizer.eval()          # the weights as initialised
     torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
     with pytest.raises(UsageError, match="needs n_bands"):
         ConnectomeTokenizer(len(CHANNELS), 8, 0, "rms", "undirected", 0.0,
@@ -373,11 +376,11 @@ def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli(
 
 def test_channel_identity_shapes_parameters_and_round_trip():
     torch.manual_seed(3)
-    config = small_config(readout="channel_flatten", channel_embedding=True)
+    config = small_config(readout="channel_flatten_per_band", channel_embedding=True)
     model = XAIguiFormer(config)
     n, d = len(CHANNELS), config.d_model
     assert model.tokenizer.channel_embedding.shape == (n, d)
-    assert model.tokenizer.output_embedding.weight.shape == (d, n * d)
+    assert model.tokenizer.output_embedding.weight.shape == (len(BANDS), d, n * d)
     assert XAIguiFormer(small_config("paper")).tokenizer.channel_embedding is None  # reference
     coh, wpli, age, sex = connectome_batch()
     assert model.tokenizer(coh, wpli).shape == (3, len(BANDS), d)
@@ -444,13 +447,15 @@ def test_no_grad_forward_gives_the_same_logits_detached():
 
 @pytest.mark.parametrize("fields, message", [
     ({"norm": "layer"}, "invalid value 'layer' for norm; allowed values are 'timm_rms', 'rms'"),
-    ({"explainer": "gradcam"}, "for explainer"),
-    ({"attention_impl": "flash"}, "for attention_impl"),
+    ({"guidance": "rms_token"}, "invalid value 'rms_token' for guidance; allowed values are "
+                                "'paper', 'band_share'"),
+    ({"frequency_encoding": "rope_band_index"}, "for frequency_encoding; allowed values are "
+                                                "'drofe_paper', 'drofe_default', 'none'"),
     ({"d_model": 30}, "head dimension"),
     ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
     ({"n_classes": 1}, "n_classes"),
-    ({"readout": "max"}, ("invalid value 'max' for readout; allowed values are 'mean', 'channel_flatten', "
-                          "'channel_flatten_per_band'")),
+    ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', "
+                         "'channel_flatten_per_band'"),
     ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
     ({"node_features": "psd"}, "invalid value 'psd' for node_features; allowed values are "
                                "'coherence', 'coherence_wpli'"),
@@ -465,6 +470,34 @@ def test_unknown_preset_and_fields_are_refused():
         ModelConfig.preset("fast", n_channels=3, band_names=["a"], band_edges_hz=[(1, 2)], n_classes=2)
     with pytest.raises(UsageError, match="unknown model config fields \\['depth'\\]"):
         ModelConfig.from_dict({**small_config().to_dict(), "depth": 3})
+
+
+def old_style_config(config: ModelConfig, **fields) -> dict:
+    """``config`` as an earlier version stored it: with its retired fields."""
+    return {**config.to_dict(), "explainer": "deeplift", "explanation_impl": "one_pass",
+            "attention_impl": "fused", **fields}
+
+
+def test_a_config_stored_by_an_earlier_version_loads_and_predicts_the_same():
+    torch.manual_seed(12)
+    model = perturb(XAIguiFormer(small_config())).eval()
+    coh, wpli, age, sex = connectome_batch()
+    for retired in ({}, {"explanation_impl": "captum"}, {"attention_impl": "explicit"}):
+        stored = json.loads(json.dumps(old_style_config(model.config, **retired)))
+        restored = XAIguiFormer(ModelConfig.from_dict(stored)).eval()
+        assert restored.config == model.config
+        restored.load_state_dict(model.state_dict())
+        assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])
+
+
+@pytest.mark.parametrize("fields", [
+    {"guidance": "rms_sample"}, {"readout": "channel_flatten"},
+    {"frequency_encoding": "rope_band_index"}, {"explainer": "integrated_gradients"}])
+def test_a_config_of_a_retired_experimental_variant_is_refused_naming_the_field(fields):
+    (name, value), = fields.items()
+    with pytest.raises(UsageError, match=f"model config {name}='{value}' was made by an "
+                                         "experimental variant"):
+        ModelConfig.from_dict(old_style_config(small_config(), **fields))
 
 
 def test_wrong_input_shapes_are_clear_errors():

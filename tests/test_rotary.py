@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from eegformer_cli.errors import UsageError
 from eegformer_cli.model.rotary import (
-    FALLBACK_AGE_MEAN, FALLBACK_AGE_STD, BandRotaryEncoding, apply_rope, apply_rose,
-    drofe_default_angles, drofe_default_demographics, drofe_default_frequencies,
-    drofe_paper_demographics, drofe_paper_frequencies, rope_frequencies, rose_frequencies,
-    scaled_rotation)
+    FALLBACK_AGE_MEAN, FALLBACK_AGE_STD, BandRotaryEncoding, apply_rose, drofe_default_angles,
+    drofe_default_demographics, drofe_default_frequencies, drofe_paper_demographics,
+    drofe_paper_frequencies, rose_frequencies, scaled_rotation)
 
 PAPER_EDGES = torch.tensor([[2, 4], [4, 8], [8, 10], [10, 12], [12, 18], [18, 21], [21, 30],
                             [30, 45], [4 / 12, 8 / 30]], dtype=torch.float64)
@@ -30,8 +29,18 @@ def vectors(dim: int, n: int = 1):
 
 
 # ---------------------------------------------------------------------------------------------
-# RoPE
+# RoPE: the rotation every encoding uses, at 1-D positions
 # ---------------------------------------------------------------------------------------------
+
+def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
+    """RoFormer's ``theta_i = base ** (-2 i / dim)``, (dim/2,) float64."""
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """RoPE: pair i of the token at position p rotated by ``p * theta_i``."""
+    return scaled_rotation(x, positions.to(theta.dtype)[..., None] * theta)
+
 
 def test_rope_worked_example():
     """../shared/seeds/002: x2 at position 2 and x3 at position 3, theta = (1, 0.01)."""
@@ -101,7 +110,7 @@ def test_complex_rotation_equals_the_official_written_out_form(scale, offset):
 
 def test_odd_rotary_dim_is_refused():
     with pytest.raises(UsageError, match="even"):
-        rope_frequencies(5)
+        rose_frequencies(5, n_spatial=2)
 
 
 def test_angles_stay_float32_under_autocast():

@@ -113,7 +113,7 @@ def test_presets_toml_and_flags(tmp_path):
     paper = TrainConfig.preset_config("paper")
     assert (paper.alpha, paper.label_smoothing, paper.betas, paper.batch_size, paper.epochs) == \
         (0.7, 0.1, (0.9, 0.99), 64, 100)
-    assert paper.selection == "second_half" and paper.patience == 0
+    assert paper.selection_metric == "paper_bac" and paper.patience == 0
     assert paper.class_weighting == "none" and paper.augmentation == "graphon"
     # the training presets take the model presets of the same name as they are
     assert paper.model == {} and TrainConfig.preset_config("default").model == {}
@@ -132,9 +132,21 @@ def test_presets_toml_and_flags(tmp_path):
     assert TrainConfig.from_dict(config.to_dict()) == config
 
 
+def test_a_training_config_stored_by_an_earlier_version_is_read_without_its_retired_settings():
+    config = resolve_config("default", None, {"model": {"d_model": 32}})
+    stored = {**config.to_dict(), "selection": "second_half",
+              "model": {"d_model": 32, "attention_impl": "fused", "explanation_impl": "one_pass"}}
+    assert TrainConfig.from_dict(stored) == config
+    for retired, shown in (({"selection": "best"}, "selection='best'"),
+                           ({"augmentation": "mixup"}, "augmentation='mixup'"),
+                           ({"model": {"guidance": "rms_token"}}, "guidance='rms_token'")):
+        with pytest.raises(UsageError, match=f"{shown} was .*experimental variant"):
+            TrainConfig.from_dict({**stored, **retired})
+
+
 @pytest.mark.parametrize("values, message", [
     ({"epoch": 3}, "unknown training setting 'epoch'"),
-    ({"augmentation": "cutout"}, "allowed values are 'graphon', 'mixup', 'none'"),
+    ({"augmentation": "mixup"}, "allowed values are 'graphon', 'none'"),
     ({"alpha": 1.5}, "invalid value 1.5 for alpha"),
     ({"segment_averaging": 2}, r"invalid value 2.0 for segment_averaging; allowed range is \[0, 1\]"),
     ({"epochs": "ten"}, "expected int"),
@@ -175,18 +187,18 @@ def test_lr_schedule_warmup_then_cosine_over_the_whole_run():
     assert lr_at_step(100, **kwargs) == pytest.approx(1e-7)
 
 
-@pytest.mark.parametrize("selection", ["best", "second_half"])
 @pytest.mark.parametrize("epochs", [1, 2, 3, 4])
-def test_every_selection_mode_can_select_the_last_epoch(selection, epochs):
-    config = tiny_config(epochs=epochs, selection=selection)
-    assert selection_improved(config, epochs - 1, 0.5, 1.0, None)
-    if selection == "second_half":  # the paper's rule otherwise: epochs >= epochs / 2 (0-based)
-        assert [selection_improved(config, e, 0.5, 1.0, None) for e in range(epochs)] == \
-            [e >= epochs / 2 or e == epochs - 1 for e in range(epochs)]
+def test_selection_can_select_the_last_epoch_and_otherwise_only_the_second_half(epochs):
+    config = tiny_config(epochs=epochs)
+    assert selection_improved(config, epochs - 1, 0.5, None)
+    assert [selection_improved(config, e, 0.5, None) for e in range(epochs)] == \
+        [e >= epochs / 2 or e == epochs - 1 for e in range(epochs)]
+    assert selection_improved(config, epochs - 1, 0.5, 0.5)          # ties -> later epoch
+    assert not selection_improved(config, epochs - 1, 0.4, 0.5)
 
 
 def test_a_one_epoch_run_selects_that_epoch(synthetic_dir, tmp_path):
-    config = tiny_config(epochs=1, selection="second_half", holdout=0.25)
+    config = tiny_config(epochs=1, holdout=0.25)
     run_training(synthetic_dir, tmp_path / "run", "diagnosis", config)
     fold = json.loads((tmp_path / "run" / "folds" / "r0_f0.json").read_text())
     assert fold["best_epoch"] == 1 and (tmp_path / "run" / "model.pt").exists()
@@ -215,8 +227,8 @@ def test_usvt_keeps_the_graph_contract_and_lowers_rank():
     assert augment.usvt(torch.tensor(noise[None])).abs().max() == 0
 
 
-@pytest.mark.parametrize("kind", ["graphon", "mixup"])
-def test_mix_batch_mixes_labels_and_demographics_consistently(kind):
+def test_mix_batch_mixes_labels_and_demographics_consistently():
+    kind = "graphon"
     b, f, c = 8, 3, 6
     gen = torch.Generator().manual_seed(0)
     coh = torch.rand(b, f, c, c, generator=gen)
@@ -523,6 +535,34 @@ def test_model_file_errors(tmp_path, synthetic_dir, holdout_run):
         load_model_file(newer)
     done = run_cli("predict", bad, synthetic_dir)
     assert done.returncode == 4 and str(bad) in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, synthetic_dir,
+                                                             holdout_run):
+    """Its retired model fields with their surviving values are dropped; a retired
+    experimental variant is refused naming the field (exit 4, one line)."""
+    bundle = torch.load(holdout_run / "model.pt", weights_only=True)
+    bundle["model_config"].update(explainer="deeplift", explanation_impl="one_pass",
+                                  attention_impl="fused")
+    bundle["train_config"]["selection"] = "second_half"
+    old = tmp_path / "old.pt"
+    torch.save(bundle, old)
+    data = np.load(next((synthetic_dir / "connectomes").glob("*.npz")))
+    coh, wpli = torch.from_numpy(data["coh"]), torch.from_numpy(data["wpli"])
+    age = sex = torch.full((len(coh),), float("nan"))
+    with torch.no_grad():
+        logits = [load_model_file(path).model(coh, wpli, age, sex)[1]
+                  for path in (holdout_run / "model.pt", old)]
+    assert torch.equal(logits[0], logits[1])
+    bundle["model_config"]["guidance"] = "rms_sample"
+    variant = tmp_path / "variant.pt"
+    torch.save(bundle, variant)
+    with pytest.raises(ModelFileError, match="guidance='rms_sample' was made by an experimental "
+                                             "variant that this eegformer version no longer"):
+        load_model_file(variant)
+    done = run_cli("predict", variant, synthetic_dir)
+    assert done.returncode == 4 and "guidance='rms_sample'" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 

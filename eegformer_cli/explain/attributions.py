@@ -58,12 +58,10 @@ from eegformer_cli.model.explanation import differentiable_explanations
 
 #: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
-#: Default number of Integrated Gradients steps (and Gradient SHAP samples). The completeness
-#: gap |sum(attr) - (logit(x) - logit(reference))| / |logit(x) - logit(reference)| over 20 msu
-#: recordings, against the training mean connectome (a default model): median 0.37 % / worst
-#: 3.2 % at 32 steps, 0.17 % / 1.0 % at 64, 0.08 % / 0.8 % at 128 (against zero connectivity,
-#: the earlier baseline: 0.20 % / 1.1 % at 128). 128 steps cost about 0.5 s for a 60 s
-#: recording on this project's loaded 2-core CPU (docs/benchmarks.md).
+#: Default number of Integrated Gradients steps (and Gradient SHAP samples): where the
+#: completeness gap |sum(attr) - (logit(x) - logit(reference))| / |logit(x) - logit(reference)|
+#: is below 1 % for every measured recording, at about 0.5 s for a 60 s recording on a 2-core
+#: CPU (docs/benchmarks.md).
 DEFAULT_N_STEPS = 128
 #: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
 ROWS_PER_FORWARD = 512

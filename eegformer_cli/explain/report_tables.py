@@ -99,10 +99,8 @@ def run_summary_html(run_dir: Path, config: dict, metrics: dict | None,
     when = ("not finished (no metrics.json)" if not finished.is_file() else
             datetime.datetime.fromtimestamp(finished.stat().st_mtime, datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"))
-    selection = {"second_half": "the epoch with the best validation {metric} in the second half "
-                                "of training is kept",
-                 "best": "the epoch with the best validation {metric} is kept"}.get(
-        train.get("selection"), "{metric}").format(metric=train.get("selection_metric", "score"))
+    selection = (f"the epoch with the best validation {train.get('selection_metric', 'score')} "
+                 "in the second half of training is kept")
     patience = train.get("patience") or 0
     labels = [str(label) for label in config.get("labels", [])]
     positive = config.get("positive_label")

@@ -14,12 +14,10 @@ Per pass (``coarse``, and ``refined`` when the model has XAI refinement) and per
     against the residual stream it is added to (post-norm layer, before the norm).
 ``guidance_ratio`` (refined pass only)
     How large the explanation's part of the refined attention is against the part that does
-    not depend on it (``transformer.AttentionTrace``): for guidance through Q/K (``paper``,
-    ``rms_*``) ``||W_qk g|| / ||b_qk||``, the explanation's part of the queries and keys
-    against the qkv bias (``g`` what the design feeds the projection,
-    ``transformer.guidance_input``); for ``band_share`` the explanation's logit bias against
-    the content logits q.k (both centred per query). Near 0: the refined pass ignores the
-    explanation.
+    not depend on it (``transformer.AttentionTrace``): for ``paper`` guidance
+    ``||W_qk E|| / ||b_qk||``, the explanation's part of the queries and keys against the qkv
+    bias; for ``band_share`` the explanation's logit bias against the content logits q.k (both
+    centred per query). Near 0: the refined pass ignores the explanation.
 ``logit_change_uniform``, ``logit_change_identity``
     That pass's logits when this layer's attention weights in this pass are replaced by the
     mean over bands (uniform) or by the identity (each band keeps its own value), everything
@@ -48,7 +46,11 @@ from torch import Tensor
 
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import check_choice
-from eegformer_cli.model.transformer import ATTENTION_REPLACEMENTS, PASSES, RotaryAttention
+from eegformer_cli.model.precision import float32_forward
+from eegformer_cli.model.transformer import PASSES, RotaryAttention
+
+#: What :func:`replaced_attention` puts in place of a layer's softmax weights.
+ATTENTION_REPLACEMENTS = ("uniform", "identity")
 
 #: Quantities measured from one forward (cheap enough for every training epoch).
 TRACE_QUANTITIES = ("entropy", "entropy_fraction", "residual_share", "guidance_ratio")
@@ -66,31 +68,54 @@ def _attention_modules(model: torch.nn.Module) -> list[RotaryAttention]:
 
 @contextlib.contextmanager
 def explicit_attention(model: torch.nn.Module):
-    """Make every attention module return its weights and trace (``attention_impl="explicit"``;
-    the same numbers as the fused kernel, see model/transformer.py), restored afterwards."""
+    """Make every attention module return its weights and trace (``fused_attn`` off; the same
+    numbers as the fused kernel, see model/transformer.py), restored afterwards."""
     modules = _attention_modules(model)
-    previous = [m.attention_impl for m in modules]
+    previous = [m.fused_attn for m in modules]
     for module in modules:
-        module.attention_impl = "explicit"
+        module.fused_attn = False
     try:
         yield
     finally:
-        for module, impl in zip(modules, previous):
-            module.attention_impl = impl
+        for module, fused in zip(modules, previous):
+            module.fused_attn = fused
 
 
 @contextlib.contextmanager
 def replaced_attention(model: torch.nn.Module, pass_name: str, layer: int, kind: str):
     """Within the block, layer ``layer``'s attention weights in pass ``pass_name`` are
-    ``kind`` ("uniform" or "identity") instead of the softmax; restored afterwards."""
+    ``kind`` ("uniform": every query takes the mean of the values; "identity": every token
+    keeps its own value) instead of the softmax: a forward hook on that layer's attention
+    module replaces its output (no trace), removed afterwards. For a model in eval mode."""
     check_choice("pass", pass_name, PASSES)
     check_choice("attention replacement", kind, ATTENTION_REPLACEMENTS)
-    module = _attention_modules(model)[layer]
-    module.replace[pass_name] = kind
+
+    def hook(module: RotaryAttention, args: tuple, kwargs: dict, output):
+        explanation = args[2] if len(args) > 2 else kwargs.get("explanation")
+        if (explanation is None) != (pass_name == "coarse"):
+            return None
+        return _replaced_output(module, args[0], explanation, kind), None
+
+    handle = _attention_modules(model)[layer].register_forward_hook(hook, with_kwargs=True)
     try:
         yield
     finally:
-        module.replace.pop(pass_name, None)
+        handle.remove()
+
+
+@float32_forward
+def _replaced_output(module: RotaryAttention, x: Tensor, explanation: Tensor | None,
+                     kind: str) -> Tensor:
+    """The attention output (B, T, d) of ``module`` with uniform or identity weights (B, H,
+    T, T) applied to its values, in the module's precision."""
+    v = module.project(x, explanation)[2]                                # (B, H, T, Dh)
+    n = v.shape[-2]
+    shape = v.shape[:-1] + (n,)
+    if kind == "uniform":
+        weights = torch.full(shape, 1.0 / n, dtype=v.dtype, device=v.device)
+    else:
+        weights = torch.eye(n, dtype=v.dtype, device=v.device).expand(shape)
+    return module.proj((weights @ v).transpose(1, 2).flatten(-2))
 
 
 def attention_entropy(weights: Tensor) -> Tensor:

@@ -1,17 +1,14 @@
 """Explanations of the coarse pass at every transformer layer's input (what the refined pass
 uses as queries and keys).
 
-The official code calls ``captum.attr.LayerDeepLift`` once per layer (reference section 4.4): 12
-forwards on inputs || zero baselines (2B rows each) plus 12 gradients, per step. Because the
-transformer has no module captum's DeepLift rescales (no nn.ReLU/nn.Softmax/...), each call
-computes exactly ``E_i = (h_i - h_i^base) * d logit_target / d h_i`` with the gradient at the
-real input. :func:`one_pass_deeplift` computes all of them from the coarse pass's own graph:
-the baseline (the same for every sample) is one extra row of the coarse pass's batch, and one
-``autograd.grad`` serves all layers. The numbers equal captum's (tests/test_explanation.py,
-benchmarks/bench_train_step.py).
-
-:func:`captum_layer_attributions` keeps the per-layer captum path: the reference for DeepLift,
-and the only path for Integrated Gradients and Gradient x Activation.
+The official code calls ``captum.attr.LayerDeepLift`` once per layer (reference section 4.4): L
+forwards on inputs || zero baselines plus L gradients, per step. Because the transformer has
+no module captum's DeepLift rescales (no nn.ReLU/nn.Softmax/...), each call computes exactly
+``E_i = (h_i - h_i^base) * d logit_target / d h_i`` with the gradient at the real input.
+:func:`one_pass_deeplift` computes all of them from the coarse pass's own graph: the baseline
+(the same for every sample) is one extra row of the coarse pass's batch, and one
+``autograd.grad`` serves all layers. The numbers equal captum's (tests/test_explanation.py
+calls captum as the reference).
 """
 
 from __future__ import annotations
@@ -21,19 +18,7 @@ import contextlib
 import torch
 from torch import Tensor
 
-from eegformer_cli.errors import check_choice
 from eegformer_cli.model.transformer import BandTransformer, EncoderOutput
-
-EXPLAINERS = ("deeplift", "integrated_gradients", "gradient_x_activation")
-EXPLANATION_IMPLS = ("one_pass", "captum")
-#: Integrated Gradients settings of the official wrapper.
-IG_STEPS = 50
-IG_METHOD = "gausslegendre"
-
-
-def _explained_class(coarse: EncoderOutput, target: Tensor | None) -> Tensor:
-    """``target`` (B,) int64 if given, else the coarse pass's predicted class."""
-    return coarse.logits.detach().argmax(dim=1) if target is None else target
 
 
 def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Tensor,
@@ -45,10 +30,8 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
     The baseline is the same for every sample, so it runs as one extra row of the coarse pass's
     batch (row B: zero tokens, zero demographics) instead of a pass of its own: every operation
     of the transformer (attention, norms, feed-forward, head) acts on each sample alone, so the
-    B real rows compute the same values as without it (up to float rounding). Measured at the
-    paper's size (batch 64, 12 layers; this project's 2-core CPU): a separate 1-row pass and its
-    backward cost 20-35 ms of a 0.8-1.0 s training step (2 threads; Python and autograd
-    overhead of ~40 small operations per layer).
+    B real rows compute the same values as without it (up to float rounding), and a separate
+    1-row pass would cost a pass's Python and autograd overhead for one row.
 
     Parameters
     ----------
@@ -76,7 +59,8 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
         keep_layer_inputs=True)
     coarse = EncoderOutput(with_baseline.logits[:n], [h[:n] for h in with_baseline.layer_inputs],
                            [trace.rows(slice(0, n)) for trace in with_baseline.attention])
-    target = _explained_class(coarse, target)
+    if target is None:
+        target = coarse.logits.detach().argmax(dim=1)
     target_logit = coarse.logits.gather(1, target[:, None]).sum()
     # gradients at the full layer inputs (the [:n] views are not part of the graph)
     grads = torch.autograd.grad(target_logit, with_baseline.layer_inputs, retain_graph=True,
@@ -86,66 +70,6 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
         delta = h[:n] - h[n:]
         explanations.append((delta.detach() if detach else delta) * grad[:n])
     return coarse, target, explanations
-
-
-def captum_layer_attributions(encoder: BandTransformer, tokens: Tensor, demographics: Tensor,
-                              target: Tensor, explainer: str = "deeplift",
-                              detach: bool = False) -> list[Tensor]:
-    """One captum layer-attribution call per layer, as the official code does.
-
-    ``explainer``: ``"deeplift"`` (``LayerDeepLift``, zero baselines), ``"integrated_gradients"``
-    (``LayerIntegratedGradients``, zero baselines, 50 Gauss-Legendre steps; always detached, as
-    the official wrapper does) or ``"gradient_x_activation"`` (``LayerGradientXActivation``).
-    tokens (B, T, d), demographics (B, 2), target (B,) -> list of L tensors (B, T, d).
-    """
-    from captum.attr import LayerDeepLift, LayerGradientXActivation, LayerIntegratedGradients
-
-    check_choice("explainer", explainer, EXPLAINERS)
-    inputs = (tokens, demographics)
-    baselines = (torch.zeros_like(tokens), torch.zeros_like(demographics))
-    # zero gradients (not an error) for demographics when the frequency encoding ignores them
-    grad_kwargs = {"materialize_grads": True}
-    explanations = []
-    for layer in encoder.layers:
-        if explainer == "deeplift":
-            attribution = LayerDeepLift(encoder, layer, multiply_by_inputs=True).attribute(
-                inputs, baselines, target=target, attribute_to_layer_input=True,
-                grad_kwargs=grad_kwargs)
-        elif explainer == "integrated_gradients":
-            attribution = LayerIntegratedGradients(encoder, layer, multiply_by_inputs=True).attribute(
-                inputs, baselines, target=target, n_steps=IG_STEPS, method=IG_METHOD,
-                attribute_to_layer_input=True, grad_kwargs=grad_kwargs)
-        else:
-            attribution = LayerGradientXActivation(encoder, layer, multiply_by_inputs=True).attribute(
-                inputs, target=target, attribute_to_layer_input=True, grad_kwargs=grad_kwargs)
-        attribution = attribution[0] if isinstance(attribution, (tuple, list)) else attribution
-        if detach or explainer == "integrated_gradients":
-            attribution = attribution.detach()
-        explanations.append(attribution)
-    return explanations
-
-
-def explained_coarse_pass(encoder: BandTransformer, tokens: Tensor, demographics: Tensor,
-                          target: Tensor | None, explainer: str, impl: str,
-                          detach: bool, differentiable: bool = False
-                          ) -> tuple[EncoderOutput, Tensor, list[Tensor]]:
-    """The coarse pass and the layer-input explanations of ``target`` (None: its argmax) with
-    the configured explainer; returns (coarse, target, explanations) as :func:`one_pass_deeplift`.
-
-    ``impl="one_pass"`` applies to DeepLIFT only; the other explainers always go through captum.
-    ``differentiable``: explanations that are differentiable functions of the tokens in both
-    factors (DeepLIFT only: not detached, gradient with a graph), see
-    :func:`differentiable_explanations`.
-    """
-    check_choice("explainer", explainer, EXPLAINERS)
-    check_choice("explanation_impl", impl, EXPLANATION_IMPLS)
-    if explainer == "deeplift" and (impl == "one_pass" or differentiable):
-        return one_pass_deeplift(encoder, tokens, demographics, target,
-                                 detach and not differentiable, create_graph=differentiable)
-    coarse = encoder.run(tokens, demographics, keep_layer_inputs=True)
-    target = _explained_class(coarse, target)
-    return coarse, target, captum_layer_attributions(encoder, tokens, demographics, target,
-                                                     explainer, detach)
 
 
 @contextlib.contextmanager
@@ -159,11 +83,8 @@ def differentiable_explanations(model: torch.nn.Module):
     Why: the refined pass depends on the explanation (its attention follows it), so an
     attribution of the refined logits to the inputs (``explain``'s Integrated Gradients) must
     differentiate through it; with the training path's detached explanations the gradient
-    misses that part, and the attributions stopped adding up to the logit's change (20 msu
-    recordings, the default's final model, 128 steps: 22 % off in the median, 39 % at worst,
-    against 0.08 % and 0.6 % with it; docs/benchmarks.md). Costs a second-order backward, so
-    it is not used in training. Other explainers (captum's Integrated Gradients, Gradient x Activation)
-    keep their own graphs.
+    misses that part and the attributions no longer add up to the logit's change
+    (docs/benchmarks.md). Costs a second-order backward, so it is not used in training.
     """
     # the models and norms are found by their switch, so this module need not import
     # xaiguiformer.py (which imports it)

@@ -34,9 +34,7 @@ class _TimmRmsScale(torch.autograd.Function):
 
     Why our own backward: autograd's backward of the written-out formula makes ~12 passes over
     x; this one makes 5 (``r g - (r^3 / (n - 1)) (sum_k g_k x_k) (x - mean)``, r = rsqrt(var +
-    eps)); the forward is the same formula. Measured on this project's 2-core CPU (2 threads),
-    :class:`TimmRmsNorm` forward + backward: 5.8-6.2 ms instead of 8.8-10.4 ms at the GNN's
-    (64, 9, 19, 128), 0.37 ms instead of 0.41-0.52 ms at the transformer's (64, 9, 128).
+    eps)), about a third less time at the GNN's sizes; the forward is the same formula.
     Equality with autograd in float64 is tested (tests/test_model.py). First order only: no
     training path differentiates a gradient (the explanations' gradient factor has no graph, as
     in captum); where one does (``explain``'s Integrated Gradients through the explanation),
@@ -129,8 +127,7 @@ def norm_then_linear(norm: TimmRmsNorm | RmsNorm, linear: nn.Linear, x: Tensor) 
     """``linear(norm(x))`` with the norm's weight g folded into the Linear's: ``(W diag(g))
     x_hat + b``. The same function and parameters (equal up to float rounding; equality in
     float64 is tested); the scaling by g happens on the small (out, in) weight instead of on
-    every row of x, which saves a pass over x forward and two backward (the GNN's norm: 3.7
-    instead of 6.1 ms at (64, 9, 19, 128) on this project's CPU). The norm must have a weight
+    every row of x, which saves a pass over x forward and two backward. The norm must have a weight
     (:func:`make_norm`'s always do). (..., in) -> (..., out).
     """
     return F.linear(norm.normalise(x), linear.weight * norm.weight, linear.bias)

@@ -1,5 +1,5 @@
-"""Rotary encodings, one family: RoPE (1-D positions), RoSE (N-D real-world coordinates), dRoFE
-(frequency-band boundaries modulated by age and sex).
+"""Rotary encodings, one family built on RoPE's rotation of feature pairs: RoSE (N-D real-world
+coordinates) and dRoFE (frequency-band boundaries modulated by age and sex).
 
 Every encoding is the same two steps, written as small pure functions:
 
@@ -74,9 +74,8 @@ def rotate(x: Tensor, factor: Tensor) -> Tensor:
     x (..., T, D), any float dtype; factor from :func:`rotation_factor`. Pair
     ``(x[2i], x[2i+1])`` read as the complex number ``x[2i] + i x[2i+1]`` and multiplied by
     ``factor[i]``: the same four products and two sums as the official ``x * cos +
-    rotate_every_two(x) * sin``, in one kernel instead of six
-    (measured on this project's CPU at (64, 4, 9, 32): forward 0.06 ms vs 0.34 ms, forward +
-    backward 0.43 ms vs 0.89 ms; equal numbers, tests/test_rotary.py). Computed in the factor's
+    rotate_every_two(x) * sin``, in one kernel instead of six (equal numbers,
+    tests/test_rotary.py). Computed in the factor's
     precision (at least float32, also under autocast); returns x's shape and dtype.
     """
     with torch.autocast(device_type=x.device.type, enabled=False):
@@ -94,29 +93,6 @@ def scaled_rotation(x: Tensor, angles: Tensor, scale: Tensor | float = 1.0,
     optional scale and offset: ``x * (scale cos + offset) + rotate_every_two(x) * (scale sin +
     offset)``. Same shape and dtype as x; see :func:`rotation_factor`, :func:`rotate`."""
     return rotate(x, rotation_factor(angles, scale, offset))
-
-
-# ----------------------------------------------------------------------------------------------
-# RoPE: 1-D positions
-# ----------------------------------------------------------------------------------------------
-
-def rope_frequencies(dim: int, base: float = 10000.0) -> Tensor:
-    """RoFormer frequencies ``theta_i = base ** (-2 i / dim)``, i = 0 .. dim/2 - 1; float32 (dim/2,)."""
-    if dim % 2:
-        raise UsageError(f"rotary dim must be even, got {dim}")
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-
-
-def rope_angles(positions: Tensor, theta: Tensor) -> Tensor:
-    """Angles ``position * theta_i``: positions (..., T) times theta (D/2,) -> (..., T, D/2),
-    float32 (float64 if theta is)."""
-    dtype = _angle_dtype(theta)
-    return positions.to(dtype)[..., None] * theta.to(dtype)
-
-
-def apply_rope(x: Tensor, positions: Tensor, theta: Tensor) -> Tensor:
-    """RoPE: rotate pair i of the token at position p by ``p * theta_i``; x (..., T, D) -> same."""
-    return scaled_rotation(x, rope_angles(positions, theta))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,7 +224,7 @@ def drofe_default_angles(band_edges_hz: Tensor, theta: Tensor, demographics: Ten
 # the thin module one transformer layer uses
 # ----------------------------------------------------------------------------------------------
 
-FREQUENCY_ENCODINGS = ("drofe_paper", "drofe_default", "rope_band_index", "none")
+FREQUENCY_ENCODINGS = ("drofe_paper", "drofe_default", "none")
 
 
 class BandRotaryEncoding(nn.Module):
@@ -258,7 +234,6 @@ class BandRotaryEncoding(nn.Module):
       - ``"drofe_paper"``: official dRoFE (pixel theta, raw age multiplies, sex adds; not a rotation);
       - ``"drofe_default"``: a true rotation over (f_l, f_u) whose speed is modulated by z-scored
         age and centred sex with learnable weights ``beta`` (2,), initialised to 0.1 each;
-      - ``"rope_band_index"``: plain RoPE over the token index 0..T-1 (ablation: no demographics);
       - ``"none"``: identity (ablation).
 
     ``forward(q, k, demographics)``: q, k (B, heads, T, head_dim); demographics (B, 2) as made by
@@ -276,8 +251,6 @@ class BandRotaryEncoding(nn.Module):
         elif encoding == "drofe_default":
             self.register_buffer("theta", drofe_default_frequencies(head_dim), persistent=False)
             self.beta = nn.Parameter(torch.full((2,), DROFE_DEFAULT_BETA_INIT))
-        elif encoding == "rope_band_index":
-            self.register_buffer("theta", rope_frequencies(head_dim), persistent=False)
 
     def forward(self, q: Tensor, k: Tensor, demographics: Tensor) -> tuple[Tensor, Tensor]:
         if self.encoding == "none":
@@ -286,10 +259,7 @@ class BandRotaryEncoding(nn.Module):
             angles = drofe_paper_angles(self.band_edges_hz, self.theta)     # (T, D/2)
             factor = rotation_factor(angles, scale=demographics[:, 0, None, None, None],
                                       offset=demographics[:, 1, None, None, None])
-        elif self.encoding == "drofe_default":
+        else:
             angles = drofe_default_angles(self.band_edges_hz, self.theta, demographics, self.beta)
             factor = rotation_factor(angles[:, None])                       # (B, 1, T, D/2)
-        else:
-            positions = torch.arange(q.shape[-2], device=q.device)
-            factor = rotation_factor(rope_angles(positions, self.theta))
         return rotate(q, factor), rotate(k, factor)

@@ -23,7 +23,7 @@ from eegformer_cli.model.rotary import apply_rose, rose_frequencies
 EDGES = ("directed", "undirected")
 SPATIAL_ENCODINGS = ("none", "rose")
 #: How a band's C node embeddings become its token (see :class:`ConnectomeTokenizer`).
-READOUTS = ("mean", "channel_flatten", "channel_flatten_per_band")
+READOUTS = ("mean", "channel_flatten_per_band")
 #: What a node (band f, electrode i) starts from (see :class:`ConnectomeTokenizer`).
 NODE_FEATURES = ("coherence", "coherence_wpli")
 #: Norm epsilon inside the GNN (timm's default, as in the official code).
@@ -61,14 +61,9 @@ class GineAggregation(torch.autograd.Function):
     9 bands, 19 channels, d 128) and keeps them for backward. Here the forward goes one target
     channel at a time over its senders only (half the pairs for directed edges, no mask; the
     sum over senders is written straight into the output), and the backward one sender at a
-    time over its targets, recomputing the pre-activations instead of storing them (so the
-    gradient of u is one sum per sender instead of an accumulation over targets). Measured on
-    this project's 2-core CPU (forward + backward of one layer, batch 64, 1 thread): plain
-    autograd 0.52 s; a chunked dense version 0.07-0.14 s; an edge-list (gather/index_add)
-    version 0.13-0.20 s; this one 0.037 s (directed) and 0.07 s (undirected); the backward by
-    sender instead of by target saves another 12-16 % (directed; undirected 4-6 %; 1-2
-    threads). Equality with an explicit loop over edges and gradcheck are tested
-    (tests/test_model.py).
+    time over its targets, recomputing the pre-activations instead of storing them: about 14x
+    faster than plain autograd for directed edges, 7x for undirected. Equality with an
+    explicit loop over edges and gradcheck are tested (tests/test_model.py).
     """
 
     @staticmethod
@@ -230,19 +225,14 @@ class ConnectomeTokenizer(nn.Module):
 
     Readouts: ``"mean"`` (paper) mean-pools the nodes, then ``output_embedding`` Linear(d -> d)
     (the official code applies the Linear per node before the mean; a Linear commutes with the
-    mean, so we apply it once per band). ``"channel_flatten"`` concatenates the C node
-    embeddings in channel order and projects them, Linear(C·d -> d), so a token keeps which
-    electrode carries what. Why it exists: with the mean readout and no channel embedding, the
-    first layer's token is a function of sum_i coh[f, i, :] = the node strengths, so which pair
-    is coupled is pooled away (on msu-schizophrenia a logistic regression on node strengths gets
-    0.81 BAC, on all pairs 0.91; docs/benchmarks.md). ``channel_embedding`` is the standard
-    positional embedding of graph transformers (initialised at 0.02 · N(0, 1)).
-    ``"channel_flatten_per_band"`` (default) is the same with one projection per band
-    (:class:`BandwiseLinear`, ``n_bands`` x Linear(C·d -> d)). Why: the inputs are z-scored per
-    band and pair, so to a projection shared by all bands the bands look alike, and the head
-    then sees the mean of the band tokens; the logistic-regression reference has a weight per
-    band and pair. On msu-schizophrenia (three split seeds, docs/benchmarks.md) it raised the
-    AUROC by 0.007-0.018 and the BAC by -0.001 to +0.007.
+    mean, so we apply it once per band). ``"channel_flatten_per_band"`` (default) concatenates
+    the C node embeddings in channel order and projects them with one Linear(C·d -> d) per band
+    (:class:`BandwiseLinear`), so a token keeps which electrode carries what. Why: with the
+    mean readout and no channel embedding, the first layer's token is a function of
+    sum_i coh[f, i, :] = the node strengths, so which pair is coupled is pooled away; and the
+    inputs are z-scored per band and pair, so to a projection shared by all bands the bands
+    would look alike. ``channel_embedding`` is the standard positional embedding of graph
+    transformers (initialised at 0.02 · N(0, 1)).
 
     ``n_bands`` (F) is needed by the per-band readout only.
 
@@ -280,8 +270,6 @@ class ConnectomeTokenizer(nn.Module):
         self.readout = readout
         if readout == "mean":
             self.output_embedding = nn.Linear(dim, dim)
-        elif readout == "channel_flatten":
-            self.output_embedding = nn.Linear(n_channels * dim, dim)
         else:
             self.output_embedding = BandwiseLinear(n_bands, n_channels * dim, dim)
         self.drop = nn.Dropout(dropout)

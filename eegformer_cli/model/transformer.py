@@ -5,10 +5,10 @@ Shapes: B samples, T band tokens, d model width, H heads, Dh = d / H.
 Demographics enter as the (B, 2) float32 tensor made by the rotary module's
 ``drofe_*_demographics`` functions; (0, 0) is the explanation baseline.
 
-With ``attention_impl="explicit"`` every layer also reports what its attention did
-(:class:`AttentionTrace`: the weights, the share of the residual stream the attention update
-carries, and in the refined pass the size of the explanation's part of Q/K against the qkv
-bias); ``model/diagnostics.py`` turns these into the numbers ``train``, ``explain`` and the
+With explicit attention (``RotaryAttention.fused_attn`` off) every layer also reports what its
+attention did (:class:`AttentionTrace`: the weights, the share of the residual stream the
+attention update carries, and in the refined pass the size of the explanation's part against
+the rest); ``model/diagnostics.py`` turns these into the numbers ``train``, ``explain`` and the
 report show.
 """
 
@@ -25,12 +25,9 @@ from eegformer_cli.model.layers import GegluMLP, LayerScale, make_norm
 from eegformer_cli.model.precision import at_least_float32, float32_forward
 from eegformer_cli.model.rotary import BandRotaryEncoding
 
-ATTENTION_IMPLS = ("fused", "explicit")
-#: How the refined pass makes its queries and keys from an explanation (see :func:`guidance_input`).
-GUIDANCES = ("paper", "rms_token", "rms_sample", "band_share")
-#: What :class:`RotaryAttention` can put in place of its softmax weights (diagnostics only).
-ATTENTION_REPLACEMENTS = ("uniform", "identity")
-#: The two passes of the XAI-guided transformer, as :class:`RotaryAttention` names them.
+#: How the refined pass uses the explanation (see :class:`RotaryAttention`).
+GUIDANCES = ("paper", "band_share")
+#: The two passes of the XAI-guided transformer.
 PASSES = ("coarse", "refined")
 #: Added to mean squares before a square root (explanations reach 1e-8 at initialisation).
 GUIDANCE_EPS = 1e-20
@@ -44,42 +41,15 @@ def rms(x: Tensor, dims: tuple[int, ...]) -> Tensor:
     return torch.sqrt(x.square().mean(dim=dims, keepdim=True) + GUIDANCE_EPS)
 
 
-def guidance_input(explanation: Tensor, guidance: str) -> Tensor:
-    """What the refined pass projects to queries and keys: explanation (B, T, d) -> (B, T, d).
-
-    ``"paper"``: the explanation as it is (official). Its size is that of an attribution,
-    ~1e-4..1e-3 (reference section 4.4), against a qkv bias of ~4e-2, so the refined Q and K
-    are the bias and the refined attention is uniform whatever the explanation says.
-    ``"rms_token"``: each token's explanation divided by its root mean square over d (its
-    direction only; the issue's first probe). ``"rms_sample"``: the whole (T, d) explanation
-    of a sample divided by its root mean square, so it has the size of the (normalised) hidden
-    state while the bands keep their relative sizes: a band that carries more of the
-    prediction gets a larger query and key. Both remove the explanation's overall scale, which
-    follows the logit scale and the training stage rather than the recording. Returned in the
-    explanation's dtype.
-    """
-    check_choice("guidance", guidance, GUIDANCES)
-    if guidance == "paper":
-        return explanation
-    dims = (-1,) if guidance == "rms_token" else (-2, -1)
-    return (explanation / rms(explanation, dims)).to(explanation.dtype)
-
-
 def band_share_logits(explanation: Tensor) -> Tensor:
     """``band_share`` guidance: each band's share of the explanation, as an attention bias.
 
     explanation (B, T, d) -> (B, 1, 1, T) float32, added to the attention logits of every
     query for key band s: ``|c_s| / mean_s' |c_s'|`` with ``c_s = sum_d E_s``, band s's part of
     the explained logit (DeepLIFT's contributions sum to the logit's change from the
-    baseline). A band contributing twice the average gets e^(gain) times the weight of one
-    contributing as much as the average; scale-free (the same for ``c * E``, c > 0).
-
-    Why linear, not the logarithm of the share (tried first, the same accuracy on the
-    screening splits): ``ln(share + floor)`` dives wherever a band's contribution crosses 0,
-    so the refined logit had near-jumps along a path in input space and the channel-pair
-    attributions stopped adding up to the logit's change (Integrated Gradients off by 52 %
-    on one msu recording, not converging with more steps); the linear bias has a bounded
-    slope (0.2 % median, 1.1 % worst at 128 steps; docs/benchmarks.md).
+    baseline). Scale-free (the same for ``c * E``, c > 0). Linear rather than logarithmic in
+    the share: a logarithm dives where a contribution crosses 0, which puts near-jumps into the
+    model function and breaks the completeness of ``explain``'s Integrated Gradients.
     """
     contribution = explanation.float().sum(dim=-1).abs()                 # (B, T)
     relative = contribution / (contribution.mean(dim=-1, keepdim=True) + GUIDANCE_EPS)
@@ -94,15 +64,14 @@ def _centred_rms(logits: Tensor) -> Tensor:
 
 @dataclass
 class AttentionTrace:
-    """What one attention layer did in one pass, per sample (``attention_impl="explicit"``).
+    """What one attention layer did in one pass, per sample (explicit attention only).
 
     weights (B, H, T, T), each row sums to 1; residual_share (B,): ||gamma * attn(x)|| / ||x||
     over (T, d), the share of the residual stream the attention update carries;
     guidance_ratio (B,), refined pass only: how large the explanation's part of the refined
-    attention is against the part that does not depend on it. Guidance through Q/K (``paper``,
-    ``rms_*``): ||W_qk g|| / ||b_qk|| over (T, 2d), g = :func:`guidance_input` (times the
-    gain); ``band_share``: the centred RMS of the explanation's logit bias against that of the
-    content logits q.k / sqrt(Dh) (None in the coarse pass).
+    attention is against the part that does not depend on it. ``paper`` guidance:
+    ||W_qk E|| / ||b_qk|| over (T, 2d); ``band_share``: the centred RMS of the explanation's
+    logit bias against that of the content logits q.k / sqrt(Dh) (None in the coarse pass).
     """
 
     weights: Tensor
@@ -133,57 +102,52 @@ class RotaryAttention(nn.Module):
 
     ``qkv`` Linear(d -> 3d, bias), ``proj`` Linear(d -> d), scale Dh^-0.5, V never rotated.
     With ``explanation`` (B, T, d) given (the refined pass), ``guidance`` says how it steers
-    the attention. ``"paper"``, ``"rms_token"``, ``"rms_sample"``: Q and K are the Q/K parts of
-    the *same* ``qkv`` Linear (bias included) applied to ``guidance_input(explanation,
-    guidance)`` (times a learned gain, one scalar initialised to 1, except for ``"paper"``, as
-    the official code); V still comes from ``x``. ``"band_share"``: Q, K and V come from ``x``
-    as in the coarse pass, and the logits get ``gain * band_share_logits(explanation)``, so
-    each key band's weight grows with its share of the explanation.
+    the attention. ``"paper"`` (official): Q and K are the Q/K parts of the *same* ``qkv``
+    Linear (bias included) applied to the explanation; V still comes from ``x``.
+    ``"band_share"``: Q, K and V come from ``x`` as in the coarse pass, and the logits get
+    ``gain * band_share_logits(explanation)`` (a learned scalar, initialised to 1), so each
+    key band's weight grows with its share of the explanation.
 
-    ``attention_impl``: ``"fused"`` (``F.scaled_dot_product_attention``, no weights returned) or
-    ``"explicit"`` (softmax(QK^T) V written out, returns an :class:`AttentionTrace`); equal
-    numbers. The softmax is the tensor function, not ``nn.Softmax`` (see layers.py on captum).
-    ``replace`` maps a pass name (:data:`PASSES`) to one of :data:`ATTENTION_REPLACEMENTS`:
-    that pass's weights become uniform (every query takes the mean of the values) or the
-    identity (every token keeps its own value): the ablations of ``model/diagnostics.py``.
+    ``fused_attn`` (True; ``model/diagnostics.py`` switches it off): the fused
+    ``F.scaled_dot_product_attention``, no weights returned; False: softmax(QK^T) V written out,
+    returning an :class:`AttentionTrace`; equal numbers. The softmax is the tensor function, not
+    ``nn.Softmax`` (see layers.py on captum).
 
     forward(x (B, T, d), demographics (B, 2), explanation=None) -> (out (B, T, d), trace or None);
     computed in float32 under autocast (the precision policy, ``model/precision.py``).
     """
 
-    def __init__(self, dim: int, n_heads: int, rotary: BandRotaryEncoding, attention_impl: str,
-                 dropout: float, guidance: str = "paper"):
+    def __init__(self, dim: int, n_heads: int, rotary: BandRotaryEncoding, dropout: float,
+                 guidance: str = "paper"):
         super().__init__()
-        check_choice("attention_impl", attention_impl, ATTENTION_IMPLS)
         check_choice("guidance", guidance, GUIDANCES)
         self.n_heads = n_heads
-        self.attention_impl = attention_impl
         self.guidance = guidance
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.rotary = rotary
         self.dropout = dropout
         self.guidance_gain = None if guidance == "paper" else nn.Parameter(torch.ones(()))
-        self.replace: dict[str, str] = {}
+        self.fused_attn = True
 
     def _split_heads(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)       # (B, H, T, Dh)
 
     def _guided_qk(self, explanation: Tensor) -> tuple[Tensor, Tensor | None]:
-        """Refined Q/K (B, T, 2d) and, with explicit attention, the guidance ratio (B,)."""
+        """``paper`` guidance's refined Q/K (B, T, 2d) and, with explicit attention, the
+        guidance ratio (B,)."""
         dim = self.qkv.in_features
         weight, bias = self.qkv.weight[:2 * dim], self.qkv.bias[:2 * dim]
-        guide = guidance_input(explanation, self.guidance)
-        if self.guidance_gain is not None:
-            guide = guide * self.guidance_gain
-        if self.attention_impl != "explicit":
-            return F.linear(guide, weight, bias), None
-        guided = F.linear(guide, weight)
+        if self.fused_attn:
+            return F.linear(explanation, weight, bias), None
+        guided = F.linear(explanation, weight)
         ratio = _norm_per_sample(guided) / (_norm_per_sample(bias.expand_as(guided)) + GUIDANCE_EPS)
         return guided + bias, ratio
 
-    @float32_forward
-    def forward(self, x: Tensor, demographics: Tensor, explanation: Tensor | None = None):
+    def project(self, x: Tensor, explanation: Tensor | None = None):
+        """(q, k, v, logit_bias, ratio): queries, keys and values (B, H, T, Dh) before the
+        rotary encoding; the explanation's logit bias (B, 1, 1, T) (``band_share``, refined
+        pass; else None); ``paper`` guidance's ratio (B,) with explicit attention (else None)."""
         dim = x.shape[-1]
         ratio, logit_bias = None, None
         if explanation is None or self.guidance == "band_share":
@@ -194,11 +158,14 @@ class RotaryAttention(nn.Module):
             qk, ratio = self._guided_qk(explanation)
             q, k = qk.split(dim, dim=-1)
             v = F.linear(x, self.qkv.weight[2 * dim:], self.qkv.bias[2 * dim:])
-        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        return self._split_heads(q), self._split_heads(k), self._split_heads(v), logit_bias, ratio
+
+    @float32_forward
+    def forward(self, x: Tensor, demographics: Tensor, explanation: Tensor | None = None):
+        q, k, v, logit_bias, ratio = self.project(x, explanation)
         q, k = self.rotary(q, k, demographics)
         drop = self.dropout if self.training else 0.0
-        replacement = self.replace.get("coarse" if explanation is None else "refined")
-        if self.attention_impl == "fused" and replacement is None:
+        if self.fused_attn:
             mask = None if logit_bias is None else logit_bias.to(q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
             trace = None
@@ -209,20 +176,9 @@ class RotaryAttention(nn.Module):
                                                                        + GUIDANCE_EPS)
                 logits = logits + logit_bias
             weights = logits.softmax(dim=-1)
-            if replacement is not None:
-                weights = _replaced_weights(replacement, weights)
             out = F.dropout(weights, drop) @ v
             trace = AttentionTrace(weights, guidance_ratio=ratio)
         return self.proj(out.transpose(1, 2).flatten(-2)), trace
-
-
-def _replaced_weights(kind: str, weights: Tensor) -> Tensor:
-    """Uniform weights (1 / T everywhere) or the identity, shaped and typed like ``weights``."""
-    check_choice("attention replacement", kind, ATTENTION_REPLACEMENTS)
-    n = weights.shape[-1]
-    if kind == "uniform":
-        return torch.full_like(weights, 1.0 / n)
-    return torch.eye(n, dtype=weights.dtype, device=weights.device).expand_as(weights)
 
 
 class PostNormLayer(nn.Module):
@@ -237,10 +193,9 @@ class PostNormLayer(nn.Module):
     """
 
     def __init__(self, dim: int, n_heads: int, mlp_ratio: float, layerscale_init: float,
-                 norm: str, rotary: BandRotaryEncoding, attention_impl: str, dropout: float,
-                 guidance: str = "paper"):
+                 norm: str, rotary: BandRotaryEncoding, dropout: float, guidance: str = "paper"):
         super().__init__()
-        self.attn = RotaryAttention(dim, n_heads, rotary, attention_impl, dropout, guidance)
+        self.attn = RotaryAttention(dim, n_heads, rotary, dropout, guidance)
         self.scale1 = LayerScale(dim, layerscale_init)
         self.norm1 = make_norm(norm, dim, eps=TRANSFORMER_NORM_EPS)
         self.ffn = GegluMLP(dim, int(dim * mlp_ratio), dim, dropout)
@@ -282,14 +237,13 @@ class BandTransformer(nn.Module):
 
     def __init__(self, dim: int, n_heads: int, n_layers: int, n_classes: int, mlp_ratio: float,
                  layerscale_init: float, norm: str, frequency_encoding: str,
-                 band_edges_hz: Tensor, attention_impl: str, dropout: float,
-                 guidance: str = "paper"):
+                 band_edges_hz: Tensor, dropout: float, guidance: str = "paper"):
         super().__init__()
         head_dim = dim // n_heads
         self.layers = nn.ModuleList(
             PostNormLayer(dim, n_heads, mlp_ratio, layerscale_init, norm,
                           BandRotaryEncoding(frequency_encoding, head_dim, band_edges_hz),
-                          attention_impl, dropout, guidance)
+                          dropout, guidance)
             for _ in range(n_layers))
         self.head = GegluMLP(dim, dim, n_classes, dropout)
 

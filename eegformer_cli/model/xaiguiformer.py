@@ -16,13 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.model.explanation import EXPLAINERS, EXPLANATION_IMPLS, explained_coarse_pass
+from eegformer_cli.model.explanation import one_pass_deeplift
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demographics,
                                         drofe_paper_demographics)
 from eegformer_cli.model.tokenizer import (EDGES, NODE_FEATURES, READOUTS, SPATIAL_ENCODINGS,
                                          ConnectomeTokenizer)
-from eegformer_cli.model.transformer import ATTENTION_IMPLS, GUIDANCES, AttentionTrace, BandTransformer
+from eegformer_cli.model.transformer import GUIDANCES, AttentionTrace, BandTransformer
 
 PRESETS = ("paper", "default")
 
@@ -32,35 +32,54 @@ PRESET_FIELDS = {
     # The official model (reference section 4): every quirk kept.
     "paper": dict(d_model=128, n_heads=4, n_layers=12, n_gnn_layers=4, mlp_ratio=4.0,
                   layerscale_init=1e-3, dropout=0.0, norm="timm_rms", edges="directed",
-                  frequency_encoding="drofe_paper", xai_refinement=True, explainer="deeplift",
-                  explanation_impl="one_pass", detach_explanations=False,
-                  attention_impl="fused", spatial_encoding="none", readout="mean",
+                  frequency_encoding="drofe_paper", xai_refinement=True,
+                  detach_explanations=False, spatial_encoding="none", readout="mean",
                   channel_embedding=False, node_features="coherence", guidance="paper"),
-    # Defects fixed (reference section 9): true RMSNorm, undirected edges, a true-rotation
-    # dRoFE with z-scored age, detached explanations (no backward through the explainer), a
-    # tokenizer that keeps channel identity (a readout over the flattened nodes with one
-    # projection per band + channel embedding) and sees wPLI as node features too
-    # (coherence_wpli), and a small, regularised size; the size and the tokenizer were chosen
-    # by measured accuracy on msu-schizophrenia (docs/benchmarks.md, "Accuracy").
-    # XAI guidance that guides (issue 19; docs/benchmarks.md, "What attention does"): the
-    # official refined Q/K = qkv(explanation) are the qkv bias (the explanation is ~1e-3 of
-    # it), so the refined attention was uniform and the refinement changed nothing; with
-    # ``band_share`` each key band's attention logit grows with its share of the explanation
-    # (refined entropy 1.73-1.78 against 2.07 nats coarse, uniform = 2.08), and LayerScale
-    # starts at 1 (at 1e-3 the single layer's attention carried 9 % of the residual stream
-    # and could not reach the output). Chosen on msu split seeds 1 and 2 and eegmat over
-    # Q/K from the RMS-normalised explanation (per token or per sample: refined entropy
-    # 2.02-2.05, logits moved by 0.01-0.02), a logarithmic share (the same accuracy, but
-    # near-jumps in the model function) and other LayerScale / depth / temperature choices.
+    # The official model's defects fixed (reference section 9): true RMSNorm, undirected edges,
+    # a true-rotation dRoFE with z-scored age, detached explanations, a tokenizer that keeps
+    # channel identity and sees wPLI as node features, guidance by each band's share of the
+    # explanation with LayerScale 1 (with the paper's guidance the refined attention stays
+    # uniform), and a small, regularised size chosen by measured accuracy
+    # (docs/benchmarks.md, docs/benchmarks-history.md).
     "default": dict(d_model=16, n_heads=2, n_layers=1, n_gnn_layers=1, mlp_ratio=4.0,
                     layerscale_init=1.0, dropout=0.1, norm="rms", edges="undirected",
-                    frequency_encoding="drofe_default", xai_refinement=True, explainer="deeplift",
-                    explanation_impl="one_pass", detach_explanations=True,
-                    attention_impl="fused", spatial_encoding="none",
-                    readout="channel_flatten_per_band",
-                    channel_embedding=True, node_features="coherence_wpli",
-                    guidance="band_share"),
+                    frequency_encoding="drofe_default", xai_refinement=True,
+                    detach_explanations=True, spatial_encoding="none",
+                    readout="channel_flatten_per_band", channel_embedding=True,
+                    node_features="coherence_wpli", guidance="band_share"),
 }
+
+#: Fields that earlier versions stored in model files and run folders, with the values that
+#: compute what this version computes (the captum path equals the one-pass DeepLIFT and the
+#: explicit attention the fused one): dropped when a stored config holds one of them.
+RETIRED_FIELDS = {"explainer": ("deeplift",), "explanation_impl": ("one_pass", "captum"),
+                  "attention_impl": ("fused", "explicit")}
+#: Values of current fields that only experimental variants of earlier versions had.
+RETIRED_VALUES = {"guidance": ("rms_token", "rms_sample"), "readout": ("channel_flatten",),
+                  "frequency_encoding": ("rope_band_index",)}
+
+
+def current_model_fields(stored: dict) -> dict:
+    """A stored model config (``ModelConfig.to_dict()`` of this or an earlier version) in this
+    version's fields: :data:`RETIRED_FIELDS` holding a surviving value are dropped.
+
+    Raises :class:`UsageError` naming the field when it holds a value only an experimental
+    variant had (a retired field's other value, or one of :data:`RETIRED_VALUES`).
+    """
+    current = dict(stored)
+    for name, kept in RETIRED_FIELDS.items():
+        if name in current and current.pop(name) not in kept:
+            raise _retired_variant(name, stored[name])
+    for name, values in RETIRED_VALUES.items():
+        if current.get(name) in values:
+            raise _retired_variant(name, current[name])
+    return current
+
+
+def _retired_variant(name: str, value) -> UsageError:
+    return UsageError(f"model config {name}={value!r} was made by an experimental variant that "
+                     "this eegformer version no longer supports",
+                     hint="use the eegformer version that made it, or retrain")
 
 
 @dataclass
@@ -70,13 +89,15 @@ class ModelConfig:
     Data fields: ``n_channels`` C, ``band_names`` (T,), ``band_edges_hz`` T pairs (f_low, f_high)
     in Hz (dRoFE coordinates), ``n_classes``, ``channel_names`` (C,) for RoSE montage positions.
     See :data:`PRESET_FIELDS` and the module docs for the meaning of each option;
-    ``readout`` ("mean" | "channel_flatten" | "channel_flatten_per_band"),
-    ``channel_embedding`` (bool) and
+    ``readout`` ("mean" | "channel_flatten_per_band"), ``channel_embedding`` (bool) and
     ``node_features`` ("coherence" | "coherence_wpli") are explained in
     :class:`~eegformer_cli.model.tokenizer.ConnectomeTokenizer`; ``guidance`` ("paper" |
-    "rms_token" | "rms_sample" | "band_share"), how the refined pass uses the explanation, in
-    :class:`~eegformer_cli.model.transformer.RotaryAttention`. ``n_layers`` may be 0 without
-    ``xai_refinement`` (the tokenizer and head alone, an ablation).
+    "band_share"), how the refined pass uses the explanation, in
+    :class:`~eegformer_cli.model.transformer.RotaryAttention`; ``frequency_encoding``
+    ("drofe_paper" | "drofe_default" | "none": the ablation without dRoFE) in
+    :class:`~eegformer_cli.model.rotary.BandRotaryEncoding`; ``spatial_encoding`` "rose" adds
+    RoSE electrode attention to the tokenizer. Ablations: ``xai_refinement`` false (the
+    coarse pass alone), and ``n_layers`` 0 without it (the tokenizer and the head alone).
     """
 
     n_channels: int
@@ -95,10 +116,7 @@ class ModelConfig:
     edges: str = "undirected"
     frequency_encoding: str = "drofe_default"
     xai_refinement: bool = True
-    explainer: str = "deeplift"
-    explanation_impl: str = "one_pass"
     detach_explanations: bool = False
-    attention_impl: str = "fused"
     spatial_encoding: str = "none"
     readout: str = "mean"
     channel_embedding: bool = False
@@ -117,9 +135,6 @@ class ModelConfig:
         check_choice("norm", self.norm, NORMS)
         check_choice("edges", self.edges, EDGES)
         check_choice("frequency_encoding", self.frequency_encoding, FREQUENCY_ENCODINGS)
-        check_choice("explainer", self.explainer, EXPLAINERS)
-        check_choice("explanation_impl", self.explanation_impl, EXPLANATION_IMPLS)
-        check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         check_choice("spatial_encoding", self.spatial_encoding, SPATIAL_ENCODINGS)
         check_choice("readout", self.readout, READOUTS)
         check_choice("node_features", self.node_features, NODE_FEATURES)
@@ -169,7 +184,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelConfig:
-        """Inverse of :meth:`to_dict`; unknown keys raise :class:`UsageError` naming them."""
+        """Inverse of :meth:`to_dict`, also of an earlier version's (:func:`current_model_fields`);
+        unknown keys raise :class:`UsageError` naming them."""
+        data = current_model_fields(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -187,7 +204,8 @@ class ModelOutput:
     explanations: L tensors (B, T, d), the coarse pass's attributions at each layer input
     (empty when xai_refinement is off); attention_coarse / attention_refined: one
     :class:`~eegformer_cli.model.transformer.AttentionTrace` per layer (weights (B, H, T, T),
-    residual share, guidance ratio) with ``attention_impl="explicit"``, else empty.
+    residual share, guidance ratio) with explicit attention (``model/diagnostics.py``), else
+    empty.
     """
 
     logits_coarse: Tensor
@@ -211,8 +229,7 @@ class XAIguiFormer(nn.Module):
 
     Explanations need gradients: under ``torch.no_grad()`` the model turns grad on for the
     coarse pass and explanation and returns detached outputs; ``torch.inference_mode()`` is not
-    supported when ``xai_refinement`` is on. With ``dropout > 0`` in training mode the captum
-    path reruns forwards with other dropout masks, so it no longer equals the one-pass path.
+    supported when ``xai_refinement`` is on.
     """
 
     def __init__(self, config: ModelConfig):
@@ -228,7 +245,7 @@ class XAIguiFormer(nn.Module):
         self.encoder = BandTransformer(
             config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
             config.layerscale_init, config.norm, config.frequency_encoding, edges,
-            config.attention_impl, config.dropout, config.guidance)
+            config.dropout, config.guidance)
         #: set by :func:`~eegformer_cli.model.explanation.differentiable_explanations`
         self.differentiable_explanations = False
         self.register_buffer("age_mean", torch.tensor(float("nan")))
@@ -295,10 +312,11 @@ class XAIguiFormer(nn.Module):
         with torch.enable_grad():
             if not tokens.requires_grad:
                 tokens = tokens.detach().requires_grad_()
-            coarse, target, explanations = explained_coarse_pass(
-                self.encoder, tokens, demographics, target, self.config.explainer,
-                self.config.explanation_impl, self.config.detach_explanations,
-                self.differentiable_explanations)
+            differentiable = self.differentiable_explanations
+            coarse, target, explanations = one_pass_deeplift(
+                self.encoder, tokens, demographics, target,
+                self.config.detach_explanations and not differentiable,
+                create_graph=differentiable)
         refined = self.encoder.run(tokens, demographics, explanations)
         output = ModelOutput(coarse.logits, refined.logits, tokens, target, explanations,
                              coarse.attention, refined.attention)

@@ -10,7 +10,6 @@ else Mixup. Labels (soft targets) and demographics are mixed with the same lambd
   Mixup: lambda·G_a + (1 - lambda)·G_b. CutMix: a square block of channel pairs (rows R x
   columns S, and its mirror S x R so the result stays symmetric) of the sample's own matrix is
   taken from the partner's graphon; lambda is then set to the fraction of entries kept.
-- ``mixup``: the same without the graphon step (raw matrices mixed or cut).
 
 Choices the reference leaves open, made here and documented: one lambda per batch (timm
 style); the diagonal is set back to zero after the graphon step (the connectome contract);
@@ -69,17 +68,14 @@ def mix_batch(coh: torch.Tensor, wpli: torch.Tensor, age: torch.Tensor, sex: tor
     """Augment one batch; returns new ``(coh, wpli, age, sex, targets)``.
 
     ``coh``, ``wpli`` float32 (B, n_bands, C, C); ``age``, ``sex`` float32 (B,) (NaN = unknown);
-    ``targets`` float32 (B, K) soft labels. ``kind`` "graphon" | "mixup" | "none".
+    ``targets`` float32 (B, K) soft labels. ``kind`` "graphon" | "none".
     """
     if kind == "none" or len(coh) < 2 or rng.random() >= prob:
         return coh, wpli, age, sex, targets
     lam = float(rng.beta(beta, beta))
     perm = torch.from_numpy(rng.permutation(len(coh))).to(coh.device)
     use_cutmix = rng.random() < cutmix_prob
-    if kind == "graphon":
-        source_coh, source_wpli = usvt(coh), usvt(wpli)
-    else:
-        source_coh, source_wpli = coh, wpli
+    source_coh, source_wpli = usvt(coh), usvt(wpli)
     if use_cutmix:
         mask_np = cut_block_mask(coh.shape[-1], lam, rng)
         lam = 1.0 - float(mask_np.mean())

@@ -4,28 +4,26 @@ Resolution order (later wins): preset -> TOML file (``--config``) -> command-lin
 The resolved :class:`TrainConfig` is saved as ``RUN_DIR/config.json``; a rerun into the same
 folder must resolve to the same config to resume.
 
-``paper`` is section 5 of the reference (official code, TDBRAIN values for lr / wd / batch /
-epochs, since the paper's TUAB values are tied to its 512-sample batches):
-loss (1-a)·CE(coarse) + a·CE(refined) with a = 0.7 and label smoothing 0.1; AdamW
-(0.9, 0.99), eps 1e-8, lr 5e-5, weight decay 1e-5; batch 64 (last partial batch dropped), 100
-epochs; per-step cosine schedule with a 5-epoch warmup from 1e-7, lr_min 1e-7, the cosine
-spanning the whole run (timm ``warmup_prefix=False``); graphon mixup/cutmix on every batch
-(p 1, cutmix half the time, lambda ~ Beta(0.2, 0.2)); no class weighting; selection of the
-best validation epoch in the second half of training (ties -> later epoch) on the code's
-"BAC" ((macro specificity + macro recall) / 2); no early stop; model ``ModelConfig.preset("paper")``.
+``paper`` is section 5 of the reference (the official code's values for lr / wd / batch /
+epochs at its own batch size): loss (1-a)·CE(coarse) + a·CE(refined) with a = 0.7 and label
+smoothing 0.1; AdamW (0.9, 0.99), eps 1e-8, lr 5e-5, weight decay 1e-5; batch 64 (last partial
+batch dropped), 100 epochs; per-step cosine schedule with a 5-epoch warmup from 1e-7, lr_min
+1e-7, the cosine spanning the whole run (timm ``warmup_prefix=False``); graphon mixup/cutmix on
+every batch (p 1, cutmix half the time, lambda ~ Beta(0.2, 0.2)); no class weighting; no
+input standardisation; the official code's "BAC" ((macro specificity + macro recall) / 2) for
+selection; model ``ModelConfig.preset("paper")``.
 
-``default`` keeps the method and fixes the defects of section 9 of the reference; its sizes
-and rates were tuned by measured accuracy on msu-schizophrenia (epoch selection on inner
-validation only; the settings were compared on test folds of msu, a dataset-level choice
-documented in docs/benchmarks.md): the small, regularised ``ModelConfig.preset("default")``
-(d 16, 1 layer, dropout 0.1, a tokenizer that keeps channel identity: readout
-``channel_flatten_per_band`` and a learned channel embedding) with weight decay 0.1, inputs z-scored per band and channel pair with training statistics
-(:mod:`standardise`), class-balanced loss weights, a seeded participant-level validation split,
-scikit-learn balanced accuracy for selection in the second half of training (ties -> later
-epoch, as the paper), no mixup/cutmix (measured better here) but segment averaging with
-probability 0.5 (a training segment averaged with others of the same recording; dataset.py),
-keeping the last partial batch. ``patience`` (early stop) stays available; it measured
-worse on msu, so it is off by default.
+``default`` keeps the method and fixes the defects of section 9 of the reference, with sizes
+and rates chosen by measured accuracy (docs/benchmarks.md; what was tried:
+docs/benchmarks-history.md): the small, regularised ``ModelConfig.preset("default")`` with
+weight decay 0.1, inputs z-scored per band and channel pair with training statistics
+(:mod:`standardise`), class-balanced loss weights, scikit-learn balanced accuracy for
+selection, no mixup/cutmix but segment averaging with probability 0.5 (a training segment
+averaged with others of the same recording; dataset.py), keeping the last partial batch.
+
+Both select the best validation epoch in the second half of training (ties -> later epoch; a
+seeded participant-level validation split). ``patience`` (early stop) stays available, off in
+both presets.
 
 Splits (``cv``, ``repeats``, ``holdout``, ``val_fraction``, ``seed``) are part of the config,
 so a TOML file can hold a whole experiment.
@@ -47,9 +45,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 PRESETS = ("default", "paper")
-AUGMENTATIONS = ("graphon", "mixup", "none")
+AUGMENTATIONS = ("graphon", "none")
 CLASS_WEIGHTINGS = ("balanced", "none")
-SELECTIONS = ("best", "second_half")
 SELECTION_METRICS = ("bac", "paper_bac")
 DEVICES = ("auto", "cpu", "cuda")
 #: ``--precision``: ``auto`` resolves per preset and device (``devices.resolve_precision``).
@@ -93,8 +90,7 @@ class TrainConfig:
     augment_prob: float = 1.0
     cutmix_prob: float = 0.5
     mix_beta: float = 0.2
-    # model selection
-    selection: str = "best"
+    # model selection (the best validation epoch in the second half of training)
     selection_metric: str = "bac"
     patience: int = 0
     val_fraction: float = 0.2
@@ -121,9 +117,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
-        """Build and validate from a dict holding every field (as :meth:`to_dict` writes)."""
+        """Build and validate from a dict holding every field (as :meth:`to_dict` of this or an
+        earlier version writes: see :func:`current_train_fields`)."""
         config = cls()
-        return apply_overrides(config, values, source="config")
+        return apply_overrides(config, current_train_fields(values), source="config")
 
 
 _PRESET_VALUES = {
@@ -132,27 +129,49 @@ _PRESET_VALUES = {
         eps=1e-8, warmup_epochs=5.0, warmup_lr_init=1e-7, lr_min=1e-7, drop_last=True,
         input_standardisation=False,
         alpha=0.7, label_smoothing=0.1, class_weighting="none", augmentation="graphon",
-        augment_prob=1.0, cutmix_prob=0.5, mix_beta=0.2, selection="second_half",
+        augment_prob=1.0, cutmix_prob=0.5, mix_beta=0.2,
         selection_metric="paper_bac", patience=0, val_fraction=0.1, model={}),
-    # Tuned on msu-schizophrenia (docs/benchmarks-history.md, "what was tried"): test BAC on
-    # the first 3-5 folds went 0.65 (d 32, 2 layers, wd 0.05) -> 0.77 (d 16, 1 layer, wd 0.5, dropout
-    # 0.1); z-scored inputs beat raw ones (0.65 vs 0.53); no augmentation beat graphon
-    # mixup/cutmix (0.65 vs 0.60) and mixup Beta(1, 1) (0.63); early stopping (patience 10)
-    # and best-of-all-epochs selection picked noisy early epochs on the 13-participant
-    # validation sets, so selection keeps the paper's second half. Then the tokenizer's
-    # channel-identity fix (readout "channel_flatten" + channel embedding) took folds 0-4 from
-    # 0.77 to 0.89 (wd 0.5) / 0.91 (wd 0.1); mean readout with a channel embedding alone: 0.68.
-    # 22 Nov, all 15 folds: wPLI as node features (model preset) 0.859 -> 0.878; then
-    # segment_averaging 0.5 -> 0.886 (1.0: 0.869; dropout 0.2, EMA of weights: no change).
-    # 23 Nov, three split seeds: one readout projection per band (model preset) raised the
-    # AUROC by 0.007-0.018 and the BAC by -0.001..+0.007.
-    # 25 Nov, split seeds 1 and 2 + eegmat: band_share guidance with LayerScale 1 (model
-    # preset): the refined pass attends by the explanation (entropy 1.73-1.78 of 2.08 nats),
-    # BAC -0.005..+0.017 over the same model without refinement.
+    # chosen by measured accuracy (docs/benchmarks-history.md, "what was tried")
     "default": dict(preset="default", epochs=40, batch_size=16, lr=1e-3, weight_decay=0.1,
                     warmup_epochs=3.0, augmentation="none", segment_averaging=0.5, patience=0,
-                    selection="second_half", model={}),
+                    model={}),
 }
+
+#: Settings that earlier versions stored in run folders and model files, with the value every
+#: run of this version has: dropped when a stored config holds it.
+RETIRED_SETTINGS = {"selection": "second_half"}
+#: Values of current settings that only experimental variants of earlier versions had.
+RETIRED_SETTING_VALUES = {"augmentation": ("mixup",)}
+
+
+def current_train_fields(stored: dict) -> dict:
+    """A stored training config (``TrainConfig.to_dict()`` of this or an earlier version) in
+    this version's settings: :data:`RETIRED_SETTINGS` holding their surviving value are
+    dropped, and so are the retired fields of its model overrides
+    (``xaiguiformer.current_model_fields``).
+
+    Raises :class:`UsageError` naming the setting when it holds a value only an experimental
+    variant had.
+    """
+    from eegformer_cli.model.xaiguiformer import current_model_fields  # loads torch
+
+    current = dict(stored)
+    for name, kept in RETIRED_SETTINGS.items():
+        if name in current and current.pop(name) != kept:
+            raise _retired_variant(name, stored[name])
+    for name, values in RETIRED_SETTING_VALUES.items():
+        if current.get(name) in values:
+            raise _retired_variant(name, current[name])
+    if isinstance(current.get("model"), dict):
+        current["model"] = current_model_fields(current["model"])
+    return current
+
+
+def _retired_variant(name: str, value) -> UsageError:
+    return UsageError(f"training setting {name}={value!r} was an experimental variant that this "
+                      "eegformer version no longer supports",
+                      hint="use the eegformer version that made it, or retrain")
+
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 
@@ -252,7 +271,6 @@ def validate(config: TrainConfig) -> None:
     check_choice("preset", config.preset, PRESETS)
     check_choice("augmentation", config.augmentation, AUGMENTATIONS)
     check_choice("class_weighting", config.class_weighting, CLASS_WEIGHTINGS)
-    check_choice("selection", config.selection, SELECTIONS)
     check_choice("selection_metric", config.selection_metric, SELECTION_METRICS)
     check_choice("device", config.device, DEVICES)
     check_choice("precision", config.precision, PRECISIONS)

@@ -69,21 +69,16 @@ def seed_of(fold: splits.Fold, seed: int) -> int:
     return fold.seed if fold.seed is not None else fold_seed(seed, fold.repeat, fold.fold)
 
 
-def selection_improved(config: TrainConfig, epoch: int, metric: float, loss: float,
-                       best: tuple | None) -> bool:
-    """Whether epoch ``epoch`` (0-based) becomes the selected one.
+def selection_improved(config: TrainConfig, epoch: int, metric: float,
+                       best: float | None) -> bool:
+    """Whether epoch ``epoch`` (0-based) becomes the selected one: only epochs >= epochs / 2
+    (the paper's second half), metric >= best (ties -> later epoch).
 
-    ``second_half`` (paper): only epochs >= epochs / 2, metric >= best (ties -> later epoch).
-    ``best`` (default): any epoch; higher metric wins, ties broken by lower validation loss,
-    then the earlier epoch.
-    In every mode the last epoch is eligible (with ``epochs`` 1 the second half would be
-    empty), and the first eligible epoch is always selected, so a run of any length selects
-    an epoch.
+    The last epoch is always eligible (with ``epochs`` 1 the second half would be empty), and
+    the first eligible epoch is always selected, so a run of any length selects an epoch.
     """
-    if config.selection == "second_half":
-        eligible = epoch >= min(config.epochs / 2, config.epochs - 1)
-        return eligible and (best is None or metric >= best[0])
-    return best is None or (metric, -loss) > best
+    eligible = epoch >= min(config.epochs / 2, config.epochs - 1)
+    return eligible and (best is None or metric >= best)
 
 
 @dataclass
@@ -243,8 +238,8 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
                   "seconds": time.perf_counter() - epoch_start,
                   "attention": attention and attention["passes"]}
         history.append(record)
-        if selection_improved(config, epoch, metric, val_loss, best):
-            best = (metric, -val_loss)
+        if selection_improved(config, epoch, metric, best):
+            best = metric
             best_state = copy.deepcopy(model.state_dict())
             best_epoch, since_best = epoch + 1, 0
         else:

@@ -9,7 +9,8 @@ key                         value
 ``format``                  ``"eegformer-model"``
 ``format_version``          int, :data:`FORMAT_VERSION`; a file with a higher one is refused
 ``eegformer_version``       the package version that wrote it
-``model_config``            ``ModelConfig.to_dict()``
+``model_config``            ``ModelConfig.to_dict()`` (an earlier version's loads too,
+                            ``xaiguiformer.current_model_fields``)
 ``input_standardisation``   bool: the weights are a ``StandardisedModel`` (z-scored inputs,
                             statistics in the state dict; see ``training/standardise.py``)
 ``state_dict``              the weights (demographic scaling and input statistics included)
@@ -63,7 +64,7 @@ import torch
 
 import eegformer_cli
 from eegformer_cli.atomic import write_bytes
-from eegformer_cli.errors import EegformerError, ModelFileError
+from eegformer_cli.errors import EegformerError, ModelFileError, UsageError
 from eegformer_cli.training.standardise import StandardisedModel
 from eegformer_cli.versions import package_versions
 
@@ -165,9 +166,12 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
     """Load and validate a model file; the model is rebuilt from its config, in eval mode.
 
     Raises ModelFileError (exit 4) naming the file when it is missing, corrupt or truncated,
-    not an eegformer model, from a newer format, or its weights do not fit its config.
+    not an eegformer model, from a newer format, made by an experimental variant that this
+    version no longer has (naming the field), or its weights do not fit its config. A config
+    written by an earlier version loads without its retired fields
+    (``xaiguiformer.current_model_fields``).
     """
-    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
+    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer, current_model_fields
 
     path = Path(path)
     if not path.is_file():
@@ -194,6 +198,11 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
                              f"{FORMAT_VERSION})", path=path,
                              hint="use the eegformer version that wrote it "
                                   f"({bundle.get('eegformer_version', 'unknown')}) or retrain")
+    if isinstance(bundle.get("model_config"), dict):
+        try:   # a config of an earlier version: retired fields, experimental variants
+            current_model_fields(bundle["model_config"])
+        except UsageError as exc:
+            raise ModelFileError(str(exc), path=path, hint=exc.hint) from None
     try:
         config = ModelConfig.from_dict(bundle["model_config"])
         model = XAIguiFormer(config)
