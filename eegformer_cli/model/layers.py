@@ -75,7 +75,8 @@ class TimmRmsNorm(nn.Module):
 
     The *unbiased variance* over the last dim (not the mean square) is used, without re-centring
     the output (a timm bug, huggingface/pytorch-image-models#2380, fixed in later timm). Weight
-    initialised to 1. (..., d) -> (..., d), float32 under autocast (the precision policy, ``model/precision.py``).
+    initialised to 1. (..., d) -> (..., d), float32 under autocast (the precision policy,
+    ``model/precision.py``).
 
     ``differentiable_explanations`` (set by
     :func:`~eegformer_cli.model.explanation.differentiable_explanations`): the norm is
