@@ -125,7 +125,7 @@ CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
 #: A tiny model and a short schedule: enough for the weights to move away from their start.
 #: Batches of 7 split 4 + 3 over two processes (uneven slices, loss scales 8/7 and 6/7).
 # dropout 0: each process draws its own dropout masks for its slice of the batch, so with
-# dropout a multi-process run equals a one-process run only in distribution (README).
+# dropout a multi-process run equals a one-process run only in distribution (docs/guide/scaling.md).
 TRAIN_SETTINGS = {"epochs": 4, "batch_size": 7, "lr": 3e-3, "warmup_epochs": 0.0, "cv": 2,
                   "val_fraction": 0.3, "device": "cpu",
                   "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1,
@@ -207,7 +207,7 @@ def single_run(connectome_dir, tmp_path_factory) -> Path:
 
 def torchrun(n_processes: int, data_dir: Path, run_dir: Path, settings: dict,
              tmp_path: Path) -> subprocess.CompletedProcess:
-    """``torchrun --standalone --nproc_per_node N -m eegformer_cli train ...`` (the README's)."""
+    """``torchrun --standalone --nproc_per_node N -m eegformer_cli train ...`` (docs/guide/scaling.md)."""
     config = write_toml(tmp_path / f"train_{n_processes}.toml", settings)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
