@@ -240,7 +240,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         numpy.ndarray of shape (n_recordings, n_classes)
             Columns in the order of ``classes_``.
         """
-        from eegformer_cli.inference import softmax
+        from scipy.special import softmax
+
         from eegformer_cli.training.dataset import ConnectomeDataset
         from eegformer_cli.training.fit import deterministic_algorithms, evaluate
 
@@ -255,7 +256,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
                                  f"{', '.join(self.channels_)} and {', '.join(self.bands_)}")
         dataset = ConnectomeDataset(recordings, names, channels, bands)
         with deterministic_algorithms(self._device):
-            return softmax(evaluate(self.model_, dataset, self._device, self._precision))
+            return softmax(evaluate(self.model_, dataset, self._device, self._precision), axis=1)
 
     def predict(self, X):
         """The most probable class of each recording.

@@ -5,10 +5,9 @@ settings and channel list stored in the model, so a recording with other channel
 another sampling rate is adapted exactly as ``preprocess`` would, or rejected with its reason)
 or ``preprocess`` output folders (their channels and bands must equal the model's).
 
-A recording's prediction: the refined logits of all its segments, averaged (the reference's
-per-recording logit average), then a softmax. :func:`recording_logits` is the one function that
-does this, for the training run's own evaluation and for ``predict`` alike, which is why
-``predict`` reproduces a run's out-of-fold probabilities.
+A recording's prediction: the refined logits of all its segments, averaged
+(:func:`~eegformer_cli.model.predict.recording_logits`, as the training run's own evaluation),
+then a softmax, which is why ``predict`` reproduces a run's out-of-fold probabilities.
 """
 
 from __future__ import annotations
@@ -24,15 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 from eegformer_cli import provenance
-from eegformer_cli.devices import autocast, one_cpu_thread
+from eegformer_cli.model.predict import recording_logits
 from eegformer_cli.errors import EegformerError, InputDataError, UsageError
 from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
-
-# Segments per forward when averaging logits (bounds memory; results do not depend on it
-# beyond float rounding).
-SEGMENTS_PER_BATCH = 256
 
 
 @dataclass
@@ -73,43 +69,6 @@ class InputRecording:
     warnings: list[str] = field(default_factory=list)
 
 
-def recording_logits(model, recordings: Sequence[tuple], device: torch.device,
-                     precision: str = "float32") -> np.ndarray:
-    """Mean refined logits per recording: float64 (n_recordings, n_classes), the model run in
-    ``precision`` (resolved: ``devices.resolve_precision``).
-
-    ``recordings``: tuples ``(coh, wpli, age, sex)`` with coh/wpli float32 numpy
-    (n_segments, n_bands, C, C) and scalar age/sex. Segments of several recordings share
-    forwards of up to :data:`SEGMENTS_PER_BATCH` segments; the model runs in eval mode.
-    """
-    model.eval()
-    counts = [len(r[0]) for r in recordings]
-    coh = np.concatenate([r[0] for r in recordings])
-    wpli = np.concatenate([r[1] for r in recordings])
-    age = np.repeat([float(r[2]) for r in recordings], counts).astype(np.float32)
-    sex = np.repeat([float(r[3]) for r in recordings], counts).astype(np.float32)
-    chunks = []
-    with torch.no_grad(), one_cpu_thread():
-        for start in range(0, len(coh), SEGMENTS_PER_BATCH):
-            part = slice(start, start + SEGMENTS_PER_BATCH)
-            with autocast(device, precision):
-                _, refined = model(torch.from_numpy(coh[part]).to(device),
-                                   torch.from_numpy(wpli[part]).to(device),
-                                   torch.from_numpy(age[part]).to(device),
-                                   torch.from_numpy(sex[part]).to(device))
-            chunks.append(refined.float().cpu().numpy().astype(np.float64))
-    logits = np.concatenate(chunks)
-    bounds = np.cumsum([0] + counts)
-    return np.stack([logits[a:b].mean(axis=0) for a, b in zip(bounds[:-1], bounds[1:])])
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of float64 logits (n, K)."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
 def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.device,
                        precision: str = "float32", coverage: float | None = None) -> Iterator[dict]:
     """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
@@ -135,7 +94,7 @@ def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.de
             continue
         logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
                                   device, precision)
-        probabilities = recalibrate(bundle.recalibration, softmax(logits))[0]
+        probabilities = recalibrate(bundle.recalibration, softmax(logits, axis=1))[0]
         row["predicted"] = bundle.label_names[int(probabilities.argmax())]
         row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})
         if coverage is not None:

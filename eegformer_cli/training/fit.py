@@ -20,13 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.special import softmax
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader
 
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.errors import UsageError
-from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
+from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.training import augment, distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData
@@ -235,7 +236,7 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
                              f"are not finite with lr {config.lr:g}",
                              hint="lower --lr and rerun with --overwrite")
         val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(val_labels)))
-        metrics = classification_metrics(val_labels, softmax(logits), None)
+        metrics = classification_metrics(val_labels, softmax(logits, axis=1), None)
         metric = metrics[config.selection_metric]
         attention = attention_summary(model, val_set, device, ablations=False)
         record = {**tag, "epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
