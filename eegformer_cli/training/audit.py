@@ -67,6 +67,7 @@ from threadpoolctl import threadpool_limits
 
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
 from eegformer_cli.recordings.reading import input_folder
 from eegformer_cli.training import splits
@@ -126,9 +127,7 @@ def plan_audit(data: TrainingData, folds: list[splits.Fold], scheme: dict, confi
     ``confounds``: extra manifest columns; UsageError naming the available ones when a column
     does not exist or is the label itself. Reads the manifest (nothing is written).
     """
-    from eegformer_cli.training.dataset import read_manifest
-
-    rows = read_manifest(data.data_dir)
+    rows = output.read_manifest(data.data_dir)
     _check_confounds(list(rows[0]), list(confounds), data)
     by_id = {row["recording_id"]: row for row in rows}
     recording_rows = [by_id[rec.recording_id] for rec in data.recordings]
@@ -154,12 +153,10 @@ def _check_confounds(columns: list[str], confounds: list[str], data: TrainingDat
 
 def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
     """The nuisance variables every manifest may have (module docstring's table)."""
-    from eegformer_cli.training.dataset import age_value
-
     interpolated = (None if "channels_interpolated" not in rows[0] else
                     [0.0 if metadata.is_missing(row["channels_interpolated"])
                      else float(len(row["channels_interpolated"].split(","))) for row in rows])
-    ages = None if "age" not in rows[0] else [age_value(row["age"]) for row in rows]
+    ages = None if "age" not in rows[0] else [output.age_value(row["age"]) for row in rows]
     crop = (data.preprocess.get("settings") or {}).get("crop_s")
     duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
     if crop is not None and duration.values is not None:   # what the tokens were computed on

@@ -60,9 +60,10 @@ from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
+from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, read_manifest
+from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
 from eegformer_cli.training.folds import (REFERENCES, RunPlan, is_control_label, plan_run,
                                           recordings_of, reference_features, run_fold)
