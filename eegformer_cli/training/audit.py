@@ -2,10 +2,10 @@
 
 Clinical EEG sets are small and full of shortcuts (patients recorded longer, at another site,
 on another amplifier, at another age). A classifier can score well on them while learning
-nothing about the brain; e.g. in eegmat the rest recordings are 180 s and the arithmetic ones
-62 s, and the connectivity estimator's bias follows the length. So every ``train`` run (and
-``train --merge``) checks, on the same participant-wise folds as the models, how well each
-nuisance variable predicts the label by itself:
+nothing about the brain; e.g. in a public rest vs mental-arithmetic set the rest recordings are
+180 s and the arithmetic ones 62 s, and the connectivity estimator's bias follows the length.
+So every ``train`` run (and ``train --merge``) checks, on the same participant-wise folds as
+the models, how well each nuisance variable predicts the label by itself:
 
 - ``duration_s`` (numeric): recording duration, s (the part analysed, at most ``preprocess
   --crop``, when given);
@@ -31,9 +31,9 @@ Interval: the mean over folds with the 95 % interval of the corrected resampled 
 fold-wise metric against chance (AUROC 0.5, BAC 1 / n_classes). It allows for folds sharing
 training participants, and for the training-set variability a pooled out-of-fold bootstrap
 would ignore (a bootstrap would also collapse to a point at AUROC 1). When every fold gives
-the same value (e.g. AUROC 1.00 on every fold of eegmat) the t-interval has no spread to work
-with and is not given (n/a); a variable that high is then tested by permutation instead: the
-one-variable model refit on :data:`N_PERMUTATIONS` label permutations
+the same value (e.g. AUROC 1.00 on every fold, the length in that set) the t-interval has no
+spread to work with and is not given (n/a); a variable that high is then tested by permutation
+instead: the one-variable model refit on :data:`N_PERMUTATIONS` label permutations
 (:func:`null_labels.permuted_labels`) on the same folds, p = (1 + #{null mean AUROC >=
 observed}) / (1 + N). It costs a second or two and runs only in that case.
 
