@@ -150,6 +150,14 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "\n".join(upward)
 
 
+def test_npz_files_are_opened_by_their_formats_owners_only():
+    """np.load appears in preprocess/output.py (connectome files) and explain/export.py (its
+    class summary) only: every other module reads those files through them."""
+    loading = {module_name(p) for p in PACKAGE.rglob("*.py")
+               if "np.load(" in p.read_text(encoding="utf-8")}
+    assert loading == {"eegformer_cli.preprocess.output", "eegformer_cli.explain.export"}
+
+
 def test_no_module_is_longer_than_700_lines():
     lengths = {module_name(p): len(p.read_text(encoding="utf-8").splitlines())
                for p in PACKAGE.rglob("*.py")}
