@@ -68,7 +68,10 @@ def subset_folder(data: Path, participants: set[str], out: Path) -> Path:
 def outer_test_predictions(model_file: Path, data: Path, test: set[str]):
     """(raw probabilities (n, K), class indices (n,), recording ids) of the outer test
     participants' recordings, by the model file's network (before its recalibration)."""
-    from eegformer_cli.inference import load_inputs, recording_logits, softmax
+    from scipy.special import softmax
+
+    from eegformer_cli.inference import load_inputs
+    from eegformer_cli.model.predict import recording_logits
     from eegformer_cli.training.model_file import load_model_file
 
     bundle = load_model_file(model_file)
@@ -83,7 +86,7 @@ def outer_test_predictions(model_file: Path, data: Path, test: set[str]):
             continue
         logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
                                   torch.device("cpu"))
-        probabilities.append(softmax(logits)[0])
+        probabilities.append(softmax(logits, axis=1)[0])
         truth.append(bundle.label_names.index(labels[item.recording_id]))
         ids.append(item.recording_id)
     return bundle, np.array(probabilities), np.array(truth), ids

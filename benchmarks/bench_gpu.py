@@ -9,7 +9,7 @@
   and the paper-size step, at each preset's ``--precision auto``;
 - the peak memory of the paper-size step in each precision (CUDA: ``max_memory_allocated``;
   CPU: the process's peak resident set so far, a bound rather than the step's own);
-- predict throughput (recordings/s of ``inference.recording_logits``: a ``default`` model,
+- predict throughput (recordings/s of ``model.predict.recording_logits``: a ``default`` model,
   recordings of 10 segments, float32 and bfloat16);
 - the wall time of a full cross-validation run (``train``, default preset, 5 folds and the
   final model) on ``--cv-data`` (a ``preprocess`` folder of msu-schizophrenia); without it
@@ -110,7 +110,7 @@ def step_seconds(model, inputs, device: torch.device, precision: str, steps: int
 
 def predict_throughput(device: torch.device, precision: str, size: dict) -> float:
     """Recordings per second of ``recording_logits`` for a default model (module docs)."""
-    from eegformer_cli.inference import recording_logits
+    from eegformer_cli.model.predict import recording_logits
 
     model = build("default", size["channels"], 8, device).eval()
     generator = np.random.default_rng(0)

@@ -16,8 +16,11 @@ import numpy as np
 import torch
 
 from eegformer_cli.errors import UsageError, check_choice
-from eegformer_cli.training.config import DEVICES, PRECISIONS
 
+#: ``--device`` choices: ``auto`` is cuda when available, else cpu (:func:`resolve_device`).
+DEVICES = ("auto", "cpu", "cuda")
+#: ``--precision`` choices: ``auto`` resolves per preset and device (:func:`resolve_precision`).
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 #: Autocast dtype of each ``--precision`` (float32: no autocast).
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 

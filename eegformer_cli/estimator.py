@@ -63,12 +63,12 @@ def read_preprocessed(data_dir: str | os.PathLike):
     """
     import pandas as pd
 
+    from eegformer_cli.preprocess import output
     from eegformer_cli.provenance import SEX_NAMES
     from eegformer_cli.recordings.metadata import is_missing
-    from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
 
     data_dir = Path(data_dir).resolve()
-    rows = [row for row in read_manifest(data_dir) if row.get("status") == "ok"]
+    rows = [row for row in output.read_manifest(data_dir) if row.get("status") == "ok"]
     if not rows:
         raise InputDataError("no recording in the manifest has status ok", path=data_dir,
                              hint="see the error column of manifest.tsv")
@@ -77,10 +77,10 @@ def read_preprocessed(data_dir: str | os.PathLike):
         participant = (row.get("participant_id") or "").strip()
         record = {"recording_id": row["recording_id"],
                   "participant_id": row["recording_id"] if is_missing(participant) else participant,
-                  CONNECTOME_COLUMN: data_dir / (row.get("connectome")
-                                                 or f"connectomes/{row['recording_id']}.npz"),
-                  "n_segments": int(float(row["n_segments"])), "age": age_value(row.get("age")),
-                  "sex": SEX_NAMES.get(sex_value(row.get("sex"))) or math.nan}
+                  CONNECTOME_COLUMN: output.connectome_path(data_dir, row),
+                  "n_segments": int(float(row["n_segments"])),
+                  "age": output.age_value(row.get("age")),
+                  "sex": SEX_NAMES.get(output.sex_value(row.get("sex"))) or math.nan}
         record.update({key: None if is_missing(value) else value for key, value in row.items()
                        if key not in record})
         table.append(record)
@@ -221,7 +221,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         numpy.ndarray of shape (n_recordings, n_classes)
             Columns in the order of ``classes_``.
         """
-        from eegformer_cli.inference import softmax
+        from scipy.special import softmax
+
         from eegformer_cli.training.dataset import ConnectomeDataset
         from eegformer_cli.training.fit import deterministic_algorithms, evaluate
 
@@ -236,7 +237,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
                                  f"{', '.join(self.channels_)} and {', '.join(self.bands_)}")
         dataset = ConnectomeDataset(recordings, names, channels, bands)
         with deterministic_algorithms(self._device):
-            return softmax(evaluate(self.model_, dataset, self._device, self._precision))
+            return softmax(evaluate(self.model_, dataset, self._device, self._precision), axis=1)
 
     def predict(self, X):
         """The most probable class of each recording.
@@ -283,7 +284,7 @@ def _rows(X):
                                  f"{', '.join(map(str, X.columns))}); give a table of "
                                  "recordings, e.g. eegformer_cli.read_preprocessed(folder)")
         return X
-    from eegformer_cli.preprocess.connectome import Connectome
+    from eegformer_cli.preprocess.output import Connectome
 
     entries = list(X) if isinstance(X, (list, tuple, np.ndarray)) else None
     if entries is None or not entries or not all(
@@ -310,8 +311,8 @@ def _recordings(table, groups, labels: list[str]):
     """The recordings of ``table`` (:func:`_rows`) as the trainer's ``RecordingInfo`` (in its
     order), with the channels, bands and band edges (Hz) of the first one (the dataset checks
     every other against them when it reads it)."""
-    from eegformer_cli.preprocess.connectome import Connectome
-    from eegformer_cli.training.dataset import RecordingInfo, age_value, sex_value
+    from eegformer_cli.preprocess.output import Connectome, age_value, sex_value
+    from eegformer_cli.training.dataset import RecordingInfo
 
     n = len(table)
     groups = None if groups is None else list(groups)
@@ -355,33 +356,21 @@ def _sex(value, sex_value) -> float:
 
 def _n_segments(connectome) -> int:
     """Segments of a Connectome or of a connectome file."""
+    from eegformer_cli.preprocess.output import read_segment_count
+
     if not isinstance(connectome, Path):
         return connectome.n_segments
-    return int(_read_layout(connectome)["n_segments"])
+    return read_segment_count(connectome)
 
 
 def _layout(connectome) -> tuple[list[str], list[str], np.ndarray]:
     """(channels, bands, band edges (n_bands, 2) Hz) of a Connectome or connectome file."""
+    from eegformer_cli.preprocess.output import read_layout
+
     if not isinstance(connectome, Path):
         return (list(map(str, connectome.channels)), list(map(str, connectome.bands)),
                 np.asarray(connectome.band_edges_hz, dtype=np.float64))
-    layout = _read_layout(connectome)
-    return layout["channels"], layout["bands"], layout["band_edges_hz"]
-
-
-def _read_layout(path: Path) -> dict:
-    """What a connectome file says about its layout; InputDataError when it is unreadable."""
-    import zipfile
-
-    try:
-        with np.load(path) as data:
-            return {"channels": [str(c) for c in data["channels"]],
-                    "bands": [str(b) for b in data["bands"]],
-                    "band_edges_hz": np.asarray(data["band_edges_hz"], dtype=np.float64),
-                    "n_segments": data["coh"].shape[0]}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputDataError(f"cannot read connectome: {exc}", path=path,
-                             hint="rerun `eegformer preprocess`") from None
+    return read_layout(connectome)
 
 
 def _training_data(recordings, label_names, channels, bands, edges):

@@ -5,34 +5,28 @@ settings and channel list stored in the model, so a recording with other channel
 another sampling rate is adapted exactly as ``preprocess`` would, or rejected with its reason)
 or ``preprocess`` output folders (their channels and bands must equal the model's).
 
-A recording's prediction: the refined logits of all its segments, averaged (the reference's
-per-recording logit average), then a softmax. :func:`recording_logits` is the one function that
-does this, for the training run's own evaluation and for ``predict`` alike, which is why
-``predict`` reproduces a run's out-of-fold probabilities.
+A recording's prediction: the refined logits of all its segments, averaged
+(:func:`~eegformer_cli.model.predict.recording_logits`, as the training run's own evaluation),
+then a softmax, which is why ``predict`` reproduces a run's out-of-fold probabilities.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
-import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 from eegformer_cli import provenance
-from eegformer_cli.devices import autocast, one_cpu_thread
 from eegformer_cli.errors import EegformerError, InputDataError, UsageError
-from eegformer_cli.training.dataset import age_value, read_manifest, sex_value
-
-# Segments per forward when averaging logits (bounds memory; results do not depend on it
-# beyond float rounding).
-SEGMENTS_PER_BATCH = 256
+from eegformer_cli.model.predict import recording_logits
+from eegformer_cli.preprocess import output
 
 
 @dataclass
@@ -73,43 +67,6 @@ class InputRecording:
     warnings: list[str] = field(default_factory=list)
 
 
-def recording_logits(model, recordings: Sequence[tuple], device: torch.device,
-                     precision: str = "float32") -> np.ndarray:
-    """Mean refined logits per recording: float64 (n_recordings, n_classes), the model run in
-    ``precision`` (resolved: ``devices.resolve_precision``).
-
-    ``recordings``: tuples ``(coh, wpli, age, sex)`` with coh/wpli float32 numpy
-    (n_segments, n_bands, C, C) and scalar age/sex. Segments of several recordings share
-    forwards of up to :data:`SEGMENTS_PER_BATCH` segments; the model runs in eval mode.
-    """
-    model.eval()
-    counts = [len(r[0]) for r in recordings]
-    coh = np.concatenate([r[0] for r in recordings])
-    wpli = np.concatenate([r[1] for r in recordings])
-    age = np.repeat([float(r[2]) for r in recordings], counts).astype(np.float32)
-    sex = np.repeat([float(r[3]) for r in recordings], counts).astype(np.float32)
-    chunks = []
-    with torch.no_grad(), one_cpu_thread():
-        for start in range(0, len(coh), SEGMENTS_PER_BATCH):
-            part = slice(start, start + SEGMENTS_PER_BATCH)
-            with autocast(device, precision):
-                _, refined = model(torch.from_numpy(coh[part]).to(device),
-                                   torch.from_numpy(wpli[part]).to(device),
-                                   torch.from_numpy(age[part]).to(device),
-                                   torch.from_numpy(sex[part]).to(device))
-            chunks.append(refined.float().cpu().numpy().astype(np.float64))
-    logits = np.concatenate(chunks)
-    bounds = np.cumsum([0] + counts)
-    return np.stack([logits[a:b].mean(axis=0) for a, b in zip(bounds[:-1], bounds[1:])])
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of float64 logits (n, K)."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=1, keepdims=True)
-
-
 def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.device,
                        precision: str = "float32", coverage: float | None = None) -> Iterator[dict]:
     """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
@@ -135,7 +92,7 @@ def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.de
             continue
         logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
                                   device, precision)
-        probabilities = recalibrate(bundle.recalibration, softmax(logits))[0]
+        probabilities = recalibrate(bundle.recalibration, softmax(logits, axis=1))[0]
         row["predicted"] = bundle.label_names[int(probabilities.argmax())]
         row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})
         if coverage is not None:
@@ -210,7 +167,7 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     entries = [Path(entry) for entry in inputs]
     folders = {index: _checked_preprocess_folder(bundle, entry)
                for index, entry in enumerate(entries)
-               if entry.is_dir() and (entry / "manifest.tsv").is_file()}
+               if entry.is_dir() and (entry / output.MANIFEST_NAME).is_file()}
     # each raw input's recordings, found once; a recording named by two inputs goes with the first
     paths_of: dict[int, list[Path]] = {}
     seen: set[Path] = set()
@@ -273,13 +230,13 @@ def _check_max_interpolated(max_interpolated: int | None) -> None:
 def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
     """``item``'s age and sex from table or manifest values (text, number or None), each with
     ``source`` where known and ``"none"`` where not."""
-    item.age, item.sex = age_value(age), sex_value(sex)
+    item.age, item.sex = output.age_value(age), output.sex_value(sex)
     item.age_source = source if not math.isnan(item.age) else "none"
     item.sex_source = source if not math.isnan(item.sex) else "none"
 
 
 def _sex_code(sex) -> float:
-    code = sex_value(str(sex))
+    code = output.sex_value(str(sex))
     if math.isnan(code):
         raise UsageError(f"invalid --sex {sex!r}; use M or F (or male/female)")
     return code
@@ -309,7 +266,7 @@ def _preprocess_raw(bundle, recording, item: InputRecording,
                       f"from the model's {bundle.bands}")
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
-    _set_recorded(item, {key: getattr(connectome, key) for key in _RECORDED})
+    _set_recorded(item, {key: getattr(connectome, key) for key in output.RECORDED})
     return item
 
 
@@ -373,29 +330,21 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
     """
     hint = ("pass the raw recordings instead: eegformer preprocesses them with the model's "
             "settings")
-    rows = read_manifest(folder)
+    rows = output.read_manifest(folder)
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if ok_rows:
-        first = folder / (ok_rows[0].get("connectome") or f"connectomes/{ok_rows[0]['recording_id']}.npz")
-        try:
-            with np.load(first) as data:
-                channels = [str(c) for c in data["channels"]]
-                bands = [str(b) for b in data["bands"]]
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
-            raise InputDataError(f"cannot read connectome: {exc}", path=first,
-                                 hint="rerun `eegformer preprocess`") from None
+        channels, bands, _ = output.read_layout(output.connectome_path(folder, ok_rows[0]))
         for what, found, expected in (("channels", channels, bundle.channels),
                                       ("bands", bands, bundle.bands)):
             if found != expected:
                 raise InputDataError(f"{what} of this preprocess output ({', '.join(found)}) "
                                      f"differ from the model's ({', '.join(expected)})",
                                      path=folder, hint=hint)
-    settings_file = folder / "preprocess.json"
-    try:
-        settings = json.loads(settings_file.read_text()).get("settings", {})
-    except (OSError, ValueError, AttributeError):
+    stored = output.read_settings_file(folder)
+    if stored is None:
         raise InputDataError("no readable preprocess.json, so its preprocessing settings cannot "
-                             "be checked against the model's", path=folder, hint=hint) from None
+                             "be checked against the model's", path=folder, hint=hint)
+    settings = stored.get("settings", {})
     differences = [f"{key} {settings[key]!r} (model: {expected!r})"
                    for key, expected in bundle.preprocess_settings.items()
                    if key not in _SETTINGS_NOT_COMPARED and key in settings
@@ -416,15 +365,9 @@ def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
     return None
 
 
-#: What a connectome records about its recording that a row's provenance carries, with the
-#: type of each key in the file.
-_RECORDED = {"n_segments_rejected": int, "channels_interpolated": list, "duration_s": float,
-             "source_sfreq": float, "signal_sha256": str}
-
-
 def _set_recorded(item: InputRecording, recorded: dict) -> None:
-    """``item``'s provenance from ``recorded`` (keys of :data:`_RECORDED`; a missing key is
-    unknown)."""
+    """``item``'s provenance from ``recorded`` (keys of :data:`output.RECORDED`; a missing key
+    is unknown)."""
     item.n_segments_rejected = recorded.get("n_segments_rejected")
     item.channels_interpolated = [c for c in recorded.get("channels_interpolated", []) if c]
     item.duration_s = recorded.get("duration_s", math.nan)
@@ -432,25 +375,11 @@ def _set_recorded(item: InputRecording, recorded: dict) -> None:
     item.signal_sha256 = recorded.get("signal_sha256") or None
 
 
-def _connectome_provenance(path: Path) -> dict:
-    """What a connectome file records about its recording (keys of files written before
-    eegformer kept ``source_sfreq`` and ``signal_sha256`` are left out); {} if unreadable (the
-    arrays' reading then reports the file)."""
-    try:
-        with np.load(path) as data:
-            return {key: (data[key].tolist() if kind is list else kind(data[key]))
-                    for key, kind in _RECORDED.items() if key in data.files}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return {}
-
-
 def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
                         table_rows: dict) -> InputRecording:
     """One manifest row of a checked preprocess folder; ``table_rows`` (the participants table
     ``table``'s rows, or {} with ``table`` None) replace the manifest's age and sex of the
     participants they list."""
-    from eegformer_cli.training.dataset import RecordingInfo, read_connectome_arrays
-
     participant = row.get("participant_id")
     participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
     listed = _table_demographics(table_rows, participant)
@@ -465,14 +394,12 @@ def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
     if row.get("status") != "ok":
         item.error = f"{folder}: {row['recording_id']}: preprocessing failed: {row.get('error')}"
         return item
-    info = RecordingInfo(row["recording_id"], participant or row["recording_id"], "",
-                         item.age, item.sex,
-                         folder / (row.get("connectome") or f"connectomes/{row['recording_id']}.npz"),
-                         int(float(row["n_segments"])))
+    path, n_segments = output.connectome_path(folder, row), int(float(row["n_segments"]))
     try:
-        item.coh, item.wpli = read_connectome_arrays(info, bundle.channels, bundle.bands)
+        item.coh, item.wpli = output.read_tokens(path, bundle.channels, bundle.bands, n_segments,
+                                                 row["recording_id"])
     except InputDataError as exc:
         item.error = exc.one_line()
         return item
-    _set_recorded(item, _connectome_provenance(info.connectome))
+    _set_recorded(item, output.read_provenance(path))
     return item

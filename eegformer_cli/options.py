@@ -98,8 +98,8 @@ def document(table: Options):
     return decorate
 
 
-_DEVICES = one_of(choices("training/config", "DEVICES"))
-_PRECISIONS = one_of(choices("training/config", "PRECISIONS"))
+_DEVICES = one_of(choices("devices", "DEVICES"))
+_PRECISIONS = one_of(choices("devices", "PRECISIONS"))
 #: The model presets' frequency encodings (``ModelConfig.preset``; tests/test_cli_messages.py
 #: checks them against the presets, which load torch).
 FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_paper"}

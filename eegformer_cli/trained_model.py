@@ -55,9 +55,8 @@ def load_model(path: str | os.PathLike, device: str = "auto",
     UsageError
         An invalid ``device`` or ``precision``.
     """
-    from eegformer_cli.devices import resolve_device, resolve_precision
+    from eegformer_cli.devices import PRECISIONS, resolve_device, resolve_precision
     from eegformer_cli.errors import check_choice
-    from eegformer_cli.training.config import PRECISIONS
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)

@@ -149,7 +149,10 @@ def cv_run(tmp_path_factory) -> dict:
 
 
 def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(cv_run, capsys):
-    from eegformer_cli.inference import load_inputs, recording_logits, softmax
+    from scipy.special import softmax
+
+    from eegformer_cli.inference import load_inputs
+    from eegformer_cli.model.predict import recording_logits
     from eegformer_cli.training.model_file import load_model_file
 
     metrics = json.loads((cv_run["run"] / "metrics.json").read_text())
@@ -181,7 +184,7 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
     import torch
 
     raw = softmax(recording_logits(bundle.model, [(i.coh, i.wpli, i.age, i.sex) for i in items],
-                                   torch.device("cpu")))
+                                   torch.device("cpu")), axis=1)
     expected = calibration.recalibrate(bundle.recalibration, raw)
     for item, probabilities in zip(items, expected):
         row = next(r for r in rows if r["recording_id"] == item.recording_id)

@@ -1,6 +1,26 @@
-"""The code's shape: no import cycle inside ``eegformer_cli`` (imports inside functions count:
-a cycle hidden in a function is still a cycle a reader has to untangle) and no module longer
-than :data:`MAX_LINES` lines."""
+"""The code's shape: no import cycle inside ``eegformer_cli``, no import of a higher layer, and
+no module longer than :data:`MAX_LINES` lines. Imports inside functions count: a cycle or an
+upward arrow hidden in a function is still one a reader has to untangle.
+
+The layers, bottom first (:data:`LAYERS`); a module may import its own layer and those below:
+
+1. base (the package root, errors, atomic, console, versions, parallel, devices, provenance):
+   files, terminal, workers, torch devices, provenance rules on plain values; no EEG idea (the
+   root's public names are loaded by name when first used, not imported);
+2. recordings: reading EEG files, channel names, cleaning, participants tables;
+3. connectivity: frequency bands and a cleaned recording's coherence/wPLI tokens;
+4. preprocess.output: the output folder's format (manifest, connectome files), below its
+   writer and all its readers so that it is read and written in one module;
+5. preprocess: recordings -> an output folder (settings, one recording, a whole run);
+6. model: the network and its forward over whole recordings; it knows no files;
+7. training: a preprocess folder -> folds, metrics, a run folder and model files;
+8. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
+9. explain: attributions, explanation files and the report, from model files and run folders;
+10. trained_model: the Python API's model object, predicting (8) and explaining (9);
+11. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
+12. commands: the function behind each command;
+13. cli, __main__: arguments, exit codes and the terminal.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +29,25 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "eegformer_cli"
 MAX_LINES = 700
+ROOT = "eegformer_cli"
+#: Module names below ``eegformer_cli.`` per layer (module docstring), bottom first; a name
+#: covers its submodules, the longest name that covers a module decides its layer, and
+#: ``eegformer_cli`` stands for the package root only.
+LAYERS = (
+    (ROOT, "errors", "atomic", "console", "versions", "parallel", "devices", "provenance"),
+    ("recordings",),
+    ("connectivity",),
+    ("preprocess.output",),
+    ("preprocess",),
+    ("model",),
+    ("training",),
+    ("inference", "estimator"),
+    ("explain",),
+    ("trained_model",),
+    ("simulate", "scenarios"),
+    ("commands",),
+    ("cli", "__main__"),
+)
 
 
 def module_name(path: Path) -> str:
@@ -62,6 +101,24 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_of(module: str) -> int | None:
+    """Index in :data:`LAYERS` of ``module`` (a dotted name), None when no layer names it."""
+    best, found = -1, None
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            full = ROOT if name == ROOT else f"{ROOT}.{name}"
+            covers = module == full or (name != ROOT and module.startswith(full + "."))
+            if covers and len(full) > best:
+                best, found = len(full), index
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module of a higher layer than the importer's, as ``a -> b``."""
+    return [f"{module} -> {imported}" for module in sorted(graph)
+            for imported in sorted(graph[module]) if layer_of(imported) > layer_of(module)]
+
+
 def test_the_cycle_finder_finds_a_cycle_and_accepts_a_tree():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
@@ -72,6 +129,33 @@ def test_no_import_cycle_inside_the_package():
     assert {"eegformer_cli.training.run", "eegformer_cli.model.xaiguiformer"} <= graph.keys()
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_every_module_has_a_layer():
+    unplaced = [name for name in package_imports() if layer_of(name) is None]
+    assert not unplaced, f"add them to LAYERS: {unplaced}"
+
+
+def test_the_layer_rule_finds_an_upward_import():
+    fit, inference = "eegformer_cli.training.fit", "eegformer_cli.inference"
+    assert upward_imports({fit: {inference}, inference: set()}) == [f"{fit} -> {inference}"]
+    assert upward_imports({inference: {fit}, fit: set()}) == []
+    output, run = "eegformer_cli.preprocess.output", "eegformer_cli.preprocess.run"
+    assert layer_of(output) < layer_of(run) and layer_of("eegformer_cli.errors") == 0
+    assert upward_imports({output: {run}, run: {output}}) == [f"{output} -> {run}"]
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = upward_imports(package_imports())
+    assert not upward, "\n".join(upward)
+
+
+def test_npz_files_are_opened_by_their_formats_owners_only():
+    """np.load appears in preprocess/output.py (connectome files) and explain/export.py (its
+    class summary) only: every other module reads those files through them."""
+    loading = {module_name(p) for p in PACKAGE.rglob("*.py")
+               if "np.load(" in p.read_text(encoding="utf-8")}
+    assert loading == {"eegformer_cli.preprocess.output", "eegformer_cli.explain.export"}
 
 
 def test_no_module_is_longer_than_700_lines():

@@ -21,7 +21,7 @@ import torch
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.provenance import FAR_FACTOR, WARNING_KINDS, recording_warnings
 from eegformer_cli.recordings.reading import recording_id
-from eegformer_cli.training.dataset import read_manifest
+from eegformer_cli.preprocess.output import read_manifest
 from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 EEG = SAMPLE_DATA / "eeg"

@@ -65,6 +65,7 @@ from eegformer_cli.explain.report_tables import (attention_diagnostics_html,
                                                  metrics_html, oof_table_html, run_summary_html)
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.trust_report import add_trust_section
+from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
 from eegformer_cli.training import verdict
 from eegformer_cli.training.metrics import describe_comparison
 
@@ -269,7 +270,7 @@ def _add_run_summary(report, run_dir: Path, config: dict, metrics: dict | None) 
 def _add_dataset(report, config: dict) -> None:
     section = "Dataset"
     data_dir = Path(config.get("data_dir") or "")
-    manifest = data_dir / "manifest.tsv"
+    manifest = data_dir / MANIFEST_NAME
     if not manifest.is_file():
         _note(report, "Dataset summary", f"The training data's manifest ({manifest}) is not "
               "available, so the dataset cannot be summarised here.", section)
@@ -277,7 +278,7 @@ def _add_dataset(report, config: dict) -> None:
     label_column = config.get("label_column", "label")
     report.add_html(f"<p>Data: {html.escape(str(data_dir))}, label column "
                     f"<code>{html.escape(label_column)}</code>.</p>"
-                    + dataset_summary_html(_read_tsv(manifest), label_column),
+                    + dataset_summary_html(read_manifest(data_dir), label_column),
                     "Dataset summary", section=section)
 
 

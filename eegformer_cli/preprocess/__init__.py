@@ -2,8 +2,9 @@
 
 - :mod:`~eegformer_cli.preprocess.settings`: :class:`PreprocessSettings`, everything that
   decides a connectome's numbers (stored in every output folder and model file);
-- :mod:`~eegformer_cli.preprocess.connectome`: the ``.npz`` file of one recording's tokens,
-  :class:`Connectome` and :func:`load_connectome` (what training and inference read);
+- :mod:`~eegformer_cli.preprocess.output`: the output folder's format, the manifest and the
+  ``.npz`` file of one recording's tokens (:class:`Connectome`, :func:`load_connectome`), read
+  and written there only (training and inference read through it);
 - :mod:`~eegformer_cli.preprocess.recording`: one recording -> its connectome, from a file
   (:func:`process_recording`) or an ``mne.io.Raw`` in memory (:func:`process_raw`,
   :func:`preprocess_raw`);
@@ -21,10 +22,10 @@ import importlib
 
 _MODULES = {
     "PRESETS": "settings", "PreprocessSettings": "settings",
-    "Connectome": "connectome", "load_connectome": "connectome",
+    "Connectome": "output", "load_connectome": "output",
     "clean_segments": "recording", "process_recording": "recording", "process_raw": "recording",
     "preprocess_raw": "recording",
-    "CONNECTOME_DIR": "run", "MANIFEST_NAME": "run", "SETTINGS_NAME": "run",
+    "CONNECTOME_DIR": "output", "MANIFEST_NAME": "output", "SETTINGS_NAME": "output",
     "PreprocessSummary": "run", "recording_workers": "run", "run_preprocess": "run",
 }
 __all__ = sorted(_MODULES)

@@ -19,7 +19,7 @@ import numpy as np
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names, check_bands_fit_rate
 from eegformer_cli.connectivity.tokens import covariance_bands, recording_tokens
 from eegformer_cli.errors import RecordingError, UsageError
-from eegformer_cli.preprocess.connectome import Connectome
+from eegformer_cli.preprocess.output import Connectome
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
 from eegformer_cli.recordings import cleaning, reading
 from eegformer_cli.recordings.channels import (conform_channels, normalise_channels,

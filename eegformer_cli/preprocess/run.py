@@ -3,7 +3,8 @@ recording ids, the manifest.
 
 Into ``out_dir``::
 
-    out_dir/connectomes/<recording_id>.npz   one per recording that succeeded (see docs/architecture.md)
+    out_dir/connectomes/<recording_id>.npz   one per recording that succeeded (format:
+                                             preprocess/output.py)
     out_dir/manifest.tsv                     one row per input recording, ok or error (plus
                                              earlier runs' ok rows with the same settings)
     out_dir/preprocess.json                  resolved settings, channels, bands, versions, counts
@@ -19,10 +20,7 @@ folder by folder into one output.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import io
-import json
 import math
 import sys
 import warnings
@@ -37,24 +35,16 @@ from eegformer_cli import atomic, console
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
 from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure, UsageError
 from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
-from eegformer_cli.preprocess.connectome import load_record
+from eegformer_cli.preprocess.output import (CONNECTOME_DIR, MANIFEST_ERRORS,
+                                             MANIFEST_LEADING_COLUMNS, MANIFEST_NAME,
+                                             MANIFEST_TRAILING_COLUMNS, SETTINGS_NAME,
+                                             load_record, manifest_rows, read_settings_file,
+                                             write_manifest)
 from eegformer_cli.preprocess.recording import process_recording
 from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.recordings import cleaning, metadata, reading
 from eegformer_cli.recordings.channels import STANDARD_1020, normalise_channels, select_channel_set
 from eegformer_cli.versions import package_versions
-
-#: The output folder's parts (docs/architecture.md).
-CONNECTOME_DIR = "connectomes"
-MANIFEST_NAME = "manifest.tsv"
-SETTINGS_NAME = "preprocess.json"
-#: How the manifest writes an unknown value.
-MISSING = "n/a"
-#: Manifest columns before the metadata columns (docs/architecture.md).
-MANIFEST_LEADING_COLUMNS = ("recording_id", "participant_id", "source_file", "status", "error",
-                            "n_segments", "n_segments_rejected", "sfreq", "source_sfreq",
-                            "duration_s", "channels_interpolated", "age", "sex")
-MANIFEST_TRAILING_COLUMNS = ("signal_sha256", "connectome", "settings_hash")
 
 
 #: Signature of the ``map`` that :func:`recording_workers` yields.
@@ -73,9 +63,9 @@ def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
     - ``n_jobs`` 1: this process;
     - Linux: a ``multiprocessing`` pool of *forked* workers. Why not joblib's own pool (loky):
       loky starts every worker as a fresh interpreter that imports numpy, SciPy, MNE and this
-      package again (about 1.5 s of CPU each); on a study of 84 one-minute recordings
-      (about 6 s of work on this project's 2-core CPU) that cost made ``--n-jobs 2`` only 1.40x
-      faster than 1. Forked workers start with the parent's imports in milliseconds
+      package again (about 1.5 s of CPU each); on a dataset of 84 one-minute recordings (about
+      6 s of work on this project's 2-core CPU) that cost made ``--n-jobs 2`` only 1.40x faster
+      than 1. Forked workers start with the parent's imports in milliseconds
       (docs/benchmarks.md). The pool is forked here, before any progress-bar thread exists
       (fork copies only the calling thread), and terminated on leaving (also on Ctrl-C);
     - elsewhere (macOS, Windows: no safe fork): joblib's loky pool.
@@ -362,12 +352,10 @@ def _refuse_other_settings(out_dir: Path, previous_rows: list[dict],
              and row.get("settings_hash") not in (None, "", "n/a", current)]
     if not other:
         return
-    try:
-        earlier = json.loads((out_dir / "preprocess.json").read_text(encoding="utf-8"))["settings"]
-        now = settings.to_dict()
-        changed = sorted(key for key in now if earlier.get(key) != now[key])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        changed = []
+    earlier = (read_settings_file(out_dir) or {}).get("settings")
+    now = settings.to_dict()
+    changed = (sorted(key for key in now if earlier.get(key) != now[key])
+               if isinstance(earlier, dict) else [])
     raise UsageError(f"{out_dir} holds {len(other)} recordings preprocessed with other settings"
                      + (f" (different: {', '.join(changed)})" if changed else ""),
                      hint="use --overwrite to replace them (they leave the manifest), another "
@@ -478,9 +466,8 @@ def _read_earlier_manifest(out_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle, delimiter="\t"))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        return manifest_rows(path)
+    except MANIFEST_ERRORS as exc:
         console.warn(f"{path}: earlier manifest not readable ({exc}); it is replaced")
         return []
 
@@ -582,10 +569,10 @@ def _write_outputs(out_dir: Path, rows: list[dict], earlier: list[dict],
         channels=list(settings.channels or ()), epoch_length_s=settings.epoch_length,
         out_dir=out_dir, manifest=out_dir / MANIFEST_NAME, settings_file=out_dir / SETTINGS_NAME)
     input_names = [str(Path(path).absolute()) for path in inputs]  # as audit.py reads them
-    if earlier and summary.settings_file.is_file():
-        previous = json.loads(summary.settings_file.read_text(encoding="utf-8")).get("inputs", [])
+    if earlier:
+        previous = (read_settings_file(out_dir) or {}).get("inputs", [])
         input_names = list(dict.fromkeys([*previous, *input_names]))
-    atomic.write_text(summary.manifest, _manifest_text(earlier + rows))
+    write_manifest(summary.manifest, earlier + rows)
     atomic.write_json(summary.settings_file, {
         "settings": settings.to_dict(), "settings_hash": settings.settings_hash(),
         "channels": summary.channels, "bands": band_names(settings.bands),
@@ -598,14 +585,6 @@ def _write_outputs(out_dir: Path, rows: list[dict], earlier: list[dict],
                    "kept_from_earlier_runs": len(earlier)},
         "versions": package_versions()})
     return summary
-
-
-def _format_value(value) -> str:
-    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
@@ -625,21 +604,3 @@ def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
     row["connectome"] = f"{CONNECTOME_DIR}/{rec.recording_id}.npz" if ok else None
     row["settings_hash"] = settings_hash if ok else None
     return row
-
-
-def _manifest_text(rows: list[dict]) -> str:
-    """Tab-separated text; columns: the contract's leading ones, every metadata column, then
-    connectome and settings_hash; ``n/a`` for unknown."""
-    extra = []
-    for row in rows:
-        for key in row:
-            if (key not in MANIFEST_LEADING_COLUMNS and key not in MANIFEST_TRAILING_COLUMNS
-                    and key not in extra):
-                extra.append(key)
-    columns = [*MANIFEST_LEADING_COLUMNS, *extra, *MANIFEST_TRAILING_COLUMNS]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([_format_value(row.get(column)) for column in columns])
-    return buffer.getvalue()

@@ -2,10 +2,10 @@
 
 Clinical EEG sets are small and full of shortcuts (patients recorded longer, at another site,
 on another amplifier, at another age). A classifier can score well on them while learning
-nothing about the brain; e.g. in eegmat the rest recordings are 180 s and the arithmetic ones
-62 s, and the connectivity estimator's bias follows the length. So every ``train`` run (and
-``train --merge``) checks, on the same participant-wise folds as the models, how well each
-nuisance variable predicts the label by itself:
+nothing about the brain; e.g. in a public rest vs mental-arithmetic set the rest recordings are
+180 s and the arithmetic ones 62 s, and the connectivity estimator's bias follows the length.
+So every ``train`` run (and ``train --merge``) checks, on the same participant-wise folds as
+the models, how well each nuisance variable predicts the label by itself:
 
 - ``duration_s`` (numeric): recording duration, s (the part analysed, at most ``preprocess
   --crop``, when given);
@@ -31,9 +31,9 @@ Interval: the mean over folds with the 95 % interval of the corrected resampled 
 fold-wise metric against chance (AUROC 0.5, BAC 1 / n_classes). It allows for folds sharing
 training participants, and for the training-set variability a pooled out-of-fold bootstrap
 would ignore (a bootstrap would also collapse to a point at AUROC 1). When every fold gives
-the same value (e.g. AUROC 1.00 on every fold of eegmat) the t-interval has no spread to work
-with and is not given (n/a); a variable that high is then tested by permutation instead: the
-one-variable model refit on :data:`N_PERMUTATIONS` label permutations
+the same value (e.g. AUROC 1.00 on every fold, the length in that set) the t-interval has no
+spread to work with and is not given (n/a); a variable that high is then tested by permutation
+instead: the one-variable model refit on :data:`N_PERMUTATIONS` label permutations
 (:func:`null_labels.permuted_labels`) on the same folds, p = (1 + #{null mean AUROC >=
 observed}) / (1 + N). It costs a second or two and runs only in that case.
 
@@ -67,6 +67,7 @@ from threadpoolctl import threadpool_limits
 
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
 from eegformer_cli.recordings.reading import input_folder
 from eegformer_cli.training import splits
@@ -126,9 +127,7 @@ def plan_audit(data: TrainingData, folds: list[splits.Fold], scheme: dict, confi
     ``confounds``: extra manifest columns; UsageError naming the available ones when a column
     does not exist or is the label itself. Reads the manifest (nothing is written).
     """
-    from eegformer_cli.training.dataset import read_manifest
-
-    rows = read_manifest(data.data_dir)
+    rows = output.read_manifest(data.data_dir)
     _check_confounds(list(rows[0]), list(confounds), data)
     by_id = {row["recording_id"]: row for row in rows}
     recording_rows = [by_id[rec.recording_id] for rec in data.recordings]
@@ -154,12 +153,10 @@ def _check_confounds(columns: list[str], confounds: list[str], data: TrainingDat
 
 def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
     """The nuisance variables every manifest may have (module docstring's table)."""
-    from eegformer_cli.training.dataset import age_value
-
     interpolated = (None if "channels_interpolated" not in rows[0] else
                     [0.0 if metadata.is_missing(row["channels_interpolated"])
                      else float(len(row["channels_interpolated"].split(","))) for row in rows])
-    ages = None if "age" not in rows[0] else [age_value(row["age"]) for row in rows]
+    ages = None if "age" not in rows[0] else [output.age_value(row["age"]) for row in rows]
     crop = (data.preprocess.get("settings") or {}).get("crop_s")
     duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
     if crop is not None and duration.values is not None:   # what the tokens were computed on

@@ -48,9 +48,6 @@ PRESETS = ("default", "paper")
 AUGMENTATIONS = ("graphon", "none")
 CLASS_WEIGHTINGS = ("balanced", "none")
 SELECTION_METRICS = ("bac", "paper_bac")
-DEVICES = ("auto", "cpu", "cuda")
-#: ``--precision``: ``auto`` resolves per preset and device (``devices.resolve_precision``).
-PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 # Fields of ModelConfig that come from the data, not from the user.
 DATA_DERIVED_MODEL_FIELDS = ("n_channels", "band_names", "band_edges_hz", "n_classes",
@@ -266,7 +263,8 @@ def _coerce(key: str, value, source: str):
 
 def validate(config: TrainConfig) -> None:
     """Check choices and ranges; raise UsageError naming the setting and what is allowed."""
-    from eegformer_cli.model.xaiguiformer import ModelConfig  # model package loads torch
+    from eegformer_cli.devices import DEVICES, PRECISIONS  # devices and the model load torch
+    from eegformer_cli.model.xaiguiformer import ModelConfig
 
     check_choice("preset", config.preset, PRESETS)
     check_choice("augmentation", config.augmentation, AUGMENTATIONS)

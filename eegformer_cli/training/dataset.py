@@ -13,9 +13,6 @@ Demographics as the model takes them: ``age`` float32 years (NaN = unknown), ``s
 
 from __future__ import annotations
 
-import csv
-import json
-import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +23,8 @@ from torch.utils.data import Dataset
 
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
-
-SEX_CODES = {"M": 0.0, "F": 1.0}
-
 
 @dataclass
 class RecordingInfo:
@@ -63,39 +58,6 @@ class TrainingData:
         return np.array([index[r.label] for r in (recordings or self.recordings)], dtype=np.int64)
 
 
-def read_manifest(data_dir: Path) -> list[dict]:
-    """Rows of ``DIR/manifest.tsv`` as dicts of strings; InputDataError when absent/unreadable."""
-    path = Path(data_dir) / "manifest.tsv"
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle, delimiter="\t"))
-    except FileNotFoundError:
-        raise InputDataError("no manifest.tsv: not a preprocess output folder", path=data_dir,
-                             hint="run `eegformer preprocess` first and pass its --out folder") from None
-    except (OSError, csv.Error, UnicodeDecodeError) as exc:
-        raise InputDataError(f"cannot read the manifest: {exc}", path=path) from None
-
-
-def age_value(text: str | None) -> float:
-    """Manifest age (years or ``n/a``) -> the model's age input: float years, NaN when unknown
-    (or unreadable)."""
-    try:
-        age = metadata.parse_age(text)
-    except ValueError:
-        return float("nan")
-    return float("nan") if age is None else age
-
-
-def sex_value(text: str | None) -> float:
-    """Sex text (``M``/``F``/``male``/... or ``n/a``, see :func:`metadata.parse_sex`) -> the
-    model's sex input: 0.0 male, 1.0 female, NaN when unknown (or unreadable)."""
-    try:
-        sex = metadata.parse_sex(text)
-    except ValueError:
-        return float("nan")
-    return float("nan") if sex is None else SEX_CODES[sex]
-
-
 def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     """Read the manifest and keep the recordings usable for training with ``label_column``.
 
@@ -104,7 +66,7 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     InputDataError when no recording has a label or only one class remains.
     """
     data_dir = Path(data_dir).resolve()
-    rows = read_manifest(data_dir)
+    rows = output.read_manifest(data_dir)
     if not rows:
         raise InputDataError("manifest.tsv has no recordings", path=data_dir)
     if label_column not in rows[0]:
@@ -130,20 +92,12 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
         raise InputDataError(f"column {label_column!r} has only one class ({label_names[0]!r}) "
                              "among the usable recordings; a classifier needs at least two",
                              path=data_dir / "manifest.tsv")
-    try:
-        with np.load(recordings[0].connectome) as first:
-            channels = [str(c) for c in first["channels"]]
-            bands = [str(b) for b in first["bands"]]
-            band_edges = np.asarray(first["band_edges_hz"], dtype=np.float64)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputDataError(f"cannot read connectome: {exc}", path=recordings[0].connectome,
-                             hint="rerun `eegformer preprocess`") from None
-    preprocess_path = data_dir / "preprocess.json"
-    try:
-        preprocess = json.loads(preprocess_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise InputDataError("missing or unreadable preprocess.json", path=preprocess_path,
-                             hint="rerun `eegformer preprocess` into this folder") from None
+    channels, bands, band_edges = output.read_layout(recordings[0].connectome)
+    preprocess = output.read_settings_file(data_dir)
+    if preprocess is None:
+        raise InputDataError("missing or unreadable preprocess.json",
+                             path=data_dir / output.SETTINGS_NAME,
+                             hint="rerun `eegformer preprocess` into this folder")
     return TrainingData(data_dir, label_column, recordings, label_names, channels, bands,
                         band_edges, preprocess)
 
@@ -152,15 +106,14 @@ def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingIn
     participant = (row.get("participant_id") or "").strip()
     if metadata.is_missing(participant):
         participant = row["recording_id"]
-    connectome = row.get("connectome") or f"connectomes/{row['recording_id']}.npz"
     try:
         n_segments = int(float(row["n_segments"]))
     except (KeyError, ValueError):
         raise InputDataError(f"recording {row['recording_id']!r} has no valid n_segments",
                              path=data_dir / "manifest.tsv") from None
     return RecordingInfo(row["recording_id"], participant, row[label_column].strip(),
-                         age_value(row.get("age")), sex_value(row.get("sex")),
-                         data_dir / connectome, n_segments)
+                         output.age_value(row.get("age")), output.sex_value(row.get("sex")),
+                         output.connectome_path(data_dir, row), n_segments)
 
 
 class ConnectomeDataset(Dataset):
@@ -222,7 +175,9 @@ class ConnectomeDataset(Dataset):
         if r in self._cache:
             self._cache.move_to_end(r)
             return self._cache[r]
-        arrays = read_connectome_arrays(self.recordings[r], self.channels, self.bands)
+        rec = self.recordings[r]
+        arrays = output.read_tokens(rec.connectome, self.channels, self.bands, rec.n_segments,
+                                    rec.recording_id)
         size = arrays[0].nbytes + arrays[1].nbytes
         while self._cache and self._cached_bytes + size > self.cache_bytes:
             _, old = self._cache.popitem(last=False)
@@ -232,59 +187,7 @@ class ConnectomeDataset(Dataset):
         return arrays
 
 
-def read_connectome_arrays(recording: RecordingInfo, channels: list[str],
-                           bands: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Read and check one connectome file (or take the arrays of a Connectome held in memory):
-    (coh, wpli) float32 (n_segments, n_bands, C, C).
-
-    Raises InputDataError naming the file when it is unreadable or does not match the run's
-    channels, bands or the manifest's segment count.
-    """
-    path = recording.connectome
-    if not isinstance(path, (str, Path)):  # a Connectome held in memory (the estimator's input)
-        coh = np.ascontiguousarray(path.coh, dtype=np.float32)
-        wpli = np.ascontiguousarray(path.wpli, dtype=np.float32)
-        file_channels, file_bands = [str(c) for c in path.channels], [str(b) for b in path.bands]
-        path = recording.recording_id
-    else:
-        try:
-            with np.load(path) as data:
-                coh = np.ascontiguousarray(data["coh"], dtype=np.float32)
-                wpli = np.ascontiguousarray(data["wpli"], dtype=np.float32)
-                file_channels = [str(c) for c in data["channels"]]
-                file_bands = [str(b) for b in data["bands"]]
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # truncated
-            raise InputDataError(f"cannot read connectome: {exc}", path=path,
-                                 hint="rerun `eegformer preprocess`") from None
-    if file_channels != channels or file_bands != bands:
-        raise InputDataError("channels or bands differ from the other recordings of the folder",
-                             path=path, hint="preprocess all recordings in one run")
-    expected = (recording.n_segments, len(bands), len(channels), len(channels))
-    if coh.shape != expected or wpli.shape != expected:
-        raise InputDataError(f"connectome has shape {coh.shape}, expected {expected} from the "
-                             "manifest", path=path, hint="rerun `eegformer preprocess`")
-    return coh, wpli
-
-
 def read_covariances(recording: RecordingInfo, channels: list[str]) -> np.ndarray | None:
-    """The band covariances of one connectome file (or of a Connectome held in memory): float32
-    (n_covariance_bands, C, C), V^2; None when it has none (written before eegformer stored
-    them). InputDataError naming the file when it is unreadable or not C x C."""
-    path = recording.connectome
-    if not isinstance(path, (str, Path)):
-        covariance, path = path.covariance, recording.recording_id
-    else:
-        try:
-            with np.load(path) as data:
-                covariance = data["covariance"] if "covariance" in data else None
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            raise InputDataError(f"cannot read connectome: {exc}", path=path,
-                                 hint="rerun `eegformer preprocess`") from None
-    if covariance is None:
-        return None
-    covariance = np.asarray(covariance, dtype=np.float32)
-    if covariance.ndim != 3 or covariance.shape[1:] != (len(channels), len(channels)):
-        raise InputDataError(f"band covariances have shape {covariance.shape}, expected "
-                             f"(bands, {len(channels)}, {len(channels)})", path=path,
-                             hint="rerun `eegformer preprocess`")
-    return covariance
+    """The band covariances of one recording's connectome (:func:`output.read_covariances`):
+    float32 (n_covariance_bands, C, C), V^2, or None when its file has none."""
+    return output.read_covariances(recording.connectome, len(channels), recording.recording_id)

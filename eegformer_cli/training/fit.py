@@ -2,8 +2,10 @@
 
 :func:`fit_model` trains one XAIguiFormer on some participants' recordings and selects its epoch
 on others' (what a cross-validation fold, the final model of a run and the scikit-learn
-estimator each do once); :func:`evaluate` gives a dataset's per-recording logits and
-:func:`attention_summary` what the model's attention does on it (model/diagnostics.py).
+estimator each do once), in named steps as timm's training scripts: set up, then per epoch
+:func:`train_one_epoch` and :func:`validate`, then the selection. :func:`evaluate` gives a
+dataset's per-recording logits and :func:`attention_summary` what the model's attention does on
+it (model/diagnostics.py).
 
 Reproducibility on CPU: Python, NumPy and torch are seeded per fit, ``torch.use_deterministic_
 algorithms(True)`` (:func:`deterministic_algorithms`), one data-loading process and a seeded
@@ -20,13 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.special import softmax
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader
 
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.errors import UsageError
-from eegformer_cli.inference import SEGMENTS_PER_BATCH, recording_logits, softmax
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
+from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.training import augment, distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData
@@ -162,7 +165,57 @@ def fit_model(data: TrainingData, train_recs: list[RecordingInfo], val_recs: lis
 
 
 def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) -> FitResult:
+    """:func:`fit_model`: set up, then per epoch :func:`train_one_epoch`, :func:`validate` and
+    the selection, until the last epoch or ``config.patience`` epochs without a better one."""
     start = time.perf_counter()
+    loop = _setup(data, train_recs, val_recs, config, device, seed)
+    selection = _Selection()
+    history = []
+    for epoch in range(config.epochs):
+        epoch_start = time.perf_counter()
+        losses, lr = train_one_epoch(loop, config, device)
+        val_loss, metrics, attention = validate(loop, config, device, tag, epoch)
+        record = {**tag, "epoch": epoch + 1,
+                  "train_loss": float(np.mean(losses)) if losses else None, "val_loss": val_loss,
+                  "val_bac": metrics["bac"], "lr": lr if losses else None,
+                  "seconds": time.perf_counter() - epoch_start,
+                  "attention": attention and attention["passes"]}
+        history.append(record)
+        selection.update(config, epoch, metrics[config.selection_metric], loop.model)
+        if on_epoch is not None:
+            on_epoch(record)
+        if selection.patience_ran_out(config):
+            break
+    loop.model.load_state_dict(selection.state)
+    return FitResult(loop.model.eval(), history, selection.epoch, time.perf_counter() - start)
+
+
+@dataclass
+class _Loop:
+    """One fit's training state (:func:`_setup`); ``step`` counts the optimiser steps so far."""
+
+    model: torch.nn.Module
+    train_model: torch.nn.Module          # what batches go through: DDP under torchrun, else model
+    train_set: ConnectomeDataset
+    val_set: ConnectomeDataset
+    loader: DataLoader
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    weight: torch.Tensor | None           # the loss's class weights (None: unweighted)
+    precision: str                        # resolved (devices.resolve_precision)
+    rng: np.random.Generator              # augmentation draws
+    n_classes: int
+    total_steps: int
+    warmup_steps: int
+    step: int = 0
+
+
+def _setup(data: TrainingData, train_recs: list[RecordingInfo], val_recs: list[RecordingInfo],
+           config: TrainConfig, device: torch.device, seed: int) -> _Loop:
+    """Seed, build the model (input statistics from ``train_recs`` with
+    ``config.input_standardisation``), the datasets, the seeded shuffling loader, the class
+    weights and the optimiser. The order of these steps is the order of the random draws, so
+    it fixes the numbers of a seed."""
     seed_everything(seed)
     rng = np.random.default_rng(seed)
     model = build_model(data, config, np.array([r.age for r in train_recs]))
@@ -173,80 +226,113 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
         model.set_stats(connectivity_stats(train_set.recording_arrays(r)
                                            for r in range(len(train_recs))))
     model = model.to(device)
-    train_model = distributed.wrap_for_training(model)  # DDP under torchrun, else model
+    train_model = distributed.wrap_for_training(model)
     generator = torch.Generator().manual_seed(seed)
     drop_last = config.drop_last and len(train_set) > config.batch_size
     loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True,
                         drop_last=drop_last, generator=generator, num_workers=0)
     n_classes = len(data.label_names)
-    weight = None
-    if config.class_weighting == "balanced":
-        segment_labels = train_set.labels[train_set.index[:, 0]]
-        weights = np.ones(n_classes)
-        present = np.unique(segment_labels)
-        weights[present] = compute_class_weight("balanced", classes=present, y=segment_labels)
-        weight = torch.tensor(weights, dtype=torch.float32, device=device)
+    weight = _class_weight(train_set, n_classes, config, device)
     # fused: one kernel over all parameters (CPU and CUDA) instead of ~10 small ops per tensor;
     # 3.6 ms instead of 15 ms per step for the paper model's 186 tensors on this project's CPU
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=tuple(config.betas),
                                   eps=config.eps, weight_decay=config.weight_decay, fused=True)
     precision = resolve_precision(config.precision, device, config.preset)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
-    steps_per_epoch = len(loader)
-    total_steps = config.epochs * steps_per_epoch
-    warmup_steps = int(round(config.warmup_epochs * steps_per_epoch))
-    val_labels = val_set.labels
-    history, best, best_state, best_epoch, since_best, step = [], None, None, 0, 0, 0
-    for epoch in range(config.epochs):
-        epoch_start = time.perf_counter()
-        model.train()
-        losses = []
-        for batch in loader:
-            lr = lr_at_step(step, total_steps, warmup_steps, config.lr, config.lr_min,
-                            config.warmup_lr_init)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            targets = F.one_hot(batch["label"], n_classes).float()
-            coh, wpli, age, sex, targets = augment.mix_batch(
-                batch["coh"], batch["wpli"], batch["age"], batch["sex"], targets,
-                config.augmentation, config.augment_prob, config.cutmix_prob, config.mix_beta, rng)
-            (coh, wpli, age, sex, targets), loss_scale = distributed.shard_batch(
-                coh, wpli, age, sex, targets)  # this process's slice of the batch (torchrun)
-            with autocast(device, precision):
-                coarse, refined = train_model(coh.to(device), wpli.to(device), age.to(device),
-                                              sex.to(device))
-            loss = _loss(coarse, refined, targets.to(device), config, weight) * loss_scale
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            losses.append(distributed.batch_mean_loss(loss))
-            step += 1
-        logits = evaluate(model, val_set, device, precision)
-        if not np.isfinite(logits).all():
-            where = ("final model" if tag["fold"] == -1
-                     else f"repeat {tag['repeat']}, fold {tag['fold']}")
-            raise UsageError(f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
-                             f"are not finite with lr {config.lr:g}",
-                             hint="lower --lr and rerun with --overwrite")
-        val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(val_labels)))
-        metrics = classification_metrics(val_labels, softmax(logits), None)
-        metric = metrics[config.selection_metric]
-        attention = attention_summary(model, val_set, device, ablations=False)
-        record = {**tag, "epoch": epoch + 1, "train_loss": float(np.mean(losses)) if losses else None,
-                  "val_loss": val_loss, "val_bac": metrics["bac"], "lr": lr if losses else None,
-                  "seconds": time.perf_counter() - epoch_start,
-                  "attention": attention and attention["passes"]}
-        history.append(record)
-        if selection_improved(config, epoch, metric, best):
-            best = metric
-            best_state = copy.deepcopy(model.state_dict())
-            best_epoch, since_best = epoch + 1, 0
+    return _Loop(model, train_model, train_set, val_set, loader, optimizer, scaler, weight,
+                 precision, rng, n_classes, total_steps=config.epochs * len(loader),
+                 warmup_steps=int(round(config.warmup_epochs * len(loader))))
+
+
+def _class_weight(train_set: ConnectomeDataset, n_classes: int, config: TrainConfig,
+                  device: torch.device) -> torch.Tensor | None:
+    """float32 (n_classes,) loss weights, "balanced" over the training segments (1 for a class
+    without any), or None (``class_weighting`` "none")."""
+    if config.class_weighting != "balanced":
+        return None
+    segment_labels = train_set.labels[train_set.index[:, 0]]
+    weights = np.ones(n_classes)
+    present = np.unique(segment_labels)
+    weights[present] = compute_class_weight("balanced", classes=present, y=segment_labels)
+    return torch.tensor(weights, dtype=torch.float32, device=device)
+
+
+def train_one_epoch(loop: _Loop, config: TrainConfig, device: torch.device
+                    ) -> tuple[list[float], float | None]:
+    """One pass over the shuffled training segments, one optimiser step per batch; returns the
+    batches' losses (this process's share under torchrun, averaged over processes) and the
+    last learning rate (None without a batch)."""
+    loop.model.train()
+    losses, lr = [], None
+    for batch in loop.loader:
+        lr = lr_at_step(loop.step, loop.total_steps, loop.warmup_steps, config.lr, config.lr_min,
+                        config.warmup_lr_init)
+        for group in loop.optimizer.param_groups:
+            group["lr"] = lr
+        losses.append(_train_step(loop, batch, config, device))
+        loop.step += 1
+    return losses, lr
+
+
+def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.device) -> float:
+    """Augment one batch, take one optimiser step on its loss; returns the batch's loss."""
+    targets = F.one_hot(batch["label"], loop.n_classes).float()
+    coh, wpli, age, sex, targets = augment.mix_batch(
+        batch["coh"], batch["wpli"], batch["age"], batch["sex"], targets,
+        config.augmentation, config.augment_prob, config.cutmix_prob, config.mix_beta, loop.rng)
+    (coh, wpli, age, sex, targets), loss_scale = distributed.shard_batch(
+        coh, wpli, age, sex, targets)  # this process's slice of the batch (torchrun)
+    with autocast(device, loop.precision):
+        coarse, refined = loop.train_model(coh.to(device), wpli.to(device), age.to(device),
+                                           sex.to(device))
+    loss = _loss(coarse, refined, targets.to(device), config, loop.weight) * loss_scale
+    loop.optimizer.zero_grad(set_to_none=True)
+    loop.scaler.scale(loss).backward()
+    loop.scaler.step(loop.optimizer)
+    loop.scaler.update()
+    return distributed.batch_mean_loss(loss)
+
+
+def validate(loop: _Loop, config: TrainConfig, device: torch.device, tag: dict,
+             epoch: int) -> tuple[float, dict, dict | None]:
+    """The model on the validation recordings after epoch ``epoch`` (0-based): (cross-entropy
+    of the per-recording logits, :func:`classification_metrics` of their softmax, the attention
+    summary without ablations). UsageError when the logits are not finite (diverged)."""
+    logits = evaluate(loop.model, loop.val_set, device, loop.precision)
+    if not np.isfinite(logits).all():
+        where = ("final model" if tag["fold"] == -1
+                 else f"repeat {tag['repeat']}, fold {tag['fold']}")
+        raise UsageError(f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
+                         f"are not finite with lr {config.lr:g}",
+                         hint="lower --lr and rerun with --overwrite")
+    labels = loop.val_set.labels
+    val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
+    metrics = classification_metrics(labels, softmax(logits, axis=1), None)
+    return val_loss, metrics, attention_summary(loop.model, loop.val_set, device, ablations=False)
+
+
+@dataclass
+class _Selection:
+    """The selected epoch so far (:func:`selection_improved`): its validation metric, weights
+    and 1-based number, and how many epochs since."""
+
+    best: float | None = None
+    state: dict | None = None
+    epoch: int = 0
+    since_best: int = 0
+
+    def update(self, config: TrainConfig, epoch: int, metric: float,
+               model: torch.nn.Module) -> None:
+        """Take epoch ``epoch`` (0-based) when it improves the selection, else count it."""
+        if selection_improved(config, epoch, metric, self.best):
+            self.best = metric
+            self.state = copy.deepcopy(model.state_dict())
+            self.epoch, self.since_best = epoch + 1, 0
         else:
-            since_best += 1
-        if on_epoch is not None:
-            on_epoch(record)
-        if config.patience and best is not None and since_best >= config.patience:
-            break
-    model.load_state_dict(best_state)
-    return FitResult(model.eval(), history, best_epoch, time.perf_counter() - start)
+            self.since_best += 1
+
+    def patience_ran_out(self, config: TrainConfig) -> bool:
+        """Whether ``config.patience`` epochs (0: no early stop) passed since the selected one
+        (never before an epoch is selected)."""
+        return (bool(config.patience) and self.best is not None
+                and self.since_best >= config.patience)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 from eegformer_cli import console
 from eegformer_cli.devices import resolve_device, resolve_precision
 from eegformer_cli.errors import UsageError
-from eegformer_cli.inference import softmax
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (ConnectomeDataset, RecordingInfo, TrainingData,
@@ -153,7 +153,8 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
     y_test = test_set.labels
     precision = resolve_precision(config.precision, plan.device, config.preset)
-    probabilities = {MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision))}
+    probabilities = {MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision),
+                                             axis=1)}
     chosen_c = {}
     for name in features:
         reference, probabilities[name] = fit_fold_reference(plan, fold, features, name)

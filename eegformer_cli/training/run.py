@@ -60,9 +60,10 @@ from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
+from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, read_manifest
+from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
 from eegformer_cli.training.folds import (REFERENCES, RunPlan, is_control_label, plan_run,
                                           recordings_of, reference_features, run_fold)
@@ -250,10 +251,50 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
     labels, the null model being ``permutation_model`` (:mod:`permutation`). Both concern the
     whole run (and ``train --merge``), not a fold job.
 
+    Steps: :func:`_plan_request` (nothing written for a run that cannot start),
+    :func:`_claim_run_dir`, the shortcut audit, :func:`_finished_folds` (resume),
+    :func:`_train_models` (the folds left, then the final model), :func:`write_summaries`, the
+    permutation test.
+
     Raises UsageError (bad settings, a run folder holding another run), InputDataError (data
     that cannot make a classification task) and OutputError (run folder not writable/locked).
     """
     n_workers = worker_count(n_jobs)
+    plan, audit_plan, folds = _plan_request(data_dir, label_column, config, splits_file,
+                                            positive_label, overwrite, fold_index, n_jobs,
+                                            n_workers, confounds, permutations, permutation_model)
+    run_dir = Path(run_dir)
+    ensure_dir(run_dir)
+    with distributed.process_group(plan.device), run_folder_lock(run_dir, fold_index), \
+            deterministic_algorithms(plan.device):
+        writer = distributed.is_writer()
+        if writer:
+            _claim_run_dir(run_dir, plan, fold_index, overwrite, positive_label)
+        extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
+                 if writer and audit_plan is not None else None)
+        distributed.barrier()  # the other processes read the folder once rank 0 prepared it
+        features = reference_features(plan.data)
+        results = _finished_folds(run_dir, plan, folds)
+        final_history = _train_models(run_dir, plan, folds, results, features, n_workers,
+                                      fold_index, extra)
+        if fold_index is not None:
+            return results[folds[0].name] if writer else None
+        metrics = (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history,
+                                   extra) if writer else None)
+        if metrics is not None and permutations:
+            metrics = permutation.run_permutation_test(run_dir, plan, features, metrics,
+                                                       permutations, permutation_model, n_workers)
+        return metrics
+
+
+def _plan_request(data_dir, label_column: str, config: TrainConfig, splits_file,
+                  positive_label: str | None, overwrite: bool, fold_index: int | None,
+                  n_jobs: int, n_workers: int, confounds, permutations: int,
+                  permutation_model: str
+                  ) -> tuple[RunPlan, audit.AuditPlan | None, list[splits.Fold]]:
+    """Check :func:`run_training`'s arguments and plan the run before anything is written:
+    (the plan, the shortcut audit's plan (None for a fold job), the folds this call trains).
+    ``n_workers``: :func:`parallel.worker_count` of ``n_jobs``."""
     permutation.check_settings(permutations, permutation_model)
     if fold_index is not None and (confounds or permutations):
         raise UsageError("--confounds and --permutations concern the whole run: give them to "
@@ -270,88 +311,110 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
     if n_workers > 1 and distributed.process_place().world_size > 1:
         raise UsageError(f"--n-jobs {n_jobs} cannot be combined with torchrun (its processes "
                          "already share every fold)", hint="use --n-jobs 1")
-    run_dir = Path(run_dir)
-    ensure_dir(run_dir)
-    with distributed.process_group(plan.device), run_folder_lock(run_dir, fold_index), \
-            deterministic_algorithms(plan.device):
-        writer = distributed.is_writer()
-        folds_dir = ensure_dir(run_dir / "folds")
-        if writer and fold_index is None:  # fold jobs run side by side: keep their temporaries
-            remove_stale_temporaries(run_dir)
-            remove_stale_temporaries(folds_dir)
-        if writer:
-            prepare_run_dir(run_dir, plan, overwrite)
-            if positive_label is None and plan.positive_label is not None:
-                why = ("the class that is not control-like"
-                       if sum(map(is_control_label, plan.data.label_names)) == 1
-                       else "the last label in sorted order")
-                console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
-                            f"({why}; choose another with --positive-label)")
-        extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
-                 if writer and audit_plan is not None else None)
-        distributed.barrier()  # the other processes read the folder once rank 0 prepared it
-        features = reference_features(plan.data)
-        holdout = plan.scheme.get("kind") == "holdout"
-        results = {}  # fold name -> result; folds finished by an earlier, interrupted run first
-        for fold in folds:
-            fold_file = folds_dir / f"{fold.name}.json"
-            if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
-                results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
-        pending = [fold for fold in folds if fold.name not in results]
-        if results:
-            console.log(f"train: {len(results)} of {len(folds)} folds already finished in "
-                        f"{run_dir} (an earlier run or --fold jobs): reused, not trained again")
-        train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
-        if fold_index is None and not holdout and not train_final:
-            console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
-        with process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool, \
-                console.progress_bar() as bar, _worker_progress(pool, bar, config.epochs) as shown:
-            folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
-            if pool is None:
-                trained = _folds_here(plan, pending, features, bar)
-            else:  # the final model is queued behind the folds, on the first free worker
-                trained = _folds_on_workers(pool, plan, pending, features, run_dir)
-                final_job = pool.apply_async(_final_job, (plan,)) if train_final else None
-            for fold, result, model in trained:
-                shown.finished(fold.name)
-                if writer and model is not None:   # a worker saved its own
-                    save_fold_model(run_dir, plan, fold, model)
-                if holdout and writer:
-                    _save_model(run_dir / "model.pt", model, plan,
-                                recordings_of(plan.data, fold.train), "holdout",
-                                recordings_of(plan.data, fold.train + fold.val))
-                if writer:
-                    write_json(folds_dir / f"{fold.name}.json", _nan_to_none(result))
-                results[fold.name] = result
-                bar.advance(folds_task)
-                if writer and fold_index is None:  # a fold job leaves the summaries to --merge
-                    write_summaries(run_dir, plan, _in_fold_order(results, folds), extra=extra)
-                m = result["metrics"]
-                references = ", ".join(f"{name.replace('_', ' ')} {m[name]['bac']:.3f}"
-                                       for name in m if name != MODEL_NAME)
-                console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
-                            f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s")
-            if fold_index is not None:
-                return results[folds[0].name] if writer else None
-            final_history = None
-            if train_final:
-                if pool is None:
-                    final_task = bar.add_task("final model (all participants)",
-                                              total=config.epochs, status="")
-                    fit = _fit_final(plan, lambda record: bar.update(
-                        final_task, completed=record["epoch"]))
-                else:
-                    fit = final_job.get()
-                    shown.finished(FINAL_NAME)
-                final_history = _write_final(run_dir, plan, fit)
-            elif not holdout:
-                final_history = _final_history(run_dir)
-        metrics = (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history,
-                                   extra) if writer else None)
-        if metrics is not None and permutations:
-            metrics = permutation.run_permutation_test(run_dir, plan, features, metrics,
-                                                       permutations, permutation_model, n_workers)
-        return metrics
+    return plan, audit_plan, folds
+
+
+def _claim_run_dir(run_dir: Path, plan: RunPlan, fold_index: int | None, overwrite: bool,
+                   positive_label: str | None) -> None:
+    """On the writing process: clear stale temporaries (not in a fold job: fold jobs run side
+    by side), :func:`prepare_run_dir`, and say which class is the positive one when it was not
+    given."""
+    folds_dir = ensure_dir(run_dir / "folds")
+    if fold_index is None:
+        remove_stale_temporaries(run_dir)
+        remove_stale_temporaries(folds_dir)
+    prepare_run_dir(run_dir, plan, overwrite)
+    if positive_label is None and plan.positive_label is not None:
+        why = ("the class that is not control-like"
+               if sum(map(is_control_label, plan.data.label_names)) == 1
+               else "the last label in sorted order")
+        console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
+                    f"({why}; choose another with --positive-label)")
+
+
+def _finished_folds(run_dir: Path, plan: RunPlan, folds: list[splits.Fold]) -> dict[str, dict]:
+    """Fold name -> result of the ``folds`` an earlier, interrupted run (or a ``--fold`` job)
+    finished: those with ``folds/<name>.json`` (and, for a holdout, ``model.pt``)."""
+    holdout = plan.scheme.get("kind") == "holdout"
+    results = {}
+    for fold in folds:
+        fold_file = run_dir / "folds" / f"{fold.name}.json"
+        if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
+            results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
+    if results:
+        console.log(f"train: {len(results)} of {len(folds)} folds already finished in "
+                    f"{run_dir} (an earlier run or --fold jobs): reused, not trained again")
+    return results
+
+
+def _train_models(run_dir: Path, plan: RunPlan, folds: list[splits.Fold],
+                  results: dict[str, dict], features: dict[str, dict], n_workers: int,
+                  fold_index: int | None, extra: dict | None) -> list[dict] | None:
+    """Train the ``folds`` not in ``results`` (adding theirs, each saved as it finishes, with
+    the summaries rewritten) and, for a whole cross-validation run without ``model.pt``, the
+    final model, here or on ``n_workers`` workers. Returns the final model's history (None
+    for a holdout or a fold job)."""
+    holdout = plan.scheme.get("kind") == "holdout"
+    pending = [fold for fold in folds if fold.name not in results]
+    train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
+    if fold_index is None and not holdout and not train_final:
+        console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
+    with process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool, \
+            console.progress_bar() as bar, \
+            _worker_progress(pool, bar, plan.config.epochs) as shown:
+        folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
+        final_job = None
+        if pool is None:
+            trained = _folds_here(plan, pending, features, bar)
+        else:  # the final model is queued behind the folds, on the first free worker
+            trained = _folds_on_workers(pool, plan, pending, features, run_dir)
+            final_job = pool.apply_async(_final_job, (plan,)) if train_final else None
+        for fold, result, model in trained:
+            shown.finished(fold.name)
+            _save_fold(run_dir, plan, fold, result, model)
+            results[fold.name] = result
+            bar.advance(folds_task)
+            if distributed.is_writer() and fold_index is None:  # a fold job leaves them to --merge
+                write_summaries(run_dir, plan, _in_fold_order(results, folds), extra=extra)
+            _log_fold(fold, result)
+        if fold_index is not None:
+            return None
+        if train_final:
+            return _write_final(run_dir, plan, _final_model(plan, final_job, bar, shown))
+    return None if holdout else _final_history(run_dir)
+
+
+def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: dict, model) -> None:
+    """On the writing process: a finished fold's model file (unless its worker saved it;
+    ``model.pt`` too for a holdout), then its result file ``folds/<name>.json``."""
+    if not distributed.is_writer():
+        return
+    if model is not None:
+        save_fold_model(run_dir, plan, fold, model)
+    if plan.scheme.get("kind") == "holdout":
+        _save_model(run_dir / "model.pt", model, plan, recordings_of(plan.data, fold.train),
+                    "holdout", recordings_of(plan.data, fold.train + fold.val))
+    write_json(run_dir / "folds" / f"{fold.name}.json", _nan_to_none(result))
+
+
+def _log_fold(fold: splits.Fold, result: dict) -> None:
+    """One line per finished fold: the BAC of each model, the selected epoch, the time."""
+    m = result["metrics"]
+    references = ", ".join(f"{name.replace('_', ' ')} {m[name]['bac']:.3f}"
+                           for name in m if name != MODEL_NAME)
+    console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
+                f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s")
+
+
+def _final_model(plan: RunPlan, final_job, bar, shown) -> FitResult:
+    """The final model: trained here with its own epoch bar (``final_job`` None), or the
+    result of the worker it was queued on."""
+    if final_job is None:
+        final_task = bar.add_task(FINAL_NAME, total=plan.config.epochs, status="")
+        return _fit_final(plan, lambda record: bar.update(final_task, completed=record["epoch"]))
+    fit = final_job.get()
+    shown.finished(FINAL_NAME)
+    return fit
 
 
 def _in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[dict]:
