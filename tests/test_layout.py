@@ -14,12 +14,14 @@ The layers, bottom first (:data:`LAYERS`); a module may import its own layer and
 5. preprocess: recordings -> an output folder (settings, one recording, a whole run);
 6. model: the network and its forward over whole recordings; it knows no files;
 7. training: a preprocess folder -> folds, metrics, a run folder and model files;
-8. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
-9. explain: attributions, explanation files and the report, from model files and run folders;
-10. trained_model: the Python API's model object, predicting (8) and explaining (9);
-11. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
-12. commands: the function behind each command;
-13. cli, __main__: arguments, exit codes and the terminal.
+8. options: every option's text, once (it reads the training presets), for the estimator's
+   docstring, the commands' docstrings and the CLI's help;
+9. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
+10. explain: attributions, explanation files and the report, from model files and run folders;
+11. trained_model: the Python API's model object, predicting (9) and explaining (10);
+12. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
+13. commands: the function behind each command;
+14. cli, __main__: arguments, exit codes and the terminal.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ LAYERS = (
     ("preprocess",),
     ("model",),
     ("training",),
+    ("options",),
     ("inference", "estimator"),
     ("explain",),
     ("trained_model",),

@@ -75,12 +75,13 @@ def test_choice_lists_are_the_package_s_tuples():
     from eegformer_cli.explain.attributions import CAPTUM_METHODS
     from eegformer_cli.model.rotary import FREQUENCY_ENCODINGS
     from eegformer_cli.model.xaiguiformer import ModelConfig
-    from eegformer_cli.training.config import DEVICES, PRECISIONS, PRESETS
+    from eegformer_cli.devices import DEVICES, PRECISIONS
+    from eegformer_cli.training.config import PRESETS
 
     assert options.choices("model/rotary", "FREQUENCY_ENCODINGS") == FREQUENCY_ENCODINGS
     assert options.choices("explain/attributions", "CAPTUM_METHODS") == CAPTUM_METHODS
-    assert options.choices("training/config", "DEVICES") == DEVICES
-    assert options.choices("training/config", "PRECISIONS") == PRECISIONS
+    assert options.choices("devices", "DEVICES") == DEVICES
+    assert options.choices("devices", "PRECISIONS") == PRECISIONS
     assert options.one_of(FREQUENCY_ENCODINGS) in options.TRAIN["frequency_encoding"].text
     assert options.one_of(CAPTUM_METHODS) in options.EXPLAIN["method"].text
     # the preset-dependent default of --frequency-encoding is the presets' own value

@@ -47,6 +47,7 @@ from torch import Tensor
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import check_choice
 from eegformer_cli.model.precision import float32_forward
+from eegformer_cli.model.predict import SEGMENTS_PER_BATCH
 from eegformer_cli.model.transformer import PASSES, RotaryAttention
 
 #: What :func:`replaced_attention` puts in place of a layer's softmax weights.
@@ -57,8 +58,6 @@ TRACE_QUANTITIES = ("entropy", "entropy_fraction", "residual_share", "guidance_r
 #: Quantities that need one forward per pass, layer and replacement.
 ABLATION_QUANTITIES = tuple(f"{name}_{kind}" for kind in ATTENTION_REPLACEMENTS
                             for name in ("logit_change", "flips"))
-#: Segments per forward (bounds memory; results do not depend on it beyond float rounding).
-SEGMENTS_PER_BATCH = 256
 
 
 def _attention_modules(model: torch.nn.Module) -> list[RotaryAttention]:
@@ -182,8 +181,9 @@ def recording_diagnostics(model, recordings: Sequence[tuple], device: torch.devi
                           ablations: bool = True) -> list[dict]:
     """Per recording, the mean over its segments of every quantity, per pass and layer.
 
-    ``recordings``: tuples ``(coh, wpli, age, sex)`` as for ``inference.recording_logits``
-    (float32 numpy (S, T, C, C), scalar age/sex). Segments of several recordings share
+    ``recordings``: tuples ``(coh, wpli, age, sex)`` as for
+    :func:`~eegformer_cli.model.predict.recording_logits` (float32 numpy (S, T, C, C), scalar
+    age/sex). Segments of several recordings share
     forwards of up to :data:`SEGMENTS_PER_BATCH` segments. Returns one summary per recording:
     ``{"n_bands": T, "uniform_entropy": ln T, "passes": {pass: {quantity: [per layer]}}}``
     (None for a model without transformer layers: it has no attention).
