@@ -436,6 +436,15 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert comparison["mean_difference"] == pytest.approx(np.mean(differences))
     assert comparison["folds_better"] + comparison["folds_equal"] + comparison["folds_worse"] == 3
     assert "xaiguiformer - logistic_regression, bac:" in done.stderr
+    # a folder started by an earlier version, whose config still names a retired setting with
+    # the value that survives, resumes: nothing is retrained
+    config_path = run_dir / "config.json"
+    stored = json.loads(config_path.read_text())
+    stored["identity"]["train_config"]["selection"] = "second_half"
+    config_path.write_text(json.dumps(stored))
+    again = run_cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert first.stat().st_mtime_ns == mtime
     # the same folder with other settings is refused (--overwrite would replace it)
     changed = run_cli(*args, "--epochs", "2")
     assert changed.returncode == 2 and "holds another run" in changed.stderr

@@ -62,7 +62,7 @@ from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
-from eegformer_cli.training.config import TrainConfig
+from eegformer_cli.training.config import TrainConfig, current_train_fields
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
 from eegformer_cli.training.folds import (REFERENCES, RunPlan, is_control_label, plan_run,
@@ -85,6 +85,22 @@ def _identity(plan: RunPlan) -> dict:
             "folds": [f.record() for f in plan.folds]}
 
 
+def _stored_identity(config_path: Path) -> dict | None:
+    """The identity a run folder's config.json holds (None when unreadable), its training
+    config in this version's settings (``config.current_train_fields``), so a run started by an
+    earlier version resumes when nothing but retired settings' surviving values differ."""
+    try:
+        previous = json.loads(config_path.read_text(encoding="utf-8")).get("identity")
+    except (OSError, ValueError):
+        return None
+    if isinstance(previous, dict) and isinstance(previous.get("train_config"), dict):
+        try:
+            previous["train_config"] = current_train_fields(previous["train_config"])
+        except UsageError:
+            pass  # a retired variant's value: it differs, and the message names it
+    return previous
+
+
 def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
     """Create/claim the run folder: write config.json and splits.json, or check they match.
 
@@ -94,10 +110,7 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
     config_path = run_dir / "config.json"
     identity = _identity(plan)
     if config_path.exists():
-        try:
-            previous = json.loads(config_path.read_text(encoding="utf-8")).get("identity")
-        except (OSError, ValueError):
-            previous = None
+        previous = _stored_identity(config_path)
         if previous != identity and not overwrite:
             changed = sorted(k for k in identity if (previous or {}).get(k) != identity[k])
             if "train_config" in changed and previous:
