@@ -99,8 +99,12 @@ def run_summary_html(run_dir: Path, config: dict, metrics: dict | None,
     when = ("not finished (no metrics.json)" if not finished.is_file() else
             datetime.datetime.fromtimestamp(finished.stat().st_mtime, datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC"))
-    selection = (f"the epoch with the best validation {train.get('selection_metric', 'score')} "
-                 "in the second half of training is kept")
+    metric = train.get("selection_metric", "score")
+    # runs of earlier versions may have selected over every epoch ("best")
+    selection = (f"the epoch with the best validation {metric} is kept"
+                 if train.get("selection") == "best" else
+                 f"the epoch with the best validation {metric} in the second half of training "
+                 "is kept")
     patience = train.get("patience") or 0
     labels = [str(label) for label in config.get("labels", [])]
     positive = config.get("positive_label")
