@@ -108,3 +108,20 @@ def test_no_help_mentions_data_beside_the_repository_and_its_examples_parse(caps
         assert examples, name
         for line in examples:
             parse_command_line(line.split("   (")[0])           # "   (comment)" in the help
+
+
+def test_train_help_shows_the_essentials_first_and_the_rest_in_panels(capsys, monkeypatch):
+    from eegformer_cli.cli import train
+
+    monkeypatch.setenv("COLUMNS", "250")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    panels = [line.split("─ ")[1].split(" ─")[0] for line in text.splitlines()
+              if line.startswith("╭─ ")]
+    assert panels[:2] == ["Arguments", "Options"]
+    assert set(panels[2:]) == {train.RECIPE, train.ABLATIONS, train.TRUST, train.COMPUTE}
+    essentials = text.split("╭─ Options")[1].split("╭─")[0]
+    flags = re.findall(r"│ (--[a-z-]+)", essentials)
+    assert flags == ["--out", "--label-column", "--cv", "--repeats", "--holdout", "--seed",
+                     "--n-jobs", "--json", "--overwrite", "--help"]
