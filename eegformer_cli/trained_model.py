@@ -266,7 +266,10 @@ class TrainedModel:
         Attributions are against the training recordings' mean connectome. A model loaded
         from a run folder explains each of the run's own recordings with the fold models that
         did not train on it (the mean over repeats; probabilities = its out-of-fold ones) and
-        other recordings with the final model (the ``explained_by`` column says which).
+        other recordings with the final model (the ``explained_by`` column says which), whose
+        probabilities and predicted class are those of :meth:`predict` (through the model
+        file's recalibration when ``train`` kept one; the explained class stays the network's
+        own most probable class).
 
         Parameters
         ----------
@@ -369,6 +372,8 @@ class TrainedModel:
                         participant_id=item.participant_id, target=target, method=method,
                         n_steps=n_steps, all_heads=all_heads, device=self._device)
                     explanation.explained_by = explained_by
+                    if explained_by == "model":     # the final model: as predict gives it
+                        _recalibrate(explanation, bundle)
                     warning_lines.print(item.recording_id, item.warnings)
                     provenance_rows.append({"recording_id": item.recording_id,
                                             **provenance.row_fields(item)})
@@ -516,6 +521,20 @@ def _per_recording(value, n: int, name: str) -> list:
                              "for all or one per recording")
         return list(value)
     return [value] * n
+
+
+def _recalibrate(explanation, bundle) -> None:
+    """Put a final-model explanation's probabilities (and predicted class) through the model
+    file's recalibration, so ``explain`` and ``predict`` report the same numbers for a new
+    recording; the explained class stays the network's own argmax. Out-of-fold explanations
+    keep the fold models' raw probabilities, which are the run's out-of-fold predictions."""
+    from eegformer_cli.training.calibration import recalibrate
+
+    if (bundle.recalibration or {}).get("method", "none") == "none":
+        return
+    explanation.probabilities = recalibrate(bundle.recalibration,
+                                            explanation.probabilities[None])[0]
+    explanation.predicted = bundle.label_names[int(explanation.probabilities.argmax())]
 
 
 class _WarningLines:

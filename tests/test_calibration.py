@@ -206,3 +206,33 @@ def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):
         assert topic in err
     assert err.index("Verdict") < err.index("test participants only")
     assert "chance: BAC 0.50 (2 classes)" in err
+
+
+def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(cv_run, tmp_path,
+                                                                              capsys):
+    import csv
+    import shutil
+
+    from eegformer_cli.training.model_file import add_calibration
+
+    model = tmp_path / "model.pt"             # a model file alone: the final model explains
+    shutil.copy(cv_run["run"] / "model.pt", model)
+    add_calibration(model, {"recalibration": {"method": "temperature",
+                                              "params": {"temperature": 3.0}}})
+    capsys.readouterr()
+    assert run_main("predict", model, cv_run["prep"], "--format", "json") == 0
+    predicted = {row["recording_id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert run_main("explain", model, cv_run["prep"], "--out", tmp_path / "x",
+                    "--n-steps", "4") == 0
+    with open(tmp_path / "x" / "recordings.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 30 and {row["explained_by"] for row in rows} == {"model"}
+    for row in rows:
+        expected = predicted[row["recording_id"]]
+        assert float(row["prob_patient"]) == pytest.approx(expected["prob_patient"], rel=1e-5)
+        assert row["predicted"] == expected["predicted"]
+    # the recalibration matters here: undone (temperature 1/3), the probabilities move
+    calibrated = np.array([[1 - r["prob_patient"], r["prob_patient"]] for r in predicted.values()])
+    raw = calibration.recalibrate({"method": "temperature", "params": {"temperature": 1 / 3}},
+                                  calibrated)
+    assert np.abs(raw - calibrated).max() > 1e-3
