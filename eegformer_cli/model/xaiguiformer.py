@@ -61,25 +61,34 @@ RETIRED_VALUES = {"guidance": ("rms_token", "rms_sample"), "readout": ("channel_
 
 def current_model_fields(stored: dict) -> dict:
     """A stored model config (``ModelConfig.to_dict()`` of this or an earlier version) in this
-    version's fields: :data:`RETIRED_FIELDS` holding a surviving value are dropped.
+    version's fields (:func:`without_retired` of :data:`RETIRED_FIELDS` and
+    :data:`RETIRED_VALUES`)."""
+    return without_retired(stored, RETIRED_FIELDS, RETIRED_VALUES, "model config")
 
-    Raises :class:`UsageError` naming the field when it holds a value only an experimental
-    variant had (a retired field's other value, or one of :data:`RETIRED_VALUES`).
+
+def without_retired(stored: dict, fields: dict, values: dict, what: str) -> dict:
+    """A copy of a stored config dict without the retired ``fields`` (name -> the values that
+    compute what this version computes: dropped). Used for the model's and the training's
+    configs alike.
+
+    Raises :class:`UsageError` naming ``what`` and the field when it holds a value only an
+    experimental variant had: a retired field's other value, or one of ``values`` (name -> such
+    values of a current field).
     """
     current = dict(stored)
-    for name, kept in RETIRED_FIELDS.items():
+    for name, kept in fields.items():
         if name in current and current.pop(name) not in kept:
-            raise _retired_variant(name, stored[name])
-    for name, values in RETIRED_VALUES.items():
-        if current.get(name) in values:
-            raise _retired_variant(name, current[name])
+            raise _retired_variant(what, name, stored[name])
+    for name, rejected in values.items():
+        if current.get(name) in rejected:
+            raise _retired_variant(what, name, current[name])
     return current
 
 
-def _retired_variant(name: str, value) -> UsageError:
-    return UsageError(f"model config {name}={value!r} was made by an experimental variant that "
-                     "this eegformer version no longer supports",
-                     hint="use the eegformer version that made it, or retrain")
+def _retired_variant(what: str, name: str, value) -> UsageError:
+    return UsageError(f"{what} {name}={value!r} was made by an experimental variant that this "
+                      "eegformer version no longer supports",
+                      hint="use the eegformer version that made it, or retrain")
 
 
 @dataclass

@@ -136,7 +136,7 @@ _PRESET_VALUES = {
 
 #: Settings that earlier versions stored in run folders and model files, with the value every
 #: run of this version has: dropped when a stored config holds it.
-RETIRED_SETTINGS = {"selection": "second_half"}
+RETIRED_SETTINGS = {"selection": ("second_half",)}
 #: Values of current settings that only experimental variants of earlier versions had.
 RETIRED_SETTING_VALUES = {"augmentation": ("mixup",)}
 
@@ -150,24 +150,14 @@ def current_train_fields(stored: dict) -> dict:
     Raises :class:`UsageError` naming the setting when it holds a value only an experimental
     variant had.
     """
-    from eegformer_cli.model.xaiguiformer import current_model_fields  # loads torch
+    from eegformer_cli.model.xaiguiformer import (  # loads torch
+        current_model_fields, without_retired)
 
-    current = dict(stored)
-    for name, kept in RETIRED_SETTINGS.items():
-        if name in current and current.pop(name) != kept:
-            raise _retired_variant(name, stored[name])
-    for name, values in RETIRED_SETTING_VALUES.items():
-        if current.get(name) in values:
-            raise _retired_variant(name, current[name])
+    current = without_retired(stored, RETIRED_SETTINGS, RETIRED_SETTING_VALUES,
+                              "training setting")
     if isinstance(current.get("model"), dict):
         current["model"] = current_model_fields(current["model"])
     return current
-
-
-def _retired_variant(name: str, value) -> UsageError:
-    return UsageError(f"training setting {name}={value!r} was an experimental variant that this "
-                      "eegformer version no longer supports",
-                      hint="use the eegformer version that made it, or retrain")
 
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
