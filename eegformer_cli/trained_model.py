@@ -530,8 +530,6 @@ def _recalibrate(explanation, bundle) -> None:
     keep the fold models' raw probabilities, which are the run's out-of-fold predictions."""
     from eegformer_cli.training.calibration import recalibrate
 
-    if (bundle.recalibration or {}).get("method", "none") == "none":
-        return
     explanation.probabilities = recalibrate(bundle.recalibration,
                                             explanation.probabilities[None])[0]
     explanation.predicted = bundle.label_names[int(explanation.probabilities.argmax())]
