@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.special import softmax
 from torch import Tensor
 
 from eegformer_cli.devices import one_cpu_thread
@@ -55,6 +56,7 @@ from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.model.diagnostics import (explicit_attention, mean_diagnostics,
                                              recording_diagnostics)
 from eegformer_cli.model.explanation import differentiable_explanations
+from eegformer_cli.model.predict import recording_logits
 
 #: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
@@ -224,8 +226,7 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
     with threads:
         coarse, refined, logits = attention_maps(model, *tensors, all_heads=all_heads)
         mean_logits = logits.mean(axis=0)
-        probabilities = np.exp(mean_logits - mean_logits.max())
-        probabilities /= probabilities.sum()
+        probabilities = softmax(mean_logits)
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
         baseline = None if reference is None else tuple(
@@ -243,22 +244,6 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
         wpli_pairs=wpli_pairs, n_segments=n, attention_diagnostics=diagnostics)
 
 
-def recording_probabilities(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex: float,
-                            device: torch.device | str = "cpu") -> np.ndarray:
-    """float64 (K,): softmax of the segment-mean refined logits (what ``predict`` reports),
-    ``coh``, ``wpli`` float32 numpy (S, T, C, C)."""
-    device = torch.device(device)
-    n = coh.shape[0]
-    with torch.no_grad():
-        logits = model(torch.as_tensor(coh, dtype=torch.float32, device=device),
-                       torch.as_tensor(wpli, dtype=torch.float32, device=device),
-                       torch.full((n,), float(age), dtype=torch.float32, device=device),
-                       torch.full((n,), float(sex), dtype=torch.float32, device=device))[1]
-    mean = logits.float().mean(dim=0).cpu().numpy().astype(np.float64)
-    probabilities = np.exp(mean - mean.max())
-    return probabilities / probabilities.sum()
-
-
 def explain_with_models(models: Sequence[tuple], coh: np.ndarray, wpli: np.ndarray, age: float,
                         sex: float, label_names: Sequence[str], *, target: str | None = None,
                         device: torch.device | str = "cpu", **options) -> RecordingExplanation:
@@ -267,7 +252,8 @@ def explain_with_models(models: Sequence[tuple], coh: np.ndarray, wpli: np.ndarr
     (:func:`mean_explanation`). All explain the same class: ``target``, else the class of the
     mean probabilities. ``options``: :func:`explain_recording`'s other keywords."""
     if len(models) > 1 and target is None:
-        mean = np.mean([recording_probabilities(model, coh, wpli, age, sex, device)
+        recording = [(coh, wpli, age, sex)]
+        mean = np.mean([softmax(recording_logits(model, recording, torch.device(device)), axis=1)[0]
                         for model, _ in models], axis=0)
         target = label_names[int(mean.argmax())]
     return mean_explanation([explain_recording(model, coh, wpli, age, sex, label_names,
