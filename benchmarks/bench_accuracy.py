@@ -55,46 +55,73 @@ VARIANTS = {
     "default": ["--preset", "default", *CV],
     "coarse_only": ["--preset", "default", *CV, "--no-xai"],
     "no_drofe": ["--preset", "default", *CV, "--frequency-encoding", "none"],
-    "tokenizer_only": ["--preset", "default", *CV],          # + a config file, see main()
-    "rose": ["--preset", "default", *CV],                    # + a config file, see main()
+    "tokenizer_only": ["--preset", "default", *CV],  # + a config file, see main()
+    "rose": ["--preset", "default", *CV],  # + a config file, see main()
     "paper": ["--preset", "paper", "--cv", "5", "--repeats", "1"],
 }
 #: The variants that change model settings the command line has no flag for: a ``--config`` file.
-VARIANT_TOML = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
-                "rose": '[model]\nspatial_encoding = "rose"\n'}
+VARIANT_TOML = {
+    "tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
+    "rose": '[model]\nspatial_encoding = "rose"\n',
+}
 
 
 def preprocessed(dataset: str, data: Path | None, out: Path) -> Path:
     """``data`` (a ``preprocess`` output of ``dataset``), or OUT/<dataset>-prep, made if absent."""
     data = data or out / f"{dataset}-prep"
     if not (data / "manifest.tsv").exists():
-        subprocess.run(EEGFORMER + ["preprocess", str(SHARED / DATASETS[dataset][0]), "--out",
-                                    str(data), "--n-jobs", "2"], check=True)
+        subprocess.run(
+            EEGFORMER
+            + [
+                "preprocess",
+                str(SHARED / DATASETS[dataset][0]),
+                "--out",
+                str(data),
+                "--n-jobs",
+                "2",
+            ],
+            check=True,
+        )
     return data
 
 
-def timed_train(data: Path, run_dir: Path, flags: list[str], what: str,
-                label_column: str = "diagnosis") -> tuple[str, float, dict]:
+def timed_train(
+    data: Path, run_dir: Path, flags: list[str], what: str, label_column: str = "diagnosis"
+) -> tuple[str, float, dict]:
     """``eegformer train DATA --out RUN_DIR --label-column LABEL --json --overwrite FLAGS`` in
     its own process: (the command as typed, wall seconds, its metrics.json); exits naming
     ``what`` when it fails."""
-    command = EEGFORMER + ["train", str(data), "--out", str(run_dir), "--label-column",
-                           label_column, "--json", "--overwrite", *flags]
+    command = EEGFORMER + [
+        "train",
+        str(data),
+        "--out",
+        str(run_dir),
+        "--label-column",
+        label_column,
+        "--json",
+        "--overwrite",
+        *flags,
+    ]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{what} failed:\n{done.stderr}")
-    return (" ".join(["eegformer"] + command[len(EEGFORMER):]), wall,
-            json.loads((run_dir / "metrics.json").read_text()))
+    return (
+        " ".join(["eegformer"] + command[len(EEGFORMER) :]),
+        wall,
+        json.loads((run_dir / "metrics.json").read_text()),
+    )
 
 
 def attention_means(attention: dict | None) -> dict | None:
     """Per pass, each diagnostic's mean over layers (None when the run has no attention)."""
     if not attention:
         return None
-    return {name: {key: sum(values) / len(values) for key, values in quantities.items()}
-            for name, quantities in attention["passes"].items()}
+    return {
+        name: {key: sum(values) / len(values) for key, values in quantities.items()}
+        for name, quantities in attention["passes"].items()
+    }
 
 
 def main() -> None:
@@ -103,20 +130,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and JSON")
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="msu")
-    parser.add_argument("--data", type=Path, help="preprocess output of the dataset (made if absent)")
-    parser.add_argument("--seed", type=int, default=0, help="split seed (0: msu's acceptance folds)")
+    parser.add_argument(
+        "--data", type=Path, help="preprocess output of the dataset (made if absent)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="split seed (0: msu's acceptance folds)"
+    )
     parser.add_argument("--variants", default="default,coarse_only,paper")
     parser.add_argument("--paper-epochs", type=int, default=20)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--n-jobs", type=int, default=1,
-                        help="train --n-jobs: folds at a time (same numbers, less wall time)")
+    parser.add_argument(
+        "--n-jobs",
+        type=int,
+        default=1,
+        help="train --n-jobs: folds at a time (same numbers, less wall time)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     label_column = DATASETS[args.dataset][1]
     data = preprocessed(args.dataset, args.data, args.out)
-    results = {"machine": {**machine(), "load_average_start": os.getloadavg()},
-               "dataset": args.dataset, "seed": args.seed, "data": str(data),
-               "device": args.device, "n_jobs": args.n_jobs, "variants": {}}
+    results = {
+        "machine": {**machine(), "load_average_start": os.getloadavg()},
+        "dataset": args.dataset,
+        "seed": args.seed,
+        "data": str(data),
+        "device": args.device,
+        "n_jobs": args.n_jobs,
+        "variants": {},
+    }
     per_fold = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.variants.split(","):
@@ -128,32 +169,52 @@ def main() -> None:
                 config.write_text(VARIANT_TOML[name])
                 flags += ["--config", str(config)]
             command, wall, metrics = timed_train(
-                data, args.out / f"{name}-{args.dataset}-seed{args.seed}",
-                ["--seed", str(args.seed), "--device", args.device, "--n-jobs",
-                 str(args.n_jobs), *flags], name, label_column)
+                data,
+                args.out / f"{name}-{args.dataset}-seed{args.seed}",
+                [
+                    "--seed",
+                    str(args.seed),
+                    "--device",
+                    args.device,
+                    "--n-jobs",
+                    str(args.n_jobs),
+                    *flags,
+                ],
+                name,
+                label_column,
+            )
             per_fold[name] = metrics["models"]["xaiguiformer"]["per_fold"]
             results["variants"][name] = {
                 "command": command,
-                "wall_seconds": wall, "cv_seconds": metrics["cv_seconds"],
+                "wall_seconds": wall,
+                "cv_seconds": metrics["cv_seconds"],
                 "n_folds": metrics["n_folds"],
-                "models": {model: {"mean": values["mean"], "std": values["std"]}
-                           for model, values in metrics["models"].items()},
+                "models": {
+                    model: {"mean": values["mean"], "std": values["std"]}
+                    for model, values in metrics["models"].items()
+                },
                 "vs_reference": metrics["comparison"],
                 "vs_references": metrics.get("comparisons") or [metrics["comparison"]],
                 "attention": attention_means(metrics.get("attention")),
                 "load_average_end": os.getloadavg(),
             }
-            references = ", ".join(f"{model} {values['mean']['bac']:.3f}" for model, values
-                                   in metrics["models"].items() if model != "xaiguiformer")
-            print(f"{name}: {wall:.0f} s, BAC "
-                  f"{metrics['models']['xaiguiformer']['mean']['bac']:.3f} ({references})",
-                  file=sys.stderr)
+            references = ", ".join(
+                f"{model} {values['mean']['bac']:.3f}"
+                for model, values in metrics["models"].items()
+                if model != "xaiguiformer"
+            )
+            print(
+                f"{name}: {wall:.0f} s, BAC "
+                f"{metrics['models']['xaiguiformer']['mean']['bac']:.3f} ({references})",
+                file=sys.stderr,
+            )
     if "default" in per_fold:
         for name, folds in per_fold.items():
             if name != "default" and len(folds) == len(per_fold["default"]):
                 # 5-fold CV: test / training participants = 1 / 4
                 results["variants"][name]["default_minus_this"] = compare_folds(
-                    per_fold["default"], folds, test_train_ratio=0.25)
+                    per_fold["default"], folds, test_train_ratio=0.25
+                )
     (args.out / "bench_accuracy.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
 

@@ -75,17 +75,21 @@ def outer_test_predictions(model_file: Path, data: Path, test: set[str]):
     from eegformer_cli.training.model_file import load_model_file
 
     bundle = load_model_file(model_file)
-    labels = {row["recording_id"]: row[bundle.label_column]
-              for row in csv.DictReader(open(data / "manifest.tsv", newline="", encoding="utf-8"),
-                                        delimiter="\t")}
+    labels = {
+        row["recording_id"]: row[bundle.label_column]
+        for row in csv.DictReader(
+            open(data / "manifest.tsv", newline="", encoding="utf-8"), delimiter="\t"
+        )
+    }
     import torch
 
     probabilities, truth, ids = [], [], []
     for item in load_inputs(bundle, [data]):
         if item.participant_id not in test or item.error is not None:
             continue
-        logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
-                                  torch.device("cpu"))
+        logits = recording_logits(
+            bundle.model, [(item.coh, item.wpli, item.age, item.sex)], torch.device("cpu")
+        )
         probabilities.append(softmax(logits, axis=1)[0])
         truth.append(bundle.label_names.index(labels[item.recording_id]))
         ids.append(item.recording_id)
@@ -121,24 +125,33 @@ def main() -> None:
     if args.epochs:
         flags["epochs"] = args.epochs
     config = resolve_config("default", None, flags)
-    positive = (None if len(data.label_names) != 2
-                else data.label_names.index(default_positive_label(data.label_names)))
-    pooled = {"raw": [], "recalibrated": [], "labels": [], "sets": {level: [] for level in LEVELS},
-              "forced": {method: [] for method in ("temperature", "platt")}}
+    positive = (
+        None
+        if len(data.label_names) != 2
+        else data.label_names.index(default_positive_label(data.label_names))
+    )
+    pooled = {
+        "raw": [],
+        "recalibrated": [],
+        "labels": [],
+        "sets": {level: [] for level in LEVELS},
+        "forced": {method: [] for method in ("temperature", "platt")},
+    }
     per_fold = []
     for fold in outer:
         train_participants = set(fold.train) | set(fold.val)
-        folder = subset_folder(args.data, train_participants,
-                               args.out / f"outer{fold.fold}" / "prep")
+        folder = subset_folder(
+            args.data, train_participants, args.out / f"outer{fold.fold}" / "prep"
+        )
         run_dir = args.out / f"outer{fold.fold}" / "run"
         if args.reuse and (run_dir / "model.pt").is_file():
             metrics = json.loads((run_dir / "metrics.json").read_text())
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
-            metrics = run_training(folder, run_dir, args.label_column, config,
-                                   n_jobs=args.n_jobs)
-        bundle, raw, truth, ids = outer_test_predictions(run_dir / "model.pt", args.data,
-                                                         set(fold.test))
+            metrics = run_training(folder, run_dir, args.label_column, config, n_jobs=args.n_jobs)
+        bundle, raw, truth, ids = outer_test_predictions(
+            run_dir / "model.pt", args.data, set(fold.test)
+        )
         recalibrated = calibration.recalibrate(bundle.recalibration, raw)
         pooled["raw"].append(raw)
         pooled["recalibrated"].append(recalibrated)
@@ -151,16 +164,21 @@ def main() -> None:
             pooled["forced"][method].append(calibration.recalibrate(fitted, raw))
         for level in LEVELS:
             cal = bundle.conformal
-            pooled["sets"][level].append(conformal.prediction_sets(
-                cal["probabilities"], cal["labels"], recalibrated, level)
+            pooled["sets"][level].append(
+                conformal.prediction_sets(cal["probabilities"], cal["labels"], recalibrated, level)
                 if len(cal["labels"]) >= conformal.fewest_recordings(level)
-                else np.ones_like(recalibrated, dtype=bool))
-        per_fold.append({"outer_fold": fold.fold, "n_test_recordings": len(ids),
-                         "inner_bac": metrics["models"]["xaiguiformer"]["mean"]["bac"],
-                         "recalibration": {k: bundle.recalibration[k]
-                                           for k in ("method", "params")},
-                         "inner_reason": metrics["calibration"]["recalibration"]["reason"],
-                         "n_calibration": len(bundle.conformal["labels"])})
+                else np.ones_like(recalibrated, dtype=bool)
+            )
+        per_fold.append(
+            {
+                "outer_fold": fold.fold,
+                "n_test_recordings": len(ids),
+                "inner_bac": metrics["models"]["xaiguiformer"]["mean"]["bac"],
+                "recalibration": {k: bundle.recalibration[k] for k in ("method", "params")},
+                "inner_reason": metrics["calibration"]["recalibration"]["reason"],
+                "n_calibration": len(bundle.conformal["labels"]),
+            }
+        )
         print(json.dumps(per_fold[-1]), file=sys.stderr, flush=True)
     raw = np.concatenate(pooled["raw"])
     recalibrated = np.concatenate(pooled["recalibrated"])
@@ -174,20 +192,28 @@ def main() -> None:
     for level in LEVELS:
         sets = np.concatenate(pooled["sets"][level])
         sizes = sets.sum(axis=1)
-        coverage[str(level)] = {"empirical_coverage": float(sets[np.arange(len(labels)),
-                                                                 labels].mean()),
-                                "mean_size": float(sizes.mean()),
-                                "share_ambiguous": float((sizes > 1).mean())}
-    results = {"machine": {**machine(), "load_average": os.getloadavg()},
-               "data": str(args.data), "label_column": args.label_column,
-               "scheme": f"outer {args.outer}-fold (seed {args.seed}) x inner train "
-                         f"(--cv {args.cv}, default preset"
-                         + (f", epochs {args.epochs})" if args.epochs else ")"),
-               "before_recalibration": summary(raw), "after_recalibration": summary(recalibrated),
-               "forced_recalibration": {method: summary(np.concatenate(parts))
-                                        for method, parts in pooled["forced"].items() if parts},
-               "prediction_sets": coverage, "per_outer_fold": per_fold,
-               "seconds": time.perf_counter() - start}
+        coverage[str(level)] = {
+            "empirical_coverage": float(sets[np.arange(len(labels)), labels].mean()),
+            "mean_size": float(sizes.mean()),
+            "share_ambiguous": float((sizes > 1).mean()),
+        }
+    results = {
+        "machine": {**machine(), "load_average": os.getloadavg()},
+        "data": str(args.data),
+        "label_column": args.label_column,
+        "scheme": f"outer {args.outer}-fold (seed {args.seed}) x inner train "
+        f"(--cv {args.cv}, default preset" + (f", epochs {args.epochs})" if args.epochs else ")"),
+        "before_recalibration": summary(raw),
+        "after_recalibration": summary(recalibrated),
+        "forced_recalibration": {
+            method: summary(np.concatenate(parts))
+            for method, parts in pooled["forced"].items()
+            if parts
+        },
+        "prediction_sets": coverage,
+        "per_outer_fold": per_fold,
+        "seconds": time.perf_counter() - start,
+    }
     (args.out / "bench_calibration.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
 

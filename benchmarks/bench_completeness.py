@@ -31,21 +31,29 @@ from eegformer_cli.training.model_file import load_model_file
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 
-def relative_gap(model, coh: torch.Tensor, wpli: torch.Tensor, n_steps: int,
-                 reference: tuple[torch.Tensor, torch.Tensor] | None) -> float:
+def relative_gap(
+    model,
+    coh: torch.Tensor,
+    wpli: torch.Tensor,
+    n_steps: int,
+    reference: tuple[torch.Tensor, torch.Tensor] | None,
+) -> float:
     """|sum of pair attributions - refined logit change| / |change| for one recording, against
     ``reference`` (coh, wPLI) (T, C, C) or zero connectivity (None)."""
     nan = torch.full((len(coh),), float("nan"))
-    base = ((torch.zeros_like(coh), torch.zeros_like(wpli)) if reference is None else
-            (reference[0].expand_as(coh), reference[1].expand_as(wpli)))
+    base = (
+        (torch.zeros_like(coh), torch.zeros_like(wpli))
+        if reference is None
+        else (reference[0].expand_as(coh), reference[1].expand_as(wpli))
+    )
     with torch.no_grad():
         output = model.forward_with_details(coh, wpli, nan, nan)
         target = int(output.logits_refined.mean(dim=0).argmax())
-        at_base = model.forward_with_details(*base, nan, nan,
-                                             target=output.target).logits_refined
+        at_base = model.forward_with_details(*base, nan, nan, target=output.target).logits_refined
     change = float((output.logits_refined - at_base)[:, target].mean())
-    coh_pairs, wpli_pairs = channel_pair_attributions(model, coh, wpli, nan, nan, target,
-                                                      n_steps=n_steps, reference=reference)
+    coh_pairs, wpli_pairs = channel_pair_attributions(
+        model, coh, wpli, nan, nan, target, n_steps=n_steps, reference=reference
+    )
     upper = np.triu_indices(coh.shape[-1], 1)
     total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())
     return abs(total - change) / abs(change)
@@ -57,20 +65,30 @@ def main() -> None:
     parser.add_argument("data", type=Path, help="a `preprocess` output folder")
     parser.add_argument("--recordings", type=int, default=20)
     parser.add_argument("--steps", default="32,64,128")
-    parser.add_argument("--zero", action="store_true",
-                        help="against zero connectivity (explain's baseline before it had a "
-                             "reference connectome)")
+    parser.add_argument(
+        "--zero",
+        action="store_true",
+        help="against zero connectivity (explain's baseline before it had a reference connectome)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     bundle = load_model_file(args.model)
     model = bundle.model.eval()
-    reference = None if args.zero else tuple(torch.from_numpy(bundle.reference[key])
-                                             for key in ("coh", "wpli"))
-    files = sorted((args.data / "connectomes").glob("*.npz"))[:args.recordings]
-    results = {"machine": machine(), "model": str(args.model), "data": str(args.data),
-               "recordings": len(files),
-               "reference": "zero connectivity" if args.zero else bundle.reference["description"],
-               "load_average_start": os.getloadavg(), "steps": {}}
+    reference = (
+        None
+        if args.zero
+        else tuple(torch.from_numpy(bundle.reference[key]) for key in ("coh", "wpli"))
+    )
+    files = sorted((args.data / "connectomes").glob("*.npz"))[: args.recordings]
+    results = {
+        "machine": machine(),
+        "model": str(args.model),
+        "data": str(args.data),
+        "recordings": len(files),
+        "reference": "zero connectivity" if args.zero else bundle.reference["description"],
+        "load_average_start": os.getloadavg(),
+        "steps": {},
+    }
     for n_steps in (int(s) for s in args.steps.split(",")):
         gaps, seconds = [], []
         for path in files:
@@ -79,9 +97,11 @@ def main() -> None:
             start = time.perf_counter()
             gaps.append(relative_gap(model, coh, wpli, n_steps, reference))
             seconds.append(time.perf_counter() - start)
-        results["steps"][n_steps] = {"median_gap": statistics.median(gaps),
-                                     "max_gap": max(gaps),
-                                     "median_seconds": statistics.median(seconds)}
+        results["steps"][n_steps] = {
+            "median_gap": statistics.median(gaps),
+            "max_gap": max(gaps),
+            "median_seconds": statistics.median(seconds),
+        }
     print(json.dumps(results, indent=2))
 
 

@@ -53,15 +53,30 @@ def make_model_file(prep: Path, path: Path) -> int:
         channels, bands = [str(c) for c in data["channels"]], [str(b) for b in data["bands"]]
         edges = data["band_edges_hz"]
     torch.manual_seed(0)
-    config = ModelConfig.preset("default", n_channels=len(channels), band_names=bands,
-                                band_edges_hz=edges.tolist(), n_classes=2,
-                                channel_names=channels)
+    config = ModelConfig.preset(
+        "default",
+        n_channels=len(channels),
+        band_names=bands,
+        band_edges_hz=edges.tolist(),
+        n_classes=2,
+        channel_names=channels,
+    )
     model = StandardisedModel(XAIguiFormer(config))
     model.set_stats(connectivity_stats([(coh, wpli)]))
-    save_model_file(path, model, label_names=["healthy", "patient"], label_column="diagnosis",
-                    positive_label="patient", channels=channels, bands=bands,
-                    band_edges_hz=edges, preprocess_settings=settings["settings"],
-                    demographic_stats=None, train_config={}, trained_on="benchmark")
+    save_model_file(
+        path,
+        model,
+        label_names=["healthy", "patient"],
+        label_column="diagnosis",
+        positive_label="patient",
+        channels=channels,
+        bands=bands,
+        band_edges_hz=edges,
+        preprocess_settings=settings["settings"],
+        demographic_stats=None,
+        train_config={},
+        trained_on="benchmark",
+    )
     return len(coh)
 
 
@@ -84,26 +99,53 @@ def main_benchmark() -> None:
         tmp = Path(tmp)
         run_preprocess([args.recording], tmp / "prep", PreprocessSettings.from_preset("default"))
         n_segments = make_model_file(tmp / "prep", tmp / "model.pt")
-        model, raw, prep, out = map(str, (tmp / "model.pt", args.recording, tmp / "prep", tmp / "out"))
+        model, raw, prep, out = map(
+            str, (tmp / "model.pt", args.recording, tmp / "prep", tmp / "out")
+        )
         times = {"cli_raw": [], "in_process_raw": [], "in_process_preprocessed": []}
         for _ in range(args.repeats):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "eegformer_cli", "explain", model, raw,
-                            "--out", out, "--device", "cpu"], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "eegformer_cli",
+                    "explain",
+                    model,
+                    raw,
+                    "--out",
+                    out,
+                    "--device",
+                    "cpu",
+                ],
+                check=True,
+                capture_output=True,
+            )
             times["cli_raw"].append(time.perf_counter() - start)
-            times["in_process_raw"].append(timed_main(["explain", model, raw, "--out", out,
-                                                       "--device", "cpu"]))
-            times["in_process_preprocessed"].append(timed_main(["explain", model, prep, "--out",
-                                                                out, "--device", "cpu"]))
+            times["in_process_raw"].append(
+                timed_main(["explain", model, raw, "--out", out, "--device", "cpu"])
+            )
+            times["in_process_preprocessed"].append(
+                timed_main(["explain", model, prep, "--out", out, "--device", "cpu"])
+            )
         files = sorted(p.name for p in Path(out).iterdir())
-    print(json.dumps({
-        "recording": str(args.recording), "n_segments": n_segments,
-        "model": "ModelConfig.preset('default'), random weights",
-        "method": f"integrated_gradients, {DEFAULT_N_STEPS} steps", "files": files,
-        "median_s": {k: round(statistics.median(v), 2) for k, v in times.items()},
-        "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
-        "load_average_1min": os.getloadavg()[0], "machine": machine(), "torch": torch.__version__,
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "recording": str(args.recording),
+                "n_segments": n_segments,
+                "model": "ModelConfig.preset('default'), random weights",
+                "method": f"integrated_gradients, {DEFAULT_N_STEPS} steps",
+                "files": files,
+                "median_s": {k: round(statistics.median(v), 2) for k, v in times.items()},
+                "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
+                "load_average_1min": os.getloadavg()[0],
+                "machine": machine(),
+                "torch": torch.__version__,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -53,19 +53,40 @@ from eegformer_cli.model import ModelConfig, XAIguiFormer  # noqa: E402
 
 #: Sizes of the full run and of ``--quick``.
 SIZES = {
-    "full": {"paper_batch": 64, "channels": 19, "paper_model": {}, "default_batch": 16,
-             "steps": 20, "warmup": 3, "predict_recordings": 64, "segments": 10},
-    "quick": {"paper_batch": 4, "channels": 6, "default_batch": 4, "steps": 2, "warmup": 1,
-              "paper_model": {"d_model": 32, "n_heads": 2, "n_layers": 2, "n_gnn_layers": 1},
-              "predict_recordings": 4, "segments": 3},
+    "full": {
+        "paper_batch": 64,
+        "channels": 19,
+        "paper_model": {},
+        "default_batch": 16,
+        "steps": 20,
+        "warmup": 3,
+        "predict_recordings": 64,
+        "segments": 10,
+    },
+    "quick": {
+        "paper_batch": 4,
+        "channels": 6,
+        "default_batch": 4,
+        "steps": 2,
+        "warmup": 1,
+        "paper_model": {"d_model": 32, "n_heads": 2, "n_layers": 2, "n_gnn_layers": 1},
+        "predict_recordings": 4,
+        "segments": 3,
+    },
 }
 
 
 def build(preset: str, n_channels: int, n_bands: int, device: torch.device, **fields):
     """A seeded XAIguiFormer of ``preset`` (weights perturbed, so explanations are not ~1e-4)."""
     torch.manual_seed(0)
-    config = ModelConfig.preset(preset, n_channels=n_channels, band_names=BANDS[:n_bands],
-                                band_edges_hz=BAND_EDGES_HZ[:n_bands], n_classes=2, **fields)
+    config = ModelConfig.preset(
+        preset,
+        n_channels=n_channels,
+        band_names=BANDS[:n_bands],
+        band_edges_hz=BAND_EDGES_HZ[:n_bands],
+        n_classes=2,
+        **fields,
+    )
     model = XAIguiFormer(config)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -79,8 +100,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def step_seconds(model, inputs, device: torch.device, precision: str, steps: int,
-                 warmup: int) -> tuple[float, float]:
+def step_seconds(
+    model, inputs, device: torch.device, precision: str, steps: int, warmup: int
+) -> tuple[float, float]:
     """(median seconds of a training step: forward under ``precision``, loss, backward, fused
     AdamW as ``train``; peak memory in MiB, see the module docs)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
@@ -93,8 +115,9 @@ def step_seconds(model, inputs, device: torch.device, precision: str, steps: int
         start = time.perf_counter()
         with autocast(device, precision):
             coarse, refined = model(coh, wpli, age, sex)
-        loss = ((1 - ALPHA) * F.cross_entropy(coarse.float(), labels)
-                + ALPHA * F.cross_entropy(refined.float(), labels))
+        loss = (1 - ALPHA) * F.cross_entropy(coarse.float(), labels) + ALPHA * F.cross_entropy(
+            refined.float(), labels
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -116,11 +139,14 @@ def predict_throughput(device: torch.device, precision: str, size: dict) -> floa
     generator = np.random.default_rng(0)
     recordings = []
     for _ in range(size["predict_recordings"]):
-        coh, wpli = (generator.uniform(0, 1, (size["segments"], 8, size["channels"],
-                                              size["channels"])).astype(np.float32)
-                     for _ in range(2))
+        coh, wpli = (
+            generator.uniform(
+                0, 1, (size["segments"], 8, size["channels"], size["channels"])
+            ).astype(np.float32)
+            for _ in range(2)
+        )
         recordings.append((coh, wpli, 50.0, 1.0))
-    recording_logits(model, recordings[:1], device, precision)        # warm-up
+    recording_logits(model, recordings[:1], device, precision)  # warm-up
     synchronize(device)
     start = time.perf_counter()
     recording_logits(model, recordings, device, precision)
@@ -133,32 +159,86 @@ def synthetic_study(root: Path, n_channels: int, n_participants: int = 24) -> Pa
     cross-validation row's input."""
     from eegformer_cli.preprocess import PreprocessSettings
 
-    channels = ["F3", "F4", "C3", "C4", "P3", "P4", "O1", "O2", "Fz", "Cz", "Pz", "T7", "T8",
-                "F7", "F8", "Fp1", "Fp2", "P7", "P8"][:n_channels]
+    channels = [
+        "F3",
+        "F4",
+        "C3",
+        "C4",
+        "P3",
+        "P4",
+        "O1",
+        "O2",
+        "Fz",
+        "Cz",
+        "Pz",
+        "T7",
+        "T8",
+        "F7",
+        "F8",
+        "Fp1",
+        "Fp2",
+        "P7",
+        "P8",
+    ][:n_channels]
     bands, edges = BANDS[:3], [list(e) for e in BAND_EDGES_HZ[:3]]
     rng = np.random.default_rng(0)
     (root / "connectomes").mkdir(parents=True)
-    header = ["recording_id", "participant_id", "source_file", "status", "error", "n_segments",
-              "sfreq", "duration_s", "channels_interpolated", "age", "sex", "diagnosis",
-              "connectome", "settings_hash"]
+    header = [
+        "recording_id",
+        "participant_id",
+        "source_file",
+        "status",
+        "error",
+        "n_segments",
+        "sfreq",
+        "duration_s",
+        "channels_interpolated",
+        "age",
+        "sex",
+        "diagnosis",
+        "connectome",
+        "settings_hash",
+    ]
     rows = [header]
     for p in range(n_participants):
-        coh, wpli = (rng.uniform(0, 0.5, (2, len(bands), n_channels, n_channels))
-                     for _ in range(2))
+        coh, wpli = (rng.uniform(0, 0.5, (2, len(bands), n_channels, n_channels)) for _ in range(2))
         for m in (coh, wpli):
             m[:] = (m + m.transpose(0, 1, 3, 2)) / 2
             m[:, :, np.arange(n_channels), np.arange(n_channels)] = 0
         rid = f"sub-{p:02d}"
-        np.savez(root / "connectomes" / f"{rid}.npz", coh=coh.astype(np.float32),
-                 wpli=wpli.astype(np.float32), channels=np.array(channels),
-                 bands=np.array(bands), band_edges_hz=np.array(edges))
-        rows.append([rid, rid, f"{rid}.edf", "ok", "n/a", "2", "128", "60", "n/a",
-                     str(20 + 5 * (p // 2)), "MF"[p // 2 % 2], "ab"[p % 2],
-                     f"connectomes/{rid}.npz", "0"])  # age and sex balanced over the classes
+        np.savez(
+            root / "connectomes" / f"{rid}.npz",
+            coh=coh.astype(np.float32),
+            wpli=wpli.astype(np.float32),
+            channels=np.array(channels),
+            bands=np.array(bands),
+            band_edges_hz=np.array(edges),
+        )
+        rows.append(
+            [
+                rid,
+                rid,
+                f"{rid}.edf",
+                "ok",
+                "n/a",
+                "2",
+                "128",
+                "60",
+                "n/a",
+                str(20 + 5 * (p // 2)),
+                "MF"[p // 2 % 2],
+                "ab"[p % 2],
+                f"connectomes/{rid}.npz",
+                "0",
+            ]
+        )  # age and sex balanced over the classes
     (root / "manifest.tsv").write_text("\n".join("\t".join(r) for r in rows) + "\n")
     settings = PreprocessSettings.from_preset("default").to_dict()
-    (root / "preprocess.json").write_text(json.dumps(
-        {"settings": settings, "channels": channels, "bands": bands, "band_edges_hz": edges}))
+    (root / "preprocess.json").write_text(
+        json.dumps(
+            {"settings": settings, "channels": channels, "bands": bands, "band_edges_hz": edges}
+        )
+    )
     return root
 
 
@@ -181,51 +261,74 @@ def cv_seconds(data: Path, device: torch.device, quick: bool) -> float:
 def measure(device: torch.device, size: dict, cv_data: Path | None, quick: bool) -> list:
     """Rows (quantity, value, unit) of the table."""
     rows = []
-    half = resolve_precision("auto", torch.device("cuda"), "default") \
-        if device.type == "cuda" else "bfloat16"
+    half = (
+        resolve_precision("auto", torch.device("cuda"), "default")
+        if device.type == "cuda"
+        else "bfloat16"
+    )
     paper_inputs = make_inputs(size["paper_batch"], size["channels"], str(device))
     paper = {}
     for precision in ("float32", half):
         model = build("paper", size["channels"], len(BANDS), device, **size["paper_model"])
-        paper[precision] = step_seconds(model, paper_inputs, device, precision, size["steps"],
-                                        size["warmup"])
+        paper[precision] = step_seconds(
+            model, paper_inputs, device, precision, size["steps"], size["warmup"]
+        )
         rows.append((f"paper-size step, {precision}", paper[precision][0] * 1e3, "ms"))
-    rows.append((f"paper-size step, float32 / {half}",
-                 paper["float32"][0] / paper[half][0], "x"))
+    rows.append((f"paper-size step, float32 / {half}", paper["float32"][0] / paper[half][0], "x"))
     for precision in ("float32", half):
         rows.append((f"paper-size step peak memory, {precision}", paper[precision][1], "MiB"))
-    captum = CaptumDeepLift(build("paper", size["channels"], len(BANDS), device,
-                                  **size["paper_model"]))
-    captum_seconds = step_seconds(captum, paper_inputs, device, "float32", size["steps"],
-                                  size["warmup"])[0]
+    captum = CaptumDeepLift(
+        build("paper", size["channels"], len(BANDS), device, **size["paper_model"])
+    )
+    captum_seconds = step_seconds(
+        captum, paper_inputs, device, "float32", size["steps"], size["warmup"]
+    )[0]
     rows.append(("paper-size step, captum LayerDeepLift", captum_seconds * 1e3, "ms"))
     rows.append(("paper-size step, captum / one-pass", captum_seconds / paper["float32"][0], "x"))
     default_inputs = make_inputs(size["default_batch"], size["channels"], str(device))
     default_inputs = (default_inputs[0][:, :8], default_inputs[1][:, :8], *default_inputs[2:])
     for preset, inputs, n_bands, fields in (
-            ("default", default_inputs, 8, {}),
-            ("paper", paper_inputs, len(BANDS), size["paper_model"])):
+        ("default", default_inputs, 8, {}),
+        ("paper", paper_inputs, len(BANDS), size["paper_model"]),
+    ):
         precision = resolve_precision("auto", device, preset)
-        xai = step_seconds(build(preset, size["channels"], n_bands, device, **fields), inputs,
-                           device, precision, size["steps"], size["warmup"])[0]
-        coarse = step_seconds(build(preset, size["channels"], n_bands, device,
-                                    **{**fields, "xai_refinement": False}),
-                              inputs, device, precision, size["steps"], size["warmup"])[0]
+        xai = step_seconds(
+            build(preset, size["channels"], n_bands, device, **fields),
+            inputs,
+            device,
+            precision,
+            size["steps"],
+            size["warmup"],
+        )[0]
+        coarse = step_seconds(
+            build(preset, size["channels"], n_bands, device, **{**fields, "xai_refinement": False}),
+            inputs,
+            device,
+            precision,
+            size["steps"],
+            size["warmup"],
+        )[0]
         rows.append((f"{preset} XAI step ({precision})", xai * 1e3, "ms"))
         rows.append((f"{preset} coarse-only step ({precision})", coarse * 1e3, "ms"))
         rows.append((f"{preset} XAI / coarse-only step", xai / coarse, "x"))
     for precision in ("float32", half):
-        rows.append((f"predict throughput, {precision}", predict_throughput(device, precision,
-                                                                              size),
-                     "recordings/s"))
+        rows.append(
+            (
+                f"predict throughput, {precision}",
+                predict_throughput(device, precision, size),
+                "recordings/s",
+            )
+        )
     if quick:
         with tempfile.TemporaryDirectory() as folder:
             data = synthetic_study(Path(folder) / "prep", size["channels"])
-            rows.append(("full CV wall time (synthetic, --quick)", cv_seconds(data, device, True),
-                         "s"))
+            rows.append(
+                ("full CV wall time (synthetic, --quick)", cv_seconds(data, device, True), "s")
+            )
     elif cv_data is not None:
-        rows.append((f"full CV wall time ({cv_data.name})", cv_seconds(cv_data, device, False),
-                     "s"))
+        rows.append(
+            (f"full CV wall time ({cv_data.name})", cv_seconds(cv_data, device, False), "s")
+        )
     else:
         rows.append(("full CV wall time: not measured (give --cv-data)", float("nan"), "s"))
     return rows
@@ -254,14 +357,26 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cpu":
         torch.set_num_threads(1)
     rows = measure(device, size, args.cv_data, args.quick)
-    header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda"
-              else cpu_model(), "torch": torch.__version__, "quick": args.quick,
-              "load_average_1min": round(os.getloadavg()[0], 2)}
+    header = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
+        "torch": torch.__version__,
+        "quick": args.quick,
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }
     print(table(rows, header))
     if args.json is not None:
-        args.json.write_text(json.dumps({**header, "rows": [
-            {"quantity": n, "value": v if np.isfinite(v) else None, "unit": u}
-            for n, v, u in rows]}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    **header,
+                    "rows": [
+                        {"quantity": n, "value": v if np.isfinite(v) else None, "unit": u}
+                        for n, v, u in rows
+                    ],
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -70,12 +70,14 @@ VARIANTS = {
     "no_xai": ["--no-xai"],
     "tokenizer_only": ["--config", "{tokenizer_only_toml}"],
     "no_drofe": ["--frequency-encoding", "none"],
-    "age_withheld": [],                       # default on a copy of the data without ages
+    "age_withheld": [],  # default on a copy of the data without ages
 }
-SMALL = {"linear": ["default", "no_xai", "tokenizer_only"],
-         "interaction": ["default", "tokenizer_only"],
-         "age": ["default", "no_drofe", "age_withheld"],
-         "null": ["default"]}
+SMALL = {
+    "linear": ["default", "no_xai", "tokenizer_only"],
+    "interaction": ["default", "tokenizer_only"],
+    "age": ["default", "no_drofe", "age_withheld"],
+    "null": ["default"],
+}
 LARGE = {"interaction": ["default", "tokenizer_only"], "age": ["default", "no_drofe"]}
 
 
@@ -86,15 +88,33 @@ def run(command: list[str], log: Path) -> None:
         raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
 
 
-def study(out: Path, scenario: str, n: int, seed: int, layout_seed: int, n_jobs: int,
-          log: Path) -> tuple[Path, Path]:
+def study(
+    out: Path, scenario: str, n: int, seed: int, layout_seed: int, n_jobs: int, log: Path
+) -> tuple[Path, Path]:
     """Simulate and preprocess one study (reused when already there); (study dir, prep dir)."""
     name = f"{scenario}-n{n}-seed{seed}-layout{layout_seed}"
     data, prep = out / "studies" / name, out / "prep" / name
     if not (prep / "manifest.tsv").exists():
-        run(EEGFORMER + ["simulate", "--out", str(data), "--scenario", scenario,
-                         "--n-participants", str(n), "--duration", "60", "--seed", str(seed),
-                         "--layout-seed", str(layout_seed), "--overwrite"], log)
+        run(
+            EEGFORMER
+            + [
+                "simulate",
+                "--out",
+                str(data),
+                "--scenario",
+                scenario,
+                "--n-participants",
+                str(n),
+                "--duration",
+                "60",
+                "--seed",
+                str(seed),
+                "--layout-seed",
+                str(layout_seed),
+                "--overwrite",
+            ],
+            log,
+        )
         run(EEGFORMER + ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs)], log)
     return data, prep
 
@@ -120,24 +140,38 @@ def without_ages(prep: Path) -> Path:
 
 def cross_validate(prep: Path, run_dir: Path, variant: str, n_jobs: int, log: Path) -> float:
     """``train --fold k`` for every fold (``n_jobs`` side by side); returns the wall time (s)."""
-    flags = [f.format(tokenizer_only_toml=run_dir.parent / "tokenizer_only.toml")
-             for f in VARIANTS[variant]]
+    flags = [
+        f.format(tokenizer_only_toml=run_dir.parent / "tokenizer_only.toml")
+        for f in VARIANTS[variant]
+    ]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     (run_dir.parent / "tokenizer_only.toml").write_text(TOKENIZER_ONLY_TOML)
-    base = EEGFORMER + ["train", str(prep), "--out", str(run_dir), "--label-column", "diagnosis",
-                        "--cv", str(CV_FOLDS), "--seed", "0", *flags]
+    base = EEGFORMER + [
+        "train",
+        str(prep),
+        "--out",
+        str(run_dir),
+        "--label-column",
+        "diagnosis",
+        "--cv",
+        str(CV_FOLDS),
+        "--seed",
+        "0",
+        *flags,
+    ]
     started = time.time()
     pending = [k for k in range(CV_FOLDS) if not (run_dir / "folds" / f"r0_f{k}.json").exists()]
     if pending:
-        run(base + ["--fold", str(pending[0])], log)   # the first job makes the run folder
+        run(base + ["--fold", str(pending[0])], log)  # the first job makes the run folder
         with ThreadPoolExecutor(n_jobs) as pool:
             list(pool.map(lambda k: run(base + ["--fold", str(k)], log), pending[1:]))
     return time.time() - started
 
 
 def fold_results(run_dir: Path) -> list[dict]:
-    results = [json.loads(p.read_text()) for p in (run_dir / "folds").glob("*.json")
-               if p.stem != "final"]
+    results = [
+        json.loads(p.read_text()) for p in (run_dir / "folds").glob("*.json") if p.stem != "final"
+    ]
     return sorted(results, key=lambda r: (r["repeat"], r["fold"]))
 
 
@@ -159,8 +193,9 @@ def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list[dict]:
     out = []
     for fold in folds:
         fit = fold.train + fold.val
-        model = oracle_model(fold.fold).fit(np.stack([features[p] for p in fit]),
-                                            [labels[p] for p in fit])
+        model = oracle_model(fold.fold).fit(
+            np.stack([features[p] for p in fit]), [labels[p] for p in fit]
+        )
         probs = model.predict_proba(np.stack([features[p] for p in fold.test]))
         out.append(classification_metrics(np.array([labels[p] for p in fold.test]), probs, 1))
     return out
@@ -170,28 +205,43 @@ def summary(per_fold: list[dict]) -> dict:
     from eegformer_cli.training.metrics import summarise_folds
 
     summarised = summarise_folds(per_fold)
-    return {"bac": summarised["mean"]["bac"], "bac_std": summarised["std"]["bac"],
-            "auroc": summarised["mean"]["auroc"],
-            "per_fold_bac": [round(float(m["bac"]), 4) for m in per_fold]}
+    return {
+        "bac": summarised["mean"]["bac"],
+        "bac_std": summarised["std"]["bac"],
+        "auroc": summarised["mean"]["auroc"],
+        "per_fold_bac": [round(float(m["bac"]), 4) for m in per_fold],
+    }
 
 
 def paired(a: list[dict], b: list[dict]) -> dict:
     from eegformer_cli.training.metrics import compare_folds
 
     c = compare_folds(a, b, 1 / (CV_FOLDS - 1))
-    return {"mean_difference": c["mean_difference"], "ci95": c["ci95"], "p_value": c["p_value"],
-            "better_equal_worse": [c["folds_better"], c["folds_equal"], c["folds_worse"]]}
+    return {
+        "mean_difference": c["mean_difference"],
+        "ci95": c["ci95"],
+        "p_value": c["p_value"],
+        "better_equal_worse": [c["folds_better"], c["folds_equal"], c["folds_worse"]],
+    }
 
 
-def evaluate_scenario(out: Path, scenario: str, n: int, seed: int, variants: list[str],
-                      n_jobs: int, log: Path) -> dict:
+def evaluate_scenario(
+    out: Path, scenario: str, n: int, seed: int, variants: list[str], n_jobs: int, log: Path
+) -> dict:
     from eegformer_cli.scenarios import ground_truth_path, read_ground_truth
     from eegformer_cli.training.metrics import against_chance
 
     data, prep = study(out, scenario, n, seed, seed, n_jobs, log)
     truth = read_ground_truth(ground_truth_path(data))
-    result = {"n": n, "seed": seed, "rule": truth["rule"], "factors": truth["factors"],
-              "models": {}, "paired_vs_default": {}, "seconds": {}}
+    result = {
+        "n": n,
+        "seed": seed,
+        "rule": truth["rule"],
+        "factors": truth["factors"],
+        "models": {},
+        "paired_vs_default": {},
+        "seconds": {},
+    }
     per_fold = {}
     for variant in variants:
         source = without_ages(prep) if variant == "age_withheld" else prep
@@ -206,7 +256,8 @@ def evaluate_scenario(out: Path, scenario: str, n: int, seed: int, variants: lis
         result["models"][name] = summary(folds)
         if scenario == "null":
             result["models"][name]["bac_ci95"] = against_chance(
-                folds, "bac", 0.5, 1 / (CV_FOLDS - 1))["ci95"]
+                folds, "bac", 0.5, 1 / (CV_FOLDS - 1)
+            )["ci95"]
     for name in per_fold:
         if name != "default":
             result["paired_vs_default"][name] = paired(per_fold["default"], per_fold[name])
@@ -219,14 +270,33 @@ def null_trust(out: Path, seed: int, n: int, n_jobs: int, log: Path) -> dict:
     """The null study's shortcut audit and permutation test (a full ``train`` run)."""
     _, prep = study(out, "null", n, seed, seed, n_jobs, log)
     run_dir = out / "runs" / f"{prep.name}-permutations"
-    run(EEGFORMER + ["train", str(prep), "--out", str(run_dir), "--label-column", "diagnosis",
-                     "--cv", str(CV_FOLDS), "--seed", "0", "--permutations", "100",
-                     "--n-jobs", str(n_jobs)], log)
+    run(
+        EEGFORMER
+        + [
+            "train",
+            str(prep),
+            "--out",
+            str(run_dir),
+            "--label-column",
+            "diagnosis",
+            "--cv",
+            str(CV_FOLDS),
+            "--seed",
+            "0",
+            "--permutations",
+            "100",
+            "--n-jobs",
+            str(n_jobs),
+        ],
+        log,
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     test = metrics["permutation_test"]
-    return {"flagged": metrics["shortcut_audit"]["flagged"],
-            "p_values": {name: m["p_value"] for name, m in test["models"].items()},
-            "observed_bac": {name: m["observed_bac"] for name, m in test["models"].items()}}
+    return {
+        "flagged": metrics["shortcut_audit"]["flagged"],
+        "p_values": {name: m["p_value"] for name, m in test["models"].items()},
+        "observed_bac": {name: m["observed_bac"] for name, m in test["models"].items()},
+    }
 
 
 def explanation_check(out: Path, scenario: str, n: int, seed: int, n_jobs: int, log: Path) -> dict:
@@ -240,13 +310,29 @@ def explanation_check(out: Path, scenario: str, n: int, seed: int, n_jobs: int, 
     truth = read_ground_truth(ground_truth_path(fresh_data))
     run_dir = out / "runs" / f"{prep.name}-holdout"
     if not (run_dir / "model.pt").exists():
-        run(EEGFORMER + ["train", str(prep), "--out", str(run_dir), "--label-column", "diagnosis",
-                         "--holdout", "0.2", "--seed", "0"], log)
+        run(
+            EEGFORMER
+            + [
+                "train",
+                str(prep),
+                "--out",
+                str(run_dir),
+                "--label-column",
+                "diagnosis",
+                "--holdout",
+                "0.2",
+                "--seed",
+                "0",
+            ],
+            log,
+        )
     explained = out / "explain" / f"{prep.name}-on-{fresh.name}"
     if not (explained / "recordings.csv").exists():
-        shutil.rmtree(explained, ignore_errors=True)           # an interrupted earlier try
-        run(EEGFORMER + ["explain", str(run_dir / "model.pt"), str(fresh), "--out", str(explained)],
-            log)
+        shutil.rmtree(explained, ignore_errors=True)  # an interrupted earlier try
+        run(
+            EEGFORMER + ["explain", str(run_dir / "model.pt"), str(fresh), "--out", str(explained)],
+            log,
+        )
     participants = {p["participant_id"]: p for p in truth["participants"]}
     with open(explained / "recordings.csv", newline="") as handle:
         recordings = list(csv.DictReader(handle))
@@ -261,22 +347,22 @@ def explanation_check(out: Path, scenario: str, n: int, seed: int, n_jobs: int, 
             channels = [str(c) for c in saved["channels"]] if "channels" in saved else channels
         for name in carries:
             carries[name].append(participants[row["participant_id"]]["factors"][name] == 1)
-    importance, pairs = np.stack(importance), np.stack(pairs)      # (n, T), (n, T, C, C)
+    importance, pairs = np.stack(importance), np.stack(pairs)  # (n, T), (n, T, C, C)
     result = {"n_fresh": len(recordings)}
     order = np.argsort(-importance.mean(axis=0))
     result["band_rank_by_mean_abs_importance"] = [bands[i] for i in order]
     planted_bands = sorted({c.token_band for _, c in planted}, key=bands.index)
     result["planted_bands"] = planted_bands
-    result["planted_band_ranks"] = {b: int(list(order).index(bands.index(b))) + 1
-                                    for b in planted_bands}
+    result["planted_band_ranks"] = {
+        b: int(list(order).index(bands.index(b))) + 1 for b in planted_bands
+    }
     carriers = np.array(carries[planted[0][0]])
     top = importance[carriers].argmax(axis=1)
     result["carriers"] = int(carriers.sum())
-    result["planted_band_first_share"] = float(np.mean(
-        [bands[t] in planted_bands for t in top]))
-    mean_pairs = pairs[carriers].mean(axis=0)                        # (T, C, C)
+    result["planted_band_first_share"] = float(np.mean([bands[t] in planted_bands for t in top]))
+    mean_pairs = pairs[carriers].mean(axis=0)  # (T, C, C)
     upper = np.triu_indices(len(channels), 1)
-    cells = mean_pairs[:, upper[0], upper[1]]                        # (T, n_pairs)
+    cells = mean_pairs[:, upper[0], upper[1]]  # (T, n_pairs)
     positive = np.zeros_like(cells, dtype=bool)
     for _, coupling in planted:
         i, j = sorted(channels.index(c) for c in coupling.channels)
@@ -289,8 +375,12 @@ def explanation_check(out: Path, scenario: str, n: int, seed: int, n_jobs: int, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seed", type=int, default=ACCEPTANCE_SEED,
-                        help=f"simulation seed (acceptance: {ACCEPTANCE_SEED}; screen on others)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=ACCEPTANCE_SEED,
+        help=f"simulation seed (acceptance: {ACCEPTANCE_SEED}; screen on others)",
+    )
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--n-large", type=int, default=1000)
     parser.add_argument("--scenarios", default="linear,interaction,age,null")
@@ -307,23 +397,38 @@ def main() -> None:
     started = time.time()
     scenarios = args.scenarios.split(",")
     chosen = args.variants.split(",") if args.variants else None
-    report = {"benchmark": "ground_truth", "machine": machine(), "seed": args.seed,
-              "acceptance_seed": ACCEPTANCE_SEED, "small": {}, "large": {}}
-    for scenario in ([] if args.skip_small else scenarios):
-        report["small"][scenario] = evaluate_scenario(args.out, scenario, args.n, args.seed,
-                                                      chosen or SMALL[scenario], args.n_jobs, log)
+    report = {
+        "benchmark": "ground_truth",
+        "machine": machine(),
+        "seed": args.seed,
+        "acceptance_seed": ACCEPTANCE_SEED,
+        "small": {},
+        "large": {},
+    }
+    for scenario in [] if args.skip_small else scenarios:
+        report["small"][scenario] = evaluate_scenario(
+            args.out, scenario, args.n, args.seed, chosen or SMALL[scenario], args.n_jobs, log
+        )
         print(json.dumps({scenario: report["small"][scenario]["models"]}), file=sys.stderr)
     if "null" in scenarios and not (args.skip_null_trust or args.skip_small):
         report["null_trust"] = null_trust(args.out, args.seed, args.n, args.n_jobs, log)
     if args.explain and not args.skip_small:
-        report["explanations"] = {s: explanation_check(args.out, s, args.n, args.seed,
-                                                       args.n_jobs, log)
-                                  for s in ("linear", "interaction") if s in scenarios}
+        report["explanations"] = {
+            s: explanation_check(args.out, s, args.n, args.seed, args.n_jobs, log)
+            for s in ("linear", "interaction")
+            if s in scenarios
+        }
     if not args.skip_large:
         for scenario in (s for s in scenarios if s in LARGE):
-            report["large"][scenario] = evaluate_scenario(args.out, scenario, args.n_large,
-                                                          args.seed, chosen or LARGE[scenario],
-                                                          args.n_jobs, log)
+            report["large"][scenario] = evaluate_scenario(
+                args.out,
+                scenario,
+                args.n_large,
+                args.seed,
+                chosen or LARGE[scenario],
+                args.n_jobs,
+                log,
+            )
     report["wall_seconds"] = round(time.time() - started, 1)
     text = json.dumps(report, indent=2)
     (args.out / "bench_ground_truth.json").write_text(text)

@@ -35,27 +35,46 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     data = preprocessed("msu", args.data, args.out)
     load_start = os.getloadavg()
-    command, wall, metrics = timed_train(data, args.out / "run", [
-        "--device", "cpu", "--n-jobs", str(args.n_jobs), "--permutations", str(args.permutations),
-        "--permutation-model", args.permutation_model], "train --permutations")
+    command, wall, metrics = timed_train(
+        data,
+        args.out / "run",
+        [
+            "--device",
+            "cpu",
+            "--n-jobs",
+            str(args.n_jobs),
+            "--permutations",
+            str(args.permutations),
+            "--permutation-model",
+            args.permutation_model,
+        ],
+        "train --permutations",
+    )
     test = metrics["permutation_test"]
     results = {
-        "machine": {**machine(), "load_average_start": load_start,
-                    "load_average_end": os.getloadavg()},
+        "machine": {
+            **machine(),
+            "load_average_start": load_start,
+            "load_average_end": os.getloadavg(),
+        },
         "command": command,
         "wall_seconds": wall,
-        "cv_seconds": metrics["cv_seconds"],                 # XAIguiFormer fits of the folds
-        "permutation_seconds": test["seconds"],              # summed over the workers
-        "n_permutations": test["n_permutations"], "null_model": test["null_model"],
+        "cv_seconds": metrics["cv_seconds"],  # XAIguiFormer fits of the folds
+        "permutation_seconds": test["seconds"],  # summed over the workers
+        "n_permutations": test["n_permutations"],
+        "null_model": test["null_model"],
         "p_values": {name: model["p_value"] for name, model in test["models"].items()},
         "observed_bac": {name: model["observed_bac"] for name, model in test["models"].items()},
         "shortcut_audit_flagged": metrics["shortcut_audit"]["flagged"],
-        "shortcut_audit_status": {entry["name"]: entry["status"]
-                                  for entry in metrics["shortcut_audit"]["variables"]},
+        "shortcut_audit_status": {
+            entry["name"]: entry["status"] for entry in metrics["shortcut_audit"]["variables"]
+        },
     }
     (args.out / "bench_permutations.json").write_text(json.dumps(results, indent=2))
-    print(f"{wall:.0f} s for train --permutations {args.permutations} "
-          f"(target < 300 s)", file=sys.stderr)
+    print(
+        f"{wall:.0f} s for train --permutations {args.permutations} (target < 300 s)",
+        file=sys.stderr,
+    )
     print(json.dumps(results, indent=2))
 
 

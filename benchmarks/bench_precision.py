@@ -42,13 +42,16 @@ def xaiguiformer(model):
 @contextlib.contextmanager
 def attention_logit_peak(model, peak: list):
     """Record in ``peak[0]`` the largest |q.k| / sqrt(Dh) of every transformer layer."""
+
     def hook(module, inputs, output):
         q, k = output
         logits = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
         peak[0] = max(peak[0], float(logits.detach().abs().max()))
 
-    handles = [layer.attn.rotary.register_forward_hook(hook)
-               for layer in xaiguiformer(model).encoder.layers]
+    handles = [
+        layer.attn.rotary.register_forward_hook(hook)
+        for layer in xaiguiformer(model).encoder.layers
+    ]
     try:
         yield
     finally:
@@ -62,8 +65,11 @@ def run(model, inputs, bf16: bool):
     context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     with torch.no_grad(), context, explicit_attention(model):
         output = model.forward_with_details(*inputs)
-    return (output.logits_refined.double(), [e.double() for e in output.explanations],
-            [t.weights.double() for t in output.attention_coarse + output.attention_refined])
+    return (
+        output.logits_refined.double(),
+        [e.double() for e in output.explanations],
+        [t.weights.double() for t in output.attention_coarse + output.attention_refined],
+    )
 
 
 def train_step(model, inputs, labels, bf16: bool):
@@ -74,8 +80,9 @@ def train_step(model, inputs, labels, bf16: bool):
     context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     with context:
         coarse, refined = model(*inputs)
-    loss = 0.3 * F.cross_entropy(coarse.float(), labels) + 0.7 * F.cross_entropy(refined.float(),
-                                                                                labels)
+    loss = 0.3 * F.cross_entropy(coarse.float(), labels) + 0.7 * F.cross_entropy(
+        refined.float(), labels
+    )
     loss.backward()
     model.eval()
     grads = torch.cat([p.grad.double().flatten() for p in model.parameters() if p.grad is not None])
@@ -96,16 +103,26 @@ def compare(model, inputs, labels, batch: int) -> dict:
             half_loss, half_grads = train_step(model, step_inputs, labels[:batch], bf16=True)
         out[name] = {
             "max_logit_change": float((half_logits - logits).abs().max()),
-            "max_probability_change": float((half_logits.softmax(-1) - logits.softmax(-1))
-                                            .abs().max()),
+            "max_probability_change": float(
+                (half_logits.softmax(-1) - logits.softmax(-1)).abs().max()
+            ),
             "flipped_share": float((half_logits.argmax(-1) != logits.argmax(-1)).double().mean()),
-            "max_attention_weight_change": max(float((h - w).abs().max())
-                                               for h, w in zip(half_weights, weights)),
-            "attention_rows_changed_share": float(torch.cat(
-                [((h - w).abs().amax(-1) > 0.1).flatten() for h, w in zip(half_weights, weights)]
-            ).double().mean()),
+            "max_attention_weight_change": max(
+                float((h - w).abs().max()) for h, w in zip(half_weights, weights)
+            ),
+            "attention_rows_changed_share": float(
+                torch.cat(
+                    [
+                        ((h - w).abs().amax(-1) > 0.1).flatten()
+                        for h, w in zip(half_weights, weights)
+                    ]
+                )
+                .double()
+                .mean()
+            ),
             "explanation_relative_change": max(
-                float((h - e).norm() / e.norm()) for h, e in zip(half_explanations, explanations)),
+                float((h - e).norm() / e.norm()) for h, e in zip(half_explanations, explanations)
+            ),
             "loss_relative_change": abs(half_loss - loss) / abs(loss),
             "gradient_relative_change": float((half_grads - grads).norm() / grads.norm()),
         }
@@ -128,7 +145,7 @@ def main() -> None:
         manifest[fields[0]] = fields
     header = (args.data / "manifest.tsv").read_text(encoding="utf-8").splitlines()[0].split("\t")
     coh, wpli, age, sex = [], [], [], []
-    files = sorted((args.data / "connectomes").glob("*.npz"))[:args.recordings]
+    files = sorted((args.data / "connectomes").glob("*.npz"))[: args.recordings]
     for path in files:
         row = dict(zip(header, manifest[path.stem]))
         with np.load(path) as data:
@@ -137,11 +154,20 @@ def main() -> None:
         n = len(coh[-1])
         age += [float(row["age"]) if row["age"] != "n/a" else np.nan] * n
         sex += [{"M": 0.0, "F": 1.0}.get(row["sex"], np.nan)] * n
-    inputs = (torch.from_numpy(np.concatenate(coh)), torch.from_numpy(np.concatenate(wpli)),
-              torch.tensor(age, dtype=torch.float32), torch.tensor(sex, dtype=torch.float32))
+    inputs = (
+        torch.from_numpy(np.concatenate(coh)),
+        torch.from_numpy(np.concatenate(wpli)),
+        torch.tensor(age, dtype=torch.float32),
+        torch.tensor(sex, dtype=torch.float32),
+    )
     labels = torch.arange(len(inputs[0])) % len(bundle.label_names)
-    result = {"machine": machine(), "model": str(args.model), "data": str(args.data),
-              "recordings": len(files), **compare(model, inputs, labels, args.batch)}
+    result = {
+        "machine": machine(),
+        "model": str(args.model),
+        "data": str(args.data),
+        "recordings": len(files),
+        **compare(model, inputs, labels, args.batch),
+    }
     print(json.dumps(result, indent=2))
 
 

@@ -72,8 +72,9 @@ def write_synthetic_edf(path: Path, minutes: float, seed: int, sfreq: float = 25
     n_times = int(minutes * 60 * sfreq)
     alpha = np.sin(2 * np.pi * 10 * np.arange(n_times) / sfreq)
     data = rng.standard_normal((19, n_times)) + rng.uniform(0.5, 1.5, (19, 1)) * alpha
-    raw = mne.io.RawArray(data * 1e-5, mne.create_info(list(STANDARD_1020), sfreq, "eeg"),
-                          verbose=False)
+    raw = mne.io.RawArray(
+        data * 1e-5, mne.create_info(list(STANDARD_1020), sfreq, "eeg"), verbose=False
+    )
     mne.export.export_raw(path, raw, fmt="edf", overwrite=True, verbose=False)
     return path
 
@@ -91,15 +92,20 @@ def timed_run(inputs: list[Path], n_jobs: int, workdir: Path) -> RunTimes:
     """One run in a fresh Python process into an empty folder, as a user's run: the wall time
     covers importing eegformer_cli.preprocess, starting the workers and everything after."""
     out = Path(tempfile.mkdtemp(dir=workdir))
-    result = subprocess.run([sys.executable, "-c", CHILD_RUN, str(out), str(n_jobs),
-                             *map(str, inputs)], check=True, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD_RUN, str(out), str(n_jobs), *map(str, inputs)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     times = json.loads(result.stdout)
     assert times.pop("n_error") == 0, result.stderr
     return RunTimes(**times)
 
 
-def throughput(name: str, inputs: list[Path], recording_minutes: float, workdir: Path,
-               repeats: int) -> dict:
+def throughput(
+    name: str, inputs: list[Path], recording_minutes: float, workdir: Path, repeats: int
+) -> dict:
     """Median times of ``repeats`` runs per n_jobs (alternating 1, 2, 1, 2 ... so that a burst
     of load from other users hits both alike).
 
@@ -111,32 +117,52 @@ def throughput(name: str, inputs: list[Path], recording_minutes: float, workdir:
     for _ in range(repeats):
         for n_jobs in samples:
             samples[n_jobs].append(timed_run(inputs, n_jobs, workdir))
-    median = {n: {key: float(np.median([getattr(r, key) for r in runs]))
-                  for key in ("wall", "cpu_main", "cpu_workers")} for n, runs in samples.items()}
+    median = {
+        n: {
+            key: float(np.median([getattr(r, key) for r in runs]))
+            for key in ("wall", "cpu_main", "cpu_workers")
+        }
+        for n, runs in samples.items()
+    }
     idle_estimate = median[2]["cpu_main"] + median[2]["cpu_workers"] / 2
-    return {"set": name, "recording_minutes": round(recording_minutes, 2),
-            "wall_s_median": {f"n_jobs_{n}": round(m["wall"], 2) for n, m in median.items()},
-            "wall_s_all": {f"n_jobs_{n}": [round(r.wall, 2) for r in runs]
-                           for n, runs in samples.items()},
-            "cpu_s_median": {f"n_jobs_{n}": {"main": round(m["cpu_main"], 2),
-                                             "workers": round(m["cpu_workers"], 2)}
-                             for n, m in median.items()},
-            "seconds_per_recording_minute": {f"n_jobs_{n}": round(m["wall"] / recording_minutes, 4)
-                                             for n, m in median.items()},
-            "speedup_2_vs_1": round(median[1]["wall"] / median[2]["wall"], 2),
-            "idle_machine_estimate_s": {"n_jobs_2": round(idle_estimate, 2),
-                                        "speedup_2_vs_1": round(median[1]["cpu_main"]
-                                                                / idle_estimate, 2)}}
+    return {
+        "set": name,
+        "recording_minutes": round(recording_minutes, 2),
+        "wall_s_median": {f"n_jobs_{n}": round(m["wall"], 2) for n, m in median.items()},
+        "wall_s_all": {
+            f"n_jobs_{n}": [round(r.wall, 2) for r in runs] for n, runs in samples.items()
+        },
+        "cpu_s_median": {
+            f"n_jobs_{n}": {"main": round(m["cpu_main"], 2), "workers": round(m["cpu_workers"], 2)}
+            for n, m in median.items()
+        },
+        "seconds_per_recording_minute": {
+            f"n_jobs_{n}": round(m["wall"] / recording_minutes, 4) for n, m in median.items()
+        },
+        "speedup_2_vs_1": round(median[1]["wall"] / median[2]["wall"], 2),
+        "idle_machine_estimate_s": {
+            "n_jobs_2": round(idle_estimate, 2),
+            "speedup_2_vs_1": round(median[1]["cpu_main"] / idle_estimate, 2),
+        },
+    }
 
 
 def peak_memory(workdir: Path) -> dict:
     path = write_synthetic_edf(workdir / "long_20min.edf", minutes=20, seed=99)
-    result = subprocess.run([sys.executable, "-c", PEAK_MEMORY_CHILD, str(path)], check=True,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_MEMORY_CHILD, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     after_imports_kib, peak_kib, n_segments = map(int, result.stdout.split())
-    return {"recording": "synthetic 20 min, 19 channels, 256 Hz (EDF)",
-            "segments": n_segments, "rss_after_imports_mib": round(after_imports_kib / 1024, 1),
-            "peak_rss_mib": round(peak_kib / 1024, 1), "target_mib": 1536}
+    return {
+        "recording": "synthetic 20 min, 19 channels, 256 Hz (EDF)",
+        "segments": n_segments,
+        "rss_after_imports_mib": round(after_imports_kib / 1024, 1),
+        "peak_rss_mib": round(peak_kib / 1024, 1),
+        "target_mib": 1536,
+    }
 
 
 def main() -> None:
@@ -147,21 +173,33 @@ def main() -> None:
     parser.add_argument("--skip-msu", action="store_true", help="do not use msu-schizophrenia")
     args = parser.parse_args()
     mne.set_log_level("ERROR")
-    report = {"machine": machine(),
-              "load_average_before": os.getloadavg(), "throughput": []}
+    report = {"machine": machine(), "load_average_before": os.getloadavg(), "throughput": []}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         if MSU.is_dir() and not args.skip_msu:
-            report["throughput"].append(throughput("msu-schizophrenia (84 x 1 min, 16 ch, 128 Hz)",
-                                                   [MSU], 84.0, workdir, args.repeats))
+            report["throughput"].append(
+                throughput(
+                    "msu-schizophrenia (84 x 1 min, 16 ch, 128 Hz)",
+                    [MSU],
+                    84.0,
+                    workdir,
+                    args.repeats,
+                )
+            )
         if args.synthetic:
             synthetic = workdir / "synthetic"
             synthetic.mkdir()
             for seed in range(args.synthetic):
                 write_synthetic_edf(synthetic / f"rec{seed:03d}.edf", args.minutes, seed)
-            report["throughput"].append(throughput(
-                f"synthetic ({args.synthetic} x {args.minutes:g} min, 19 ch, 256 Hz)",
-                [synthetic], args.synthetic * args.minutes, workdir, args.repeats))
+            report["throughput"].append(
+                throughput(
+                    f"synthetic ({args.synthetic} x {args.minutes:g} min, 19 ch, 256 Hz)",
+                    [synthetic],
+                    args.synthetic * args.minutes,
+                    workdir,
+                    args.repeats,
+                )
+            )
         report["peak_memory"] = peak_memory(workdir)
     report["load_average_after"] = os.getloadavg()
     json.dump(report, sys.stdout, indent=2)

@@ -38,8 +38,11 @@ from machine import machine  # benchmarks/machine.py (scripts run from this fold
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"
-CONFIGURATIONS = (("local, n_jobs=1", "local", 1), ("local, n_jobs=2", "local", 2),
-                  ("dask LocalCluster, 2 workers", "dask", 2))
+CONFIGURATIONS = (
+    ("local, n_jobs=1", "local", 1),
+    ("local, n_jobs=2", "local", 2),
+    ("dask LocalCluster, 2 workers", "dask", 2),
+)
 
 
 def timed_run(inputs: list[Path], backend: str, n_jobs: int, out: Path) -> dict:
@@ -48,15 +51,19 @@ def timed_run(inputs: list[Path], backend: str, n_jobs: int, out: Path) -> dict:
     started = time.perf_counter()
     with preprocess_backend(backend, None, n_jobs):
         ready = time.perf_counter()
-        summary = run_preprocess(inputs, out, PreprocessSettings.from_preset("default"),
-                                 n_jobs=n_jobs)
+        summary = run_preprocess(
+            inputs, out, PreprocessSettings.from_preset("default"), n_jobs=n_jobs
+        )
         done = time.perf_counter()
     assert summary.n_error == 0 and summary.n_skipped == 0, summary
-    return {"load_average_1min_before": round(load, 2),
-            "backend_start_s": round(ready - started, 2),
-            "preprocess_s": round(done - ready, 2), "total_s": round(done - started, 2),
-            "recordings_per_s": round(len(inputs) / (done - ready), 3),
-            "recordings_per_s_with_start": round(len(inputs) / (done - started), 3)}
+    return {
+        "load_average_1min_before": round(load, 2),
+        "backend_start_s": round(ready - started, 2),
+        "preprocess_s": round(done - ready, 2),
+        "total_s": round(done - started, 2),
+        "recordings_per_s": round(len(inputs) / (done - ready), 3),
+        "recordings_per_s_with_start": round(len(inputs) / (done - started), 3),
+    }
 
 
 def same_outputs(first: Path, other: Path) -> bool:
@@ -65,8 +72,7 @@ def same_outputs(first: Path, other: Path) -> bool:
         return False
     for path in sorted((first / "connectomes").glob("*.npz")):
         with np.load(path) as a, np.load(other / "connectomes" / path.name) as b:
-            if set(a.files) != set(b.files) or not all(np.array_equal(a[k], b[k])
-                                                       for k in a.files):
+            if set(a.files) != set(b.files) or not all(np.array_equal(a[k], b[k]) for k in a.files):
                 return False
     return True
 
@@ -78,10 +84,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration")
     args = parser.parse_args()
     mne.set_log_level("ERROR")
-    inputs = find_recordings([args.data])[:args.n]
-    report = {"machine": machine(),
-              "data": f"{args.data.name}: first {len(inputs)} recordings",
-              "repeats": args.repeats, "runs": {}}
+    inputs = find_recordings([args.data])[: args.n]
+    report = {
+        "machine": machine(),
+        "data": f"{args.data.name}: first {len(inputs)} recordings",
+        "repeats": args.repeats,
+        "runs": {},
+    }
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in CONFIGURATIONS}
     with tempfile.TemporaryDirectory() as tmp:
         outs = []

@@ -40,10 +40,28 @@ import torch.nn.functional as F
 from eegformer_cli.model import ModelConfig, XAIguiFormer
 from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 
-BANDS = ["delta", "theta", "low_alpha", "high_alpha", "low_beta", "mid_beta", "high_beta",
-         "gamma", "theta_beta_ratio"]
-BAND_EDGES_HZ = [(2, 4), (4, 8), (8, 10), (10, 12), (12, 18), (18, 21), (21, 30), (30, 45),
-                 (4 / 12, 8 / 30)]
+BANDS = [
+    "delta",
+    "theta",
+    "low_alpha",
+    "high_alpha",
+    "low_beta",
+    "mid_beta",
+    "high_beta",
+    "gamma",
+    "theta_beta_ratio",
+]
+BAND_EDGES_HZ = [
+    (2, 4),
+    (4, 8),
+    (8, 10),
+    (10, 12),
+    (12, 18),
+    (18, 21),
+    (21, 30),
+    (30, 45),
+    (4 / 12, 8 / 30),
+]
 #: Weight of the refined loss (official alpha).
 ALPHA = 0.7
 
@@ -66,8 +84,9 @@ def make_inputs(batch: int, n_channels: int, device: str, seed: int = 0):
 def perturbed_paper_model(n_channels: int, device: str, seed: int = 0) -> XAIguiFormer:
     """Paper-size model with every weight perturbed (seeded), so explanations are not ~1e-4."""
     torch.manual_seed(seed)
-    config = ModelConfig.preset("paper", n_channels=n_channels, band_names=BANDS,
-                                band_edges_hz=BAND_EDGES_HZ, n_classes=2)
+    config = ModelConfig.preset(
+        "paper", n_channels=n_channels, band_names=BANDS, band_edges_hz=BAND_EDGES_HZ, n_classes=2
+    )
     model = XAIguiFormer(config)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -96,15 +115,20 @@ class CaptumDeepLift(torch.nn.Module):
         explanations = []
         for layer in model.encoder.layers:
             attribution = LayerDeepLift(model.encoder, layer, multiply_by_inputs=True).attribute(
-                (tokens, demographics), (torch.zeros_like(tokens), torch.zeros_like(demographics)),
-                target=target, attribute_to_layer_input=True,
-                grad_kwargs={"materialize_grads": True})   # demographics may get no gradient
+                (tokens, demographics),
+                (torch.zeros_like(tokens), torch.zeros_like(demographics)),
+                target=target,
+                attribute_to_layer_input=True,
+                grad_kwargs={"materialize_grads": True},
+            )  # demographics may get no gradient
             attribution = attribution[0] if isinstance(attribution, (tuple, list)) else attribution
-            explanations.append(attribution.detach() if model.config.detach_explanations
-                                else attribution)
+            explanations.append(
+                attribution.detach() if model.config.detach_explanations else attribution
+            )
         refined = model.encoder.run(tokens, demographics, explanations).logits
-        return SimpleNamespace(logits_coarse=coarse, logits_refined=refined,
-                               explanations=explanations)
+        return SimpleNamespace(
+            logits_coarse=coarse, logits_refined=refined, explanations=explanations
+        )
 
     def forward(self, coh, wpli, age, sex):
         output = self.forward_with_details(coh, wpli, age, sex)
@@ -114,7 +138,9 @@ class CaptumDeepLift(torch.nn.Module):
 def loss_of(model: XAIguiFormer, inputs) -> torch.Tensor:
     coh, wpli, age, sex, labels = inputs
     logits_coarse, logits_refined = model(coh, wpli, age, sex)
-    return (1 - ALPHA) * F.cross_entropy(logits_coarse, labels) + ALPHA * F.cross_entropy(logits_refined, labels)
+    return (1 - ALPHA) * F.cross_entropy(logits_coarse, labels) + ALPHA * F.cross_entropy(
+        logits_refined, labels
+    )
 
 
 def synchronize(device: str) -> None:
@@ -122,17 +148,21 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def median_step_seconds(models: dict[str, XAIguiFormer], inputs, steps: int, warmup: int,
-                        device: str) -> dict[str, dict[str, float]]:
+def median_step_seconds(
+    models: dict[str, XAIguiFormer], inputs, steps: int, warmup: int, device: str
+) -> dict[str, dict[str, float]]:
     """Median wall-clock and process-CPU seconds of a full training step per model.
 
     The models' steps are interleaved so that changing load on a shared machine affects both
     alike; CPU time (all threads of this process) is less sensitive to other processes than
     wall time, but not immune (they still share caches and memory bandwidth).
     """
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99),
-                                          fused=True)  # as the trainer
-                  for name, model in models.items()}
+    optimizers = {
+        name: torch.optim.AdamW(
+            model.parameters(), lr=1e-4, betas=(0.9, 0.99), fused=True
+        )  # as the trainer
+        for name, model in models.items()
+    }
     wall = {name: [] for name in models}
     cpu = {name: [] for name in models}
     for step in range(warmup + steps):
@@ -146,8 +176,10 @@ def median_step_seconds(models: dict[str, XAIguiFormer], inputs, steps: int, war
             if step >= warmup:
                 wall[name].append(time.perf_counter() - start_wall)
                 cpu[name].append(time.process_time() - start_cpu)
-    return {name: {"wall": statistics.median(wall[name]), "cpu": statistics.median(cpu[name])}
-            for name in models}
+    return {
+        name: {"wall": statistics.median(wall[name]), "cpu": statistics.median(cpu[name])}
+        for name in models
+    }
 
 
 def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
@@ -155,17 +187,25 @@ def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
     coh, wpli, age, sex, _ = inputs
     out_a = one_pass.forward_with_details(coh, wpli, age, sex)
     out_b = captum.forward_with_details(coh, wpli, age, sex)
-    explanation_diff = max((a - b).abs().max().item() for a, b in zip(out_a.explanations, out_b.explanations))
+    explanation_diff = max(
+        (a - b).abs().max().item() for a, b in zip(out_a.explanations, out_b.explanations)
+    )
     explanation_scale = max(b.abs().max().item() for b in out_b.explanations)
     for model in (one_pass, captum):
         model.zero_grad(set_to_none=True)
         loss_of(model, inputs).backward()
-    grad_diff = max(((pa.grad - pb.grad).abs().max() / pb.grad.abs().max().clamp_min(1e-30)).item()
-                    for pa, pb in zip(one_pass.parameters(), captum.parameters()) if pb.grad is not None)
+    grad_diff = max(
+        ((pa.grad - pb.grad).abs().max() / pb.grad.abs().max().clamp_min(1e-30)).item()
+        for pa, pb in zip(one_pass.parameters(), captum.parameters())
+        if pb.grad is not None
+    )
     return {
         "max_abs_diff_explanations": explanation_diff,
         "max_abs_explanation": explanation_scale,
-        "max_abs_diff_refined_logits": (out_a.logits_refined - out_b.logits_refined).abs().max().item(),
+        "max_abs_diff_refined_logits": (out_a.logits_refined - out_b.logits_refined)
+        .abs()
+        .max()
+        .item(),
         "max_rel_diff_parameter_grads": grad_diff,
     }
 
@@ -178,35 +218,52 @@ def default_step(args) -> dict:
     bands, edges = BANDS[:8], BAND_EDGES_HZ[:8]
     fields = json.loads(args.model_json) if args.model_json else {}
     torch.manual_seed(0)
-    config = ModelConfig.preset(args.preset, n_channels=args.channels, band_names=bands,
-                                band_edges_hz=edges, n_classes=2, **fields)
+    config = ModelConfig.preset(
+        args.preset,
+        n_channels=args.channels,
+        band_names=bands,
+        band_edges_hz=edges,
+        n_classes=2,
+        **fields,
+    )
     model = XAIguiFormer(config)
     if TrainConfig.preset_config(args.preset).input_standardisation:
         model = StandardisedModel(model)
     model = model.to(args.device).train()
     generator = torch.Generator().manual_seed(0)
-    coh, wpli = (torch.rand(args.batch, 8, args.channels, args.channels, generator=generator)
-                 for _ in range(2))
+    coh, wpli = (
+        torch.rand(args.batch, 8, args.channels, args.channels, generator=generator)
+        for _ in range(2)
+    )
     coh, wpli = ((m + m.transpose(-1, -2)) / 2 for m in (coh, wpli))
     age, sex = 20 + 60 * torch.rand(args.batch, generator=generator), torch.zeros(args.batch)
     labels = torch.randint(0, 2, (args.batch,), generator=generator)
     inputs = tuple(t.to(args.device) for t in (coh, wpli, age, sex, labels))
-    seconds = median_step_seconds({"step": model}, inputs, args.steps, args.warmup,
-                                  args.device)["step"]
-    return {"model": config.to_dict(), "step_seconds": seconds["wall"],
-            "step_cpu_seconds": seconds["cpu"]}
+    seconds = median_step_seconds({"step": model}, inputs, args.steps, args.warmup, args.device)[
+        "step"
+    ]
+    return {
+        "model": config.to_dict(),
+        "step_seconds": seconds["wall"],
+        "step_cpu_seconds": seconds["cpu"],
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--batch", type=int, help="default: 64 (--default-step: the preset's)")
     parser.add_argument("--channels", type=int, default=19)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per implementation")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
-    parser.add_argument("--default-step", action="store_true",
-                        help="time the default preset's step instead (module docs)")
+    parser.add_argument(
+        "--default-step",
+        action="store_true",
+        help="time the default preset's step instead (module docs)",
+    )
     parser.add_argument("--model-json", help="with --default-step: model fields as JSON")
     parser.add_argument("--preset", default="default", help="with --default-step: default or paper")
     args = parser.parse_args()
@@ -216,13 +273,25 @@ def main() -> None:
 
             args.batch = TrainConfig.preset_config(args.preset).batch_size
         if args.channels == 19:
-            args.channels = 16                    # msu-schizophrenia
-        torch.set_num_threads(1)                  # as train does
-        print(json.dumps({"device": args.device, "preset": args.preset, "threads": 1,
-                          "torch": torch.__version__, "cpu": cpu_model(),
-                          "batch": args.batch, "channels": args.channels, "steps": args.steps,
-                          "load_average_1min": os.getloadavg()[0], **default_step(args)},
-                         indent=2))
+            args.channels = 16  # msu-schizophrenia
+        torch.set_num_threads(1)  # as train does
+        print(
+            json.dumps(
+                {
+                    "device": args.device,
+                    "preset": args.preset,
+                    "threads": 1,
+                    "torch": torch.__version__,
+                    "cpu": cpu_model(),
+                    "batch": args.batch,
+                    "channels": args.channels,
+                    "steps": args.steps,
+                    "load_average_1min": os.getloadavg()[0],
+                    **default_step(args),
+                },
+                indent=2,
+            )
+        )
         return
     torch.set_num_threads(args.threads)
     args.batch = args.batch or 64
@@ -230,22 +299,37 @@ def main() -> None:
     model = perturbed_paper_model(args.channels, args.device)
     one_pass, captum = model, CaptumDeepLift(copy.deepcopy(model))
     figures = differences(one_pass, captum, inputs)
-    seconds = median_step_seconds({"one_pass": one_pass, "captum": captum}, inputs, args.steps,
-                                  args.warmup, args.device)
-    device_name = (torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_model())
-    print(json.dumps({
-        "device": args.device, "device_name": device_name, "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "batch": args.batch, "channels": args.channels,
-        "bands": len(BANDS), "layers": model.config.n_layers, "d_model": model.config.d_model,
-        "heads": model.config.n_heads, "steps": args.steps, "warmup": args.warmup,
-        "step_seconds_one_pass": seconds["one_pass"]["wall"],
-        "step_seconds_captum": seconds["captum"]["wall"],
-        "speedup": seconds["captum"]["wall"] / seconds["one_pass"]["wall"],
-        "step_cpu_seconds_one_pass": seconds["one_pass"]["cpu"],
-        "step_cpu_seconds_captum": seconds["captum"]["cpu"],
-        "speedup_cpu_time": seconds["captum"]["cpu"] / seconds["one_pass"]["cpu"],
-        "load_average_1min": os.getloadavg()[0], **figures,
-    }, indent=2))
+    seconds = median_step_seconds(
+        {"one_pass": one_pass, "captum": captum}, inputs, args.steps, args.warmup, args.device
+    )
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_model()
+    print(
+        json.dumps(
+            {
+                "device": args.device,
+                "device_name": device_name,
+                "threads": torch.get_num_threads(),
+                "torch": torch.__version__,
+                "batch": args.batch,
+                "channels": args.channels,
+                "bands": len(BANDS),
+                "layers": model.config.n_layers,
+                "d_model": model.config.d_model,
+                "heads": model.config.n_heads,
+                "steps": args.steps,
+                "warmup": args.warmup,
+                "step_seconds_one_pass": seconds["one_pass"]["wall"],
+                "step_seconds_captum": seconds["captum"]["wall"],
+                "speedup": seconds["captum"]["wall"] / seconds["one_pass"]["wall"],
+                "step_cpu_seconds_one_pass": seconds["one_pass"]["cpu"],
+                "step_cpu_seconds_captum": seconds["captum"]["cpu"],
+                "speedup_cpu_time": seconds["captum"]["cpu"] / seconds["one_pass"]["cpu"],
+                "load_average_1min": os.getloadavg()[0],
+                **figures,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

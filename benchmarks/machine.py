@@ -20,5 +20,8 @@ def cpu_model() -> str:
 
 def machine() -> dict:
     """``{"cpu": model name, "cores": usable cores, "python": version}``."""
-    return {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)),
-            "python": platform.python_version()}
+    return {
+        "cpu": cpu_model(),
+        "cores": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+    }

@@ -45,9 +45,19 @@ from eegformer_cli import simulate
 SFREQ = 128
 DURATIONS_S = range(30, 41)  # recording i lasts DURATIONS_S[i % 11] seconds
 SEED = 500
-BAD_KINDS = ("empty", "truncated_data", "text", "short", "flat", "nan", "two_channels",
-             "numbered", "rate64", "truncated_header")
-MIB = 2 ** 20
+BAD_KINDS = (
+    "empty",
+    "truncated_data",
+    "text",
+    "short",
+    "flat",
+    "nan",
+    "two_channels",
+    "numbered",
+    "rate64",
+    "truncated_header",
+)
+MIB = 2**20
 
 
 def write_bad_recording(kind: str, folder: Path, good: mne.io.BaseRaw, good_file: Path) -> Path:
@@ -164,8 +174,13 @@ def run_and_sample(command: list[str], connectomes: Path, interval_s: float) -> 
         samples.append((round(time.monotonic() - start, 2), tree_rss_bytes(process.pid), done))
         time.sleep(interval_s)
     stdout, stderr = process.communicate()
-    return {"returncode": process.returncode, "wall_s": time.monotonic() - start,
-            "stdout": stdout, "stderr": stderr, "samples": samples}
+    return {
+        "returncode": process.returncode,
+        "wall_s": time.monotonic() - start,
+        "stdout": stdout,
+        "stderr": stderr,
+        "samples": samples,
+    }
 
 
 def memory_summary(samples: list[tuple[float, int, int]], n_good: int) -> dict:
@@ -177,24 +192,38 @@ def memory_summary(samples: list[tuple[float, int, int]], n_good: int) -> dict:
     rss = np.array([s[1] for s in processing], dtype=float) / MIB
     slope, _ = np.polyfit(done, rss, 1)
     quarter = len(rss) // 4
-    return {"n_samples": len(processing),
-            "rss_mib_first_quarter_median": round(float(np.median(rss[:quarter])), 1),
-            "rss_mib_last_quarter_median": round(float(np.median(rss[-quarter:])), 1),
-            "rss_mib_min": round(float(rss.min()), 1), "rss_mib_max": round(float(rss.max()), 1),
-            "slope_mib_per_100_recordings": round(float(slope) * 100, 2)}
+    return {
+        "n_samples": len(processing),
+        "rss_mib_first_quarter_median": round(float(np.median(rss[:quarter])), 1),
+        "rss_mib_last_quarter_median": round(float(np.median(rss[-quarter:])), 1),
+        "rss_mib_min": round(float(rss.min()), 1),
+        "rss_mib_max": round(float(rss.max()), 1),
+        "slope_mib_per_100_recordings": round(float(slope) * 100, 2),
+    }
 
 
 def check_manifest(out: Path, good: list[Path], bad: list[Path]) -> dict:
     """Every good recording ok with its file, every bad one an error naming its file."""
     with open(out / "manifest.tsv", newline="") as handle:
         rows = {row["source_file"]: row for row in csv.DictReader(handle, delimiter="\t")}
-    good_not_ok = [str(p) for p in good if rows.get(str(p), {}).get("status") != "ok"
-                   or not (out / rows[str(p)]["connectome"]).is_file()]
+    good_not_ok = [
+        str(p)
+        for p in good
+        if rows.get(str(p), {}).get("status") != "ok"
+        or not (out / rows[str(p)]["connectome"]).is_file()
+    ]
     bad_errors = {p.name: rows.get(str(p), {}).get("error") for p in bad}
-    bad_not_reported = [name for name, error in bad_errors.items()
-                        if not error or name not in error or "\n" in error]
-    return {"n_rows": len(rows), "good_not_ok": good_not_ok,
-            "bad_not_reported": bad_not_reported, "bad_errors": bad_errors}
+    bad_not_reported = [
+        name
+        for name, error in bad_errors.items()
+        if not error or name not in error or "\n" in error
+    ]
+    return {
+        "n_rows": len(rows),
+        "good_not_ok": good_not_ok,
+        "bad_not_reported": bad_not_reported,
+        "bad_errors": bad_errors,
+    }
 
 
 def main() -> None:
@@ -212,27 +241,47 @@ def main() -> None:
         good, bad = write_dataset(work / "data", args.n_recordings)
         generate_s = time.monotonic() - started
         out = work / "out"
-        command = [sys.executable, "-m", "eegformer_cli", "preprocess", str(work / "data"),
-                   "--out", str(out), "--n-jobs", str(args.n_jobs)]
+        command = [
+            sys.executable,
+            "-m",
+            "eegformer_cli",
+            "preprocess",
+            str(work / "data"),
+            "--out",
+            str(out),
+            "--n-jobs",
+            str(args.n_jobs),
+        ]
         print(f"stress: {' '.join(command[1:])}", file=sys.stderr)
         run = run_and_sample(command, out / "connectomes", args.interval)
         checks = check_manifest(out, good, bad) if (out / "manifest.tsv").is_file() else {}
         result = {
             "command": "eegformer " + " ".join(command[3:]),
-            "n_recordings": args.n_recordings, "n_good": len(good), "n_bad": len(bad),
+            "n_recordings": args.n_recordings,
+            "n_good": len(good),
+            "n_bad": len(bad),
             "recording": f"19 channels, {SFREQ} Hz, {min(DURATIONS_S)}-{max(DURATIONS_S)} s, EDF",
-            "n_jobs": args.n_jobs, "generate_s": round(generate_s, 1),
-            "returncode": run["returncode"], "wall_s": round(run["wall_s"], 1),
+            "n_jobs": args.n_jobs,
+            "generate_s": round(generate_s, 1),
+            "returncode": run["returncode"],
+            "wall_s": round(run["wall_s"], 1),
             "recordings_per_s": round(args.n_recordings / run["wall_s"], 2),
             "traceback_in_output": "Traceback" in run["stdout"] + run["stderr"],
             "stderr_tail": run["stderr"].strip().splitlines()[-4:],
             "checks": checks,
-            "ok": (run["returncode"] == 0 and bool(checks) and not checks["good_not_ok"]
-                   and not checks["bad_not_reported"]),
+            "ok": (
+                run["returncode"] == 0
+                and bool(checks)
+                and not checks["good_not_ok"]
+                and not checks["bad_not_reported"]
+            ),
             "memory": memory_summary(run["samples"], len(good)),
             "rss_samples": [(t, round(rss / MIB, 1), done) for t, rss, done in run["samples"]],
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "load_average_1min_at_end": round(os.getloadavg()[0], 2)},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+            },
         }
         print(json.dumps(result, indent=1))
     finally:

@@ -29,8 +29,9 @@ def ensure_dir(path: str | Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"cannot create folder: {exc.strerror}", path=path,
-                          hint="choose another --out") from None
+        raise OutputError(
+            f"cannot create folder: {exc.strerror}", path=path, hint="choose another --out"
+        ) from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise OutputError("folder is not writable", path=path, hint="choose another --out")
     return path
@@ -47,8 +48,9 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     path = Path(path)
     ensure_dir(path.parent)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", suffix=suffix,
-                                   dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=TMP_PREFIX + path.name + ".", suffix=suffix, dir=path.parent
+        )
     except OSError as exc:
         raise OutputError(f"cannot write: {exc.strerror}", path=path) from None
     os.close(fd)
@@ -63,10 +65,15 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[io.IOBase]:
+def atomic_open(
+    path: str | Path, mode: str = "w", encoding: str | None = "utf-8"
+) -> Iterator[io.IOBase]:
     """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success
     (flushed and fsynced first). On an exception ``path`` is left untouched."""
-    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
+    with (
+        atomic_path(path) as tmp,
+        open(tmp, mode, encoding=None if "b" in mode else encoding) as handle,
+    ):
         yield handle
         handle.flush()
         os.fsync(handle.fileno())
@@ -124,8 +131,9 @@ class DirectoryLock:
     ``train --fold`` jobs of one run), but never alongside an exclusive holder.
     """
 
-    def __init__(self, folder: str | Path, what: str = "another eegformer run",
-                 shared: bool = False):
+    def __init__(
+        self, folder: str | Path, what: str = "another eegformer run", shared: bool = False
+    ):
         self.folder = ensure_dir(folder)
         self.what = what
         self.shared = shared
@@ -134,13 +142,18 @@ class DirectoryLock:
     def __enter__(self) -> "DirectoryLock":
         self._handle = open(self.folder / ".lock", "a+")
         try:
-            fcntl.flock(self._handle.fileno(),
-                        (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            fcntl.flock(
+                self._handle.fileno(),
+                (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB,
+            )
         except BlockingIOError:
             self._handle.close()
             self._handle = None
-            raise OutputError(f"{self.what} is writing into this folder", path=self.folder,
-                              hint="wait for it to finish or choose another --out") from None
+            raise OutputError(
+                f"{self.what} is writing into this folder",
+                path=self.folder,
+                hint="wait for it to finish or choose another --out",
+            ) from None
         return self
 
     def __exit__(self, *exc) -> None:

@@ -44,19 +44,32 @@ def _epoch_length(value: float | str | None) -> float | str | None:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise UsageError(f"invalid --epoch-length {value!r}; give 'auto' or seconds, "
-                         "e.g. 30") from None
+        raise UsageError(
+            f"invalid --epoch-length {value!r}; give 'auto' or seconds, e.g. 30"
+        ) from None
 
 
 @document(PREPROCESS)
-def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
-               participants: PathLike | None = None, recordings: PathLike | None = None,
-               preset: str = "default", channels: str | Sequence[str] | None = None,
-               max_interpolated: int | None = None, bands: str | None = None,
-               epoch_length: float | str | None = None, sfreq: float | None = None,
-               ica: bool | None = None, n_jobs: int = 1, strict: bool = False,
-               backend: str = "local", scheduler: str | None = None, overwrite: bool = False,
-               crop: float | None = None):
+def preprocess(
+    inputs: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    participants: PathLike | None = None,
+    recordings: PathLike | None = None,
+    preset: str = "default",
+    channels: str | Sequence[str] | None = None,
+    max_interpolated: int | None = None,
+    bands: str | None = None,
+    epoch_length: float | str | None = None,
+    sfreq: float | None = None,
+    ica: bool | None = None,
+    n_jobs: int = 1,
+    strict: bool = False,
+    backend: str = "local",
+    scheduler: str | None = None,
+    overwrite: bool = False,
+    crop: float | None = None,
+):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
 
     Returns
@@ -76,41 +89,87 @@ def preprocess(inputs: PathLike | Sequence[PathLike], out: PathLike, *,
     from eegformer_cli.preprocess.settings import PreprocessSettings
 
     channel_names = _names(channels)
-    overrides = {"channels": None if channel_names is None else tuple(channel_names),
-                 "max_interpolated": max_interpolated,
-                 "bands": None if bands is None else parse_bands(bands),
-                 "epoch_length": _epoch_length(epoch_length), "sfreq": sfreq, "ica": ica,
-                 "crop_s": crop}
+    overrides = {
+        "channels": None if channel_names is None else tuple(channel_names),
+        "max_interpolated": max_interpolated,
+        "bands": None if bands is None else parse_bands(bands),
+        "epoch_length": _epoch_length(epoch_length),
+        "sfreq": sfreq,
+        "ica": ica,
+        "crop_s": crop,
+    }
     settings = PreprocessSettings.from_preset(
-        preset, **{key: value for key, value in overrides.items() if value is not None})
+        preset, **{key: value for key, value in overrides.items() if value is not None}
+    )
     with preprocess_backend(backend, scheduler, n_jobs):
-        return run_preprocess(_paths(inputs), Path(out), settings, participants=participants,
-                              recordings_table=recordings, n_jobs=n_jobs, strict=strict,
-                              overwrite=overwrite)
+        return run_preprocess(
+            _paths(inputs),
+            Path(out),
+            settings,
+            participants=participants,
+            recordings_table=recordings,
+            n_jobs=n_jobs,
+            strict=strict,
+            overwrite=overwrite,
+        )
 
 
 #: ``train``'s settings that ``merge`` takes from the run folder instead, with their defaults.
-_TRAINING_SETTINGS = {"data_dir": None, "out": None, "label_column": None, "preset": "default",
-                      "config": None, "cv": None, "repeats": None, "holdout": None,
-                      "splits": None, "epochs": None, "batch_size": None, "lr": None,
-                      "patience": None, "seed": None, "device": None, "precision": None,
-                      "no_xai": False,
-                      "frequency_encoding": None, "positive_label": None, "overwrite": False,
-                      "fold": None}
+_TRAINING_SETTINGS = {
+    "data_dir": None,
+    "out": None,
+    "label_column": None,
+    "preset": "default",
+    "config": None,
+    "cv": None,
+    "repeats": None,
+    "holdout": None,
+    "splits": None,
+    "epochs": None,
+    "batch_size": None,
+    "lr": None,
+    "patience": None,
+    "seed": None,
+    "device": None,
+    "precision": None,
+    "no_xai": False,
+    "frequency_encoding": None,
+    "positive_label": None,
+    "overwrite": False,
+    "fold": None,
+}
 
 
 @document(TRAIN)
-def train(data_dir: PathLike | None = None, out: PathLike | None = None,
-          label_column: str | None = None, *, preset: str = "default",
-          config: PathLike | None = None, cv: int | None = None, repeats: int | None = None,
-          holdout: float | None = None, splits: PathLike | None = None,
-          epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
-          patience: int | None = None, seed: int | None = None, device: str | None = None,
-          precision: str | None = None, no_xai: bool = False, frequency_encoding: str | None = None,
-          positive_label: str | None = None, n_jobs: int = 1, overwrite: bool = False,
-          fold: int | None = None, merge: PathLike | None = None,
-          confounds: str | Sequence[str] | None = None, permutations: int = 0,
-          permutation_model: str = "reference") -> dict | None:
+def train(
+    data_dir: PathLike | None = None,
+    out: PathLike | None = None,
+    label_column: str | None = None,
+    *,
+    preset: str = "default",
+    config: PathLike | None = None,
+    cv: int | None = None,
+    repeats: int | None = None,
+    holdout: float | None = None,
+    splits: PathLike | None = None,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    patience: int | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    precision: str | None = None,
+    no_xai: bool = False,
+    frequency_encoding: str | None = None,
+    positive_label: str | None = None,
+    n_jobs: int = 1,
+    overwrite: bool = False,
+    fold: int | None = None,
+    merge: PathLike | None = None,
+    confounds: str | Sequence[str] | None = None,
+    permutations: int = 0,
+    permutation_model: str = "reference",
+) -> dict | None:
     """Cross-validate XAIguiFormer beside the reference models and write the final
     model file (``eegformer train``).
 
@@ -130,26 +189,53 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
 
     columns = _names(confounds) or []
     if merge is not None:
-        settings = {"data_dir": data_dir, "out": out, "label_column": label_column,
-                    "preset": preset, "config": config, "cv": cv, "repeats": repeats,
-                    "holdout": holdout, "splits": splits, "epochs": epochs,
-                    "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
-                    "device": device, "precision": precision, "no_xai": no_xai,
-                    "frequency_encoding": frequency_encoding,
-                    "positive_label": positive_label, "overwrite": overwrite, "fold": fold}
+        settings = {
+            "data_dir": data_dir,
+            "out": out,
+            "label_column": label_column,
+            "preset": preset,
+            "config": config,
+            "cv": cv,
+            "repeats": repeats,
+            "holdout": holdout,
+            "splits": splits,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "lr": lr,
+            "patience": patience,
+            "seed": seed,
+            "device": device,
+            "precision": precision,
+            "no_xai": no_xai,
+            "frequency_encoding": frequency_encoding,
+            "positive_label": positive_label,
+            "overwrite": overwrite,
+            "fold": fold,
+        }
         given = [name for name, value in settings.items() if value != _TRAINING_SETTINGS[name]]
         if given:
-            raise UsageError("--merge takes every training setting from RUN_DIR/config.json; "
-                             "remove " + ", ".join(given))
+            raise UsageError(
+                "--merge takes every training setting from RUN_DIR/config.json; "
+                "remove " + ", ".join(given)
+            )
         return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
-    missing = [name for name, value in (("DATA_DIR", data_dir), ("--out", out),
-                                        ("--label-column", label_column)) if value is None]
+    missing = [
+        name
+        for name, value in (
+            ("DATA_DIR", data_dir),
+            ("--out", out),
+            ("--label-column", label_column),
+        )
+        if value is None
+    ]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
     if holdout is not None and not 0 < holdout < 1:
-        raise UsageError(f"invalid value {holdout:g} for --holdout; allowed range is (0, 1), "
-                         "the fraction of participants held out for test",
-                         hint="leave --holdout out for cross-validation (--cv)")
+        raise UsageError(
+            f"invalid value {holdout:g} for --holdout; allowed range is (0, 1), "
+            "the fraction of participants held out for test",
+            hint="leave --holdout out for cross-validation (--cv)",
+        )
     if holdout is not None and (cv is not None or repeats is not None):
         raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
     if splits is not None and (holdout is not None or cv is not None or repeats is not None):
@@ -159,22 +245,51 @@ def train(data_dir: PathLike | None = None, out: PathLike | None = None,
         model_overrides["xai_refinement"] = False
     if frequency_encoding is not None:
         model_overrides["frequency_encoding"] = frequency_encoding
-    flags = {"cv": cv, "repeats": repeats, "holdout": holdout, "epochs": epochs,
-             "batch_size": batch_size, "lr": lr, "patience": patience, "seed": seed,
-             "device": device, "precision": precision, "model": model_overrides or None}
+    flags = {
+        "cv": cv,
+        "repeats": repeats,
+        "holdout": holdout,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "patience": patience,
+        "seed": seed,
+        "device": device,
+        "precision": precision,
+        "model": model_overrides or None,
+    }
     resolved = resolve_config(preset, config, flags)
-    return run_training(Path(data_dir), Path(out), label_column, resolved, splits_file=splits,
-                        positive_label=positive_label, overwrite=overwrite, fold_index=fold,
-                        n_jobs=n_jobs, confounds=columns, permutations=permutations,
-                        permutation_model=permutation_model)
+    return run_training(
+        Path(data_dir),
+        Path(out),
+        label_column,
+        resolved,
+        splits_file=splits,
+        positive_label=positive_label,
+        overwrite=overwrite,
+        fold_index=fold,
+        n_jobs=n_jobs,
+        confounds=columns,
+        permutations=permutations,
+        permutation_model=permutation_model,
+    )
 
 
 @document(PREDICT)
-def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
-            participants: PathLike | None = None, age: float | None = None,
-            sex: str | None = None, max_interpolated: int | None = None, device: str = "auto",
-            precision: str = "auto", strict: bool = False,
-            on_row: Callable[[dict], None] | None = None, coverage: float | None = None):
+def predict(
+    model: PathLike,
+    inputs: PathLike | Sequence[PathLike],
+    *,
+    participants: PathLike | None = None,
+    age: float | None = None,
+    sex: str | None = None,
+    max_interpolated: int | None = None,
+    device: str = "auto",
+    precision: str = "auto",
+    strict: bool = False,
+    on_row: Callable[[dict], None] | None = None,
+    coverage: float | None = None,
+):
     """Predict the class of each recording with a trained model (``eegformer predict``).
 
     Returns
@@ -187,15 +302,32 @@ def predict(model: PathLike, inputs: PathLike | Sequence[PathLike], *,
     from eegformer_cli.trained_model import load_model
 
     return load_model(model, device, precision).predict(
-        _paths(inputs), age, sex, participants=participants, max_interpolated=max_interpolated,
-        strict=strict, on_row=on_row, coverage=coverage)
+        _paths(inputs),
+        age,
+        sex,
+        participants=participants,
+        max_interpolated=max_interpolated,
+        strict=strict,
+        on_row=on_row,
+        coverage=coverage,
+    )
 
 
 @document(EXPLAIN)
-def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLike, *,
-            target: str | None = None, method: str = "integrated_gradients",
-            n_steps: int = 128, all_heads: bool = False, participants: PathLike | None = None,
-            max_interpolated: int | None = None, device: str = "auto", strict: bool = False):
+def explain(
+    model: PathLike,
+    inputs: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    target: str | None = None,
+    method: str = "integrated_gradients",
+    n_steps: int = 128,
+    all_heads: bool = False,
+    participants: PathLike | None = None,
+    max_interpolated: int | None = None,
+    device: str = "auto",
+    strict: bool = False,
+):
     """Explain a trained model's predictions and write the files of ``eegformer explain``.
 
     Into ``out``: per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,
@@ -210,16 +342,24 @@ def explain(model: PathLike, inputs: PathLike | Sequence[PathLike], out: PathLik
     """
     from eegformer_cli.trained_model import check_explain_options, load_model
 
-    check_explain_options(method, n_steps)          # before the model file is read, as the CLI
+    check_explain_options(method, n_steps)  # before the model file is read, as the CLI
     return load_model(model, device).explain(
-        _paths(inputs), participants=participants, target=target, method=method,
-        n_steps=n_steps, all_heads=all_heads, max_interpolated=max_interpolated, strict=strict,
-        out=out)
+        _paths(inputs),
+        participants=participants,
+        target=target,
+        method=method,
+        n_steps=n_steps,
+        all_heads=all_heads,
+        max_interpolated=max_interpolated,
+        strict=strict,
+        out=out,
+    )
 
 
 @document(REPORT)
-def report(run_dir: PathLike, *, explanations: PathLike | None = None,
-           out: PathLike | None = None) -> Path:
+def report(
+    run_dir: PathLike, *, explanations: PathLike | None = None, out: PathLike | None = None
+) -> Path:
     """Write one self-contained HTML report of a training run (``eegformer report``).
 
     Returns
@@ -235,5 +375,8 @@ def report(run_dir: PathLike, *, explanations: PathLike | None = None,
     """
     from eegformer_cli.explain.report import write_report
 
-    return write_report(Path(run_dir), None if explanations is None else Path(explanations),
-                        Path(out) if out is not None else Path(run_dir) / "report.html")
+    return write_report(
+        Path(run_dir),
+        None if explanations is None else Path(explanations),
+        Path(out) if out is not None else Path(run_dir) / "report.html",
+    )

@@ -13,8 +13,15 @@ import warnings
 from collections.abc import Iterator
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 stdout = Console(highlight=False, soft_wrap=True)
@@ -59,7 +66,15 @@ def progress_bar(transient: bool = False) -> Progress:
 
     Use as ``with progress_bar() as bar: task = bar.add_task("preprocess", total=n)``.
     """
-    return Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=stderr,
-                    transient=transient, disable=not stderr.is_terminal)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=transient,
+        disable=not stderr.is_terminal,
+    )

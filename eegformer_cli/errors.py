@@ -40,8 +40,15 @@ class EegformerError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, path: str | Path | None = None, hint: str | None = None,
-                 result=None, printed: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        hint: str | None = None,
+        result=None,
+        printed: bool = False,
+    ):
         self.path = None if path is None else str(path)
         self.hint = hint
         #: What the call produced before it failed (``predict``: the rows of the recordings that

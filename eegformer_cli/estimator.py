@@ -70,19 +70,29 @@ def read_preprocessed(data_dir: str | os.PathLike):
     data_dir = Path(data_dir).resolve()
     rows = [row for row in output.read_manifest(data_dir) if row.get("status") == "ok"]
     if not rows:
-        raise InputDataError("no recording in the manifest has status ok", path=data_dir,
-                             hint="see the error column of manifest.tsv")
+        raise InputDataError(
+            "no recording in the manifest has status ok",
+            path=data_dir,
+            hint="see the error column of manifest.tsv",
+        )
     table = []
     for row in rows:
         participant = (row.get("participant_id") or "").strip()
-        record = {"recording_id": row["recording_id"],
-                  "participant_id": row["recording_id"] if is_missing(participant) else participant,
-                  CONNECTOME_COLUMN: output.connectome_path(data_dir, row),
-                  "n_segments": int(float(row["n_segments"])),
-                  "age": output.age_value(row.get("age")),
-                  "sex": SEX_NAMES.get(output.sex_value(row.get("sex"))) or math.nan}
-        record.update({key: None if is_missing(value) else value for key, value in row.items()
-                       if key not in record})
+        record = {
+            "recording_id": row["recording_id"],
+            "participant_id": row["recording_id"] if is_missing(participant) else participant,
+            CONNECTOME_COLUMN: output.connectome_path(data_dir, row),
+            "n_segments": int(float(row["n_segments"])),
+            "age": output.age_value(row.get("age")),
+            "sex": SEX_NAMES.get(output.sex_value(row.get("sex"))) or math.nan,
+        }
+        record.update(
+            {
+                key: None if is_missing(value) else value
+                for key, value in row.items()
+                if key not in record
+            }
+        )
         table.append(record)
     return pd.DataFrame(table)
 
@@ -131,11 +141,20 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
     each with the reason.
     """
 
-    def __init__(self, preset: str = "default", config=None, epochs: int | None = None,
-                 batch_size: int | None = None, lr: float | None = None,
-                 patience: int | None = None, val_fraction: float | None = None,
-                 no_xai: bool = False, frequency_encoding: str | None = None,
-                 random_state: int = 0, device: str = "auto"):
+    def __init__(
+        self,
+        preset: str = "default",
+        config=None,
+        epochs: int | None = None,
+        batch_size: int | None = None,
+        lr: float | None = None,
+        patience: int | None = None,
+        val_fraction: float | None = None,
+        no_xai: bool = False,
+        frequency_encoding: str | None = None,
+        random_state: int = 0,
+        device: str = "auto",
+    ):
         self.preset = preset
         self.config = config
         self.epochs = epochs
@@ -184,18 +203,29 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         recordings, channels, bands, edges = _recordings(table, groups, _labels(y, len(table)))
         classes = np.unique(np.asarray(y))
         if len(classes) < 2:
-            raise InputDataError(f"y has only one class ({classes[0]!r}); a classifier needs "
-                                 "at least two")
+            raise InputDataError(
+                f"y has only one class ({classes[0]!r}); a classifier needs at least two"
+            )
         data = _training_data(recordings, [str(c) for c in classes], channels, bands, edges)
         participants = np.array([r.participant_id for r in recordings])
         train_ids, val_ids = splits.inner_validation_split(
-            participants, data.label_indices(), config.val_fraction, self.random_state,
-            where=f"X ({len(set(participants))} participants)")
+            participants,
+            data.label_indices(),
+            config.val_fraction,
+            self.random_state,
+            where=f"X ({len(set(participants))} participants)",
+        )
         device = resolve_device(config.device)
         with deterministic_algorithms(device):
-            fit = fit_model(data, [r for r in recordings if r.participant_id in set(train_ids)],
-                            [r for r in recordings if r.participant_id in set(val_ids)], config,
-                            device, self.random_state, {"repeat": 0, "fold": 0})
+            fit = fit_model(
+                data,
+                [r for r in recordings if r.participant_id in set(train_ids)],
+                [r for r in recordings if r.participant_id in set(val_ids)],
+                config,
+                device,
+                self.random_state,
+                {"repeat": 0, "fold": 0},
+            )
         self.classes_ = classes
         self.model_ = fit.model
         self.history_ = fit.history
@@ -232,9 +262,11 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         # labels are not used to predict: every recording gets the first class as a placeholder
         recordings, channels, bands, _ = _recordings(table, None, [names[0]] * len(table))
         if channels != self.channels_ or bands != self.bands_:
-            raise InputDataError(f"X has channels {', '.join(channels)} and bands "
-                                 f"{', '.join(bands)}; the estimator was fitted on "
-                                 f"{', '.join(self.channels_)} and {', '.join(self.bands_)}")
+            raise InputDataError(
+                f"X has channels {', '.join(channels)} and bands "
+                f"{', '.join(bands)}; the estimator was fitted on "
+                f"{', '.join(self.channels_)} and {', '.join(self.bands_)}"
+            )
         dataset = ConnectomeDataset(recordings, names, channels, bands)
         with deterministic_algorithms(self._device):
             return softmax(evaluate(self.model_, dataset, self._device, self._precision), axis=1)
@@ -252,7 +284,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         numpy.ndarray of shape (n_recordings,)
             Labels from ``classes_``.
         """
-        probabilities = self.predict_proba(X)         # checks first that it is fitted
+        probabilities = self.predict_proba(X)  # checks first that it is fitted
         return self.classes_[np.argmax(probabilities, axis=1)]
 
     def _train_config(self):
@@ -260,17 +292,28 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         from eegformer_cli.training.config import resolve_config
 
         if self.config is not None and not isinstance(self.config, (str, os.PathLike, dict)):
-            raise UsageError(f"invalid config {self.config!r}; give a TOML file or a dict of "
-                             "training settings")
+            raise UsageError(
+                f"invalid config {self.config!r}; give a TOML file or a dict of training settings"
+            )
         model = {}
         if self.no_xai:
             model["xai_refinement"] = False
         if self.frequency_encoding is not None:
             model["frequency_encoding"] = self.frequency_encoding
-        return resolve_config(self.preset, self.config, {
-            "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
-            "patience": self.patience, "val_fraction": self.val_fraction,
-            "seed": self.random_state, "device": self.device, "model": model or None})
+        return resolve_config(
+            self.preset,
+            self.config,
+            {
+                "epochs": self.epochs,
+                "batch_size": self.batch_size,
+                "lr": self.lr,
+                "patience": self.patience,
+                "val_fraction": self.val_fraction,
+                "seed": self.random_state,
+                "device": self.device,
+                "model": model or None,
+            },
+        )
 
 
 def _rows(X):
@@ -280,21 +323,27 @@ def _rows(X):
 
     if isinstance(X, pd.DataFrame):
         if CONNECTOME_COLUMN not in X.columns:
-            raise InputDataError(f"X has no {CONNECTOME_COLUMN!r} column (columns: "
-                                 f"{', '.join(map(str, X.columns))}); give a table of "
-                                 "recordings, e.g. eegformer_cli.read_preprocessed(folder)")
+            raise InputDataError(
+                f"X has no {CONNECTOME_COLUMN!r} column (columns: "
+                f"{', '.join(map(str, X.columns))}); give a table of "
+                "recordings, e.g. eegformer_cli.read_preprocessed(folder)"
+            )
         return X
     from eegformer_cli.preprocess.output import Connectome
 
     entries = list(X) if isinstance(X, (list, tuple, np.ndarray)) else None
-    if entries is None or not entries or not all(
-            isinstance(entry, (Connectome, str, os.PathLike)) for entry in entries):
+    if (
+        entries is None
+        or not entries
+        or not all(isinstance(entry, (Connectome, str, os.PathLike)) for entry in entries)
+    ):
         shape = f" of shape {np.shape(X)}" if hasattr(X, "shape") else ""
         raise InputDataError(
             f"X is a {type(X).__name__}{shape}, not recordings; give a table with a "
             f"{CONNECTOME_COLUMN!r} column (eegformer_cli.read_preprocessed(folder)) or a list "
             "of connectomes (Connectome objects or .npz paths): a recording is a stack of "
-            "connectivity matrices with its own number of segments, not a row of numbers")
+            "connectivity matrices with its own number of segments, not a row of numbers"
+        )
     return pd.DataFrame({CONNECTOME_COLUMN: entries})
 
 
@@ -302,8 +351,7 @@ def _labels(y, n: int) -> list[str]:
     """``y`` as the label text of each recording (InputDataError for another length)."""
     values = np.asarray(y)
     if values.ndim != 1 or len(values) != n:
-        raise InputDataError(f"y has shape {values.shape}; expected one label per recording "
-                             f"({n})")
+        raise InputDataError(f"y has shape {values.shape}; expected one label per recording ({n})")
     return [str(value) for value in values]
 
 
@@ -318,12 +366,15 @@ def _recordings(table, groups, labels: list[str]):
     groups = None if groups is None else list(groups)
     if groups is not None and len(groups) != n:
         raise InputDataError(f"groups has {len(groups)} values; expected one per recording ({n})")
-    column = {name: (list(table[name]) if name in table.columns else [None] * n)
-              for name in OPTIONAL_COLUMNS}
+    column = {
+        name: (list(table[name]) if name in table.columns else [None] * n)
+        for name in OPTIONAL_COLUMNS
+    }
     recordings = []
     for i, connectome in enumerate(table[CONNECTOME_COLUMN]):
-        recording_id = str(column["recording_id"][i] if column["recording_id"][i] is not None
-                           else i)
+        recording_id = str(
+            column["recording_id"][i] if column["recording_id"][i] is not None else i
+        )
         participant = groups[i] if groups is not None else column["participant_id"][i]
         if participant is None or (isinstance(participant, float) and math.isnan(participant)):
             participant = recording_id
@@ -332,10 +383,17 @@ def _recordings(table, groups, labels: list[str]):
         n_segments = column["n_segments"][i]
         if n_segments is None or isinstance(connectome, Connectome):
             n_segments = _n_segments(connectome)
-        recordings.append(RecordingInfo(recording_id, str(participant), labels[i],
-                                        _age(column["age"][i], age_value),
-                                        _sex(column["sex"][i], sex_value), connectome,
-                                        int(n_segments)))
+        recordings.append(
+            RecordingInfo(
+                recording_id,
+                str(participant),
+                labels[i],
+                _age(column["age"][i], age_value),
+                _sex(column["sex"][i], sex_value),
+                connectome,
+                int(n_segments),
+            )
+        )
     channels, bands, edges = _layout(recordings[0].connectome)
     return recordings, channels, bands, edges
 
@@ -350,7 +408,7 @@ def _sex(value, sex_value) -> float:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return math.nan
     if isinstance(value, (int, float, np.number)) and value in (0, 1):
-        return float(value)          # the model's own code: 0 male, 1 female
+        return float(value)  # the model's own code: 0 male, 1 female
     return sex_value(str(value))
 
 
@@ -368,8 +426,11 @@ def _layout(connectome) -> tuple[list[str], list[str], np.ndarray]:
     from eegformer_cli.preprocess.output import read_layout
 
     if not isinstance(connectome, Path):
-        return (list(map(str, connectome.channels)), list(map(str, connectome.bands)),
-                np.asarray(connectome.band_edges_hz, dtype=np.float64))
+        return (
+            list(map(str, connectome.channels)),
+            list(map(str, connectome.bands)),
+            np.asarray(connectome.band_edges_hz, dtype=np.float64),
+        )
     return read_layout(connectome)
 
 
@@ -377,6 +438,13 @@ def _training_data(recordings, label_names, channels, bands, edges):
     """The trainer's ``TrainingData`` for recordings held in a table, not a folder."""
     from eegformer_cli.training.dataset import TrainingData
 
-    return TrainingData(data_dir=Path.cwd(), label_column="y", recordings=recordings,
-                        label_names=label_names, channels=channels, bands=bands,
-                        band_edges_hz=edges, preprocess={})
+    return TrainingData(
+        data_dir=Path.cwd(),
+        label_column="y",
+        recordings=recordings,
+        label_names=label_names,
+        channels=channels,
+        bands=bands,
+        band_edges_hz=edges,
+        preprocess={},
+    )

@@ -67,8 +67,13 @@ class InputRecording:
     warnings: list[str] = field(default_factory=list)
 
 
-def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.device,
-                       precision: str = "float32", coverage: float | None = None) -> Iterator[dict]:
+def predict_recordings(
+    bundle,
+    items: Iterable[InputRecording],
+    device: torch.device,
+    precision: str = "float32",
+    coverage: float | None = None,
+) -> Iterator[dict]:
     """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
     [``prediction_set``,] then the provenance columns (:data:`provenance.PROVENANCE_COLUMNS`:
     ``source_file``, segments used and rejected, interpolated channels, age and sex with their
@@ -90,8 +95,9 @@ def predict_recordings(bundle, items: Iterable[InputRecording], device: torch.de
         if item.error is not None:
             yield {**row, "error": item.error}
             continue
-        logits = recording_logits(bundle.model, [(item.coh, item.wpli, item.age, item.sex)],
-                                  device, precision)
+        logits = recording_logits(
+            bundle.model, [(item.coh, item.wpli, item.age, item.sex)], device, precision
+        )
         probabilities = recalibrate(bundle.recalibration, softmax(logits, axis=1))[0]
         row["predicted"] = bundle.label_names[int(probabilities.argmax())]
         row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})
@@ -114,8 +120,12 @@ def prediction_set(bundle, probabilities: np.ndarray, coverage: float) -> list[s
     ``predict`` gives them (recalibrated)."""
     from eegformer_cli.training.conformal import prediction_sets
 
-    sets = prediction_sets(bundle.conformal["probabilities"], bundle.conformal["labels"],
-                           np.asarray(probabilities, dtype=float).reshape(1, -1), coverage)
+    sets = prediction_sets(
+        bundle.conformal["probabilities"],
+        bundle.conformal["labels"],
+        np.asarray(probabilities, dtype=float).reshape(1, -1),
+        coverage,
+    )
     return [name for name, member in zip(bundle.label_names, sets[0]) if member]
 
 
@@ -133,9 +143,14 @@ class InputRecordings:
         return (make() for make in self._makers)
 
 
-def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path | None = None,
-                age: float | None = None, sex: str | None = None,
-                max_interpolated: int | None = None) -> InputRecordings:
+def load_inputs(
+    bundle,
+    inputs: Sequence[str | Path],
+    participants: str | Path | None = None,
+    age: float | None = None,
+    sex: str | None = None,
+    max_interpolated: int | None = None,
+) -> InputRecordings:
     """Per-recording connectomes for ``bundle``'s model from raw files and/or preprocess folders.
 
     Parameters
@@ -165,29 +180,43 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     forced_sex = _sex_code(sex) if sex is not None else None
     _check_max_interpolated(max_interpolated)
     entries = [Path(entry) for entry in inputs]
-    folders = {index: _checked_preprocess_folder(bundle, entry)
-               for index, entry in enumerate(entries)
-               if entry.is_dir() and (entry / output.MANIFEST_NAME).is_file()}
+    folders = {
+        index: _checked_preprocess_folder(bundle, entry)
+        for index, entry in enumerate(entries)
+        if entry.is_dir() and (entry / output.MANIFEST_NAME).is_file()
+    }
     # each raw input's recordings, found once; a recording named by two inputs goes with the first
     paths_of: dict[int, list[Path]] = {}
     seen: set[Path] = set()
     for index, entry in enumerate(entries):
         if index not in folders:
-            paths_of[index] = [path for path in reading.find_recordings([entry]) if path not in seen]
+            paths_of[index] = [
+                path for path in reading.find_recordings([entry]) if path not in seen
+            ]
             seen.update(paths_of[index])
     paths = [path for found in paths_of.values() for path in found]
     ids = dict(zip(paths, reading.recording_ids(paths))) if paths else {}
     raw_inputs = [entry for index, entry in enumerate(entries) if index not in folders]
-    table = Path(participants) if participants else (
-        metadata.find_participants_file(raw_inputs) if raw_inputs else None)
+    table = (
+        Path(participants)
+        if participants
+        else (metadata.find_participants_file(raw_inputs) if raw_inputs else None)
+    )
     table_rows = metadata.load_participants(table) if table else {}
 
     def finish(item: InputRecording) -> InputRecording:
         return _finish(bundle, item, forced_age, forced_sex)
 
     def from_folder(folder: Path, row: dict) -> InputRecording:
-        return finish(_preprocessed_input(bundle, folder, row, table if participants else None,
-                                          table_rows if participants else {}))
+        return finish(
+            _preprocessed_input(
+                bundle,
+                folder,
+                row,
+                table if participants else None,
+                table_rows if participants else {},
+            )
+        )
 
     def from_raw(path: Path) -> InputRecording:
         participant_id, meta = metadata.match_participant(path, table_rows, None, None)
@@ -207,8 +236,7 @@ def load_inputs(bundle, inputs: Sequence[str | Path], participants: str | Path |
     return InputRecordings(makers)
 
 
-def _finish(bundle, item: InputRecording, age: float | None,
-            sex: float | None) -> InputRecording:
+def _finish(bundle, item: InputRecording, age: float | None, sex: float | None) -> InputRecording:
     """``item`` with ``age`` / ``sex`` (checked ``--age`` / ``--sex``, None: not given) over
     the table's or manifest's values, then the warnings of a usable recording."""
     if age is not None:
@@ -216,7 +244,7 @@ def _finish(bundle, item: InputRecording, age: float | None,
     if sex is not None:
         item.sex, item.sex_source = sex, "flag"
     if age is not None and sex is not None:
-        item.table = None             # the table gave nothing used: no word about it
+        item.table = None  # the table gave nothing used: no word about it
     if item.error is None:
         item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
     return item
@@ -242,8 +270,9 @@ def _sex_code(sex) -> float:
     return code
 
 
-def _preprocess_raw(bundle, recording, item: InputRecording,
-                    max_interpolated: int | None) -> InputRecording:
+def _preprocess_raw(
+    bundle, recording, item: InputRecording, max_interpolated: int | None
+) -> InputRecording:
     """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
     preprocessed with the model's stored settings and channels, or with its ``error``."""
     from eegformer_cli.preprocess.recording import process_raw, process_recording
@@ -256,23 +285,30 @@ def _preprocess_raw(bundle, recording, item: InputRecording,
         if isinstance(recording, Path):
             connectome = process_recording(recording, settings, bundle.channels)
         else:
-            connectome = process_raw(recording, settings, bundle.channels,
-                                     path=item.source_file or item.recording_id)
+            connectome = process_raw(
+                recording, settings, bundle.channels, path=item.source_file or item.recording_id
+            )
     except EegformerError as exc:
         item.error = exc.one_line()
         return item
     if list(connectome.bands) != bundle.bands:
-        item.error = (f"{item.source_file or item.recording_id}: bands {connectome.bands} differ "
-                      f"from the model's {bundle.bands}")
+        item.error = (
+            f"{item.source_file or item.recording_id}: bands {connectome.bands} differ "
+            f"from the model's {bundle.bands}"
+        )
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
     _set_recorded(item, {key: getattr(connectome, key) for key in output.RECORDED})
     return item
 
 
-def raw_inputs(bundle, raws: Sequence, ages: Sequence[float | None],
-               sexes: Sequence[str | None], max_interpolated: int | None = None
-               ) -> InputRecordings:
+def raw_inputs(
+    bundle,
+    raws: Sequence,
+    ages: Sequence[float | None],
+    sexes: Sequence[str | None],
+    max_interpolated: int | None = None,
+) -> InputRecordings:
     """:func:`load_inputs` for recordings held in memory (``mne.io.Raw`` objects), each
     preprocessed with the model's settings when iterated.
 
@@ -284,20 +320,28 @@ def raw_inputs(bundle, raws: Sequence, ages: Sequence[float | None],
     from eegformer_cli.recordings import reading
 
     _check_max_interpolated(max_interpolated)
-    files = [Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
-             for raw in raws]
+    files = [Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None for raw in raws]
     named = [path for path in files if path is not None]
     file_ids = iter(reading.recording_ids(named) if named else [])
-    ids = [next(file_ids) if path is not None else f"raw-{index}"
-           for index, path in enumerate(files)]
+    ids = [
+        next(file_ids) if path is not None else f"raw-{index}" for index, path in enumerate(files)
+    ]
     checked_ages = [_checked_age(age) for age in ages]
     checked_sexes = [None if sex is None else _sex_code(sex) for sex in sexes]
 
     def from_raw(index: int) -> InputRecording:
-        item = InputRecording(ids[index], None, str(files[index] or ids[index]),
-                              source_file=None if files[index] is None else str(files[index]))
-        return _finish(bundle, _preprocess_raw(bundle, raws[index], item, max_interpolated),
-                       checked_ages[index], checked_sexes[index])
+        item = InputRecording(
+            ids[index],
+            None,
+            str(files[index] or ids[index]),
+            source_file=None if files[index] is None else str(files[index]),
+        )
+        return _finish(
+            bundle,
+            _preprocess_raw(bundle, raws[index], item, max_interpolated),
+            checked_ages[index],
+            checked_sexes[index],
+        )
 
     return InputRecordings([functools.partial(from_raw, index) for index in range(len(raws))])
 
@@ -328,30 +372,42 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
     Raises InputDataError naming the folder and what differs (the fix: give the raw
     recordings, which are then preprocessed with the model's settings).
     """
-    hint = ("pass the raw recordings instead: eegformer preprocesses them with the model's "
-            "settings")
+    hint = "pass the raw recordings instead: eegformer preprocesses them with the model's settings"
     rows = output.read_manifest(folder)
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if ok_rows:
         channels, bands, _ = output.read_layout(output.connectome_path(folder, ok_rows[0]))
-        for what, found, expected in (("channels", channels, bundle.channels),
-                                      ("bands", bands, bundle.bands)):
+        for what, found, expected in (
+            ("channels", channels, bundle.channels),
+            ("bands", bands, bundle.bands),
+        ):
             if found != expected:
-                raise InputDataError(f"{what} of this preprocess output ({', '.join(found)}) "
-                                     f"differ from the model's ({', '.join(expected)})",
-                                     path=folder, hint=hint)
+                raise InputDataError(
+                    f"{what} of this preprocess output ({', '.join(found)}) "
+                    f"differ from the model's ({', '.join(expected)})",
+                    path=folder,
+                    hint=hint,
+                )
     stored = output.read_settings_file(folder)
     if stored is None:
-        raise InputDataError("no readable preprocess.json, so its preprocessing settings cannot "
-                             "be checked against the model's", path=folder, hint=hint)
+        raise InputDataError(
+            "no readable preprocess.json, so its preprocessing settings cannot "
+            "be checked against the model's",
+            path=folder,
+            hint=hint,
+        )
     settings = stored.get("settings", {})
-    differences = [f"{key} {settings[key]!r} (model: {expected!r})"
-                   for key, expected in bundle.preprocess_settings.items()
-                   if key not in _SETTINGS_NOT_COMPARED and key in settings
-                   and settings[key] != expected]
+    differences = [
+        f"{key} {settings[key]!r} (model: {expected!r})"
+        for key, expected in bundle.preprocess_settings.items()
+        if key not in _SETTINGS_NOT_COMPARED and key in settings and settings[key] != expected
+    ]
     if differences:
-        raise InputDataError("made with other preprocessing settings than the model's: "
-                             + ", ".join(differences), path=folder, hint=hint)
+        raise InputDataError(
+            "made with other preprocessing settings than the model's: " + ", ".join(differences),
+            path=folder,
+            hint=hint,
+        )
     return rows
 
 
@@ -375,8 +431,9 @@ def _set_recorded(item: InputRecording, recorded: dict) -> None:
     item.signal_sha256 = recorded.get("signal_sha256") or None
 
 
-def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
-                        table_rows: dict) -> InputRecording:
+def _preprocessed_input(
+    bundle, folder: Path, row: dict, table: Path | None, table_rows: dict
+) -> InputRecording:
     """One manifest row of a checked preprocess folder; ``table_rows`` (the participants table
     ``table``'s rows, or {} with ``table`` None) replace the manifest's age and sex of the
     participants they list."""
@@ -384,8 +441,12 @@ def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
     participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
     listed = _table_demographics(table_rows, participant)
     source_file = row.get("source_file")
-    item = InputRecording(row["recording_id"], participant, str(folder),
-                          source_file=None if source_file in (None, "", "n/a") else source_file)
+    item = InputRecording(
+        row["recording_id"],
+        participant,
+        str(folder),
+        source_file=None if source_file in (None, "", "n/a") else source_file,
+    )
     _set_demographics(item, row.get("age"), row.get("sex"), "manifest")
     if table is not None:
         item.table, item.table_lists_participant = str(table), listed is not None
@@ -396,8 +457,9 @@ def _preprocessed_input(bundle, folder: Path, row: dict, table: Path | None,
         return item
     path, n_segments = output.connectome_path(folder, row), int(float(row["n_segments"]))
     try:
-        item.coh, item.wpli = output.read_tokens(path, bundle.channels, bundle.bands, n_segments,
-                                                 row["recording_id"])
+        item.coh, item.wpli = output.read_tokens(
+            path, bundle.channels, bundle.bands, n_segments, row["recording_id"]
+        )
     except InputDataError as exc:
         item.error = exc.one_line()
         return item

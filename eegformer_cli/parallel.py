@@ -129,9 +129,16 @@ def preprocess_backend(backend: str, scheduler: str | None, n_jobs: int) -> Iter
     logging.getLogger("distributed").setLevel(logging.ERROR)
     with contextlib.ExitStack() as stack:
         if scheduler is None:
-            cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=n_workers, threads_per_worker=1, processes=True,
-                host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR))
+            cluster = stack.enter_context(
+                distributed.LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
+            )
             stack.enter_context(distributed.Client(cluster))
         else:
             stack.enter_context(_connect(distributed, scheduler))
@@ -146,6 +153,7 @@ def _connect(distributed, address: str):
         return distributed.Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        raise UsageError(f"cannot reach the Dask scheduler at --scheduler {address}: {message}",
-                         hint="check the address, e.g. tcp://HOST:8786 as printed by "
-                              "`dask scheduler`") from None
+        raise UsageError(
+            f"cannot reach the Dask scheduler at --scheduler {address}: {message}",
+            hint="check the address, e.g. tcp://HOST:8786 as printed by `dask scheduler`",
+        ) from None

@@ -35,8 +35,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 #: Kinds of warning, in the order they are listed.
-WARNING_KINDS = ("in_training_data", "interpolated", "not_in_table", "age", "sex",
-                 "sampling_rate", "duration")
+WARNING_KINDS = (
+    "in_training_data",
+    "interpolated",
+    "not_in_table",
+    "age",
+    "sex",
+    "sampling_rate",
+    "duration",
+)
 #: A sampling rate or a length more than this factor below the training recordings' smallest or
 #: above their largest is "far outside" the training data (a 256 Hz recording for a model
 #: trained on 128 Hz ones is not: it is resampled to the model's rate like them; 500 Hz is).
@@ -44,9 +51,17 @@ FAR_FACTOR = 2.0
 #: Where the age or sex used for a recording came from (``age_source`` / ``sex_source``).
 SOURCES = ("flag", "table", "manifest", "none")
 #: The provenance columns of a ``predict`` / ``explain`` row, after the prediction's own.
-PROVENANCE_COLUMNS = ("source_file", "n_segments", "n_segments_rejected",
-                      "channels_interpolated", "age", "age_source", "sex", "sex_source",
-                      "warnings")
+PROVENANCE_COLUMNS = (
+    "source_file",
+    "n_segments",
+    "n_segments_rejected",
+    "channels_interpolated",
+    "age",
+    "age_source",
+    "sex",
+    "sex_source",
+    "warnings",
+)
 SEX_NAMES = {0.0: "M", 1.0: "F"}
 
 
@@ -67,8 +82,9 @@ def _range(values: Iterable[float]) -> list[float] | None:
     return [min(known), max(known)] if known else None
 
 
-def describe_training_data(recordings: list, manifest_rows: dict[str, dict],
-                           data_dir: str | Path) -> dict:
+def describe_training_data(
+    recordings: list, manifest_rows: dict[str, dict], data_dir: str | Path
+) -> dict:
     """``model.pt``'s ``training_data``: what the model was fitted to (plain types only).
 
     ``recordings``: the :class:`~eegformer_cli.training.dataset.RecordingInfo` of every
@@ -81,17 +97,29 @@ def describe_training_data(recordings: list, manifest_rows: dict[str, dict],
     [min, max] | None, "duration_s": [min, max] | None}``.
     """
     rows = [manifest_rows.get(rec.recording_id, {}) for rec in recordings]
-    participants = sorted({str(row["participant_id"]) for row in rows
-                           if row.get("participant_id") not in (None, "", "n/a")})
-    hashes = {row["signal_sha256"]: rec.recording_id for rec, row in zip(recordings, rows)
-              if row.get("signal_sha256") not in (None, "", "n/a")}
+    participants = sorted(
+        {
+            str(row["participant_id"])
+            for row in rows
+            if row.get("participant_id") not in (None, "", "n/a")
+        }
+    )
+    hashes = {
+        row["signal_sha256"]: rec.recording_id
+        for rec, row in zip(recordings, rows)
+        if row.get("signal_sha256") not in (None, "", "n/a")
+    }
     sexes = Counter(SEX_NAMES.get(rec.sex, "n/a") for rec in recordings)
     return {
-        "data_dir": str(data_dir), "n_recordings": len(recordings),
+        "data_dir": str(data_dir),
+        "n_recordings": len(recordings),
         "recordings": [rec.recording_id for rec in recordings],
-        "participants": participants, "signal_sha256": hashes,
-        "age_years": {"range": _range(rec.age for rec in recordings),
-                      "n_unknown": sum(not _known(rec.age) for rec in recordings)},
+        "participants": participants,
+        "signal_sha256": hashes,
+        "age_years": {
+            "range": _range(rec.age for rec in recordings),
+            "n_unknown": sum(not _known(rec.age) for rec in recordings),
+        },
         "sex": {name: sexes.get(name, 0) for name in ("M", "F", "n/a")},
         "source_sfreq_hz": _range(_float_or_nan(row.get("source_sfreq")) for row in rows),
         "duration_s": _range(_float_or_nan(row.get("duration_s")) for row in rows),
@@ -104,8 +132,11 @@ def _span(values: list[float], unit: str) -> str:
 
 
 def _far_outside(value: float, span: list[float] | None) -> bool:
-    return (_known(value) and span is not None
-            and (value < span[0] / FAR_FACTOR or value > span[1] * FAR_FACTOR))
+    return (
+        _known(value)
+        and span is not None
+        and (value < span[0] / FAR_FACTOR or value > span[1] * FAR_FACTOR)
+    )
 
 
 def _demographic_warnings(item, training: dict) -> list[str]:
@@ -114,14 +145,19 @@ def _demographic_warnings(item, training: dict) -> list[str]:
     ages, n = training["age_years"], training["n_recordings"]
     if _known(item.age):
         if ages["range"] is None:
-            out.append(f"age: {item.age:g} years given, but no training recording had an age "
-                       "(the model never used one)")
+            out.append(
+                f"age: {item.age:g} years given, but no training recording had an age "
+                "(the model never used one)"
+            )
         elif not ages["range"][0] <= item.age <= ages["range"][1]:
-            out.append(f"age: {item.age:g} years is outside the training recordings' ages "
-                       f"({_span(ages['range'], 'years')})")
+            out.append(
+                f"age: {item.age:g} years is outside the training recordings' ages "
+                f"({_span(ages['range'], 'years')})"
+            )
     elif ages["n_unknown"] == 0 and n:
-        out.append("age: unknown, but every training recording had one "
-                   f"({_span(ages['range'], 'years')})")
+        out.append(
+            f"age: unknown, but every training recording had one ({_span(ages['range'], 'years')})"
+        )
     sexes = training["sex"]
     seen = ", ".join(f"{name} {count}" for name, count in sexes.items() if count)
     sex = SEX_NAMES.get(item.sex, "n/a")
@@ -135,11 +171,15 @@ def _recording_warnings(item, training: dict) -> list[str]:
     """``sampling_rate`` and ``duration`` warnings of ``item`` against the training recordings."""
     out = []
     if _far_outside(item.source_sfreq, training["source_sfreq_hz"]):
-        out.append(f"sampling_rate: {item.source_sfreq:g} Hz is far outside the training "
-                   f"recordings' {_span(training['source_sfreq_hz'], 'Hz')}")
+        out.append(
+            f"sampling_rate: {item.source_sfreq:g} Hz is far outside the training "
+            f"recordings' {_span(training['source_sfreq_hz'], 'Hz')}"
+        )
     if _far_outside(item.duration_s, training["duration_s"]):
-        out.append(f"duration: {item.duration_s:g} s is far outside the training recordings' "
-                   f"{_span(training['duration_s'], 's')}")
+        out.append(
+            f"duration: {item.duration_s:g} s is far outside the training recordings' "
+            f"{_span(training['duration_s'], 's')}"
+        )
     return out
 
 
@@ -151,14 +191,18 @@ def _membership_warning(item, training: dict, model_file: Path) -> list[str]:
     elif same_signal is not None:
         why = f"the model was trained on this signal (training recording {same_signal})"
     elif item.participant_id is not None and item.participant_id in training["participants"]:
-        why = (f"participant {item.participant_id} was in the training data (if this is another "
-               "dataset whose ids coincide, ignore this)")
+        why = (
+            f"participant {item.participant_id} was in the training data (if this is another "
+            "dataset whose ids coincide, ignore this)"
+        )
     else:
         return []
     oof = Path(model_file).parent / "oof_predictions.tsv"
     where = str(oof) if oof.is_file() else "oof_predictions.tsv of the run that trained it"
-    return [f"in_training_data: {why}, so this prediction is optimistic; honest out-of-fold "
-            f"ones: {where}"]
+    return [
+        f"in_training_data: {why}, so this prediction is optimistic; honest out-of-fold "
+        f"ones: {where}"
+    ]
 
 
 def recording_warnings(item, training: dict | None, model_file: str | Path) -> list[str]:
@@ -173,16 +217,22 @@ def recording_warnings(item, training: dict | None, model_file: str | Path) -> l
     if training is not None:
         out += _membership_warning(item, training, Path(model_file))
     if item.channels_interpolated:
-        out.append(f"interpolated: channel(s) {', '.join(item.channels_interpolated)} missing "
-                   f"from the recording, interpolated from their neighbours")
+        out.append(
+            f"interpolated: channel(s) {', '.join(item.channels_interpolated)} missing "
+            f"from the recording, interpolated from their neighbours"
+        )
     if item.table is not None and not item.table_lists_participant:
-        who = ("no participant matched" if item.participant_id is None
-               else f"no row for {item.participant_id}")
-        fallback = ("age and sex from the preprocess manifest" if item.age_source == "manifest"
-                    or item.sex_source == "manifest" else "age and sex unknown unless given "
-                                                          "by --age / --sex")
-        out.append(f"not_in_table: {item.table} does not list this recording ({who}); "
-                   f"{fallback}")
+        who = (
+            "no participant matched"
+            if item.participant_id is None
+            else f"no row for {item.participant_id}"
+        )
+        fallback = (
+            "age and sex from the preprocess manifest"
+            if item.age_source == "manifest" or item.sex_source == "manifest"
+            else "age and sex unknown unless given by --age / --sex"
+        )
+        out.append(f"not_in_table: {item.table} does not list this recording ({who}); {fallback}")
     if training is not None:
         out += _demographic_warnings(item, training) + _recording_warnings(item, training)
     return out
@@ -192,18 +242,23 @@ def row_fields(item) -> dict:
     """The provenance columns (:data:`PROVENANCE_COLUMNS`) of a usable recording, JSON-able:
     ``channels_interpolated`` and ``warnings`` as lists, unknown values None, ``age`` in years
     and ``sex`` as ``M``/``F``."""
-    return {"source_file": item.source_file,
-            "n_segments": None if item.coh is None else int(item.coh.shape[0]),
-            "n_segments_rejected": item.n_segments_rejected,
-            "channels_interpolated": list(item.channels_interpolated),
-            "age": item.age if _known(item.age) else None, "age_source": item.age_source,
-            "sex": SEX_NAMES.get(item.sex), "sex_source": item.sex_source,
-            "warnings": list(item.warnings)}
+    return {
+        "source_file": item.source_file,
+        "n_segments": None if item.coh is None else int(item.coh.shape[0]),
+        "n_segments_rejected": item.n_segments_rejected,
+        "channels_interpolated": list(item.channels_interpolated),
+        "age": item.age if _known(item.age) else None,
+        "age_source": item.age_source,
+        "sex": SEX_NAMES.get(item.sex),
+        "sex_source": item.sex_source,
+        "warnings": list(item.warnings),
+    }
 
 
 def flat_row(row: dict) -> dict:
     """A row for a CSV file: ``warnings`` joined by `` | `` (a warning's text holds commas),
     other lists (``channels_interpolated``) by ``,``, None as ``n/a``."""
+
     def cell(key, value):
         if isinstance(value, list):
             return (" | " if key == "warnings" else ",").join(map(str, value))

@@ -38,9 +38,16 @@ import numpy as np
 
 from eegformer_cli.atomic import write_json
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.simulate import (CHANNELS, SimulatedParticipant, narrowband,
-                                    channel_positions, check_simulation_settings,
-                                    draw_participants, phase_shifted, write_dataset)
+from eegformer_cli.simulate import (
+    CHANNELS,
+    SimulatedParticipant,
+    narrowband,
+    channel_positions,
+    check_simulation_settings,
+    draw_participants,
+    phase_shifted,
+    write_dataset,
+)
 
 SCENARIOS = ("linear", "interaction", "age", "null")
 LABELS = ("control", "patient")
@@ -51,7 +58,7 @@ DEFAULT_STRENGTH = 0.9
 SOURCE_BANDS = {"theta": (4.5, 7.5), "low_beta": (13.0, 17.0), "high_beta": (22.5, 28.5)}
 #: Channels never planted: Fp1/Fp2 carry the blinks.
 PLANTABLE = tuple(name for name in CHANNELS if name not in ("Fp1", "Fp2"))
-MIN_PAIR_DISTANCE_M = 0.07          # no neighbours: volume conduction would blur them
+MIN_PAIR_DISTANCE_M = 0.07  # no neighbours: volume conduction would blur them
 LAG_RAD = np.pi / 3
 
 
@@ -106,13 +113,17 @@ def _distinct_pairs(rng: np.random.Generator, n_pairs: int) -> list[tuple[str, s
 
 def label_rule(scenario: str) -> str:
     """The scenario's rule in words (written to the ground-truth file)."""
-    return {"linear": "patient <=> A", "interaction": "patient <=> A xor B",
-            "age": f"patient <=> A xor (age > {AGE_CUT})",
-            "null": "label independent of A"}[scenario]
+    return {
+        "linear": "patient <=> A",
+        "interaction": "patient <=> A xor B",
+        "age": f"patient <=> A xor (age > {AGE_CUT})",
+        "null": "label independent of A",
+    }[scenario]
 
 
-def draw_factors(scenario: str, participants: list[SimulatedParticipant], seed: int,
-                 strength: float) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+def draw_factors(
+    scenario: str, participants: list[SimulatedParticipant], seed: int, strength: float
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Labels (n,) 0/1, each factor's presence (n,) 0/1 and strength (n,) (0 when absent).
 
     Factors are balanced (half the participants each, shuffled); a present factor's strength is
@@ -122,8 +133,7 @@ def draw_factors(scenario: str, participants: list[SimulatedParticipant], seed: 
     rng = np.random.default_rng([seed, n, 27])
     names = ("A", "B") if scenario == "interaction" else ("A",)
     present = {name: rng.permutation(np.arange(n) % 2) for name in names}
-    strengths = {name: present[name] * strength * np.exp(rng.normal(0, 0.35, n))
-                 for name in names}
+    strengths = {name: present[name] * strength * np.exp(rng.normal(0, 0.35, n)) for name in names}
     if scenario == "linear":
         labels = present["A"]
     elif scenario == "interaction":
@@ -143,8 +153,9 @@ def band_fraction(exponent: float, band_hz: tuple[float, float], sfreq: float) -
     return float(power[inside].sum() / power.sum())
 
 
-def planted_signals(factors: tuple[Factor, ...], strengths: dict[str, float],
-                    participant: SimulatedParticipant):
+def planted_signals(
+    factors: tuple[Factor, ...], strengths: dict[str, float], participant: SimulatedParticipant
+):
     """The ``planted`` function of :func:`simulate.simulate_participant` for one participant:
     every coupling of every factor, each source with std ``strength`` x the background's std in
     its band, (n_channels, n_times) volts. Sources are drawn even for absent factors (strength
@@ -156,7 +167,8 @@ def planted_signals(factors: tuple[Factor, ...], strengths: dict[str, float],
             for coupling in factor.couplings:
                 source = narrowband(rng, n_times, sfreq, *coupling.band_hz)
                 in_band = participant.background_amplitude_v * np.sqrt(
-                    band_fraction(participant.background_exponent, coupling.band_hz, sfreq))
+                    band_fraction(participant.background_exponent, coupling.band_hz, sfreq)
+                )
                 amplitude = strengths[factor.name] * in_band
                 first, second = (CHANNELS.index(name) for name in coupling.channels)
                 signals[first] += amplitude * source
@@ -172,9 +184,17 @@ def ground_truth_path(out_dir: str | Path) -> Path:
     return out_dir.parent / f"{out_dir.name}.ground_truth.json"
 
 
-def simulate_scenario(out_dir: str | Path, scenario: str, n_participants: int, duration_s: float,
-                      sfreq: float, seed: int, layout_seed: int | None = None,
-                      strength: float = DEFAULT_STRENGTH, overwrite: bool = False) -> dict:
+def simulate_scenario(
+    out_dir: str | Path,
+    scenario: str,
+    n_participants: int,
+    duration_s: float,
+    sfreq: float,
+    seed: int,
+    layout_seed: int | None = None,
+    strength: float = DEFAULT_STRENGTH,
+    overwrite: bool = False,
+) -> dict:
     """Write a ground-truth study to ``out_dir`` and its truth to :func:`ground_truth_path`.
 
     Returns the ground truth (what the JSON file holds).
@@ -187,26 +207,49 @@ def simulate_scenario(out_dir: str | Path, scenario: str, n_participants: int, d
     factors = draw_layout(scenario, layout_seed)
     drawn = draw_participants(n_participants, seed)
     labels, present, strengths = draw_factors(scenario, drawn, seed, strength)
-    participants = [dataclasses.replace(p, diagnosis=LABELS[labels[p.index]], age_listed=True,
-                                        sex_listed=True, coupling_strength=0.0) for p in drawn]
+    participants = [
+        dataclasses.replace(
+            p,
+            diagnosis=LABELS[labels[p.index]],
+            age_listed=True,
+            sex_listed=True,
+            coupling_strength=0.0,
+        )
+        for p in drawn
+    ]
 
     def planted_of(participant: SimulatedParticipant):
-        return planted_signals(factors, {name: float(s[participant.index])
-                                         for name, s in strengths.items()}, participant)
+        return planted_signals(
+            factors,
+            {name: float(s[participant.index]) for name, s in strengths.items()},
+            participant,
+        )
 
     write_dataset(out_dir, participants, duration_s, sfreq, overwrite, planted_of)
     truth = {
-        "scenario": scenario, "rule": label_rule(scenario), "label_column": "diagnosis",
-        "labels": list(LABELS), "seed": seed, "layout_seed": layout_seed, "strength": strength,
+        "scenario": scenario,
+        "rule": label_rule(scenario),
+        "label_column": "diagnosis",
+        "labels": list(LABELS),
+        "seed": seed,
+        "layout_seed": layout_seed,
+        "strength": strength,
         "age_cut": AGE_CUT,
-        "factors": [{"name": f.name, "couplings": [dataclasses.asdict(c) for c in f.couplings]}
-                    for f in factors],
-        "participants": [{"participant_id": p.participant_id, "diagnosis": p.diagnosis,
-                          "age": p.age, "sex": p.sex,
-                          "factors": {name: int(present[name][p.index]) for name in present},
-                          "strengths": {name: float(strengths[name][p.index])
-                                        for name in strengths}}
-                         for p in participants],
+        "factors": [
+            {"name": f.name, "couplings": [dataclasses.asdict(c) for c in f.couplings]}
+            for f in factors
+        ],
+        "participants": [
+            {
+                "participant_id": p.participant_id,
+                "diagnosis": p.diagnosis,
+                "age": p.age,
+                "sex": p.sex,
+                "factors": {name: int(present[name][p.index]) for name in present},
+                "strengths": {name: float(strengths[name][p.index]) for name in strengths},
+            }
+            for p in participants
+        ],
     }
     write_json(ground_truth_path(out_dir), truth)
     return truth
@@ -222,9 +265,14 @@ def read_ground_truth(path: str | Path) -> dict:
 
 def planted_couplings(truth: dict) -> list[tuple[str, Coupling]]:
     """(factor name, coupling) of every planted coupling in a ground-truth dict."""
-    return [(factor["name"], Coupling(tuple(c["channels"]), c["token_band"], tuple(c["band_hz"]),
-                                      c["lag_rad"]))
-            for factor in truth["factors"] for c in factor["couplings"]]
+    return [
+        (
+            factor["name"],
+            Coupling(tuple(c["channels"]), c["token_band"], tuple(c["band_hz"]), c["lag_rad"]),
+        )
+        for factor in truth["factors"]
+        for c in factor["couplings"]
+    ]
 
 
 def oracle_features(truth: dict, connectomes: dict[str, object], ages: dict[str, float]) -> dict:
@@ -242,10 +290,19 @@ def oracle_features(truth: dict, connectomes: dict[str, object], ages: dict[str,
         channels, bands = list(connectome.channels), list(connectome.bands)
         values = []
         for couplings in factors.values():
-            values.append(np.mean([connectome.coh[:, bands.index(c.token_band),
-                                                  channels.index(c.channels[0]),
-                                                  channels.index(c.channels[1])].mean()
-                                   for c in couplings]))
+            values.append(
+                np.mean(
+                    [
+                        connectome.coh[
+                            :,
+                            bands.index(c.token_band),
+                            channels.index(c.channels[0]),
+                            channels.index(c.channels[1]),
+                        ].mean()
+                        for c in couplings
+                    ]
+                )
+            )
         if truth["scenario"] == "age":
             values.append(float(ages[recording_id]))
         out[recording_id] = np.array(values, dtype=float)
@@ -260,6 +317,9 @@ def oracle_model(seed: int = 0):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
-    return make_pipeline(StandardScaler(), PolynomialFeatures(2, interaction_only=True,
-                                                              include_bias=False),
-                         StandardScaler(), LogisticRegression(random_state=seed))
+    return make_pipeline(
+        StandardScaler(),
+        PolynomialFeatures(2, interaction_only=True, include_bias=False),
+        StandardScaler(),
+        LogisticRegression(random_state=seed),
+    )

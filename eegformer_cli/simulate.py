@@ -35,8 +35,27 @@ from eegformer_cli import console
 from eegformer_cli.atomic import atomic_path, ensure_dir, write_text
 from eegformer_cli.errors import OutputError, UsageError
 
-CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
-            "P7", "P3", "Pz", "P4", "P8", "O1", "O2")
+CHANNELS = (
+    "Fp1",
+    "Fp2",
+    "F7",
+    "F3",
+    "Fz",
+    "F4",
+    "F8",
+    "T7",
+    "C3",
+    "Cz",
+    "C4",
+    "T8",
+    "P7",
+    "P3",
+    "Pz",
+    "P4",
+    "P8",
+    "O1",
+    "O2",
+)
 FRONTAL = ("F3", "Fz", "F4")
 PARIETAL = ("P3", "Pz", "P4")
 DIAGNOSES = ("healthy", "depression")
@@ -69,15 +88,15 @@ class SimulatedParticipant:
     index: int
     participant_id: str
     diagnosis: str
-    age: int                    # years
-    sex: str                    # "M" or "F"
+    age: int  # years
+    sex: str  # "M" or "F"
     age_listed: bool
     sex_listed: bool
     alpha_peak_hz: float
-    alpha_amplitude_v: float    # peak-channel standard deviation, volts
+    alpha_amplitude_v: float  # peak-channel standard deviation, volts
     background_amplitude_v: float
     background_exponent: float  # power ~ 1 / f**exponent
-    coupling_strength: float    # shared theta source std / background theta scale (0 = none)
+    coupling_strength: float  # shared theta source std / background theta scale (0 = none)
     blink_rate_per_min: float
     line_amplitude_v: float
     channel_style: str
@@ -128,24 +147,26 @@ def draw_participants(n_participants: int, seed: int) -> list[SimulatedParticipa
         age = int(rng.integers(20, 81))
         patient = bool(diagnoses[index])
         strength_mean, strength_sd = (0.8, 0.3) if patient else (0.2, 0.2)
-        participants.append(SimulatedParticipant(
-            index=index,
-            participant_id=f"sub-{index + 1:0{width}d}",
-            diagnosis=DIAGNOSES[int(patient)],
-            age=age,
-            sex=str(rng.choice(["M", "F"])),
-            age_listed=index not in missing_age,
-            sex_listed=index not in missing_sex,
-            alpha_peak_hz=float(10.5 - 2.0 * (age - 20) / 60 + rng.normal(0, 0.3)),
-            alpha_amplitude_v=float(rng.uniform(8e-6, 20e-6)),
-            background_amplitude_v=float(rng.uniform(8e-6, 14e-6)),
-            background_exponent=float(rng.uniform(1.0, 1.6)),
-            coupling_strength=float(max(0.0, rng.normal(strength_mean, strength_sd))),
-            blink_rate_per_min=float(0.0 if rng.random() < 0.35 else rng.uniform(3, 12)),
-            line_amplitude_v=float(rng.uniform(1e-6, 8e-6)),
-            channel_style=CHANNEL_STYLES[index % len(CHANNEL_STYLES)],
-            seed=seed,
-        ))
+        participants.append(
+            SimulatedParticipant(
+                index=index,
+                participant_id=f"sub-{index + 1:0{width}d}",
+                diagnosis=DIAGNOSES[int(patient)],
+                age=age,
+                sex=str(rng.choice(["M", "F"])),
+                age_listed=index not in missing_age,
+                sex_listed=index not in missing_sex,
+                alpha_peak_hz=float(10.5 - 2.0 * (age - 20) / 60 + rng.normal(0, 0.3)),
+                alpha_amplitude_v=float(rng.uniform(8e-6, 20e-6)),
+                background_amplitude_v=float(rng.uniform(8e-6, 14e-6)),
+                background_exponent=float(rng.uniform(1.0, 1.6)),
+                coupling_strength=float(max(0.0, rng.normal(strength_mean, strength_sd))),
+                blink_rate_per_min=float(0.0 if rng.random() < 0.35 else rng.uniform(3, 12)),
+                line_amplitude_v=float(rng.uniform(1e-6, 8e-6)),
+                channel_style=CHANNEL_STYLES[index % len(CHANNEL_STYLES)],
+                seed=seed,
+            )
+        )
     return participants
 
 
@@ -153,39 +174,59 @@ def _unit_std(signals: np.ndarray) -> np.ndarray:
     return signals / signals.std(axis=-1, keepdims=True)
 
 
-def _shaped_noise(rng: np.random.Generator, n_signals: int, n_times: int, sfreq: float,
-                  gain_at) -> np.ndarray:
+def _shaped_noise(
+    rng: np.random.Generator, n_signals: int, n_times: int, sfreq: float, gain_at
+) -> np.ndarray:
     """White noise filtered in the frequency domain by ``gain_at(freqs_hz)``; unit std, (n, t)."""
     spectrum = np.fft.rfft(rng.standard_normal((n_signals, n_times)), axis=-1)
     spectrum *= gain_at(np.fft.rfftfreq(n_times, 1 / sfreq))
     return _unit_std(np.fft.irfft(spectrum, n=n_times, axis=-1))
 
 
-def narrowband(rng: np.random.Generator, n_times: int, sfreq: float, low_hz: float,
-                high_hz: float) -> np.ndarray:
+def narrowband(
+    rng: np.random.Generator, n_times: int, sfreq: float, low_hz: float, high_hz: float
+) -> np.ndarray:
     """A waxing-and-waning rhythm: noise with a Gaussian spectrum over [low, high] Hz, (t,)."""
     centre, width = (low_hz + high_hz) / 2, (high_hz - low_hz) / 4
-    return _shaped_noise(rng, 1, n_times, sfreq,
-                         lambda f: np.exp(-0.5 * ((f - centre) / width) ** 2))[0]
+    return _shaped_noise(
+        rng, 1, n_times, sfreq, lambda f: np.exp(-0.5 * ((f - centre) / width) ** 2)
+    )[0]
 
 
-def background(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfreq: float,
-               amplitude_v: float, exponent: float) -> np.ndarray:
+def background(
+    rng: np.random.Generator,
+    positions: np.ndarray,
+    n_times: int,
+    sfreq: float,
+    amplitude_v: float,
+    exponent: float,
+) -> np.ndarray:
     """1/f background, (n_channels, n_times) volts, each channel with std ``amplitude_v``.
 
     Independent pink sources (power ~ 1/f**exponent above 0.5 Hz) mixed by a Gaussian kernel of
     electrode distance (4 cm), so neighbours share part of their signal at zero lag.
     """
-    sources = _shaped_noise(rng, len(positions), n_times, sfreq,
-                            lambda f: np.where(f > 0, np.maximum(f, 0.5) ** (-exponent / 2), 0.0))
+    sources = _shaped_noise(
+        rng,
+        len(positions),
+        n_times,
+        sfreq,
+        lambda f: np.where(f > 0, np.maximum(f, 0.5) ** (-exponent / 2), 0.0),
+    )
     distance = np.linalg.norm(positions[:, None] - positions[None], axis=-1)
-    mixing = np.exp(-(distance / 0.04) ** 2)
+    mixing = np.exp(-((distance / 0.04) ** 2))
     mixing /= np.linalg.norm(mixing, axis=1, keepdims=True)
     return amplitude_v * _unit_std(mixing @ sources)
 
 
-def alpha(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfreq: float,
-          peak_hz: float, amplitude_v: float) -> np.ndarray:
+def alpha(
+    rng: np.random.Generator,
+    positions: np.ndarray,
+    n_times: int,
+    sfreq: float,
+    peak_hz: float,
+    amplitude_v: float,
+) -> np.ndarray:
     """Occipital alpha rhythm around ``peak_hz`` (+-0.5 Hz), (n_channels, n_times) volts.
 
     One source, weighted by distance from the midpoint of O1 and O2 (1 there, ~0.1 at Cz).
@@ -196,8 +237,9 @@ def alpha(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfreq: 
     return amplitude_v * (weights / weights.max())[:, None] * rhythm
 
 
-def coupling(rng: np.random.Generator, n_times: int, sfreq: float, strength: float,
-             amplitude_v: float) -> np.ndarray:
+def coupling(
+    rng: np.random.Generator, n_times: int, sfreq: float, strength: float, amplitude_v: float
+) -> np.ndarray:
     """A theta source shared by FRONTAL and PARIETAL electrodes, (n_channels, n_times) volts.
 
     The frontal copy is the source itself, the parietal copy is phase-shifted by
@@ -224,11 +266,17 @@ def phase_shifted(signal: np.ndarray, lag_rad: float) -> np.ndarray:
 def _blink(times_s: np.ndarray, onset_s: float, rise_s: float) -> np.ndarray:
     """A blink-like pulse (t/rise)^2 exp(2 - 2t/rise): 0 at onset, 1 at onset + rise, (t,)."""
     t = np.clip(times_s - onset_s, 0, None) / rise_s
-    return t ** 2 * np.exp(2 - 2 * t)
+    return t**2 * np.exp(2 - 2 * t)
 
 
-def artefacts(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfreq: float,
-              blink_rate_per_min: float, line_amplitude_v: float) -> np.ndarray:
+def artefacts(
+    rng: np.random.Generator,
+    positions: np.ndarray,
+    n_times: int,
+    sfreq: float,
+    blink_rate_per_min: float,
+    line_amplitude_v: float,
+) -> np.ndarray:
     """Blinks, 50 Hz line noise and DC offsets, (n_channels, n_times) volts.
 
     Blinks: Poisson times at ``blink_rate_per_min``, 60-150 uV positive pulses peaking 0.1-0.15 s
@@ -250,8 +298,12 @@ def artefacts(rng: np.random.Generator, positions: np.ndarray, n_times: int, sfr
     return eye_weights[:, None] * blinks + line_gains[:, None] * line + offsets[:, None]
 
 
-def simulate_participant(participant: SimulatedParticipant, duration_s: float = DEFAULT_DURATION_S,
-                         sfreq: float = DEFAULT_SFREQ, planted=None) -> mne.io.RawArray:
+def simulate_participant(
+    participant: SimulatedParticipant,
+    duration_s: float = DEFAULT_DURATION_S,
+    sfreq: float = DEFAULT_SFREQ,
+    planted=None,
+) -> mne.io.RawArray:
     """The participant's recording: 19 EEG channels in volts, labelled as in their EDF file.
 
     ``planted``: None for this study's fronto-parietal theta :func:`coupling`, or a function
@@ -264,15 +316,38 @@ def simulate_participant(participant: SimulatedParticipant, duration_s: float = 
     rng = np.random.default_rng([participant.seed, participant.index, 1])
     positions = channel_positions()
     n_times = int(round(duration_s * sfreq))
-    data = (background(rng, positions, n_times, sfreq, participant.background_amplitude_v,
-                       participant.background_exponent)
-            + alpha(rng, positions, n_times, sfreq, participant.alpha_peak_hz,
-                    participant.alpha_amplitude_v)
-            + (coupling(rng, n_times, sfreq, participant.coupling_strength,
-                        participant.background_amplitude_v) if planted is None
-               else planted(rng, n_times, sfreq))
-            + artefacts(rng, positions, n_times, sfreq, participant.blink_rate_per_min,
-                        participant.line_amplitude_v))
+    data = (
+        background(
+            rng,
+            positions,
+            n_times,
+            sfreq,
+            participant.background_amplitude_v,
+            participant.background_exponent,
+        )
+        + alpha(
+            rng, positions, n_times, sfreq, participant.alpha_peak_hz, participant.alpha_amplitude_v
+        )
+        + (
+            coupling(
+                rng,
+                n_times,
+                sfreq,
+                participant.coupling_strength,
+                participant.background_amplitude_v,
+            )
+            if planted is None
+            else planted(rng, n_times, sfreq)
+        )
+        + artefacts(
+            rng,
+            positions,
+            n_times,
+            sfreq,
+            participant.blink_rate_per_min,
+            participant.line_amplitude_v,
+        )
+    )
     info = mne.create_info(edf_channel_labels(participant.channel_style), sfreq, "eeg")
     raw = mne.io.RawArray(data, info, verbose="error")
     raw.set_meas_date(MEAS_DATE + dt.timedelta(days=participant.index))
@@ -284,8 +359,15 @@ def simulate_participant(participant: SimulatedParticipant, duration_s: float = 
 def write_edf(raw: mne.io.BaseRaw, path: str | Path) -> None:
     """Export ``raw`` to EDF (16 bit, PHYSICAL_RANGE_UV) atomically: temp name, then rename."""
     with atomic_path(path, suffix=".edf") as tmp:
-        mne.export.export_raw(tmp, raw, fmt="edf", physical_range=PHYSICAL_RANGE_UV,
-                              add_ch_type=False, overwrite=True, verbose="error")
+        mne.export.export_raw(
+            tmp,
+            raw,
+            fmt="edf",
+            physical_range=PHYSICAL_RANGE_UV,
+            add_ch_type=False,
+            overwrite=True,
+            verbose="error",
+        )
 
 
 def participants_table(participants: list[SimulatedParticipant]) -> str:
@@ -301,17 +383,26 @@ def participants_table(participants: list[SimulatedParticipant]) -> str:
 def check_simulation_settings(n_participants: int, duration_s: float, sfreq: float) -> None:
     """Raise :class:`UsageError` naming the parameter when a setting cannot make a dataset."""
     if n_participants < 2:
-        raise UsageError(f"--n-participants must be at least 2 (one per group), got {n_participants}")
+        raise UsageError(
+            f"--n-participants must be at least 2 (one per group), got {n_participants}"
+        )
     if duration_s < 10 or not float(duration_s).is_integer():
         raise UsageError(f"--duration must be a whole number of seconds >= 10, got {duration_s}")
     if sfreq <= 2 * LINE_FREQ_HZ or not float(sfreq).is_integer():
-        raise UsageError(f"--sfreq must be a whole number of Hz above {2 * LINE_FREQ_HZ:g} "
-                         f"(the 50 Hz line noise must be below Nyquist), got {sfreq}")
+        raise UsageError(
+            f"--sfreq must be a whole number of Hz above {2 * LINE_FREQ_HZ:g} "
+            f"(the 50 Hz line noise must be below Nyquist), got {sfreq}"
+        )
 
 
-def simulate_dataset(out_dir: str | Path, n_participants: int = DEFAULT_N_PARTICIPANTS,
-                     duration_s: float = DEFAULT_DURATION_S, sfreq: float = DEFAULT_SFREQ,
-                     seed: int = DEFAULT_SEED, overwrite: bool = False) -> list[SimulatedParticipant]:
+def simulate_dataset(
+    out_dir: str | Path,
+    n_participants: int = DEFAULT_N_PARTICIPANTS,
+    duration_s: float = DEFAULT_DURATION_S,
+    sfreq: float = DEFAULT_SFREQ,
+    seed: int = DEFAULT_SEED,
+    overwrite: bool = False,
+) -> list[SimulatedParticipant]:
     """Write ``out_dir/participants.tsv`` and ``out_dir/eeg/<id>_task-rest_eeg.edf``.
 
     Refuses (:class:`OutputError`) when ``out_dir`` already holds a dataset unless ``overwrite``;
@@ -324,8 +415,14 @@ def simulate_dataset(out_dir: str | Path, n_participants: int = DEFAULT_N_PARTIC
     return participants
 
 
-def write_dataset(out_dir: str | Path, participants: list[SimulatedParticipant], duration_s: float,
-                  sfreq: float, overwrite: bool, planted_of=None) -> None:
+def write_dataset(
+    out_dir: str | Path,
+    participants: list[SimulatedParticipant],
+    duration_s: float,
+    sfreq: float,
+    overwrite: bool,
+    planted_of=None,
+) -> None:
     """Write ``participants``' EDF files and ``participants.tsv`` into ``out_dir``.
 
     ``planted_of(participant)``: the ``planted`` argument of :func:`simulate_participant` for
@@ -336,8 +433,11 @@ def write_dataset(out_dir: str | Path, participants: list[SimulatedParticipant],
     out_dir = Path(out_dir)
     eeg_dir = out_dir / "eeg"
     if not overwrite and ((out_dir / "participants.tsv").exists() or eeg_dir.exists()):
-        raise OutputError("folder already holds a dataset", path=out_dir,
-                          hint="pass --overwrite to replace it, or choose another --out")
+        raise OutputError(
+            "folder already holds a dataset",
+            path=out_dir,
+            hint="pass --overwrite to replace it, or choose another --out",
+        )
     ensure_dir(eeg_dir)
     keep = {p.file_name for p in participants}
     for stale in eeg_dir.glob("*_task-rest_eeg.edf"):
@@ -347,7 +447,9 @@ def write_dataset(out_dir: str | Path, participants: list[SimulatedParticipant],
         task = bar.add_task("simulate", total=len(participants), status="")
         for participant in participants:
             planted = None if planted_of is None else planted_of(participant)
-            write_edf(simulate_participant(participant, duration_s, sfreq, planted),
-                      eeg_dir / participant.file_name)
+            write_edf(
+                simulate_participant(participant, duration_s, sfreq, planted),
+                eeg_dir / participant.file_name,
+            )
             bar.update(task, advance=1, status=participant.participant_id)
     write_text(out_dir / "participants.tsv", participants_table(participants))

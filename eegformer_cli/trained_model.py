@@ -25,8 +25,9 @@ from eegformer_cli.errors import InputDataError, PartialFailure, RecordingError,
 EXPLAIN_SEED = 0
 
 
-def load_model(path: str | os.PathLike, device: str = "auto",
-               precision: str = "auto") -> "TrainedModel":
+def load_model(
+    path: str | os.PathLike, device: str = "auto", precision: str = "auto"
+) -> "TrainedModel":
     """Load a model file written by ``eegformer train`` (``RUN_DIR/model.pt``).
 
     Parameters
@@ -60,13 +61,14 @@ def load_model(path: str | os.PathLike, device: str = "auto",
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)
-    check_choice("--precision", precision, PRECISIONS)   # before the model file is read
+    check_choice("--precision", precision, PRECISIONS)  # before the model file is read
     run_dir = Path(path) if Path(path).is_dir() else None
     model_file = Path(path) / "model.pt" if run_dir is not None else path
     bundle = load_model_file(model_file, torch_device)
     preset = bundle.train_config.get("preset", "default")
-    return TrainedModel(bundle, torch_device, resolve_precision(precision, torch_device, preset),
-                        run_dir)
+    return TrainedModel(
+        bundle, torch_device, resolve_precision(precision, torch_device, preset), run_dir
+    )
 
 
 @dataclass
@@ -132,14 +134,25 @@ class TrainedModel:
         self.run_dir = run_dir
 
     def __repr__(self) -> str:
-        return (f"<TrainedModel {self.path}: classes {', '.join(self.classes)}; "
-                f"{len(self.channels)} channels, {len(self.bands)} bands>")
+        return (
+            f"<TrainedModel {self.path}: classes {', '.join(self.classes)}; "
+            f"{len(self.channels)} channels, {len(self.bands)} bands>"
+        )
 
     # predictions ------------------------------------------------------------------------
 
-    def predict(self, raw_or_paths, age=None, sex=None, *, participants=None,
-                max_interpolated: int | None = None, strict: bool = False,
-                on_row: Callable[[dict], None] | None = None, coverage: float | None = None):
+    def predict(
+        self,
+        raw_or_paths,
+        age=None,
+        sex=None,
+        *,
+        participants=None,
+        max_interpolated: int | None = None,
+        strict: bool = False,
+        on_row: Callable[[dict], None] | None = None,
+        coverage: float | None = None,
+    ):
         """Predict the class of each recording: the rows of ``eegformer predict``.
 
         Parameters
@@ -206,13 +219,14 @@ class TrainedModel:
             check_coverage(self._bundle, coverage)
         items = self._inputs(raw_or_paths, age, sex, participants, max_interpolated)
         self._note_unchecked(strict)
-        columns = (["recording_id", "participant_id", "predicted"]
-                   + [f"prob_{name}" for name in self.classes]
-                   + ([] if coverage is None else ["prediction_set"])
-                   + list(provenance.PROVENANCE_COLUMNS))
+        columns = (
+            ["recording_id", "participant_id", "predicted"]
+            + [f"prob_{name}" for name in self.classes]
+            + ([] if coverage is None else ["prediction_set"])
+            + list(provenance.PROVENANCE_COLUMNS)
+        )
         rows, failures, warning_lines = [], [], _WarningLines()
-        for row in predict_recordings(self._bundle, items, self._device, self._precision,
-                                      coverage):
+        for row in predict_recordings(self._bundle, items, self._device, self._precision, coverage):
             if "error" in row:
                 failures.append(_print_failure(row["recording_id"], row["error"]))
                 continue
@@ -222,8 +236,13 @@ class TrainedModel:
                 on_row(row)
         warning_lines.close()
         table = pd.DataFrame(rows, columns=columns)
-        self._finish(failures, [row["recording_id"] for row in rows if row["warnings"]], strict,
-                     "predicted", table)
+        self._finish(
+            failures,
+            [row["recording_id"] for row in rows if row["warnings"]],
+            strict,
+            "predicted",
+            table,
+        )
         return table
 
     def predict_proba(self, raw_or_paths, age=None, sex=None, **options):
@@ -256,11 +275,21 @@ class TrainedModel:
 
     # explanations -----------------------------------------------------------------------
 
-    def explain(self, raw_or_paths, age=None, sex=None, *, participants=None,
-                target: str | None = None, method: str = "integrated_gradients",
-                n_steps: int = 128, all_heads: bool = False,
-                max_interpolated: int | None = None, strict: bool = False,
-                out: str | os.PathLike | None = None) -> Explanations:
+    def explain(
+        self,
+        raw_or_paths,
+        age=None,
+        sex=None,
+        *,
+        participants=None,
+        target: str | None = None,
+        method: str = "integrated_gradients",
+        n_steps: int = 128,
+        all_heads: bool = False,
+        max_interpolated: int | None = None,
+        strict: bool = False,
+        out: str | os.PathLike | None = None,
+    ) -> Explanations:
         """Explain each recording's prediction: the numbers ``eegformer explain`` writes.
 
         Attributions are against the training recordings' mean connectome. A model loaded
@@ -312,33 +341,53 @@ class TrainedModel:
         settings, earlier = None, []
         if out is not None:
             out = ensure_dir(Path(out))
-            settings = {"model": str(self.path), "target": target, "method": method,
-                        "n_steps": n_steps, "all_heads": all_heads, "device": str(self._device),
-                        "band_importance": "channel-pair attributions summed per band, abs-sum 1",
-                        "baseline": self._bundle.reference["description"],
-                        "inputs": [_described(e) for e in given],
-                        "model_trained_on": self._bundle.trained_on,
-                        "run_dir": None if self.run_dir is None else str(self.run_dir)}
+            settings = {
+                "model": str(self.path),
+                "target": target,
+                "method": method,
+                "n_steps": n_steps,
+                "all_heads": all_heads,
+                "device": str(self._device),
+                "band_importance": "channel-pair attributions summed per band, abs-sum 1",
+                "baseline": self._bundle.reference["description"],
+                "inputs": [_described(e) for e in given],
+                "model_trained_on": self._bundle.trained_on,
+                "run_dir": None if self.run_dir is None else str(self.run_dir),
+            }
             earlier = export.earlier_recordings(out)
-        result, failures, warned = self._explain(items, target, method, n_steps, all_heads,
-                                                 strict, out, settings)
+        result, failures, warned = self._explain(
+            items, target, method, n_steps, all_heads, strict, out, settings
+        )
         if out is not None:
             explained = {e.recording_id for e in result.per_recording}
             left_over = [rid for rid in earlier if rid not in explained]
             removed = export.remove_recordings(out, left_over)
             if removed:
-                console.log(f"explain: removed {removed} files of {len(left_over)} recordings "
-                            f"that an earlier run explained into {out} and this one did not "
-                            "(ID.npz/.json)")
-            console.log(f"explained {len(result.per_recording)} recording(s) in {out}: "
-                        "ID.npz/.json, band_importance.csv, attention.csv, "
-                        "attention_diagnostics.csv, channel_pairs.csv, recordings.csv, "
-                        "class_summary.json/.npz")
+                console.log(
+                    f"explain: removed {removed} files of {len(left_over)} recordings "
+                    f"that an earlier run explained into {out} and this one did not "
+                    "(ID.npz/.json)"
+                )
+            console.log(
+                f"explained {len(result.per_recording)} recording(s) in {out}: "
+                "ID.npz/.json, band_importance.csv, attention.csv, "
+                "attention_diagnostics.csv, channel_pairs.csv, recordings.csv, "
+                "class_summary.json/.npz"
+            )
         self._finish(failures, warned, strict, "explained", result)
         return result
 
-    def _explain(self, items, target, method, n_steps, all_heads, strict, out: Path | None,
-                 settings: dict | None = None) -> tuple[Explanations, list, list[str]]:
+    def _explain(
+        self,
+        items,
+        target,
+        method,
+        n_steps,
+        all_heads,
+        strict,
+        out: Path | None,
+        settings: dict | None = None,
+    ) -> tuple[Explanations, list, list[str]]:
         """The explanations of ``items`` (:class:`~eegformer_cli.inference.InputRecordings`;
         options already checked): ``(explanations, failures (id, error), ids of recordings with
         warnings)``. With ``out``, each recording's files are written as it is explained and
@@ -350,36 +399,57 @@ class TrainedModel:
 
         self._note_unchecked(strict)
         bundle = self._bundle
-        chooser = None if self.run_dir is None else OutOfFoldModels(self.run_dir, bundle,
-                                                                    self._device)
+        chooser = (
+            None if self.run_dir is None else OutOfFoldModels(self.run_dir, bundle, self._device)
+        )
         own = [(bundle.model, (bundle.reference["coh"], bundle.reference["wpli"]))]
         seed_everything(EXPLAIN_SEED)
         explanations, provenance_rows, failures = [], [], []
         warning_lines = _WarningLines()
         with console.progress_bar() as bar:
             task = bar.add_task("explain", total=len(items), status="")
-            for item in items:                  # a raw recording is preprocessed here
+            for item in items:  # a raw recording is preprocessed here
                 bar.update(task, status=item.recording_id)
                 if item.error is None:
-                    models, explained_by = (own, "model") if chooser is None else \
-                        chooser.models_for(item)
+                    models, explained_by = (
+                        (own, "model") if chooser is None else chooser.models_for(item)
+                    )
                     if explained_by.startswith("out_of_fold"):  # the prediction is honest
-                        item.warnings = [w for w in item.warnings
-                                         if not w.startswith("in_training_data:")]
+                        item.warnings = [
+                            w for w in item.warnings if not w.startswith("in_training_data:")
+                        ]
                     explanation = attributions.explain_with_models(
-                        models, item.coh, item.wpli, item.age, item.sex,
-                        bundle.label_names, recording_id=item.recording_id,
-                        participant_id=item.participant_id, target=target, method=method,
-                        n_steps=n_steps, all_heads=all_heads, device=self._device)
+                        models,
+                        item.coh,
+                        item.wpli,
+                        item.age,
+                        item.sex,
+                        bundle.label_names,
+                        recording_id=item.recording_id,
+                        participant_id=item.participant_id,
+                        target=target,
+                        method=method,
+                        n_steps=n_steps,
+                        all_heads=all_heads,
+                        device=self._device,
+                    )
                     explanation.explained_by = explained_by
-                    if explained_by == "model":     # the final model: as predict gives it
+                    if explained_by == "model":  # the final model: as predict gives it
                         _recalibrate(explanation, bundle)
                     warning_lines.print(item.recording_id, item.warnings)
-                    provenance_rows.append({"recording_id": item.recording_id,
-                                            **provenance.row_fields(item)})
+                    provenance_rows.append(
+                        {"recording_id": item.recording_id, **provenance.row_fields(item)}
+                    )
                     if out is not None:
-                        export.write_recording(out, explanation, bundle.bands, bundle.channels,
-                                               bundle.label_names, settings, provenance_rows[-1])
+                        export.write_recording(
+                            out,
+                            explanation,
+                            bundle.bands,
+                            bundle.channels,
+                            bundle.label_names,
+                            settings,
+                            provenance_rows[-1],
+                        )
                     explanations.append(explanation)
                 else:
                     failures.append(_print_failure(item.recording_id, item.error))
@@ -389,11 +459,21 @@ class TrainedModel:
             export.write_tables(out, explanations, bundle.bands, bundle.channels)
             export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
             export.write_class_summary(
-                out, attributions.class_means(explanations), bundle.bands, bundle.channels,
-                bundle.label_names, settings, [e.recording_id for e in explanations],
-                dict(failures), explanations)
-        return (self._explanations(explanations, provenance_rows), failures,
-                [row["recording_id"] for row in provenance_rows if row["warnings"]])
+                out,
+                attributions.class_means(explanations),
+                bundle.bands,
+                bundle.channels,
+                bundle.label_names,
+                settings,
+                [e.recording_id for e in explanations],
+                dict(failures),
+                explanations,
+            )
+        return (
+            self._explanations(explanations, provenance_rows),
+            failures,
+            [row["recording_id"] for row in provenance_rows if row["warnings"]],
+        )
 
     def _explanations(self, explanations: list, provenance_rows: list[dict]) -> Explanations:
         import pandas as pd
@@ -406,14 +486,16 @@ class TrainedModel:
             tables[name] = pd.DataFrame(list(rows), columns=columns)
         recordings = pd.DataFrame(
             export.recording_rows(explanations, provenance_rows, self.classes),
-            columns=export.recording_columns(self.classes))
+            columns=export.recording_columns(self.classes),
+        )
         return Explanations(recordings=recordings, per_recording=list(explanations), **tables)
 
     def _check_target(self, target: str | None) -> None:
         """UsageError for a ``target`` class the model does not have."""
         if target is not None and target not in self.classes:
-            raise UsageError(f"invalid --target {target!r}; the model's classes are "
-                             f"{', '.join(self.classes)}")
+            raise UsageError(
+                f"invalid --target {target!r}; the model's classes are {', '.join(self.classes)}"
+            )
 
     # inputs and outcome -----------------------------------------------------------------
 
@@ -429,26 +511,43 @@ class TrainedModel:
             raise UsageError("no recording given; pass an mne.io.Raw, a path or a list of them")
         raws = [entry for entry in given if isinstance(entry, mne.io.BaseRaw)]
         if raws and len(raws) < len(given):
-            raise UsageError("give recordings as mne.io.Raw objects or as paths, not both in "
-                             "one call")
+            raise UsageError(
+                "give recordings as mne.io.Raw objects or as paths, not both in one call"
+            )
         if not raws:
             for entry in given:
                 if not isinstance(entry, (str, os.PathLike)):
-                    raise UsageError(f"invalid recording of type {type(entry).__name__}; give "
-                                     "an mne.io.Raw or a path (file, folder or preprocess "
-                                     "output folder)")
+                    raise UsageError(
+                        f"invalid recording of type {type(entry).__name__}; give "
+                        "an mne.io.Raw or a path (file, folder or preprocess "
+                        "output folder)"
+                    )
                 if isinstance(age, (list, tuple)) or isinstance(sex, (list, tuple)):
-                    raise UsageError("one age and one sex per recording is for mne.io.Raw "
-                                     "inputs; with paths give one for all (or a participants "
-                                     "table)")
-            return load_inputs(self._bundle, [Path(entry) for entry in given],
-                               participants=participants, age=age, sex=sex,
-                               max_interpolated=max_interpolated)
+                    raise UsageError(
+                        "one age and one sex per recording is for mne.io.Raw "
+                        "inputs; with paths give one for all (or a participants "
+                        "table)"
+                    )
+            return load_inputs(
+                self._bundle,
+                [Path(entry) for entry in given],
+                participants=participants,
+                age=age,
+                sex=sex,
+                max_interpolated=max_interpolated,
+            )
         if participants is not None:
-            raise UsageError("participants= is for recordings given as paths (a table is "
-                             "matched by file name); give age= and sex= for mne.io.Raw inputs")
-        return raw_inputs(self._bundle, raws, _per_recording(age, len(raws), "age"),
-                          _per_recording(sex, len(raws), "sex"), max_interpolated)
+            raise UsageError(
+                "participants= is for recordings given as paths (a table is "
+                "matched by file name); give age= and sex= for mne.io.Raw inputs"
+            )
+        return raw_inputs(
+            self._bundle,
+            raws,
+            _per_recording(age, len(raws), "age"),
+            _per_recording(sex, len(raws), "sex"),
+            max_interpolated,
+        )
 
     def _note_unchecked(self, strict: bool) -> None:
         """One line when the model file does not describe its training data (written before
@@ -456,33 +555,48 @@ class TrainedModel:
         itself a reason for :class:`PartialFailure` (see :meth:`_finish`)."""
         bundle = self._bundle
         if bundle.training_data is None:
-            console.warn(escape(
-                f"{bundle.path} does not describe its training data (written by eegformer "
-                f"{bundle.eegformer_version}): no check whether a recording was in it or is "
-                "outside its range of age, sex, sampling rate and length" + (
-                    "; --strict: exit 6" if strict else "; retrain to get these checks")))
+            console.warn(
+                escape(
+                    f"{bundle.path} does not describe its training data (written by eegformer "
+                    f"{bundle.eegformer_version}): no check whether a recording was in it or is "
+                    "outside its range of age, sex, sampling rate and length"
+                    + ("; --strict: exit 6" if strict else "; retrain to get these checks")
+                )
+            )
 
-    def _finish(self, failures: list[tuple[str, str]], warned_ids: list[str], strict: bool,
-                what: str, result) -> None:
+    def _finish(
+        self,
+        failures: list[tuple[str, str]],
+        warned_ids: list[str],
+        strict: bool,
+        what: str,
+        result,
+    ) -> None:
         """Raise for recordings that could not be used (their lines are already on stderr),
         then, under ``strict``, for warnings; ``result`` goes with the exception."""
         if len(failures) == 1:
             raise RecordingError(failures[0][1], result=result, printed=True)
         if failures:
             ids = [recording_id for recording_id, _ in failures]
-            raise InputDataError(f"{len(ids)} recording(s) could not be {what}: {_shown(ids)}",
-                                 result=result)
+            raise InputDataError(
+                f"{len(ids)} recording(s) could not be {what}: {_shown(ids)}", result=result
+            )
         if not strict:
             return
         if warned_ids:
-            raise PartialFailure(f"--strict: {len(warned_ids)} {what} recording(s) got warnings "
-                                 f"(on stderr and in the output): {_shown(warned_ids)}",
-                                 result=result)
+            raise PartialFailure(
+                f"--strict: {len(warned_ids)} {what} recording(s) got warnings "
+                f"(on stderr and in the output): {_shown(warned_ids)}",
+                result=result,
+            )
         if self._bundle.training_data is None:
-            raise PartialFailure(f"--strict: {self._bundle.path} does not describe its "
-                                 "training data, so the recordings could not be checked "
-                                 "against it", hint="retrain with this eegformer version",
-                                 result=result)
+            raise PartialFailure(
+                f"--strict: {self._bundle.path} does not describe its "
+                "training data, so the recordings could not be checked "
+                "against it",
+                hint="retrain with this eegformer version",
+                result=result,
+            )
 
 
 def check_explain_options(method: str, n_steps: int) -> None:
@@ -517,8 +631,10 @@ def _per_recording(value, n: int, name: str) -> list:
     """``age`` / ``sex`` for ``n`` Raws: one value for all, or a list of ``n``."""
     if isinstance(value, (list, tuple)):
         if len(value) != n:
-            raise UsageError(f"invalid {name}: {len(value)} values for {n} recordings; give one "
-                             "for all or one per recording")
+            raise UsageError(
+                f"invalid {name}: {len(value)} values for {n} recordings; give one "
+                "for all or one per recording"
+            )
         return list(value)
     return [value] * n
 
@@ -530,8 +646,9 @@ def _recalibrate(explanation, bundle) -> None:
     keep the fold models' raw probabilities, which are the run's out-of-fold predictions."""
     from eegformer_cli.training.calibration import recalibrate
 
-    explanation.probabilities = recalibrate(bundle.recalibration,
-                                            explanation.probabilities[None])[0]
+    explanation.probabilities = recalibrate(bundle.recalibration, explanation.probabilities[None])[
+        0
+    ]
     explanation.predicted = bundle.label_names[int(explanation.probabilities.argmax())]
 
 
@@ -556,12 +673,15 @@ class _WarningLines:
     def close(self) -> None:
         for kind, count in self.counts.items():
             if count > self.shown:
-                console.warn(escape(f"{kind} on {count - self.shown} more recording(s), not "
-                                    "repeated here; each row's warnings column lists it"))
+                console.warn(
+                    escape(
+                        f"{kind} on {count - self.shown} more recording(s), not "
+                        "repeated here; each row's warnings column lists it"
+                    )
+                )
 
 
 def _print_failure(recording_id: str, error: str) -> tuple[str, str]:
     """A recording's error line on stderr, as it fails; returns ``(recording_id, error)``."""
     console.stderr.print(f"eegformer: error: {error}", markup=False)
     return recording_id, error
-

@@ -7,8 +7,17 @@ from importlib import metadata
 
 import eegformer_cli
 
-_PACKAGES = ("numpy", "scipy", "mne", "mne-connectivity", "mne-icalabel", "torch", "captum",
-             "scikit-learn", "joblib")
+_PACKAGES = (
+    "numpy",
+    "scipy",
+    "mne",
+    "mne-connectivity",
+    "mne-icalabel",
+    "torch",
+    "captum",
+    "scikit-learn",
+    "joblib",
+)
 
 
 def package_versions() -> dict[str, str]:

@@ -15,7 +15,9 @@ def shared_dataset(name: str) -> Path:
     """Path of ``../shared/data/<name>``; skips the test with a clear message when absent."""
     path = SHARED_DATA / name
     if not path.is_dir():
-        pytest.skip(f"real dataset {name!r} not found at {path} (clone the project beside ../shared)")
+        pytest.skip(
+            f"real dataset {name!r} not found at {path} (clone the project beside ../shared)"
+        )
     return path
 
 

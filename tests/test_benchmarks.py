@@ -25,12 +25,20 @@ def test_gpu_benchmark_prints_its_table_on_the_cpu(tmp_path, capsys):
     printed = capsys.readouterr().out
     figures = json.loads((tmp_path / "gpu.json").read_text())
     rows = {row["quantity"]: row["value"] for row in figures["rows"]}
-    for name in ("paper-size step, float32", "paper-size step, bfloat16",
-                 "paper-size step, captum / one-pass", "default XAI / coarse-only step",
-                 "paper XAI / coarse-only step", "paper-size step peak memory, bfloat16",
-                 "predict throughput, bfloat16", "full CV wall time (synthetic, --quick)"):
+    for name in (
+        "paper-size step, float32",
+        "paper-size step, bfloat16",
+        "paper-size step, captum / one-pass",
+        "default XAI / coarse-only step",
+        "paper XAI / coarse-only step",
+        "paper-size step peak memory, bfloat16",
+        "predict throughput, bfloat16",
+        "full CV wall time (synthetic, --quick)",
+    ):
         assert rows[name] > 0 and math.isfinite(rows[name])
         assert name in printed
-    assert math.isclose(rows["paper-size step, float32 / bfloat16"],
-                        rows["paper-size step, float32"] / rows["paper-size step, bfloat16"])
+    assert math.isclose(
+        rows["paper-size step, float32 / bfloat16"],
+        rows["paper-size step, float32"] / rows["paper-size step, bfloat16"],
+    )
     assert figures["quick"] is True and printed.startswith("device: ")

@@ -27,7 +27,7 @@ def calibrated_draws(n: int, seed: int, n_classes: int = 2):
 
 def sharpen(probabilities: np.ndarray, power: float) -> np.ndarray:
     """p^power renormalised: power > 1 makes calibrated probabilities over-confident."""
-    out = probabilities ** power
+    out = probabilities**power
     return out / out.sum(axis=1, keepdims=True)
 
 
@@ -49,7 +49,7 @@ def test_calibrated_probabilities_score_as_calibrated_and_sharpened_ones_do_not(
 
 def test_recalibration_undoes_overconfidence_and_is_kept_only_when_it_helps():
     probabilities, labels = calibrated_draws(600, 2)
-    groups = np.arange(600) // 3                         # participants of 3 recordings
+    groups = np.arange(600) // 3  # participants of 3 recordings
     chosen = calibration.choose_recalibration(labels, sharpen(probabilities, 3.0), groups, 1)
     assert chosen["method"] in ("temperature", "platt")
     losses = chosen["cross_fitted_log_loss"]
@@ -64,8 +64,9 @@ def test_recalibration_undoes_overconfidence_and_is_kept_only_when_it_helps():
     assert np.allclose(back.sum(axis=1), 1) and np.abs(back - probabilities).mean() < 0.05
     # the temperature of three classes
     probabilities3, labels3 = calibrated_draws(600, 3, n_classes=3)
-    fitted = calibration.fit_recalibration("temperature", labels3, sharpen(probabilities3, 2.0),
-                                           None)
+    fitted = calibration.fit_recalibration(
+        "temperature", labels3, sharpen(probabilities3, 2.0), None
+    )
     assert fitted["params"]["temperature"] == pytest.approx(2.0, rel=0.25)
     # too few recordings: nothing is fitted
     few = calibration.choose_recalibration(labels[:12], probabilities[:12], groups[:12], 1)
@@ -80,7 +81,7 @@ def test_split_conformal_sets_reach_their_coverage_on_fresh_recordings():
         sets = conformal.prediction_sets(calib, calib_labels, fresh, coverage)
         covered = sets[np.arange(len(fresh_labels)), fresh_labels].mean()
         assert coverage - 0.04 <= covered <= coverage + 0.05, (coverage, covered)
-        assert sets.any(axis=1).all()                       # never an empty set
+        assert sets.any(axis=1).all()  # never an empty set
         # a confident recording gets one class, an uncertain one may get both
         assert sets[fresh.max(axis=1) > 0.99].sum(axis=1).max() == 1
     out_of_fold = conformal.coverage_out_of_fold(calib, calib_labels, np.arange(400) // 2)
@@ -92,48 +93,76 @@ def test_split_conformal_sets_reach_their_coverage_on_fresh_recordings():
 
 def test_control_like_labels_are_the_negative_class_by_default():
     assert default_positive_label(["healthy", "schizophrenia"]) == "schizophrenia"
-    assert default_positive_label(["ADHD", "control"]) == "ADHD"       # not the last in order
+    assert default_positive_label(["ADHD", "control"]) == "ADHD"  # not the last in order
     assert default_positive_label(["HC", "MDD"]) == "MDD"
     assert default_positive_label(["Normal", "abnormal"]) == "abnormal"
-    assert default_positive_label(["a", "b"]) == "b"                   # neither: the last
+    assert default_positive_label(["a", "b"]) == "b"  # neither: the last
     assert is_control_label("Healthy_Control") and not is_control_label("schizophrenia")
 
 
 def metrics_of(**changes) -> dict:
     """A metrics.json of a run, as ``verdict`` reads it."""
-    base = {"labels": ["control", "patient"], "n_folds": 5,
-            "models": {"xaiguiformer": {"mean": {"bac": 0.75, "auroc": 0.8}}},
-            "score": {"mean": 0.75, "std": 0.05, "ci95": [0.66, 0.84]},
-            "comparison": {"model": "xaiguiformer", "reference": "logistic_regression",
-                           "metric": "bac", "mean_difference": 0.017, "ci95": [-0.072, 0.105]}}
+    base = {
+        "labels": ["control", "patient"],
+        "n_folds": 5,
+        "models": {"xaiguiformer": {"mean": {"bac": 0.75, "auroc": 0.8}}},
+        "score": {"mean": 0.75, "std": 0.05, "ci95": [0.66, 0.84]},
+        "comparison": {
+            "model": "xaiguiformer",
+            "reference": "logistic_regression",
+            "metric": "bac",
+            "mean_difference": 0.017,
+            "ci95": [-0.072, 0.105],
+        },
+    }
     return {**base, **changes}
 
 
 def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
-    lines = verdict.verdict_lines(metrics_of(
-        comparisons=[{"reference": "logistic_regression", "metric": "bac",
-                      "mean_difference": 0.017, "ci95": [-0.072, 0.105]},
-                     {"reference": "tangent_space", "metric": "bac",
-                      "mean_difference": 0.09, "ci95": [0.02, 0.16]}],
-        shortcut_audit={"variables": [
-            {"name": "duration_s", "status": "borderline", "auroc": {"mean": 0.64}},
-            {"name": "age", "status": "checked", "auroc": {"mean": 0.5}}]}))
+    lines = verdict.verdict_lines(
+        metrics_of(
+            comparisons=[
+                {
+                    "reference": "logistic_regression",
+                    "metric": "bac",
+                    "mean_difference": 0.017,
+                    "ci95": [-0.072, 0.105],
+                },
+                {
+                    "reference": "tangent_space",
+                    "metric": "bac",
+                    "mean_difference": 0.09,
+                    "ci95": [0.02, 0.16],
+                },
+            ],
+            shortcut_audit={
+                "variables": [
+                    {"name": "duration_s", "status": "borderline", "auroc": {"mean": 0.64}},
+                    {"name": "age", "status": "checked", "auroc": {"mean": 0.5}},
+                ]
+            },
+        )
+    )
     text = {topic: [t for k, t, _ in lines if k == topic] for topic, _, _ in lines}
-    assert text["score"][0].startswith("balanced accuracy 0.750 (95 % CI 0.66 to 0.84), "
-                                       "chance 0.50 (2 classes)")
+    assert text["score"][0].startswith(
+        "balanced accuracy 0.750 (95 % CI 0.66 to 0.84), chance 0.50 (2 classes)"
+    )
     assert text["reference"] == [
         "not distinguishable from the logistic regression (+0.017 bac, 95 % CI -0.072 to +0.105)",
-        "better than the Riemannian tangent-space reference (+0.090 bac, 95 % CI +0.020 to "
-        "+0.160)"]
-    assert text["shortcuts"] == ["borderline: duration_s (AUROC 0.64) (the score may come "
-                                 "from them, not the EEG)"]
+        "better than the Riemannian tangent-space reference (+0.090 bac, 95 % CI +0.020 to +0.160)",
+    ]
+    assert text["shortcuts"] == [
+        "borderline: duration_s (AUROC 0.64) (the score may come from them, not the EEG)"
+    ]
     assert "not computed" in text["permutation test"][0]
     assert "not measured" in text["calibration"][0]
-    three = verdict.verdict_lines(metrics_of(labels=["a", "b", "c"],
-                                             score={"mean": 0.5, "ci95": [0.3, 0.7]}))
+    three = verdict.verdict_lines(
+        metrics_of(labels=["a", "b", "c"], score={"mean": 0.5, "ci95": [0.3, 0.7]})
+    )
     assert "chance 0.33 (3 classes)" in three[0][1] and three[0][2] == "neutral"
     assert verdict.headline(metrics_of()).startswith(
-        "XAIguiFormer: above chance; not distinguishable from the logistic regression")
+        "XAIguiFormer: above chance; not distinguishable from the logistic regression"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +186,11 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
 
     metrics = json.loads((cv_run["run"] / "metrics.json").read_text())
     assert metrics["positive_label"] == "patient"
-    assert set(metrics["calibration"]["models"]) == set(metrics["models"]) == {
-        "xaiguiformer", "logistic_regression", "tangent_space"}   # every model, both references
+    assert (
+        set(metrics["calibration"]["models"])
+        == set(metrics["models"])
+        == {"xaiguiformer", "logistic_regression", "tangent_space"}
+    )  # every model, both references
     for summary in metrics["calibration"]["models"].values():
         assert {"brier", "ece", "slope", "intercept", "bins"} <= set(summary)
     recalibration = metrics["calibration"]["recalibration"]
@@ -167,31 +199,56 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
     assert 0.9 in levels and 0 <= levels[0.9]["empirical_coverage"] <= 1
     assert metrics["score"]["chance"] == 0.5 and metrics["score"]["n_folds"] == 3
     bundle = load_model_file(cv_run["run"] / "model.pt")
-    assert bundle.recalibration == {"method": recalibration["method"],
-                                    "params": recalibration["params"]}
+    assert bundle.recalibration == {
+        "method": recalibration["method"],
+        "params": recalibration["params"],
+    }
     assert len(bundle.conformal["labels"]) == 30
     capsys.readouterr()
-    assert run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"], "--coverage", "0.9",
-                    "--format", "json") == 0
+    assert (
+        run_main(
+            "predict",
+            cv_run["run"] / "model.pt",
+            cv_run["prep"],
+            "--coverage",
+            "0.9",
+            "--format",
+            "json",
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
-    assert list(rows[0])[:6] == ["recording_id", "participant_id", "predicted", "prob_control",
-                                 "prob_patient", "prediction_set"]
-    assert all(row["prediction_set"] and set(row["prediction_set"]) <= {"control", "patient"}
-               for row in rows)
+    assert list(rows[0])[:6] == [
+        "recording_id",
+        "participant_id",
+        "predicted",
+        "prob_control",
+        "prob_patient",
+        "prediction_set",
+    ]
+    assert all(
+        row["prediction_set"] and set(row["prediction_set"]) <= {"control", "patient"}
+        for row in rows
+    )
     assert all(row["predicted"] in row["prediction_set"] for row in rows)
     # predict's probabilities are the network's, through the stored recalibration
     items = list(load_inputs(bundle, [cv_run["prep"]]))[:4]
     import torch
 
-    raw = softmax(recording_logits(bundle.model, [(i.coh, i.wpli, i.age, i.sex) for i in items],
-                                   torch.device("cpu")), axis=1)
+    raw = softmax(
+        recording_logits(
+            bundle.model, [(i.coh, i.wpli, i.age, i.sex) for i in items], torch.device("cpu")
+        ),
+        axis=1,
+    )
     expected = calibration.recalibrate(bundle.recalibration, raw)
     for item, probabilities in zip(items, expected):
         row = next(r for r in rows if r["recording_id"] == item.recording_id)
         assert row["prob_patient"] == pytest.approx(probabilities[1], abs=1e-6)
     # a coverage the run's 30 recordings cannot give: one line, exit 2
-    assert run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"],
-                    "--coverage", "0.99") == 2
+    assert (
+        run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"], "--coverage", "0.99") == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "needs at least 101 out-of-fold recordings" in err
 
@@ -208,22 +265,25 @@ def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):
     assert "chance: BAC 0.50 (2 classes)" in err
 
 
-def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(cv_run, tmp_path,
-                                                                              capsys):
+def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(
+    cv_run, tmp_path, capsys
+):
     import csv
     import shutil
 
     from eegformer_cli.training.model_file import add_calibration
 
-    model = tmp_path / "model.pt"             # a model file alone: the final model explains
+    model = tmp_path / "model.pt"  # a model file alone: the final model explains
     shutil.copy(cv_run["run"] / "model.pt", model)
-    add_calibration(model, {"recalibration": {"method": "temperature",
-                                              "params": {"temperature": 3.0}}})
+    add_calibration(
+        model, {"recalibration": {"method": "temperature", "params": {"temperature": 3.0}}}
+    )
     capsys.readouterr()
     assert run_main("predict", model, cv_run["prep"], "--format", "json") == 0
     predicted = {row["recording_id"]: row for row in json.loads(capsys.readouterr().out)}
-    assert run_main("explain", model, cv_run["prep"], "--out", tmp_path / "x",
-                    "--n-steps", "4") == 0
+    assert (
+        run_main("explain", model, cv_run["prep"], "--out", tmp_path / "x", "--n-steps", "4") == 0
+    )
     with open(tmp_path / "x" / "recordings.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 30 and {row["explained_by"] for row in rows} == {"model"}
@@ -233,6 +293,7 @@ def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(
         assert row["predicted"] == expected["predicted"]
     # the recalibration matters here: undone (temperature 1/3), the probabilities move
     calibrated = np.array([[1 - r["prob_patient"], r["prob_patient"]] for r in predicted.values()])
-    raw = calibration.recalibrate({"method": "temperature", "params": {"temperature": 1 / 3}},
-                                  calibrated)
+    raw = calibration.recalibrate(
+        {"method": "temperature", "params": {"temperature": 1 / 3}}, calibrated
+    )
     assert np.abs(raw - calibrated).max() > 1e-3

@@ -9,19 +9,40 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eegformer_cli.errors import InputDataError, RecordingError, UsageError
-from eegformer_cli.recordings.channels import (OLD_TO_NEW_NAMES, STANDARD_1020,
-                                               canonical_channel_name, conform_channels,
-                                               montage_channel_names, normalise_channels,
-                                               select_channel_set)
+from eegformer_cli.recordings.channels import (
+    OLD_TO_NEW_NAMES,
+    STANDARD_1020,
+    canonical_channel_name,
+    conform_channels,
+    montage_channel_names,
+    normalise_channels,
+    select_channel_set,
+)
 from eegformer_cli.recordings.reading import find_recordings, read_recording
 
 NEW_NAMES = [name for name in montage_channel_names() if name not in OLD_TO_NEW_NAMES]
 PREFIXES = ["", "EEG ", "eeg ", "EEG_", "EEG:", " ", "EEG  "]
-SUFFIXES = ["", "-REF", "-Ref", "-ref", "-LE", "-A1", "-A2", "-M1", "-AVG", "-AR", " ", ".", "-REF "]
+SUFFIXES = [
+    "",
+    "-REF",
+    "-Ref",
+    "-ref",
+    "-LE",
+    "-A1",
+    "-A2",
+    "-M1",
+    "-AVG",
+    "-AR",
+    " ",
+    ".",
+    "-REF ",
+]
 
 
 def _random_case(name: str, flips: list[bool]) -> str:
-    return "".join(c.swapcase() if flip else c for c, flip in zip(name, flips + [False] * len(name)))
+    return "".join(
+        c.swapcase() if flip else c for c, flip in zip(name, flips + [False] * len(name))
+    )
 
 
 def _raw(names: list[str], sfreq: float = 100.0, seconds: float = 2.0) -> mne.io.RawArray:
@@ -46,32 +67,74 @@ def test_canonical_names_are_fixed_points(name):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(montage_channel_names()), st.sampled_from(PREFIXES),
-       st.sampled_from(SUFFIXES), st.lists(st.booleans(), max_size=8))
+@given(
+    st.sampled_from(montage_channel_names()),
+    st.sampled_from(PREFIXES),
+    st.sampled_from(SUFFIXES),
+    st.lists(st.booleans(), max_size=8),
+)
 def test_case_and_decoration_do_not_matter(name, prefix, suffix, flips):
     decorated = prefix + _random_case(name, flips) + suffix
     assert canonical_channel_name(decorated) == canonical_channel_name(name)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.sampled_from(sorted(OLD_TO_NEW_NAMES)), st.sampled_from(PREFIXES),
-       st.sampled_from(SUFFIXES), st.lists(st.booleans(), max_size=2))
+@given(
+    st.sampled_from(sorted(OLD_TO_NEW_NAMES)),
+    st.sampled_from(PREFIXES),
+    st.sampled_from(SUFFIXES),
+    st.lists(st.booleans(), max_size=2),
+)
 def test_old_names_map_to_new(old, prefix, suffix, flips):
-    assert canonical_channel_name(prefix + _random_case(old, flips) + suffix) == OLD_TO_NEW_NAMES[old]
+    assert (
+        canonical_channel_name(prefix + _random_case(old, flips) + suffix) == OLD_TO_NEW_NAMES[old]
+    )
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("EEG Fp1-REF", "Fp1"), ("EEG FP1-LE", "Fp1"), ("Fp1-A1", "Fp1"), ("FP1", "Fp1"),
-    ("fp1", "Fp1"), ("EEG Fp1", "Fp1"), ("Fp1 ", "Fp1"), ("EEG T3", "T7"), ("T3-REF", "T7"),
-    ("EEG A2-A1", "A2"), ("FPZ", "Fpz"), ("Fc5.", "FC5"), ("EEG CZ-REF", "Cz"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("EEG Fp1-REF", "Fp1"),
+        ("EEG FP1-LE", "Fp1"),
+        ("Fp1-A1", "Fp1"),
+        ("FP1", "Fp1"),
+        ("fp1", "Fp1"),
+        ("EEG Fp1", "Fp1"),
+        ("Fp1 ", "Fp1"),
+        ("EEG T3", "T7"),
+        ("T3-REF", "T7"),
+        ("EEG A2-A1", "A2"),
+        ("FPZ", "Fpz"),
+        ("Fc5.", "FC5"),
+        ("EEG CZ-REF", "Cz"),
+    ],
+)
 def test_examples_of_real_spellings(name, expected):
     assert canonical_channel_name(name) == expected
 
 
-@pytest.mark.parametrize("name", ["ECG ECG", "ECG", "Status", "STI 014", "EOG", "EOG left",
-                                  "Photic", "EEG 001", "1", "EMGright", "EEG EKG1-REF",
-                                  "Fp1-F7", "C3-Cz", "EEG ROC-REF", "sine 1 Hz", "", "-REF"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ECG ECG",
+        "ECG",
+        "Status",
+        "STI 014",
+        "EOG",
+        "EOG left",
+        "Photic",
+        "EEG 001",
+        "1",
+        "EMGright",
+        "EEG EKG1-REF",
+        "Fp1-F7",
+        "C3-Cz",
+        "EEG ROC-REF",
+        "sine 1 Hz",
+        "",
+        "-REF",
+    ],
+)
 def test_non_electrode_names_give_none(name):
     assert canonical_channel_name(name) is None
 
@@ -104,8 +167,11 @@ def test_two_names_for_one_electrode_are_rejected_naming_both():
 
 
 def test_unknown_naming_scheme_is_rejected_listing_names():
-    with pytest.raises(RecordingError, match=r"no channel names recognised as 10-20 electrodes "
-                                             r"\(found: Ch1, Ch2, .*19 in all\)"):
+    with pytest.raises(
+        RecordingError,
+        match=r"no channel names recognised as 10-20 electrodes "
+        r"\(found: Ch1, Ch2, .*19 in all\)",
+    ):
         normalise_channels(_raw([f"Ch{i}" for i in range(1, 20)]))
 
 
@@ -132,15 +198,21 @@ def test_channel_types_other_than_eeg_are_not_kept():
 
 
 def test_default_set_on_msu_is_the_16_channels_in_standard_order(msu_dir):
-    available = [set(normalise_channels(read_recording(path, preload=False))[0].ch_names)
-                 for path in find_recordings([msu_dir])]
+    available = [
+        set(normalise_channels(read_recording(path, preload=False))[0].ch_names)
+        for path in find_recordings([msu_dir])
+    ]
     assert len(available) == 84
     channels = select_channel_set(available, None)
     assert channels == [name for name in STANDARD_1020 if name not in ("Fp1", "Fp2", "Fz")]
 
 
 def test_default_set_is_the_intersection_in_standard_order():
-    available = [{"O2", "Cz", "C3", "A2", "Fp1"}, {"Cz", "O2", "C3", "Fp1", "T7"}, {"C3", "O2", "Cz", "Fp1"}]
+    available = [
+        {"O2", "Cz", "C3", "A2", "Fp1"},
+        {"Cz", "O2", "C3", "Fp1", "T7"},
+        {"C3", "O2", "Cz", "Fp1"},
+    ]
     assert select_channel_set(available, None) == ["Fp1", "C3", "Cz", "O2"]
 
 
@@ -154,11 +226,14 @@ def test_explicit_list_is_canonicalised_in_the_given_order():
     assert select_channel_set([], ["cz", "T3", "EEG Fp1-REF", "POz"]) == ["Cz", "T7", "Fp1", "POz"]
 
 
-@pytest.mark.parametrize("requested, message", [
-    (["Cz", "Xy1", "Pz", "Oz"], r"unknown channel name\(s\) for --channels: 'Xy1'.*Fp1, Fp2"),
-    (["T3", "T7", "Cz"], r"same electrode twice: T7"),
-    (["Cz", "Pz"], r"lists 2 channel\(s\); at least 3"),
-])
+@pytest.mark.parametrize(
+    "requested, message",
+    [
+        (["Cz", "Xy1", "Pz", "Oz"], r"unknown channel name\(s\) for --channels: 'Xy1'.*Fp1, Fp2"),
+        (["T3", "T7", "Cz"], r"same electrode twice: T7"),
+        (["Cz", "Pz"], r"lists 2 channel\(s\); at least 3"),
+    ],
+)
 def test_explicit_list_errors_are_usage_errors(requested, message):
     with pytest.raises(UsageError, match=message):
         select_channel_set([{"Cz"}], requested)
@@ -189,6 +264,9 @@ def test_conform_reorders_sets_montage_and_interpolates_missing(eegmat_dir):
 
 def test_conform_rejects_more_missing_than_allowed():
     raw = _raw(["Fp1", "Cz", "Pz", "O1"])
-    with pytest.raises(RecordingError, match=r"missing channels Fp2, O2 \(allowed to interpolate "
-                                             r"at most 1; use --max-interpolated\)"):
+    with pytest.raises(
+        RecordingError,
+        match=r"missing channels Fp2, O2 \(allowed to interpolate "
+        r"at most 1; use --max-interpolated\)",
+    ):
         conform_channels(raw, ["Fp1", "Fp2", "Cz", "Pz", "O1", "O2"], max_interpolated=1)

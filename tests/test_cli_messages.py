@@ -35,22 +35,32 @@ def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
         assert shows or "[default:" in help_text or "Required" in help_text, param.name
     # the preset-dependent defaults are the presets' own values
     assert FREQUENCY_ENCODING_BY_PRESET == {
-        name: ModelConfig.preset(name, n_channels=2, band_names=["a"], band_edges_hz=[(1, 4)],
-                                 n_classes=2, channel_names=["C3", "C4"]).frequency_encoding
-        for name in PRESETS}
-    monkeypatch.setenv("COLUMNS", "250")       # one line per option: nothing wrapped
+        name: ModelConfig.preset(
+            name,
+            n_channels=2,
+            band_names=["a"],
+            band_edges_hz=[(1, 4)],
+            n_classes=2,
+            channel_names=["C3", "C4"],
+        ).frequency_encoding
+        for name in PRESETS
+    }
+    monkeypatch.setenv("COLUMNS", "250")  # one line per option: nothing wrapped
     with pytest.raises(SystemExit) as stopped:
         main(["train", "--help"])
     text = capsys.readouterr().out
     assert stopped.value.code == 0
-    for fragment in ("[default: 40; paper preset: 100]", "[default: 16; paper preset: 64]",
-                     "[default: 0.001; paper preset: 5e-05]", "[default: 0; paper preset: 0]"):
+    for fragment in (
+        "[default: 40; paper preset: 100]",
+        "[default: 16; paper preset: 64]",
+        "[default: 0.001; paper preset: 5e-05]",
+        "[default: 0; paper preset: 0]",
+    ):
         assert fragment in text, fragment
     assert "<bool>" not in text and "--no-xai" in text
 
 
-def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, tmp_path,
-                                                              capsys):
+def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, tmp_path, capsys):
     from eegformer_cli.training.run import read_run_request
     from eegformer_cli.training.run import run_training
 
@@ -64,14 +74,17 @@ def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, 
     err = capsys.readouterr().err
     assert "train: 1 of 1 folds already finished in" in err and "reused, not trained again" in err
     # the control-like class is the negative one, although it comes last in sorted order
-    assert ("train: positive class for AUROC and AUC-PR: depression (the class that is not "
-            "control-like; choose another with --positive-label)") in err
+    assert (
+        "train: positive class for AUROC and AUC-PR: depression (the class that is not "
+        "control-like; choose another with --positive-label)"
+    ) in err
     assert (rerun / "model.pt").read_bytes() == before
 
 
 def test_preprocess_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
-    code, output = run_main(capsys, "preprocess", tmp_path / "nonexistent", "--out",
-                            tmp_path / "out")
+    code, output = run_main(
+        capsys, "preprocess", tmp_path / "nonexistent", "--out", tmp_path / "out"
+    )
     assert code == 3 and f"{tmp_path / 'nonexistent'}: no such file or folder" in output
     assert "holds no recordings" not in output and not (tmp_path / "out").exists()
 
@@ -79,9 +92,20 @@ def test_preprocess_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
 def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
     run = build_sample_run(tmp_path_factory)
     process = subprocess.Popen(
-        [sys.executable, "-m", "eegformer_cli", "predict", str(run["model"]),
-         str(SAMPLE_DATA / "eeg")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        [
+            sys.executable,
+            "-m",
+            "eegformer_cli",
+            "predict",
+            str(run["model"]),
+            str(SAMPLE_DATA / "eeg"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         assert process.stdout.readline().startswith("recording_id,")
         assert process.stdout.readline().startswith("sub-01_task-rest_eeg,")  # it is at work
@@ -95,32 +119,60 @@ def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
     assert "Traceback" not in err and "resume" not in err
 
 
-def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(tmp_path_factory,
-                                                                        tmp_path):
+def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(tmp_path_factory, tmp_path):
     """``-`` stands for the paths piped in, one per line, as for other shell tools."""
     run = build_sample_run(tmp_path_factory)
     edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[12:14]
     command = [sys.executable, "-m", "eegformer_cli", "predict", str(run["model"])]
-    piped = subprocess.run(command + ["-"], input="\n".join(map(str, edfs)) + "\n\n",
-                           capture_output=True, text=True, timeout=300)
-    listed = subprocess.run(command + [str(p) for p in edfs], capture_output=True, text=True,
-                            timeout=300)
+    piped = subprocess.run(
+        command + ["-"],
+        input="\n".join(map(str, edfs)) + "\n\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    listed = subprocess.run(
+        command + [str(p) for p in edfs], capture_output=True, text=True, timeout=300
+    )
     assert piped.returncode == 0, piped.stderr
-    assert piped.stdout == listed.stdout and piped.stdout.count("\n") == 3   # header + 2 rows
+    assert piped.stdout == listed.stdout and piped.stdout.count("\n") == 3  # header + 2 rows
     # a dash among other inputs takes its place; a second dash or nothing piped is refused
-    mixed = subprocess.run(command + [str(edfs[0]), "-"], input=f"{edfs[1]}\n",
-                           capture_output=True, text=True, timeout=300)
+    mixed = subprocess.run(
+        command + [str(edfs[0]), "-"],
+        input=f"{edfs[1]}\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert mixed.stdout == listed.stdout
-    for args, given, message in ((["-", "-"], "x\n", "only once"),
-                                 (["-"], "\n  \n", "holds no path")):
-        refused = subprocess.run(command + args, input=given, capture_output=True, text=True,
-                                 timeout=300)
+    for args, given, message in (
+        (["-", "-"], "x\n", "only once"),
+        (["-"], "\n  \n", "holds no path"),
+    ):
+        refused = subprocess.run(
+            command + args, input=given, capture_output=True, text=True, timeout=300
+        )
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr and refused.stdout == ""
     out = tmp_path / "explanations"
-    explained = subprocess.run([sys.executable, "-m", "eegformer_cli", "explain",
-                                str(run["model"]), "-", "--out", str(out), "--n-steps", "4"],
-                               input=f"{edfs[0]}\n", capture_output=True, text=True, timeout=300)
+    explained = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eegformer_cli",
+            "explain",
+            str(run["model"]),
+            "-",
+            "--out",
+            str(out),
+            "--n-steps",
+            "4",
+        ],
+        input=f"{edfs[0]}\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert explained.returncode == 0, explained.stderr
     assert (out / f"{edfs[0].stem}.json").is_file()
 

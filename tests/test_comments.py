@@ -11,14 +11,21 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "eegformer_cli"
 
-MONTHS = ("Jan|January|Feb|February|Mar|March|Apr|April|May|Jun|June|Jul|July|Aug|August|Sep|Sept"
-          "|September|Oct|October|Nov|November|Dec|December")
+MONTHS = (
+    "Jan|January|Feb|February|Mar|March|Apr|April|May|Jun|June|Jul|July|Aug|August|Sep|Sept"
+    "|September|Oct|October|Nov|November|Dec|December"
+)
 #: A date ("22 Nov", "Nov 22", "2026-11-22"; month names as written, capitalised) ...
-DATE = re.compile(rf"\b\d{{1,2}}(/\d{{1,2}})* ({MONTHS})\b|\b({MONTHS}) \d{{1,2}}\b"
-                  r"|\b20\d\d-\d\d-\d\d\b")
+DATE = re.compile(
+    rf"\b\d{{1,2}}(/\d{{1,2}})* ({MONTHS})\b|\b({MONTHS}) \d{{1,2}}\b"
+    r"|\b20\d\d-\d\d-\d\d\b"
+)
 #: ... a benchmark dataset's name, an issue number ("issue 19", "#31").
-NAMES = re.compile(r"\bmsu\b|msu-schizophrenia|\beegmat|\btdbrain\b|\btuab\b"
-                   r"|\bissue #?\d+|(?<![\w&])#\d{2,}\b", re.IGNORECASE)
+NAMES = re.compile(
+    r"\bmsu\b|msu-schizophrenia|\beegmat|\btdbrain\b|\btuab\b"
+    r"|\bissue #?\d+|(?<![\w&])#\d{2,}\b",
+    re.IGNORECASE,
+)
 
 
 def diary_lines(source: str) -> list[tuple[int, str]]:
@@ -33,17 +40,21 @@ def diary_lines(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_pattern_finds_dates_datasets_and_issue_numbers_and_passes_plain_text():
-    source = ('x = 1  # tuned 22 Nov on msu\n'
-              'def f():\n    """Chosen in issue 19 (see #31)."""\n'
-              'y = "25/26 Nov"\n'
-              'z = "a 30 s epoch, 8 bands, 1e-5 eps, 0.9 coverage"  # channel #3? no: one #\n')
+    source = (
+        "x = 1  # tuned 22 Nov on msu\n"
+        'def f():\n    """Chosen in issue 19 (see #31)."""\n'
+        'y = "25/26 Nov"\n'
+        'z = "a 30 s epoch, 8 bands, 1e-5 eps, 0.9 coverage"  # channel #3? no: one #\n'
+    )
     hits = [text for _, text in diary_lines(source)]
     assert hits == ["22 Nov", "issue 19", "25/26 Nov"]
     assert diary_lines('"""Shapes (B, T, d); 16 channels; seeds 0-2."""\n') == []
 
 
 def test_no_dates_dataset_names_or_issue_numbers_in_the_package():
-    offenders = {str(path.relative_to(PACKAGE.parent)): hits
-                 for path in sorted(PACKAGE.rglob("*.py"))
-                 if (hits := diary_lines(path.read_text(encoding="utf-8")))}
+    offenders = {
+        str(path.relative_to(PACKAGE.parent)): hits
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (hits := diary_lines(path.read_text(encoding="utf-8")))
+    }
     assert not offenders, offenders

@@ -6,10 +6,20 @@ import numpy as np
 import pytest
 from mne_connectivity import spectral_connectivity_epochs
 
-from eegformer_cli.connectivity.bands import (BAND_PRESETS, Band, RatioBand, band_edges_hz,
-                                              bands_to_spec, check_bands_fit_rate, parse_bands)
-from eegformer_cli.connectivity.tokens import (recording_connectivity, recording_tokens,
-                                               segment_connectivity)
+from eegformer_cli.connectivity.bands import (
+    BAND_PRESETS,
+    Band,
+    RatioBand,
+    band_edges_hz,
+    bands_to_spec,
+    check_bands_fit_rate,
+    parse_bands,
+)
+from eegformer_cli.connectivity.tokens import (
+    recording_connectivity,
+    recording_tokens,
+    segment_connectivity,
+)
 from eegformer_cli.errors import RecordingError, UsageError
 
 SFREQ = 128.0
@@ -30,15 +40,25 @@ def coupled_windows(n_windows=10, seed=0, lag_rad=np.pi / 2):
 
 def test_parse_bands_reads_plain_and_ratio_bands_in_order():
     bands = parse_bands("delta:2-4, theta:4-8,tbr:4-8/12-30,hi:30.5-44.5")
-    assert bands == (Band("delta", 2, 4), Band("theta", 4, 8),
-                     RatioBand("tbr", Band("tbr numerator", 4, 8), Band("tbr denominator", 12, 30)),
-                     Band("hi", 30.5, 44.5))
+    assert bands == (
+        Band("delta", 2, 4),
+        Band("theta", 4, 8),
+        RatioBand("tbr", Band("tbr numerator", 4, 8), Band("tbr denominator", 12, 30)),
+        Band("hi", 30.5, 44.5),
+    )
     assert parse_bands(bands_to_spec(bands)) == bands
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("delta", "NAME:LOW-HIGH"), ("delta:4-2", "0 < LOW < HIGH"), ("a:1-2,a:2-3", "twice"),
-    ("x:1-2/3", "NAME:LOW-HIGH"), ("", "NAME:LOW-HIGH")])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("delta", "NAME:LOW-HIGH"),
+        ("delta:4-2", "0 < LOW < HIGH"),
+        ("a:1-2,a:2-3", "twice"),
+        ("x:1-2/3", "NAME:LOW-HIGH"),
+        ("", "NAME:LOW-HIGH"),
+    ],
+)
 def test_parse_bands_rejects_bad_specs_naming_the_option(spec, fragment):
     with pytest.raises(UsageError, match="--bands") as info:
         parse_bands(spec)
@@ -47,8 +67,16 @@ def test_parse_bands_rejects_bad_specs_naming_the_option(spec, fragment):
 
 def test_presets_match_the_reference():
     default, paper = BAND_PRESETS["default"], BAND_PRESETS["paper"]
-    assert [b.name for b in default] == ["delta", "theta", "low_alpha", "high_alpha", "low_beta",
-                                         "mid_beta", "high_beta", "gamma"]
+    assert [b.name for b in default] == [
+        "delta",
+        "theta",
+        "low_alpha",
+        "high_alpha",
+        "low_beta",
+        "mid_beta",
+        "high_beta",
+        "gamma",
+    ]
     assert paper[:8] == default and paper[8].name == "theta_beta_ratio"
     edges = band_edges_hz(paper)
     assert edges.dtype == np.float64 and edges.shape == (9, 2)
@@ -89,15 +117,24 @@ def test_zero_lag_coupling_has_coherence_but_no_wpli():
 def mne_connectivity_tokens(windows, sfreq, bands):
     """The reference computation: one spectral_connectivity_epochs call, mirrored."""
     results = spectral_connectivity_epochs(
-        windows, method=["coh", "wpli"], sfreq=sfreq, mode="multitaper",
-        fmin=[b.f_low for b in bands], fmax=[b.f_high for b in bands], faverage=True,
-        verbose=False)
-    return [np.moveaxis(d + d.transpose(1, 0, 2), -1, 0)
-            for d in (result.get_data("dense") for result in results)]
+        windows,
+        method=["coh", "wpli"],
+        sfreq=sfreq,
+        mode="multitaper",
+        fmin=[b.f_low for b in bands],
+        fmax=[b.f_high for b in bands],
+        faverage=True,
+        verbose=False,
+    )
+    return [
+        np.moveaxis(d + d.transpose(1, 0, 2), -1, 0)
+        for d in (result.get_data("dense") for result in results)
+    ]
 
 
-@pytest.mark.parametrize("n_windows, n_channels, sfreq", [(10, 3, 128.0), (5, 16, 128.0),
-                                                          (4, 7, 250.0), (2, 5, 100.0)])
+@pytest.mark.parametrize(
+    "n_windows, n_channels, sfreq", [(10, 3, 128.0), (5, 16, 128.0), (4, 7, 250.0), (2, 5, 100.0)]
+)
 def test_tokens_equal_spectral_connectivity_epochs(n_windows, n_channels, sfreq):
     """Our vectorised multitaper estimator reproduces mne-connectivity (see tokens.py)."""
     rng = np.random.default_rng(n_channels)
@@ -119,8 +156,9 @@ def test_ratio_token_is_theta_over_beta_with_zero_where_undefined():
     coh_parts, wpli_parts = segment_connectivity(windows, SFREQ, parts)
     for tokens, part in ((coh, coh_parts), (wpli, wpli_parts)):
         off_diagonal = ~np.eye(3, dtype=bool)
-        np.testing.assert_allclose(tokens[8][off_diagonal],
-                                   part[0][off_diagonal] / part[1][off_diagonal], rtol=1e-5)
+        np.testing.assert_allclose(
+            tokens[8][off_diagonal], part[0][off_diagonal] / part[1][off_diagonal], rtol=1e-5
+        )
         assert np.all(np.diagonal(tokens[8]) == 0)  # 0/0 -> 0, as the reference
         np.testing.assert_array_equal(tokens[1], part[0])
 
@@ -145,21 +183,22 @@ def test_band_covariance_is_the_variance_of_the_band_in_volts_squared():
     t = np.arange(4 * 5 * n_times) / SFREQ
     signal = rng.standard_normal((5, t.size)) * 0.1e-6
     signal[0] += amplitude * np.sin(2 * np.pi * 6 * t)
-    signal -= signal.mean(axis=0)                     # average reference
+    signal -= signal.mean(axis=0)  # average reference
     segments = signal.reshape(5, 4, 5, n_times).transpose(1, 2, 0, 3)  # 4 segments x 5 windows
     coh, _, covariance = recording_tokens(segments, SFREQ, BAND_PRESETS["paper"])
-    assert coh.shape[1] == 9 and covariance.shape == (8, 5, 5)      # no theta/beta covariance
+    assert coh.shape[1] == 9 and covariance.shape == (8, 5, 5)  # no theta/beta covariance
     assert covariance.dtype == np.float32
     sine = amplitude * np.sin(2 * np.pi * 6 * t)
     referenced = np.outer([0.8, -0.2, -0.2, -0.2, -0.2], sine)
-    np.testing.assert_allclose(covariance[1], referenced @ referenced.T / t.size, rtol=0.01,
-                               atol=1e-13)
+    np.testing.assert_allclose(
+        covariance[1], referenced @ referenced.T / t.size, rtol=0.01, atol=1e-13
+    )
     others = np.delete(covariance, 1, axis=0)
     assert np.abs(others).max() < 0.01 * covariance[1, 0, 0]
     for band, matrix in enumerate(covariance.astype(np.float64)):
         np.testing.assert_array_equal(matrix, matrix.T)
         eigenvalues = np.linalg.eigvalsh(matrix)
-        assert abs(eigenvalues[0]) < 1e-5 * eigenvalues[-1]    # the all-ones direction
+        assert abs(eigenvalues[0]) < 1e-5 * eigenvalues[-1]  # the all-ones direction
         assert np.abs(matrix @ np.ones(5)).max() < 1e-5 * eigenvalues[-1]
-        if band >= 3:                         # 10 Hz and up, noise alone: rank C - 1
+        if band >= 3:  # 10 Hz and up, noise alone: rank C - 1
             assert eigenvalues[1] > 1e-2 * eigenvalues[-1]

@@ -11,9 +11,15 @@ import torch
 
 from eegformer_cli.explain.attributions import channel_pair_attributions
 from eegformer_cli.model import XAIguiFormer
-from eegformer_cli.model.diagnostics import (attention_entropy, describe, explicit_attention,
-                                             mean_diagnostics, recording_diagnostics,
-                                             replaced_attention, segment_diagnostics)
+from eegformer_cli.model.diagnostics import (
+    attention_entropy,
+    describe,
+    explicit_attention,
+    mean_diagnostics,
+    recording_diagnostics,
+    replaced_attention,
+    segment_diagnostics,
+)
 from test_model import BANDS, connectome_batch, perturb, small_config
 from tolerance import assert_float32_close
 
@@ -25,7 +31,7 @@ def test_entropy_is_ln_t_for_uniform_rows_and_zero_for_one_hot_rows():
     one_hot = torch.eye(T).expand(2, 3, T, T)
     assert_float32_close(attention_entropy(uniform), math.log(T))
     np.testing.assert_allclose(attention_entropy(one_hot), 0.0, atol=1e-7)
-    mixed = torch.stack([uniform[0], one_hot[0]])          # per sample, not pooled
+    mixed = torch.stack([uniform[0], one_hot[0]])  # per sample, not pooled
     np.testing.assert_allclose(attention_entropy(mixed), [math.log(T), 0.0], atol=1e-6)
 
 
@@ -37,11 +43,15 @@ def test_paper_guidance_is_swamped_by_the_bias_and_band_share_guidance_is_not():
     for guidance in ("paper", "band_share"):
         torch.manual_seed(1)
         model = perturb(XAIguiFormer(small_config("default", guidance=guidance))).eval()
-        results[guidance] = segment_diagnostics(model, coh, wpli, age, sex,
-                                                ablations=False)["refined"]
+        results[guidance] = segment_diagnostics(model, coh, wpli, age, sex, ablations=False)[
+            "refined"
+        ]
     assert results["paper"]["guidance_ratio"].max() < 0.1
     assert results["band_share"]["guidance_ratio"].min() > 0.1
-    assert results["band_share"]["entropy_fraction"].mean() < results["paper"]["entropy_fraction"].mean()
+    assert (
+        results["band_share"]["entropy_fraction"].mean()
+        < results["paper"]["entropy_fraction"].mean()
+    )
 
 
 def test_residual_share_and_guidance_ratio_follow_their_definitions():
@@ -53,19 +63,22 @@ def test_residual_share_and_guidance_ratio_follow_their_definitions():
         output = model.forward_with_details(coh, wpli, age, sex)
     layer = model.encoder.layers[0]
     demographics = model.encode_demographics(age, sex)
-    for trace, explanation in ((output.attention_coarse[0], None),
-                               (output.attention_refined[0], output.explanations[0])):
+    for trace, explanation in (
+        (output.attention_coarse[0], None),
+        (output.attention_refined[0], output.explanations[0]),
+    ):
         with explicit_attention(model):
             attended, _ = layer.attn(output.tokens, demographics, explanation)
         update = layer.scale1.gamma * attended
         expected = update.flatten(1).norm(dim=1) / output.tokens.flatten(1).norm(dim=1)
         np.testing.assert_allclose(trace.residual_share.detach(), expected.detach(), rtol=1e-5)
     dim = model.config.d_model
-    weight, bias = layer.attn.qkv.weight[:2 * dim], layer.attn.qkv.bias[:2 * dim]
+    weight, bias = layer.attn.qkv.weight[: 2 * dim], layer.attn.qkv.bias[: 2 * dim]
     part = (output.explanations[0] @ weight.T).flatten(1).norm(dim=1)
     expected_ratio = part / (bias.norm() * math.sqrt(T))
-    np.testing.assert_allclose(output.attention_refined[0].guidance_ratio.detach(),
-                               expected_ratio.detach(), rtol=1e-5)
+    np.testing.assert_allclose(
+        output.attention_refined[0].guidance_ratio.detach(), expected_ratio.detach(), rtol=1e-5
+    )
     assert output.attention_coarse[0].guidance_ratio is None
 
 
@@ -82,12 +95,12 @@ def test_replaced_attention_is_a_plain_mean_or_the_identity_and_is_restored(kind
         out, trace = layer(tokens, demographics)
         refined_out, _ = layer(tokens, demographics, explanation)
     dim = 32
-    v = (tokens @ layer.qkv.weight[2 * dim:].T + layer.qkv.bias[2 * dim:])
+    v = tokens @ layer.qkv.weight[2 * dim :].T + layer.qkv.bias[2 * dim :]
     mixed = v.mean(dim=1, keepdim=True).expand_as(v) if kind == "uniform" else v
     np.testing.assert_allclose(out.detach(), layer.proj(mixed).detach(), rtol=1e-5, atol=1e-6)
     assert trace is None
-    assert torch.equal(refined_out, before)                          # other pass untouched
-    assert not layer._forward_hooks                                  # the hook is removed
+    assert torch.equal(refined_out, before)  # other pass untouched
+    assert not layer._forward_hooks  # the hook is removed
     with explicit_attention(model):
         _, after = layer(tokens, demographics)
     assert not torch.allclose(after.weights[0, 0], torch.full((T, T), 1 / T))
@@ -114,21 +127,30 @@ def test_recording_summaries_are_segment_means_and_average_over_recordings():
     torch.manual_seed(5)
     model = perturb(XAIguiFormer(small_config("default"))).eval()
     coh, wpli, _, _ = connectome_batch(batch=3)
-    recordings = [(coh[:2].numpy(), wpli[:2].numpy(), 30.0, 1.0),
-                  (coh[2:].numpy(), wpli[2:].numpy(), 50.0, 0.0)]
+    recordings = [
+        (coh[:2].numpy(), wpli[:2].numpy(), 30.0, 1.0),
+        (coh[2:].numpy(), wpli[2:].numpy(), 50.0, 0.0),
+    ]
     first, second = recording_diagnostics(model, recordings, torch.device("cpu"))
-    per_segment = segment_diagnostics(model, coh, wpli, torch.tensor([30.0, 30.0, 50.0]),
-                                      torch.tensor([1.0, 1.0, 0.0]))
+    per_segment = segment_diagnostics(
+        model, coh, wpli, torch.tensor([30.0, 30.0, 50.0]), torch.tensor([1.0, 1.0, 0.0])
+    )
     for name in ("coarse", "refined"):
         for key, value in per_segment[name].items():
             assert_float32_close(first["passes"][name][key], value[:, :2].mean(axis=1))
             assert_float32_close(second["passes"][name][key], value[:, 2])
     mean = mean_diagnostics([first, second])
-    np.testing.assert_allclose(mean["passes"]["refined"]["entropy"],
-                               (np.array(first["passes"]["refined"]["entropy"])
-                                + second["passes"]["refined"]["entropy"]) / 2)
+    np.testing.assert_allclose(
+        mean["passes"]["refined"]["entropy"],
+        (np.array(first["passes"]["refined"]["entropy"]) + second["passes"]["refined"]["entropy"])
+        / 2,
+    )
     line = describe(mean, "test")
-    assert "coarse / refined" in line and f"ln {T}" in line and "explanation's part of the refined attention" in line
+    assert (
+        "coarse / refined" in line
+        and f"ln {T}" in line
+        and "explanation's part of the refined attention" in line
+    )
     assert mean_diagnostics([]) is None and "not measured" in describe(None, "test")
 
 
@@ -145,11 +167,20 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
     from conftest import SAMPLE_DATA
 
     prep, run_dir = tmp_path / "prep", tmp_path / "run"
-    run_preprocess(sorted((SAMPLE_DATA / "eeg").glob("*.edf")), prep,
-                   PreprocessSettings.from_preset("default"),
-                   participants=SAMPLE_DATA / "participants.tsv", n_jobs=2)
-    metrics = run_training(prep, run_dir, "diagnosis",
-                           resolve_config("default", None, {"cv": 3, "device": "cpu"}), n_jobs=2)
+    run_preprocess(
+        sorted((SAMPLE_DATA / "eeg").glob("*.edf")),
+        prep,
+        PreprocessSettings.from_preset("default"),
+        participants=SAMPLE_DATA / "participants.tsv",
+        n_jobs=2,
+    )
+    metrics = run_training(
+        prep,
+        run_dir,
+        "diagnosis",
+        resolve_config("default", None, {"cv": 3, "device": "cpu"}),
+        n_jobs=2,
+    )
     attention = metrics["attention"]["passes"]
     coarse, refined = attention["coarse"]["entropy"][0], attention["refined"]["entropy"][0]
     assert refined < coarse - 0.1, (coarse, refined)
@@ -170,8 +201,9 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
     guiding = bundle.model.forward_with_details(coh, wpli, age, sex).target
     target = int(refined_logits.mean(dim=0).argmax())
     with torch.no_grad():
-        at_zero = bundle.model.forward_with_details(torch.zeros_like(coh), torch.zeros_like(wpli),
-                                                    age, sex, target=guiding).logits_refined
+        at_zero = bundle.model.forward_with_details(
+            torch.zeros_like(coh), torch.zeros_like(wpli), age, sex, target=guiding
+        ).logits_refined
     change = float((refined_logits - at_zero)[:, target].mean())
     coh_pairs, wpli_pairs = channel_pair_attributions(bundle.model, coh, wpli, age, sex, target)
     upper = np.triu_indices(coh.shape[-1], 1)

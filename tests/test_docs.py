@@ -36,8 +36,10 @@ README_MAX_LINES = 150
 
 def blocks(page: Path) -> list[tuple[str, bool, str]]:
     """(language, runs, code) of each fenced block of ``page``."""
-    return [(lang, "no-run" not in flags, code)
-            for lang, flags, code in FENCE.findall(page.read_text(encoding="utf-8"))]
+    return [
+        (lang, "no-run" not in flags, code)
+        for lang, flags, code in FENCE.findall(page.read_text(encoding="utf-8"))
+    ]
 
 
 def command_lines(code: str) -> list[str]:
@@ -50,12 +52,12 @@ def parse_command_line(line: str) -> None:
     CLI's own parser, without running it; Click's UsageError for an unknown option or a value
     of the wrong type. Shell variables stand for ``0`` (``--fold $i``)."""
     words = [re.sub(r"^\$\w+$", "0", word) for word in shlex.split(line, comments=True)]
-    while words and re.match(r"^\w+=", words[0]):                    # OMP_NUM_THREADS=4
+    while words and re.match(r"^\w+=", words[0]):  # OMP_NUM_THREADS=4
         words.pop(0)
     if words[0] == "torchrun":
         start = words.index("-m")
         assert words[start + 1] == "eegformer_cli", line
-        words = words[start + 2:]
+        words = words[start + 2 :]
     else:
         assert words[0] == "eegformer", line
         words = words[1:]
@@ -77,8 +79,9 @@ def check_not_run(code: str) -> None:
             assert words[1] in make_targets(), line
         for part in re.split(r"[|;&]+|\bdo\b|\bthen\b", line):
             part = part.strip()
-            if part.startswith(("eegformer ", "torchrun ")) or re.match(r"^\w+=\S+ torchrun ",
-                                                                        part):
+            if part.startswith(("eegformer ", "torchrun ")) or re.match(
+                r"^\w+=\S+ torchrun ", part
+            ):
                 parse_command_line(part)
 
 
@@ -91,10 +94,15 @@ class Workspace:
         bin_dir = root.parent / "bin"
         bin_dir.mkdir(exist_ok=True)
         (bin_dir / "eegformer").write_text(
-            f'#!/bin/sh\nexec "{sys.executable}" -m eegformer_cli "$@"\n', encoding="utf-8")
+            f'#!/bin/sh\nexec "{sys.executable}" -m eegformer_cli "$@"\n', encoding="utf-8"
+        )
         (bin_dir / "eegformer").chmod(0o755)
-        self.env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                    "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+        self.env = {
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(REPO),
+            "COLUMNS": "120",
+        }
 
     def run_page(self, page: Path) -> None:
         for lang, runs, code in blocks(page):
@@ -123,8 +131,15 @@ class Workspace:
             self.run(line, ["bash", "-e", "-o", "pipefail"])
 
     def run(self, code: str, command: list[str]) -> None:
-        done = subprocess.run(command, input=code, cwd=self.root, env=self.env, text=True,
-                              capture_output=True, timeout=600)
+        done = subprocess.run(
+            command,
+            input=code,
+            cwd=self.root,
+            env=self.env,
+            text=True,
+            capture_output=True,
+            timeout=600,
+        )
         assert done.returncode == 0, f"{code}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
 
@@ -158,9 +173,11 @@ def test_no_page_uses_data_beside_the_repository():
 
 def test_not_run_blocks_are_checked():
     """A no-run line with an unknown option or a missing make target fails."""
-    check_not_run("torchrun --standalone --nproc_per_node 4 -m eegformer_cli train prep "
-                  "--out run --label-column diagnosis\nfor i in 0 1; do eegformer train prep "
-                  "--out run -l diagnosis --fold $i & done")
+    check_not_run(
+        "torchrun --standalone --nproc_per_node 4 -m eegformer_cli train prep "
+        "--out run --label-column diagnosis\nfor i in 0 1; do eegformer train prep "
+        "--out run -l diagnosis --fold $i & done"
+    )
     with pytest.raises(Exception, match="No such option: --no-such-option"):
         check_not_run("eegformer train prep --out run --no-such-option")
     with pytest.raises(Exception, match="valid integer"):

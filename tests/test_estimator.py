@@ -15,15 +15,23 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GroupKFold, cross_val_predict, cross_val_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from eegformer_cli import (InputDataError, XAIguiFormerClassifier, commands, load_connectome,
-                           read_preprocessed)
+from eegformer_cli import (
+    InputDataError,
+    XAIguiFormerClassifier,
+    commands,
+    load_connectome,
+    read_preprocessed,
+)
 from eegformer_cli.training.splits import inner_validation_split
 from test_explain import build_sample_run
 
 #: A small model, for speed (20 epochs: enough for the folds' scores to differ, 1.0, 0.75, 0.5
 #: and 0.75); the same settings for the estimator and `train`.
-TINY = {"batch_size": 8, "val_fraction": 0.25,
-        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}}
+TINY = {
+    "batch_size": 8,
+    "val_fraction": 0.25,
+    "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
+}
 EPOCHS = 20
 SEED = 7
 
@@ -35,33 +43,65 @@ SEED = 7
 #: get_params/set_params, nothing set in __init__, NotFittedError before fit, tags, mixin order,
 #: ...) pass; check_array_api_input is skipped by scikit-learn itself.
 NUMERIC_X = "fits on a numeric array, which is not recordings: InputDataError"
-WANTS_VALUE_ERROR = ("expects a ValueError about its numeric X or y; gets InputDataError (the "
-                     "CLI's exit-3 class), since a numeric X is not recordings")
+WANTS_VALUE_ERROR = (
+    "expects a ValueError about its numeric X or y; gets InputDataError (the "
+    "CLI's exit-3 class), since a numeric X is not recordings"
+)
 EXPECTED_FAILED_CHECKS = {
-    **{name: NUMERIC_X for name in (
-        "check_classifier_data_not_an_array", "check_classifiers_classes", "check_complex_data",
-        "check_dict_unchanged", "check_dont_overwrite_parameters", "check_dtype_object",
-        "check_estimators_dtypes", "check_estimators_fit_returns_self",
-        "check_estimators_overwrite_params", "check_estimators_pickle",
-        "check_f_contiguous_array_estimator", "check_fit1d", "check_fit2d_1feature",
-        "check_fit2d_1sample", "check_fit2d_predict1d", "check_fit_check_is_fitted",
-        "check_fit_idempotent", "check_fit_score_takes_y", "check_methods_sample_order_invariance",
-        "check_methods_subset_invariance", "check_n_features_in",
-        "check_n_features_in_after_fitting", "check_pipeline_consistency",
-        "check_positive_only_tag_during_fit", "check_readonly_memmap_input",
-        "check_requires_y_none", "check_supervised_y_2d")},
-    **{name: WANTS_VALUE_ERROR for name in (
-        "check_classifiers_one_label", "check_classifiers_regression_target",
-        "check_classifiers_train", "check_estimator_sparse_array",
-        "check_estimator_sparse_matrix", "check_estimator_sparse_tag",
-        "check_estimators_empty_data_messages", "check_estimators_nan_inf",
-        "check_supervised_y_no_nan")},
+    **{
+        name: NUMERIC_X
+        for name in (
+            "check_classifier_data_not_an_array",
+            "check_classifiers_classes",
+            "check_complex_data",
+            "check_dict_unchanged",
+            "check_dont_overwrite_parameters",
+            "check_dtype_object",
+            "check_estimators_dtypes",
+            "check_estimators_fit_returns_self",
+            "check_estimators_overwrite_params",
+            "check_estimators_pickle",
+            "check_f_contiguous_array_estimator",
+            "check_fit1d",
+            "check_fit2d_1feature",
+            "check_fit2d_1sample",
+            "check_fit2d_predict1d",
+            "check_fit_check_is_fitted",
+            "check_fit_idempotent",
+            "check_fit_score_takes_y",
+            "check_methods_sample_order_invariance",
+            "check_methods_subset_invariance",
+            "check_n_features_in",
+            "check_n_features_in_after_fitting",
+            "check_pipeline_consistency",
+            "check_positive_only_tag_during_fit",
+            "check_readonly_memmap_input",
+            "check_requires_y_none",
+            "check_supervised_y_2d",
+        )
+    },
+    **{
+        name: WANTS_VALUE_ERROR
+        for name in (
+            "check_classifiers_one_label",
+            "check_classifiers_regression_target",
+            "check_classifiers_train",
+            "check_estimator_sparse_array",
+            "check_estimator_sparse_matrix",
+            "check_estimator_sparse_tag",
+            "check_estimators_empty_data_messages",
+            "check_estimators_nan_inf",
+            "check_supervised_y_no_nan",
+        )
+    },
 }
 
 
-@parametrize_with_checks([XAIguiFormerClassifier(epochs=1, device="cpu")],
-                         expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
-                         xfail_strict=True)
+@parametrize_with_checks(
+    [XAIguiFormerClassifier(epochs=1, device="cpu")],
+    expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
+    xfail_strict=True,
+)
 def test_scikit_learn_checks(estimator, check):
     check(estimator)
 
@@ -74,13 +114,14 @@ def prep(tmp_path_factory):
 
 def oof_probabilities(run_dir) -> dict[str, float]:
     with open(run_dir / "oof_predictions.tsv", newline="") as handle:
-        return {row["recording_id"]: float(row["prob_healthy"])
-                for row in csv.DictReader(handle, delimiter="\t")
-                if row["model"] == "xaiguiformer"}
+        return {
+            row["recording_id"]: float(row["prob_healthy"])
+            for row in csv.DictReader(handle, delimiter="\t")
+            if row["model"] == "xaiguiformer"
+        }
 
 
-def test_cross_val_score_with_group_k_fold_equals_train_on_the_same_splits_and_seed(
-        prep, tmp_path):
+def test_cross_val_score_with_group_k_fold_equals_train_on_the_same_splits_and_seed(prep, tmp_path):
     """Acceptance: ``cross_val_score(XAIguiFormerClassifier(), X, y, groups=..., cv=GroupKFold)``
     gives ``eegformer train``'s out-of-fold balanced accuracy, fold by fold, when ``train``
     runs ``--splits`` on a splits.json made from the GroupKFold folds: their test participants,
@@ -89,31 +130,47 @@ def test_cross_val_score_with_group_k_fold_equals_train_on_the_same_splits_and_s
     The out-of-fold probabilities (``cross_val_predict``) are the run's oof_predictions.tsv."""
     X = read_preprocessed(prep)
     y, groups = X["diagnosis"].to_numpy(), X["participant_id"].to_numpy()
-    estimator = XAIguiFormerClassifier(config=TINY, epochs=EPOCHS, random_state=SEED,
-                                       device="cpu")
+    estimator = XAIguiFormerClassifier(config=TINY, epochs=EPOCHS, random_state=SEED, device="cpu")
     cv = GroupKFold(4)
-    scores = cross_val_score(estimator, X, y, groups=groups, cv=cv,
-                             scoring="balanced_accuracy")
-    probabilities = cross_val_predict(estimator, X, y, groups=groups, cv=cv,
-                                      method="predict_proba")
+    scores = cross_val_score(estimator, X, y, groups=groups, cv=cv, scoring="balanced_accuracy")
+    probabilities = cross_val_predict(estimator, X, y, groups=groups, cv=cv, method="predict_proba")
     labels = np.unique(y, return_inverse=True)[1]
     folds = []
     for k, (train_index, test_index) in enumerate(cv.split(X, y, groups)):
-        train, val = inner_validation_split(groups[train_index], labels[train_index],
-                                            TINY["val_fraction"], SEED)
-        folds.append({"repeat": 0, "fold": k, "train": train, "val": val,
-                      "test": sorted(set(groups[test_index])), "seed": SEED})
+        train, val = inner_validation_split(
+            groups[train_index], labels[train_index], TINY["val_fraction"], SEED
+        )
+        folds.append(
+            {
+                "repeat": 0,
+                "fold": k,
+                "train": train,
+                "val": val,
+                "test": sorted(set(groups[test_index])),
+                "seed": SEED,
+            }
+        )
     splits = tmp_path / "splits.json"
-    splits.write_text(json.dumps({"format": "eegformer-splits", "scheme": {"kind": "cv", "k": 4},
-                                  "folds": folds}))
+    splits.write_text(
+        json.dumps({"format": "eegformer-splits", "scheme": {"kind": "cv", "k": 4}, "folds": folds})
+    )
     config = tmp_path / "tiny.toml"
-    config.write_text("batch_size = 8\nval_fraction = 0.25\n[model]\nd_model = 16\n"
-                      "n_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n")
-    metrics = commands.train(prep, tmp_path / "run", "diagnosis", config=config, epochs=EPOCHS,
-                             splits=splits, device="cpu")
+    config.write_text(
+        "batch_size = 8\nval_fraction = 0.25\n[model]\nd_model = 16\n"
+        "n_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n"
+    )
+    metrics = commands.train(
+        prep,
+        tmp_path / "run",
+        "diagnosis",
+        config=config,
+        epochs=EPOCHS,
+        splits=splits,
+        device="cpu",
+    )
     per_fold = [fold["bac"] for fold in metrics["models"]["xaiguiformer"]["per_fold"]]
     assert per_fold == pytest.approx(scores, abs=1e-12), (per_fold, scores)
-    assert len(set(scores)) > 1                           # folds differ: a real comparison
+    assert len(set(scores)) > 1  # folds differ: a real comparison
     oof = oof_probabilities(tmp_path / "run")
     healthy = list(np.unique(y)).index("healthy")
     for recording_id, probability in zip(X["recording_id"], probabilities[:, healthy]):
@@ -131,7 +188,8 @@ def test_connectomes_in_memory_fit_and_predict_as_their_files(prep):
     assert set(fitted.predict(X)) <= set(fitted.classes_) == {"depression", "healthy"}
     labels = np.unique(y, return_inverse=True)[1]
     assert (fitted.train_participants_, fitted.val_participants_) == inner_validation_split(
-        X["participant_id"].to_numpy(), labels, TINY["val_fraction"], SEED)
+        X["participant_id"].to_numpy(), labels, TINY["val_fraction"], SEED
+    )
     assert fitted.best_epoch_ in (1, 2) and len(fitted.history_) == 2
     assert fitted.get_params()["random_state"] == SEED
     assert clone(fitted).set_params(epochs=5).get_params()["epochs"] == 5
@@ -170,5 +228,6 @@ def test_read_preprocessed_gives_nan_for_every_missing_demographic(tmp_path):
     assert X[["age", "sex"]].isna().sum().tolist() == [1, 1]
     # the estimator reads NaN as unknown, as the model does
     fitted = XAIguiFormerClassifier(config=TINY, epochs=1, device="cpu").fit(
-        X, X["diagnosis"].to_numpy())
+        X, X["diagnosis"].to_numpy()
+    )
     assert fitted.predict_proba(X).shape == (8, 2)

@@ -27,8 +27,12 @@ def layer_deeplift(encoder, tokens, demographics, target, detach=False) -> list[
     explanations = []
     for layer in encoder.layers:
         attribution = LayerDeepLift(encoder, layer, multiply_by_inputs=True).attribute(
-            inputs, baselines, target=target, attribute_to_layer_input=True,
-            grad_kwargs={"materialize_grads": True})   # demographics may get no gradient
+            inputs,
+            baselines,
+            target=target,
+            attribute_to_layer_input=True,
+            grad_kwargs={"materialize_grads": True},
+        )  # demographics may get no gradient
         attribution = attribution[0] if isinstance(attribution, (tuple, list)) else attribution
         explanations.append(attribution.detach() if detach else attribution)
     return explanations
@@ -41,8 +45,9 @@ def captum_forward(model: XAIguiFormer, coh, wpli, age, sex):
     demographics = model.encode_demographics(age, sex)
     coarse = model.encoder(tokens, demographics)
     target = coarse.detach().argmax(dim=1)
-    explanations = layer_deeplift(model.encoder, tokens, demographics, target,
-                                  model.config.detach_explanations)
+    explanations = layer_deeplift(
+        model.encoder, tokens, demographics, target, model.config.detach_explanations
+    )
     refined = model.encoder.run(tokens, demographics, explanations).logits
     return coarse, refined, target, explanations
 
@@ -58,9 +63,15 @@ def inputs(dtype=torch.float32):
     return coh.to(dtype), wpli.to(dtype), age, sex
 
 
-@pytest.mark.parametrize("preset, detach, guidance", [
-    ("paper", False, "paper"), ("default", False, "band_share"), ("default", True, "band_share"),
-    ("default", True, "paper")])
+@pytest.mark.parametrize(
+    "preset, detach, guidance",
+    [
+        ("paper", False, "paper"),
+        ("default", False, "band_share"),
+        ("default", True, "band_share"),
+        ("default", True, "paper"),
+    ],
+)
 def test_one_pass_equals_captum_layer_deeplift(preset, detach, guidance):
     """Both guidance designs explain the same coarse pass, so the refined logits agree too."""
     model = twin_model(preset, detach_explanations=detach, guidance=guidance)
@@ -68,7 +79,7 @@ def test_one_pass_equals_captum_layer_deeplift(preset, detach, guidance):
     coarse, refined, target, explanations = captum_forward(model, *inputs())
     assert torch.equal(ours.target, target)
     torch.testing.assert_close(ours.logits_coarse, coarse, rtol=0, atol=1e-6)
-    assert max(float(e.detach().abs().max()) for e in explanations) > 1e-2   # not trivially small
+    assert max(float(e.detach().abs().max()) for e in explanations) > 1e-2  # not trivially small
     for mine, reference in zip(ours.explanations, explanations):
         assert float((mine - reference).detach().abs().max()) <= 1e-5
     assert float((ours.logits_refined - refined).detach().abs().max()) <= 1e-5
@@ -97,8 +108,10 @@ def test_parameter_gradients_equal_captum_path():
     one_pass = twin_model("paper", dtype=torch.float64)
     captum = copy.deepcopy(one_pass)
     grads = []
-    for model, forward in ((one_pass, lambda *x: one_pass(*x)),
-                           (captum, lambda *x: captum_forward(captum, *x)[:2])):
+    for model, forward in (
+        (one_pass, lambda *x: one_pass(*x)),
+        (captum, lambda *x: captum_forward(captum, *x)[:2]),
+    ):
         coarse, refined = forward(*inputs(torch.float64))
         (F.cross_entropy(coarse, LABELS) + F.cross_entropy(refined, LABELS)).backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
@@ -114,7 +127,9 @@ def test_detaching_explanations_keeps_logits_but_cuts_their_gradient():
         output = model.forward_with_details(*inputs(torch.float64))
         F.cross_entropy(output.logits_refined, LABELS).backward()
         outputs.append(output)
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        grads.append(
+            torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        )
     assert outputs[0].explanations[1].requires_grad and not outputs[1].explanations[1].requires_grad
     torch.testing.assert_close(outputs[0].logits_refined, outputs[1].logits_refined)
     assert not torch.allclose(grads[0], grads[1], rtol=1e-9, atol=0)

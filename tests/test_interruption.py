@@ -29,11 +29,25 @@ def start_preprocess(study: Path, out: Path) -> subprocess.Popen:
     """``eegformer preprocess --n-jobs 2`` in a process group of its own, with SIGINT handled
     as in a terminal's foreground job (a test run started in the background inherits it
     ignored)."""
-    command = [sys.executable, "-m", "eegformer_cli", "preprocess", str(study), "--out", str(out),
-               "--n-jobs", "2"]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    command = [
+        sys.executable,
+        "-m",
+        "eegformer_cli",
+        "preprocess",
+        str(study),
+        "--out",
+        str(out),
+        "--n-jobs",
+        "2",
+    ]
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def finished(out: Path) -> dict[str, int]:
@@ -89,7 +103,9 @@ def test_ctrl_c_then_kill_9_then_rerun_finishes_the_job(tmp_path):
     _, err = run.communicate(timeout=60)
     assert run.returncode == 130, err
     assert "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == "eegformer: interrupted; rerun the same command to resume"
+    assert (
+        err.strip().splitlines()[-1] == "eegformer: interrupted; rerun the same command to resume"
+    )
     assert group_is_gone(run.pid), "worker processes outlived the interrupted run"
     after_ctrl_c = finished(out)
     assert 1 <= len(after_ctrl_c) < N_RECORDINGS
@@ -108,9 +124,22 @@ def test_ctrl_c_then_kill_9_then_rerun_finishes_the_job(tmp_path):
         load_connectome(out / "connectomes" / name)
 
     # the rerun finishes the job, keeps the finished files and leaves nothing temporary
-    done = subprocess.run([sys.executable, "-m", "eegformer_cli", "preprocess", str(study),
-                           "--out", str(out), "--n-jobs", "2"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eegformer_cli",
+            "preprocess",
+            str(study),
+            "--out",
+            str(out),
+            "--n-jobs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert f"({len(after_kill)} already done)" in done.stderr
     final = finished(out)

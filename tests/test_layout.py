@@ -30,7 +30,9 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "eegformer_cli"
-MAX_LINES = 700
+#: Lines as ruff formats them (one argument per line once a call passes 100 columns, about 1.35x
+#: the hand-wrapped code's count): the two largest modules are due to be split.
+MAX_LINES = 950
 ROOT = "eegformer_cli"
 #: Module names below ``eegformer_cli.`` per layer (module docstring), bottom first; a name
 #: covers its submodules, the longest name that covers a module decides its layer, and
@@ -71,7 +73,7 @@ def package_imports() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and node.module in modules and not node.level:
                 submodules = {f"{node.module}.{a.name}" for a in node.names} & modules.keys()
                 if len(submodules) < len(node.names):
-                    imported.add(node.module)        # some names are the module's own
+                    imported.add(node.module)  # some names are the module's own
                 imported |= submodules
         graph[name] = imported - {name}
     return graph
@@ -79,7 +81,7 @@ def package_imports() -> dict[str, set[str]]:
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as a list of modules (first = last), or None (depth-first search)."""
-    state: dict[str, int] = {}                     # 1 = on the current path, 2 = finished
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
     path: list[str] = []
 
     def visit(node: str) -> list[str] | None:
@@ -87,7 +89,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -118,8 +120,12 @@ def layer_of(module: str) -> int | None:
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     """Every import of a module of a higher layer than the importer's, as ``a -> b``."""
-    return [f"{module} -> {imported}" for module in sorted(graph)
-            for imported in sorted(graph[module]) if layer_of(imported) > layer_of(module)]
+    return [
+        f"{module} -> {imported}"
+        for module in sorted(graph)
+        for imported in sorted(graph[module])
+        if layer_of(imported) > layer_of(module)
+    ]
 
 
 def test_the_cycle_finder_finds_a_cycle_and_accepts_a_tree():
@@ -156,13 +162,16 @@ def test_no_module_imports_a_higher_layer():
 def test_npz_files_are_opened_by_their_formats_owners_only():
     """np.load appears in preprocess/output.py (connectome files) and explain/export.py (its
     class summary) only: every other module reads those files through them."""
-    loading = {module_name(p) for p in PACKAGE.rglob("*.py")
-               if "np.load(" in p.read_text(encoding="utf-8")}
+    loading = {
+        module_name(p) for p in PACKAGE.rglob("*.py") if "np.load(" in p.read_text(encoding="utf-8")
+    }
     assert loading == {"eegformer_cli.preprocess.output", "eegformer_cli.explain.export"}
 
 
-def test_no_module_is_longer_than_700_lines():
-    lengths = {module_name(p): len(p.read_text(encoding="utf-8").splitlines())
-               for p in PACKAGE.rglob("*.py")}
+def test_no_module_is_longer_than_max_lines():
+    lengths = {
+        module_name(p): len(p.read_text(encoding="utf-8").splitlines())
+        for p in PACKAGE.rglob("*.py")
+    }
     too_long = {name: n for name, n in lengths.items() if n > MAX_LINES}
     assert not too_long, too_long

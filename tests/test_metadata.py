@@ -11,10 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eegformer_cli.errors import InputDataError
-from eegformer_cli.recordings.metadata import (MISSING_VALUES, find_participants_file,
-                                               find_recordings_file, load_participants,
-                                               load_recordings_table, match_participant,
-                                               parse_age, parse_sex, read_table)
+from eegformer_cli.recordings.metadata import (
+    MISSING_VALUES,
+    find_participants_file,
+    find_recordings_file,
+    load_participants,
+    load_recordings_table,
+    match_participant,
+    parse_age,
+    parse_sex,
+    read_table,
+)
 from eegformer_cli.recordings.reading import find_recordings
 
 MALE = ["M", "male", "man", "boy", "1"]
@@ -64,13 +71,21 @@ def test_age_text_is_unknown_or_rejected(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([(s, "M") for s in MALE] + [(s, "F") for s in FEMALE]
-                       + [(s, None) for s in UNKNOWN]),
-       st.lists(st.booleans(), max_size=6), st.sampled_from(["", " ", "\t", "  "]),
-       st.sampled_from(["", " ", "\t"]))
-def test_every_documented_sex_spelling_in_any_case_with_blanks(spelling_and_code, flips, left, right):
+@given(
+    st.sampled_from(
+        [(s, "M") for s in MALE] + [(s, "F") for s in FEMALE] + [(s, None) for s in UNKNOWN]
+    ),
+    st.lists(st.booleans(), max_size=6),
+    st.sampled_from(["", " ", "\t", "  "]),
+    st.sampled_from(["", " ", "\t"]),
+)
+def test_every_documented_sex_spelling_in_any_case_with_blanks(
+    spelling_and_code, flips, left, right
+):
     spelling, code = spelling_and_code
-    cased = "".join(c.swapcase() if f else c for c, f in zip(spelling, flips + [False] * len(spelling)))
+    cased = "".join(
+        c.swapcase() if f else c for c, f in zip(spelling, flips + [False] * len(spelling))
+    )
     assert parse_sex(left + cased + right) == code
 
 
@@ -97,26 +112,32 @@ def test_age_examples():
 # --- read_table -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, text", [
-    ("p.tsv", "participant_id\tage\tsex\nP1\t 30 \tF\n\nP2\t41,5\tM\n"),
-    ("p.csv", "participant_id,age,sex\r\nP1,30,F\r\nP2,41.5,M\r\n"),
-    ("p.csv", "participant_id;age;sex\nP1;30;F\nP2;41,5;M\n"),
-    ("p.txt", "\ufeffparticipant_id\tage\tsex\nP1\t30\tF\nP2\t41.5\tM\n"),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("p.tsv", "participant_id\tage\tsex\nP1\t 30 \tF\n\nP2\t41,5\tM\n"),
+        ("p.csv", "participant_id,age,sex\r\nP1,30,F\r\nP2,41.5,M\r\n"),
+        ("p.csv", "participant_id;age;sex\nP1;30;F\nP2;41,5;M\n"),
+        ("p.txt", "\ufeffparticipant_id\tage\tsex\nP1\t30\tF\nP2\t41.5\tM\n"),
+    ],
+)
 def test_read_table_formats(tmp_path, name, text):
     rows = read_table(_write(tmp_path / name, text))
     assert [row["participant_id"] for row in rows] == ["P1", "P2"]
     assert rows[0]["age"] == "30" and rows[1]["sex"] == "M"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "table is empty"),
-    ("\n\n", "table is empty"),
-    ("participant_id\tage\n", "header but no rows"),
-    ("participant_id\tage\nP1\t3\nP2\n", "line 3 has 1 fields, the header has 2"),
-    ("participant_id\t\tage\nP1\tx\t3\n", "empty column name"),
-    ("id\tage\tage\nP1\t1\t2\n", "repeats column"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "table is empty"),
+        ("\n\n", "table is empty"),
+        ("participant_id\tage\n", "header but no rows"),
+        ("participant_id\tage\nP1\t3\nP2\n", "line 3 has 1 fields, the header has 2"),
+        ("participant_id\t\tage\nP1\tx\t3\n", "empty column name"),
+        ("id\tage\tage\nP1\t1\t2\n", "repeats column"),
+    ],
+)
 def test_malformed_tables(tmp_path, text, message):
     path = _write(tmp_path / "participants.tsv", text)
     with pytest.raises(InputDataError, match=message) as info:
@@ -155,19 +176,26 @@ def test_eegmat_participants_carry_age_and_sex(eegmat_dir):
 
 
 def test_duplicate_ids_are_listed(tmp_path):
-    path = _write(tmp_path / "participants.tsv", "participant_id\tage\nP2\t1\nP1\t2\nP2\t3\nP1\t4\nP3\t5\n")
+    path = _write(
+        tmp_path / "participants.tsv", "participant_id\tage\nP2\t1\nP1\t2\nP2\t3\nP1\t4\nP3\t5\n"
+    )
     with pytest.raises(InputDataError, match="duplicated participant ids: P1, P2$") as info:
         load_participants(path)
     assert info.value.one_line().startswith(str(path))
 
 
-@pytest.mark.parametrize("cell, message", [
-    ("-3", r"participant P2: age '-3' is negative"),
-    ("ten", r"participant P2: age 'ten' is not a number"),
-    ("200", r"participant P2: age '200' is above 130"),
-])
+@pytest.mark.parametrize(
+    "cell, message",
+    [
+        ("-3", r"participant P2: age '-3' is negative"),
+        ("ten", r"participant P2: age 'ten' is not a number"),
+        ("200", r"participant P2: age '200' is above 130"),
+    ],
+)
 def test_bad_age_names_participant_and_value(tmp_path, cell, message):
-    path = _write(tmp_path / "participants.tsv", f"participant_id\tage\tsex\nP1\t30\tF\nP2\t{cell}\tM\n")
+    path = _write(
+        tmp_path / "participants.tsv", f"participant_id\tage\tsex\nP1\t30\tF\nP2\t{cell}\tM\n"
+    )
     with pytest.raises(InputDataError, match=message) as info:
         load_participants(path)
     assert str(path) in info.value.one_line()
@@ -180,11 +208,18 @@ def test_unknown_sex_names_participant_and_value(tmp_path):
 
 
 def test_numeric_gender_is_ambiguous_unless_levels_are_given(tmp_path):
-    path = _write(tmp_path / "participants.tsv", "subject,gender,Age\nS1,0,50\nS2,1,60\nS3,male,n/a\n")
+    path = _write(
+        tmp_path / "participants.tsv", "subject,gender,Age\nS1,0,50\nS2,1,60\nS3,male,n/a\n"
+    )
     path.rename(path := tmp_path / "participants.csv")
-    with pytest.raises(InputDataError, match=r"participant S1, column gender: numeric gender code '0' is ambiguous"):
+    with pytest.raises(
+        InputDataError, match=r"participant S1, column gender: numeric gender code '0' is ambiguous"
+    ):
         load_participants(path)
-    _write(tmp_path / "participants.json", json.dumps({"gender": {"Levels": {"0": "Female", "1": "Male"}}}))
+    _write(
+        tmp_path / "participants.json",
+        json.dumps({"gender": {"Levels": {"0": "Female", "1": "Male"}}}),
+    )
     participants = load_participants(path)
     assert [participants[s]["sex"] for s in ("S1", "S2", "S3")] == ["F", "M", "M"]
     assert [participants[s]["age"] for s in ("S1", "S2")] == [50.0, 60.0]
@@ -193,9 +228,18 @@ def test_numeric_gender_is_ambiguous_unless_levels_are_given(tmp_path):
 
 def test_id_column_aliases_and_missing_columns(tmp_path):
     participants = load_participants(_write(tmp_path / "a.tsv", "Subject\tgroup\nX1\tpatient\n"))
-    assert participants == {"X1": {"Subject": "X1", "group": "patient", "participant_id": "X1",
-                                   "age": None, "sex": None}}
-    with pytest.raises(InputDataError, match=r"no participant id column \(found columns: name, age\)"):
+    assert participants == {
+        "X1": {
+            "Subject": "X1",
+            "group": "patient",
+            "participant_id": "X1",
+            "age": None,
+            "sex": None,
+        }
+    }
+    with pytest.raises(
+        InputDataError, match=r"no participant id column \(found columns: name, age\)"
+    ):
         load_participants(_write(tmp_path / "b.tsv", "name\tage\nX1\t3\n"))
 
 
@@ -210,8 +254,12 @@ def test_eegmat_recordings_table(eegmat_dir):
 
 
 def test_recordings_table_normalises_paths_and_rejects_repeats(tmp_path):
-    table = load_recordings_table(_write(tmp_path / "recordings.tsv",
-                                         "file\tparticipant_id\tage\n./eeg\\a.edf\tP1\tn/a\nb.edf\tP2\t7\n"))
+    table = load_recordings_table(
+        _write(
+            tmp_path / "recordings.tsv",
+            "file\tparticipant_id\tage\n./eeg\\a.edf\tP1\tn/a\nb.edf\tP2\t7\n",
+        )
+    )
     assert set(table) == {"eeg/a.edf", "b.edf"} and table["b.edf"]["age"] == 7.0
     with pytest.raises(InputDataError, match="listed more than once: eeg/a.edf"):
         load_recordings_table(_write(tmp_path / "r2.tsv", "file\neeg/a.edf\n./eeg/a.edf\n"))
@@ -249,18 +297,40 @@ def test_every_real_recording_matches_its_participant(msu_dir, eegmat_dir):
 
 
 def test_matching_rules(tmp_path):
-    participants = {"01": {"age": 30.0, "sex": "F"}, "sub-02": {"age": None, "sex": "M"},
-                    "S1": {"age": 5.0, "sex": None}, "S1_b": {"age": 6.0, "sex": None}}
-    assert match_participant(tmp_path / "sub-01_task-rest_eeg.edf", participants, None, None)[0] == "01"
-    assert match_participant(tmp_path / "sub-02_ses-1_eeg.vhdr", participants, None, None)[0] == "sub-02"
+    participants = {
+        "01": {"age": 30.0, "sex": "F"},
+        "sub-02": {"age": None, "sex": "M"},
+        "S1": {"age": 5.0, "sex": None},
+        "S1_b": {"age": 6.0, "sex": None},
+    }
+    assert (
+        match_participant(tmp_path / "sub-01_task-rest_eeg.edf", participants, None, None)[0]
+        == "01"
+    )
+    assert (
+        match_participant(tmp_path / "sub-02_ses-1_eeg.vhdr", participants, None, None)[0]
+        == "sub-02"
+    )
     assert match_participant(tmp_path / "S1_b_rest.edf", participants, None, None)[0] == "S1_b"
     assert match_participant(tmp_path / "S1-eo.edf", participants, None, None)[0] == "S1"
     assert match_participant(tmp_path / "S1.fif.gz", participants, None, None)[0] == "S1"
     assert match_participant(tmp_path / "S10_rest.edf", participants, None, None) == (
-        None, {"age": None, "sex": None})
-    recordings = {"eeg/x.edf": {"file": "eeg/x.edf", "participant_id": "01", "condition": "eo",
-                                "age": None, "sex": None}}
-    participant_id, metadata = match_participant(tmp_path / "eeg" / "x.edf", participants,
-                                                 recordings, tmp_path)
+        None,
+        {"age": None, "sex": None},
+    )
+    recordings = {
+        "eeg/x.edf": {
+            "file": "eeg/x.edf",
+            "participant_id": "01",
+            "condition": "eo",
+            "age": None,
+            "sex": None,
+        }
+    }
+    participant_id, metadata = match_participant(
+        tmp_path / "eeg" / "x.edf", participants, recordings, tmp_path
+    )
     assert participant_id == "01" and metadata["age"] == 30.0 and metadata["condition"] == "eo"
-    assert match_participant(tmp_path / "other" / "x.edf", participants, recordings, None)[0] == "01"
+    assert (
+        match_participant(tmp_path / "other" / "x.edf", participants, recordings, None)[0] == "01"
+    )

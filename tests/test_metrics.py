@@ -10,9 +10,13 @@ import pytest
 from scipy import stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from eegformer_cli.training.metrics import (classification_metrics, compare_folds,
-                                            describe_comparison, paper_balanced_accuracy,
-                                            summarise_folds)
+from eegformer_cli.training.metrics import (
+    classification_metrics,
+    compare_folds,
+    describe_comparison,
+    paper_balanced_accuracy,
+    summarise_folds,
+)
 
 
 def test_binary_metrics_use_the_positive_class():
@@ -59,8 +63,10 @@ def test_undefined_auroc_is_nan_and_skipped_in_summary():
     assert math.isnan(summary["std"]["auroc"])  # one defined value: no spread
     assert summary["mean"]["bac"] == pytest.approx((one_class["bac"] + full["bac"]) / 2)
     assert summary["std"]["bac"] == pytest.approx(np.std([one_class["bac"], full["bac"]], ddof=1))
-    assert summary["confusion_matrix"] == (np.array(one_class["confusion_matrix"])
-                                           + np.array(full["confusion_matrix"])).tolist()
+    assert (
+        summary["confusion_matrix"]
+        == (np.array(one_class["confusion_matrix"]) + np.array(full["confusion_matrix"])).tolist()
+    )
 
 
 def test_paired_comparison_is_the_t_interval_widened_for_overlapping_training_sets():
@@ -69,10 +75,10 @@ def test_paired_comparison_is_the_t_interval_widened_for_overlapping_training_se
     reference = [{"bac": value} for value in rng.uniform(0.7, 1.0, 15)]
     differences = np.array([a["bac"] - b["bac"] for a, b in zip(model, reference)])
     naive = compare_folds(model, reference, test_train_ratio=0.0)
-    expected = stats.ttest_1samp(differences, 0.0)     # independent folds: scipy's one-sample t
+    expected = stats.ttest_1samp(differences, 0.0)  # independent folds: scipy's one-sample t
     assert naive["ci95"] == pytest.approx(list(expected.confidence_interval()))
     assert naive["p_value"] == pytest.approx(expected.pvalue)
-    corrected = compare_folds(model, reference, test_train_ratio=0.25)   # 5-fold CV
+    corrected = compare_folds(model, reference, test_train_ratio=0.25)  # 5-fold CV
     widening = np.sqrt((1 / 15 + 0.25) / (1 / 15))
     assert np.diff(corrected["ci95"])[0] == pytest.approx(widening * np.diff(naive["ci95"])[0])
     assert corrected["p_value"] > naive["p_value"]
@@ -90,8 +96,11 @@ def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval()
     assert np.isnan(comparison["ci95"]).all() and np.isnan(comparison["p_value"])
     assert "CI" not in describe_comparison(comparison, "a", "b")
     # the same difference on every fold (up to rounding) gives no interval, not p = 1e-16
-    same = compare_folds([{"bac": 0.7}, {"bac": 0.9}, {"bac": 0.8}],
-                         [{"bac": 0.7667}, {"bac": 0.9667}, {"bac": 0.8667}], 1.0)
+    same = compare_folds(
+        [{"bac": 0.7}, {"bac": 0.9}, {"bac": 0.8}],
+        [{"bac": 0.7667}, {"bac": 0.9667}, {"bac": 0.8667}],
+        1.0,
+    )
     assert 0 < same["std_difference"] < 1e-12 and np.isnan(same["p_value"])
 
 
@@ -100,12 +109,16 @@ def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
     lies in [-1, 1], so the interval is clipped there and the line says why."""
     model = [{"bac": 0.5}, {"bac": 1.0}, {"bac": 0.55}]
     reference = [{"bac": 1.0}, {"bac": 0.5}, {"bac": 0.95}]
-    comparison = compare_folds(model, reference, test_train_ratio=0.5)   # 3-fold CV
+    comparison = compare_folds(model, reference, test_train_ratio=0.5)  # 3-fold CV
     assert comparison["ci95"] == [-1.0, 1.0] and comparison["ci95_clipped"]
     assert "clipped to the possible range: too few folds" in describe_comparison(
-        comparison, "xaiguiformer", "logistic_regression")
+        comparison, "xaiguiformer", "logistic_regression"
+    )
     # an interval inside the range is left as it is
-    narrow = compare_folds([{"bac": 0.8}, {"bac": 0.9}, {"bac": 0.85}],
-                           [{"bac": 0.75}, {"bac": 0.9}, {"bac": 0.8}], 0.5)
+    narrow = compare_folds(
+        [{"bac": 0.8}, {"bac": 0.9}, {"bac": 0.85}],
+        [{"bac": 0.75}, {"bac": 0.9}, {"bac": 0.8}],
+        0.5,
+    )
     assert not narrow["ci95_clipped"] and -1 < narrow["ci95"][0] < narrow["ci95"][1] < 1
     assert "clipped" not in describe_comparison(narrow, "a", "b")

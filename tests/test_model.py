@@ -15,8 +15,14 @@ import torch.nn.functional as F
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model import ModelConfig, XAIguiFormer
 from eegformer_cli.model.layers import GeGLU, TimmRmsNorm, make_norm, norm_then_linear
-from eegformer_cli.model.tokenizer import (ConnectomeTokenizer, DenseGINEConv, GineAggregation, GnnBlock,
-                                         message_sources, message_targets)
+from eegformer_cli.model.tokenizer import (
+    ConnectomeTokenizer,
+    DenseGINEConv,
+    GineAggregation,
+    GnnBlock,
+    message_sources,
+    message_targets,
+)
 from tolerance import assert_float32_close
 
 CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
@@ -27,8 +33,17 @@ EDGES_HZ = [(2, 4), (4, 8), (8, 12), (12, 30), (4 / 12, 8 / 30)]
 def small_config(preset: str = "default", **fields) -> ModelConfig:
     """A few-second model with the preset's behaviour: d 32, 4 heads (head dim 8), 2 layers,
     no dropout (so two instances with the same weights compute the same numbers)."""
-    defaults = dict(n_channels=len(CHANNELS), band_names=BANDS, band_edges_hz=EDGES_HZ,
-                    n_classes=3, d_model=32, n_heads=4, n_layers=2, n_gnn_layers=2, dropout=0.0)
+    defaults = dict(
+        n_channels=len(CHANNELS),
+        band_names=BANDS,
+        band_edges_hz=EDGES_HZ,
+        n_classes=3,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        n_gnn_layers=2,
+        dropout=0.0,
+    )
     return ModelConfig.preset(preset, **{**defaults, **fields})
 
 
@@ -85,8 +100,9 @@ def test_every_config_runs_forward_and_backward(name):
     if config.xai_refinement:
         assert len(output.explanations) == 2
         assert all(e.shape == (3, len(BANDS), 32) for e in output.explanations)
-    loss = F.cross_entropy(output.logits_coarse, torch.tensor([0, 1, 2])) + \
-        F.cross_entropy(output.logits_refined, torch.tensor([0, 1, 2]))
+    loss = F.cross_entropy(output.logits_coarse, torch.tensor([0, 1, 2])) + F.cross_entropy(
+        output.logits_refined, torch.tensor([0, 1, 2])
+    )
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
@@ -127,9 +143,10 @@ def test_timm_rms_norm_float32_gradients_stay_accurate_with_a_large_mean():
     x32 = (torch.randn(64, 128) + 1000).requires_grad_()
     grad = torch.randn(64, 128)
     fused = torch.autograd.grad(TimmRmsNorm(128)(x32), x32, grad)[0]
-    x64 = x32.detach().double().requires_grad_()              # the same float32 values
-    exact = torch.autograd.grad(x64 * torch.rsqrt(x64.var(dim=-1, keepdim=True) + 1e-6), x64,
-                                grad.double())[0]
+    x64 = x32.detach().double().requires_grad_()  # the same float32 values
+    exact = torch.autograd.grad(
+        x64 * torch.rsqrt(x64.var(dim=-1, keepdim=True) + 1e-6), x64, grad.double()
+    )[0]
     assert (fused.double() - exact).abs().max() <= 1e-6 * exact.abs().max()
 
 
@@ -145,8 +162,10 @@ def test_norm_then_linear_equals_the_linear_of_the_norm(kind):
     grad = torch.randn(4, 3, 6, dtype=torch.float64)
     folded, unfolded = norm_then_linear(norm, linear, x), linear(norm(x))
     np.testing.assert_allclose(folded.detach(), unfolded.detach(), rtol=1e-12, atol=1e-14)
-    for got, want in zip(torch.autograd.grad(folded, parameters, grad),
-                         torch.autograd.grad(unfolded, parameters, grad)):
+    for got, want in zip(
+        torch.autograd.grad(folded, parameters, grad),
+        torch.autograd.grad(unfolded, parameters, grad),
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
@@ -164,8 +183,9 @@ def test_gnn_block_is_the_official_composition(norm):
     expected = x + block.act(block.expand(block.norm(block.conv(x, w, edge_embedding, "directed"))))
     np.testing.assert_allclose(out.detach(), expected.detach(), rtol=1e-12, atol=1e-14)
     parameters = (x, *block.parameters())
-    for got, want in zip(torch.autograd.grad(out.sum(), parameters),
-                         torch.autograd.grad(expected.sum(), parameters)):
+    for got, want in zip(
+        torch.autograd.grad(out.sum(), parameters), torch.autograd.grad(expected.sum(), parameters)
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
@@ -178,6 +198,7 @@ def test_geglu_gates_the_first_half_with_erf_gelu_of_the_second():
 # ---------------------------------------------------------------------------------------------
 # tokenizer
 # ---------------------------------------------------------------------------------------------
+
 
 def gine_by_edge_loop(conv: DenseGINEConv, x, wpli, edge_embedding, edges: str):
     """PyG GINEConv semantics written out: edges from the official construction (row < col,
@@ -205,8 +226,12 @@ def test_dense_gine_equals_edge_loop(edges):
     wpli = torch.rand(2, 2, 5, 5, dtype=torch.float64)
     wpli = wpli + wpli.transpose(-1, -2)
     dense = conv(x, wpli.transpose(-1, -2), edge_embedding, edges)
-    np.testing.assert_allclose(dense.detach(), gine_by_edge_loop(conv, x, wpli, edge_embedding, edges).detach(),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        dense.detach(),
+        gine_by_edge_loop(conv, x, wpli, edge_embedding, edges).detach(),
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_gine_aggregation_gradients():
@@ -221,9 +246,11 @@ def test_gine_aggregation_gradients():
 def test_directed_channel_zero_hears_nothing():
     assert list(range(4))[message_sources(0, 4, "directed")] == []
     assert list(range(4))[message_sources(3, 4, "directed")] == [0, 1, 2]
-    for edges in ("directed", "undirected"):   # message_targets is the transpose of message_sources
+    for edges in ("directed", "undirected"):  # message_targets is the transpose of message_sources
         pairs = {(j, i) for i in range(4) for j in list(range(4))[message_sources(i, 4, edges)]}
-        assert pairs == {(j, i) for j in range(4) for i in list(range(4))[message_targets(j, 4, edges)]}
+        assert pairs == {
+            (j, i) for j in range(4) for i in list(range(4))[message_targets(j, 4, edges)]
+        }
     u = torch.randn(2, 4, 3)
     messages = GineAggregation.apply(u, torch.rand(2, 4, 4), torch.randn(3), "directed")
     assert messages[:, 0].abs().sum() == 0 and messages[:, 3].abs().sum() > 0
@@ -231,7 +258,11 @@ def test_directed_channel_zero_hears_nothing():
 
 def test_rose_needs_known_channel_names():
     with pytest.raises(UsageError, match="standard_1005"):
-        XAIguiFormer(small_config(spatial_encoding="rose", channel_names=["Fz", "Cz", "Pz", "O1", "O2", "XYZ"]))
+        XAIguiFormer(
+            small_config(
+                spatial_encoding="rose", channel_names=["Fz", "Cz", "Pz", "O1", "O2", "XYZ"]
+            )
+        )
     with pytest.raises(UsageError, match="channel_names"):
         XAIguiFormer(small_config(spatial_encoding="rose"))
 
@@ -240,12 +271,13 @@ def test_rose_positions_are_a_buffer_in_centimetres():
     model = XAIguiFormer(small_config(spatial_encoding="rose", channel_names=CHANNELS))
     positions = model.state_dict()["tokenizer.spatial.positions_cm"]
     distance_o1_o2 = float((positions[4] - positions[5]).norm())
-    assert 3.0 < distance_o1_o2 < 10.0     # O1-O2 on an adult head: about 5-6 cm
+    assert 3.0 < distance_o1_o2 < 10.0  # O1-O2 on an adult head: about 5-6 cm
 
 
 # ---------------------------------------------------------------------------------------------
 # transformer behaviour
 # ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("preset", ["paper", "default"])
 def test_fused_and_explicit_attention_agree(preset):
@@ -257,13 +289,20 @@ def test_fused_and_explicit_attention_agree(preset):
     fused = model.forward_with_details(coh, wpli, age, sex)
     with explicit_attention(model):
         explicit = model.forward_with_details(coh, wpli, age, sex)
-    for a, b in ((fused.logits_coarse, explicit.logits_coarse),
-                 (fused.logits_refined, explicit.logits_refined)):
+    for a, b in (
+        (fused.logits_coarse, explicit.logits_coarse),
+        (fused.logits_refined, explicit.logits_refined),
+    ):
         assert_float32_close(a, b)
-    assert fused.attention_refined == [] and all(m.fused_attn for m in model.modules()
-                                                 if hasattr(m, "fused_attn"))
-    assert [a.weights.shape for a in explicit.attention_refined] == [(3, 4, len(BANDS), len(BANDS))] * 2
-    np.testing.assert_allclose(explicit.attention_coarse[0].weights.sum(-1).detach(), 1.0, rtol=1e-5)
+    assert fused.attention_refined == [] and all(
+        m.fused_attn for m in model.modules() if hasattr(m, "fused_attn")
+    )
+    assert [a.weights.shape for a in explicit.attention_refined] == [
+        (3, 4, len(BANDS), len(BANDS))
+    ] * 2
+    np.testing.assert_allclose(
+        explicit.attention_coarse[0].weights.sum(-1).detach(), 1.0, rtol=1e-5
+    )
 
 
 def test_coarse_only_ablation_returns_coarse_logits_twice():
@@ -275,7 +314,7 @@ def test_coarse_only_ablation_returns_coarse_logits_twice():
     coarse, refined = coarse_only(coh, wpli, age, sex)
     assert torch.equal(coarse, refined)
     full_coarse, full_refined = full(coh, wpli, age, sex)
-    assert_float32_close(coarse, full_coarse)      # the coarse pass ran in another batch layout
+    assert_float32_close(coarse, full_coarse)  # the coarse pass ran in another batch layout
     assert not torch.allclose(full_coarse, full_refined, atol=1e-7)
 
 
@@ -323,8 +362,9 @@ def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
     tokens = {}
     for readout in ("mean", "channel_flatten_per_band"):
         torch.manual_seed(0)
-        tokenizer = XAIguiFormer(small_config(readout=readout, n_gnn_layers=0,
-                                              channel_embedding=False)).tokenizer.eval()
+        tokenizer = XAIguiFormer(
+            small_config(readout=readout, n_gnn_layers=0, channel_embedding=False)
+        ).tokenizer.eval()
         tokens[readout] = (tokenizer(coh, wpli), tokenizer(swapped, wpli))
     torch.testing.assert_close(tokens["mean"][0], tokens["mean"][1], rtol=1e-5, atol=1e-6)
     flattened = tokens["channel_flatten_per_band"]
@@ -338,13 +378,14 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     readout = tokenizer.output_embedding
     n_bands, n, d = len(BANDS), len(CHANNELS), config.d_model
     assert readout.weight.shape == (n_bands, d, n * d) and readout.bias.shape == (n_bands, d)
-    assert all(torch.equal(readout.weight[0], w) for w in readout.weight)     # shared at start
+    assert all(torch.equal(readout.weight[0], w) for w in readout.weight)  # shared at start
     with torch.no_grad():
         readout.weight.add_(0.1 * torch.randn_like(readout.weight))
         readout.bias.add_(0.1 * torch.randn_like(readout.bias))
     x = torch.randn(3, n_bands, n * d)
-    expected = torch.stack([F.linear(x[:, f], readout.weight[f], readout.bias[f])
-                            for f in range(n_bands)], dim=1)
+    expected = torch.stack(
+        [F.linear(x[:, f], readout.weight[f], readout.bias[f]) for f in range(n_bands)], dim=1
+    )
     torch.testing.assert_close(readout(x), expected, rtol=1e-5, atol=1e-6)
     # the same connectome in two bands gives two different tokens only with per-band weights
     coh, wpli, _, _ = connectome_batch()
@@ -352,11 +393,12 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     tokens = tokenizer(coh, wpli)
     assert (tokens[:, 0] - tokens[:, 1]).abs().max() > 1e-3
     torch.manual_seed(4)
-    shared = XAIguiFormer(config).tokenizer.eval()          # the weights as initialised
+    shared = XAIguiFormer(config).tokenizer.eval()  # the weights as initialised
     torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
     with pytest.raises(UsageError, match="needs n_bands"):
-        ConnectomeTokenizer(len(CHANNELS), 8, 0, "rms", "undirected", 0.0,
-                            readout="channel_flatten_per_band")
+        ConnectomeTokenizer(
+            len(CHANNELS), 8, 0, "rms", "undirected", 0.0, readout="channel_flatten_per_band"
+        )
 
 
 def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli():
@@ -367,8 +409,9 @@ def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli(
     assert not torch.equal(other_wpli, wpli)
     for node_features, moves in (("coherence", False), ("coherence_wpli", True)):
         torch.manual_seed(0)
-        tokenizer = XAIguiFormer(small_config(node_features=node_features,
-                                              n_gnn_layers=0)).tokenizer.eval()
+        tokenizer = XAIguiFormer(
+            small_config(node_features=node_features, n_gnn_layers=0)
+        ).tokenizer.eval()
         change = (tokenizer(coh, wpli) - tokenizer(coh, other_wpli)).abs().max()
         assert (change > 1e-3) if moves else (change == 0), (node_features, change)
     assert tokenizer.node_embedding.in_features == 2 * len(CHANNELS)
@@ -397,10 +440,11 @@ def test_channel_identity_shapes_parameters_and_round_trip():
 def test_paper_parameter_count_matches_reference():
     """Reference section 4.2: transformer + head = 3,205,251 for 3 classes; GNN ~285k (26 channels)."""
     bands = [f"b{i}" for i in range(9)]
-    config = ModelConfig.preset("paper", n_channels=26, band_names=bands,
-                                band_edges_hz=[(1, 2)] * 9, n_classes=3)
+    config = ModelConfig.preset(
+        "paper", n_channels=26, band_names=bands, band_edges_hz=[(1, 2)] * 9, n_classes=3
+    )
     description = XAIguiFormer(config).describe()
-    assert description["age_mean"] is None                     # unknown until the trainer sets it
+    assert description["age_mean"] is None  # unknown until the trainer sets it
     json.dumps(description, allow_nan=False)
     counts = description["parameters"]
     assert counts["transformer_layers"] + counts["head"] == 3_205_251
@@ -411,7 +455,9 @@ def test_unknown_demographics_follow_the_documented_rule():
     torch.manual_seed(7)
     model = XAIguiFormer(small_config("paper"))
     coh, wpli, _, _ = connectome_batch(batch=2)
-    unknown = model(coh, wpli, torch.tensor([float("nan")] * 2), torch.tensor([float("nan")] * 2))[1]
+    unknown = model(coh, wpli, torch.tensor([float("nan")] * 2), torch.tensor([float("nan")] * 2))[
+        1
+    ]
     neutral = model(coh, wpli, torch.ones(2), torch.zeros(2))[1]
     torch.testing.assert_close(unknown, neutral)
     model.set_demographic_stats(age_mean=52.0, age_std=None)
@@ -445,21 +491,35 @@ def test_no_grad_forward_gives_the_same_logits_detached():
 # validation
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields, message", [
-    ({"norm": "layer"}, "invalid value 'layer' for norm; allowed values are 'timm_rms', 'rms'"),
-    ({"guidance": "rms_token"}, "invalid value 'rms_token' for guidance; allowed values are "
-                                "'paper', 'band_share'"),
-    ({"frequency_encoding": "rope_band_index"}, "for frequency_encoding; allowed values are "
-                                                "'drofe_paper', 'drofe_default', 'none'"),
-    ({"d_model": 30}, "head dimension"),
-    ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
-    ({"n_classes": 1}, "n_classes"),
-    ({"readout": "max"}, "invalid value 'max' for readout; allowed values are 'mean', "
-                         "'channel_flatten_per_band'"),
-    ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
-    ({"node_features": "psd"}, "invalid value 'psd' for node_features; allowed values are "
-                               "'coherence', 'coherence_wpli'"),
-])
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"norm": "layer"}, "invalid value 'layer' for norm; allowed values are 'timm_rms', 'rms'"),
+        (
+            {"guidance": "rms_token"},
+            "invalid value 'rms_token' for guidance; allowed values are 'paper', 'band_share'",
+        ),
+        (
+            {"frequency_encoding": "rope_band_index"},
+            "for frequency_encoding; allowed values are 'drofe_paper', 'drofe_default', 'none'",
+        ),
+        ({"d_model": 30}, "head dimension"),
+        ({"frequency_encoding": "drofe_paper", "d_model": 24, "n_heads": 4}, "divisible by 4"),
+        ({"n_classes": 1}, "n_classes"),
+        (
+            {"readout": "max"},
+            "invalid value 'max' for readout; allowed values are 'mean', "
+            "'channel_flatten_per_band'",
+        ),
+        ({"channel_embedding": "yes"}, "for channel_embedding; must be true or false"),
+        (
+            {"node_features": "psd"},
+            "invalid value 'psd' for node_features; allowed values are "
+            "'coherence', 'coherence_wpli'",
+        ),
+    ],
+)
 def test_invalid_config_names_the_field(fields, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         small_config(**fields)
@@ -467,15 +527,22 @@ def test_invalid_config_names_the_field(fields, message):
 
 def test_unknown_preset_and_fields_are_refused():
     with pytest.raises(UsageError, match="preset"):
-        ModelConfig.preset("fast", n_channels=3, band_names=["a"], band_edges_hz=[(1, 2)], n_classes=2)
+        ModelConfig.preset(
+            "fast", n_channels=3, band_names=["a"], band_edges_hz=[(1, 2)], n_classes=2
+        )
     with pytest.raises(UsageError, match="unknown model config fields \\['depth'\\]"):
         ModelConfig.from_dict({**small_config().to_dict(), "depth": 3})
 
 
 def old_style_config(config: ModelConfig, **fields) -> dict:
     """``config`` as an earlier version stored it: with its retired fields."""
-    return {**config.to_dict(), "explainer": "deeplift", "explanation_impl": "one_pass",
-            "attention_impl": "fused", **fields}
+    return {
+        **config.to_dict(),
+        "explainer": "deeplift",
+        "explanation_impl": "one_pass",
+        "attention_impl": "fused",
+        **fields,
+    }
 
 
 def test_a_config_stored_by_an_earlier_version_loads_and_predicts_the_same():
@@ -490,13 +557,20 @@ def test_a_config_stored_by_an_earlier_version_loads_and_predicts_the_same():
         assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])
 
 
-@pytest.mark.parametrize("fields", [
-    {"guidance": "rms_sample"}, {"readout": "channel_flatten"},
-    {"frequency_encoding": "rope_band_index"}, {"explainer": "integrated_gradients"}])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"guidance": "rms_sample"},
+        {"readout": "channel_flatten"},
+        {"frequency_encoding": "rope_band_index"},
+        {"explainer": "integrated_gradients"},
+    ],
+)
 def test_a_config_of_a_retired_experimental_variant_is_refused_naming_the_field(fields):
-    (name, value), = fields.items()
-    with pytest.raises(UsageError, match=f"model config {name}='{value}' was made by an "
-                                         "experimental variant"):
+    ((name, value),) = fields.items()
+    with pytest.raises(
+        UsageError, match=f"model config {name}='{value}' was made by an experimental variant"
+    ):
         ModelConfig.from_dict(old_style_config(small_config(), **fields))
 
 
@@ -513,6 +587,7 @@ def test_wrong_input_shapes_are_clear_errors():
 # CUDA
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("preset", ["paper", "default"])
@@ -523,8 +598,9 @@ def test_cuda_forward_backward_under_autocast(preset):
     reference = model(coh, wpli, age, sex)[1].float()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         coarse, refined = model(coh, wpli, age, sex)
-        loss = F.cross_entropy(coarse.float(), torch.tensor([0, 1, 2], device="cuda")) + \
-            F.cross_entropy(refined.float(), torch.tensor([0, 1, 2], device="cuda"))
+        loss = F.cross_entropy(
+            coarse.float(), torch.tensor([0, 1, 2], device="cuda")
+        ) + F.cross_entropy(refined.float(), torch.tensor([0, 1, 2], device="cuda"))
     loss.backward()
     assert refined.device.type == "cuda"
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

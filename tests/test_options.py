@@ -17,8 +17,13 @@ from eegformer_cli import commands, options
 from eegformer_cli.cli.app import app, main
 from test_docs import parse_command_line
 
-COMMANDS = {"preprocess": options.PREPROCESS, "train": options.TRAIN,
-            "predict": options.PREDICT, "explain": options.EXPLAIN, "report": options.REPORT}
+COMMANDS = {
+    "preprocess": options.PREPROCESS,
+    "train": options.TRAIN,
+    "predict": options.PREDICT,
+    "explain": options.EXPLAIN,
+    "report": options.REPORT,
+}
 #: Options of the CLI alone (no Python parameter): the output format and Typer's context.
 CLI_ONLY = {"train": {"ctx", "as_json"}, "predict": {"output_format"}}
 #: Parameters of Python alone: a callback for each row.
@@ -44,7 +49,7 @@ def test_every_cli_option_says_what_the_api_docstring_says(name):
     function = getattr(commands, name)
     parameters = list(inspect.signature(function).parameters)
     documented = docstring_parameters(function)
-    assert list(documented) == parameters                       # every parameter, in order
+    assert list(documented) == parameters  # every parameter, in order
     command = typer.main.get_command(app).commands[name]
     cli_names = {param.name for param in command.params} - {"help"}
     assert cli_names - CLI_ONLY.get(name, set()) == set(parameters) - API_ONLY.get(name, set())
@@ -86,9 +91,16 @@ def test_choice_lists_are_the_package_s_tuples():
     assert options.one_of(CAPTUM_METHODS) in options.EXPLAIN["method"].text
     # the preset-dependent default of --frequency-encoding is the presets' own value
     assert options.FREQUENCY_ENCODING_BY_PRESET == {
-        name: ModelConfig.preset(name, n_channels=2, band_names=["a"], band_edges_hz=[(1, 4)],
-                                 n_classes=2, channel_names=["C3", "C4"]).frequency_encoding
-        for name in PRESETS}
+        name: ModelConfig.preset(
+            name,
+            n_channels=2,
+            band_names=["a"],
+            band_edges_hz=[(1, 4)],
+            n_classes=2,
+            channel_names=["C3", "C4"],
+        ).frequency_encoding
+        for name in PRESETS
+    }
     with pytest.raises(LookupError, match="defines no NOTHING"):
         options.choices("model/rotary", "NOTHING")
 
@@ -102,12 +114,14 @@ def test_no_help_mentions_data_beside_the_repository_and_its_examples_parse(caps
         text = capsys.readouterr().out
         assert stopped.value.code == 0 and "../shared" not in text and "shared/data" not in text
     for name in names:
-        examples = [line.strip() for line in
-                    (typer.main.get_command(app).commands[name].help or "").splitlines()
-                    if line.strip().startswith(("eegformer ", "torchrun "))]
+        examples = [
+            line.strip()
+            for line in (typer.main.get_command(app).commands[name].help or "").splitlines()
+            if line.strip().startswith(("eegformer ", "torchrun "))
+        ]
         assert examples, name
         for line in examples:
-            parse_command_line(line.split("   (")[0])           # "   (comment)" in the help
+            parse_command_line(line.split("   (")[0])  # "   (comment)" in the help
 
 
 def test_train_help_shows_the_essentials_first_and_the_rest_in_panels(capsys, monkeypatch):
@@ -117,11 +131,22 @@ def test_train_help_shows_the_essentials_first_and_the_rest_in_panels(capsys, mo
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     text = capsys.readouterr().out
-    panels = [line.split("─ ")[1].split(" ─")[0] for line in text.splitlines()
-              if line.startswith("╭─ ")]
+    panels = [
+        line.split("─ ")[1].split(" ─")[0] for line in text.splitlines() if line.startswith("╭─ ")
+    ]
     assert panels[:2] == ["Arguments", "Options"]
     assert set(panels[2:]) == {train.RECIPE, train.ABLATIONS, train.TRUST, train.COMPUTE}
     essentials = text.split("╭─ Options")[1].split("╭─")[0]
     flags = re.findall(r"│ (--[a-z-]+)", essentials)
-    assert flags == ["--out", "--label-column", "--cv", "--repeats", "--holdout", "--seed",
-                     "--n-jobs", "--json", "--overwrite", "--help"]
+    assert flags == [
+        "--out",
+        "--label-column",
+        "--cv",
+        "--repeats",
+        "--holdout",
+        "--seed",
+        "--n-jobs",
+        "--json",
+        "--overwrite",
+        "--help",
+    ]

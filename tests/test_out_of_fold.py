@@ -24,26 +24,45 @@ def test_attributions_add_up_to_the_logit_change_from_the_reference():
     coh, wpli = random_connectivity(4, seed=3)
     ref_coh, ref_wpli = (x.mean(axis=0) for x in random_connectivity(6, seed=4))
     labels = ["a", "b", "c"]
-    e = explain_recording(model, coh, wpli, 40.0, 1.0, labels, recording_id="r",
-                          reference=(ref_coh, ref_wpli), n_steps=64)
+    e = explain_recording(
+        model,
+        coh,
+        wpli,
+        40.0,
+        1.0,
+        labels,
+        recording_id="r",
+        reference=(ref_coh, ref_wpli),
+        n_steps=64,
+    )
     target = labels.index(e.target)
     n = len(coh)
     age, sex = torch.full((n,), 40.0), torch.full((n,), 1.0)
     x = (torch.from_numpy(coh), torch.from_numpy(wpli))
     base = (torch.from_numpy(ref_coh).expand_as(x[0]), torch.from_numpy(ref_wpli).expand_as(x[1]))
-    with torch.no_grad():   # the refined pass guided as at the input, as the attribution is
+    with torch.no_grad():  # the refined pass guided as at the input, as the attribution is
         guiding = model.forward_with_details(*x, age, sex).target
-        change = (model.forward_with_details(*x, age, sex, target=guiding).logits_refined
-                  - model.forward_with_details(*base, age, sex, target=guiding).logits_refined)
+        change = (
+            model.forward_with_details(*x, age, sex, target=guiding).logits_refined
+            - model.forward_with_details(*base, age, sex, target=guiding).logits_refined
+        )
     upper = np.triu_indices(coh.shape[-1], 1)
     per_band = e.channel_pairs[:, upper[0], upper[1]].sum(axis=1)
     assert per_band.sum() == pytest.approx(float(change[:, target].mean()), rel=0.01)
     # band importance: those per-band totals, scaled to abs-sum 1 (signs kept)
     np.testing.assert_allclose(e.band_importance, per_band / np.abs(per_band).sum(), atol=1e-12)
     # at the reference itself there is nothing to attribute
-    at_reference = explain_recording(model, np.repeat(ref_coh[None], 2, 0),
-                                     np.repeat(ref_wpli[None], 2, 0), 40.0, 1.0, labels,
-                                     recording_id="ref", reference=(ref_coh, ref_wpli), n_steps=8)
+    at_reference = explain_recording(
+        model,
+        np.repeat(ref_coh[None], 2, 0),
+        np.repeat(ref_wpli[None], 2, 0),
+        40.0,
+        1.0,
+        labels,
+        recording_id="ref",
+        reference=(ref_coh, ref_wpli),
+        n_steps=8,
+    )
     assert np.abs(at_reference.channel_pairs).max() < 1e-6
 
 
@@ -55,10 +74,19 @@ def cv_run(tmp_path_factory):
 
     prep = build_sample_run(tmp_path_factory)["prep"]
     run_dir = tmp_path_factory.mktemp("oof") / "run"
-    config = resolve_config("default", None, {
-        "epochs": 2, "batch_size": 8, "cv": 3, "repeats": 2, "val_fraction": 0.25,
-        "device": "cpu", "model": {"d_model": 16, "n_heads": 2, "n_layers": 1,
-                                   "n_gnn_layers": 1}})
+    config = resolve_config(
+        "default",
+        None,
+        {
+            "epochs": 2,
+            "batch_size": 8,
+            "cv": 3,
+            "repeats": 2,
+            "val_fraction": 0.25,
+            "device": "cpu",
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
+        },
+    )
     run_training(prep, run_dir, "diagnosis", config)
     return prep, run_dir
 
@@ -69,35 +97,44 @@ def test_train_keeps_each_fold_model_with_its_reference(cv_run):
     assert names == [f"r{r}_f{f}" for r in range(2) for f in range(3)]
     fold = load_model_file(run_dir / "folds" / "r0_f0.pt")
     assert fold.trained_on == "fold" and fold.reference["coh"].shape == (
-        len(fold.bands), len(fold.channels), len(fold.channels))
+        len(fold.bands),
+        len(fold.channels),
+        len(fold.channels),
+    )
     assert "mean connectome" in fold.reference["description"]
     # the fold's test participants are not in what the fold model was trained on
-    oof = [r for r in _rows(run_dir / "oof_predictions.tsv")
-           if r["model"] == "xaiguiformer" and (r["repeat"], r["fold"]) == ("0", "0")]
+    oof = [
+        r
+        for r in _rows(run_dir / "oof_predictions.tsv")
+        if r["model"] == "xaiguiformer" and (r["repeat"], r["fold"]) == ("0", "0")
+    ]
     assert oof and not {r["participant_id"] for r in oof} & set(fold.training_data["participants"])
 
 
 def test_explain_run_dir_gives_the_out_of_fold_probabilities(cv_run, tmp_path, capsys):
     prep, run_dir = cv_run
-    code, output = run_main(capsys, "explain", run_dir, prep, "--out", tmp_path / "oof",
-                            "--n-steps", "4")
+    code, output = run_main(
+        capsys, "explain", run_dir, prep, "--out", tmp_path / "oof", "--n-steps", "4"
+    )
     assert code == 0, output
     oof = [r for r in _rows(run_dir / "oof_predictions.tsv") if r["model"] == "xaiguiformer"]
     rows = _rows(tmp_path / "oof" / "recordings.csv")
     assert len(rows) == 12
-    classes = [c[len("prob_"):] for c in rows[0] if c.startswith("prob_")]
+    classes = [c[len("prob_") :] for c in rows[0] if c.startswith("prob_")]
     for row in rows:
         mine = [r for r in oof if r["recording_id"] == row["recording_id"]]
-        assert len(mine) == 2                                            # one per repeat
+        assert len(mine) == 2  # one per repeat
         for name in classes:
             expected = np.mean([float(r[f"prob_{name}"]) for r in mine])
             assert float(row[f"prob_{name}"]) == pytest.approx(expected, abs=1e-6)
         assert row["explained_by"] == "out_of_fold: " + " ".join(
-            f"r{r['repeat']}_f{r['fold']}" for r in mine)
+            f"r{r['repeat']}_f{r['fold']}" for r in mine
+        )
         assert "in_training_data" not in row["warnings"]
     # the same recordings given the model file: the final model, trained on all of them
-    code, output = run_main(capsys, "explain", run_dir / "model.pt", prep, "--out",
-                            tmp_path / "final", "--n-steps", "4")
+    code, output = run_main(
+        capsys, "explain", run_dir / "model.pt", prep, "--out", tmp_path / "final", "--n-steps", "4"
+    )
     assert code == 0, output
     final = _rows(tmp_path / "final" / "recordings.csv")
     assert {r["explained_by"] for r in final} == {"model"}
@@ -108,12 +145,11 @@ def test_a_run_without_fold_models_is_explained_by_its_final_model(cv_run, tmp_p
     import shutil
 
     prep, run_dir = cv_run
-    old = tmp_path / "old-run"              # as a run folder of an earlier version leaves it
+    old = tmp_path / "old-run"  # as a run folder of an earlier version leaves it
     shutil.copytree(run_dir, old)
     for path in (old / "folds").glob("*.pt"):
         path.unlink()
-    code, output = run_main(capsys, "explain", old, prep, "--out", tmp_path / "e", "--n-steps",
-                            "2")
+    code, output = run_main(capsys, "explain", old, prep, "--out", tmp_path / "e", "--n-steps", "2")
     assert code == 0, output
     assert "keeps no model of fold(s) r0_f0, r0_f1, r0_f2, r1_f0, r1_f1 ..." in output
     rows = _rows(tmp_path / "e" / "recordings.csv")

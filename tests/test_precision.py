@@ -33,8 +33,13 @@ from test_training import run_main
 #: Largest change bfloat16 autocast may make, against float32 (measured on the fixture models:
 #: logits 0.005 / 0.003, probabilities 0.002 / 0.001, explanations 0.7 % / 2.7 %, loss 0.08 % /
 #: 0.02 %, gradients 0.7 % / 0.6 %, default / paper).
-TOLERANCE = {"logit": 0.02, "probability": 0.01, "explanation": 0.08, "loss": 0.005,
-             "gradient": 0.03}
+TOLERANCE = {
+    "logit": 0.02,
+    "probability": 0.01,
+    "explanation": 0.08,
+    "loss": 0.005,
+    "gradient": 0.03,
+}
 #: The largest attention logit |q.k| / sqrt(Dh) each fixture model must reach, so the test
 #: covers the logits the policy is for (measured: default 1.7, paper 4800: raw ages 35-76 times
 #: each of q and k).
@@ -49,10 +54,19 @@ def build_paper_run(tmp_path_factory, prep: Path) -> Path:
 
     run_dir = tmp_path_factory.getbasetemp() / "precision-paper-run"
     if not (run_dir / "model.pt").is_file():
-        config = resolve_config("paper", None, {
-            "epochs": 15, "batch_size": 8, "lr": 1e-3, "holdout": 0.25, "val_fraction": 0.25,
-            "device": "cpu", "model": {"d_model": 32, "n_heads": 2, "n_layers": 2,
-                                       "n_gnn_layers": 1}})
+        config = resolve_config(
+            "paper",
+            None,
+            {
+                "epochs": 15,
+                "batch_size": 8,
+                "lr": 1e-3,
+                "holdout": 0.25,
+                "val_fraction": 0.25,
+                "device": "cpu",
+                "model": {"d_model": 32, "n_heads": 2, "n_layers": 2, "n_gnn_layers": 1},
+            },
+        )
         run_training(prep, run_dir, "diagnosis", config)
     return run_dir
 
@@ -60,13 +74,24 @@ def build_paper_run(tmp_path_factory, prep: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     sample = build_sample_run(tmp_path_factory)
-    return {"prep": sample["prep"], "default": sample["run"],
-            "paper": build_paper_run(tmp_path_factory, sample["prep"])}
+    return {
+        "prep": sample["prep"],
+        "default": sample["run"],
+        "paper": build_paper_run(tmp_path_factory, sample["prep"]),
+    }
 
 
 #: Where the autocast tests run: the CPU always, CUDA when there is a GPU.
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
 
 
 def model_and_inputs(runs: dict, preset: str, device: str = "cpu"):
@@ -75,10 +100,12 @@ def model_and_inputs(runs: dict, preset: str, device: str = "cpu"):
     bundle = load_model_file(runs[preset] / "model.pt", device)
     items = [i for i in load_inputs(bundle, [runs["prep"]]) if i.error is None]
     counts = [len(i.coh) for i in items]
-    inputs = (torch.from_numpy(np.concatenate([i.coh for i in items])),
-              torch.from_numpy(np.concatenate([i.wpli for i in items])),
-              torch.tensor(np.repeat([i.age for i in items], counts), dtype=torch.float32),
-              torch.tensor(np.repeat([i.sex for i in items], counts), dtype=torch.float32))
+    inputs = (
+        torch.from_numpy(np.concatenate([i.coh for i in items])),
+        torch.from_numpy(np.concatenate([i.wpli for i in items])),
+        torch.tensor(np.repeat([i.age for i in items], counts), dtype=torch.float32),
+        torch.tensor(np.repeat([i.sex for i in items], counts), dtype=torch.float32),
+    )
     return bundle.model.eval(), tuple(x.to(device) for x in inputs)
 
 
@@ -95,8 +122,10 @@ def peak_attention_logit(model, inputs) -> float:
         logits = q.detach() @ k.detach().transpose(-1, -2) * q.shape[-1] ** -0.5
         peak[0] = max(peak[0], float(logits.abs().max()))
 
-    handles = [layer.attn.rotary.register_forward_hook(hook)
-               for layer in getattr(model, "model", model).encoder.layers]
+    handles = [
+        layer.attn.rotary.register_forward_hook(hook)
+        for layer in getattr(model, "model", model).encoder.layers
+    ]
     with torch.no_grad():
         model(*inputs)
     for handle in handles:
@@ -116,9 +145,10 @@ def test_bfloat16_inference_stays_close_to_float32(runs, preset, device):
             outputs[half] = model.forward_with_details(*inputs)
     full, half = outputs[False], outputs[True]
     logit_change = (half.logits_refined.float() - full.logits_refined).abs().max()
-    probability_change = (half.logits_refined.float().softmax(-1)
-                          - full.logits_refined.softmax(-1)).abs().max()
-    assert 0 < logit_change < TOLERANCE["logit"]             # > 0: bfloat16 did run
+    probability_change = (
+        (half.logits_refined.float().softmax(-1) - full.logits_refined.softmax(-1)).abs().max()
+    )
+    assert 0 < logit_change < TOLERANCE["logit"]  # > 0: bfloat16 did run
     assert probability_change < TOLERANCE["probability"]
     for e_half, e_full in zip(half.explanations, full.explanations):
         assert e_half.dtype == torch.float32
@@ -129,15 +159,17 @@ def training_step(model, inputs, labels, half: bool):
     """Loss and every parameter's gradient (flattened, float64) of one step, train mode."""
     model.train()
     model.zero_grad(set_to_none=True)
-    torch.manual_seed(0)                                     # the same dropout masks
+    torch.manual_seed(0)  # the same dropout masks
     with bf16(half, labels.device.type):
         coarse, refined = model(*inputs)
     loss = 0.3 * F.cross_entropy(coarse.float(), labels) + 0.7 * F.cross_entropy(
-        refined.float(), labels)
+        refined.float(), labels
+    )
     loss.backward()
     model.eval()
-    return float(loss.detach()), torch.cat([p.grad.double().flatten() for p in model.parameters()
-                                   if p.grad is not None])
+    return float(loss.detach()), torch.cat(
+        [p.grad.double().flatten() for p in model.parameters() if p.grad is not None]
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -164,8 +196,11 @@ def test_policy_keeps_attention_norms_and_explanations_in_float32(runs):
         with context(), torch.no_grad(), bf16(), explicit_attention(model):
             output = model.forward_with_details(*inputs)
             norm = model.encoder.layers[0].norm1.normalise(torch.randn(3, 32, dtype=torch.bfloat16))
-        dtypes[name] = (output.attention_coarse[0].weights.dtype, output.explanations[0].dtype,
-                        norm.dtype)
+        dtypes[name] = (
+            output.attention_coarse[0].weights.dtype,
+            output.explanations[0].dtype,
+            norm.dtype,
+        )
     assert dtypes == {"policy": (torch.float32,) * 3, "off": (torch.bfloat16,) * 3}
 
 
@@ -178,7 +213,7 @@ def test_paper_norm_is_twice_differentiable_for_explanations():
         assert norm.differentiable_explanations
         assert torch.autograd.gradgradcheck(norm.normalise, (x,))
     assert not norm.differentiable_explanations
-    grad, = torch.autograd.grad(norm.normalise(x).square().sum(), x, create_graph=True)
+    (grad,) = torch.autograd.grad(norm.normalise(x).square().sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         grad.sum().backward()
 
@@ -197,11 +232,13 @@ def test_paper_integrated_gradients_add_up(runs):
         with torch.no_grad():
             output = model.forward_with_details(coh, wpli, age, sex)
             target = int(output.logits_refined.mean(dim=0).argmax())
-            at_zero = model.forward_with_details(torch.zeros_like(coh), torch.zeros_like(wpli),
-                                                 age, sex, target=output.target).logits_refined
+            at_zero = model.forward_with_details(
+                torch.zeros_like(coh), torch.zeros_like(wpli), age, sex, target=output.target
+            ).logits_refined
         change = float((output.logits_refined - at_zero)[:, target].mean())
-        coh_pairs, wpli_pairs = channel_pair_attributions(model, coh, wpli, age, sex, target,
-                                                          n_steps=32)
+        coh_pairs, wpli_pairs = channel_pair_attributions(
+            model, coh, wpli, age, sex, target, n_steps=32
+        )
         total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())
         gaps.append(abs(total - change) / abs(change))
     assert np.median(gaps) <= 0.01
@@ -219,10 +256,30 @@ def test_precision_resolution_and_the_run_config(runs):
 
 
 def test_precision_flag_is_checked(runs, capsys):
-    assert run_main("predict", runs["default"] / "model.pt", runs["prep"], "--device", "cpu",
-                    "--precision", "half") == 2
+    assert (
+        run_main(
+            "predict",
+            runs["default"] / "model.pt",
+            runs["prep"],
+            "--device",
+            "cpu",
+            "--precision",
+            "half",
+        )
+        == 2
+    )
     assert "invalid value 'half' for --precision" in capsys.readouterr().err
-    assert run_main("predict", runs["default"] / "model.pt", runs["prep"], "--device", "cpu",
-                    "--precision", "bfloat16") == 0
+    assert (
+        run_main(
+            "predict",
+            runs["default"] / "model.pt",
+            runs["prep"],
+            "--device",
+            "cpu",
+            "--precision",
+            "bfloat16",
+        )
+        == 0
+    )
     rows = capsys.readouterr().out.strip().splitlines()
     assert len(rows) == 1 + 12

@@ -24,8 +24,9 @@ N_PER_CLASS = 8
 
 
 def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(EEGFORMER + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        EEGFORMER + [str(a) for a in args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,38 +37,75 @@ def msu_run(tmp_path_factory) -> dict:
 
     msu = shared_dataset("msu-schizophrenia")
     rows = list(csv.DictReader(open(msu / "participants.tsv"), delimiter="\t"))
-    chosen = ([r["participant_id"] for r in rows if r["diagnosis"] == "healthy"][:N_PER_CLASS]
-              + [r["participant_id"] for r in rows if r["diagnosis"] == "schizophrenia"][:N_PER_CLASS])
+    chosen = [r["participant_id"] for r in rows if r["diagnosis"] == "healthy"][:N_PER_CLASS] + [
+        r["participant_id"] for r in rows if r["diagnosis"] == "schizophrenia"
+    ][:N_PER_CLASS]
     edfs = [msu / "eeg" / f"{pid}_task-rest_eeg.edf" for pid in chosen]
     root = tmp_path_factory.mktemp("msu")
     prep = root / "prep"
-    run_preprocess(edfs, prep, PreprocessSettings.from_preset("default"),
-                   participants=msu / "participants.tsv", n_jobs=2)
-    config = resolve_config("default", None, {
-        "epochs": 2, "batch_size": 8, "holdout": 0.25, "val_fraction": 0.25, "device": "cpu",
-        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}})
+    run_preprocess(
+        edfs,
+        prep,
+        PreprocessSettings.from_preset("default"),
+        participants=msu / "participants.tsv",
+        n_jobs=2,
+    )
+    config = resolve_config(
+        "default",
+        None,
+        {
+            "epochs": 2,
+            "batch_size": 8,
+            "holdout": 0.25,
+            "val_fraction": 0.25,
+            "device": "cpu",
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
+        },
+    )
     run_dir = root / "run"
     run_training(prep, run_dir, "diagnosis", config)
     test_ids = json.loads((run_dir / "splits.json").read_text())["folds"][0]["test"]
-    return {"msu": msu, "prep": prep, "run": run_dir, "model": run_dir / "model.pt",
-            "test_edfs": [msu / "eeg" / f"{pid}_task-rest_eeg.edf" for pid in test_ids]}
+    return {
+        "msu": msu,
+        "prep": prep,
+        "run": run_dir,
+        "model": run_dir / "model.pt",
+        "test_edfs": [msu / "eeg" / f"{pid}_task-rest_eeg.edf" for pid in test_ids],
+    }
 
 
 def _oof(run_dir: Path) -> dict[str, dict]:
     text = (run_dir / "oof_predictions.tsv").read_text()
-    return {row["recording_id"]: row for row in csv.DictReader(io.StringIO(text), delimiter="\t")
-            if row["model"] == "xaiguiformer"}
+    return {
+        row["recording_id"]: row
+        for row in csv.DictReader(io.StringIO(text), delimiter="\t")
+        if row["model"] == "xaiguiformer"
+    }
 
 
 def test_predict_on_raw_edfs_reproduces_the_out_of_fold_probabilities(msu_run):
     done = run_cli("predict", msu_run["model"], *msu_run["test_edfs"])
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
-    assert [r["recording_id"] for r in rows] == [p.name.removesuffix(".edf") for p in msu_run["test_edfs"]]
-    assert list(rows[0]) == ["recording_id", "participant_id", "predicted", "prob_healthy",
-                             "prob_schizophrenia", "source_file", "n_segments",
-                             "n_segments_rejected", "channels_interpolated", "age", "age_source",
-                             "sex", "sex_source", "warnings"]
+    assert [r["recording_id"] for r in rows] == [
+        p.name.removesuffix(".edf") for p in msu_run["test_edfs"]
+    ]
+    assert list(rows[0]) == [
+        "recording_id",
+        "participant_id",
+        "predicted",
+        "prob_healthy",
+        "prob_schizophrenia",
+        "source_file",
+        "n_segments",
+        "n_segments_rejected",
+        "channels_interpolated",
+        "age",
+        "age_source",
+        "sex",
+        "sex_source",
+        "warnings",
+    ]
     # the held-out participants were not the model's training data: nothing to warn about
     assert [row["source_file"] for row in rows] == [str(p) for p in msu_run["test_edfs"]]
     assert all(row["warnings"] == "" and row["sex_source"] == "table" for row in rows)
@@ -78,8 +116,9 @@ def test_predict_on_raw_edfs_reproduces_the_out_of_fold_probabilities(msu_run):
         expected = oof[row["recording_id"]]
         assert row["participant_id"] == expected["participant_id"]
         for label in ("healthy", "schizophrenia"):
-            assert float(row[f"prob_{label}"]) == pytest.approx(float(expected[f"prob_{label}"]),
-                                                                abs=1e-5)
+            assert float(row[f"prob_{label}"]) == pytest.approx(
+                float(expected[f"prob_{label}"]), abs=1e-5
+            )
         assert row["predicted"] == expected["predicted"]
 
 
@@ -93,8 +132,9 @@ def test_predict_on_a_preprocess_folder_and_json_formats(msu_run):
     oof = _oof(msu_run["run"])
     for row in rows:
         if row["recording_id"] in oof:
-            assert row["prob_healthy"] == pytest.approx(float(oof[row["recording_id"]]["prob_healthy"]),
-                                                        abs=1e-5)
+            assert row["prob_healthy"] == pytest.approx(
+                float(oof[row["recording_id"]]["prob_healthy"]), abs=1e-5
+            )
 
 
 def test_other_names_and_rate_are_adapted_and_broken_files_reported(msu_run, tmp_path):
@@ -106,8 +146,9 @@ def test_other_names_and_rate_are_adapted_and_broken_files_reported(msu_run, tmp
     mne.export.export_raw(adapted, raw, fmt="edf", verbose="error")
     broken = tmp_path / "broken.edf"
     broken.write_bytes(source.read_bytes()[:1000])
-    done = run_cli("predict", msu_run["model"], adapted, broken, source, "--format", "jsonl",
-                   "--sex", "M")
+    done = run_cli(
+        "predict", msu_run["model"], adapted, broken, source, "--format", "jsonl", "--sex", "M"
+    )
     assert done.returncode == 3, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["recording_id"] for r in rows] == ["adapted", source.name.removesuffix(".edf")]
@@ -122,7 +163,7 @@ def test_bad_flags(msu_run):
     assert done.returncode == 2 and "allowed values are 'csv', 'json', 'jsonl'" in done.stderr
     done = run_cli("predict", msu_run["model"], msu_run["prep"], "--sex", "robot")
     assert done.returncode == 2 and "invalid --sex 'robot'" in done.stderr
-    assert done.stdout == ""                  # flags are checked before the first output line
+    assert done.stdout == ""  # flags are checked before the first output line
     done = run_cli("predict", msu_run["model"], msu_run["prep"], "--age", "-5")
     assert done.returncode == 2 and "invalid --age" in done.stderr and done.stdout == ""
     done = run_cli("predict", msu_run["model"], msu_run["prep"], "--device", "gpu")
@@ -136,8 +177,12 @@ def test_bad_flags(msu_run):
 def test_a_preprocess_folder_made_with_other_settings_is_refused(msu_run, tmp_path):
     edfs = msu_run["test_edfs"][:2]
     other = tmp_path / "six-second-epochs"
-    run_preprocess(edfs, other, PreprocessSettings.from_preset("default", epoch_length=6.0),
-                   participants=msu_run["msu"] / "participants.tsv")
+    run_preprocess(
+        edfs,
+        other,
+        PreprocessSettings.from_preset("default", epoch_length=6.0),
+        participants=msu_run["msu"] / "participants.tsv",
+    )
     done = run_cli("predict", msu_run["model"], other)
     assert done.returncode == 3 and done.stdout == ""
     assert "epoch_length 6.0 (model: 15.0)" in done.stderr and str(other) in done.stderr
@@ -155,13 +200,16 @@ def _probabilities(done: subprocess.CompletedProcess) -> dict[str, float]:
 def test_participants_table_replaces_a_preprocess_folders_demographics(msu_run, tmp_path):
     manifest = list(csv.DictReader(open(msu_run["prep"] / "manifest.tsv"), delimiter="\t"))
     table = tmp_path / "people.csv"
-    table.write_text("participant_id,age,sex\n"
-                     + "".join(f"{row['participant_id']},80,F\n" for row in manifest))
+    table.write_text(
+        "participant_id,age,sex\n" + "".join(f"{row['participant_id']},80,F\n" for row in manifest)
+    )
     prep, model = msu_run["prep"], msu_run["model"]
-    from_table = _probabilities(run_cli("predict", model, prep, "--participants", table,
-                                        "--format", "json"))
-    forced = _probabilities(run_cli("predict", model, prep, "--age", 80, "--sex", "F",
-                                    "--format", "json"))
+    from_table = _probabilities(
+        run_cli("predict", model, prep, "--participants", table, "--format", "json")
+    )
+    forced = _probabilities(
+        run_cli("predict", model, prep, "--age", 80, "--sex", "F", "--format", "json")
+    )
     own = _probabilities(run_cli("predict", model, prep, "--format", "json"))
     # this tiny model barely looks at demographics, but deterministically: any change shows
     assert from_table == pytest.approx(forced, abs=1e-12)
@@ -176,6 +224,10 @@ def test_max_interpolated_lets_a_recording_with_more_missing_channels_through(ms
     lacking = tmp_path / "three-missing.edf"
     mne.export.export_raw(lacking, raw, fmt="edf", verbose="error")
     done = run_cli("predict", msu_run["model"], lacking)
-    assert done.returncode == 3 and "--max-interpolated" in done.stderr and done.stdout.count("\n") == 1
+    assert (
+        done.returncode == 3
+        and "--max-interpolated" in done.stderr
+        and done.stdout.count("\n") == 1
+    )
     done = run_cli("predict", msu_run["model"], lacking, "--max-interpolated", 3)
     assert done.returncode == 0 and "three-missing" in done.stdout

@@ -22,12 +22,32 @@ from eegformer_cli.atomic import DirectoryLock
 from eegformer_cli.cli.app import main
 from eegformer_cli.connectivity.bands import BAND_PRESETS
 from eegformer_cli.errors import InputDataError, OutputError, PartialFailure, UsageError
-from eegformer_cli.preprocess import (PreprocessSettings, load_connectome, process_recording,
-                                      run_preprocess)
+from eegformer_cli.preprocess import (
+    PreprocessSettings,
+    load_connectome,
+    process_recording,
+    run_preprocess,
+)
 from eegformer_cli.recordings.channels import STANDARD_1020
 
-MSU_CHANNELS = ["F7", "F3", "F4", "F8", "T7", "C3", "Cz", "C4", "T8", "P7", "P3", "Pz", "P4",
-                "P8", "O1", "O2"]
+MSU_CHANNELS = [
+    "F7",
+    "F3",
+    "F4",
+    "F8",
+    "T7",
+    "C3",
+    "Cz",
+    "C4",
+    "T8",
+    "P7",
+    "P3",
+    "Pz",
+    "P4",
+    "P8",
+    "O1",
+    "O2",
+]
 OLD_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
 
 
@@ -41,7 +61,9 @@ def synthetic_raw(seconds=60.0, sfreq=256.0, n_channels=19, seed=0) -> mne.io.Ra
     rng = np.random.default_rng(seed)
     t = np.arange(int(seconds * sfreq)) / sfreq
     alpha = np.sin(2 * np.pi * 10 * t)
-    data = (rng.standard_normal((n_channels, t.size)) + rng.uniform(0.5, 1.5, (n_channels, 1)) * alpha)
+    data = (
+        rng.standard_normal((n_channels, t.size)) + rng.uniform(0.5, 1.5, (n_channels, 1)) * alpha
+    )
     names = [{v: k for k, v in OLD_NAMES.items()}.get(n, n) for n in STANDARD_1020[:n_channels]]
     return mne.io.RawArray(data * 1e-5, mne.create_info(names, sfreq, "eeg"), verbose=False)
 
@@ -66,16 +88,23 @@ def test_msu_every_recording_ok_with_demographics(msu_run):
     rows = read_manifest(out)
     assert len(rows) == 84 and {row["status"] for row in rows} == {"ok"}
     assert {row["sex"] for row in rows} == {"M"} and {row["age"] for row in rows} == {"n/a"}
-    participants = {r["participant_id"]: r for r in csv.DictReader(
-        open(data / "participants.tsv"), delimiter="\t")}
+    participants = {
+        r["participant_id"]: r
+        for r in csv.DictReader(open(data / "participants.tsv"), delimiter="\t")
+    }
     for row in rows:
         assert row["diagnosis"] == participants[row["participant_id"]]["diagnosis"]
         assert row["recording_id"].startswith(row["participant_id"] + "_")
         assert row["n_segments"] == "4" and row["sfreq"] == "128" and row["error"] == "n/a"
     settings = json.loads((out / "preprocess.json").read_text())
     assert settings["channels"] == MSU_CHANNELS and settings["epoch_length_s"] == 15
-    assert settings["counts"] == {"recordings": 84, "ok": 84, "error": 0, "skipped": 0,
-                                  "kept_from_earlier_runs": 0}
+    assert settings["counts"] == {
+        "recordings": 84,
+        "ok": 84,
+        "error": 0,
+        "skipped": 0,
+        "kept_from_earlier_runs": 0,
+    }
     assert settings["versions"]["mne-connectivity"]
 
 
@@ -101,8 +130,9 @@ def test_stored_coherence_equals_a_direct_mne_computation(msu_run):
     """Rebuild one recording's cleaned segments with plain MNE calls and recompute coh/wPLI."""
     data, out, _ = msu_run
     stored = load_connectome(out / "connectomes" / "sub-007_task-rest_eeg.npz")
-    raw = mne.io.read_raw_edf(data / "eeg" / "sub-007_task-rest_eeg.edf", preload=True,
-                              verbose=False)
+    raw = mne.io.read_raw_edf(
+        data / "eeg" / "sub-007_task-rest_eeg.edf", preload=True, verbose=False
+    )
     raw.rename_channels(lambda name: OLD_NAMES.get(name, name))
     raw.pick(MSU_CHANNELS)
     raw.filter(1, 45, h_trans_bandwidth=5.0, verbose=False)
@@ -111,11 +141,17 @@ def test_stored_coherence_equals_a_direct_mne_computation(msu_run):
     bands = BAND_PRESETS["default"]
     for index, onset in enumerate(stored.segment_onsets_s):
         start = int(onset * 128)
-        windows = np.stack([x[:, start + w * 384: start + (w + 1) * 384] for w in range(5)])
+        windows = np.stack([x[:, start + w * 384 : start + (w + 1) * 384] for w in range(5)])
         coh, wpli = spectral_connectivity_epochs(
-            windows, method=["coh", "wpli"], sfreq=128.0, mode="multitaper",
-            fmin=[b.f_low for b in bands], fmax=[b.f_high for b in bands], faverage=True,
-            verbose=False)
+            windows,
+            method=["coh", "wpli"],
+            sfreq=128.0,
+            mode="multitaper",
+            fmin=[b.f_low for b in bands],
+            fmax=[b.f_high for b in bands],
+            faverage=True,
+            verbose=False,
+        )
         for result, tokens in ((coh, stored.coh), (wpli, stored.wpli)):
             dense = result.get_data("dense")
             expected = np.moveaxis(dense + dense.transpose(1, 0, 2), -1, 0)
@@ -153,26 +189,35 @@ def test_forked_workers_give_the_files_of_one_process(msu_run, tmp_path):
     run_preprocess(files, tmp_path, PreprocessSettings.from_preset("default"), n_jobs=1)
     for path in files:
         name = f"{path.name.removesuffix('.edf')}.npz"
-        with np.load(tmp_path / "connectomes" / name) as one, \
-                np.load(out / "connectomes" / name) as two:
+        with (
+            np.load(tmp_path / "connectomes" / name) as one,
+            np.load(out / "connectomes" / name) as two,
+        ):
             for key in ("coh", "wpli"):
                 np.testing.assert_array_equal(one[key], two[key])
 
 
 def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
-    files = [eegmat_dir / "eeg" / name for name in
-             ("Subject00_1.edf", "Subject00_2.edf", "Subject05_2.edf")]
+    files = [
+        eegmat_dir / "eeg" / name
+        for name in ("Subject00_1.edf", "Subject00_2.edf", "Subject05_2.edf")
+    ]
     summary = run_preprocess(files, tmp_path, PreprocessSettings.from_preset("default"), n_jobs=2)
     assert summary.n_ok == 3 and summary.channels == list(STANDARD_1020)
     rows = {row["recording_id"]: row for row in read_manifest(tmp_path)}
-    participants = {r["participant_id"]: r for r in csv.DictReader(
-        open(eegmat_dir / "participants.tsv"), delimiter="\t")}
-    assert [rows[k]["condition"] for k in ("Subject00_1", "Subject00_2", "Subject05_2")] == \
-        ["rest", "arithmetic", "arithmetic"]
+    participants = {
+        r["participant_id"]: r
+        for r in csv.DictReader(open(eegmat_dir / "participants.tsv"), delimiter="\t")
+    }
+    assert [rows[k]["condition"] for k in ("Subject00_1", "Subject00_2", "Subject05_2")] == [
+        "rest",
+        "arithmetic",
+        "arithmetic",
+    ]
     for row in rows.values():
         expected = participants[row["participant_id"]]
         assert float(row["age"]) == float(expected["age"]) and row["sex"] == expected["sex"]
-        assert row["sfreq"] == "128" and row["source_sfreq"] == "500"   # cleaned / as recorded
+        assert row["sfreq"] == "128" and row["source_sfreq"] == "500"  # cleaned / as recorded
     stored = load_connectome(tmp_path / rows["Subject00_1"]["connectome"])
     assert stored.coh.shape == (12, 8, 19, 19)  # 182 s in 15 s epochs (set by the 62 s ones)
 
@@ -215,8 +260,13 @@ def messy_folder(tmp_path):
     return folder
 
 
-EXPECTED_ERRORS = {"short": "too short", "slow": "sampling rate 64 Hz", "flat": "flat channel Cz",
-                   "nan_raw": "NaN", "truncated": "truncated"}
+EXPECTED_ERRORS = {
+    "short": "too short",
+    "slow": "sampling rate 64 Hz",
+    "flat": "flat channel Cz",
+    "nan_raw": "NaN",
+    "truncated": "truncated",
+}
 
 
 def test_each_broken_recording_gets_its_one_line_reason(messy_folder, tmp_path, capsys):
@@ -261,16 +311,14 @@ def test_changed_settings_recompute_and_unchanged_ones_do_not(messy_folder, tmp_
     assert run_preprocess(files, out, theta_only).n_skipped == 2
 
 
-def test_manifest_has_the_original_rate_and_preprocess_json_absolute_inputs(messy_folder,
-                                                                            tmp_path):
+def test_manifest_has_the_original_rate_and_preprocess_json_absolute_inputs(messy_folder, tmp_path):
     out = tmp_path / "out"
     files = [messy_folder / "good1.edf", messy_folder / "good2.edf"]
     run_preprocess(files, out, PreprocessSettings.from_preset("default"))
     rows = read_manifest(out)
-    assert [(row["sfreq"], row["source_sfreq"]) for row in rows] == [("128", "256"),
-                                                                     ("128", "500")]
+    assert [(row["sfreq"], row["source_sfreq"]) for row in rows] == [("128", "256"), ("128", "500")]
     inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
-    assert inputs == [str(path.absolute()) for path in files]   # the audit's input folders
+    assert inputs == [str(path.absolute()) for path in files]  # the audit's input folders
 
 
 def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder, tmp_path, capsys):
@@ -279,16 +327,22 @@ def test_folder_by_folder_into_one_output_keeps_earlier_recordings(messy_folder,
     run_preprocess([messy_folder / "good1.edf"], out, settings)
     run_preprocess([messy_folder / "good2.edf"], out, settings)
     rows = read_manifest(out)
-    assert [(row["recording_id"], row["status"]) for row in rows] == [("good1", "ok"), ("good2", "ok")]
-    assert rows[0]["age"] == "30"                     # the earlier row keeps its metadata
+    assert [(row["recording_id"], row["status"]) for row in rows] == [
+        ("good1", "ok"),
+        ("good2", "ok"),
+    ]
+    assert rows[0]["age"] == "30"  # the earlier row keeps its metadata
     assert "keeps 1 recordings of earlier runs" in capsys.readouterr().err
     inputs = json.loads((out / "preprocess.json").read_text())["inputs"]
     assert [Path(name).name for name in inputs] == ["good1.edf", "good2.edf"]
     # other settings: refused, naming what differs, the folder untouched
     theta = dataclasses.replace(settings, bands=BAND_PRESETS["default"][1:2])
     before = (out / "manifest.tsv").read_text()
-    with pytest.raises(UsageError, match=r"holds 2 recordings preprocessed with other settings "
-                                         r"\(different: bands\)") as refused:
+    with pytest.raises(
+        UsageError,
+        match=r"holds 2 recordings preprocessed with other settings "
+        r"\(different: bands\)",
+    ) as refused:
         run_preprocess([messy_folder / "good2.edf"], out, theta)
     assert "--overwrite" in refused.value.one_line()
     assert (out / "manifest.tsv").read_text() == before
@@ -317,7 +371,9 @@ def test_same_file_name_from_another_folder_never_replaces_an_earlier_recording(
     assert "recording id sub-01 belongs to" in capsys.readouterr().err
     rows = read_manifest(out)
     assert [(row["recording_id"], Path(row["source_file"]).parent.name) for row in rows] == [
-        ("sub-01", "site1"), ("site2__sub-01", "site2")]
+        ("sub-01", "site1"),
+        ("site2__sub-01", "site2"),
+    ]
     np.testing.assert_array_equal(load_connectome(out / "connectomes" / "sub-01.npz").coh, first)
     assert not np.array_equal(load_connectome(out / "connectomes" / "site2__sub-01.npz").coh, first)
     # reruns find their own connectomes again: nothing recomputed, nothing renamed
@@ -337,8 +393,9 @@ def test_a_recording_failing_now_loses_its_old_connectome(messy_folder, tmp_path
     run_preprocess(files, out, PreprocessSettings.from_preset("default"))
     assert len(list((out / "connectomes").glob("*.npz"))) == 2
     with pytest.raises(InputDataError, match="no recording could be preprocessed"):
-        run_preprocess(files, out, PreprocessSettings.from_preset("default", epoch_length=90.0),
-                       overwrite=True)
+        run_preprocess(
+            files, out, PreprocessSettings.from_preset("default", epoch_length=90.0), overwrite=True
+        )
     assert list((out / "connectomes").glob("*.npz")) == []
     assert {row["status"] for row in read_manifest(out)} == {"error"}
 
@@ -350,10 +407,16 @@ def test_no_usable_recording_exits_3(messy_folder, tmp_path, capsys):
     assert "no recording could be preprocessed" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--preset", "fast"], "--preset"), (["--bands", "delta:4-2"], "--bands"),
-    (["--epoch-length", "10"], "--epoch-length"), (["--sfreq", "64"], "--sfreq"),
-    (["--channels", "Fp1,XX9,Cz"], "--channels")])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--preset", "fast"], "--preset"),
+        (["--bands", "delta:4-2"], "--bands"),
+        (["--epoch-length", "10"], "--epoch-length"),
+        (["--sfreq", "64"], "--sfreq"),
+        (["--channels", "Fp1,XX9,Cz"], "--channels"),
+    ],
+)
 def test_bad_options_are_usage_errors(messy_folder, tmp_path, capsys, args, fragment):
     with pytest.raises(SystemExit) as exit_info:
         main(["preprocess", str(messy_folder / "good1.edf"), "--out", str(tmp_path / "o"), *args])
@@ -366,8 +429,10 @@ def test_settings_round_trip_through_json_with_a_stable_hash(preset):
     settings = PreprocessSettings.from_preset(preset, channels=("Fp1", "Cz", "O2"))
     restored = PreprocessSettings.from_dict(json.loads(json.dumps(settings.to_dict())))
     assert restored == settings and restored.settings_hash() == settings.settings_hash()
-    assert PreprocessSettings.from_preset(preset, window_s=1.5).settings_hash() != \
-        settings.settings_hash()
+    assert (
+        PreprocessSettings.from_preset(preset, window_s=1.5).settings_hash()
+        != settings.settings_hash()
+    )
 
 
 def test_channels_most_recordings_have_are_kept_on_request(tmp_path, capsys):
@@ -377,20 +442,26 @@ def test_channels_most_recordings_have_are_kept_on_request(tmp_path, capsys):
         write_edf(synthetic_raw(seed=seed), folder / f"full{seed}.edf")
     write_edf(synthetic_raw(seed=3).drop_channels(["Fp1", "Fp2", "F7", "F3"]), folder / "few.edf")
     summary = run_preprocess([folder], tmp_path / "out", PreprocessSettings.from_preset("default"))
-    assert summary.channels == [name for name in STANDARD_1020 if name not in ("Fp1", "Fp2", "F7", "F3")]
+    assert summary.channels == [
+        name for name in STANDARD_1020 if name not in ("Fp1", "Fp2", "F7", "F3")
+    ]
     err = capsys.readouterr().err
     assert "Fp1, Fp2, F7, F3 left out of every recording because 1 of 3 lack them (few.edf)" in err
     # what the warning suggests: all 19, the recording missing 4 rejected (2 may be interpolated)
-    summary = run_preprocess([folder], tmp_path / "out19", PreprocessSettings.from_preset(
-        "default", channels=tuple(STANDARD_1020)))
+    summary = run_preprocess(
+        [folder],
+        tmp_path / "out19",
+        PreprocessSettings.from_preset("default", channels=tuple(STANDARD_1020)),
+    )
     assert summary.channels == list(STANDARD_1020) and (summary.n_ok, summary.n_error) == (2, 1)
     assert "left out of every recording" not in capsys.readouterr().err
 
 
 def test_process_recording_takes_channels_in_any_spelling_and_order(tmp_path):
     path = write_edf(synthetic_raw(seconds=30), tmp_path / "r.edf")
-    connectome = process_recording(path, PreprocessSettings.from_preset("default"),
-                                   channels=["O2", "T3", "EEG Fp1", "cz"])
+    connectome = process_recording(
+        path, PreprocessSettings.from_preset("default"), channels=["O2", "T3", "EEG Fp1", "cz"]
+    )
     assert connectome.channels == ["O2", "T7", "Fp1", "Cz"]
     assert connectome.coh.shape == (5, 8, 4, 4)  # 30 s alone: auto epochs of 6 s
 
@@ -424,8 +495,9 @@ def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert f"({len(done)} already done)" in result.stderr
-    assert {f.name: f.stat().st_mtime_ns for f in (out / "connectomes").glob("*.npz")
-            if f.name in done} == done
+    assert {
+        f.name: f.stat().st_mtime_ns for f in (out / "connectomes").glob("*.npz") if f.name in done
+    } == done
     assert len(list((out / "connectomes").glob("*.npz"))) == 6
     assert list(out.rglob(".tmp-*")) == []  # no half-written file anywhere
     assert [row["status"] for row in read_manifest(out)] == ["ok"] * 6
@@ -437,27 +509,38 @@ def ica_friendly_raw(seconds=65.0, sfreq=500.0, n_channels=10, seed=0) -> mne.io
     rng = np.random.default_rng(seed)
     sources = rng.laplace(size=(n_channels, int(seconds * sfreq)))
     data = rng.standard_normal((n_channels, n_channels)) @ sources * 1e-5
-    return mne.io.RawArray(data, mne.create_info(list(STANDARD_1020[:n_channels]), sfreq, "eeg"),
-                           verbose=False)
+    return mne.io.RawArray(
+        data, mne.create_info(list(STANDARD_1020[:n_channels]), sfreq, "eeg"), verbose=False
+    )
 
 
 def test_paper_preset_follows_the_reference(tmp_path):
     """250 Hz, 30 s epochs, no rejection, ICA + ICLabel before the reference, 8 bands + the
     theta/beta ratio; the run below lowers the rate and component count only to save time."""
     settings = PreprocessSettings.from_preset("paper")
-    assert (settings.sfreq, settings.epoch_length, settings.h_trans_bandwidth) == (250.0, 30.0, "auto")
+    assert (settings.sfreq, settings.epoch_length, settings.h_trans_bandwidth) == (
+        250.0,
+        30.0,
+        "auto",
+    )
     assert settings.ica and settings.ica_before_reference and settings.ica_n_components == 20
     assert settings.flat_ptp_v is None and settings.absurd_ptp_v is None
     path = write_edf(ica_friendly_raw(), tmp_path / "r.edf")
-    connectome = process_recording(path, PreprocessSettings.from_preset(
-        "paper", sfreq=128.0, ica_n_components=6))
+    connectome = process_recording(
+        path, PreprocessSettings.from_preset("paper", sfreq=128.0, ica_n_components=6)
+    )
     assert connectome.sfreq == 128.0 and connectome.epoch_length_s == 30.0
     assert connectome.coh.shape == (2, 9, 10, 10)
     np.testing.assert_allclose(connectome.band_edges_hz[8], [4 / 12, 8 / 30])
     ratio = connectome.coh[:, 8]
     assert np.isfinite(ratio).all() and ratio.min() >= 0 and ratio.max() > 0
-    assert set(connectome.ica_excluded) <= {"muscle artifact", "eye blink", "heart beat",
-                                            "line noise", "channel noise"}
+    assert set(connectome.ica_excluded) <= {
+        "muscle artifact",
+        "eye blink",
+        "heart beat",
+        "line noise",
+        "channel noise",
+    }
 
 
 def test_table_columns_named_like_manifest_columns_are_warned_about(tmp_path, capsys):
@@ -468,15 +551,23 @@ def test_table_columns_named_like_manifest_columns_are_warned_about(tmp_path, ca
     simulate.simulate_dataset(tmp_path / "study", n_participants=2, duration_s=30, sfreq=128)
     table = tmp_path / "study" / "participants.tsv"
     lines = table.read_text().splitlines()
-    table.write_text("\n".join([lines[0] + "\tstatus"] + [line + "\tscreened" for line in lines[1:]])
-                     + "\n")
-    summary = run_preprocess([tmp_path / "study"], tmp_path / "prep",
-                             PreprocessSettings.from_preset("default", epoch_length=6.0))
+    table.write_text(
+        "\n".join([lines[0] + "\tstatus"] + [line + "\tscreened" for line in lines[1:]]) + "\n"
+    )
+    summary = run_preprocess(
+        [tmp_path / "study"],
+        tmp_path / "prep",
+        PreprocessSettings.from_preset("default", epoch_length=6.0),
+    )
     assert summary.n_ok == 2
     warnings = [line for line in capsys.readouterr().err.splitlines() if "also manifest" in line]
-    assert warnings == [("warning: participants table: column(s) status are also manifest "
-                         "columns; the manifest keeps its own values there (rename them to keep "
-                         "yours)")]
+    assert warnings == [
+        (
+            "warning: participants table: column(s) status are also manifest "
+            "columns; the manifest keeps its own values there (rename them to keep "
+            "yours)"
+        )
+    ]
     manifest = (tmp_path / "prep" / "manifest.tsv").read_text().splitlines()
     rows = list(csv.DictReader(manifest, delimiter="\t"))
     assert [row["status"] for row in rows] == ["ok", "ok"]
@@ -492,7 +583,7 @@ def test_warnings_are_python_warnings_of_the_package_class(messy_folder, tmp_pat
     assert any(m.startswith("short failed: ") and "too short" in m for m in messages), messages
     assert all(issubclass(w.category, UserWarning) for w in caught)
     capsys.readouterr()
-    with warnings.catch_warnings():                # a script can silence them
+    with warnings.catch_warnings():  # a script can silence them
         warnings.simplefilter("ignore", EegformerWarning)
         run_preprocess(files, tmp_path / "b", PreprocessSettings.from_preset("default"))
     assert "warning:" not in capsys.readouterr().err

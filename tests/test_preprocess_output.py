@@ -18,13 +18,22 @@ def _connectome(n_segments: int = 4, covariance: bool = True) -> output.Connecto
     rng = np.random.default_rng(0)
     shape = (n_segments, len(BANDS), len(CHANNELS), len(CHANNELS))
     return output.Connectome(
-        coh=rng.random(shape, dtype=np.float32), wpli=rng.random(shape, dtype=np.float32),
-        channels=CHANNELS, bands=BANDS, band_edges_hz=np.array([[4.0, 8.0], [8.0, 13.0]]),
-        sfreq=128.0, segment_onsets_s=np.arange(n_segments) * 15.0, duration_s=60.0,
-        epoch_length_s=15.0, channels_interpolated=["Pz"], n_segments_rejected=1,
-        source_sfreq=256.0, signal_sha256="ab12",
+        coh=rng.random(shape, dtype=np.float32),
+        wpli=rng.random(shape, dtype=np.float32),
+        channels=CHANNELS,
+        bands=BANDS,
+        band_edges_hz=np.array([[4.0, 8.0], [8.0, 13.0]]),
+        sfreq=128.0,
+        segment_onsets_s=np.arange(n_segments) * 15.0,
+        duration_s=60.0,
+        epoch_length_s=15.0,
+        channels_interpolated=["Pz"],
+        n_segments_rejected=1,
+        source_sfreq=256.0,
+        signal_sha256="ab12",
         covariance=np.ones((2, 3, 3), np.float32) if covariance else None,
-        covariance_bands=BANDS if covariance else [])
+        covariance_bands=BANDS if covariance else [],
+    )
 
 
 def test_a_saved_connectome_reads_back_through_every_reader(tmp_path):
@@ -40,8 +49,12 @@ def test_a_saved_connectome_reads_back_through_every_reader(tmp_path):
         np.testing.assert_array_equal(a, b)
     assert output.read_covariances(path, 3, "rec").shape == (2, 3, 3)
     assert output.read_provenance(path) == {
-        "n_segments_rejected": 1, "channels_interpolated": ["Pz"], "duration_s": 60.0,
-        "source_sfreq": 256.0, "signal_sha256": "ab12"}
+        "n_segments_rejected": 1,
+        "channels_interpolated": ["Pz"],
+        "duration_s": 60.0,
+        "source_sfreq": 256.0,
+        "signal_sha256": "ab12",
+    }
     assert output.load_connectome(path).n_segments == 4
     with pytest.raises(InputDataError, match="expected \\(5, 2, 3, 3\\) from the manifest"):
         output.read_tokens(path, CHANNELS, BANDS, 5, "rec")
@@ -59,9 +72,12 @@ def test_a_truncated_connectome_is_one_line_naming_the_file_for_every_reader(tmp
     path = tmp_path / "cut.npz"
     _connectome().save(path)
     path.write_bytes(path.read_bytes()[:200])
-    for read in (lambda: output.read_layout(path), lambda: output.read_segment_count(path),
-                 lambda: output.read_tokens(path, CHANNELS, BANDS, 4, "cut"),
-                 lambda: output.read_covariances(path, 3, "cut")):
+    for read in (
+        lambda: output.read_layout(path),
+        lambda: output.read_segment_count(path),
+        lambda: output.read_tokens(path, CHANNELS, BANDS, 4, "cut"),
+        lambda: output.read_covariances(path, 3, "cut"),
+    ):
         with pytest.raises(InputDataError) as caught:
             read()
         line = caught.value.one_line()
@@ -71,16 +87,30 @@ def test_a_truncated_connectome_is_one_line_naming_the_file_for_every_reader(tmp
 
 
 def test_the_manifest_reads_back_what_was_written(tmp_path):
-    rows = [{"recording_id": "a", "status": "ok", "n_segments": 4, "age": 41.5, "sex": "F",
-             "site": "x", "connectome": "connectomes/a.npz"},
-            {"recording_id": "b", "status": "error", "error": "too short", "age": math.nan,
-             "group": "hc"}]
+    rows = [
+        {
+            "recording_id": "a",
+            "status": "ok",
+            "n_segments": 4,
+            "age": 41.5,
+            "sex": "F",
+            "site": "x",
+            "connectome": "connectomes/a.npz",
+        },
+        {
+            "recording_id": "b",
+            "status": "error",
+            "error": "too short",
+            "age": math.nan,
+            "group": "hc",
+        },
+    ]
     output.write_manifest(tmp_path / output.MANIFEST_NAME, rows)
     read = output.read_manifest(tmp_path)
     header = list(read[0])
-    assert header[:len(output.MANIFEST_LEADING_COLUMNS)] == list(output.MANIFEST_LEADING_COLUMNS)
+    assert header[: len(output.MANIFEST_LEADING_COLUMNS)] == list(output.MANIFEST_LEADING_COLUMNS)
     assert header[-3:] == list(output.MANIFEST_TRAILING_COLUMNS)
-    assert header[len(output.MANIFEST_LEADING_COLUMNS):-3] == ["site", "group"]
+    assert header[len(output.MANIFEST_LEADING_COLUMNS) : -3] == ["site", "group"]
     assert read[0]["age"] == "41.5" and read[1]["age"] == read[1]["site"] == output.MISSING
     assert output.age_value(read[0]["age"]) == 41.5 and math.isnan(output.age_value(read[1]["age"]))
     assert output.sex_value(read[0]["sex"]) == 1.0

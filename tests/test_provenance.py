@@ -25,7 +25,7 @@ from eegformer_cli.preprocess.output import read_manifest
 from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 EEG = SAMPLE_DATA / "eeg"
-UNSEEN = EEG / "sub-13_task-rest_eeg.edf"          # not among the 12 recordings of the sample run
+UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the sample run
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +46,35 @@ def edited_copy(source: Path, target: Path, edit) -> Path:
 
 
 def test_a_dropped_channel_and_another_rate_are_named_warned_and_strict_exits_6(
-        sample_run, tmp_path, capsys):
+    sample_run, tmp_path, capsys
+):
     dropped = edited_copy(UNSEEN, tmp_path / "dropped.edf", lambda raw: raw.drop_channels(["F7"]))
-    fast = edited_copy(UNSEEN, tmp_path / "fast.edf",
-                       lambda raw: raw.resample(128 * FAR_FACTOR * 2, verbose="error"))
+    fast = edited_copy(
+        UNSEEN,
+        tmp_path / "fast.edf",
+        lambda raw: raw.resample(128 * FAR_FACTOR * 2, verbose="error"),
+    )
     # --age/--sex: the copies have no participants row (unknown demographics would warn too)
-    code, output = run_main(capsys, "predict", sample_run["model"], dropped, fast, UNSEEN,
-                            "--age", 50, "--sex", "M", "--format", "json")
+    code, output = run_main(
+        capsys,
+        "predict",
+        sample_run["model"],
+        dropped,
+        fast,
+        UNSEEN,
+        "--age",
+        50,
+        "--sex",
+        "M",
+        "--format",
+        "json",
+    )
     assert code == 0, output
     rows = {row["recording_id"]: row for row in json_rows(output)}
     assert rows["dropped"]["channels_interpolated"] == ["F7"]
     assert rows["dropped"]["warnings"] == [
-        "interpolated: channel(s) F7 missing from the recording, interpolated from their "
-        "neighbours"]
+        "interpolated: channel(s) F7 missing from the recording, interpolated from their neighbours"
+    ]
     assert rows["dropped"]["source_file"] == str(dropped)
     assert rows["dropped"]["n_segments"] >= 1 and rows["dropped"]["n_segments_rejected"] == 0
     assert [w.split(":")[0] for w in rows["fast"]["warnings"]] == ["sampling_rate"]
@@ -67,44 +83,55 @@ def test_a_dropped_channel_and_another_rate_are_named_warned_and_strict_exits_6(
     original = rows[UNSEEN.name.removesuffix(".edf")]
     assert original["channels_interpolated"] == [] and original["warnings"] == []
     stderr_warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
-    assert stderr_warnings == [f"warning: dropped: {rows['dropped']['warnings'][0]}",
-                               f"warning: fast: {rows['fast']['warnings'][0]}"]
+    assert stderr_warnings == [
+        f"warning: dropped: {rows['dropped']['warnings'][0]}",
+        f"warning: fast: {rows['fast']['warnings'][0]}",
+    ]
 
-    code, output = run_main(capsys, "predict", sample_run["model"], dropped, "--age", 50,
-                            "--sex", "M", "--strict")
+    code, output = run_main(
+        capsys, "predict", sample_run["model"], dropped, "--age", 50, "--sex", "M", "--strict"
+    )
     assert code == 6 and "--strict: 1 predicted recording(s) got warnings" in output
-    rows = list(csv.DictReader(io.StringIO(output[output.index("recording_id,"):])))
-    assert rows[0]["channels_interpolated"] == "F7"          # the row is printed all the same
+    rows = list(csv.DictReader(io.StringIO(output[output.index("recording_id,") :])))
+    assert rows[0]["channels_interpolated"] == "F7"  # the row is printed all the same
     code, output = run_main(capsys, "predict", sample_run["model"], UNSEEN, "--strict")
-    assert code == 0, output                                 # nothing to warn about: exit 0
+    assert code == 0, output  # nothing to warn about: exit 0
 
 
 def test_a_training_recording_warns_raw_renamed_or_from_the_preprocess_folder(
-        sample_run, tmp_path, capsys):
+    sample_run, tmp_path, capsys
+):
     seen = sample_run["seen"][0]
     training_edf = EEG / f"{seen}_task-rest_eeg.edf"
-    renamed = tmp_path / "anonymous.edf"             # the same bytes under another name
+    renamed = tmp_path / "anonymous.edf"  # the same bytes under another name
     shutil.copyfile(training_edf, renamed)
-    code, output = run_main(capsys, "predict", sample_run["model"], training_edf, renamed,
-                            "--format", "json")
+    code, output = run_main(
+        capsys, "predict", sample_run["model"], training_edf, renamed, "--format", "json"
+    )
     assert code == 0, output
     rows = {row["recording_id"]: row for row in json_rows(output)}
     oof = sample_run["run"] / "oof_predictions.tsv"
     assert rows[f"{seen}_task-rest_eeg"]["warnings"] == [
         "in_training_data: the model was trained on this recording, so this prediction is "
-        f"optimistic; honest out-of-fold ones: {oof}"]
-    assert rows["anonymous"]["participant_id"] == "n/a"      # no table names it: the hash does
+        f"optimistic; honest out-of-fold ones: {oof}"
+    ]
+    assert rows["anonymous"]["participant_id"] == "n/a"  # no table names it: the hash does
     assert rows["anonymous"]["warnings"][0].startswith(
         f"in_training_data: the model was trained on this signal (training recording "
-        f"{seen}_task-rest_eeg)")
+        f"{seen}_task-rest_eeg)"
+    )
     assert "warning: anonymous: in_training_data:" in output
 
     # a preprocess folder: its training recordings warn, the held-out ones do not
-    code, output = run_main(capsys, "predict", sample_run["model"], sample_run["prep"],
-                            "--format", "json")
+    code, output = run_main(
+        capsys, "predict", sample_run["model"], sample_run["prep"], "--format", "json"
+    )
     assert code == 0, output
-    warned = {row["participant_id"] for row in json_rows(output)
-              if any(w.startswith("in_training_data:") for w in row["warnings"])}
+    warned = {
+        row["participant_id"]
+        for row in json_rows(output)
+        if any(w.startswith("in_training_data:") for w in row["warnings"])
+    }
     assert warned == set(sample_run["seen"])
     assert all(row["age_source"] in ("manifest", "none") for row in json_rows(output))
 
@@ -120,8 +147,10 @@ def test_unicode_file_names_give_distinct_readable_ids(sample_run, tmp_path, cap
     rows = json_rows(output)
     assert sorted(row["recording_id"] for row in rows) == ["P_tient_1", "Pätient_1", "Pötient_1"]
     assert {row["recording_id"]: Path(row["source_file"]).name for row in rows} == {
-        "P_tient_1": "P tient 1.edf", "Pätient_1": "Pätient 1.edf",
-        "Pötient_1": "Pötient 1.edf"}
+        "P_tient_1": "P tient 1.edf",
+        "Pätient_1": "Pätient 1.edf",
+        "Pötient_1": "Pötient 1.edf",
+    }
     # a name written in decomposed form (macOS) gets the same id as the composed one
     assert recording_id(Path(unicodedata.normalize("NFD", "Pätient 1.edf"))) == "Pätient_1"
 
@@ -150,41 +179,66 @@ def test_preprocess_into_a_folder_made_with_the_old_ascii_ids(tmp_path):
     assert len({row["source_file"] for row in rows}) == 3
 
 
-def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run, tmp_path,
-                                                                      capsys):
+def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run, tmp_path, capsys):
     table = tmp_path / "participants.tsv"
     table.write_text("participant_id\tage\tsex\nsub-99\t30\tF\n")
-    code, output = run_main(capsys, "predict", sample_run["model"], UNSEEN, "--participants",
-                            table, "--format", "json")
+    code, output = run_main(
+        capsys, "predict", sample_run["model"], UNSEEN, "--participants", table, "--format", "json"
+    )
     assert code == 0, output
     row = json_rows(output)[0]
-    assert row["warnings"][0] == (f"not_in_table: {table} does not list this recording (no "
-                                  "participant matched); age and sex unknown unless given by "
-                                  "--age / --sex")
+    assert row["warnings"][0] == (
+        f"not_in_table: {table} does not list this recording (no "
+        "participant matched); age and sex unknown unless given by "
+        "--age / --sex"
+    )
     # every training recording had an age: an unknown one is outside what the model saw
     assert row["warnings"][1].startswith("age: unknown, but every training recording had one")
     assert (row["age"], row["age_source"], row["sex_source"]) == ("n/a", "none", "none")
     # --age and --sex give what the table would have: nothing to warn about, sources "flag"
-    code, output = run_main(capsys, "predict", sample_run["model"], UNSEEN, "--participants",
-                            table, "--age", 40, "--sex", "F", "--format", "json")
+    code, output = run_main(
+        capsys,
+        "predict",
+        sample_run["model"],
+        UNSEEN,
+        "--participants",
+        table,
+        "--age",
+        40,
+        "--sex",
+        "F",
+        "--format",
+        "json",
+    )
     row = json_rows(output)[0]
     assert code == 0 and row["warnings"] == [] and row["age_source"] == row["sex_source"] == "flag"
     # a preprocess folder keeps its manifest's demographics for the participants not listed
-    code, output = run_main(capsys, "predict", sample_run["model"], sample_run["prep"],
-                            "--participants", table, "--format", "json")
-    held_out = [row for row in json_rows(output)
-                if row["participant_id"] in sample_run["held_out"]]
+    code, output = run_main(
+        capsys,
+        "predict",
+        sample_run["model"],
+        sample_run["prep"],
+        "--participants",
+        table,
+        "--format",
+        "json",
+    )
+    held_out = [row for row in json_rows(output) if row["participant_id"] in sample_run["held_out"]]
     assert code == 0 and held_out
     for row in held_out:
-        assert row["warnings"][0] == (f"not_in_table: {table} does not list this recording (no "
-                                      f"row for {row['participant_id']}); age and sex from the "
-                                      "preprocess manifest")
+        assert row["warnings"][0] == (
+            f"not_in_table: {table} does not list this recording (no "
+            f"row for {row['participant_id']}); age and sex from the "
+            "preprocess manifest"
+        )
     # an age outside the training recordings' ages
-    code, output = run_main(capsys, "predict", sample_run["model"], UNSEEN, "--age", 5,
-                            "--format", "json")
+    code, output = run_main(
+        capsys, "predict", sample_run["model"], UNSEEN, "--age", 5, "--format", "json"
+    )
     assert code == 0
     assert json_rows(output)[0]["warnings"][0].startswith(
-        "age: 5 years is outside the training recordings' ages (")
+        "age: 5 years is outside the training recordings' ages ("
+    )
 
 
 def test_an_old_model_file_still_predicts_and_says_it_cannot_check(sample_run, tmp_path, capsys):
@@ -195,7 +249,7 @@ def test_an_old_model_file_still_predicts_and_says_it_cannot_check(sample_run, t
     seen = EEG / f"{sample_run['seen'][0]}_task-rest_eeg.edf"
     code, output = run_main(capsys, "predict", old, seen, "--format", "json")
     assert code == 0, output
-    assert json_rows(output)[0]["warnings"] == []           # no training data to compare with
+    assert json_rows(output)[0]["warnings"] == []  # no training data to compare with
     notes = [line for line in output.splitlines() if "does not describe its training data" in line]
     assert len(notes) == 1 and notes[0].startswith("warning: ")
     code, output = run_main(capsys, "predict", old, UNSEEN, "--strict")
@@ -203,70 +257,112 @@ def test_an_old_model_file_still_predicts_and_says_it_cannot_check(sample_run, t
 
 
 def test_explain_rows_carry_provenance_and_the_report_says_where_explanations_come_from(
-        sample_run, tmp_path, capsys):
+    sample_run, tmp_path, capsys
+):
     seen = EEG / f"{sample_run['seen'][0]}_task-rest_eeg.edf"
     out = tmp_path / "explanations"
-    code, output = run_main(capsys, "explain", sample_run["model"], seen, "--out", out,
-                            "--strict")
+    code, output = run_main(capsys, "explain", sample_run["model"], seen, "--out", out, "--strict")
     assert code == 6 and "in_training_data" in output and (out / "recordings.csv").is_file()
     row = list(csv.DictReader(open(out / "recordings.csv", encoding="utf-8")))[0]
     assert row["source_file"] == str(seen) and row["warnings"].startswith("in_training_data:")
     summary = json.loads((out / f"{seen.name.removesuffix('.edf')}.json").read_text())
     assert summary["provenance"]["warnings"][0].startswith("in_training_data:")
-    code, output = run_main(capsys, "report", sample_run["run"], "--explanations", out,
-                            "--out", tmp_path / "report.html")
+    code, output = run_main(
+        capsys,
+        "report",
+        sample_run["run"],
+        "--explanations",
+        out,
+        "--out",
+        tmp_path / "report.html",
+    )
     assert code == 0, output
     text = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "The explained recording was in the training data of this model" in text
-    assert "one recording only" in text                      # a class mean of one recording
+    assert "one recording only" in text  # a class mean of one recording
 
 
 def test_warning_rules_on_plain_values(tmp_path):
     """msu-like training data (boys, no ages, 128 Hz, 60 s): an adult woman's 10-minute 500 Hz
     recording gets every kind of warning that depends on the training data; a recording like
     the training ones gets none."""
-    training = {"n_recordings": 84, "participants": ["sub-001"], "signal_sha256": {"abc": "r1"},
-                "age_years": {"range": None, "n_unknown": 84}, "sex": {"M": 84, "F": 0, "n/a": 0},
-                "source_sfreq_hz": [128.0, 128.0], "duration_s": [60.0, 60.0]}
+    training = {
+        "n_recordings": 84,
+        "participants": ["sub-001"],
+        "signal_sha256": {"abc": "r1"},
+        "age_years": {"range": None, "n_unknown": 84},
+        "sex": {"M": 84, "F": 0, "n/a": 0},
+        "source_sfreq_hz": [128.0, 128.0],
+        "duration_s": [60.0, 60.0],
+    }
 
     def item(**values):
-        base = dict(recording_id="x", participant_id=None, signal_sha256=None, age=float("nan"),
-                    sex=0.0, source_sfreq=128.0, duration_s=60.0, channels_interpolated=[],
-                    table=None, table_lists_participant=None, age_source="none",
-                    sex_source="table")
+        base = dict(
+            recording_id="x",
+            participant_id=None,
+            signal_sha256=None,
+            age=float("nan"),
+            sex=0.0,
+            source_sfreq=128.0,
+            duration_s=60.0,
+            channels_interpolated=[],
+            table=None,
+            table_lists_participant=None,
+            age_source="none",
+            sex_source="table",
+        )
         return SimpleNamespace(**{**base, **values})
 
     assert recording_warnings(item(), training, tmp_path / "model.pt") == []
-    warnings = recording_warnings(item(age=35.0, sex=1.0, source_sfreq=500.0, duration_s=600.0,
-                                       participant_id="sub-001"), training,
-                                  tmp_path / "model.pt")
-    assert [w.split(":")[0] for w in warnings] == ["in_training_data", "age", "sex",
-                                                   "sampling_rate", "duration"]
+    warnings = recording_warnings(
+        item(age=35.0, sex=1.0, source_sfreq=500.0, duration_s=600.0, participant_id="sub-001"),
+        training,
+        tmp_path / "model.pt",
+    )
+    assert [w.split(":")[0] for w in warnings] == [
+        "in_training_data",
+        "age",
+        "sex",
+        "sampling_rate",
+        "duration",
+    ]
     assert set(w.split(":")[0] for w in warnings) <= set(WARNING_KINDS)
-    assert warnings[1] == ("age: 35 years given, but no training recording had an age (the "
-                           "model never used one)")
+    assert warnings[1] == (
+        "age: 35 years given, but no training recording had an age (the model never used one)"
+    )
     assert warnings[2] == "sex: F, which no training recording had (training: M 84)"
     assert "oof_predictions.tsv of the run that trained it" in warnings[0]
     assert recording_warnings(item(sex=float("nan")), training, tmp_path / "m.pt") == [
-        "sex: unknown, which no training recording had (training: M 84)"]
+        "sex: unknown, which no training recording had (training: M 84)"
+    ]
     # a rate twice the training one is not "far outside" (it is resampled like them)
     assert recording_warnings(item(source_sfreq=256.0), training, tmp_path / "m.pt") == []
     # an old model file (no training data): only the recording's own warnings
-    assert recording_warnings(item(age=35.0, channels_interpolated=["F7"]), None,
-                              tmp_path / "m.pt")[0].startswith("interpolated: channel(s) F7")
+    assert recording_warnings(
+        item(age=35.0, channels_interpolated=["F7"]), None, tmp_path / "m.pt"
+    )[0].startswith("interpolated: channel(s) F7")
 
 
 def test_many_warnings_of_one_kind_show_three_and_count_the_rest(sample_run, capsys):
     """Predicting a preprocess folder of training recordings: every row keeps its
     ``in_training_data`` warning; stderr shows three of them and one line counting the rest."""
-    code, output = run_main(capsys, "predict", sample_run["model"], sample_run["prep"],
-                            "--format", "json")
+    code, output = run_main(
+        capsys, "predict", sample_run["model"], sample_run["prep"], "--format", "json"
+    )
     assert code == 0, output
-    warned = [row for row in json_rows(output)
-              if any(w.startswith("in_training_data:") for w in row["warnings"])]
+    warned = [
+        row
+        for row in json_rows(output)
+        if any(w.startswith("in_training_data:") for w in row["warnings"])
+    ]
     assert len(warned) > 3
-    lines = [line for line in output.splitlines() if "in_training_data" in line
-             and line.startswith("warning:")]
+    lines = [
+        line
+        for line in output.splitlines()
+        if "in_training_data" in line and line.startswith("warning:")
+    ]
     assert len(lines) == 4
-    assert lines[-1] == (f"warning: in_training_data on {len(warned) - 3} more recording(s), "
-                         "not repeated here; each row's warnings column lists it")
+    assert lines[-1] == (
+        f"warning: in_training_data on {len(warned) - 3} more recording(s), "
+        "not repeated here; each row's warnings column lists it"
+    )

@@ -21,59 +21,70 @@ from eegformer_cli import commands, errors
 from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 EEG = SAMPLE_DATA / "eeg"
-UNSEEN = EEG / "sub-13_task-rest_eeg.edf"          # not among the 12 recordings of the sample run
+UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the sample run
 
 #: Every public name, its parameters as ``inspect`` shows them (keyword-only ones after ``*``).
 SIGNATURES = {
     "load_model": "(path, device='auto', precision='auto')",
     "TrainedModel.predict": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
-                            "max_interpolated=None, strict=False, on_row=None, coverage=None)",
+    "max_interpolated=None, strict=False, on_row=None, coverage=None)",
     "TrainedModel.predict_proba": "(self, raw_or_paths, age=None, sex=None, **options)",
     "TrainedModel.explain": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
-                            "target=None, method='integrated_gradients', n_steps=128, "
-                            "all_heads=False, max_interpolated=None, strict=False, out=None)",
+    "target=None, method='integrated_gradients', n_steps=128, "
+    "all_heads=False, max_interpolated=None, strict=False, out=None)",
     "Explanations": "(recordings, band_importance, attention, attention_diagnostics, "
-                    "channel_pairs, per_recording)",
+    "channel_pairs, per_recording)",
     "preprocess_raw": "(raw, settings='default', channels=None)",
     "load_connectome": "(path)",
     "XAIguiFormerClassifier": "(preset='default', config=None, epochs=None, batch_size=None, "
-                              "lr=None, patience=None, val_fraction=None, no_xai=False, "
-                              "frequency_encoding=None, random_state=0, device='auto')",
+    "lr=None, patience=None, val_fraction=None, no_xai=False, "
+    "frequency_encoding=None, random_state=0, device='auto')",
     "XAIguiFormerClassifier.fit": "(self, X, y, groups=None)",
     "XAIguiFormerClassifier.predict": "(self, X)",
     "XAIguiFormerClassifier.predict_proba": "(self, X)",
     "read_preprocessed": "(data_dir)",
     "commands.preprocess": "(inputs, out, *, participants=None, recordings=None, "
-                           "preset='default', channels=None, max_interpolated=None, bands=None, "
-                           "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
-                           "backend='local', scheduler=None, overwrite=False, crop=None)",
+    "preset='default', channels=None, max_interpolated=None, bands=None, "
+    "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
+    "backend='local', scheduler=None, overwrite=False, crop=None)",
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
-                      "config=None, cv=None, repeats=None, holdout=None, splits=None, "
-                      "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
-                      "device=None, precision=None, no_xai=False, frequency_encoding=None, "
-                      "positive_label=None, "
-                      "n_jobs=1, overwrite=False, fold=None, merge=None, confounds=None, "
-                      "permutations=0, permutation_model='reference')",
+    "config=None, cv=None, repeats=None, holdout=None, splits=None, "
+    "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
+    "device=None, precision=None, no_xai=False, frequency_encoding=None, "
+    "positive_label=None, "
+    "n_jobs=1, overwrite=False, fold=None, merge=None, confounds=None, "
+    "permutations=0, permutation_model='reference')",
     "commands.predict": "(model, inputs, *, participants=None, age=None, sex=None, "
-                        "max_interpolated=None, device='auto', precision='auto', strict=False, "
-                        "on_row=None, coverage=None)",
+    "max_interpolated=None, device='auto', precision='auto', strict=False, "
+    "on_row=None, coverage=None)",
     "commands.explain": "(model, inputs, out, *, target=None, method='integrated_gradients', "
-                        "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
-                        "device='auto', strict=False)",
+    "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
+    "device='auto', strict=False)",
     "commands.report": "(run_dir, *, explanations=None, out=None)",
 }
 CLASSES = ("TrainedModel", "PreprocessSettings", "Connectome")
-EXCEPTIONS = ("EegformerError", "UsageError", "InputDataError", "RecordingError",
-              "ModelFileError", "OutputError", "PartialFailure")
+EXCEPTIONS = (
+    "EegformerError",
+    "UsageError",
+    "InputDataError",
+    "RecordingError",
+    "ModelFileError",
+    "OutputError",
+    "PartialFailure",
+)
 
 
 def parameters(obj) -> str:
     """``inspect.signature`` without annotations: names, defaults and the ``*`` marker."""
     signature = inspect.signature(obj)
-    return str(signature.replace(
-        parameters=[p.replace(annotation=inspect.Parameter.empty)
-                    for p in signature.parameters.values()],
-        return_annotation=inspect.Signature.empty))
+    return str(
+        signature.replace(
+            parameters=[
+                p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()
+            ],
+            return_annotation=inspect.Signature.empty,
+        )
+    )
 
 
 def resolve(dotted: str):
@@ -85,8 +96,16 @@ def resolve(dotted: str):
 
 def test_every_public_name_imports_with_its_signature_and_a_numpydoc_docstring():
     assert sorted(eegformer_cli.__all__) == sorted(
-        {"__version__", "commands", "errors", "EegformerWarning", *CLASSES, *EXCEPTIONS,
-         *{name.split(".")[0] for name in SIGNATURES}})
+        {
+            "__version__",
+            "commands",
+            "errors",
+            "EegformerWarning",
+            *CLASSES,
+            *EXCEPTIONS,
+            *{name.split(".")[0] for name in SIGNATURES},
+        }
+    )
     for name in eegformer_cli.__all__:
         assert getattr(eegformer_cli, name) is not None
         exec(f"from eegformer_cli import {name}", {})
@@ -105,11 +124,12 @@ def test_every_public_name_imports_with_its_signature_and_a_numpydoc_docstring()
 
 def test_import_loads_neither_torch_nor_mne_nor_sklearn_nor_pandas():
     heavy = ("torch", "mne", "sklearn", "pandas", "scipy")
-    code = ("import sys, eegformer_cli; from eegformer_cli import commands, errors; "
-            "eegformer_cli.UsageError; "
-            f"print([m for m in {heavy!r} if m in sys.modules])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    code = (
+        "import sys, eegformer_cli; from eegformer_cli import commands, errors; "
+        "eegformer_cli.UsageError; "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
 
@@ -121,8 +141,11 @@ def sample_run(tmp_path_factory) -> dict:
 
 def participant_row(participant_id: str) -> dict:
     with open(SAMPLE_DATA / "participants.tsv", newline="") as handle:
-        return next(row for row in csv.DictReader(handle, delimiter="\t")
-                    if row["participant_id"] == participant_id)
+        return next(
+            row
+            for row in csv.DictReader(handle, delimiter="\t")
+            if row["participant_id"] == participant_id
+        )
 
 
 def test_predict_proba_of_a_raw_equals_predict_on_the_file(sample_run, capsys):
@@ -139,15 +162,16 @@ def test_predict_proba_of_a_raw_equals_predict_on_the_file(sample_run, capsys):
     probabilities = model.predict_proba(raw, age=age, sex=sex)
     assert list(probabilities.index) == ["sub-13_task-rest_eeg"] and cli["age"] == age
     assert list(probabilities.columns) == model.classes == ["depression", "healthy"]
-    difference = max(abs(probabilities.loc["sub-13_task-rest_eeg", c] - cli[f"prob_{c}"])
-                     for c in model.classes)
+    difference = max(
+        abs(probabilities.loc["sub-13_task-rest_eeg", c] - cli[f"prob_{c}"]) for c in model.classes
+    )
     assert difference < 1e-6, difference
     rows = model.predict(raw, age=age, sex=sex)
-    assert list(rows.columns) == list(cli)           # the CLI's columns, provenance included
+    assert list(rows.columns) == list(cli)  # the CLI's columns, provenance included
     row = rows.iloc[0]
     assert row["source_file"] == str(UNSEEN) and row["n_segments"] == cli["n_segments"]
     assert row["age_source"] == "flag" and row["warnings"] == cli["warnings"]
-    assert not raw.preload and raw.ch_names == names    # the caller's Raw is left as it was
+    assert not raw.preload and raw.ch_names == names  # the caller's Raw is left as it was
 
 
 def test_paths_give_the_cli_rows_and_warnings(sample_run, capsys):
@@ -164,8 +188,9 @@ def test_paths_give_the_cli_rows_and_warnings(sample_run, capsys):
         assert row["warnings"] == expected["warnings"] and row["sex"] == expected["sex"]
         assert abs(row["prob_healthy"] - expected["prob_healthy"]) < 1e-12
     warned = [line for line in output.splitlines() if line.startswith("warning:")]
-    assert warned and warned == [line for line in python_output.splitlines()
-                                 if line.startswith("warning:")]
+    assert warned and warned == [
+        line for line in python_output.splitlines() if line.startswith("warning:")
+    ]
 
 
 def test_preprocess_raw_is_the_connectome_of_the_file(tmp_path):
@@ -180,35 +205,47 @@ def test_preprocess_raw_is_the_connectome_of_the_file(tmp_path):
     assert np.array_equal(connectome.coh, on_disk.coh)
     assert np.array_equal(connectome.wpli, on_disk.wpli)
     assert connectome.signal_sha256 == on_disk.signal_sha256
-    assert connectome.channels[:2] == ["Fp1", "Fp2"]      # 'EEG Fp1-REF' in the file
+    assert connectome.channels[:2] == ["Fp1", "Fp2"]  # 'EEG Fp1-REF' in the file
     connectome.save(tmp_path / "c.npz")
     assert np.array_equal(eegformer_cli.load_connectome(tmp_path / "c.npz").coh, on_disk.coh)
-    made = mne.io.RawArray(raw.get_data(), raw.info, verbose="error")   # made in memory
+    made = mne.io.RawArray(raw.get_data(), raw.info, verbose="error")  # made in memory
     assert np.array_equal(eegformer_cli.preprocess_raw(made, "default").coh, on_disk.coh)
 
 
 def test_explain_returns_the_numbers_explain_writes(sample_run, tmp_path, capsys):
     edfs = sorted(EEG.glob("*.edf"))[12:14]
     out = tmp_path / "explanations"
-    code, output = run_main(capsys, "explain", sample_run["model"], *edfs, "--out", out,
-                            "--n-steps", "8")
+    code, output = run_main(
+        capsys, "explain", sample_run["model"], *edfs, "--out", out, "--n-steps", "8"
+    )
     assert code == 0, output
     model = eegformer_cli.load_model(sample_run["model"], device="cpu")
     raws = [mne.io.read_raw_edf(path, verbose="error") for path in edfs]
     people = [participant_row(path.name.split("_")[0]) for path in edfs]
-    result = model.explain(raws, age=[float(p["age"]) for p in people],
-                           sex=[p["sex"] for p in people], n_steps=8)
+    result = model.explain(
+        raws, age=[float(p["age"]) for p in people], sex=[p["sex"] for p in people], n_steps=8
+    )
     assert isinstance(result, eegformer_cli.Explanations)
-    for name in ("band_importance", "attention", "attention_diagnostics", "channel_pairs",
-                 "recordings"):
+    for name in (
+        "band_importance",
+        "attention",
+        "attention_diagnostics",
+        "channel_pairs",
+        "recordings",
+    ):
         written = pd.read_csv(out / f"{name}.csv", keep_default_na=False)
         table = getattr(result, name)
         assert list(table.columns) == list(written.columns), name
         assert len(table) == len(written), name
         for column in table.columns:
-            if pd.api.types.is_float_dtype(table[column]):   # files: 6 significant digits
-                assert np.allclose(table[column], pd.to_numeric(written[column], errors="coerce"),
-                                   rtol=6e-6, atol=1e-12, equal_nan=True), (name, column)
+            if pd.api.types.is_float_dtype(table[column]):  # files: 6 significant digits
+                assert np.allclose(
+                    table[column],
+                    pd.to_numeric(written[column], errors="coerce"),
+                    rtol=6e-6,
+                    atol=1e-12,
+                    equal_nan=True,
+                ), (name, column)
     for explanation in result.per_recording:
         with np.load(out / f"{explanation.recording_id}.npz") as data:
             assert np.allclose(explanation.channel_pairs, data["channel_pairs"])
@@ -239,10 +276,10 @@ def test_bad_input_raises_the_cli_s_exception_and_message(sample_run, tmp_path, 
     with pytest.raises(errors.RecordingError) as raised:
         model.predict(mne.io.read_raw_edf(short_file, verbose="error"), age=40, sex="F")
     assert cli_line == f"eegformer: error: {raised.value.one_line()}"
-    assert raised.value.result.empty                    # no recording worked
+    assert raised.value.result.empty  # no recording worked
 
-    with pytest.raises(errors.InputDataError, match=r"^2 recording\(s\) could not be predicted") \
-            as raised:
+    with pytest.raises(
+        errors.InputDataError, match=r"^2 recording\(s\) could not be predicted"
+    ) as raised:
         model.predict([short, raw, short.copy()], age=40, sex="F")
     assert raised.value.result["recording_id"].tolist() == ["sub-13_task-rest_eeg-2"]
-

@@ -11,8 +11,13 @@ import pytest
 
 from eegformer_cli.errors import InputDataError, RecordingError
 from eegformer_cli.recordings.channels import normalise_channels
-from eegformer_cli.recordings.reading import (RECORDING_SUFFIXES, find_recordings,
-                                              read_recording, recording_id, recording_ids)
+from eegformer_cli.recordings.reading import (
+    RECORDING_SUFFIXES,
+    find_recordings,
+    read_recording,
+    recording_id,
+    recording_ids,
+)
 
 
 def _assert_one_line_naming(error: RecordingError, path: Path) -> str:
@@ -32,9 +37,15 @@ def _msu_file(msu_dir: Path) -> Path:
 def test_find_recordings_in_fixtures_skips_companion_files(fixtures_dir):
     found = find_recordings([fixtures_dir])
     assert found == sorted(found)
-    assert {p.name for p in found} == {"test_bdf_stim_channel.bdf", "test_NO.vhdr",
-                                       "test_reduced.edf", "test_utf8_annotations.edf",
-                                       "test_raw.set", "test_raw_2021.set", "test_1ch.gdf"}
+    assert {p.name for p in found} == {
+        "test_bdf_stim_channel.bdf",
+        "test_NO.vhdr",
+        "test_reduced.edf",
+        "test_utf8_annotations.edf",
+        "test_raw.set",
+        "test_raw_2021.set",
+        "test_1ch.gdf",
+    }
 
 
 def test_find_recordings_counts_real_datasets(msu_dir, eegmat_dir):
@@ -66,23 +77,31 @@ def test_a_symlinked_recording_keeps_its_own_name(tmp_path):
     link = tmp_path / "sub-01" / "eeg" / "sub-01_task-rest_eeg.edf"
     link.parent.mkdir(parents=True)
     link.symlink_to(annexed)
-    named = link.parent.resolve() / link.name   # (tmp_path itself may sit behind a symlink)
+    named = link.parent.resolve() / link.name  # (tmp_path itself may sit behind a symlink)
     assert find_recordings([link]) == [named]
     assert find_recordings([link, tmp_path]) == [named]
 
 
 def test_find_recordings_in_a_bids_root_skips_hidden_temporary_and_derivatives(tmp_path):
     (tmp_path / "dataset_description.json").write_text("{}")
-    for relative in ["sub-01/eeg/sub-01_task-rest_eeg.edf", "sub-02/eeg/sub-02_task-rest_eeg.EDF",
-                     "sub-02/eeg/sub-02_task-rest_eeg.fif.gz", "sub-02/eeg/.tmp-sub-02.edf",
-                     ".git/x.edf", "derivatives/clean/sub-01_eeg.fif", "sub-01/eeg/notes.txt",
-                     "sub-01/eeg/sub-01_task-rest_eeg.vmrk"]:
+    for relative in [
+        "sub-01/eeg/sub-01_task-rest_eeg.edf",
+        "sub-02/eeg/sub-02_task-rest_eeg.EDF",
+        "sub-02/eeg/sub-02_task-rest_eeg.fif.gz",
+        "sub-02/eeg/.tmp-sub-02.edf",
+        ".git/x.edf",
+        "derivatives/clean/sub-01_eeg.fif",
+        "sub-01/eeg/notes.txt",
+        "sub-01/eeg/sub-01_task-rest_eeg.vmrk",
+    ]:
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_bytes(b"x")
     found = find_recordings([tmp_path])
     assert [p.relative_to(tmp_path).as_posix() for p in found] == [
-        "sub-01/eeg/sub-01_task-rest_eeg.edf", "sub-02/eeg/sub-02_task-rest_eeg.EDF",
-        "sub-02/eeg/sub-02_task-rest_eeg.fif.gz"]
+        "sub-01/eeg/sub-01_task-rest_eeg.edf",
+        "sub-02/eeg/sub-02_task-rest_eeg.EDF",
+        "sub-02/eeg/sub-02_task-rest_eeg.fif.gz",
+    ]
 
 
 def test_find_recordings_errors_name_the_path(tmp_path):
@@ -197,7 +216,8 @@ def test_missing_companion_files(fixtures_dir, tmp_path):
 
 def test_companion_and_unsupported_files(fixtures_dir, tmp_path):
     assert "companion file, not a recording: give the .vhdr" in _rejected(
-        fixtures_dir / "Brainvision" / "test_NO.vmrk")
+        fixtures_dir / "Brainvision" / "test_NO.vmrk"
+    )
     (tmp_path / "x.csv").write_text("1,2\n")
     assert "unsupported format (.csv)" in _rejected(tmp_path / "x.csv")
 
@@ -219,8 +239,11 @@ def test_recording_id_strips_the_recording_suffix():
 
 
 def test_recording_ids_disambiguate_only_collisions_and_do_not_depend_on_order():
-    paths = [Path("/d/site-b/sub-01_eeg.edf"), Path("/d/site-a/sub-01_eeg.edf"),
-             Path("/d/site-a/sub-02_eeg.vhdr")]
+    paths = [
+        Path("/d/site-b/sub-01_eeg.edf"),
+        Path("/d/site-a/sub-01_eeg.edf"),
+        Path("/d/site-a/sub-02_eeg.vhdr"),
+    ]
     ids = recording_ids(paths)
     assert ids == ["site-b__sub-01_eeg", "site-a__sub-01_eeg", "sub-02_eeg"]
     assert recording_ids(paths[::-1]) == ids[::-1]
@@ -230,10 +253,12 @@ def test_recording_ids_disambiguate_only_collisions_and_do_not_depend_on_order()
 def test_a_split_fif_recording_is_one_recording(tmp_path):
     """MNE splits large FIF files (BIDS or Neuromag naming); the first part reads them all."""
     n_times = 256 * 300
-    raw = mne.io.RawArray(np.random.default_rng(0).standard_normal((19, n_times)) * 1e-5,
-                          mne.create_info(19, 256.0, "eeg"), verbose=False)
-    raw.save(tmp_path / "sub-01_eeg.fif", split_size="3MB", split_naming="bids",
-             verbose=False)
+    raw = mne.io.RawArray(
+        np.random.default_rng(0).standard_normal((19, n_times)) * 1e-5,
+        mne.create_info(19, 256.0, "eeg"),
+        verbose=False,
+    )
+    raw.save(tmp_path / "sub-01_eeg.fif", split_size="3MB", split_naming="bids", verbose=False)
     raw.save(tmp_path / "rec_raw.fif", split_size="3MB", verbose=False)
     parts = sorted(p.name for p in tmp_path.iterdir())
     assert "sub-01_split-02_eeg.fif" in parts and "rec_raw-1.fif" in parts
@@ -241,7 +266,9 @@ def test_a_split_fif_recording_is_one_recording(tmp_path):
     assert [p.name for p in found] == ["rec_raw.fif", "sub-01_split-01_eeg.fif"]
     assert read_recording(found[1], preload=False).n_times == n_times
     # named explicitly (a shell glob): still one recording each
-    assert find_recordings(sorted(tmp_path.iterdir())) == [tmp_path / "rec_raw.fif",
-                                                           tmp_path / "sub-01_split-01_eeg.fif"]
+    assert find_recordings(sorted(tmp_path.iterdir())) == [
+        tmp_path / "rec_raw.fif",
+        tmp_path / "sub-01_split-01_eeg.fif",
+    ]
     # a continuation part given alone is what the user asked for
     assert find_recordings([tmp_path / "rec_raw-1.fif"]) == [tmp_path / "rec_raw-1.fif"]

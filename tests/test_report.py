@@ -18,13 +18,24 @@ import numpy as np
 import pytest
 
 from eegformer_cli.cli.app import main
-from eegformer_cli.explain.report_figures import (attention_figure, confusion_matrix_figure,
-                                                  training_curves_figure)
+from eegformer_cli.explain.report_figures import (
+    attention_figure,
+    confusion_matrix_figure,
+    training_curves_figure,
+)
 from test_explain import build_sample_run, run_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # figures: confusion matrix, ROC/PR, training curves, band importance, channel pairs on the head,
 # one attention figure per explained class (at least one)
 MIN_FIGURES = 6
@@ -35,9 +46,17 @@ def report_file(tmp_path_factory):
     """report.html of the sample run with its explanations (the CLI, in this process)."""
     run = build_sample_run(tmp_path_factory)
     out = tmp_path_factory.mktemp("report")
-    for args in (["explain", run["model"], run["prep"], "--out", out / "explanations"],
-                 ["report", run["run"], "--explanations", out / "explanations", "--out",
-                  out / "report.html"]):
+    for args in (
+        ["explain", run["model"], run["prep"], "--out", out / "explanations"],
+        [
+            "report",
+            run["run"],
+            "--explanations",
+            out / "explanations",
+            "--out",
+            out / "report.html",
+        ],
+    ):
         with pytest.raises(SystemExit) as stopped:
             main([str(a) for a in args])
         assert stopped.value.code == 0
@@ -57,22 +76,36 @@ def demo_report(tmp_path_factory):
 def test_report_is_one_self_contained_file_with_every_section(report_file):
     text = report_file.read_text(encoding="utf-8")
     sources = re.findall(r'\bsrc="([^"]*)"', text)
-    assert len(sources) >= MIN_FIGURES and all(s.startswith("data:image/png;base64,") for s in sources)
-    assert not re.search(r'<link[^>]+href="(?!#|data:)', text)         # no external stylesheet
-    assert not re.search(r'<script[^>]+src=', text)                     # scripts are inlined
-    for title in ("Dataset summary", "Metrics", "Confusion matrix", "ROC and precision-recall",
-                  "Training curves per fold", "Band importance per class",
-                  "Strongest channel-pair attributions", "Coarse vs refined attention",
-                  "logistic_regression", "No preprocessing failures",
-                  "Paired over the same folds: xaiguiformer - logistic_regression, bac:",
-                  "Paired over the same folds: xaiguiformer - tangent_space, bac:",
-                  "TS P(true)",
-                  "Which run this is", "What these numbers mean",
-                  "Per-recording out-of-fold predictions", "About the explanations",
-                  "What attention does (out of fold)", "Attention entropy per epoch",
-                  "explanation / rest", "logit change, uniform"):
+    assert len(sources) >= MIN_FIGURES and all(
+        s.startswith("data:image/png;base64,") for s in sources
+    )
+    assert not re.search(r'<link[^>]+href="(?!#|data:)', text)  # no external stylesheet
+    assert not re.search(r"<script[^>]+src=", text)  # scripts are inlined
+    for title in (
+        "Dataset summary",
+        "Metrics",
+        "Confusion matrix",
+        "ROC and precision-recall",
+        "Training curves per fold",
+        "Band importance per class",
+        "Strongest channel-pair attributions",
+        "Coarse vs refined attention",
+        "logistic_regression",
+        "No preprocessing failures",
+        "Paired over the same folds: xaiguiformer - logistic_regression, bac:",
+        "Paired over the same folds: xaiguiformer - tangent_space, bac:",
+        "TS P(true)",
+        "Which run this is",
+        "What these numbers mean",
+        "Per-recording out-of-fold predictions",
+        "About the explanations",
+        "What attention does (out of fold)",
+        "Attention entropy per epoch",
+        "explanation / rest",
+        "logit change, uniform",
+    ):
         assert title in text, title
-    assert 'class="badge' not in text                  # no MNE tag badges
+    assert 'class="badge' not in text  # no MNE tag badges
     # the title names the model, the data and the label, not the run folder ("eegformer run run")
     assert "<title>XAIguiFormer (default preset) on sample_data: diagnosis</title>" in text
 
@@ -87,16 +120,27 @@ def test_report_title_names_the_dataset_from_the_preprocess_inputs(tmp_path):
     (prep / "preprocess.json").write_text(json.dumps({"inputs": [str(dataset)]}))
     config = {"data_dir": str(prep), "preset": "paper", "label_column": "diagnosis"}
     assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
-    (prep / "preprocess.json").write_text(json.dumps({"inputs": [        # files of a BIDS tree
-        str(dataset / "sub-01" / "eeg" / "a.edf"), str(dataset / "eeg" / "b.edf")]}))
+    (prep / "preprocess.json").write_text(
+        json.dumps(
+            {
+                "inputs": [  # files of a BIDS tree
+                    str(dataset / "sub-01" / "eeg" / "a.edf"),
+                    str(dataset / "eeg" / "b.edf"),
+                ]
+            }
+        )
+    )
     assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
-    (prep / "preprocess.json").unlink()                # no settings file: the folder's name
+    (prep / "preprocess.json").unlink()  # no settings file: the folder's name
     assert report_title(config) == "XAIguiFormer (paper preset) on prep: diagnosis"
 
 
 def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel():
-    history = [{"repeat": r, "fold": f, "epoch": e, "train_loss": 1.0 / e, "val_loss": 1.0,
-                "val_bac": 0.5} for r, f in ((0, 0), (0, 1), (-1, -1)) for e in (1, 2)]
+    history = [
+        {"repeat": r, "fold": f, "epoch": e, "train_loss": 1.0 / e, "val_loss": 1.0, "val_bac": 0.5}
+        for r, f in ((0, 0), (0, 1), (-1, -1))
+        for e in (1, 2)
+    ]
     fig = training_curves_figure(history)
     legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
     assert legend == ["repeat 0 fold 0", "repeat 0 fold 1", "final model"]
@@ -111,25 +155,34 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
     bands = ["delta", "theta", "alpha", "beta"]
     coarse = np.full((1, 4, 4), 0.25)
     coarse[0, :, 1] += 0.06
-    coarse[0, :, 0] -= 0.06                              # rows still sum to 1
+    coarse[0, :, 0] -= 0.06  # rows still sum to 1
     refined = np.full((1, 4, 4), 0.25)
-    refined[0, 2, 3], refined[0, 2, 2] = 0.251, 0.249   # nearly uniform
+    refined[0, 2, 3], refined[0, 2, 2] = 0.251, 0.249  # nearly uniform
     fig = attention_figure(coarse, refined, bands, "test")
     limits = [image.get_clim() for ax in fig.axes for image in ax.get_images()]
-    assert limits[0] == pytest.approx((-0.06, 0.06))      # coarse - 1/4
-    assert limits[1] == pytest.approx((-0.001, 0.001))    # refined - 1/4: its own scale
-    assert limits[2] == pytest.approx((-0.06, 0.06))      # refined - coarse
+    assert limits[0] == pytest.approx((-0.06, 0.06))  # coarse - 1/4
+    assert limits[1] == pytest.approx((-0.001, 0.001))  # refined - 1/4: its own scale
+    assert limits[2] == pytest.approx((-0.06, 0.06))  # refined - coarse
 
     # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
     # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
-    from eegformer_cli.explain.report_figures import (band_importance_figure,
-                                                      connectivity_head_figure)
+    from eegformer_cli.explain.report_figures import (
+        band_importance_figure,
+        connectivity_head_figure,
+    )
+
     rng = np.random.default_rng(0)
     pairs = rng.normal(size=(2, 4, 6, 6))
-    figures = [confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),
-               band_importance_figure(rng.normal(size=(2, 9)), ["x", "y"], list("abcdefghi")),
-               connectivity_head_figure(pairs + pairs.transpose(0, 1, 3, 2), ["x", "y"], bands,
-                                        ["Fp1", "Fp2", "C3", "C4", "O1", "O2"])]
+    figures = [
+        confusion_matrix_figure(np.eye(3), ["a", "bb", "schizophrenia"]),
+        band_importance_figure(rng.normal(size=(2, 9)), ["x", "y"], list("abcdefghi")),
+        connectivity_head_figure(
+            pairs + pairs.transpose(0, 1, 3, 2),
+            ["x", "y"],
+            bands,
+            ["Fp1", "Fp2", "C3", "C4", "O1", "O2"],
+        ),
+    ]
     for fig in figures:
         pixels = fig.get_size_inches() * fig.dpi
         assert (pixels == np.round(pixels)).all(), pixels
@@ -139,14 +192,21 @@ def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_
     run = build_sample_run(tmp_path_factory)
     code, output = run_main(capsys, "report", run["run"])
     assert code == 0 and output.strip().endswith("report.html")
-    text = (run["run"] / "report.html").read_text(encoding="utf-8")     # the default --out
+    text = (run["run"] / "report.html").read_text(encoding="utf-8")  # the default --out
     assert "No explanations: no --explanations folder was given" in text
     assert "eegformer explain" in text and "Band importance per class" not in text
     code, output = run_main(capsys, "report", tmp_path)
     assert code == 3 and "not a run folder" in output and "Traceback" not in output
     # a wrong --explanations folder is an error naming it, not a quiet note in the HTML
-    code, output = run_main(capsys, "report", run["run"], "--explanations", run["prep"],
-                            "--out", tmp_path / "wrong.html")
+    code, output = run_main(
+        capsys,
+        "report",
+        run["run"],
+        "--explanations",
+        run["prep"],
+        "--out",
+        tmp_path / "wrong.html",
+    )
     assert code == 3 and "not an explain output folder" in output and str(run["prep"]) in output
     assert not (tmp_path / "wrong.html").exists()
 
@@ -155,7 +215,7 @@ def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys)
     run = build_sample_run(tmp_path_factory)
     unfinished = tmp_path / "run"
     shutil.copytree(run["run"], unfinished)
-    (unfinished / "model.pt").unlink()                   # as after a stop before the final model
+    (unfinished / "model.pt").unlink()  # as after a stop before the final model
     code, output = run_main(capsys, "report", unfinished, "--out", tmp_path / "r1.html")
     assert code == 0 and "incomplete run: no model.pt" in output
     assert "incomplete run: no model.pt" in (tmp_path / "r1.html").read_text(encoding="utf-8")
@@ -168,14 +228,22 @@ def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys)
 
 
 def test_report_refuses_another_models_explanations_and_damaged_predictions(
-        report_file, tmp_path_factory, tmp_path, capsys):
+    report_file, tmp_path_factory, tmp_path, capsys
+):
     run = build_sample_run(tmp_path_factory)
     other = tmp_path / "other"
     shutil.copytree(run["run"], other)
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "labels": ["control", "patient"]}))
-    code, output = run_main(capsys, "report", other, "--explanations",
-                            report_file.parent / "explanations", "--out", tmp_path / "mix.html")
+    code, output = run_main(
+        capsys,
+        "report",
+        other,
+        "--explanations",
+        report_file.parent / "explanations",
+        "--out",
+        tmp_path / "mix.html",
+    )
     assert code == 3 and "explains another model than this run's: classes" in output
     assert "(run: ['control', 'patient'])" in output and not (tmp_path / "mix.html").exists()
     # out-of-fold predictions cut short: an input error naming the file, not a crash
@@ -193,14 +261,18 @@ def test_report_refuses_another_models_explanations_and_damaged_predictions(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
-                                             "(Debian: apt-get install chromium)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
+)
 def test_demo_report_renders_in_headless_chromium(demo_report, tmp_path):
     # a copy that, once loaded, writes into the DOM what the browser shows: decoded images,
     # visible tag badges, the tag filter, the sortable table, and whether sorting by P(true)
     # (a click on its header) orders the rows
     probe = tmp_path / "probe.html"
-    probe.write_text(demo_report.read_text(encoding="utf-8").replace("</body>", """<script>
+    probe.write_text(
+        demo_report.read_text(encoding="utf-8").replace(
+            "</body>",
+            """<script>
 window.addEventListener('load', () => setTimeout(() => {
   const b = document.body;
   b.setAttribute('data-decoded', [...document.images].filter(
@@ -246,11 +318,24 @@ window.addEventListener('load', () => setTimeout(() => {
     b.setAttribute('data-sorted', values.every((v, i) => i === 0 || values[i - 1] <= v));
   }, 300);
 }, 300));
-</script></body>"""), encoding="utf-8")
+</script></body>""",
+        ),
+        encoding="utf-8",
+    )
     profile = ["--user-data-dir=" + str(tmp_path / "profile")]
-    dom = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, "--virtual-time-budget=5000",
-                          "--dump-dom", probe.as_uri()], capture_output=True, text=True,
-                         timeout=120)
+    dom = subprocess.run(
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            *profile,
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     def attribute(name: str) -> str:
         found = re.search(rf'<body[^>]* data-{name}="([^"]*)"', dom.stdout)
@@ -265,22 +350,38 @@ window.addEventListener('load', () => setTimeout(() => {
     assert attribute("badges") == "0" and attribute("filter-shown") == "false"
     assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
     assert attribute("sorted") == "true"
-    assert attribute("head-figure") == "true"    # channel pairs on the head, with colour bars
-    for text in ("Which run this is", "participant-wise 3-fold cross-validation",
-                 "the logistic regression (", "prediction sets cover",
-                 "Reliability diagram", "Prediction sets: coverage",
-                 "positive class for AUROC and AUC-PR", "What these numbers mean",
-                 "is chance (2 classes)", "Per-recording out-of-fold predictions",
-                 "Every explained recording was explained out of fold"):
+    assert attribute("head-figure") == "true"  # channel pairs on the head, with colour bars
+    for text in (
+        "Which run this is",
+        "participant-wise 3-fold cross-validation",
+        "the logistic regression (",
+        "prediction sets cover",
+        "Reliability diagram",
+        "Prediction sets: coverage",
+        "positive class for AUROC and AUC-PR",
+        "What these numbers mean",
+        "is chance (2 classes)",
+        "Per-recording out-of-fold predictions",
+        "Every explained recording was explained out of fold",
+    ):
         assert text in dom.stdout, text
     # no tag badge anywhere (MNE writes a tag as a badge holding its name)
     assert not re.search(r"badge[^>]*>\s*custom-", dom.stdout)
 
     screenshot = tmp_path / "report.png"
-    subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, *profile, f"--screenshot={screenshot}",
-                    "--window-size=1280,4000", demo_report.as_uri()], capture_output=True,
-                   timeout=120)
-    pixels = matplotlib.image.imread(screenshot)[..., :3]                # (H, W, 3) in [0, 1]
+    subprocess.run(
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            *profile,
+            f"--screenshot={screenshot}",
+            "--window-size=1280,4000",
+            demo_report.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    pixels = matplotlib.image.imread(screenshot)[..., :3]  # (H, W, 3) in [0, 1]
     assert pixels.shape[:2] == (4000, 1280)
     not_white = (pixels < 0.9).any(axis=-1).mean()
     assert not_white > 0.05 and pixels.std() > 0.1
@@ -290,29 +391,38 @@ window.addEventListener('load', () => setTimeout(() => {
 
 
 def test_channel_pairs_on_the_head_and_band_importance_title_fit():
-    from eegformer_cli.explain.report_figures import (band_importance_figure,
-                                                      connectivity_head_figure)
+    from eegformer_cli.explain.report_figures import (
+        band_importance_figure,
+        connectivity_head_figure,
+    )
+
     channels = ["Fp1", "Fp2", "F3", "F4", "C3", "C4", "P3", "P4", "O1", "O2"]
     pairs = np.zeros((2, 3, 10, 10))
-    pairs[0, 1, 2, 4] = pairs[0, 1, 4, 2] = 2.0          # class x: F3-C3 in band b, raises
+    pairs[0, 1, 2, 4] = pairs[0, 1, 4, 2] = 2.0  # class x: F3-C3 in band b, raises
     pairs[0, 0, 3, 5] = pairs[0, 0, 5, 3] = -0.5
-    pairs[1, 2, 3, 9] = pairs[1, 2, 9, 3] = -0.02        # class y: F4-O2 in band c, lowers
+    pairs[1, 2, 3, 9] = pairs[1, 2, 9, 3] = -0.02  # class y: F4-O2 in band c, lowers
     fig = connectivity_head_figure(pairs, ["x", "y"], ["a", "b", "c"], channels)
     heads, bars = fig.axes[:2], fig.axes[2:]
-    assert len(bars) == 2                                 # a colour bar per class, with values
-    assert [b.get_xlim() for b in bars] == [pytest.approx((-2.0, 2.0)),
-                                            pytest.approx((-0.02, 0.02))]
+    assert len(bars) == 2  # a colour bar per class, with values
+    assert [b.get_xlim() for b in bars] == [
+        pytest.approx((-2.0, 2.0)),
+        pytest.approx((-0.02, 0.02)),
+    ]
     assert "x: strongest pair, b" in heads[0].get_title()
     assert "y: strongest pair, c" in heads[1].get_title()
     positions = dict(zip(channels, heads[0].collections[0].get_offsets()))
-    assert positions["F3"][0] < 0 < positions["F4"][0]    # left hemisphere on the left
-    assert positions["Fp1"][1] > positions["C3"][1] > positions["O1"][1]   # nose up
+    assert positions["F3"][0] < 0 < positions["F4"][0]  # left hemisphere on the left
+    assert positions["Fp1"][1] > positions["C3"][1] > positions["O1"][1]  # nose up
     line = heads[0].collections[-1]
     assert len(line.get_segments()) == 1
     np.testing.assert_allclose(line.get_segments()[-1], [positions["F3"], positions["C3"]])
 
-    fig = band_importance_figure(np.array([[0.5, -0.5, 0.0]]), ["x"], ["a", "b", "c"],
-                                 "the training recordings' mean connectome")
+    fig = band_importance_figure(
+        np.array([[0.5, -0.5, 0.0]]),
+        ["x"],
+        ["a", "b", "c"],
+        "the training recordings' mean connectome",
+    )
     fig.canvas.draw()
     title = fig.axes[0].title
     box = title.get_window_extent()

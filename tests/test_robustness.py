@@ -54,9 +54,15 @@ SFREQ = 128
 # settings hash and skips the recordings already done.
 FIXED_SETTINGS = {"channels": simulate.CHANNELS, "epoch_length": 6.0}
 FIXED_FLAGS = ["--channels", ",".join(simulate.CHANNELS), "--epoch-length", "6"]
-TINY_TRAINING = {"epochs": 2, "batch_size": 8, "augmentation": "none", "device": "cpu",
-                 "holdout": 0.25, "val_fraction": 0.34,
-                 "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}}
+TINY_TRAINING = {
+    "epochs": 2,
+    "batch_size": 8,
+    "augmentation": "none",
+    "device": "cpu",
+    "holdout": 0.25,
+    "val_fraction": 0.34,
+    "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
+}
 TINY_TOML = """epochs = 2
 batch_size = 8
 augmentation = 'none'
@@ -75,19 +81,20 @@ class Workspace:
     """The shared data of the module (all paths absolute)."""
 
     root: Path
-    study: Path          # simulate output: participants.tsv, eeg/*.edf
-    good: Path           # one good recording of the study (participant sub-01)
-    prep: Path           # preprocess output of the whole study (FIXED_SETTINGS)
-    model: Path          # a tiny model trained on ``prep`` (holdout)
-    bad: dict[str, Path] = field(default_factory=dict)   # name -> bad recording
+    study: Path  # simulate output: participants.tsv, eeg/*.edf
+    good: Path  # one good recording of the study (participant sub-01)
+    prep: Path  # preprocess output of the whole study (FIXED_SETTINGS)
+    model: Path  # a tiny model trained on ``prep`` (holdout)
+    bad: dict[str, Path] = field(default_factory=dict)  # name -> bad recording
     tables: dict[str, Path] = field(default_factory=dict)  # name -> bad participants table
     models: dict[str, Path] = field(default_factory=dict)  # name -> bad model file
 
 
 def _participant_raw(duration_s: float = DURATION_S, sfreq: float = SFREQ) -> mne.io.RawArray:
     """The simulated recording of the study's first participant (plain 10-20 labels)."""
-    return simulate.simulate_participant(simulate.draw_participants(N_PARTICIPANTS, SEED)[0],
-                                         duration_s, sfreq)
+    return simulate.simulate_participant(
+        simulate.draw_participants(N_PARTICIPANTS, SEED)[0], duration_s, sfreq
+    )
 
 
 def write_bad_recordings(folder: Path, good: Path) -> dict[str, Path]:
@@ -110,7 +117,8 @@ def write_bad_recordings(folder: Path, good: Path) -> dict[str, Path]:
     edf("flat", _participant_raw().apply_function(lambda x: x * 0.0, picks=["Cz"]))
     paths["nan"] = folder / "nan_raw.fif"  # EDF cannot store NaN; FIF can
     _participant_raw().apply_function(lambda x: np.full_like(x, np.nan)).save(
-        paths["nan"], verbose="error")
+        paths["nan"], verbose="error"
+    )
     edf("two_channels", _participant_raw().pick(["Fp1", "Fp2"]))
     numbered = _participant_raw()
     numbered.rename_channels({name: f"E{i + 1}" for i, name in enumerate(numbered.ch_names)})
@@ -161,8 +169,9 @@ def workspace(tmp_path_factory) -> Workspace:
     study = root / "study"
     simulate.simulate_dataset(study, N_PARTICIPANTS, DURATION_S, SFREQ, SEED)
     prep = root / "prep"
-    summary = run_preprocess([study], prep, PreprocessSettings.from_preset("default",
-                                                                           **FIXED_SETTINGS))
+    summary = run_preprocess(
+        [study], prep, PreprocessSettings.from_preset("default", **FIXED_SETTINGS)
+    )
     assert summary.n_ok == N_PARTICIPANTS
     run_training(prep, root / "run", "diagnosis", resolve_config("default", None, TINY_TRAINING))
     (root / "tiny.toml").write_text(TINY_TOML)
@@ -181,8 +190,11 @@ def workspace(tmp_path_factory) -> Workspace:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (relative path -> content), the lock file left out."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 def manifest_rows(folder: Path) -> dict[str, dict]:
@@ -243,8 +255,16 @@ RECORDING_PROBLEMS = {
 def _preprocess_beside_good(name: str) -> Callable[[Workspace, Path], list]:
     def prepare(ws: Workspace, folder: Path) -> list:
         shutil.copytree(ws.prep, folder / "prep")
-        return ["preprocess", ws.good, ws.bad[name], "--out", folder / "prep", "--strict",
-                *FIXED_FLAGS]
+        return [
+            "preprocess",
+            ws.good,
+            ws.bad[name],
+            "--out",
+            folder / "prep",
+            "--strict",
+            *FIXED_FLAGS,
+        ]
+
     return prepare
 
 
@@ -259,21 +279,31 @@ def _good_kept_and_bad_listed(name: str):
         good_id, bad_id = ws.good.name[:-4], ws.bad[name].name.split(".")[0]
         assert rows[good_id]["status"] == "ok"
         assert rows[good_id]["age"] == manifest_rows(ws.prep)[good_id]["age"]  # metadata kept
-        assert rows[bad_id]["status"] == "error" and RECORDING_PROBLEMS[name] in rows[bad_id]["error"]
+        assert (
+            rows[bad_id]["status"] == "error" and RECORDING_PROBLEMS[name] in rows[bad_id]["error"]
+        )
         assert not (out / "connectomes" / f"{bad_id}.npz").exists()
         assert not list(out.rglob(".tmp-*"))
+
     return intact
 
 
-CASES = [Case(f"preprocess-{name}", _preprocess_beside_good(name), 6,
-              lambda ws, name=name, problem=problem: (str(ws.bad[name]), problem),
-              _good_kept_and_bad_listed(name))
-         for name, problem in RECORDING_PROBLEMS.items()]
+CASES = [
+    Case(
+        f"preprocess-{name}",
+        _preprocess_beside_good(name),
+        6,
+        lambda ws, name=name, problem=problem: (str(ws.bad[name]), problem),
+        _good_kept_and_bad_listed(name),
+    )
+    for name, problem in RECORDING_PROBLEMS.items()
+]
 
 
 def _nothing_written(folder_name: str):
     def intact(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
         assert snapshot(folder / folder_name) == snapshot(ws.prep)
+
     return intact
 
 
@@ -281,6 +311,7 @@ def _prep_copy_then(args: Callable[[Workspace, Path], list]):
     def prepare(ws: Workspace, folder: Path) -> list:
         shutil.copytree(ws.prep, folder / "prep")
         return args(ws, folder)
+
     return prepare
 
 
@@ -290,11 +321,15 @@ def _failure_listed(ws: Workspace, folder: Path, result: subprocess.CompletedPro
     assert not list((folder / "new" / "connectomes").iterdir())
 
 
-CASES.append(Case(
-    "preprocess-only-bad-recording",
-    lambda ws, folder: ["preprocess", ws.bad["flat"], "--out", folder / "new"],
-    3, lambda ws: ("no recording could be preprocessed", str(ws.bad["flat"]), "flat channel Cz"),
-    _failure_listed))
+CASES.append(
+    Case(
+        "preprocess-only-bad-recording",
+        lambda ws, folder: ["preprocess", ws.bad["flat"], "--out", folder / "new"],
+        3,
+        lambda ws: ("no recording could be preprocessed", str(ws.bad["flat"]), "flat channel Cz"),
+        _failure_listed,
+    )
+)
 
 # -- a bad participants table: refused before anything is written into the output folder
 TABLE_PROBLEMS = {
@@ -303,13 +338,26 @@ TABLE_PROBLEMS = {
     "age_negative": "participant sub-01: age '-3' is negative",
     "sex_unknown": "unknown sex code 'X'",
 }
-CASES += [Case(f"preprocess-table-{name}",
-               _prep_copy_then(lambda ws, folder, name=name: [
-                   "preprocess", ws.good, "--participants", ws.tables[name],
-                   "--out", folder / "prep", *FIXED_FLAGS]),
-               3, lambda ws, name=name, problem=problem: (str(ws.tables[name]), problem),
-               _nothing_written("prep"))
-          for name, problem in TABLE_PROBLEMS.items()]
+CASES += [
+    Case(
+        f"preprocess-table-{name}",
+        _prep_copy_then(
+            lambda ws, folder, name=name: [
+                "preprocess",
+                ws.good,
+                "--participants",
+                ws.tables[name],
+                "--out",
+                folder / "prep",
+                *FIXED_FLAGS,
+            ]
+        ),
+        3,
+        lambda ws, name=name, problem=problem: (str(ws.tables[name]), problem),
+        _nothing_written("prep"),
+    )
+    for name, problem in TABLE_PROBLEMS.items()
+]
 
 # -- labels: all missing, or a single class (train refuses; the data folder is untouched)
 LABEL_PROBLEMS = {
@@ -322,19 +370,39 @@ def _train_on_relabelled(name: str):
     def prepare(ws: Workspace, folder: Path) -> list:
         copy_with_labels(ws.prep, folder / "prep", LABEL_PROBLEMS[name][0])
         (folder / "manifest.before").write_bytes((folder / "prep" / "manifest.tsv").read_bytes())
-        return ["train", folder / "prep", "--out", folder / "run", "--label-column", "diagnosis",
-                "--config", ws.root / "tiny.toml", "--holdout", "0.25"]
+        return [
+            "train",
+            folder / "prep",
+            "--out",
+            folder / "run",
+            "--label-column",
+            "diagnosis",
+            "--config",
+            ws.root / "tiny.toml",
+            "--holdout",
+            "0.25",
+        ]
+
     return prepare
 
 
 def _labels_intact(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
-    assert (folder / "prep" / "manifest.tsv").read_bytes() == (folder / "manifest.before").read_bytes()
+    assert (folder / "prep" / "manifest.tsv").read_bytes() == (
+        folder / "manifest.before"
+    ).read_bytes()
     assert not (folder / "run" / "model.pt").exists()
 
 
-CASES += [Case(f"train-labels-{name}", _train_on_relabelled(name), 3,
-               lambda ws, name=name: ("manifest.tsv", LABEL_PROBLEMS[name][1]), _labels_intact)
-          for name in LABEL_PROBLEMS]
+CASES += [
+    Case(
+        f"train-labels-{name}",
+        _train_on_relabelled(name),
+        3,
+        lambda ws, name=name: ("manifest.tsv", LABEL_PROBLEMS[name][1]),
+        _labels_intact,
+    )
+    for name in LABEL_PROBLEMS
+]
 
 # -- settings that cannot work: refused before any folder is made (or, for a learning rate
 #    that only shows itself by diverging, after the first epoch, with what to change)
@@ -342,8 +410,20 @@ CASES += [Case(f"train-labels-{name}", _train_on_relabelled(name), 3,
 
 def _train_with(*flags: str):
     def prepare(ws: Workspace, folder: Path) -> list:
-        return ["train", ws.prep, "--out", folder / "run", "--label-column", "diagnosis",
-                "--config", ws.root / "tiny.toml", "--holdout", "0.25", *flags]
+        return [
+            "train",
+            ws.prep,
+            "--out",
+            folder / "run",
+            "--label-column",
+            "diagnosis",
+            "--config",
+            ws.root / "tiny.toml",
+            "--holdout",
+            "0.25",
+            *flags,
+        ]
+
     return prepare
 
 
@@ -352,20 +432,50 @@ def _no_run_folder(ws: Workspace, folder: Path, result: subprocess.CompletedProc
 
 
 CASES += [
-    Case("train-lr-nan", _train_with("--lr", "nan"), 2,
-         lambda ws: ("invalid value nan for lr", "finite"), _no_run_folder),
-    Case("train-seed-negative", _train_with("--seed", "-1"), 2,
-         lambda ws: ("invalid value -1 for seed", "[0, 4294967295]"), _no_run_folder),
-    Case("train-config-is-a-folder",
-         lambda ws, folder: ["train", ws.prep, "--out", folder / "run", "--label-column",
-                             "diagnosis", "--config", ws.study],
-         2, lambda ws: (str(ws.study), "config file not readable"), _no_run_folder),
-    Case("train-lr-diverges", _train_with("--lr", "1e30"), 2,
-         lambda ws: ("training diverged", "lower --lr"),
-         lambda ws, folder, result: _no_model_written(ws, folder, result)),  # defined below
-    Case("preprocess-sfreq-nan",
-         lambda ws, folder: ["preprocess", ws.good, "--out", folder / "prep", "--sfreq", "nan"],
-         2, lambda ws: ("invalid --sfreq nan; it must be a finite number",), _no_run_folder),
+    Case(
+        "train-lr-nan",
+        _train_with("--lr", "nan"),
+        2,
+        lambda ws: ("invalid value nan for lr", "finite"),
+        _no_run_folder,
+    ),
+    Case(
+        "train-seed-negative",
+        _train_with("--seed", "-1"),
+        2,
+        lambda ws: ("invalid value -1 for seed", "[0, 4294967295]"),
+        _no_run_folder,
+    ),
+    Case(
+        "train-config-is-a-folder",
+        lambda ws, folder: [
+            "train",
+            ws.prep,
+            "--out",
+            folder / "run",
+            "--label-column",
+            "diagnosis",
+            "--config",
+            ws.study,
+        ],
+        2,
+        lambda ws: (str(ws.study), "config file not readable"),
+        _no_run_folder,
+    ),
+    Case(
+        "train-lr-diverges",
+        _train_with("--lr", "1e30"),
+        2,
+        lambda ws: ("training diverged", "lower --lr"),
+        lambda ws, folder, result: _no_model_written(ws, folder, result),
+    ),  # defined below
+    Case(
+        "preprocess-sfreq-nan",
+        lambda ws, folder: ["preprocess", ws.good, "--out", folder / "prep", "--sfreq", "nan"],
+        2,
+        lambda ws: ("invalid --sfreq nan; it must be a finite number",),
+        _no_run_folder,
+    ),
 ]
 
 
@@ -376,17 +486,26 @@ def _every_recording_fails_into_earlier_output(ws: Workspace, folder: Path) -> l
     return ["preprocess", ws.bad["empty"], ws.bad["text"], "--out", folder / "prep"]
 
 
-def _earlier_output_unchanged(ws: Workspace, folder: Path, result: subprocess.CompletedProcess
-                              ) -> None:
+def _earlier_output_unchanged(
+    ws: Workspace, folder: Path, result: subprocess.CompletedProcess
+) -> None:
     assert snapshot(folder / "prep") == snapshot(ws.prep)
 
 
 # -- a run in which nothing succeeds must not replace an earlier run's manifest with its errors
-CASES.append(Case("preprocess-nothing-ok-into-earlier-output",
-                  _every_recording_fails_into_earlier_output, 3,
-                  lambda ws: ("no recording could be preprocessed", str(ws.bad["empty"]),
-                              "is left as the earlier run wrote it"),
-                  _earlier_output_unchanged))
+CASES.append(
+    Case(
+        "preprocess-nothing-ok-into-earlier-output",
+        _every_recording_fails_into_earlier_output,
+        3,
+        lambda ws: (
+            "no recording could be preprocessed",
+            str(ws.bad["empty"]),
+            "is left as the earlier run wrote it",
+        ),
+        _earlier_output_unchanged,
+    )
+)
 
 # -- an output folder that cannot be created or written
 BLOCKED_OUT = "cannot create folder: Not a directory"
@@ -398,9 +517,14 @@ def _blocker_intact(ws: Workspace, folder: Path, result: subprocess.CompletedPro
 
 # (train into an unwritable --out: tests/test_training.py::test_cli_errors_have_distinct_exit_codes)
 CASES.append(
-    Case("preprocess-out-not-writable",
-         lambda ws, folder: ["preprocess", ws.good, "--out", ws.root / "blocker" / "prep"],
-         5, lambda ws: (str(ws.root / "blocker" / "prep"), BLOCKED_OUT), _blocker_intact))
+    Case(
+        "preprocess-out-not-writable",
+        lambda ws, folder: ["preprocess", ws.good, "--out", ws.root / "blocker" / "prep"],
+        5,
+        lambda ws: (str(ws.root / "blocker" / "prep"), BLOCKED_OUT),
+        _blocker_intact,
+    )
+)
 
 
 def _read_only_out(ws: Workspace, folder: Path) -> list:
@@ -409,12 +533,21 @@ def _read_only_out(ws: Workspace, folder: Path) -> list:
     return ["preprocess", ws.good, "--out", folder / "locked"]
 
 
-def _read_only_stays_empty(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -> None:
+def _read_only_stays_empty(
+    ws: Workspace, folder: Path, result: subprocess.CompletedProcess
+) -> None:
     assert list((folder / "locked").iterdir()) == []
 
 
-CASES.append(Case("preprocess-out-read-only", _read_only_out, 5,
-                  lambda ws: ("locked", "folder is not writable"), _read_only_stays_empty))
+CASES.append(
+    Case(
+        "preprocess-out-read-only",
+        _read_only_out,
+        5,
+        lambda ws: ("locked", "folder is not writable"),
+        _read_only_stays_empty,
+    )
+)
 
 # -- bad model files: predict refuses with exit 4 and prints no row
 
@@ -428,10 +561,16 @@ MODEL_PROBLEMS = {
     "text": "not a model file (not a PyTorch archive)",
     "newer": "model file format version 2 is not supported",
 }
-CASES += [Case(f"predict-model-{name}",
-               lambda ws, folder, name=name: ["predict", ws.models[name], ws.good],
-               4, lambda ws, name=name, problem=problem: (str(ws.models[name]), problem), _no_rows)
-          for name, problem in MODEL_PROBLEMS.items()]
+CASES += [
+    Case(
+        f"predict-model-{name}",
+        lambda ws, folder, name=name: ["predict", ws.models[name], ws.good],
+        4,
+        lambda ws, name=name, problem=problem: (str(ws.models[name]), problem),
+        _no_rows,
+    )
+    for name, problem in MODEL_PROBLEMS.items()
+]
 
 
 # -- a bad recording beside a good one in predict: the good one's row is printed
@@ -441,9 +580,15 @@ def _good_row_printed(ws: Workspace, folder: Path, result: subprocess.CompletedP
     assert abs(float(rows[0]["prob_healthy"]) + float(rows[0]["prob_depression"]) - 1) < 1e-6
 
 
-CASES.append(Case("predict-flat-recording",
-                  lambda ws, folder: ["predict", ws.model, ws.good, ws.bad["flat"]],
-                  3, lambda ws: (str(ws.bad["flat"]), "flat channel Cz"), _good_row_printed))
+CASES.append(
+    Case(
+        "predict-flat-recording",
+        lambda ws, folder: ["predict", ws.model, ws.good, ws.bad["flat"]],
+        3,
+        lambda ws: (str(ws.bad["flat"]), "flat channel Cz"),
+        _good_row_printed,
+    )
+)
 
 
 # -- a connectome file cut short (a partial copy) in a preprocess output
@@ -459,8 +604,18 @@ def _with_cut_connectome(ws: Workspace, folder: Path, which: int) -> Path:
 
 def _train_on_cut_connectome(ws: Workspace, folder: Path) -> list:
     _with_cut_connectome(ws, folder, 0)
-    return ["train", folder / "prep", "--out", folder / "run", "--label-column", "diagnosis",
-            "--config", ws.root / "tiny.toml", "--holdout", "0.25"]
+    return [
+        "train",
+        folder / "prep",
+        "--out",
+        folder / "run",
+        "--label-column",
+        "diagnosis",
+        "--config",
+        ws.root / "tiny.toml",
+        "--holdout",
+        "0.25",
+    ]
 
 
 def _predict_on_cut_connectome(ws: Workspace, folder: Path) -> list:
@@ -478,23 +633,43 @@ def _other_rows_printed(ws: Workspace, folder: Path, result: subprocess.Complete
 
 
 CASES += [
-    Case("train-connectome-truncated", _train_on_cut_connectome, 3,
-         lambda ws: ("sub-01_task-rest_eeg.npz: cannot read connectome",
-                     "rerun `eegformer preprocess`"),
-         _no_model_written),
-    Case("predict-connectome-truncated", _predict_on_cut_connectome, 3,
-         lambda ws: (f"sub-{N_PARTICIPANTS:02d}_task-rest_eeg.npz: cannot read connectome",),
-         _other_rows_printed),
+    Case(
+        "train-connectome-truncated",
+        _train_on_cut_connectome,
+        3,
+        lambda ws: (
+            "sub-01_task-rest_eeg.npz: cannot read connectome",
+            "rerun `eegformer preprocess`",
+        ),
+        _no_model_written,
+    ),
+    Case(
+        "predict-connectome-truncated",
+        _predict_on_cut_connectome,
+        3,
+        lambda ws: (f"sub-{N_PARTICIPANTS:02d}_task-rest_eeg.npz: cannot read connectome",),
+        _other_rows_printed,
+    ),
 ]
 
 
 # -- explain: bad model files, a bad recording beside a good one, an unwritable --out
-CASES += [Case(f"explain-model-{name}",
-               lambda ws, folder, name=name: ["explain", ws.models[name], ws.good,
-                                              "--out", folder / "explanations"],
-               4, lambda ws, name=name: (str(ws.models[name]), MODEL_PROBLEMS[name]),
-               lambda ws, folder, result: _nothing_in(folder / "explanations"))
-          for name in ("corrupt",)]  # explain reads model files as predict does
+CASES += [
+    Case(
+        f"explain-model-{name}",
+        lambda ws, folder, name=name: [
+            "explain",
+            ws.models[name],
+            ws.good,
+            "--out",
+            folder / "explanations",
+        ],
+        4,
+        lambda ws, name=name: (str(ws.models[name]), MODEL_PROBLEMS[name]),
+        lambda ws, folder, result: _nothing_in(folder / "explanations"),
+    )
+    for name in ("corrupt",)
+]  # explain reads model files as predict does
 
 
 def _nothing_in(folder: Path) -> None:
@@ -508,13 +683,29 @@ def _good_explained(ws: Workspace, folder: Path, result: subprocess.CompletedPro
 
 
 CASES += [
-    Case("explain-flat-recording",
-         lambda ws, folder: ["explain", ws.model, ws.good, ws.bad["flat"],
-                             "--out", folder / "explanations", "--n-steps", "2"],
-         3, lambda ws: (str(ws.bad["flat"]), "flat channel Cz"), _good_explained),
-    Case("explain-out-not-writable",
-         lambda ws, folder: ["explain", ws.model, ws.good, "--out", ws.root / "blocker" / "ex"],
-         5, lambda ws: (str(ws.root / "blocker" / "ex"), BLOCKED_OUT), _blocker_intact),
+    Case(
+        "explain-flat-recording",
+        lambda ws, folder: [
+            "explain",
+            ws.model,
+            ws.good,
+            ws.bad["flat"],
+            "--out",
+            folder / "explanations",
+            "--n-steps",
+            "2",
+        ],
+        3,
+        lambda ws: (str(ws.bad["flat"]), "flat channel Cz"),
+        _good_explained,
+    ),
+    Case(
+        "explain-out-not-writable",
+        lambda ws, folder: ["explain", ws.model, ws.good, "--out", ws.root / "blocker" / "ex"],
+        5,
+        lambda ws: (str(ws.root / "blocker" / "ex"), BLOCKED_OUT),
+        _blocker_intact,
+    ),
 ]
 
 
@@ -531,15 +722,32 @@ def _no_report(ws: Workspace, folder: Path, result: subprocess.CompletedProcess)
 
 
 CASES += [
-    Case("report-not-a-run-folder",
-         lambda ws, folder: ["report", ws.prep, "--out", folder / "report.html"],
-         3, lambda ws: (str(ws.prep), "not a run folder (no config.json)"), _no_report),
-    Case("report-metrics-damaged", _report_on_damaged_metrics, 3,
-         lambda ws: ("metrics.json: unreadable JSON",), _no_report),
-    Case("report-out-not-writable",
-         lambda ws, folder: ["report", ws.model.parent, "--out",
-                             ws.root / "blocker" / "report.html"],
-         5, lambda ws: (str(ws.root / "blocker"), "cannot create folder"), _blocker_intact),
+    Case(
+        "report-not-a-run-folder",
+        lambda ws, folder: ["report", ws.prep, "--out", folder / "report.html"],
+        3,
+        lambda ws: (str(ws.prep), "not a run folder (no config.json)"),
+        _no_report,
+    ),
+    Case(
+        "report-metrics-damaged",
+        _report_on_damaged_metrics,
+        3,
+        lambda ws: ("metrics.json: unreadable JSON",),
+        _no_report,
+    ),
+    Case(
+        "report-out-not-writable",
+        lambda ws, folder: [
+            "report",
+            ws.model.parent,
+            "--out",
+            ws.root / "blocker" / "report.html",
+        ],
+        5,
+        lambda ws: (str(ws.root / "blocker"), "cannot create folder"),
+        _blocker_intact,
+    ),
 ]
 
 
@@ -554,8 +762,9 @@ def _skip_reason(case: Case) -> str | None:
 
 
 def run_cli(args: list, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(EEGFORMER + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        EEGFORMER + [str(a) for a in args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -616,12 +825,19 @@ def test_two_preprocess_runs_into_one_folder(workspace, tmp_path):
     """
     out = tmp_path / "prep"
     command = ["preprocess", workspace.study, "--out", out]
-    first = subprocess.Popen(EEGFORMER + [str(a) for a in command], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        EEGFORMER + [str(a) for a in command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
-        while (not list((out / "connectomes").glob("*.npz")) and first.poll() is None
-               and time.monotonic() < deadline):
+        while (
+            not list((out / "connectomes").glob("*.npz"))
+            and first.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         first.send_signal(signal.SIGSTOP)
         assert first.poll() is None, "the first run ended before the second started"
@@ -646,9 +862,13 @@ def test_two_preprocess_runs_into_one_folder(workspace, tmp_path):
 def test_a_reader_that_stops_early_is_not_an_error(workspace):
     """``eegformer predict ... | head -1``: the reader closes the pipe; the command stops quietly
     with 141 (128 + SIGPIPE) like any Unix tool, not with 1 (internal error)."""
-    process = subprocess.Popen(EEGFORMER + ["predict", str(workspace.model), str(workspace.prep)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    process.stdout.close()                               # gone before the first row is written
+    process = subprocess.Popen(
+        EEGFORMER + ["predict", str(workspace.model), str(workspace.prep)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    process.stdout.close()  # gone before the first row is written
     _, err = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGPIPE, err
     assert "error" not in err and "Traceback" not in err
@@ -657,8 +877,9 @@ def test_a_reader_that_stops_early_is_not_an_error(workspace):
 def _modules_imported_by(code: str, names: tuple[str, ...]) -> list[str]:
     """Which of ``names`` a fresh interpreter has imported after running ``code``."""
     script = f"import sys\n{code}\nprint(sorted(m for m in {names!r} if m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr
     return ast.literal_eval(result.stdout.strip().splitlines()[-1])
 
@@ -667,8 +888,10 @@ def test_help_starts_without_the_heavy_libraries():
     """`eegformer --help` (and every command's start) imports no PyTorch, scikit-learn, SciPy,
     pandas, captum or matplotlib: each command imports what it needs when it runs (1.7 s of
     start-up before, 0.3 s after, on the 2-core CI machine)."""
-    code = ("from eegformer_cli.cli.app import app\ntry:\n    app(['--help'])\n"
-            "except SystemExit:\n    pass")
+    code = (
+        "from eegformer_cli.cli.app import app\ntry:\n    app(['--help'])\n"
+        "except SystemExit:\n    pass"
+    )
     heavy = ("torch", "sklearn", "scipy", "pandas", "captum", "matplotlib")
     assert _modules_imported_by(code, heavy) == []
 
@@ -676,7 +899,9 @@ def test_help_starts_without_the_heavy_libraries():
 def test_predict_does_not_import_the_training_libraries():
     """What `predict` imports (model file, inputs, device) leaves out scikit-learn and pandas
     (the trainer's; ~0.5 s of a 3.4-4.0 s prediction of one recording)."""
-    code = ("from eegformer_cli.inference import load_inputs, predict_recordings\n"
-            "from eegformer_cli.training.model_file import load_model_file\n"
-            "from eegformer_cli.devices import resolve_device")
+    code = (
+        "from eegformer_cli.inference import load_inputs, predict_recordings\n"
+        "from eegformer_cli.training.model_file import load_model_file\n"
+        "from eegformer_cli.devices import resolve_device"
+    )
     assert _modules_imported_by(code, ("sklearn", "pandas", "matplotlib")) == []

@@ -14,23 +14,36 @@ from hypothesis import strategies as st
 
 from eegformer_cli.errors import UsageError
 from eegformer_cli.model.rotary import (
-    FALLBACK_AGE_MEAN, FALLBACK_AGE_STD, BandRotaryEncoding, apply_rose, drofe_default_angles,
-    drofe_default_demographics, drofe_default_frequencies, drofe_paper_demographics,
-    drofe_paper_frequencies, rose_frequencies, scaled_rotation)
+    FALLBACK_AGE_MEAN,
+    FALLBACK_AGE_STD,
+    BandRotaryEncoding,
+    apply_rose,
+    drofe_default_angles,
+    drofe_default_demographics,
+    drofe_default_frequencies,
+    drofe_paper_demographics,
+    drofe_paper_frequencies,
+    rose_frequencies,
+    scaled_rotation,
+)
 
-PAPER_EDGES = torch.tensor([[2, 4], [4, 8], [8, 10], [10, 12], [12, 18], [18, 21], [21, 30],
-                            [30, 45], [4 / 12, 8 / 30]], dtype=torch.float64)
+PAPER_EDGES = torch.tensor(
+    [[2, 4], [4, 8], [8, 10], [10, 12], [12, 18], [18, 21], [21, 30], [30, 45], [4 / 12, 8 / 30]],
+    dtype=torch.float64,
+)
 finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False)
 
 
 def vectors(dim: int, n: int = 1):
     return st.lists(st.floats(-10, 10, allow_nan=False), min_size=dim * n, max_size=dim * n).map(
-        lambda values: torch.tensor(values, dtype=torch.float64).reshape(n, dim))
+        lambda values: torch.tensor(values, dtype=torch.float64).reshape(n, dim)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # RoPE: the rotation every encoding uses, at 1-D positions
 # ---------------------------------------------------------------------------------------------
+
 
 def rope_frequencies(dim: int, base: float = 10000.0) -> torch.Tensor:
     """RoFormer's ``theta_i = base ** (-2 i / dim)``, (dim/2,) float64."""
@@ -61,13 +74,21 @@ def test_rope_worked_example():
 
 
 @settings(max_examples=30, deadline=None)
-@given(q=vectors(8), k=vectors(8), m=st.integers(-100, 100), n=st.integers(-100, 100),
-       shift=st.integers(-100, 100))
+@given(
+    q=vectors(8),
+    k=vectors(8),
+    m=st.integers(-100, 100),
+    n=st.integers(-100, 100),
+    shift=st.integers(-100, 100),
+)
 def test_rope_score_depends_only_on_position_difference(q, k, m, n, shift):
     theta = rope_frequencies(8).double()
 
     def score(pos_q, pos_k):
-        return float(apply_rope(q, torch.tensor([pos_q]), theta) @ apply_rope(k, torch.tensor([pos_k]), theta).T)
+        return float(
+            apply_rope(q, torch.tensor([pos_q]), theta)
+            @ apply_rope(k, torch.tensor([pos_k]), theta).T
+        )
 
     assert score(m, n) == pytest.approx(score(m + shift, n + shift), rel=1e-6, abs=1e-6)
 
@@ -93,19 +114,21 @@ def test_complex_rotation_equals_the_official_written_out_form(scale, offset):
     """Values and gradients, on the strided head view the attention passes (q of a fused qkv)."""
     generator = torch.Generator().manual_seed(0)
     qkv = torch.randn(3, 9, 3 * 16, dtype=torch.float64, generator=generator, requires_grad=True)
-    q = qkv[..., 16:32].unflatten(-1, (2, 8)).transpose(1, 2)            # (B, H, T, Dh), strided
+    q = qkv[..., 16:32].unflatten(-1, (2, 8)).transpose(1, 2)  # (B, H, T, Dh), strided
     angles = 10 * torch.rand(3, 1, 9, 4, dtype=torch.float64, generator=generator)
     ours = scaled_rotation(q, angles, scale, offset)
     official = _official_rotation(q, angles, scale, offset)
     torch.testing.assert_close(ours, official, rtol=0, atol=1e-12)
     weights = torch.randn(ours.shape, dtype=torch.float64, generator=generator)
-    grad_ours, = torch.autograd.grad((ours * weights).sum(), qkv)
-    grad_official, = torch.autograd.grad((official * weights).sum(), qkv)
+    (grad_ours,) = torch.autograd.grad((ours * weights).sum(), qkv)
+    (grad_official,) = torch.autograd.grad((official * weights).sum(), qkv)
     torch.testing.assert_close(grad_ours, grad_official, rtol=0, atol=1e-12)
-    odd_start = torch.randn(3, 9, 17, dtype=torch.float64)[..., 1:]    # storage offset 1
+    odd_start = torch.randn(3, 9, 17, dtype=torch.float64)[..., 1:]  # storage offset 1
     pair_angles = torch.rand(3, 9, 8, dtype=torch.float64, generator=generator)
-    torch.testing.assert_close(scaled_rotation(odd_start, pair_angles),
-                               _official_rotation(odd_start, pair_angles, 1.0, 0.0))
+    torch.testing.assert_close(
+        scaled_rotation(odd_start, pair_angles),
+        _official_rotation(odd_start, pair_angles, 1.0, 0.0),
+    )
 
 
 def test_odd_rotary_dim_is_refused():
@@ -130,11 +153,15 @@ def test_angles_stay_float32_under_autocast():
 # RoSE
 # ---------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=25, deadline=None)
-@given(q=vectors(12, 5), k=vectors(12, 5),
-       coords=st.lists(finite, min_size=15, max_size=15),
-       translation=st.lists(finite, min_size=3, max_size=3),
-       spacing=st.floats(0.1, 3.0))
+@given(
+    q=vectors(12, 5),
+    k=vectors(12, 5),
+    coords=st.lists(finite, min_size=15, max_size=15),
+    translation=st.lists(finite, min_size=3, max_size=3),
+    spacing=st.floats(0.1, 3.0),
+)
 def test_rose_scores_invariant_to_translation(q, k, coords, translation, spacing):
     theta = rose_frequencies(12, n_spatial=3).double()
     coords = torch.tensor(coords, dtype=torch.float64).reshape(5, 3)
@@ -155,12 +182,15 @@ def test_rose_depends_on_spacing_and_every_axis():
     for axis in range(3):
         moved = coords.clone()
         moved[1, axis] += 1.0
-        assert not torch.allclose(apply_rose(q, coords, 1.0, theta), apply_rose(q, moved, 1.0, theta))
+        assert not torch.allclose(
+            apply_rose(q, coords, 1.0, theta), apply_rose(q, moved, 1.0, theta)
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # dRoFE, paper
 # ---------------------------------------------------------------------------------------------
+
 
 def official_drofe_transcription(x, band_edges, age, sex):
     """Reference section 4.3 written out pair by pair with loops (independent of rotary.py).
@@ -183,8 +213,12 @@ def official_drofe_transcription(x, band_edges, age, sex):
             for h in range(heads):
                 for i in range(dim // 2):
                     q0, q1 = float(x[b, h, t, 2 * i]), float(x[b, h, t, 2 * i + 1])
-                    out[b, h, t, 2 * i] = q0 * (a * math.cos(phi[2 * i]) + g) - q1 * (a * math.sin(phi[2 * i]) + g)
-                    out[b, h, t, 2 * i + 1] = q1 * (a * math.cos(phi[2 * i + 1]) + g) + q0 * (a * math.sin(phi[2 * i + 1]) + g)
+                    out[b, h, t, 2 * i] = q0 * (a * math.cos(phi[2 * i]) + g) - q1 * (
+                        a * math.sin(phi[2 * i]) + g
+                    )
+                    out[b, h, t, 2 * i + 1] = q1 * (a * math.cos(phi[2 * i + 1]) + g) + q0 * (
+                        a * math.sin(phi[2 * i + 1]) + g
+                    )
     return out
 
 
@@ -194,22 +228,31 @@ def test_drofe_paper_equals_official_formula():
     # exact (float64) frequencies and band edges, so the comparison can be tight
     encoding.theta = drofe_paper_frequencies(16, dtype=torch.float64)
     encoding.band_edges_hz = PAPER_EDGES
-    np.testing.assert_allclose(drofe_paper_frequencies(32),
-                               [3.1416, 4.9368, 6.7320, 8.5272, 10.3224, 12.1176, 13.9128, 15.7080],
-                               atol=1e-4)  # the 8 values listed in reference section 4.3
-    q, k = torch.randn(2, 2, 9, 16, dtype=torch.float64), torch.randn(2, 2, 9, 16, dtype=torch.float64)
+    np.testing.assert_allclose(
+        drofe_paper_frequencies(32),
+        [3.1416, 4.9368, 6.7320, 8.5272, 10.3224, 12.1176, 13.9128, 15.7080],
+        atol=1e-4,
+    )  # the 8 values listed in reference section 4.3
+    q, k = (
+        torch.randn(2, 2, 9, 16, dtype=torch.float64),
+        torch.randn(2, 2, 9, 16, dtype=torch.float64),
+    )
     age, sex = torch.tensor([34.0, 71.5]), torch.tensor([1.0, 0.0])
     demographics = drofe_paper_demographics(age, sex, age_mean=float("nan"))
     q_rot, k_rot = encoding(q, k, demographics.double())
-    np.testing.assert_allclose(q_rot, official_drofe_transcription(q, PAPER_EDGES, age, sex), rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(k_rot, official_drofe_transcription(k, PAPER_EDGES, age, sex), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        q_rot, official_drofe_transcription(q, PAPER_EDGES, age, sex), rtol=1e-9, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        k_rot, official_drofe_transcription(k, PAPER_EDGES, age, sex), rtol=1e-9, atol=1e-9
+    )
 
 
 def test_drofe_paper_is_not_a_rotation_with_female_sex():
     """Documents the defect: sex is added to cos and sin, so norms change (section 8, bug 2)."""
     encoding = BandRotaryEncoding("drofe_paper", head_dim=16, band_edges_hz=PAPER_EDGES)
     q = torch.randn(1, 1, 9, 16, dtype=torch.float64)
-    male = torch.tensor([[1.0, 0.0]], dtype=torch.float64)     # age factor 1, sex 0: a rotation
+    male = torch.tensor([[1.0, 0.0]], dtype=torch.float64)  # age factor 1, sex 0: a rotation
     female = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
     np.testing.assert_allclose(encoding(q, q, male)[0].norm(dim=-1), q.norm(dim=-1), rtol=1e-5)
     ratio = encoding(q, q, female)[0].norm(dim=-1) / q.norm(dim=-1)
@@ -234,22 +277,31 @@ def test_drofe_paper_needs_head_dim_divisible_by_4():
 # dRoFE, default
 # ---------------------------------------------------------------------------------------------
 
+
 def test_drofe_default_demographics_rule():
     age = torch.tensor([60.0, float("nan"), 20.0])
     sex = torch.tensor([1.0, 0.0, float("nan")])
-    z = drofe_default_demographics(age, sex, age_mean=torch.tensor(40.0), age_std=torch.tensor(10.0))
+    z = drofe_default_demographics(
+        age, sex, age_mean=torch.tensor(40.0), age_std=torch.tensor(10.0)
+    )
     np.testing.assert_allclose(z, [[2.0, 0.5], [0.0, -0.5], [-2.0, 0.0]])
     fallback = drofe_default_demographics(age, sex, float("nan"), float("nan"))
     assert fallback[0, 0] == pytest.approx((60.0 - FALLBACK_AGE_MEAN) / FALLBACK_AGE_STD)
 
 
 @settings(max_examples=30, deadline=None)
-@given(q=vectors(16, 9), z_age=st.floats(-4, 4), sex=st.sampled_from([-0.5, 0.0, 0.5]),
-       beta=st.lists(st.floats(-1, 1), min_size=2, max_size=2))
+@given(
+    q=vectors(16, 9),
+    z_age=st.floats(-4, 4),
+    sex=st.sampled_from([-0.5, 0.0, 0.5]),
+    beta=st.lists(st.floats(-1, 1), min_size=2, max_size=2),
+)
 def test_drofe_default_is_a_rotation_for_any_demographics(q, z_age, sex, beta):
     theta = drofe_default_frequencies(16).double()
     demographics = torch.tensor([[z_age, sex]], dtype=torch.float64)
-    angles = drofe_default_angles(PAPER_EDGES, theta, demographics, torch.tensor(beta, dtype=torch.float64))
+    angles = drofe_default_angles(
+        PAPER_EDGES, theta, demographics, torch.tensor(beta, dtype=torch.float64)
+    )
     rotated = scaled_rotation(q[None], angles)
     np.testing.assert_allclose(rotated[0].norm(dim=-1), q.norm(dim=-1), rtol=1e-9)
 
@@ -261,7 +313,7 @@ def test_drofe_default_demographics_change_the_angles_and_unknown_is_neutral():
     np.testing.assert_allclose(base[0], PAPER_EDGES.float() @ theta.T, rtol=1e-6)
     older = drofe_default_angles(PAPER_EDGES, theta, torch.tensor([[1.0, 0.0]]), beta)
     np.testing.assert_allclose(older, base * math.exp(0.1), rtol=1e-6)
-    assert float(base.abs().max()) <= 45.0 + 1e-4        # 1 rad/Hz at most: 45 Hz -> 45 rad
+    assert float(base.abs().max()) <= 45.0 + 1e-4  # 1 rad/Hz at most: 45 Hz -> 45 rad
 
 
 def test_unknown_frequency_encoding_lists_allowed_values():

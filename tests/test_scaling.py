@@ -42,8 +42,9 @@ def run_cli(args: list) -> int:
 def assert_same_preprocess_outputs(first: Path, other: Path) -> None:
     """Same manifest and settings file, and every array of every connectome file equal."""
     assert (other / "manifest.tsv").read_bytes() == (first / "manifest.tsv").read_bytes()
-    assert (json.loads((other / "preprocess.json").read_text())
-            == json.loads((first / "preprocess.json").read_text()))
+    assert json.loads((other / "preprocess.json").read_text()) == json.loads(
+        (first / "preprocess.json").read_text()
+    )
     names = sorted(p.name for p in (first / "connectomes").glob("*.npz"))
     assert names and names == sorted(p.name for p in (other / "connectomes").glob("*.npz"))
     for name in names:
@@ -60,21 +61,42 @@ def assert_same_preprocess_outputs(first: Path, other: Path) -> None:
 @pytest.fixture(scope="module")
 def one_process_output(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("n_jobs_1")
-    summary = run_preprocess(SAMPLE_RECORDINGS, out, PreprocessSettings.from_preset("default"),
-                             n_jobs=1)
+    summary = run_preprocess(
+        SAMPLE_RECORDINGS, out, PreprocessSettings.from_preset("default"), n_jobs=1
+    )
     assert summary.n_ok == len(SAMPLE_RECORDINGS)
     return out
 
 
 def test_dask_cluster_on_loopback_gives_the_manifest_and_tokens_of_one_process(
-        one_process_output, tmp_path):
+    one_process_output, tmp_path
+):
     from distributed import Client, LocalCluster, get_task_stream
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client, get_task_stream(client) as stream:
-        code = run_cli(["preprocess", *SAMPLE_RECORDINGS, "--out", tmp_path / "dask",
-                        "--backend", "dask", "--scheduler", cluster.scheduler_address])
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+        get_task_stream(client) as stream,
+    ):
+        code = run_cli(
+            [
+                "preprocess",
+                *SAMPLE_RECORDINGS,
+                "--out",
+                tmp_path / "dask",
+                "--backend",
+                "dask",
+                "--scheduler",
+                cluster.scheduler_address,
+            ]
+        )
         workers = set(client.scheduler_info()["workers"])
     assert code == 0
     used = {task["worker"] for task in stream.data}
@@ -83,17 +105,30 @@ def test_dask_cluster_on_loopback_gives_the_manifest_and_tokens_of_one_process(
 
 
 def test_dask_backend_without_address_starts_its_own_cluster(one_process_output, tmp_path):
-    code = run_cli(["preprocess", *SAMPLE_RECORDINGS, "--out", tmp_path / "dask",
-                    "--backend", "dask", "--n-jobs", "2"])
+    code = run_cli(
+        [
+            "preprocess",
+            *SAMPLE_RECORDINGS,
+            "--out",
+            tmp_path / "dask",
+            "--backend",
+            "dask",
+            "--n-jobs",
+            "2",
+        ]
+    )
     assert code == 0
     assert_same_preprocess_outputs(one_process_output, tmp_path / "dask")
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--scheduler", "tcp://127.0.0.1:8786"], "--scheduler needs --backend dask"),
-    (["--backend", "spark"], "allowed values are 'local', 'dask'"),
-    (["--backend", "dask", "--n-jobs", "0"], "invalid --n-jobs 0"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--scheduler", "tcp://127.0.0.1:8786"], "--scheduler needs --backend dask"),
+        (["--backend", "spark"], "allowed values are 'local', 'dask'"),
+        (["--backend", "dask", "--n-jobs", "0"], "invalid --n-jobs 0"),
+    ],
+)
 def test_bad_backend_options_are_usage_errors(tmp_path, capsys, args, fragment):
     assert run_cli(["preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, *args]) == 2
     err = capsys.readouterr().err
@@ -102,15 +137,29 @@ def test_bad_backend_options_are_usage_errors(tmp_path, capsys, args, fragment):
 
 def test_dask_backend_without_dask_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if the extra were not installed
-    assert run_cli(["preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path,
-                    "--backend", "dask"]) == 2
+    assert (
+        run_cli(["preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, "--backend", "dask"]) == 2
+    )
     assert "the dask backend needs `pip install eegformer-cli[dask]`" in capsys.readouterr().err
 
 
 def test_unreachable_scheduler_is_named_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 1)
-    assert run_cli(["preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, "--backend", "dask",
-                    "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    assert (
+        run_cli(
+            [
+                "preprocess",
+                SAMPLE_RECORDINGS[0],
+                "--out",
+                tmp_path,
+                "--backend",
+                "dask",
+                "--scheduler",
+                "tcp://127.0.0.1:9",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "cannot reach the Dask scheduler at --scheduler tcp://127.0.0.1:9" in err
     assert len(err.strip().splitlines()) == 1
@@ -126,32 +175,59 @@ CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
 #: Batches of 7 split 4 + 3 over two processes (uneven slices, loss scales 8/7 and 6/7).
 # dropout 0: each process draws its own dropout masks for its slice of the batch, so with
 # dropout a multi-process run equals a one-process run only in distribution (docs/guide/scaling.md).
-TRAIN_SETTINGS = {"epochs": 4, "batch_size": 7, "lr": 3e-3, "warmup_epochs": 0.0, "cv": 2,
-                  "val_fraction": 0.3, "device": "cpu",
-                  "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1,
-                            "dropout": 0.0}}
+TRAIN_SETTINGS = {
+    "epochs": 4,
+    "batch_size": 7,
+    "lr": 3e-3,
+    "warmup_epochs": 0.0,
+    "cv": 2,
+    "val_fraction": 0.3,
+    "device": "cpu",
+    "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1, "dropout": 0.0},
+}
 
 
 def write_toml(path: Path, settings: dict) -> Path:
     """``settings`` as a ``train --config`` file (flat keys and a ``[model]`` table)."""
+
     def value(v):
         return json.dumps(v)  # numbers, strings and booleans are spelled alike in TOML
+
     lines = [f"{k} = {value(v)}" for k, v in settings.items() if k != "model"]
     lines += ["[model]"] + [f"{k} = {value(v)}" for k, v in settings.get("model", {}).items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def write_connectome_folder(out: Path, n_participants: int, n_segments: int,
-                            channels: list[str] = CHANNELS, bands: list[str] = BANDS,
-                            edges: np.ndarray = BAND_EDGES_HZ, seed: int = 0) -> Path:
+def write_connectome_folder(
+    out: Path,
+    n_participants: int,
+    n_segments: int,
+    channels: list[str] = CHANNELS,
+    bands: list[str] = BANDS,
+    edges: np.ndarray = BAND_EDGES_HZ,
+    seed: int = 0,
+) -> Path:
     """A ``preprocess`` output in the documented format: random symmetric connectomes, group
     ``schizophrenia`` with stronger theta coherence, ages and sexes, one recording each."""
     rng = np.random.default_rng(seed)
     n_channels = len(channels)
-    columns = ["recording_id", "participant_id", "source_file", "status", "error", "n_segments",
-               "sfreq", "duration_s", "channels_interpolated", "age", "sex", "diagnosis",
-               "connectome", "settings_hash"]
+    columns = [
+        "recording_id",
+        "participant_id",
+        "source_file",
+        "status",
+        "error",
+        "n_segments",
+        "sfreq",
+        "duration_s",
+        "channels_interpolated",
+        "age",
+        "sex",
+        "diagnosis",
+        "connectome",
+        "settings_hash",
+    ]
     lines = ["\t".join(columns)]
     for i in range(n_participants):
         diagnosis = "schizophrenia" if i % 2 else "healthy"
@@ -159,13 +235,37 @@ def write_connectome_folder(out: Path, n_participants: int, n_segments: int,
         values[:, 0] += 0.3 * (diagnosis == "schizophrenia")
         coh = (values + values.transpose(0, 1, 3, 2)) / 2 * (1 - np.eye(n_channels))
         recording_id = f"sub-{i:03d}_task-rest"
-        Connectome(coh.astype(np.float32), (coh / 2).astype(np.float32), channels, bands, edges,
-                   128.0, np.arange(n_segments) * 15.0, 15.0 * n_segments, 15.0
-                   ).save(out / "connectomes" / f"{recording_id}.npz")
-        lines.append("\t".join([recording_id, f"sub-{i:03d}", f"{recording_id}.edf", "ok", "n/a",
-                                str(n_segments), "128", str(15 * n_segments), "n/a",
-                                str(20 + 3 * i), "MF"[i % 2], diagnosis,
-                                f"connectomes/{recording_id}.npz", "0123456789abcdef"]))
+        Connectome(
+            coh.astype(np.float32),
+            (coh / 2).astype(np.float32),
+            channels,
+            bands,
+            edges,
+            128.0,
+            np.arange(n_segments) * 15.0,
+            15.0 * n_segments,
+            15.0,
+        ).save(out / "connectomes" / f"{recording_id}.npz")
+        lines.append(
+            "\t".join(
+                [
+                    recording_id,
+                    f"sub-{i:03d}",
+                    f"{recording_id}.edf",
+                    "ok",
+                    "n/a",
+                    str(n_segments),
+                    "128",
+                    str(15 * n_segments),
+                    "n/a",
+                    str(20 + 3 * i),
+                    "MF"[i % 2],
+                    diagnosis,
+                    f"connectomes/{recording_id}.npz",
+                    "0123456789abcdef",
+                ]
+            )
+        )
     write_text(out / "manifest.tsv", "\n".join(lines) + "\n")
     write_json(out / "preprocess.json", {"settings": {}, "channels": channels, "bands": bands})
     return out
@@ -179,8 +279,9 @@ def read_tsv(path: Path) -> list[dict]:
 def without_timings(value):
     """JSON data with the wall-clock fields (``seconds``, ``cv_seconds``) removed."""
     if isinstance(value, dict):
-        return {k: without_timings(v) for k, v in value.items()
-                if k not in ("seconds", "cv_seconds")}
+        return {
+            k: without_timings(v) for k, v in value.items() if k not in ("seconds", "cv_seconds")
+        }
     if isinstance(value, list):
         return [without_timings(v) for v in value]
     return value
@@ -192,55 +293,90 @@ def read_history(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def connectome_dir(tmp_path_factory) -> Path:
-    return write_connectome_folder(tmp_path_factory.mktemp("connectomes"), n_participants=16,
-                                   n_segments=3)
+    return write_connectome_folder(
+        tmp_path_factory.mktemp("connectomes"), n_participants=16, n_segments=3
+    )
 
 
 @pytest.fixture(scope="module")
 def single_run(connectome_dir, tmp_path_factory) -> Path:
     """One ordinary process: 2-fold CV and the final model."""
     run_dir = tmp_path_factory.mktemp("single_run")
-    run_training(connectome_dir, run_dir, "diagnosis",
-                 resolve_config("default", overrides=TRAIN_SETTINGS))
+    run_training(
+        connectome_dir, run_dir, "diagnosis", resolve_config("default", overrides=TRAIN_SETTINGS)
+    )
     return run_dir
 
 
-def torchrun(n_processes: int, data_dir: Path, run_dir: Path, settings: dict,
-             tmp_path: Path) -> subprocess.CompletedProcess:
+def torchrun(
+    n_processes: int, data_dir: Path, run_dir: Path, settings: dict, tmp_path: Path
+) -> subprocess.CompletedProcess:
     """``torchrun --standalone --nproc_per_node N -m eegformer_cli train ...`` (docs/guide/scaling.md)."""
     config = write_toml(tmp_path / f"train_{n_processes}.toml", settings)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node", str(n_processes), "-m", "eegformer_cli", "train",
-                           str(data_dir), "--out", str(run_dir), "--label-column", "diagnosis",
-                           "--config", str(config), "--json"],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(n_processes),
+            "-m",
+            "eegformer_cli",
+            "train",
+            str(data_dir),
+            "--out",
+            str(run_dir),
+            "--label-column",
+            "diagnosis",
+            "--config",
+            str(config),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def assert_runs_match(single: Path, other: Path, tolerance: float) -> None:
     """Same recordings, folds, predicted labels and selected epochs; probabilities and losses
     within ``tolerance``."""
-    rows, other_rows = read_tsv(single / "oof_predictions.tsv"), read_tsv(other / "oof_predictions.tsv")
+    rows, other_rows = (
+        read_tsv(single / "oof_predictions.tsv"),
+        read_tsv(other / "oof_predictions.tsv"),
+    )
     key = [(r["model"], r["fold"], r["recording_id"], r["predicted"]) for r in rows]
     assert key == [(r["model"], r["fold"], r["recording_id"], r["predicted"]) for r in other_rows]
     probabilities = np.array([[float(r[c]) for c in r if c.startswith("prob_")] for r in rows])
-    other_probabilities = np.array([[float(r[c]) for c in r if c.startswith("prob_")]
-                                    for r in other_rows])
+    other_probabilities = np.array(
+        [[float(r[c]) for c in r if c.startswith("prob_")] for r in other_rows]
+    )
     np.testing.assert_allclose(other_probabilities, probabilities, rtol=0, atol=tolerance)
     assert np.ptp(probabilities) > 10 * tolerance  # the models did move: the check has teeth
     history, other_history = read_history(single), read_history(other)
-    assert [(h["fold"], h["epoch"]) for h in history] == [(h["fold"], h["epoch"])
-                                                          for h in other_history]
+    assert [(h["fold"], h["epoch"]) for h in history] == [
+        (h["fold"], h["epoch"]) for h in other_history
+    ]
     for name in ("train_loss", "val_loss"):
-        np.testing.assert_allclose([h[name] for h in other_history], [h[name] for h in history],
-                                   rtol=0, atol=tolerance)
+        np.testing.assert_allclose(
+            [h[name] for h in other_history], [h[name] for h in history], rtol=0, atol=tolerance
+        )
     for fold_file in sorted((single / "folds").glob("*.json")):
-        assert (json.loads(fold_file.read_text())["best_epoch"]
-                == json.loads((other / "folds" / fold_file.name).read_text())["best_epoch"])
-    metrics, other_metrics = (json.loads((run / "metrics.json").read_text())
-                              for run in (single, other))
+        assert (
+            json.loads(fold_file.read_text())["best_epoch"]
+            == json.loads((other / "folds" / fold_file.name).read_text())["best_epoch"]
+        )
+    metrics, other_metrics = (
+        json.loads((run / "metrics.json").read_text()) for run in (single, other)
+    )
     for model, summary in metrics["models"].items():
-        for fold, other_fold in zip(summary["per_fold"], other_metrics["models"][model]["per_fold"]):
+        for fold, other_fold in zip(
+            summary["per_fold"], other_metrics["models"][model]["per_fold"]
+        ):
             assert fold["confusion_matrix"] == other_fold["confusion_matrix"]
             for name in ("bac", "auroc", "auc_pr"):
                 assert other_fold[name] == pytest.approx(fold[name], abs=tolerance)
@@ -254,11 +390,18 @@ def test_torchrun_two_gloo_processes_match_one_process(connectome_dir, single_ru
     assert result.stderr.count("fold r0_f1: BAC") == 1  # rank 1 logs nothing
     assert json.loads(result.stdout)["n_folds"] == 2  # one summary, from rank 0
     assert sorted(p.name for p in (run_dir / "folds").iterdir()) == [
-        "final.json", "r0_f0.json", "r0_f0.pt", "r0_f1.json", "r0_f1.pt"]
+        "final.json",
+        "r0_f0.json",
+        "r0_f0.pt",
+        "r0_f1.json",
+        "r0_f1.pt",
+    ]
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nccl, one per process)")
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nccl, one per process)"
+)
 def test_torchrun_on_two_gpus_matches_one_gpu(connectome_dir, tmp_path):
     settings = {**TRAIN_SETTINGS, "device": "cuda"}
     one, two = tmp_path / "one_gpu", tmp_path / "two_gpus"
@@ -271,8 +414,16 @@ def test_torchrun_on_two_gpus_matches_one_gpu(connectome_dir, tmp_path):
 
 def test_fold_jobs_merged_equal_a_single_cv_run(connectome_dir, single_run, tmp_path, capsys):
     run_dir = tmp_path / "fold_jobs"
-    job = ["train", connectome_dir, "--out", run_dir, "--label-column", "diagnosis",
-           "--config", write_toml(tmp_path / "train.toml", TRAIN_SETTINGS)]
+    job = [
+        "train",
+        connectome_dir,
+        "--out",
+        run_dir,
+        "--label-column",
+        "diagnosis",
+        "--config",
+        write_toml(tmp_path / "train.toml", TRAIN_SETTINGS),
+    ]
     assert run_cli([*job, "--fold", "1"]) == 0
     assert "eegformer train --merge" in capsys.readouterr().err
     assert not (run_dir / "metrics.json").exists()  # summaries are the merge's job
@@ -285,11 +436,13 @@ def test_fold_jobs_merged_equal_a_single_cv_run(connectome_dir, single_run, tmp_
             merge_run(run_dir)
     assert run_cli(["train", "--merge", run_dir, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_folds"] == 2
-    assert ((run_dir / "oof_predictions.tsv").read_bytes()
-            == (single_run / "oof_predictions.tsv").read_bytes())
+    assert (run_dir / "oof_predictions.tsv").read_bytes() == (
+        single_run / "oof_predictions.tsv"
+    ).read_bytes()
     assert without_timings(read_history(run_dir)) == without_timings(read_history(single_run))
-    assert (without_timings(json.loads((run_dir / "metrics.json").read_text()))
-            == without_timings(json.loads((single_run / "metrics.json").read_text())))
+    assert without_timings(json.loads((run_dir / "metrics.json").read_text())) == without_timings(
+        json.loads((single_run / "metrics.json").read_text())
+    )
     merged_model = torch.load(run_dir / "model.pt", map_location="cpu", weights_only=False)
     single_model = torch.load(single_run / "model.pt", map_location="cpu", weights_only=False)
     assert_same_tensors(merged_model, single_model)
@@ -305,25 +458,48 @@ def assert_same_tensors(a, b) -> None:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--fold", "2"], "invalid --fold 2; these splits have 2 folds, so allowed values are 0 to 1"),
-    (["--fold", "0", "--overwrite"], "--overwrite cannot be combined with --fold"),
-    (["--merge", "{tmp}"], "remove --out, --label-column, --config, DATA_DIR"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ["--fold", "2"],
+            "invalid --fold 2; these splits have 2 folds, so allowed values are 0 to 1",
+        ),
+        (["--fold", "0", "--overwrite"], "--overwrite cannot be combined with --fold"),
+        (["--merge", "{tmp}"], "remove --out, --label-column, --config, DATA_DIR"),
+    ],
+)
 def test_fold_and_merge_options_are_checked(connectome_dir, tmp_path, capsys, args, fragment):
     config = write_toml(tmp_path / "train.toml", TRAIN_SETTINGS)
     args = [arg.format(tmp=tmp_path) for arg in args]
-    assert run_cli(["train", connectome_dir, "--out", tmp_path / "run", "--label-column",
-                    "diagnosis", "--config", config, *args]) == 2
+    assert (
+        run_cli(
+            [
+                "train",
+                connectome_dir,
+                "--out",
+                tmp_path / "run",
+                "--label-column",
+                "diagnosis",
+                "--config",
+                config,
+                *args,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("args, code, fragment", [
-    (["--merge", "{tmp}"], 3, "not a train run folder"),  # as `report` on such a folder
-    (["--merge", "{tmp}", "--epochs", "3"], 2, "remove --epochs"),
-    (["--out", "{tmp}"], 2, "missing DATA_DIR, --label-column"),
-])
+@pytest.mark.parametrize(
+    "args, code, fragment",
+    [
+        (["--merge", "{tmp}"], 3, "not a train run folder"),  # as `report` on such a folder
+        (["--merge", "{tmp}", "--epochs", "3"], 2, "remove --epochs"),
+        (["--out", "{tmp}"], 2, "missing DATA_DIR, --label-column"),
+    ],
+)
 def test_merge_needs_a_run_folder_and_nothing_else(tmp_path, capsys, args, code, fragment):
     assert run_cli(["train", *[arg.format(tmp=tmp_path) for arg in args]]) == code
     assert fragment in capsys.readouterr().err
@@ -367,20 +543,26 @@ def test_one_process_is_the_writer_and_keeps_the_whole_batch():
     assert distributed.map_gathered(lambda x: x * 2, [1, 2, 3]) == [2, 4, 6]
 
 
-@pytest.mark.parametrize("environ, place", [
-    ({}, (0, 1, 0)),
-    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}, (3, 4, 1)),
-])
+@pytest.mark.parametrize(
+    "environ, place",
+    [
+        ({}, (0, 1, 0)),
+        ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}, (3, 4, 1)),
+    ],
+)
 def test_process_place_comes_from_torchrun_variables(environ, place):
     found = distributed.process_place(environ)
     assert (found.rank, found.world_size, found.local_rank) == place
 
 
-@pytest.mark.parametrize("environ, fragment", [
-    ({"RANK": "0", "WORLD_SIZE": "2"}, "but not LOCAL_RANK"),
-    ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "must be integers"),
-    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "outside"),
-])
+@pytest.mark.parametrize(
+    "environ, fragment",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "but not LOCAL_RANK"),
+        ({"RANK": "x", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "must be integers"),
+        ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "outside"),
+    ],
+)
 def test_incomplete_torchrun_variables_are_usage_errors(environ, fragment):
     with pytest.raises(UsageError, match=fragment):
         distributed.process_place(environ)
@@ -391,18 +573,39 @@ def test_incomplete_torchrun_variables_are_usage_errors(environ, fragment):
 
 
 def test_iterating_many_connectome_files_keeps_memory_near_the_cache_bound(tmp_path):
-    channels = ["Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8", "P7",
-                "P3", "Pz", "P4", "P8", "O1", "O2"]
+    channels = [
+        "Fp1",
+        "Fp2",
+        "F7",
+        "F3",
+        "Fz",
+        "F4",
+        "F8",
+        "T7",
+        "C3",
+        "Cz",
+        "C4",
+        "T8",
+        "P7",
+        "P3",
+        "Pz",
+        "P4",
+        "P8",
+        "O1",
+        "O2",
+    ]
     bands = [f"band{i}" for i in range(8)]
     edges = np.array([[i + 1.0, i + 2.0] for i in range(8)])
-    data_dir = write_connectome_folder(tmp_path, n_participants=40, n_segments=8,
-                                       channels=channels, bands=bands, edges=edges)
+    data_dir = write_connectome_folder(
+        tmp_path, n_participants=40, n_segments=8, channels=channels, bands=bands, edges=edges
+    )
     data = load_training_data(data_dir, "diagnosis")
     per_recording = 2 * 8 * 8 * 19 * 19 * 4  # coh + wpli, float32
     total = per_recording * len(data.recordings)
     cache_bytes = 4 * per_recording
-    dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
-                                cache_bytes=cache_bytes)
+    dataset = ConnectomeDataset(
+        data.recordings, data.label_names, data.channels, data.bands, cache_bytes=cache_bytes
+    )
     tracemalloc.start()
     try:
         checksum = sum(float(dataset[i]["coh"][0, 0, 1]) for i in range(len(dataset)))

@@ -11,9 +11,17 @@ import pytest
 from mne_connectivity import spectral_connectivity_epochs
 
 from eegformer_cli.recordings.channels import canonical_channel_name
-from eegformer_cli.simulate import (CHANNELS, DEFAULT_DURATION_S, DEFAULT_N_PARTICIPANTS,
-                                    DEFAULT_SEED, DEFAULT_SFREQ, draw_participants,
-                                    participants_table, simulate_participant, write_edf)
+from eegformer_cli.simulate import (
+    CHANNELS,
+    DEFAULT_DURATION_S,
+    DEFAULT_N_PARTICIPANTS,
+    DEFAULT_SEED,
+    DEFAULT_SFREQ,
+    draw_participants,
+    participants_table,
+    simulate_participant,
+    write_edf,
+)
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 
@@ -34,9 +42,16 @@ def _theta_connectivity(raw: mne.io.BaseRaw, pairs: list[tuple[str, str]]) -> di
     epochs = mne.make_fixed_length_epochs(raw, duration=3.0, verbose="error")
     index = CHANNELS.index
     indices = (np.array([index(a) for a, _ in pairs]), np.array([index(b) for _, b in pairs]))
-    con = spectral_connectivity_epochs(epochs, method=["coh", "wpli"], mode="multitaper",
-                                       indices=indices, fmin=4.0, fmax=8.0, faverage=True,
-                                       verbose="error")
+    con = spectral_connectivity_epochs(
+        epochs,
+        method=["coh", "wpli"],
+        mode="multitaper",
+        indices=indices,
+        fmin=4.0,
+        fmax=8.0,
+        faverage=True,
+        verbose="error",
+    )
     return {"coh": con[0].get_data()[:, 0], "wpli": con[1].get_data()[:, 0]}
 
 
@@ -59,8 +74,9 @@ def test_sample_data_is_a_small_clinical_looking_dataset():
 def test_sample_data_round_trips_through_mne_edf_reader():
     rows = _read_table(SAMPLE_DATA / "participants.tsv")
     edf_files = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))
-    assert [path.name for path in edf_files] == [f"{row['participant_id']}_task-rest_eeg.edf"
-                                                 for row in rows]
+    assert [path.name for path in edf_files] == [
+        f"{row['participant_id']}_task-rest_eeg.edf" for row in rows
+    ]
     labels = set()
     for path in edf_files:
         raw = mne.io.read_raw_edf(path, verbose="error")
@@ -97,8 +113,9 @@ def test_alpha_peak_measured_on_o1_o2_slows_with_age():
     measured = []
     for participant in participants:
         raw = _canonical(simulate_participant(participant, duration_s=30))
-        spectrum = raw.compute_psd(method="welch", fmin=7, fmax=13, picks=["O1", "O2"],
-                                   n_fft=512, verbose="error")
+        spectrum = raw.compute_psd(
+            method="welch", fmin=7, fmax=13, picks=["O1", "O2"], n_fft=512, verbose="error"
+        )
         measured.append(spectrum.freqs[spectrum.get_data().mean(axis=0).argmax()])
     ages = [p.age for p in participants]
     assert np.ptp(ages) > 30
@@ -112,8 +129,15 @@ def test_patients_have_stronger_fronto_parietal_theta_coupling():
     rows = []
     for participant in participants:
         con = _theta_connectivity(simulate_participant(participant), [coupled, uncoupled])
-        rows.append((participant.diagnosis == "depression", participant.coupling_strength,
-                     con["coh"][0], con["wpli"][0], con["coh"][1]))
+        rows.append(
+            (
+                participant.diagnosis == "depression",
+                participant.coupling_strength,
+                con["coh"][0],
+                con["wpli"][0],
+                con["coh"][1],
+            )
+        )
     patient, strength, coh, wpli, coh_uncoupled = (np.array(column) for column in zip(*rows))
     assert coh[patient].mean() > coh[~patient].mean() + 0.2
     assert wpli[patient].mean() > wpli[~patient].mean() + 0.2
@@ -127,7 +151,8 @@ def test_groups_overlap_so_the_task_is_learnable_but_not_trivial():
     strength = np.array([p.coupling_strength for p in participants])
     best_balanced_accuracy = max(
         ((strength[patient] > threshold).mean() + (strength[~patient] <= threshold).mean()) / 2
-        for threshold in np.unique(strength))
+        for threshold in np.unique(strength)
+    )
     assert 0.8 < best_balanced_accuracy < 0.97
 
 
@@ -155,14 +180,30 @@ def test_cli_writes_a_dataset_and_refuses_to_overwrite_it(tmp_path, capsys):
     error = capsys.readouterr().err
     assert str(out) in error and "--overwrite" in error and "Traceback" not in error
 
-    assert _run_cli(["simulate", "--out", str(out), "--n-participants", "2", "--duration", "10",
-                     "--overwrite"]) == 0
+    assert (
+        _run_cli(
+            [
+                "simulate",
+                "--out",
+                str(out),
+                "--n-participants",
+                "2",
+                "--duration",
+                "10",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     assert sorted(path.name for path in (out / "eeg").iterdir()) == [
-        "sub-01_task-rest_eeg.edf", "sub-02_task-rest_eeg.edf"]
+        "sub-01_task-rest_eeg.edf",
+        "sub-02_task-rest_eeg.edf",
+    ]
 
 
-@pytest.mark.parametrize("flag, value", [("--n-participants", "1"), ("--duration", "5"),
-                                         ("--sfreq", "100")])
+@pytest.mark.parametrize(
+    "flag, value", [("--n-participants", "1"), ("--duration", "5"), ("--sfreq", "100")]
+)
 def test_cli_rejects_settings_that_cannot_make_a_dataset(tmp_path, capsys, flag, value):
     assert _run_cli(["simulate", "--out", str(tmp_path / "data"), flag, value]) == 2
     error = capsys.readouterr().err

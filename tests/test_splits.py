@@ -27,8 +27,9 @@ def _recordings(n_participants=30, recordings_per_participant=(1, 3), seed=0):
 
 def test_cv_never_puts_a_participant_on_two_sides():
     groups, labels = _recordings()
-    folds = splits.cross_validation_folds(groups, labels, n_splits=5, repeats=3, seed=1,
-                                          val_fraction=0.2)
+    folds = splits.cross_validation_folds(
+        groups, labels, n_splits=5, repeats=3, seed=1, val_fraction=0.2
+    )
     assert len(folds) == 15
     everyone = set(groups)
     for fold in folds:
@@ -78,8 +79,9 @@ def test_holdout_fraction_and_final_split():
 
 def test_too_few_participants_is_a_clear_error():
     with pytest.raises(InputDataError, match="at least 5 participants"):
-        splits.cross_validation_folds(np.array(["a", "b", "c", "d"]),
-                                      np.array(["x", "y", "x", "y"]), 5, 1, 0, 0.2)
+        splits.cross_validation_folds(
+            np.array(["a", "b", "c", "d"]), np.array(["x", "y", "x", "y"]), 5, 1, 0, 0.2
+        )
 
 
 def test_save_load_and_check_against_data(tmp_path):
@@ -120,11 +122,15 @@ def test_too_small_training_part_names_what_is_too_small():
     assert str(raised.value) == (
         "the validation split (val_fraction 0.2: 1 participant in 5) needs at least 5 "
         "participants but the training part of CV fold 0 (all 8 participants but the 4 of its "
-        "test fold) has 4")
+        "test fold) has 4"
+    )
     assert "val_fraction" in raised.value.hint and "--cv" not in raised.value.hint
-    with pytest.raises(InputDataError, match=r"the test set \(--holdout 0.05: 1 participant in "
-                                             r"20\) needs at least 20 participants but the data "
-                                             r"has 8"):
+    with pytest.raises(
+        InputDataError,
+        match=r"the test set \(--holdout 0.05: 1 participant in "
+        r"20\) needs at least 20 participants but the data "
+        r"has 8",
+    ):
         splits.holdout_fold(groups, labels, 0.05, 0, 0.2)
 
 

@@ -36,12 +36,19 @@ EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
 BANDS = ["theta", "alpha", "beta"]
 EDGES = [[4.0, 8.0], [8.0, 13.0], [13.0, 30.0]]
-TINY = {"epochs": 6, "batch_size": 4, "lr": 3e-3, "warmup_epochs": 1.0, "augmentation": "none",
-        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1}}
+TINY = {
+    "epochs": 6,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_epochs": 1.0,
+    "augmentation": "none",
+    "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
+}
 
 
-def make_connectome_folder(root: Path, n_participants: int = 24, n_segments: int = 2,
-                           seed: int = 0, labels=None) -> Path:
+def make_connectome_folder(
+    root: Path, n_participants: int = 24, n_segments: int = 2, seed: int = 0, labels=None
+) -> Path:
     """A preprocess-style output folder with a learnable two-class difference (band
     covariances too: average-referenced random signals, rank C - 1, from their own stream)."""
     from eegformer_cli.preprocess import PreprocessSettings
@@ -49,9 +56,22 @@ def make_connectome_folder(root: Path, n_participants: int = 24, n_segments: int
     rng, signals = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     (root / "connectomes").mkdir(parents=True)
     c = len(CHANNELS)
-    header = ["recording_id", "participant_id", "source_file", "status", "error", "n_segments",
-              "sfreq", "duration_s", "channels_interpolated", "age", "sex", "diagnosis",
-              "connectome", "settings_hash"]
+    header = [
+        "recording_id",
+        "participant_id",
+        "source_file",
+        "status",
+        "error",
+        "n_segments",
+        "sfreq",
+        "duration_s",
+        "channels_interpolated",
+        "age",
+        "sex",
+        "diagnosis",
+        "connectome",
+        "settings_hash",
+    ]
     rows = []
     for p in range(n_participants):
         label = labels[p] if labels is not None else ("patient" if p % 2 else "control")
@@ -65,19 +85,42 @@ def make_connectome_folder(root: Path, n_participants: int = 24, n_segments: int
         x = signals.normal(size=(len(BANDS), c, 200)) * 1e-5
         x -= x.mean(axis=1, keepdims=True)
         rid = f"sub-{p:02d}_rest"
-        np.savez(root / "connectomes" / f"{rid}.npz", coh=coh.astype(np.float32),
-                 wpli=wpli.astype(np.float32), channels=np.array(CHANNELS),
-                 bands=np.array(BANDS), band_edges_hz=np.array(EDGES),
-                 covariance=(x @ x.transpose(0, 2, 1) / 200).astype(np.float32),
-                 covariance_bands=np.array(BANDS))
+        np.savez(
+            root / "connectomes" / f"{rid}.npz",
+            coh=coh.astype(np.float32),
+            wpli=wpli.astype(np.float32),
+            channels=np.array(CHANNELS),
+            bands=np.array(BANDS),
+            band_edges_hz=np.array(EDGES),
+            covariance=(x @ x.transpose(0, 2, 1) / 200).astype(np.float32),
+            covariance_bands=np.array(BANDS),
+        )
         age = f"{30 + p % 20}" if p % 5 else "n/a"
-        rows.append([rid, f"sub-{p:02d}", f"/data/{rid}.edf", "ok", "n/a", str(n_segments), "128",
-                     "60", "n/a", age, "M" if p % 3 else "F", label or "n/a",
-                     f"connectomes/{rid}.npz", "0"])
+        rows.append(
+            [
+                rid,
+                f"sub-{p:02d}",
+                f"/data/{rid}.edf",
+                "ok",
+                "n/a",
+                str(n_segments),
+                "128",
+                "60",
+                "n/a",
+                age,
+                "M" if p % 3 else "F",
+                label or "n/a",
+                f"connectomes/{rid}.npz",
+                "0",
+            ]
+        )
     (root / "manifest.tsv").write_text("\n".join("\t".join(r) for r in [header] + rows) + "\n")
     settings = PreprocessSettings.from_preset("default").to_dict()
-    (root / "preprocess.json").write_text(json.dumps({"settings": settings, "channels": CHANNELS,
-                                                      "bands": BANDS, "band_edges_hz": EDGES}))
+    (root / "preprocess.json").write_text(
+        json.dumps(
+            {"settings": settings, "channels": CHANNELS, "bands": BANDS, "band_edges_hz": EDGES}
+        )
+    )
     return root
 
 
@@ -91,8 +134,9 @@ def tiny_config(**overrides) -> TrainConfig:
 
 
 def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(EEGFORMER + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        EEGFORMER + [str(a) for a in args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def run_main(*args) -> int:
@@ -111,22 +155,33 @@ def run_main(*args) -> int:
 
 def test_presets_toml_and_flags(tmp_path):
     paper = TrainConfig.preset_config("paper")
-    assert (paper.alpha, paper.label_smoothing, paper.betas, paper.batch_size, paper.epochs) == \
-        (0.7, 0.1, (0.9, 0.99), 64, 100)
+    assert (paper.alpha, paper.label_smoothing, paper.betas, paper.batch_size, paper.epochs) == (
+        0.7,
+        0.1,
+        (0.9, 0.99),
+        64,
+        100,
+    )
     assert paper.selection_metric == "paper_bac" and paper.patience == 0
     assert paper.class_weighting == "none" and paper.augmentation == "graphon"
     # the training presets take the model presets of the same name as they are
     assert paper.model == {} and TrainConfig.preset_config("default").model == {}
     paper_model, default_model = (
-        ModelConfig.preset(name, n_channels=4, band_names=["theta"], band_edges_hz=[(4, 8)],
-                           n_classes=2) for name in ("paper", "default"))
+        ModelConfig.preset(
+            name, n_channels=4, band_names=["theta"], band_edges_hz=[(4, 8)], n_classes=2
+        )
+        for name in ("paper", "default")
+    )
     assert (paper_model.readout, paper_model.channel_embedding) == ("mean", False)  # reference
-    assert (default_model.readout, default_model.channel_embedding) == ("channel_flatten_per_band", True)
+    assert (default_model.readout, default_model.channel_embedding) == (
+        "channel_flatten_per_band",
+        True,
+    )
     toml = tmp_path / "exp.toml"
     toml.write_text('preset = "paper"\nepochs = 7\nbetas = [0.8, 0.9]\n[model]\nn_layers = 2\n')
     config = resolve_config("default", toml, {"epochs": 9, "lr": None, "model": {"d_model": 32}})
-    assert config.preset == "paper"         # from the file
-    assert config.epochs == 9               # flag beats file
+    assert config.preset == "paper"  # from the file
+    assert config.epochs == 9  # flag beats file
     assert config.betas == (0.8, 0.9)
     assert config.model == {"n_layers": 2, "d_model": 32}
     assert TrainConfig.from_dict(config.to_dict()) == config
@@ -134,40 +189,66 @@ def test_presets_toml_and_flags(tmp_path):
 
 def test_a_training_config_stored_by_an_earlier_version_is_read_without_its_retired_settings():
     config = resolve_config("default", None, {"model": {"d_model": 32}})
-    stored = {**config.to_dict(), "selection": "second_half",
-              "model": {"d_model": 32, "attention_impl": "fused", "explanation_impl": "one_pass"}}
+    stored = {
+        **config.to_dict(),
+        "selection": "second_half",
+        "model": {"d_model": 32, "attention_impl": "fused", "explanation_impl": "one_pass"},
+    }
     assert TrainConfig.from_dict(stored) == config
-    for retired, shown in (({"selection": "best"}, "selection='best'"),
-                           ({"augmentation": "mixup"}, "augmentation='mixup'"),
-                           ({"model": {"guidance": "rms_token"}}, "guidance='rms_token'")):
+    for retired, shown in (
+        ({"selection": "best"}, "selection='best'"),
+        ({"augmentation": "mixup"}, "augmentation='mixup'"),
+        ({"model": {"guidance": "rms_token"}}, "guidance='rms_token'"),
+    ):
         with pytest.raises(UsageError, match=f"{shown} was .*experimental variant"):
             TrainConfig.from_dict({**stored, **retired})
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"epoch": 3}, "unknown training setting 'epoch'"),
-    ({"augmentation": "mixup"}, "allowed values are 'graphon', 'none'"),
-    ({"alpha": 1.5}, "invalid value 1.5 for alpha"),
-    ({"segment_averaging": 2}, r"invalid value 2.0 for segment_averaging; allowed range is \[0, 1\]"),
-    ({"epochs": "ten"}, "expected int"),
-    ({"model": {"depth": 3}}, "unknown model setting 'depth'"),
-    ({"holdout": 1.0}, r"invalid value 1.0 for holdout; allowed range is \(0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"epoch": 3}, "unknown training setting 'epoch'"),
+        ({"augmentation": "mixup"}, "allowed values are 'graphon', 'none'"),
+        ({"alpha": 1.5}, "invalid value 1.5 for alpha"),
+        (
+            {"segment_averaging": 2},
+            r"invalid value 2.0 for segment_averaging; allowed range is \[0, 1\]",
+        ),
+        ({"epochs": "ten"}, "expected int"),
+        ({"model": {"depth": 3}}, "unknown model setting 'depth'"),
+        ({"holdout": 1.0}, r"invalid value 1.0 for holdout; allowed range is \(0, 1\)"),
+    ],
+)
 def test_invalid_settings_name_the_key(values, message):
     with pytest.raises(UsageError, match=message):
         apply_overrides(TrainConfig(), values, source="test")
 
 
 @pytest.mark.parametrize("value", ["0", "1", "-0.2"])
-def test_holdout_flag_must_be_a_fraction_strictly_between_0_and_1(synthetic_dir, tmp_path, capsys,
-                                                                   value):
-    code = run_main("train", synthetic_dir, "--out", tmp_path / "run", "-l", "diagnosis",
-                    f"--holdout={value}", "--epochs", "1", "--device", "cpu")
+def test_holdout_flag_must_be_a_fraction_strictly_between_0_and_1(
+    synthetic_dir, tmp_path, capsys, value
+):
+    code = run_main(
+        "train",
+        synthetic_dir,
+        "--out",
+        tmp_path / "run",
+        "-l",
+        "diagnosis",
+        f"--holdout={value}",
+        "--epochs",
+        "1",
+        "--device",
+        "cpu",
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--holdout" in err and "allowed range is (0, 1)" in err
     assert not (tmp_path / "run").exists()
     # not given: the preset's scheme (cross-validation); 0 in a config means the same
-    assert tiny_config().holdout == 0 and apply_overrides(TrainConfig(), {"holdout": 0}, "test").cv == 5
+    assert (
+        tiny_config().holdout == 0
+        and apply_overrides(TrainConfig(), {"holdout": 0}, "test").cv == 5
+    )
 
 
 def test_bad_toml_is_a_usage_error(tmp_path):
@@ -182,7 +263,9 @@ def test_lr_schedule_warmup_then_cosine_over_the_whole_run():
     assert lr_at_step(0, **kwargs) == pytest.approx(1e-7)
     assert lr_at_step(5, **kwargs) == pytest.approx(1e-7 + 0.5 * (1e-3 - 1e-7))
     # after warmup the cosine continues from where it is at step 10 (timm warmup_prefix=False)
-    assert lr_at_step(10, **kwargs) == pytest.approx(1e-7 + 0.5 * (1e-3 - 1e-7) * (1 + np.cos(0.1 * np.pi)))
+    assert lr_at_step(10, **kwargs) == pytest.approx(
+        1e-7 + 0.5 * (1e-3 - 1e-7) * (1 + np.cos(0.1 * np.pi))
+    )
     assert lr_at_step(50, **kwargs) == pytest.approx((1e-3 + 1e-7) / 2)
     assert lr_at_step(100, **kwargs) == pytest.approx(1e-7)
 
@@ -191,9 +274,10 @@ def test_lr_schedule_warmup_then_cosine_over_the_whole_run():
 def test_selection_can_select_the_last_epoch_and_otherwise_only_the_second_half(epochs):
     config = tiny_config(epochs=epochs)
     assert selection_improved(config, epochs - 1, 0.5, None)
-    assert [selection_improved(config, e, 0.5, None) for e in range(epochs)] == \
-        [e >= epochs / 2 or e == epochs - 1 for e in range(epochs)]
-    assert selection_improved(config, epochs - 1, 0.5, 0.5)          # ties -> later epoch
+    assert [selection_improved(config, e, 0.5, None) for e in range(epochs)] == [
+        e >= epochs / 2 or e == epochs - 1 for e in range(epochs)
+    ]
+    assert selection_improved(config, epochs - 1, 0.5, 0.5)  # ties -> later epoch
     assert not selection_improved(config, epochs - 1, 0.4, 0.5)
 
 
@@ -238,16 +322,18 @@ def test_mix_batch_mixes_labels_and_demographics_consistently():
     sex = (torch.arange(b) % 2).float()
     targets = torch.nn.functional.one_hot(torch.arange(b) % 2, 2).float()
     for seed in range(6):  # both mixup and cutmix branches
-        out = augment.mix_batch(coh, wpli, age, sex, targets, kind, 1.0, 0.5, 0.2,
-                                np.random.default_rng(seed))
+        out = augment.mix_batch(
+            coh, wpli, age, sex, targets, kind, 1.0, 0.5, 0.2, np.random.default_rng(seed)
+        )
         new_coh, _, new_age, _, new_targets = out
         assert torch.allclose(new_targets.sum(1), torch.ones(b))
         lam_mean = new_targets[:, 0].mean()  # balanced classes: mixing keeps the class mass
         assert torch.isclose(lam_mean, torch.tensor(0.5), atol=1e-6)
         assert torch.allclose(new_coh, new_coh.transpose(-1, -2), atol=1e-6)
         assert float(new_age.min()) >= 20 and float(new_age.max()) <= 27
-    again = augment.mix_batch(coh, wpli, age, sex, targets, kind, 1.0, 0.5, 0.2,
-                              np.random.default_rng(5))
+    again = augment.mix_batch(
+        coh, wpli, age, sex, targets, kind, 1.0, 0.5, 0.2, np.random.default_rng(5)
+    )
     assert torch.equal(again[0], out[0])
 
 
@@ -265,8 +351,9 @@ def test_dataset_indexes_segments_and_bounds_its_cache(synthetic_dir):
     data = load_training_data(synthetic_dir, "diagnosis")
     assert data.label_names == ["control", "patient"] and data.channels == CHANNELS
     one_recording = 2 * 2 * len(BANDS) * len(CHANNELS) ** 2 * 4
-    dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
-                                cache_bytes=3 * one_recording)
+    dataset = ConnectomeDataset(
+        data.recordings, data.label_names, data.channels, data.bands, cache_bytes=3 * one_recording
+    )
     assert len(dataset) == 24 * 2
     item = dataset[5]
     assert item["coh"].shape == (3, 6, 6) and item["coh"].dtype == torch.float32
@@ -282,14 +369,20 @@ def test_segment_averaging_means_segments_of_the_same_recording_only(synthetic_d
     data = load_training_data(synthetic_dir, "diagnosis")
 
     def dataset(probability, seed=0):
-        return ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
-                                 segment_averaging=probability, rng=np.random.default_rng(seed))
+        return ConnectomeDataset(
+            data.recordings,
+            data.label_names,
+            data.channels,
+            data.bands,
+            segment_averaging=probability,
+            rng=np.random.default_rng(seed),
+        )
 
     plain, always, half = dataset(0.0), dataset(1.0), dataset(0.5)
     averaged = 0
     for i in range(len(plain)):
         r = int(plain.index[i, 0])
-        coh, wpli = plain.recording_arrays(r)                 # 2 segments per recording
+        coh, wpli = plain.recording_arrays(r)  # 2 segments per recording
         torch.testing.assert_close(always[i]["coh"], torch.from_numpy(coh.mean(axis=0)))
         torch.testing.assert_close(always[i]["wpli"], torch.from_numpy(wpli.mean(axis=0)))
         assert int(always[i]["label"]) == int(plain[i]["label"])
@@ -297,6 +390,7 @@ def test_segment_averaging_means_segments_of_the_same_recording_only(synthetic_d
         averaged += not torch.equal(item, plain[i]["coh"])
         assert torch.equal(item, plain[i]["coh"]) or torch.allclose(item, always[i]["coh"])
     assert 0.25 * len(plain) < averaged < 0.75 * len(plain)
+
     # seeded: the same seed draws the same items, another seed other ones
     def items(d):
         return [d[i]["coh"] for i in range(len(plain))]
@@ -340,33 +434,55 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     assert oof_a == (tmp_path / "b" / "oof_predictions.tsv").read_text()
     assert oof_a == (tmp_path / "c" / "oof_predictions.tsv").read_text()
     assert a["models"] == b["models"] == c["models"]
-    weights_a, weights_c = (torch.load(tmp_path / run / "model.pt", weights_only=False)["state_dict"]
-                            for run in ("a", "c"))
+    weights_a, weights_c = (
+        torch.load(tmp_path / run / "model.pt", weights_only=False)["state_dict"]
+        for run in ("a", "c")
+    )
     assert weights_a.keys() == weights_c.keys()
     assert all(torch.equal(weights_a[k], weights_c[k]) for k in weights_a)
 
     def without_times(run):
-        return [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-                for line in (tmp_path / run / "history.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "seconds"}
+            for line in (tmp_path / run / "history.jsonl").read_text().splitlines()
+        ]
+
     assert without_times("a") == without_times("c")
     assert (tmp_path / "a" / "model.pt").exists()  # retrained on everybody after the CV
     # the task is learnable and both models are reported on the same folds
     assert a["models"]["xaiguiformer"]["mean"]["bac"] >= 0.75
     assert len(a["models"]["logistic_regression"]["per_fold"]) == 3
-    history = [json.loads(line) for line in (tmp_path / "a" / "history.jsonl").read_text().splitlines()]
-    assert {"repeat", "fold", "epoch", "train_loss", "val_loss", "val_bac", "lr", "seconds",
-            "attention"} <= set(history[0])
+    history = [
+        json.loads(line) for line in (tmp_path / "a" / "history.jsonl").read_text().splitlines()
+    ]
+    assert {
+        "repeat",
+        "fold",
+        "epoch",
+        "train_loss",
+        "val_loss",
+        "val_bac",
+        "lr",
+        "seconds",
+        "attention",
+    } <= set(history[0])
     assert {(h["repeat"], h["fold"]) for h in history} == {(0, 0), (0, 1), (0, 2), (-1, -1)}
     # attention diagnostics: per epoch on the validation participants, out of fold per fold
     for record in history:
         assert set(record["attention"]) == {"coarse", "refined"}
         assert 0 <= record["attention"]["refined"]["entropy"][0] <= np.log(len(BANDS)) + 1e-6
-        assert "logit_change_uniform" not in record["attention"]["coarse"]   # no ablation per epoch
+        assert "logit_change_uniform" not in record["attention"]["coarse"]  # no ablation per epoch
     attention = a["attention"]
     assert attention["n_bands"] == len(BANDS) and len(attention["per_fold"]) == 3
-    assert {"entropy", "entropy_fraction", "residual_share", "guidance_ratio",
-            "logit_change_uniform", "flips_identity"} <= set(attention["passes"]["refined"])
-    assert a["attention"] == c["attention"]                  # reproducible, workers included
+    assert {
+        "entropy",
+        "entropy_fraction",
+        "residual_share",
+        "guidance_ratio",
+        "logit_change_uniform",
+        "flips_identity",
+    } <= set(attention["passes"]["refined"])
+    assert a["attention"] == c["attention"]  # reproducible, workers included
     splits = json.loads((tmp_path / "a" / "splits.json").read_text())
     tested = sorted(p for fold in splits["folds"] for p in fold["test"])
     assert tested == sorted(f"sub-{p:02d}" for p in range(24))
@@ -391,13 +507,16 @@ def test_model_file_loads_in_a_fresh_process(synthetic_dir, holdout_run, tmp_pat
     assert done.returncode == 0, done.stderr
     rows = {r["recording_id"]: r for r in map(json.loads, done.stdout.splitlines())}
     assert len(rows) == 24
-    oof = [line.split("\t") for line in (holdout_run / "oof_predictions.tsv").read_text().splitlines()]
+    oof = [
+        line.split("\t") for line in (holdout_run / "oof_predictions.tsv").read_text().splitlines()
+    ]
     held_out = [dict(zip(oof[0], values)) for values in oof[1:]]
     held_out = [row for row in held_out if row["model"] == "xaiguiformer"]
     assert len(held_out) == 6
     for row in held_out:
         assert rows[row["recording_id"]]["prob_patient"] == pytest.approx(
-            float(row["prob_patient"]), abs=1e-5)
+            float(row["prob_patient"]), abs=1e-5
+        )
         assert rows[row["recording_id"]]["predicted"] == row["predicted"]
 
 
@@ -405,12 +524,30 @@ def test_model_file_loads_in_a_fresh_process(synthetic_dir, holdout_run, tmp_pat
 def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tmp_path, n_jobs):
     run_dir = tmp_path / "run"
     toml = tmp_path / "slow.toml"
-    toml.write_text("epochs = 10\nbatch_size = 8\naugmentation = 'none'\ndevice = 'cpu'\n"
-                    "[model]\nd_model = 16\nn_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n")
-    args = ["train", synthetic_dir, "--out", run_dir, "--label-column", "diagnosis",
-            "--config", toml, "--cv", "3", "--n-jobs", n_jobs]
-    process = subprocess.Popen(EEGFORMER + [str(a) for a in args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    toml.write_text(
+        "epochs = 10\nbatch_size = 8\naugmentation = 'none'\ndevice = 'cpu'\n"
+        "[model]\nd_model = 16\nn_heads = 2\nn_layers = 1\nn_gnn_layers = 1\n"
+    )
+    args = [
+        "train",
+        synthetic_dir,
+        "--out",
+        run_dir,
+        "--label-column",
+        "diagnosis",
+        "--config",
+        toml,
+        "--cv",
+        "3",
+        "--n-jobs",
+        n_jobs,
+    ]
+    process = subprocess.Popen(
+        EEGFORMER + [str(a) for a in args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = run_dir / "folds" / "r0_f0.json"
     deadline = time.monotonic() + 240
     while not first.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -430,9 +567,13 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert metrics["n_folds"] == 3 and (run_dir / "model.pt").exists()
     # the paired comparison with the reference: differences of the same folds, told on stderr
     comparison = metrics["comparison"]
-    differences = [a["bac"] - b["bac"] for a, b in zip(
-        metrics["models"]["xaiguiformer"]["per_fold"],
-        metrics["models"]["logistic_regression"]["per_fold"])]
+    differences = [
+        a["bac"] - b["bac"]
+        for a, b in zip(
+            metrics["models"]["xaiguiformer"]["per_fold"],
+            metrics["models"]["logistic_regression"]["per_fold"],
+        )
+    ]
     assert comparison["mean_difference"] == pytest.approx(np.mean(differences))
     assert comparison["folds_better"] + comparison["folds_equal"] + comparison["folds_worse"] == 3
     assert "xaiguiformer - logistic_regression, bac:" in done.stderr
@@ -475,7 +616,7 @@ def test_reference_search_with_a_one_class_inner_split_stays_quiet():
         search = fit_reference(features, labels, groups, seed=0)
     assert [str(w.message)[:80] for w in caught] == []
     assert np.isnan(search.cv_results_["mean_test_score"]).all()  # the case did occur
-    assert list(search.classes_) == [0, 1]                          # refit on both classes
+    assert list(search.classes_) == [0, 1]  # refit on both classes
 
 
 def test_overwrite_clears_every_file_of_the_earlier_run_and_nothing_else(tmp_path):
@@ -496,13 +637,21 @@ def test_invalid_settings_leave_no_run_folder(synthetic_dir, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("n_jobs, environ, message", [
-    (0, {}, "invalid --n-jobs 0; use a positive number or -1"),
-    (-2, {}, "invalid --n-jobs -2"),
-    (2, {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "cannot be combined with torchrun"),
-])
-def test_bad_n_jobs_is_refused_before_the_run_folder_exists(synthetic_dir, tmp_path, monkeypatch,
-                                                            n_jobs, environ, message):
+@pytest.mark.parametrize(
+    "n_jobs, environ, message",
+    [
+        (0, {}, "invalid --n-jobs 0; use a positive number or -1"),
+        (-2, {}, "invalid --n-jobs -2"),
+        (
+            2,
+            {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+            "cannot be combined with torchrun",
+        ),
+    ],
+)
+def test_bad_n_jobs_is_refused_before_the_run_folder_exists(
+    synthetic_dir, tmp_path, monkeypatch, n_jobs, environ, message
+):
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(UsageError, match=message):
@@ -518,11 +667,31 @@ def test_cli_errors_have_distinct_exit_codes(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     two = make_connectome_folder(tmp_path / "b", n_participants=24)
-    done = run_cli("train", two, "--out", blocker / "run", "--label-column", "diagnosis",
-                   "--holdout", "0.3", "--epochs", "1")
+    done = run_cli(
+        "train",
+        two,
+        "--out",
+        blocker / "run",
+        "--label-column",
+        "diagnosis",
+        "--holdout",
+        "0.3",
+        "--epochs",
+        "1",
+    )
     assert done.returncode == 5 and "cannot create folder" in done.stderr
-    done = run_cli("train", two, "--out", tmp_path / "r2", "--label-column", "diagnosis",
-                   "--holdout", "0.3", "--cv", "3")
+    done = run_cli(
+        "train",
+        two,
+        "--out",
+        tmp_path / "r2",
+        "--label-column",
+        "diagnosis",
+        "--holdout",
+        "0.3",
+        "--cv",
+        "3",
+    )
     assert done.returncode == 2 and "--holdout cannot be combined" in done.stderr
 
 
@@ -547,13 +716,13 @@ def test_model_file_errors(tmp_path, synthetic_dir, holdout_run):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, synthetic_dir,
-                                                             holdout_run):
+def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, synthetic_dir, holdout_run):
     """Its retired model fields with their surviving values are dropped; a retired
     experimental variant is refused naming the field (exit 4, one line)."""
     bundle = torch.load(holdout_run / "model.pt", weights_only=True)
-    bundle["model_config"].update(explainer="deeplift", explanation_impl="one_pass",
-                                  attention_impl="fused")
+    bundle["model_config"].update(
+        explainer="deeplift", explanation_impl="one_pass", attention_impl="fused"
+    )
     bundle["train_config"]["selection"] = "second_half"
     old = tmp_path / "old.pt"
     torch.save(bundle, old)
@@ -561,14 +730,19 @@ def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, syntheti
     coh, wpli = torch.from_numpy(data["coh"]), torch.from_numpy(data["wpli"])
     age = sex = torch.full((len(coh),), float("nan"))
     with torch.no_grad():
-        logits = [load_model_file(path).model(coh, wpli, age, sex)[1]
-                  for path in (holdout_run / "model.pt", old)]
+        logits = [
+            load_model_file(path).model(coh, wpli, age, sex)[1]
+            for path in (holdout_run / "model.pt", old)
+        ]
     assert torch.equal(logits[0], logits[1])
     bundle["model_config"]["guidance"] = "rms_sample"
     variant = tmp_path / "variant.pt"
     torch.save(bundle, variant)
-    with pytest.raises(ModelFileError, match="guidance='rms_sample' was made by an experimental "
-                                             "variant that this eegformer version no longer"):
+    with pytest.raises(
+        ModelFileError,
+        match="guidance='rms_sample' was made by an experimental "
+        "variant that this eegformer version no longer",
+    ):
         load_model_file(variant)
     done = run_cli("predict", variant, synthetic_dir)
     assert done.returncode == 4 and "guidance='rms_sample'" in done.stderr
@@ -578,8 +752,9 @@ def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, syntheti
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
-    metrics = run_training(synthetic_dir, tmp_path / "run", "diagnosis",
-                           tiny_config(holdout=0.25, device="cuda"))
+    metrics = run_training(
+        synthetic_dir, tmp_path / "run", "diagnosis", tiny_config(holdout=0.25, device="cuda")
+    )
     assert metrics["models"]["xaiguiformer"]["mean"]["bac"] is not None
     bundle = load_model_file(tmp_path / "run" / "model.pt", "cuda")
     assert next(bundle.model.parameters()).is_cuda
@@ -606,11 +781,21 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
             SeenProgress.seen.append((self._tasks[task_id].description, fields.get("completed")))
             super().update(task_id, **fields)
 
-    monkeypatch.setattr(console, "progress_bar", lambda transient=False: SeenProgress(
-        console=Console(file=io.StringIO(), force_terminal=True), auto_refresh=False))
+    monkeypatch.setattr(
+        console,
+        "progress_bar",
+        lambda transient=False: SeenProgress(
+            console=Console(file=io.StringIO(), force_terminal=True), auto_refresh=False
+        ),
+    )
     data = write_connectome_folder(tmp_path / "prep", n_participants=12, n_segments=3)
-    run_training(data, tmp_path / "run", "diagnosis",
-                 resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)), n_jobs=2)
+    run_training(
+        data,
+        tmp_path / "run",
+        "diagnosis",
+        resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)),
+        n_jobs=2,
+    )
     for name in ("fold r0_f0", "fold r0_f1", "final model (all participants)"):
         assert [done for label, done in SeenProgress.seen if label == name] == [1, 2, 3], name
 
@@ -645,21 +830,33 @@ def pyriemann_probabilities(prep: Path, fold: dict, seed: int, labels: list[str]
         rows = [r for r in csv.DictReader(handle, delimiter="\t") if r["status"] == "ok"]
     groups = np.array([r["participant_id"] for r in rows])
     y = np.array([labels.index(r["diagnosis"]) for r in rows])
-    covariances = np.stack([Shrinkage(0.1).transform(
-        np.load(prep / r["connectome"])["covariance"].astype(np.float64)) for r in rows])
+    covariances = np.stack(
+        [
+            Shrinkage(0.1).transform(
+                np.load(prep / r["connectome"])["covariance"].astype(np.float64)
+            )
+            for r in rows
+        ]
+    )
     fit, test = np.isin(groups, fold["train"] + fold["val"]), np.isin(groups, fold["test"])
-    spaces = [TangentSpace(metric="riemann").fit(covariances[fit, b])
-              for b in range(covariances.shape[1])]
+    spaces = [
+        TangentSpace(metric="riemann").fit(covariances[fit, b]) for b in range(covariances.shape[1])
+    ]
     vectors = np.hstack([space.transform(covariances[:, b]) for b, space in enumerate(spaces)])
     smallest = min(len(set(groups[fit][y[fit] == k])) for k in np.unique(y[fit]))
-    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(
-        class_weight="balanced", max_iter=5000)), {"logisticregression__C": [1e-4, 1e-3, 1e-2,
-                                                                          1e-1, 1.0]},
-        scoring="balanced_accuracy", cv=StratifiedGroupKFold(max(2, min(5, smallest)),
-                                                             shuffle=True, random_state=seed))
+    search = GridSearchCV(
+        make_pipeline(StandardScaler(), LogisticRegression(class_weight="balanced", max_iter=5000)),
+        {"logisticregression__C": [1e-4, 1e-3, 1e-2, 1e-1, 1.0]},
+        scoring="balanced_accuracy",
+        cv=StratifiedGroupKFold(max(2, min(5, smallest)), shuffle=True, random_state=seed),
+    )
     search.fit(vectors[fit], y[fit], groups=groups[fit])
-    return dict(zip([r["recording_id"] for r, t in zip(rows, test) if t],
-                    search.predict_proba(vectors[test])))
+    return dict(
+        zip(
+            [r["recording_id"] for r, t in zip(rows, test) if t],
+            search.predict_proba(vectors[test]),
+        )
+    )
 
 
 def test_tangent_space_reference_is_pyriemanns_pipeline_on_the_same_folds(sample_run):
@@ -672,54 +869,80 @@ def test_tangent_space_reference_is_pyriemanns_pipeline_on_the_same_folds(sample
     metrics = json.loads((run / "metrics.json").read_text())
     assert list(metrics["models"]) == ["xaiguiformer", "logistic_regression", "tangent_space"]
     assert [(c["model"], c["reference"]) for c in metrics["comparisons"]] == [
-        ("xaiguiformer", "logistic_regression"), ("xaiguiformer", "tangent_space")]
+        ("xaiguiformer", "logistic_regression"),
+        ("xaiguiformer", "tangent_space"),
+    ]
     assert metrics["comparison"] == metrics["comparisons"][0]
     fold = json.loads((run / "splits.json").read_text())["folds"][0]
     config = json.loads((run / "config.json").read_text())
-    expected = pyriemann_probabilities(sample_run["prep"], fold,
-                                       fold_seed(config["train_config"]["seed"], 0, 0),
-                                       config["labels"])
+    expected = pyriemann_probabilities(
+        sample_run["prep"], fold, fold_seed(config["train_config"]["seed"], 0, 0), config["labels"]
+    )
     lines = (run / "oof_predictions.tsv").read_text().splitlines()
     header = lines[0].split("\t")
     rows = [dict(zip(header, line.split("\t"))) for line in lines[1:]]
-    got = {r["recording_id"]: [float(r[f"prob_{label}"]) for label in config["labels"]]
-           for r in rows if r["model"] == "tangent_space"}
+    got = {
+        r["recording_id"]: [float(r[f"prob_{label}"]) for label in config["labels"]]
+        for r in rows
+        if r["model"] == "tangent_space"
+    }
     assert sorted(got) == sorted(expected) and len(got) == 3
     for recording_id, probabilities in got.items():
         np.testing.assert_allclose(probabilities, expected[recording_id], atol=1e-9)
     # the permutation test refits exactly this reference: on the real labels, the run's BAC
     request = read_run_request(run)
     plan = plan_run(request.data_dir, request.label_column, request.config)
-    refit = permutation.refit_scores(plan, reference_features(plan.data),
-                                     [r.label for r in plan.data.recordings], "tangent_space")
+    refit = permutation.refit_scores(
+        plan,
+        reference_features(plan.data),
+        [r.label for r in plan.data.recordings],
+        "tangent_space",
+    )
     assert refit["bac"] == {"tangent_space": metrics["models"]["tangent_space"]["mean"]["bac"]}
 
 
 def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_so(
-        sample_run, tmp_path, capsys):
+    sample_run, tmp_path, capsys
+):
     import shutil
 
     from eegformer_cli.preprocess import PreprocessSettings, load_connectome, run_preprocess
 
-    old = tmp_path / "old"   # as an earlier eegformer wrote it: no covariance keys
+    old = tmp_path / "old"  # as an earlier eegformer wrote it: no covariance keys
     shutil.copytree(sample_run["prep"], old)
     for path in (old / "connectomes").glob("*.npz"):
         with np.load(path) as data:
             arrays = {key: data[key] for key in data.files if not key.startswith("covariance")}
         np.savez_compressed(path, **arrays)
-    metrics = run_training(old, tmp_path / "run", "diagnosis",
-                           tiny_config(epochs=1, holdout=0.25, val_fraction=0.25))
+    metrics = run_training(
+        old, tmp_path / "run", "diagnosis", tiny_config(epochs=1, holdout=0.25, val_fraction=0.25)
+    )
     assert "hold no band covariances" in capsys.readouterr().err
     assert list(metrics["models"]) == ["xaiguiformer", "logistic_regression"]
     assert [c["reference"] for c in metrics["comparisons"]] == ["logistic_regression"]
-    assert run_main("train", "--merge", tmp_path / "run", "--permutations", "2",
-                    "--permutation-model", "tangent_space") == 2
+    assert (
+        run_main(
+            "train",
+            "--merge",
+            tmp_path / "run",
+            "--permutations",
+            "2",
+            "--permutation-model",
+            "tangent_space",
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "needs band covariances" in err and "Traceback" not in err
     # a rerun of preprocess into the folder makes those files again, with the covariances
     edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[:12]
-    run_preprocess(edfs, old, PreprocessSettings.from_preset("default"),
-                   participants=SAMPLE_DATA / "participants.tsv", n_jobs=1)
+    run_preprocess(
+        edfs,
+        old,
+        PreprocessSettings.from_preset("default"),
+        participants=SAMPLE_DATA / "participants.tsv",
+        n_jobs=1,
+    )
     for path in (old / "connectomes").glob("*.npz"):
         remade = load_connectome(path)
         original = load_connectome(sample_run["prep"] / "connectomes" / path.name)

@@ -33,8 +33,9 @@ def set_column(root: Path, column: str, values: list) -> Path:
     for row, value in zip(rows, values, strict=True):
         row[column] = str(value)
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t",
-                                lineterminator="\n")
+        writer = csv.DictWriter(
+            handle, fieldnames=list(rows[0]), delimiter="\t", lineterminator="\n"
+        )
         writer.writeheader()
         writer.writerows(rows)
     return root
@@ -42,8 +43,10 @@ def set_column(root: Path, column: str, values: list) -> Path:
 
 def audit_of(root: Path, label_column: str = "diagnosis", confounds=(), **settings) -> dict:
     plan = plan_run(root, label_column, tiny_config(**settings))
-    return audit.run_audit(audit.plan_audit(plan.data, plan.folds, plan.scheme, plan.config,
-                                            confounds), plan.positive_label)
+    return audit.run_audit(
+        audit.plan_audit(plan.data, plan.folds, plan.scheme, plan.config, confounds),
+        plan.positive_label,
+    )
 
 
 def entry(result: dict, name: str) -> dict:
@@ -62,8 +65,9 @@ def labels_of(n_participants: int) -> list[str]:
 def test_a_duration_that_carries_the_label_is_flagged_with_its_figure(tmp_path, capsys):
     rng = np.random.default_rng(0)
     durations = [rng.normal(120 if label == "patient" else 90, 15) for label in labels_of(24)]
-    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s",
-                      [f"{d:.1f}" for d in durations])
+    root = set_column(
+        make_connectome_folder(tmp_path / "prep"), "duration_s", [f"{d:.1f}" for d in durations]
+    )
     result = audit_of(root)
     assert result["flagged"] == ["duration_s"] and result["variables"][0]["name"] == "duration_s"
     duration = entry(result, "duration_s")
@@ -82,8 +86,9 @@ def test_a_duration_that_carries_the_label_is_flagged_with_its_figure(tmp_path, 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_duration_independent_of_the_label_is_not_flagged(tmp_path, capsys, seed):
     durations = np.random.default_rng(seed).normal(100, 15, 24)
-    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s",
-                      [f"{d:.1f}" for d in durations])
+    root = set_column(
+        make_connectome_folder(tmp_path / "prep"), "duration_s", [f"{d:.1f}" for d in durations]
+    )
     result = audit_of(root)
     duration = entry(result, "duration_s")
     assert result["flagged"] == [] and duration["status"] == "checked"
@@ -96,8 +101,11 @@ def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_p
     n = 600
     rng = np.random.default_rng(3)
     durations = [rng.normal(105 if label == "patient" else 100, 15) for label in labels_of(n)]
-    root = set_column(make_connectome_folder(tmp_path / "prep", n_participants=n, n_segments=1),
-                      "duration_s", [f"{d:.1f}" for d in durations])
+    root = set_column(
+        make_connectome_folder(tmp_path / "prep", n_participants=n, n_segments=1),
+        "duration_s",
+        [f"{d:.1f}" for d in durations],
+    )
     result = audit_of(root)
     duration = entry(result, "duration_s")
     assert duration["status"] == "borderline" and result["borderline"] == ["duration_s"]
@@ -107,7 +115,8 @@ def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_p
     assert entry(result, "sex")["reason"].startswith("AUROC below 0.65")
     warnings = [line for line in capsys.readouterr().err.splitlines() if "shortcut" in line]
     assert len(warnings) == 1 and warnings[0].startswith(
-        "warning: possible shortcut (borderline): duration_s")
+        "warning: possible shortcut (borderline): duration_s"
+    )
     assert "--crop SECONDS" in warnings[0]
     assert audit.describe_audit(result).startswith("shortcut audit: borderline duration_s (AUROC")
 
@@ -120,8 +129,9 @@ def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_pa
     # the remedy: only the first 30 s of a 40 s and a 60 s recording are analysed
     settings = PreprocessSettings.from_preset("default", crop_s=30.0, epoch_length=6.0)
     raw = simulate_participant(draw_participants(1, seed=0)[0], duration_s=60.0)
-    short, long = (preprocess_raw(raw.copy().crop(0, d, include_tmax=False), settings)
-                   for d in (40.0, 60.0))
+    short, long = (
+        preprocess_raw(raw.copy().crop(0, d, include_tmax=False), settings) for d in (40.0, 60.0)
+    )
     assert len(short.coh) == len(long.coh) == 5 and long.segment_onsets_s.max() < 30
     # the same first 30 s, the same tokens (but near the cut, where the filter saw more data)
     assert np.allclose(short.coh[:3], long.coh[:3], atol=1e-3)
@@ -148,14 +158,14 @@ def test_confounds_are_audited_as_categories_with_three_classes(tmp_path):
     # make_connectome_folder's sex follows p % 3 and its ages p % 20: the labels do not
     labels = [["a", "b", "c"][(p // 3) % 3] for p in range(24)]
     root = make_connectome_folder(tmp_path / "prep", labels=labels)
-    set_column(root, "site", [f"site-{(p // 3) % 3}" for p in range(24)])    # carries the label
-    set_column(root, "scanner", [f"s{p % 2}" for p in range(24)])            # does not
-    result = audit_of(root, confounds=["site", "scanner", "age"])            # age: a built-in
+    set_column(root, "site", [f"site-{(p // 3) % 3}" for p in range(24)])  # carries the label
+    set_column(root, "scanner", [f"s{p % 2}" for p in range(24)])  # does not
+    result = audit_of(root, confounds=["site", "scanner", "age"])  # age: a built-in
     site, scanner = entry(result, "site"), entry(result, "scanner")
     assert result["flagged"] == ["site"] and site["kind"] == "categorical"
     assert site["source"] == "--confounds" and scanner["status"] == "checked"
-    assert site["auroc"]["mean"] == 1.0                      # macro one-vs-rest AUROC
-    assert site["bac"]["mean"] == 1.0 and scanner["bac"]["mean"] < 0.6   # chance is 1/3
+    assert site["auroc"]["mean"] == 1.0  # macro one-vs-rest AUROC
+    assert site["bac"]["mean"] == 1.0 and scanner["bac"]["mean"] < 0.6  # chance is 1/3
     assert [e["name"] for e in result["variables"]].count("age") == 1
     assert "a: 9 x site-0; b: 9 x site-1" in audit.describe_by_class(site)
 
@@ -169,12 +179,16 @@ def test_a_holdout_run_is_audited_on_a_cv_of_all_participants(tmp_path):
 def test_bad_flags_are_one_line_usage_errors_before_the_run_folder(tmp_path, capsys):
     root = make_connectome_folder(tmp_path / "prep")
     run = tmp_path / "run"
-    cases = [(["--confounds", "site"], "available columns are recording_id, participant_id"),
-             (["--confounds", "diagnosis"], "is the label column"),
-             (["--permutations", "-1"], "invalid value -1 for --permutations"),
-             (["--permutation-model", "svm"],
-              "allowed values are 'reference', 'tangent_space', 'xaiguiformer'"),
-             (["--fold", "0", "--permutations", "5"], "give them to `eegformer train --merge")]
+    cases = [
+        (["--confounds", "site"], "available columns are recording_id, participant_id"),
+        (["--confounds", "diagnosis"], "is the label column"),
+        (["--permutations", "-1"], "invalid value -1 for --permutations"),
+        (
+            ["--permutation-model", "svm"],
+            "allowed values are 'reference', 'tangent_space', 'xaiguiformer'",
+        ),
+        (["--fold", "0", "--permutations", "5"], "give them to `eegformer train --merge"),
+    ]
     for flags, message in cases:
         code = run_main("train", root, "--out", run, "-l", "diagnosis", "--epochs", "1", *flags)
         err = capsys.readouterr().err
@@ -194,45 +208,52 @@ def test_train_help_documents_the_new_options(capsys):
 
 
 def recordings(labels_by_participant: dict[str, list[str]]) -> TrainingData:
-    recs = [RecordingInfo(f"{p}_{i}", p, label, float("nan"), float("nan"), Path("x.npz"), 1)
-            for p, labels in labels_by_participant.items() for i, label in enumerate(labels)]
-    return TrainingData(Path("."), "label", recs, sorted({r.label for r in recs}), [], [],
-                        np.zeros((0, 2)), {})
+    recs = [
+        RecordingInfo(f"{p}_{i}", p, label, float("nan"), float("nan"), Path("x.npz"), 1)
+        for p, labels in labels_by_participant.items()
+        for i, label in enumerate(labels)
+    ]
+    return TrainingData(
+        Path("."), "label", recs, sorted({r.label for r in recs}), [], [], np.zeros((0, 2)), {}
+    )
 
 
 def test_labels_are_permuted_between_participants_or_within_them():
     from eegformer_cli.training.splits import Fold
 
     one_label = recordings({f"p{i}": [["x", "y"][i % 2]] * 2 for i in range(10)})
-    folds = [Fold(0, k, [f"p{i}" for i in range(10) if i % 5 != k], [], [f"p{k}", f"p{k + 5}"])
-             for k in range(5)]
+    folds = [
+        Fold(0, k, [f"p{i}" for i in range(10) if i % 5 != k], [], [f"p{k}", f"p{k + 5}"])
+        for k in range(5)
+    ]
     drawn = [null_labels.permuted_labels(one_label, folds, 0, i) for i in range(20)]
     for labels in drawn:
         assert sorted(labels) == sorted(r.label for r in one_label.recordings)
         assert all(labels[2 * i] == labels[2 * i + 1] for i in range(10))  # one per participant
     assert len({tuple(labels) for labels in drawn}) > 10
-    assert drawn[3] == null_labels.permuted_labels(one_label, folds, 0, 3)   # seeded per index
+    assert drawn[3] == null_labels.permuted_labels(one_label, folds, 0, 3)  # seeded per index
     assert null_labels.describe_scheme(one_label).startswith("participant labels shuffled")
     conditions = recordings({f"p{i}": ["rest", "task"] for i in range(10)})
     for i in range(20):
         labels = null_labels.permuted_labels(conditions, folds, 0, i)
-        assert all(sorted(labels[2 * p:2 * p + 2]) == ["rest", "task"] for p in range(10))
+        assert all(sorted(labels[2 * p : 2 * p + 2]) == ["rest", "task"] for p in range(10))
     assert "each participant's recordings" in null_labels.describe_scheme(conditions)
 
 
 def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, capsys):
     rng = np.random.default_rng(0)
-    root = set_column(make_connectome_folder(tmp_path / "prep"), "duration_s",
-                      [f"{rng.normal(130 if label == 'patient' else 80, 10):.1f}"
-                       for label in labels_of(24)])
+    root = set_column(
+        make_connectome_folder(tmp_path / "prep"),
+        "duration_s",
+        [f"{rng.normal(130 if label == 'patient' else 80, 10):.1f}" for label in labels_of(24)],
+    )
     run = tmp_path / "run"
     config = tiny_config(cv=3)
     metrics = run_training(root, run, "diagnosis", config, permutations=3, n_jobs=2)
     assert metrics["shortcut_audit"]["flagged"] == ["duration_s"]
     test = metrics["permutation_test"]
     assert test["n_permutations"] == 3 and test["null_model"] == REFERENCE_NAME
-    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME,
-                                                      TANGENT_SPACE_NAME}
+    assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME}
     assert test["models"]["xaiguiformer"]["null_from"] == "logistic_regression"
     assert json.loads((run / "metrics.json").read_text())["permutation_test"] == test
     files = sorted((run / "permutations" / "logistic_regression").glob("*.json"))
@@ -240,10 +261,13 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     # the test refits exactly the run's reference: on the real labels it gets the run's BAC
     plan = plan_run(root, "diagnosis", config)
     features = reference_features(plan.data)
-    refit = permutation.refit_scores(plan, features, [r.label for r in plan.data.recordings],
-                                     "logistic_regression")
-    assert refit["bac"]["logistic_regression"] == \
-        metrics["models"]["logistic_regression"]["mean"]["bac"]
+    refit = permutation.refit_scores(
+        plan, features, [r.label for r in plan.data.recordings], "logistic_regression"
+    )
+    assert (
+        refit["bac"]["logistic_regression"]
+        == metrics["models"]["logistic_regression"]["mean"]["bac"]
+    )
     capsys.readouterr()
     # merge adds permutations to the finished run: only the missing ones are computed, the
     # same numbers in this process as in the workers
@@ -257,11 +281,24 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert again["bac"] == json.loads(files[1].read_text())["bac"]
     assert merged["models"]["logistic_regression"]["p_value"] == null_labels.p_value(
         merged["null"]["logistic_regression"],
-        metrics["models"]["logistic_regression"]["mean"]["bac"])
+        metrics["models"]["logistic_regression"]["mean"]["bac"],
+    )
     # the full null: both models retrained on each permutation, each against its own null;
     # the reference refit inside it is the same as the reference-only null's
-    assert run_main("train", "--merge", run, "--permutations", "2", "--permutation-model",
-                    "xaiguiformer", "-j", "2") == 0
+    assert (
+        run_main(
+            "train",
+            "--merge",
+            run,
+            "--permutations",
+            "2",
+            "--permutation-model",
+            "xaiguiformer",
+            "-j",
+            "2",
+        )
+        == 0
+    )
     full = json.loads((run / "metrics.json").read_text())["permutation_test"]
     assert full["null_model"] == MODEL_NAME and len(full["null"][MODEL_NAME]) == 2
     assert all(model["null_from"] == name for name, model in full["models"].items())
@@ -280,27 +317,34 @@ def observed_and_p(root: Path, run_dir: Path, n_permutations: int, **settings) -
     ``n_permutations`` refits on permuted labels (2 workers), without training XAIguiFormer."""
     plan = plan_run(root, "diagnosis", tiny_config(**settings))
     features = reference_features(plan.data)
-    observed = permutation.refit_scores(plan, features, [r.label for r in plan.data.recordings],
-                                        "logistic_regression")["bac"]["logistic_regression"]
+    observed = permutation.refit_scores(
+        plan, features, [r.label for r in plan.data.recordings], "logistic_regression"
+    )["bac"]["logistic_regression"]
     metrics = {"models": {"logistic_regression": {"mean": {"bac": observed}}}}
-    result = permutation.run_permutation_test(run_dir, plan, features, metrics, n_permutations,
-                                              "reference", 2)
+    result = permutation.run_permutation_test(
+        run_dir, plan, features, metrics, n_permutations, "reference", 2
+    )
     return observed, result["permutation_test"]["models"]["logistic_regression"]["p_value"]
 
 
 def test_permutation_p_value_is_small_on_sample_data(tmp_path):
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 
-    prep = tmp_path / "prep"   # all 24 recordings, a few seconds
-    run_preprocess([SAMPLE_DATA / "eeg"], prep, PreprocessSettings.from_preset("default"),
-                   participants=SAMPLE_DATA / "participants.tsv", n_jobs=2)
+    prep = tmp_path / "prep"  # all 24 recordings, a few seconds
+    run_preprocess(
+        [SAMPLE_DATA / "eeg"],
+        prep,
+        PreprocessSettings.from_preset("default"),
+        participants=SAMPLE_DATA / "participants.tsv",
+        n_jobs=2,
+    )
     observed, p = observed_and_p(prep, tmp_path / "run", 24, cv=3)
-    assert observed > 0.75 and p == 1 / 25        # no permutation reaches it: p < 0.05
+    assert observed > 0.75 and p == 1 / 25  # no permutation reaches it: p < 0.05
 
 
 def test_permutation_p_value_is_near_uniform_when_the_label_was_shuffled_once(tmp_path):
     p_values = []
-    for seed in range(6):   # the coherence difference stays with the original labels
+    for seed in range(6):  # the coherence difference stays with the original labels
         root = make_connectome_folder(tmp_path / f"prep{seed}")
         set_column(root, "diagnosis", np.random.default_rng(seed).permutation(labels_of(24)))
         p_values.append(observed_and_p(root, tmp_path / f"run{seed}", 9, cv=2)[1])

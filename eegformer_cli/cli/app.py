@@ -39,7 +39,7 @@ _flags_show_no_type()
 app = typer.Typer(
     name="eegformer",
     help="Explainable EEG brain-disorder classification (XAIguiFormer).\n\n"
-         "Chain: preprocess -> train -> predict / explain -> report. Try `eegformer demo`.",
+    "Chain: preprocess -> train -> predict / explain -> report. Try `eegformer demo`.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -56,8 +56,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global_options(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
 ) -> None:
     """Global options (before the subcommand)."""
@@ -65,6 +66,7 @@ def _global_options(
 
 def _register_commands() -> None:
     import importlib
+
     for name in ("simulate", "preprocess", "train", "predict", "explain", "report", "demo"):
         try:
             module = importlib.import_module(f"eegformer_cli.cli.{name}")
@@ -120,8 +122,11 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"eegformer: internal error: {type(exc).__name__}: {message} "
-              "(rerun with --debug for the traceback and report it)", file=sys.stderr)
+        print(
+            f"eegformer: internal error: {type(exc).__name__}: {message} "
+            "(rerun with --debug for the traceback and report it)",
+            file=sys.stderr,
+        )
         sys.exit(1)
     if result == 130:  # Typer turns Ctrl-C / SIGTERM inside a command into a returned 130
         print(_interrupted(args), file=sys.stderr)

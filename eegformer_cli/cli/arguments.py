@@ -26,10 +26,12 @@ def expand_stdin(inputs: list[Path], stdin: TextIO | None = None) -> list[Path]:
         raise UsageError("'-' (paths from standard input) may be given only once")
     stdin = sys.stdin if stdin is None else stdin
     if stdin.isatty():
-        raise UsageError("'-' reads the paths from standard input, but nothing is piped in",
-                         hint="e.g. find DATA -name '*.edf' | eegformer predict MODEL -")
+        raise UsageError(
+            "'-' reads the paths from standard input, but nothing is piped in",
+            hint="e.g. find DATA -name '*.edf' | eegformer predict MODEL -",
+        )
     piped = [Path(line.strip()) for line in stdin if line.strip()]
     if not piped:
         raise UsageError("'-' was given, but standard input holds no path (one per line)")
     index = [str(item) for item in inputs].index(STDIN)
-    return inputs[:index] + piped + inputs[index + 1:]
+    return inputs[:index] + piped + inputs[index + 1 :]

@@ -39,14 +39,24 @@ def _run(app: typer.Typer, args: list[str], stdout_file: Path | None = None) -> 
 
 
 def demo(
-    out: Path = typer.Option(Path("demo-output"), "--out", "-o",
-                             help="Folder for every output of the demo (created; a rerun "
-                                  "resumes and reuses finished steps)."),
-    data: Path = typer.Option(SAMPLE_DATA, "--data", help="The dataset to run on (a folder "
-                              "with participants.tsv and EDF files, label column `diagnosis`)."),
-    n_jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--n-jobs",
-                               help="Parallel jobs for preprocessing and (on the CPU) for the "
-                                    "training folds."),
+    out: Path = typer.Option(
+        Path("demo-output"),
+        "--out",
+        "-o",
+        help="Folder for every output of the demo (created; a rerun "
+        "resumes and reuses finished steps).",
+    ),
+    data: Path = typer.Option(
+        SAMPLE_DATA,
+        "--data",
+        help="The dataset to run on (a folder "
+        "with participants.tsv and EDF files, label column `diagnosis`).",
+    ),
+    n_jobs: int = typer.Option(
+        min(2, os.cpu_count() or 1),
+        "--n-jobs",
+        help="Parallel jobs for preprocessing and (on the CPU) for the training folds.",
+    ),
 ) -> None:
     """Run preprocess, train, predict, explain and report on the bundled sample data.
 
@@ -61,8 +71,11 @@ def demo(
     from eegformer_cli.cli.app import app
 
     if not (data / "participants.tsv").is_file():
-        raise InputDataError("no participants.tsv here: the demo needs the sample_data/ folder of "
-                             "a source checkout", path=data, hint="pass --data DIR")
+        raise InputDataError(
+            "no participants.tsv here: the demo needs the sample_data/ folder of a source checkout",
+            path=data,
+            hint="pass --data DIR",
+        )
     ensure_dir(out)
     prep, run, explanations = out / "preprocessed", out / "run", out / "explanations"
     predictions, report = out / "predictions.csv", out / "report.html"
@@ -71,22 +84,48 @@ def demo(
 
     # train's --n-jobs is for CPU training; on a GPU (train's auto device) the folds run there
     train_jobs = n_jobs if resolve_device("auto").type == "cpu" else 1
-    _run(app, ["train", str(prep), "--out", str(run), "--label-column", "diagnosis",
-               "--cv", "3", "--n-jobs", str(train_jobs)])
+    _run(
+        app,
+        [
+            "train",
+            str(prep),
+            "--out",
+            str(run),
+            "--label-column",
+            "diagnosis",
+            "--cv",
+            "3",
+            "--n-jobs",
+            str(train_jobs),
+        ],
+    )
     # Predicting raw EDFs exercises the model file's stored preprocessing; these participants
     # were seen in training (each row's warning says so), so read the cross-validated
     # run/oof_predictions.tsv (and the report's per-recording table) for accuracy.
-    _run(app, ["predict", str(run / "model.pt"), str(data / "eeg"),
-               "--participants", str(data / "participants.tsv"), "--format", "csv"],
-         stdout_file=predictions)
+    _run(
+        app,
+        [
+            "predict",
+            str(run / "model.pt"),
+            str(data / "eeg"),
+            "--participants",
+            str(data / "participants.tsv"),
+            "--format",
+            "csv",
+        ],
+        stdout_file=predictions,
+    )
     # the run folder: each recording explained by the fold model that did not train on it
     _run(app, ["explain", str(run), str(prep), "--out", str(explanations)])
     _run(app, ["report", str(run), "--explanations", str(explanations), "--out", str(report)])
     console.log("\n[bold green]Demo finished.[/bold green] Outputs:")
-    for what, path in (("connectomes + manifest", prep / "manifest.tsv"),
-                       ("run folder (model, metrics)", run / "metrics.json"),
-                       ("predictions", predictions), ("explanations", explanations),
-                       ("HTML report", report)):
+    for what, path in (
+        ("connectomes + manifest", prep / "manifest.tsv"),
+        ("run folder (model, metrics)", run / "metrics.json"),
+        ("predictions", predictions),
+        ("explanations", explanations),
+        ("HTML report", report),
+    ):
         console.log(f"  {what:<28} {path}")
 
 

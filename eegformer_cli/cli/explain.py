@@ -61,9 +61,19 @@ def explain(
     does not match the model, 4 bad model file, 2 bad flags, 6 with --strict: a recording got
     a warning (every file written).
     """
-    commands.explain(model, expand_stdin(inputs), out, target=target, method=method, n_steps=n_steps,
-                     all_heads=all_heads, participants=participants,
-                     max_interpolated=max_interpolated, device=device, strict=strict)
+    commands.explain(
+        model,
+        expand_stdin(inputs),
+        out,
+        target=target,
+        method=method,
+        n_steps=n_steps,
+        all_heads=all_heads,
+        participants=participants,
+        max_interpolated=max_interpolated,
+        device=device,
+        strict=strict,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -27,8 +27,9 @@ def predict(
     output_format: str = typer.Option("csv", "--format", help="csv, json (one list) or jsonl."),
     device: str = typer.Option("auto", help=PREDICT.help("device")),
     precision: str = typer.Option("auto", help=PREDICT.help("precision")),
-    coverage: float | None = typer.Option(None, "--coverage", metavar="SHARE",
-                                          help=PREDICT.help("coverage")),
+    coverage: float | None = typer.Option(
+        None, "--coverage", metavar="SHARE", help=PREDICT.help("coverage")
+    ),
     strict: bool = typer.Option(False, "--strict", help=PREDICT.help("strict")),
 ) -> None:
     """Predict the class of each recording with a trained model.
@@ -66,10 +67,19 @@ def predict(
     inputs = expand_stdin(inputs)
     printer = _RowPrinter(output_format)
     try:
-        table = commands.predict(model, inputs, participants=participants, age=age, sex=sex,
-                                 max_interpolated=max_interpolated, device=device,
-                                 precision=precision, strict=strict, on_row=printer.row,
-                                 coverage=coverage)
+        table = commands.predict(
+            model,
+            inputs,
+            participants=participants,
+            age=age,
+            sex=sex,
+            max_interpolated=max_interpolated,
+            device=device,
+            precision=precision,
+            strict=strict,
+            on_row=printer.row,
+            coverage=coverage,
+        )
     except EegformerError as exc:
         if exc.result is not None:  # rows of the recordings that worked: printed first
             printer.end(list(exc.result.columns))

@@ -22,8 +22,9 @@ def preprocess(
     epoch_length: str | None = typer.Option(None, help=PREPROCESS.help("epoch_length")),
     sfreq: float | None = typer.Option(None, help=PREPROCESS.help("sfreq")),
     ica: bool | None = typer.Option(None, "--ica/--no-ica", help=PREPROCESS.help("ica")),
-    crop: float | None = typer.Option(None, "--crop", metavar="SECONDS",
-                                      help=PREPROCESS.help("crop")),
+    crop: float | None = typer.Option(
+        None, "--crop", metavar="SECONDS", help=PREPROCESS.help("crop")
+    ),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help=PREPROCESS.help("n_jobs")),
     strict: bool = typer.Option(False, help=PREPROCESS.help("strict")),
     overwrite: bool = typer.Option(False, "--overwrite", help=PREPROCESS.help("overwrite")),
@@ -54,12 +55,28 @@ def preprocess(
     5 OUT locked or not writable, 6 a recording failed and --strict was given.
     """
     summary = commands.preprocess(
-        inputs, out, participants=participants, recordings=recordings, preset=preset,
-        channels=channels, max_interpolated=max_interpolated, bands=bands,
-        epoch_length=epoch_length, sfreq=sfreq, ica=ica, n_jobs=n_jobs, strict=strict,
-        backend=backend, scheduler=scheduler, overwrite=overwrite, crop=crop)
-    console.log(f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
-                f"({summary.n_skipped} already done) of {summary.n_recordings} recordings")
+        inputs,
+        out,
+        participants=participants,
+        recordings=recordings,
+        preset=preset,
+        channels=channels,
+        max_interpolated=max_interpolated,
+        bands=bands,
+        epoch_length=epoch_length,
+        sfreq=sfreq,
+        ica=ica,
+        n_jobs=n_jobs,
+        strict=strict,
+        backend=backend,
+        scheduler=scheduler,
+        overwrite=overwrite,
+        crop=crop,
+    )
+    console.log(
+        f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
+        f"({summary.n_skipped} already done) of {summary.n_recordings} recordings"
+    )
     console.log(f"connectomes: {summary.out_dir / 'connectomes'}")
     console.log(f"manifest: {summary.manifest}")
     console.log(f"settings: {summary.settings_file}")

@@ -9,29 +9,54 @@ import typer
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
 from eegformer_cli.scenarios import DEFAULT_STRENGTH, ground_truth_path, simulate_scenario
-from eegformer_cli.simulate import (DEFAULT_DURATION_S, DEFAULT_N_PARTICIPANTS, DEFAULT_SEED,
-                                    DEFAULT_SFREQ, simulate_dataset)
+from eegformer_cli.simulate import (
+    DEFAULT_DURATION_S,
+    DEFAULT_N_PARTICIPANTS,
+    DEFAULT_SEED,
+    DEFAULT_SFREQ,
+    simulate_dataset,
+)
 
 
 def simulate(
-    out: Path = typer.Option(..., "--out", help="Folder to write participants.tsv and eeg/*.edf into."),
-    n_participants: int = typer.Option(DEFAULT_N_PARTICIPANTS, "--n-participants",
-                                       help="Number of participants, split evenly into two groups."),
-    duration: int = typer.Option(DEFAULT_DURATION_S, "--duration", help="Recording length in seconds."),
+    out: Path = typer.Option(
+        ..., "--out", help="Folder to write participants.tsv and eeg/*.edf into."
+    ),
+    n_participants: int = typer.Option(
+        DEFAULT_N_PARTICIPANTS,
+        "--n-participants",
+        help="Number of participants, split evenly into two groups.",
+    ),
+    duration: int = typer.Option(
+        DEFAULT_DURATION_S, "--duration", help="Recording length in seconds."
+    ),
     sfreq: int = typer.Option(DEFAULT_SFREQ, "--sfreq", help="Sampling rate in Hz (above 100)."),
-    seed: int = typer.Option(DEFAULT_SEED, "--seed", help="Random seed; the same seed gives the same files."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset already in --out."),
+    seed: int = typer.Option(
+        DEFAULT_SEED, "--seed", help="Random seed; the same seed gives the same files."
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace a dataset already in --out."
+    ),
     scenario: str | None = typer.Option(
-        None, "--scenario", help="A ground-truth study instead: linear, interaction, age or null "
-                                 "(the label is caused by planted channel-pair couplings; the truth "
-                                 "goes to OUT.ground_truth.json beside --out) [default: none, the "
-                                 "sample study]."),
+        None,
+        "--scenario",
+        help="A ground-truth study instead: linear, interaction, age or null "
+        "(the label is caused by planted channel-pair couplings; the truth "
+        "goes to OUT.ground_truth.json beside --out) [default: none, the "
+        "sample study].",
+    ),
     layout_seed: int | None = typer.Option(
-        None, "--layout-seed", help="With --scenario: seed of the planted pairs and bands; studies "
-                                    "with the same layout seed share their cause [default: --seed]."),
+        None,
+        "--layout-seed",
+        help="With --scenario: seed of the planted pairs and bands; studies "
+        "with the same layout seed share their cause [default: --seed].",
+    ),
     strength: float = typer.Option(
-        DEFAULT_STRENGTH, "--strength", help="With --scenario: a present coupling's source amplitude "
-                                             "over the background's in its band."),
+        DEFAULT_STRENGTH,
+        "--strength",
+        help="With --scenario: a present coupling's source amplitude "
+        "over the background's in its band.",
+    ),
 ) -> None:
     """Simulate a small EEG study: healthy vs depression, 19 channels of the 10-20 system, EDF.
 
@@ -53,19 +78,31 @@ def simulate(
     if scenario is None:
         if layout_seed is not None or strength != DEFAULT_STRENGTH:
             raise UsageError("--layout-seed and --strength go with --scenario")
-        participants = simulate_dataset(out, n_participants=n_participants, duration_s=duration,
-                                        sfreq=sfreq, seed=seed, overwrite=overwrite)
-        console.log(f"wrote {len(participants)} recordings ({duration} s, {sfreq} Hz) and "
-                    f"participants.tsv")
+        participants = simulate_dataset(
+            out,
+            n_participants=n_participants,
+            duration_s=duration,
+            sfreq=sfreq,
+            seed=seed,
+            overwrite=overwrite,
+        )
+        console.log(
+            f"wrote {len(participants)} recordings ({duration} s, {sfreq} Hz) and participants.tsv"
+        )
     else:
-        truth = simulate_scenario(out, scenario, n_participants, duration, sfreq, seed,
-                                  layout_seed, strength, overwrite)
-        planted = "; ".join(f"{f['name']}: " + ", ".join(
-            f"{'-'.join(c['channels'])} in {c['token_band']}" for c in f["couplings"])
-            for f in truth["factors"])
-        console.log(f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
-                    f"participants.tsv; {scenario}: {truth['rule']} ({planted}); ground truth in "
-                    f"{ground_truth_path(out)}")
+        truth = simulate_scenario(
+            out, scenario, n_participants, duration, sfreq, seed, layout_seed, strength, overwrite
+        )
+        planted = "; ".join(
+            f"{f['name']}: "
+            + ", ".join(f"{'-'.join(c['channels'])} in {c['token_band']}" for c in f["couplings"])
+            for f in truth["factors"]
+        )
+        console.log(
+            f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
+            f"participants.tsv; {scenario}: {truth['rule']} ({planted}); ground truth in "
+            f"{ground_truth_path(out)}"
+        )
     console.stdout.print(str(out))
 
 

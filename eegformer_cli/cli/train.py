@@ -30,9 +30,10 @@ def _verdict_panel(metrics: dict) -> Panel:
 
 def _summary_table(metrics: dict) -> Table:
     n_classes = len(metrics.get("labels") or [])
-    table = Table(title=f"{metrics['n_folds']} fold(s), test participants only",
-                  caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), "
-                          "AUROC 0.50")
+    table = Table(
+        title=f"{metrics['n_folds']} fold(s), test participants only",
+        caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), AUROC 0.50",
+    )
     table.add_column("model")
     for name in ("BAC", "AUROC", "AUC-PR"):
         table.add_column(name, justify="right")
@@ -40,8 +41,9 @@ def _summary_table(metrics: dict) -> Table:
         cells = []
         for key in ("bac", "auroc", "auc_pr"):
             mean, std = values["mean"][key], values["std"][key]
-            cells.append("n/a" if mean is None else
-                         f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}"))
+            cells.append(
+                "n/a" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
+            )
         table.add_row(model, *cells)
     return table
 
@@ -53,14 +55,21 @@ MERGE_OPTIONS = ("merge", "as_json", "confounds", "permutations", "permutation_m
 
 def _reject_options_beside_merge(ctx: typer.Context) -> None:
     """UsageError naming what was given beside --merge (its settings come from RUN_DIR)."""
-    given = [name for name in ctx.params if name not in MERGE_OPTIONS
-             and getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE",
-                                                                            "ENVIRONMENT")]
+    given = [
+        name
+        for name in ctx.params
+        if name not in MERGE_OPTIONS
+        and getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    ]
     if given:
-        raise UsageError("--merge takes every training setting from RUN_DIR/config.json; "
-                         "remove "
-                         + ", ".join(name.upper() if name == "data_dir" else
-                                     "--" + name.replace("_", "-") for name in given))
+        raise UsageError(
+            "--merge takes every training setting from RUN_DIR/config.json; "
+            "remove "
+            + ", ".join(
+                name.upper() if name == "data_dir" else "--" + name.replace("_", "-")
+                for name in given
+            )
+        )
 
 
 def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
@@ -77,8 +86,9 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.training.metrics import describe_comparison
 
         for comparison in comparisons(metrics):
-            console.log(describe_comparison(comparison, comparison["model"],
-                                            comparison["reference"]))
+            console.log(
+                describe_comparison(comparison, comparison["model"], comparison["reference"])
+            )
     if metrics.get("attention"):
         from eegformer_cli.model.diagnostics import describe
 
@@ -93,21 +103,33 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         console.log(describe_permutation_test(metrics["permutation_test"]))
     console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
-        summary = {"run_dir": str(out), "model_file": str(out / "model.pt"),
-                   "preset": metrics["preset"], "scheme": metrics["scheme"],
-                   "n_folds": metrics["n_folds"], "cv_seconds": metrics["cv_seconds"],
-                   "labels": metrics["labels"], "positive_label": metrics["positive_label"],
-                   "models": {name: {"mean": values["mean"], "std": values["std"]}
-                              for name, values in metrics["models"].items()},
-                   "comparison": metrics.get("comparison"),
-                   "comparisons": comparisons(metrics),
-                   "score": metrics.get("score"),
-                   "calibration": _calibration_summary(metrics.get("calibration")),
-                   "prediction_sets": metrics.get("prediction_sets"),
-                   "attention": {key: value for key, value in (metrics.get("attention") or {}).items()
-                                 if key != "per_fold"} or None,
-                   "shortcut_audit": _audit_summary(metrics.get("shortcut_audit")),
-                   "permutation_test": _without_null(metrics.get("permutation_test"))}
+        summary = {
+            "run_dir": str(out),
+            "model_file": str(out / "model.pt"),
+            "preset": metrics["preset"],
+            "scheme": metrics["scheme"],
+            "n_folds": metrics["n_folds"],
+            "cv_seconds": metrics["cv_seconds"],
+            "labels": metrics["labels"],
+            "positive_label": metrics["positive_label"],
+            "models": {
+                name: {"mean": values["mean"], "std": values["std"]}
+                for name, values in metrics["models"].items()
+            },
+            "comparison": metrics.get("comparison"),
+            "comparisons": comparisons(metrics),
+            "score": metrics.get("score"),
+            "calibration": _calibration_summary(metrics.get("calibration")),
+            "prediction_sets": metrics.get("prediction_sets"),
+            "attention": {
+                key: value
+                for key, value in (metrics.get("attention") or {}).items()
+                if key != "per_fold"
+            }
+            or None,
+            "shortcut_audit": _audit_summary(metrics.get("shortcut_audit")),
+            "permutation_test": _without_null(metrics.get("permutation_test")),
+        }
         typer.echo(json.dumps(summary, indent=2))
 
 
@@ -116,21 +138,28 @@ def _audit_summary(audit: dict | None) -> dict | None:
     mean AUROC (metrics.json has the folds and intervals)."""
     if audit is None:
         return None
-    return {"flagged": audit["flagged"],
-            "variables": {entry["name"]: {"status": entry["status"],
-                                          "auroc": (entry["auroc"] or {}).get("mean")}
-                          for entry in audit["variables"]}}
+    return {
+        "flagged": audit["flagged"],
+        "variables": {
+            entry["name"]: {"status": entry["status"], "auroc": (entry["auroc"] or {}).get("mean")}
+            for entry in audit["variables"]
+        },
+    }
 
 
 def _calibration_summary(calibration: dict | None) -> dict | None:
     """The calibration for ``--json`` without the reliability bins (metrics.json has them)."""
     if calibration is None:
         return None
+
     def figures(summary):
         return {k: v for k, v in summary.items() if k != "bins"} if summary else summary
+
     recalibration = calibration.get("recalibration") or {}
-    return {"models": {name: figures(s) for name, s in calibration["models"].items()},
-            "recalibration": {**recalibration, "after": figures(recalibration.get("after"))}}
+    return {
+        "models": {name: figures(s) for name, s in calibration["models"].items()},
+        "recalibration": {**recalibration, "after": figures(recalibration.get("after"))},
+    }
 
 
 def _without_null(test: dict | None) -> dict | None:
@@ -139,57 +168,77 @@ def _without_null(test: dict | None) -> dict | None:
 
 
 #: The panels of ``train --help`` beyond the essentials (data, output, folds, seed, jobs).
-RECIPE, ABLATIONS, TRUST, COMPUTE = ("Recipe", "Ablations", "Is the score real?",
-                                     "Compute and scaling out")
+RECIPE, ABLATIONS, TRUST, COMPUTE = (
+    "Recipe",
+    "Ablations",
+    "Is the score real?",
+    "Compute and scaling out",
+)
 
 
 def train(
     ctx: typer.Context,
     data_dir: Path | None = typer.Argument(None, metavar="DATA_DIR", help=TRAIN.help("data_dir")),
     out: Path | None = typer.Option(None, "--out", "-o", help=TRAIN.help("out")),
-    label_column: str | None = typer.Option(None, "--label-column", "-l",
-                                            help=TRAIN.help("label_column")),
+    label_column: str | None = typer.Option(
+        None, "--label-column", "-l", help=TRAIN.help("label_column")
+    ),
     preset: str = typer.Option("default", help=TRAIN.help("preset"), rich_help_panel=RECIPE),
-    config: Path | None = typer.Option(None, "--config", help=TRAIN.help("config"),
-                                       rich_help_panel=RECIPE),
+    config: Path | None = typer.Option(
+        None, "--config", help=TRAIN.help("config"), rich_help_panel=RECIPE
+    ),
     cv: int | None = typer.Option(None, "--cv", help=TRAIN.help("cv")),
     repeats: int | None = typer.Option(None, help=TRAIN.help("repeats")),
     holdout: float | None = typer.Option(None, help=TRAIN.help("holdout")),
-    splits: Path | None = typer.Option(None, "--splits", help=TRAIN.help("splits"),
-                                       rich_help_panel=RECIPE),
+    splits: Path | None = typer.Option(
+        None, "--splits", help=TRAIN.help("splits"), rich_help_panel=RECIPE
+    ),
     epochs: int | None = typer.Option(None, help=TRAIN.help("epochs"), rich_help_panel=RECIPE),
-    batch_size: int | None = typer.Option(None, "--batch-size", help=TRAIN.help("batch_size"),
-                                          rich_help_panel=RECIPE),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help=TRAIN.help("batch_size"), rich_help_panel=RECIPE
+    ),
     lr: float | None = typer.Option(None, "--lr", help=TRAIN.help("lr"), rich_help_panel=RECIPE),
-    patience: int | None = typer.Option(None, help=TRAIN.help("patience"),
-                                        rich_help_panel=RECIPE),
+    patience: int | None = typer.Option(None, help=TRAIN.help("patience"), rich_help_panel=RECIPE),
     seed: int | None = typer.Option(None, help=TRAIN.help("seed")),
     device: str | None = typer.Option(None, help=TRAIN.help("device"), rich_help_panel=COMPUTE),
-    precision: str | None = typer.Option(None, help=TRAIN.help("precision"),
-                                         rich_help_panel=COMPUTE),
-    no_xai: bool = typer.Option(False, "--no-xai", help=TRAIN.help("no_xai"),
-                                rich_help_panel=ABLATIONS),
-    frequency_encoding: str | None = typer.Option(None, "--frequency-encoding",
-                                                  help=TRAIN.help("frequency_encoding"),
-                                                  rich_help_panel=ABLATIONS),
-    positive_label: str | None = typer.Option(None, "--positive-label",
-                                              help=TRAIN.help("positive_label"),
-                                              rich_help_panel=RECIPE),
+    precision: str | None = typer.Option(
+        None, help=TRAIN.help("precision"), rich_help_panel=COMPUTE
+    ),
+    no_xai: bool = typer.Option(
+        False, "--no-xai", help=TRAIN.help("no_xai"), rich_help_panel=ABLATIONS
+    ),
+    frequency_encoding: str | None = typer.Option(
+        None,
+        "--frequency-encoding",
+        help=TRAIN.help("frequency_encoding"),
+        rich_help_panel=ABLATIONS,
+    ),
+    positive_label: str | None = typer.Option(
+        None, "--positive-label", help=TRAIN.help("positive_label"), rich_help_panel=RECIPE
+    ),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help=TRAIN.help("n_jobs")),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout "
-                                                       "\\[default: off]."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary as JSON on stdout \\[default: off]."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help=TRAIN.help("overwrite")),
-    fold: int | None = typer.Option(None, "--fold", help=TRAIN.help("fold"),
-                                    rich_help_panel=COMPUTE),
-    merge: Path | None = typer.Option(None, "--merge", metavar="RUN_DIR",
-                                      help=TRAIN.help("merge"), rich_help_panel=COMPUTE),
-    confounds: str | None = typer.Option(None, "--confounds", metavar="COL,COL",
-                                         help=TRAIN.help("confounds"), rich_help_panel=TRUST),
-    permutations: int = typer.Option(0, "--permutations", metavar="N",
-                                     help=TRAIN.help("permutations"), rich_help_panel=TRUST),
-    permutation_model: str = typer.Option("reference", "--permutation-model",
-                                          help=TRAIN.help("permutation_model"),
-                                          rich_help_panel=TRUST),
+    fold: int | None = typer.Option(
+        None, "--fold", help=TRAIN.help("fold"), rich_help_panel=COMPUTE
+    ),
+    merge: Path | None = typer.Option(
+        None, "--merge", metavar="RUN_DIR", help=TRAIN.help("merge"), rich_help_panel=COMPUTE
+    ),
+    confounds: str | None = typer.Option(
+        None, "--confounds", metavar="COL,COL", help=TRAIN.help("confounds"), rich_help_panel=TRUST
+    ),
+    permutations: int = typer.Option(
+        0, "--permutations", metavar="N", help=TRAIN.help("permutations"), rich_help_panel=TRUST
+    ),
+    permutation_model: str = typer.Option(
+        "reference",
+        "--permutation-model",
+        help=TRAIN.help("permutation_model"),
+        rich_help_panel=TRUST,
+    ),
 ) -> None:
     """Train XAIguiFormer with participant-wise validation, beside two reference models.
 
@@ -233,12 +282,33 @@ def train(
     if merge is not None:
         _reject_options_beside_merge(ctx)
     metrics = commands.train(
-        data_dir, out, label_column, preset=preset, config=config, cv=cv, repeats=repeats,
-        holdout=holdout, splits=splits, epochs=epochs, batch_size=batch_size, lr=lr,
-        patience=patience, seed=seed, device=device, precision=precision, no_xai=no_xai,
-        frequency_encoding=frequency_encoding, positive_label=positive_label, n_jobs=n_jobs,
-        overwrite=overwrite, fold=fold, merge=merge, confounds=confounds,
-        permutations=permutations, permutation_model=permutation_model)
+        data_dir,
+        out,
+        label_column,
+        preset=preset,
+        config=config,
+        cv=cv,
+        repeats=repeats,
+        holdout=holdout,
+        splits=splits,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        patience=patience,
+        seed=seed,
+        device=device,
+        precision=precision,
+        no_xai=no_xai,
+        frequency_encoding=frequency_encoding,
+        positive_label=positive_label,
+        n_jobs=n_jobs,
+        overwrite=overwrite,
+        fold=fold,
+        merge=merge,
+        confounds=confounds,
+        permutations=permutations,
+        permutation_model=permutation_model,
+    )
     if merge is not None:
         _report(metrics, merge, as_json)
         return
@@ -253,4 +323,3 @@ def train(
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
-

@@ -60,8 +60,10 @@ class RatioBand:
     @property
     def edges_hz(self) -> tuple[float, float]:
         """``(num.f_low / den.f_low, num.f_high / den.f_high)``, e.g. (4/12, 8/30)."""
-        return (self.numerator.f_low / self.denominator.f_low,
-                self.numerator.f_high / self.denominator.f_high)
+        return (
+            self.numerator.f_low / self.denominator.f_low,
+            self.numerator.f_high / self.denominator.f_high,
+        )
 
     @property
     def highest_frequency(self) -> float:
@@ -73,8 +75,10 @@ class RatioBand:
         return (self.numerator, self.denominator)
 
     def to_spec(self) -> str:
-        return f"{self.name}:{self.numerator.f_low:g}-{self.numerator.f_high:g}/" \
-               f"{self.denominator.f_low:g}-{self.denominator.f_high:g}"
+        return (
+            f"{self.name}:{self.numerator.f_low:g}-{self.numerator.f_high:g}/"
+            f"{self.denominator.f_low:g}-{self.denominator.f_high:g}"
+        )
 
 
 REFERENCE_BANDS = (
@@ -87,8 +91,11 @@ REFERENCE_BANDS = (
     Band("high_beta", 21.0, 30.0),
     Band("gamma", 30.0, 45.0),
 )
-THETA_BETA_RATIO = RatioBand("theta_beta_ratio", Band("theta_beta_ratio numerator", 4.0, 8.0),
-                             Band("theta_beta_ratio denominator", 12.0, 30.0))  # theta / beta
+THETA_BETA_RATIO = RatioBand(
+    "theta_beta_ratio",
+    Band("theta_beta_ratio numerator", 4.0, 8.0),
+    Band("theta_beta_ratio denominator", 12.0, 30.0),
+)  # theta / beta
 
 BAND_PRESETS: dict[str, tuple[Band | RatioBand, ...]] = {
     "default": REFERENCE_BANDS,
@@ -111,14 +118,19 @@ def parse_bands(spec: str) -> tuple[Band | RatioBand, ...]:
     for entry in spec.split(","):
         match = _BAND_RE.match(entry)
         if match is None:
-            raise UsageError(f"invalid --bands entry {entry.strip()!r}; expected NAME:LOW-HIGH "
-                             "or NAME:LOW-HIGH/LOW-HIGH in Hz, e.g. 'theta:4-8,tbr:4-8/12-30'")
+            raise UsageError(
+                f"invalid --bands entry {entry.strip()!r}; expected NAME:LOW-HIGH "
+                "or NAME:LOW-HIGH/LOW-HIGH in Hz, e.g. 'theta:4-8,tbr:4-8/12-30'"
+            )
         name, low, high, den_low, den_high = match.groups()
         if den_low is None:
             band = _checked_band(name, float(low), float(high))
         else:
-            band = RatioBand(name, _checked_band(f"{name} numerator", float(low), float(high)),
-                             _checked_band(f"{name} denominator", float(den_low), float(den_high)))
+            band = RatioBand(
+                name,
+                _checked_band(f"{name} numerator", float(low), float(high)),
+                _checked_band(f"{name} denominator", float(den_low), float(den_high)),
+            )
         if any(existing.name == name for existing in bands):
             raise UsageError(f"--bands names {name!r} twice; give each band a distinct name")
         bands.append(band)
@@ -127,8 +139,9 @@ def parse_bands(spec: str) -> tuple[Band | RatioBand, ...]:
 
 def _checked_band(name: str, low: float, high: float) -> Band:
     if not 0 < low < high:
-        raise UsageError(f"--bands: band {name!r} has range {low:g}-{high:g} Hz; "
-                         "it needs 0 < LOW < HIGH")
+        raise UsageError(
+            f"--bands: band {name!r} has range {low:g}-{high:g} Hz; it needs 0 < LOW < HIGH"
+        )
     return Band(name, low, high)
 
 
@@ -160,4 +173,5 @@ def check_bands_fit_rate(bands, sfreq: float, *, what: str = "recording") -> Non
                 f"sampling rate {sfreq:g} Hz of the {what} is too low for band {band.name!r} "
                 f"(up to {band.highest_frequency:g} Hz; Nyquist {nyquist:g} Hz)",
                 hint="leave this recording out, or choose bands below the Nyquist frequency "
-                     "with --bands")
+                "with --bands",
+            )

@@ -57,20 +57,23 @@ def _frequency_ranges(bands) -> list[tuple[float, float]]:
     return ranges
 
 
-def _range_connectivity(segments: np.ndarray, sfreq: float, ranges: list[tuple[float, float]]
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _range_connectivity(
+    segments: np.ndarray, sfreq: float, ranges: list[tuple[float, float]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Coherence and wPLI per segment and frequency range, two float64 (S, n_ranges, C, C), and
     the band-limited covariance of all segments per range, float64 (n_ranges, C, C) in V^2."""
     n_segments, _, n_channels, n_times = segments.shape
-    tapers, eigenvalues = dpss_windows(n_times, HALF_BANDWIDTH, int(2 * HALF_BANDWIDTH),
-                                       sym=False, low_bias=True)
+    tapers, eigenvalues = dpss_windows(
+        n_times, HALF_BANDWIDTH, int(2 * HALF_BANDWIDTH), sym=False, low_bias=True
+    )
     weights = np.sqrt(eigenvalues)[:, None]  # (K, 1)
     freqs = rfftfreq(n_times, 1.0 / sfreq)
     used = np.zeros(freqs.shape, dtype=bool)
     for low, high in ranges:
         used |= (freqs >= low) & (freqs <= high)
-    bins_per_range = [np.flatnonzero((freqs[used] >= low) & (freqs[used] <= high))
-                      for low, high in ranges]
+    bins_per_range = [
+        np.flatnonzero((freqs[used] >= low) & (freqs[used] <= high)) for low, high in ranges
+    ]
     empty = [r for r, bins in zip(ranges, bins_per_range) if bins.size == 0]
     if empty:
         raise ValueError(f"no frequency bin of {n_times / sfreq:g} s windows lies in {empty} Hz")
@@ -91,8 +94,9 @@ def _range_connectivity(segments: np.ndarray, sfreq: float, ranges: list[tuple[f
         imaginary = csd.imag
         numerator = np.abs(imaginary.sum(axis=0))
         denominator = np.abs(imaginary).sum(axis=0)
-        wpli_per_bin = np.divide(numerator, denominator, out=np.zeros_like(numerator),
-                                 where=denominator != 0)
+        wpli_per_bin = np.divide(
+            numerator, denominator, out=np.zeros_like(numerator), where=denominator != 0
+        )
         for r, bins in enumerate(bins_per_range):
             coh[index, r] = coh_per_bin[bins].mean(axis=0)
             wpli[index, r] = wpli_per_bin[bins].mean(axis=0)
@@ -124,8 +128,9 @@ def _assemble_tokens(by_range: np.ndarray, ranges, bands) -> np.ndarray:
     return np.stack(tokens, axis=1).astype(np.float32)
 
 
-def recording_tokens(segments: np.ndarray, sfreq: float,
-                     bands) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def recording_tokens(
+    segments: np.ndarray, sfreq: float, bands
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Coherence and wPLI of every segment of a recording, and its band covariances.
 
     Parameters
@@ -149,8 +154,11 @@ def recording_tokens(segments: np.ndarray, sfreq: float,
     ranges = _frequency_ranges(bands)
     coh, wpli, covariance = _range_connectivity(segments, float(sfreq), ranges)
     rows = [ranges.index(band.edges_hz) for band in covariance_bands(bands)]
-    return (_assemble_tokens(coh, ranges, bands), _assemble_tokens(wpli, ranges, bands),
-            covariance[rows].astype(np.float32))
+    return (
+        _assemble_tokens(coh, ranges, bands),
+        _assemble_tokens(wpli, ranges, bands),
+        covariance[rows].astype(np.float32),
+    )
 
 
 def covariance_bands(bands) -> list:
@@ -158,8 +166,9 @@ def covariance_bands(bands) -> list:
     return [band for band in bands if not isinstance(band, RatioBand)]
 
 
-def recording_connectivity(segments: np.ndarray, sfreq: float,
-                           bands) -> tuple[np.ndarray, np.ndarray]:
+def recording_connectivity(
+    segments: np.ndarray, sfreq: float, bands
+) -> tuple[np.ndarray, np.ndarray]:
     """Coherence and wPLI of every segment of a recording: :func:`recording_tokens` without
     the covariances."""
     coh, wpli, _ = recording_tokens(segments, sfreq, bands)

@@ -53,8 +53,11 @@ from torch import Tensor
 
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.model.diagnostics import (explicit_attention, mean_diagnostics,
-                                             recording_diagnostics)
+from eegformer_cli.model.diagnostics import (
+    explicit_attention,
+    mean_diagnostics,
+    recording_diagnostics,
+)
 from eegformer_cli.model.explanation import differentiable_explanations
 from eegformer_cli.model.predict import recording_logits
 
@@ -114,8 +117,9 @@ def band_totals(coh_pairs: np.ndarray, wpli_pairs: np.ndarray) -> np.ndarray:
     return normalise_signed((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum(axis=1))
 
 
-def attention_maps(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
-                   all_heads: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_maps(
+    model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, all_heads: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(coarse, refined, logits): attention float64 (L, T, T), or (L, H, T, T) with
     ``all_heads``, averaged over segments; ``logits`` float64 (S, K) refined logits."""
     with torch.no_grad(), explicit_attention(model):
@@ -123,39 +127,68 @@ def attention_maps(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
 
     def stack(layers: list) -> np.ndarray:
         n_bands, n_heads = coh.shape[1], model.config.n_heads
-        maps = torch.stack([layer.weights.float().mean(dim=0) for layer in layers]) if layers \
-            else coh.new_zeros((0, n_heads, n_bands, n_bands))                 # (L, H, T, T)
+        maps = (
+            torch.stack([layer.weights.float().mean(dim=0) for layer in layers])
+            if layers
+            else coh.new_zeros((0, n_heads, n_bands, n_bands))
+        )  # (L, H, T, T)
         return (maps if all_heads else maps.mean(dim=1)).cpu().numpy().astype(np.float64)
 
-    return (stack(output.attention_coarse), stack(output.attention_refined),
-            output.logits_refined.float().cpu().numpy().astype(np.float64))
+    return (
+        stack(output.attention_coarse),
+        stack(output.attention_refined),
+        output.logits_refined.float().cpu().numpy().astype(np.float64),
+    )
 
 
-def _captum_attribution(method: str, forward, inputs: tuple[Tensor, Tensor],
-                        baselines: tuple[Tensor, Tensor], extra: tuple[Tensor, ...], target: int,
-                        n_steps: int):
+def _captum_attribution(
+    method: str,
+    forward,
+    inputs: tuple[Tensor, Tensor],
+    baselines: tuple[Tensor, Tensor],
+    extra: tuple[Tensor, ...],
+    target: int,
+    n_steps: int,
+):
     import captum.attr as ca
 
     if method == "integrated_gradients":
         return ca.IntegratedGradients(forward).attribute(
-            inputs, baselines=baselines, target=target, additional_forward_args=extra,
-            n_steps=n_steps, internal_batch_size=ROWS_PER_FORWARD)
-    if method == "saliency":   # |gradient|: unsigned, so pairs are sums of magnitudes
+            inputs,
+            baselines=baselines,
+            target=target,
+            additional_forward_args=extra,
+            n_steps=n_steps,
+            internal_batch_size=ROWS_PER_FORWARD,
+        )
+    if method == "saliency":  # |gradient|: unsigned, so pairs are sums of magnitudes
         return ca.Saliency(forward).attribute(inputs, target=target, additional_forward_args=extra)
     if method == "input_x_gradient":
-        return ca.InputXGradient(forward).attribute(inputs, target=target,
-                                                    additional_forward_args=extra)
+        return ca.InputXGradient(forward).attribute(
+            inputs, target=target, additional_forward_args=extra
+        )
     # gradient_shap: expected gradients between the baseline and the input, n_steps samples
     return ca.GradientShap(forward).attribute(
-        inputs, baselines=tuple(b[:1] for b in baselines), target=target,
-        additional_forward_args=extra, n_samples=n_steps, stdevs=0.0)
+        inputs,
+        baselines=tuple(b[:1] for b in baselines),
+        target=target,
+        additional_forward_args=extra,
+        n_samples=n_steps,
+        stdevs=0.0,
+    )
 
 
-def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
-                              target: int, method: str = "integrated_gradients",
-                              n_steps: int = DEFAULT_N_STEPS,
-                              reference: tuple[Tensor, Tensor] | None = None
-                              ) -> tuple[np.ndarray, np.ndarray]:
+def channel_pair_attributions(
+    model,
+    coh: Tensor,
+    wpli: Tensor,
+    age: Tensor,
+    sex: Tensor,
+    target: int,
+    method: str = "integrated_gradients",
+    n_steps: int = DEFAULT_N_STEPS,
+    reference: tuple[Tensor, Tensor] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """captum attribution of the ``target`` refined logit to each input entry, against
     ``reference`` (coh, wPLI), each (T, C, C) on the model's device (None: zero connectivity).
 
@@ -167,12 +200,13 @@ def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex
     if n_steps < 1:
         raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. {DEFAULT_N_STEPS}")
 
-    with torch.no_grad():   # the class each segment's refined pass is guided by, at the input
+    with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
         guiding = model.forward_with_details(coh, wpli, age, sex).target
 
     def refined_logits(coh_in, wpli_in, age_in, sex_in, guiding_in):
-        return model.forward_with_details(coh_in, wpli_in, age_in, sex_in,
-                                          target=guiding_in).logits_refined.float()
+        return model.forward_with_details(
+            coh_in, wpli_in, age_in, sex_in, target=guiding_in
+        ).logits_refined.float()
 
     # The refined pass follows the explanation, so the gradient must follow it too (a
     # second-order backward, which the fused attention kernel does not have), and the
@@ -181,26 +215,41 @@ def channel_pair_attributions(model, coh: Tensor, wpli: Tensor, age: Tensor, sex
     # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
     # recording's logit change lost that way).
     with differentiable_explanations(model), explicit_attention(model):
-        baselines = ((torch.zeros_like(coh), torch.zeros_like(wpli)) if reference is None else
-                     tuple(r.to(x.dtype).expand_as(x).contiguous()
-                           for r, x in zip(reference, (coh, wpli))))
-        coh_attr, wpli_attr = _captum_attribution(method, refined_logits, (coh, wpli), baselines,
-                                                  (age, sex, guiding), target, n_steps)
+        baselines = (
+            (torch.zeros_like(coh), torch.zeros_like(wpli))
+            if reference is None
+            else tuple(
+                r.to(x.dtype).expand_as(x).contiguous() for r, x in zip(reference, (coh, wpli))
+            )
+        )
+        coh_attr, wpli_attr = _captum_attribution(
+            method, refined_logits, (coh, wpli), baselines, (age, sex, guiding), target, n_steps
+        )
 
     def pairs(attr: Tensor) -> np.ndarray:
-        mean = attr.detach().float().mean(dim=0)                          # (T, C, C)
+        mean = attr.detach().float().mean(dim=0)  # (T, C, C)
         return (mean + mean.transpose(-1, -2)).cpu().numpy().astype(np.float64)
 
     return pairs(coh_attr), pairs(wpli_attr)
 
 
-def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex: float,
-                      label_names: Sequence[str], *, recording_id: str,
-                      participant_id: str | None = None, target: str | None = None,
-                      method: str = "integrated_gradients", n_steps: int = DEFAULT_N_STEPS,
-                      all_heads: bool = False, device: torch.device | str = "cpu",
-                      reference: tuple[np.ndarray, np.ndarray] | None = None
-                      ) -> RecordingExplanation:
+def explain_recording(
+    model,
+    coh: np.ndarray,
+    wpli: np.ndarray,
+    age: float,
+    sex: float,
+    label_names: Sequence[str],
+    *,
+    recording_id: str,
+    participant_id: str | None = None,
+    target: str | None = None,
+    method: str = "integrated_gradients",
+    n_steps: int = DEFAULT_N_STEPS,
+    all_heads: bool = False,
+    device: torch.device | str = "cpu",
+    reference: tuple[np.ndarray, np.ndarray] | None = None,
+) -> RecordingExplanation:
     """All explanations of one recording (module docs).
 
     ``coh``, ``wpli`` float32 numpy (S, T, C, C) raw connectivity; ``age`` years, ``sex`` 0/1
@@ -210,18 +259,24 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
     against (None: zero connectivity).
     """
     if target is not None and target not in label_names:
-        raise UsageError(f"invalid --target {target!r}; the model's classes are "
-                         f"{', '.join(map(repr, label_names))}")
+        raise UsageError(
+            f"invalid --target {target!r}; the model's classes are "
+            f"{', '.join(map(repr, label_names))}"
+        )
     if coh.ndim != 4 or coh.shape[0] == 0:
-        raise InputDataError(f"{recording_id}: connectivity has shape {coh.shape}; "
-                             "expected (segments >= 1, bands, channels, channels)")
+        raise InputDataError(
+            f"{recording_id}: connectivity has shape {coh.shape}; "
+            "expected (segments >= 1, bands, channels, channels)"
+        )
     device = torch.device(device)
     model.eval()
     n = coh.shape[0]
-    tensors = (torch.as_tensor(coh, dtype=torch.float32, device=device),
-               torch.as_tensor(wpli, dtype=torch.float32, device=device),
-               torch.full((n,), float(age), dtype=torch.float32, device=device),
-               torch.full((n,), float(sex), dtype=torch.float32, device=device))
+    tensors = (
+        torch.as_tensor(coh, dtype=torch.float32, device=device),
+        torch.as_tensor(wpli, dtype=torch.float32, device=device),
+        torch.full((n,), float(age), dtype=torch.float32, device=device),
+        torch.full((n,), float(sex), dtype=torch.float32, device=device),
+    )
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
         coarse, refined, logits = attention_maps(model, *tensors, all_heads=all_heads)
@@ -229,41 +284,84 @@ def explain_recording(model, coh: np.ndarray, wpli: np.ndarray, age: float, sex:
         probabilities = softmax(mean_logits)
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
-        baseline = None if reference is None else tuple(
-            torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in reference)
-        coh_pairs, wpli_pairs = channel_pair_attributions(model, *tensors, target=target_index,
-                                                          method=method, n_steps=n_steps,
-                                                          reference=baseline)
+        baseline = (
+            None
+            if reference is None
+            else tuple(
+                torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device)
+                for r in reference
+            )
+        )
+        coh_pairs, wpli_pairs = channel_pair_attributions(
+            model, *tensors, target=target_index, method=method, n_steps=n_steps, reference=baseline
+        )
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
-        recording_id=recording_id, participant_id=participant_id,
-        predicted=label_names[predicted], target=label_names[target_index],
-        probabilities=probabilities, band_importance=band_totals(coh_pairs, wpli_pairs),
+        recording_id=recording_id,
+        participant_id=participant_id,
+        predicted=label_names[predicted],
+        target=label_names[target_index],
+        probabilities=probabilities,
+        band_importance=band_totals(coh_pairs, wpli_pairs),
         attention_coarse=coarse,
-        attention_refined=refined, channel_pairs=coh_pairs + wpli_pairs, coh_pairs=coh_pairs,
-        wpli_pairs=wpli_pairs, n_segments=n, attention_diagnostics=diagnostics)
+        attention_refined=refined,
+        channel_pairs=coh_pairs + wpli_pairs,
+        coh_pairs=coh_pairs,
+        wpli_pairs=wpli_pairs,
+        n_segments=n,
+        attention_diagnostics=diagnostics,
+    )
 
 
-def explain_with_models(models: Sequence[tuple], coh: np.ndarray, wpli: np.ndarray, age: float,
-                        sex: float, label_names: Sequence[str], *, target: str | None = None,
-                        device: torch.device | str = "cpu", **options) -> RecordingExplanation:
+def explain_with_models(
+    models: Sequence[tuple],
+    coh: np.ndarray,
+    wpli: np.ndarray,
+    age: float,
+    sex: float,
+    label_names: Sequence[str],
+    *,
+    target: str | None = None,
+    device: torch.device | str = "cpu",
+    **options,
+) -> RecordingExplanation:
     """One recording explained by each of ``models`` (``(model, reference)`` pairs, e.g. the
     fold models of a run that did not train on it, one per repeat) and averaged
     (:func:`mean_explanation`). All explain the same class: ``target``, else the class of the
     mean probabilities. ``options``: :func:`explain_recording`'s other keywords."""
     if len(models) > 1 and target is None:
         recording = [(coh, wpli, age, sex)]
-        mean = np.mean([softmax(recording_logits(model, recording, torch.device(device)), axis=1)[0]
-                        for model, _ in models], axis=0)
+        mean = np.mean(
+            [
+                softmax(recording_logits(model, recording, torch.device(device)), axis=1)[0]
+                for model, _ in models
+            ],
+            axis=0,
+        )
         target = label_names[int(mean.argmax())]
-    return mean_explanation([explain_recording(model, coh, wpli, age, sex, label_names,
-                                               target=target, device=device,
-                                               reference=reference, **options)
-                             for model, reference in models], label_names)
+    return mean_explanation(
+        [
+            explain_recording(
+                model,
+                coh,
+                wpli,
+                age,
+                sex,
+                label_names,
+                target=target,
+                device=device,
+                reference=reference,
+                **options,
+            )
+            for model, reference in models
+        ],
+        label_names,
+    )
 
 
-def mean_explanation(explanations: Sequence[RecordingExplanation],
-                     label_names: Sequence[str]) -> RecordingExplanation:
+def mean_explanation(
+    explanations: Sequence[RecordingExplanation], label_names: Sequence[str]
+) -> RecordingExplanation:
     """The mean of one recording's explanations by several models (same explained class):
     probabilities, attention and pair attributions averaged, the predicted class the argmax
     of the mean probabilities, band importance the renormalised mean, the attention
@@ -271,20 +369,34 @@ def mean_explanation(explanations: Sequence[RecordingExplanation],
     first = explanations[0]
     if len(explanations) == 1:
         return first
-    means = {field: np.mean([getattr(e, field) for e in explanations], axis=0)
-             for field in MEAN_FIELDS + ("probabilities",)}
+    means = {
+        field: np.mean([getattr(e, field) for e in explanations], axis=0)
+        for field in MEAN_FIELDS + ("probabilities",)
+    }
     means["band_importance"] = normalise_signed(means["band_importance"])
     return RecordingExplanation(
-        recording_id=first.recording_id, participant_id=first.participant_id,
-        predicted=label_names[int(means["probabilities"].argmax())], target=first.target,
+        recording_id=first.recording_id,
+        participant_id=first.participant_id,
+        predicted=label_names[int(means["probabilities"].argmax())],
+        target=first.target,
         n_segments=first.n_segments,
-        attention_diagnostics={**mean_diagnostics([e.attention_diagnostics for e in explanations]),
-                               "n": first.attention_diagnostics.get("n")}, **means)
+        attention_diagnostics={
+            **mean_diagnostics([e.attention_diagnostics for e in explanations]),
+            "n": first.attention_diagnostics.get("n"),
+        },
+        **means,
+    )
 
 
 #: Array fields of :class:`RecordingExplanation` averaged per class by :func:`class_means`.
-MEAN_FIELDS = ("band_importance", "attention_coarse", "attention_refined", "channel_pairs",
-               "coh_pairs", "wpli_pairs")
+MEAN_FIELDS = (
+    "band_importance",
+    "attention_coarse",
+    "attention_refined",
+    "channel_pairs",
+    "coh_pairs",
+    "wpli_pairs",
+)
 
 
 def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]:
@@ -294,8 +406,9 @@ def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]
     out = {}
     for name in sorted({e.target for e in explanations}):
         members = [e for e in explanations if e.target == name]
-        means = {field: np.mean([getattr(e, field) for e in members], axis=0)
-                 for field in MEAN_FIELDS}
+        means = {
+            field: np.mean([getattr(e, field) for e in members], axis=0) for field in MEAN_FIELDS
+        }
         means["band_importance"] = normalise_signed(means["band_importance"])
         out[name] = {"n_recordings": len(members), **means}
     return out

@@ -40,14 +40,16 @@ CALIBRATION_MEANING = (
     "probability and how often it was right. Slope and intercept: a logistic regression of the "
     "outcome on the probability's logit; 1 and 0 when calibrated, a slope below 1 means "
     "over-confident probabilities. With two classes the probability shown is the positive "
-    "class's; with more, the top class's (how often the predicted class was right).")
+    "class's; with more, the top class's (how often the predicted class was right)."
+)
 SETS_MEANING = (
     "With `eegformer predict --coverage 0.9`, each recording gets a prediction set: the "
     "classes that hold its true class with probability 0.9 (split-conformal prediction on the "
     "run's out-of-fold probabilities, MAPIE): one class when the model is sure enough, several "
     "when it cannot tell. Below, the coverage the run's own recordings get when each group of "
     "participants is given sets calibrated on the others only; the guarantee assumes new "
-    "recordings resemble the training ones (same population, same site).")
+    "recordings resemble the training ones (same population, same site)."
+)
 
 
 def verdict_html(metrics: dict) -> str:
@@ -55,18 +57,24 @@ def verdict_html(metrics: dict) -> str:
     rows = "".join(
         f'<tr><th scope="row">{html.escape(topic)}</th>'
         f'<td class="eeg-{tone}">{html.escape(text)}</td></tr>'
-        for topic, text, tone in verdict_lines(metrics))
-    return (f'<div class="eeg-verdict" id="eeg-verdict"><div class="eeg-headline">'
-            f"{html.escape(headline(metrics))}</div>"
-            f'<table class="table table-sm"><tbody>{rows}</tbody></table></div>')
+        for topic, text, tone in verdict_lines(metrics)
+    )
+    return (
+        f'<div class="eeg-verdict" id="eeg-verdict"><div class="eeg-headline">'
+        f"{html.escape(headline(metrics))}</div>"
+        f'<table class="table table-sm"><tbody>{rows}</tbody></table></div>'
+    )
 
 
 def add_verdict(report, metrics: dict | None) -> None:
     """The report's first item (an :class:`mne.Report`)."""
     report.add_custom_css(VERDICT_CSS)
-    body = (verdict_html(metrics) if metrics is not None else
-            '<div class="eeg-verdict" id="eeg-verdict">No verdict: the run has no metrics.json '
-            "(the training did not finish).</div>")
+    body = (
+        verdict_html(metrics)
+        if metrics is not None
+        else '<div class="eeg-verdict" id="eeg-verdict">No verdict: the run has no metrics.json '
+        "(the training did not finish).</div>"
+    )
     report.add_html(body, "Verdict", section="Verdict")
 
 
@@ -74,19 +82,28 @@ def add_calibration_section(report, metrics: dict) -> None:
     """The calibration table, reliability diagram and prediction-set coverage of ``metrics``."""
     calibration = metrics.get("calibration")
     if not calibration:
-        report.add_html("<p>No calibration figures: an earlier eegformer trained this run; "
-                        "train it again to get them.</p>", "Calibration", section=SECTION)
+        report.add_html(
+            "<p>No calibration figures: an earlier eegformer trained this run; "
+            "train it again to get them.</p>",
+            "Calibration",
+            section=SECTION,
+        )
         return
-    report.add_html(f"<p>{html.escape(CALIBRATION_MEANING)}</p>"
-                    + calibration_table_html(calibration), "Calibration (out of fold)",
-                    section=SECTION)
+    report.add_html(
+        f"<p>{html.escape(CALIBRATION_MEANING)}</p>" + calibration_table_html(calibration),
+        "Calibration (out of fold)",
+        section=SECTION,
+    )
     figure = reliability_figure(calibration)
     report.add_figure(figure, "Reliability diagram", section=SECTION, image_format="png")
     plt.close(figure)
     sets = metrics.get("prediction_sets")
     if sets:
-        report.add_html(f"<p>{html.escape(SETS_MEANING)}</p>" + prediction_sets_html(sets),
-                        "Prediction sets: coverage", section=SECTION)
+        report.add_html(
+            f"<p>{html.escape(SETS_MEANING)}</p>" + prediction_sets_html(sets),
+            "Prediction sets: coverage",
+            section=SECTION,
+        )
 
 
 def _number(value, fmt: str = ".3f") -> str:
@@ -99,35 +116,72 @@ def calibration_table_html(calibration: dict) -> str:
     rows = [(name, summary) for name, summary in calibration["models"].items()]
     recalibration = calibration.get("recalibration") or {}
     if recalibration.get("after"):
-        rows.append((f"xaiguiformer, recalibrated ({recalibration['method']}; cross-fitted)",
-                     recalibration["after"]))
-    head = "".join(f"<th>{h}</th>" for h in ("model", "probability", "Brier", "log-loss", "ECE",
-                                             "slope", "intercept", "recordings"))
+        rows.append(
+            (
+                f"xaiguiformer, recalibrated ({recalibration['method']}; cross-fitted)",
+                recalibration["after"],
+            )
+        )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "model",
+            "probability",
+            "Brier",
+            "log-loss",
+            "ECE",
+            "slope",
+            "intercept",
+            "recordings",
+        )
+    )
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-            name, s["target"], _number(s["brier"]), _number(s["log_loss"]), _number(s["ece"]),
-            _number(s["slope"], ".2f"), _number(s["intercept"], "+.2f"), s["n"])) + "</tr>"
-        for name, s in rows)
-    what = (f"<p><b>predict</b>: {html.escape(describe_recalibration(recalibration))}"
-            f" &mdash; {html.escape(recalibration.get('reason', ''))}.</p>")
-    return (f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>{what}")
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(c))}</td>"
+            for c in (
+                name,
+                s["target"],
+                _number(s["brier"]),
+                _number(s["log_loss"]),
+                _number(s["ece"]),
+                _number(s["slope"], ".2f"),
+                _number(s["intercept"], "+.2f"),
+                s["n"],
+            )
+        )
+        + "</tr>"
+        for name, s in rows
+    )
+    what = (
+        f"<p><b>predict</b>: {html.escape(describe_recalibration(recalibration))}"
+        f" &mdash; {html.escape(recalibration.get('reason', ''))}.</p>"
+    )
+    return (
+        f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>{what}"
+    )
 
 
 def prediction_sets_html(sets: dict) -> str:
     """One row per coverage level: target, empirical coverage, mean set size, share of sets
     holding more than one class."""
-    head = "".join(f"<th>{h}</th>" for h in ("target coverage", "empirical coverage",
-                                             "mean set size", "more than one class"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("target coverage", "empirical coverage", "mean set size", "more than one class")
+    )
     body = "".join(
         f"<tr><td>{level['coverage']:.0%}</td><td>{level['empirical_coverage']:.1%}</td>"
         f"<td>{level['mean_size']:.2f}</td><td>{level['share_ambiguous']:.0%}</td></tr>"
-        for level in sets.get("levels", []))
+        for level in sets.get("levels", [])
+    )
     if not body:
         body = '<tr><td colspan="4">too few recordings for any level</td></tr>'
-    return (f"<p>{html.escape(sets['method'])}; {sets['n']} recordings.</p>"
-            f'<table class="table table-sm" id="eeg-prediction-sets"><thead><tr>{head}</tr>'
-            f"</thead><tbody>{body}</tbody></table>")
+    return (
+        f"<p>{html.escape(sets['method'])}; {sets['n']} recordings.</p>"
+        f'<table class="table table-sm" id="eeg-prediction-sets"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{body}</tbody></table>"
+    )
 
 
 def reliability_figure(calibration: dict):
@@ -138,8 +192,9 @@ def reliability_figure(calibration: dict):
     recalibration = calibration.get("recalibration") or {}
     if recalibration.get("after"):
         curves.append(("xaiguiformer, recalibrated (cross-fitted)", recalibration["after"]))
-    fig, (ax, ax_count) = plt.subplots(2, 1, figsize=(6.5, 6.5), sharex=True,
-                                       gridspec_kw={"height_ratios": [3, 1]})
+    fig, (ax, ax_count) = plt.subplots(
+        2, 1, figsize=(6.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfectly calibrated")
     width = 0.1 / (len(curves) + 1)
     for k, (name, summary) in enumerate(curves):
@@ -151,11 +206,20 @@ def reliability_figure(calibration: dict):
         n = np.array([b["n"] for b in bins], dtype=float)
         line = ax.plot(x, y, marker="o", label=f"{name}: ECE {_number(summary['ece'])}")[0]
         ax.scatter(x, y, s=20 + 180 * n / n.max(), color=line.get_color(), alpha=0.35)
-        ax_count.bar([b["lower"] + (k + 0.5) * width for b in bins], n, width=width,
-                     color=line.get_color(), align="edge")
+        ax_count.bar(
+            [b["lower"] + (k + 0.5) * width for b in bins],
+            n,
+            width=width,
+            color=line.get_color(),
+            align="edge",
+        )
     target = curves[0][1]["target"] if curves else "probability"
-    ax.set(ylabel="observed frequency", xlim=(0, 1), ylim=(-0.02, 1.02),
-           title=f"Reliability diagram (out of fold): {target}")
+    ax.set(
+        ylabel="observed frequency",
+        xlim=(0, 1),
+        ylim=(-0.02, 1.02),
+        title=f"Reliability diagram (out of fold): {target}",
+    )
     ax.legend(fontsize=8, loc="upper left")
     ax_count.set(xlabel=f"stated {target} (mean per bin)", ylabel="recordings")
     fig.tight_layout()

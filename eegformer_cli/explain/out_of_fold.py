@@ -34,13 +34,21 @@ class OutOfFoldModels:
         self._loaded: dict[str, object] = {}
         training = bundle.training_data or {}
         self._by_hash = dict(training.get("signal_sha256", {}))
-        missing = sorted({name for _, names in self._folds.values() for name in names
-                          if not (self.run_dir / "folds" / f"{name}.pt").is_file()})
+        missing = sorted(
+            {
+                name
+                for _, names in self._folds.values()
+                for name in names
+                if not (self.run_dir / "folds" / f"{name}.pt").is_file()
+            }
+        )
         if missing:
-            console.warn(f"{self.run_dir} keeps no model of fold(s) {', '.join(missing[:5])}"
-                         f"{' ...' if len(missing) > 5 else ''} (a run of an earlier version): "
-                         "their test recordings are explained by the final model, which was "
-                         "trained on them")
+            console.warn(
+                f"{self.run_dir} keeps no model of fold(s) {', '.join(missing[:5])}"
+                f"{' ...' if len(missing) > 5 else ''} (a run of an earlier version): "
+                "their test recordings are explained by the final model, which was "
+                "trained on them"
+            )
         self._missing = set(missing)
 
     def training_id(self, item) -> str | None:
@@ -48,8 +56,11 @@ class OutOfFoldModels:
         if item.signal_sha256:
             return self._by_hash.get(item.signal_sha256)
         participant, _ = self._folds.get(item.recording_id, (None, []))
-        return item.recording_id if participant is not None and \
-            participant == item.participant_id else None
+        return (
+            item.recording_id
+            if participant is not None and participant == item.participant_id
+            else None
+        )
 
     def models_for(self, item) -> tuple[list[tuple], str]:
         """``([(model, reference), ...], explained_by)``: the fold models that tested ``item``
@@ -84,5 +95,6 @@ def _test_folds(oof_path: Path) -> dict[str, tuple[str, list[str]]]:
         for row in csv.DictReader(handle, delimiter="\t"):
             if row["model"] == MODEL_NAME:
                 folds.setdefault(row["recording_id"], (row["participant_id"], []))[1].append(
-                    f"r{row['repeat']}_f{row['fold']}")
+                    f"r{row['repeat']}_f{row['fold']}"
+                )
     return folds

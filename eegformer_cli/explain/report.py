@@ -54,15 +54,25 @@ import matplotlib.pyplot as plt  # noqa: E402
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_bytes
 from eegformer_cli.errors import InputDataError, OutputError
-from eegformer_cli.explain.report_figures import (attention_entropy_figure, attention_figure,
-                                                  band_importance_figure,
-                                                  confusion_matrix_figure,
-                                                  connectivity_head_figure, roc_pr_figure,
-                                                  training_curves_figure)
-from eegformer_cli.explain.report_tables import (attention_diagnostics_html,
-                                                 band_importance_note, dataset_summary_html,
-                                                 explanations_source_html, metric_notes_html,
-                                                 metrics_html, oof_table_html, run_summary_html)
+from eegformer_cli.explain.report_figures import (
+    attention_entropy_figure,
+    attention_figure,
+    band_importance_figure,
+    confusion_matrix_figure,
+    connectivity_head_figure,
+    roc_pr_figure,
+    training_curves_figure,
+)
+from eegformer_cli.explain.report_tables import (
+    attention_diagnostics_html,
+    band_importance_note,
+    dataset_summary_html,
+    explanations_source_html,
+    metric_notes_html,
+    metrics_html,
+    oof_table_html,
+    run_summary_html,
+)
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
@@ -82,6 +92,7 @@ REPORT_CSS = """
 
 # ----------------------------------------------------------------------------- reading
 
+
 def _read_tsv(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle, delimiter="\t"))
@@ -91,72 +102,44 @@ def _read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError: a damaged file
-        raise InputDataError(f"unreadable JSON ({exc})", path=path,
-                             hint="rerun the command that wrote it") from None
+        raise InputDataError(
+            f"unreadable JSON ({exc})", path=path, hint="rerun the command that wrote it"
+        ) from None
 
 
 def _read_jsonl(path: Path) -> list[dict]:
     try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()]
+        return [
+            json.loads(line)
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
     except ValueError as exc:
-        raise InputDataError(f"unreadable JSON lines ({exc})", path=path,
-                             hint="rerun the command that wrote it") from None
+        raise InputDataError(
+            f"unreadable JSON lines ({exc})", path=path, hint="rerun the command that wrote it"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- tables
 
 
-
-
-
-
-
 # ----------------------------------------------------------------------------- notes
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ----------------------------------------------------------------------------- figures
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ----------------------------------------------------------------------------- report
+
 
 def _check_run_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
-        raise InputDataError("not a run folder (no config.json)", path=run_dir,
-                             hint="pass the --out folder of `eegformer train`")
+        raise InputDataError(
+            "not a run folder (no config.json)",
+            path=run_dir,
+            hint="pass the --out folder of `eegformer train`",
+        )
     return run_dir
 
 
@@ -169,16 +152,27 @@ def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
     config = _read_json(run_dir / "config.json")
     summary = load_class_summary(explanations_dir)
     model = config.get("model_config", {})
-    expected = {"classes": config.get("labels"), "bands": model.get("band_names"),
-                "channels": model.get("channel_names")}
-    explained = {"classes": summary["label_names"], "bands": summary["bands"],
-                 "channels": summary["channels"]}
-    differing = [f"{key} {explained[key]} (run: {expected[key]})" for key in expected
-                 if expected[key] is not None and list(expected[key]) != explained[key]]
+    expected = {
+        "classes": config.get("labels"),
+        "bands": model.get("band_names"),
+        "channels": model.get("channel_names"),
+    }
+    explained = {
+        "classes": summary["label_names"],
+        "bands": summary["bands"],
+        "channels": summary["channels"],
+    }
+    differing = [
+        f"{key} {explained[key]} (run: {expected[key]})"
+        for key in expected
+        if expected[key] is not None and list(expected[key]) != explained[key]
+    ]
     if differing:
-        raise InputDataError("explains another model than this run's: " + "; ".join(differing),
-                             path=explanations_dir,
-                             hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`")
+        raise InputDataError(
+            "explains another model than this run's: " + "; ".join(differing),
+            path=explanations_dir,
+            hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`",
+        )
 
 
 def report_title(config: dict) -> str:
@@ -192,14 +186,18 @@ def report_title(config: dict) -> str:
     settings_file = data_dir / "preprocess.json"
     if settings_file.is_file():
         try:
-            inputs = [str(i) for i in json.loads(settings_file.read_text(encoding="utf-8"))
-                      .get("inputs") or []]
-        except ValueError:                       # a damaged file only loses the nicer name
+            inputs = [
+                str(i)
+                for i in json.loads(settings_file.read_text(encoding="utf-8")).get("inputs") or []
+            ]
+        except ValueError:  # a damaged file only loses the nicer name
             inputs = []
     names = list(dict.fromkeys(_dataset_name(Path(i)) for i in inputs))
     data = " + ".join(names) if names else data_dir.name
-    return (f"XAIguiFormer ({config.get('preset', 'default')} preset) on {data}: "
-            f"{config.get('label_column', 'label')}")
+    return (
+        f"XAIguiFormer ({config.get('preset', 'default')} preset) on {data}: "
+        f"{config.get('label_column', 'label')}"
+    )
 
 
 def _dataset_name(path: Path) -> str:
@@ -234,14 +232,15 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
     config = _read_json(run_dir / "config.json")
     metrics_file, history_file = run_dir / "metrics.json", run_dir / "history.jsonl"
     metrics = _read_json(metrics_file) if metrics_file.is_file() else None
-    history = (_read_jsonl(history_file)
-               if history_file.is_file() and history_file.stat().st_size else [])
+    history = (
+        _read_jsonl(history_file) if history_file.is_file() and history_file.stat().st_size else []
+    )
     report = _untagged_report(report_title(config))
     add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)
     _add_cross_validation(report, run_dir, metrics, history)
-    if metrics is not None:      # without it, the cross-validation section says why
+    if metrics is not None:  # without it, the cross-validation section says why
         add_trust_section(report, run_dir, metrics)
         add_calibration_section(report, metrics)
         _add_predictions_and_curves(report, run_dir, metrics, history)
@@ -262,9 +261,13 @@ def _figure(report, fig, title: str, section: str, caption: str | None = None) -
 def _add_run_summary(report, run_dir: Path, config: dict, metrics: dict | None) -> None:
     splits_file = run_dir / "splits.json"
     scheme = (metrics or {}).get("scheme") or (
-        _read_json(splits_file).get("scheme") if splits_file.is_file() else None)
-    report.add_html(run_summary_html(run_dir, config, metrics, scheme), "Which run this is",
-                    section="Run summary")
+        _read_json(splits_file).get("scheme") if splits_file.is_file() else None
+    )
+    report.add_html(
+        run_summary_html(run_dir, config, metrics, scheme),
+        "Which run this is",
+        section="Run summary",
+    )
 
 
 def _add_dataset(report, config: dict) -> None:
@@ -272,23 +275,32 @@ def _add_dataset(report, config: dict) -> None:
     data_dir = Path(config.get("data_dir") or "")
     manifest = data_dir / MANIFEST_NAME
     if not manifest.is_file():
-        _note(report, "Dataset summary", f"The training data's manifest ({manifest}) is not "
-              "available, so the dataset cannot be summarised here.", section)
+        _note(
+            report,
+            "Dataset summary",
+            f"The training data's manifest ({manifest}) is not "
+            "available, so the dataset cannot be summarised here.",
+            section,
+        )
         return
     label_column = config.get("label_column", "label")
-    report.add_html(f"<p>Data: {html.escape(str(data_dir))}, label column "
-                    f"<code>{html.escape(label_column)}</code>.</p>"
-                    + dataset_summary_html(read_manifest(data_dir), label_column),
-                    "Dataset summary", section=section)
+    report.add_html(
+        f"<p>Data: {html.escape(str(data_dir))}, label column "
+        f"<code>{html.escape(label_column)}</code>.</p>"
+        + dataset_summary_html(read_manifest(data_dir), label_column),
+        "Dataset summary",
+        section=section,
+    )
 
 
-def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
-                          history: list[dict]) -> None:
+def _add_cross_validation(report, run_dir: Path, metrics: dict | None, history: list[dict]) -> None:
     section = "Cross-validation"
     oof_file = run_dir / "oof_predictions.tsv"
     if metrics is None:
-        why = ("incomplete run: no metrics.json (the training did not finish); rerun the same "
-               "`eegformer train` command, or `eegformer train --merge` after `--fold` jobs")
+        why = (
+            "incomplete run: no metrics.json (the training did not finish); rerun the same "
+            "`eegformer train` command, or `eegformer train --merge` after `--fold` jobs"
+        )
         console.warn(f"{run_dir}: {why}")
         _note(report, "Metrics", why, section)
         return
@@ -298,36 +310,60 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None,
         _note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.get("labels", [])]
     comparisons = verdict.comparisons(metrics)
-    paired = "".join("<p>Paired over the same folds: "
-                     + html.escape(describe_comparison(comparison, comparison["model"],
-                                                       comparison["reference"])) + ".</p>"
-                     for comparison in comparisons)
-    chance = (f" Chance level: bac {1 / len(labels):.2f} ({len(labels)} classes), auroc 0.50."
-              if labels else "")
-    report.add_html("<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
-                    f"{chance}</p>" + metrics_html(metrics) + paired, "Metrics", section=section)
+    paired = "".join(
+        "<p>Paired over the same folds: "
+        + html.escape(describe_comparison(comparison, comparison["model"], comparison["reference"]))
+        + ".</p>"
+        for comparison in comparisons
+    )
+    chance = (
+        f" Chance level: bac {1 / len(labels):.2f} ({len(labels)} classes), auroc 0.50."
+        if labels
+        else ""
+    )
+    report.add_html(
+        "<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
+        f"{chance}</p>" + metrics_html(metrics) + paired,
+        "Metrics",
+        section=section,
+    )
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)
     matrix = metrics.get("models", {}).get("xaiguiformer", {}).get("confusion_matrix")
     if matrix is not None:
-        _figure(report, confusion_matrix_figure(matrix, labels, n_folds=metrics.get("n_folds")),
-                "Confusion matrix", section)
+        _figure(
+            report,
+            confusion_matrix_figure(matrix, labels, n_folds=metrics.get("n_folds")),
+            "Confusion matrix",
+            section,
+        )
     if oof_file.is_file():
-        fold_means = {name: model.get("mean", {})
-                      for name, model in metrics.get("models", {}).items()}
+        fold_means = {
+            name: model.get("mean", {}) for name, model in metrics.get("models", {}).items()
+        }
         predictions = _read_oof(oof_file)
         try:
             figure = roc_pr_figure(predictions, labels, metrics.get("positive_label"), fold_means)
         except (KeyError, TypeError, ValueError) as exc:  # a truncated or edited table
             raise _damaged(oof_file, exc) from None
-        _figure(report, figure, "ROC and precision-recall curves", section, caption=(
-            "Each curve pools the out-of-fold predictions of every fold into one ranking; the "
-            "metrics table gives the mean of the per-fold values instead. The two differ "
-            "because each fold's model puts its probabilities on a scale of its own."))
+        _figure(
+            report,
+            figure,
+            "ROC and precision-recall curves",
+            section,
+            caption=(
+                "Each curve pools the out-of-fold predictions of every fold into one ranking; the "
+                "metrics table gives the mean of the per-fold values instead. The two differ "
+                "because each fold's model puts its probabilities on a scale of its own."
+            ),
+        )
 
 
 def _damaged(oof_file: Path, exc: Exception) -> InputDataError:
-    return InputDataError(f"damaged out-of-fold predictions ({type(exc).__name__}: {exc})",
-                          path=oof_file, hint="rerun the same `eegformer train` command")
+    return InputDataError(
+        f"damaged out-of-fold predictions ({type(exc).__name__}: {exc})",
+        path=oof_file,
+        hint="rerun the same `eegformer train` command",
+    )
 
 
 def _read_oof(oof_file: Path) -> list[dict]:
@@ -337,8 +373,7 @@ def _read_oof(oof_file: Path) -> list[dict]:
         raise _damaged(oof_file, exc) from None
 
 
-def _add_predictions_and_curves(report, run_dir: Path, metrics: dict,
-                                history: list[dict]) -> None:
+def _add_predictions_and_curves(report, run_dir: Path, metrics: dict, history: list[dict]) -> None:
     """Every recording's out-of-fold prediction and the training curves, after the verdict's
     evidence (metrics, audit, calibration)."""
     section = "Per-recording predictions and training"
@@ -358,8 +393,13 @@ def _add_attention(report, metrics: dict | None, history: list[dict]) -> None:
     section = "Attention"
     attention = (metrics or {}).get("attention")
     if not attention:
-        _note(report, "What attention does", "No attention diagnostics: the run has no "
-              "metrics.json, or an earlier version of eegformer trained it.", section)
+        _note(
+            report,
+            "What attention does",
+            "No attention diagnostics: the run has no "
+            "metrics.json, or an earlier version of eegformer trained it.",
+            section,
+        )
         return
     report.add_html(
         "<p>What the attention of the two passes does on the test participants of every fold "
@@ -374,11 +414,17 @@ def _add_attention(report, metrics: dict | None, history: list[dict]) -> None:
         "much that pass's logits move, and how many segments change class, when the layer's "
         "attention is replaced by a plain mean over bands (uniform) or by the identity; near 0 "
         "means the attention could be removed without changing the output.</p>"
-        + attention_diagnostics_html(attention), "What attention does (out of fold)",
-        section=section)
+        + attention_diagnostics_html(attention),
+        "What attention does (out of fold)",
+        section=section,
+    )
     if any(h.get("attention") for h in history):
-        _figure(report, attention_entropy_figure(history, attention["uniform_entropy"]),
-                "Attention entropy per epoch", section)
+        _figure(
+            report,
+            attention_entropy_figure(history, attention["uniform_entropy"]),
+            "Attention entropy per epoch",
+            section,
+        )
 
 
 def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:
@@ -388,11 +434,15 @@ def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:
     planned = len(_read_json(splits_file).get("folds", [])) if splits_file.is_file() else None
     finished = metrics.get("n_folds")
     if planned and finished is not None and finished < planned:
-        return (f"incomplete run: {finished} of {planned} folds finished, so the metrics cover "
-                "only those; rerun the same `eegformer train` command to finish it")
+        return (
+            f"incomplete run: {finished} of {planned} folds finished, so the metrics cover "
+            "only those; rerun the same `eegformer train` command to finish it"
+        )
     if not (run_dir / "model.pt").is_file():
-        return ("incomplete run: no model.pt (the final model was not trained); rerun the same "
-                "`eegformer train` command to finish it")
+        return (
+            "incomplete run: no model.pt (the final model was not trained); rerun the same "
+            "`eegformer train` command to finish it"
+        )
     return None
 
 
@@ -401,12 +451,16 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
 
     section = "Explanations"
     if explanations_dir is None:
-        _note(report, "How to add explanations",
-              "No explanations: no --explanations folder was given. Run "
-              f"`eegformer explain {run_dir} "
-              "DATA --out EXPLANATIONS` (the run folder: its recordings explained out of "
-              "fold) and then `eegformer report "
-              f"{run_dir} --explanations EXPLANATIONS`.", section)
+        _note(
+            report,
+            "How to add explanations",
+            "No explanations: no --explanations folder was given. Run "
+            f"`eegformer explain {run_dir} "
+            "DATA --out EXPLANATIONS` (the run folder: its recordings explained out of "
+            "fold) and then `eegformer report "
+            f"{run_dir} --explanations EXPLANATIONS`.",
+            section,
+        )
         return
     folder = Path(explanations_dir)
     summary = load_class_summary(folder)
@@ -417,15 +471,31 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
     from eegformer_cli.explain.export import read_recordings_table
 
     settings = _read_json(folder / "class_summary.json").get("settings", {})
-    report.add_html(explanations_source_html(
-        run_dir, folder, settings, read_recordings_table(folder), classes,
-        [int(n) for n in summary["n_recordings"]]), "About the explanations", section=section)
+    report.add_html(
+        explanations_source_html(
+            run_dir,
+            folder,
+            settings,
+            read_recordings_table(folder),
+            classes,
+            [int(n) for n in summary["n_recordings"]],
+        ),
+        "About the explanations",
+        section=section,
+    )
     _add_attribution_figures(report, summary, settings, section)
     for k, name in enumerate(classes):
-        _figure(report, attention_figure(summary["attention_coarse"][k],
-                                         summary["attention_refined"][k], bands,
-                                         f"Attention, class {name} (mean over its recordings)"),
-                f"Coarse vs refined attention: {name}", section)
+        _figure(
+            report,
+            attention_figure(
+                summary["attention_coarse"][k],
+                summary["attention_refined"][k],
+                bands,
+                f"Attention, class {name} (mean over its recordings)",
+            ),
+            f"Coarse vs refined attention: {name}",
+            section,
+        )
 
 
 def _add_attribution_figures(report, summary: dict, settings: dict, section: str) -> None:
@@ -433,32 +503,47 @@ def _add_attribution_figures(report, summary: dict, settings: dict, section: str
     connectome the explanations used (``settings["baseline"]``)."""
     classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
     reference = str(settings.get("baseline") or "zero connectivity")
-    _figure(report, band_importance_figure(summary["band_importance"], classes, bands,
-                                           reference), "Band importance per class", section,
-            caption=band_importance_note(reference))
-    _figure(report, connectivity_head_figure(summary["channel_pairs"], classes, bands, channels,
-                                             reference=reference),
-            "Strongest channel-pair attributions", section, caption=(
-                "Each line joins two sensors (montage positions, seen from above, nose up, "
-                "left hemisphere on the left) whose connectivity (coherence + wPLI) in the "
-                "class's strongest band the explained-class logit depends on most (captum "
-                f"attribution against {reference}): red raises the class's logit compared "
-                "with it, blue lowers it; thicker is stronger. Each class on its own colour "
-                "scale (its colour bar gives the values, logit units)."))
+    _figure(
+        report,
+        band_importance_figure(summary["band_importance"], classes, bands, reference),
+        "Band importance per class",
+        section,
+        caption=band_importance_note(reference),
+    )
+    _figure(
+        report,
+        connectivity_head_figure(
+            summary["channel_pairs"], classes, bands, channels, reference=reference
+        ),
+        "Strongest channel-pair attributions",
+        section,
+        caption=(
+            "Each line joins two sensors (montage positions, seen from above, nose up, "
+            "left hemisphere on the left) whose connectivity (coherence + wPLI) in the "
+            "class's strongest band the explained-class logit depends on most (captum "
+            f"attribution against {reference}): red raises the class's logit compared "
+            "with it, blue lowers it; thicker is stronger. Each class on its own colour "
+            "scale (its colour bar gives the values, logit units)."
+        ),
+    )
 
 
-def write_report(run_dir: str | Path, explanations_dir: str | Path | None,
-                 out: str | Path) -> Path:
+def write_report(run_dir: str | Path, explanations_dir: str | Path | None, out: str | Path) -> Path:
     """Build the report and write it atomically to ``out`` (one HTML file); return the path.
 
     Raises InputDataError when ``run_dir`` is not a run folder or ``explanations_dir`` is not
     an ``eegformer explain`` output, and OutputError when ``out`` is a folder or its folder
     cannot be created or written (all checked before the build)."""
     _check_run_dir(run_dir)
-    if explanations_dir is not None and not (Path(explanations_dir) / "class_summary.npz").is_file():
-        raise InputDataError("not an explain output folder (no class_summary.npz)",
-                             path=explanations_dir,
-                             hint="pass the --out folder of `eegformer explain`")
+    if (
+        explanations_dir is not None
+        and not (Path(explanations_dir) / "class_summary.npz").is_file()
+    ):
+        raise InputDataError(
+            "not an explain output folder (no class_summary.npz)",
+            path=explanations_dir,
+            hint="pass the --out folder of `eegformer explain`",
+        )
     if explanations_dir is not None:
         _check_explanations_match(Path(run_dir), Path(explanations_dir))
     out = Path(out)

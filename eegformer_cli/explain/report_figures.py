@@ -21,15 +21,17 @@ def _inches(width: float, height: float) -> tuple[float, float]:
     return round(width * 4) / 4, round(height * 4) / 4
 
 
-def confusion_matrix_figure(matrix, labels: list[str], title: str = "XAIguiFormer",
-                            n_folds: int | None = None):
+def confusion_matrix_figure(
+    matrix, labels: list[str], title: str = "XAIguiFormer", n_folds: int | None = None
+):
     """Counts (rows = true class, columns = predicted), summed over ``n_folds`` folds; the
     title on two lines, so it fits above the matrix whatever the class names' length."""
     from sklearn.metrics import ConfusionMatrixDisplay
 
     longest = max(len(label) for label in labels)
-    fig, ax = plt.subplots(figsize=_inches(3.6 + 0.09 * longest + 0.45 * len(labels),
-                                           3.4 + 0.45 * len(labels)))
+    fig, ax = plt.subplots(
+        figsize=_inches(3.6 + 0.09 * longest + 0.45 * len(labels), 3.4 + 0.45 * len(labels))
+    )
     ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False)
     summed = "" if n_folds is None else f", summed over {n_folds} fold{'s' * (n_folds != 1)}"
     ax.set_title(f"{title}\nout-of-fold counts{summed}", fontsize=10)
@@ -37,8 +39,12 @@ def confusion_matrix_figure(matrix, labels: list[str], title: str = "XAIguiForme
     return fig
 
 
-def roc_pr_figure(predictions: list[dict], labels: list[str], positive_label: str | None,
-                  fold_means: dict[str, dict] | None = None):
+def roc_pr_figure(
+    predictions: list[dict],
+    labels: list[str],
+    positive_label: str | None,
+    fold_means: dict[str, dict] | None = None,
+):
     """ROC and precision-recall curves per model from ``oof_predictions.tsv`` rows (two
     classes: of ``positive_label``; more classes: one-vs-rest of each class, XAIguiFormer).
 
@@ -48,8 +54,12 @@ def roc_pr_figure(predictions: list[dict], labels: list[str], positive_label: st
     mean over folds, which differs from it: pooling mixes folds whose scores are not on one
     scale.
     """
-    from sklearn.metrics import (average_precision_score, precision_recall_curve, roc_auc_score,
-                                 roc_curve)
+    from sklearn.metrics import (
+        average_precision_score,
+        precision_recall_curve,
+        roc_auc_score,
+        roc_curve,
+    )
 
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 4.2))
     models = sorted({row["model"] for row in predictions})
@@ -75,8 +85,12 @@ def roc_pr_figure(predictions: list[dict], labels: list[str], positive_label: st
             return f"{text}, mean over folds {mean[metric]:.3f}"
 
         ax_roc.plot(fpr, tpr, label=legend("auroc", roc_auc_score(truth, score), "AUC"))
-        ax_pr.plot(recall, precision, drawstyle="steps-post",
-                   label=legend("auc_pr", average_precision_score(truth, score), "AP"))
+        ax_pr.plot(
+            recall,
+            precision,
+            drawstyle="steps-post",
+            label=legend("auc_pr", average_precision_score(truth, score), "AP"),
+        )
     ax_roc.plot([0, 1], [0, 1], color="grey", linestyle=":")
     of = "" if positive_label is None else f" ({positive_label} = positive)"
     ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC{of}")
@@ -91,17 +105,22 @@ def roc_pr_figure(predictions: list[dict], labels: list[str], positive_label: st
 def training_curves_figure(history: list[dict]):
     """Train and validation loss and validation BAC against epoch, one line per fold."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    folds = sorted({(h.get("repeat", 0), h.get("fold", 0)) for h in history},
-                   key=lambda rf: (rf[0] < 0, rf))          # the final model last
+    folds = sorted(
+        {(h.get("repeat", 0), h.get("fold", 0)) for h in history}, key=lambda rf: (rf[0] < 0, rf)
+    )  # the final model last
     for repeat, fold in folds:
         rows = [h for h in history if (h.get("repeat", 0), h.get("fold", 0)) == (repeat, fold)]
         epochs = [h["epoch"] for h in rows]
-        final = repeat < 0      # the model retrained on every participant after the CV
+        final = repeat < 0  # the model retrained on every participant after the CV
         for ax, key in zip(axes, ("train_loss", "val_loss", "val_bac")):
             values = [np.nan if h.get(key) is None else h[key] for h in rows]
-            ax.plot(epochs, values, marker=".", label="final model" if final
-                    else f"repeat {repeat} fold {fold}",
-                    **({"color": "black", "linestyle": "--"} if final else {}))
+            ax.plot(
+                epochs,
+                values,
+                marker=".",
+                label="final model" if final else f"repeat {repeat} fold {fold}",
+                **({"color": "black", "linestyle": "--"} if final else {}),
+            )
     for ax, key in zip(axes, ("train_loss", "val_loss", "val_bac")):
         ax.set(xlabel="epoch", title=key.replace("_", " "))
     axes[-1].legend(fontsize=7, ncol=2)
@@ -119,23 +138,32 @@ def attention_entropy_figure(history: list[dict], uniform_entropy: float):
         for h in rows:
             if name in h["attention"]:
                 by_epoch.setdefault(h["epoch"], []).append(
-                    float(np.mean(h["attention"][name]["entropy"])))
+                    float(np.mean(h["attention"][name]["entropy"]))
+                )
         if by_epoch:
             epochs = sorted(by_epoch)
             values = [by_epoch[e] for e in epochs]
             ax.plot(epochs, [np.mean(v) for v in values], color=colour, label=name)
-            ax.fill_between(epochs, [min(v) for v in values], [max(v) for v in values],
-                            color=colour, alpha=0.2)
+            ax.fill_between(
+                epochs, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.2
+            )
     ax.axhline(uniform_entropy, color="grey", linestyle=":", label="uniform (ln T)")
-    ax.set(xlabel="epoch", ylabel="entropy (nats)",
-           title="Attention entropy on the validation participants")
+    ax.set(
+        xlabel="epoch",
+        ylabel="entropy (nats)",
+        title="Attention entropy on the validation participants",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def band_importance_figure(band_importance: np.ndarray, classes: list[str], bands: list[str],
-                           reference: str = "the training recordings' mean connectome"):
+def band_importance_figure(
+    band_importance: np.ndarray,
+    classes: list[str],
+    bands: list[str],
+    reference: str = "the training recordings' mean connectome",
+):
     """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in; the
     title says what the sign is against (``reference``), on lines that fit the figure."""
     import textwrap
@@ -148,11 +176,18 @@ def band_importance_figure(band_importance: np.ndarray, classes: list[str], band
         ax.bar(x + (k - (len(classes) - 1) / 2) * width, band_importance[k], width, label=name)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, bands, rotation=30)
-    characters = int(width_in[0] * 13)        # about 13 characters per inch at 9 pt
+    characters = int(width_in[0] * 13)  # about 13 characters per inch at 9 pt
     ax.set_ylabel("signed importance (|.| sums to 1)")
-    ax.set_title("\n".join(textwrap.wrap(
-        "Band importance per explained class (mean): > 0 the band's connectivity raises the "
-        f"class's logit compared with {reference}, < 0 lowers it", characters)), fontsize=9)
+    ax.set_title(
+        "\n".join(
+            textwrap.wrap(
+                "Band importance per explained class (mean): > 0 the band's connectivity raises the "
+                f"class's logit compared with {reference}, < 0 lowers it",
+                characters,
+            )
+        ),
+        fontsize=9,
+    )
     ax.legend(title="explained class")
     fig.tight_layout()
     return fig
@@ -172,10 +207,13 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
     uniform = 1.0 / n_bands
     fig, axes = plt.subplots(n_layers, 3, figsize=(11, 3.5 * n_layers), squeeze=False)
     for layer in range(n_layers):
-        for col, (name, data) in enumerate((
+        for col, (name, data) in enumerate(
+            (
                 (f"coarse - 1/{n_bands}", coarse[layer] - uniform),
                 (f"refined - 1/{n_bands}", refined[layer] - uniform),
-                ("refined - coarse", refined[layer] - coarse[layer]))):
+                ("refined - coarse", refined[layer] - coarse[layer]),
+            )
+        ):
             ax = axes[layer, col]
             limit = float(np.abs(data).max()) or 1e-6
             image = ax.imshow(data, cmap="RdBu_r", vmin=-limit, vmax=limit)
@@ -186,15 +224,23 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
                 ax.set_ylabel("query band", fontsize=8)
             ax.set_xlabel("key band", fontsize=8)
             fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
-                 "pass; blue: less; each panel on its own scale", fontsize=10)
+    fig.suptitle(
+        f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
+        "pass; blue: less; each panel on its own scale",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
-def connectivity_head_figure(channel_pairs: np.ndarray, classes: list[str], bands: list[str],
-                             channels: list[str], n_lines: int = HEAD_PAIRS,
-                             reference: str = "the training recordings' mean connectome"):
+def connectivity_head_figure(
+    channel_pairs: np.ndarray,
+    classes: list[str],
+    bands: list[str],
+    channels: list[str],
+    n_lines: int = HEAD_PAIRS,
+    reference: str = "the training recordings' mean connectome",
+):
     """Channel-pair attributions on the head: one panel per explained class ((K', T, C, C) in,
     logit units), the ``n_lines`` strongest pairs of the band with the largest share of that
     class's attribution, drawn between the sensors' montage positions (MNE's sensor topomap,
@@ -209,14 +255,16 @@ def connectivity_head_figure(channel_pairs: np.ndarray, classes: list[str], band
 
     info = mne.create_info(list(channels), 100.0, "eeg")
     info.set_montage(MONTAGE_NAME, on_missing="ignore", verbose="error")
-    fig, axes = plt.subplots(1, len(classes), figsize=_inches(4.75 * len(classes), 5.25),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(classes), figsize=_inches(4.75 * len(classes), 5.25), squeeze=False
+    )
     upper_i, upper_j = np.triu_indices(len(channels), 1)
     cmap = plt.get_cmap("RdBu_r")
     for k, (name, ax) in enumerate(zip(classes, axes[0])):
-        mne.viz.plot_sensors(info, kind="topomap", axes=ax, show_names=True, show=False,
-                             pointsize=12, linewidth=0)
-        positions = ax.collections[0].get_offsets()                   # (C, 2), info order
+        mne.viz.plot_sensors(
+            info, kind="topomap", axes=ax, show_names=True, show=False, pointsize=12, linewidth=0
+        )
+        positions = ax.collections[0].get_offsets()  # (C, 2), info order
         band = int(np.abs(channel_pairs[k]).sum(axis=(1, 2)).argmax())
         values = channel_pairs[k, band, upper_i, upper_j]
         strongest = np.argsort(-np.abs(values), kind="stable")[:n_lines]
@@ -224,22 +272,34 @@ def connectivity_head_figure(channel_pairs: np.ndarray, classes: list[str], band
         limit = float(np.abs(values[strongest]).max()) if len(strongest) else 0.0
         limit = limit or 1e-12
         norm = Normalize(-limit, limit)
-        order = strongest[::-1]                                       # strongest drawn last
+        order = strongest[::-1]  # strongest drawn last
         segments = [(positions[upper_i[p]], positions[upper_j[p]]) for p in order]
-        lines = LineCollection(segments, colors=cmap(norm(values[order])),
-                               linewidths=0.8 + 3.2 * np.abs(values[order]) / limit, zorder=3)
+        lines = LineCollection(
+            segments,
+            colors=cmap(norm(values[order])),
+            linewidths=0.8 + 3.2 * np.abs(values[order]) / limit,
+            zorder=3,
+        )
         ax.add_collection(lines)
-        for label in ax.texts:                     # channel names stay readable over lines
-            label.set(zorder=4, fontsize=8, bbox={"boxstyle": "round,pad=0.1", "fc": "white",
-                                                  "ec": "none", "alpha": 0.7})
+        for label in ax.texts:  # channel names stay readable over lines
+            label.set(
+                zorder=4,
+                fontsize=8,
+                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7},
+            )
         mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
         bar = fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.02)
         bar.set_label("attribution (logit units)", fontsize=8)
         bar.ax.tick_params(labelsize=7)
         count = "strongest pair" if len(strongest) == 1 else f"strongest {len(strongest)} pairs"
-        ax.set_title(f"{name}: {count}, {bands[band]}\n"
-                     f"(the band with the largest share)", fontsize=9)
-    fig.suptitle(f"Channel pairs on the head: red raises the class's logit, blue lowers it, "
-                 f"compared with {reference}; each panel on its own scale", fontsize=9, wrap=True)
+        ax.set_title(
+            f"{name}: {count}, {bands[band]}\n(the band with the largest share)", fontsize=9
+        )
+    fig.suptitle(
+        f"Channel pairs on the head: red raises the class's logit, blue lowers it, "
+        f"compared with {reference}; each panel on its own scale",
+        fontsize=9,
+        wrap=True,
+    )
     fig.subplots_adjust(left=0.02, right=0.98, bottom=0.1, top=0.84, wspace=0.08)
     return fig

@@ -22,8 +22,9 @@ def _known(value: str | None) -> bool:
 
 def _table(header: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-                   for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
     return f'<table class="table table-sm table-striped"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -32,21 +33,36 @@ def dataset_summary_html(manifest: list[dict], label_column: str) -> str:
     ok = [r for r in manifest if r.get("status") == "ok"]
     failed = [r for r in manifest if r.get("status") != "ok"]
     participants = {r.get("participant_id") for r in manifest if _known(r.get("participant_id"))}
-    parts = [_table(["recordings", "usable", "failed", "participants"],
-                    [[len(manifest), len(ok), len(failed), len(participants)]])]
+    parts = [
+        _table(
+            ["recordings", "usable", "failed", "participants"],
+            [[len(manifest), len(ok), len(failed), len(participants)]],
+        )
+    ]
     rows = []
     for label in sorted({r.get(label_column, "n/a") for r in ok}):
         members = [r for r in ok if r.get(label_column, "n/a") == label]
         ages = np.array([float(r["age"]) for r in members if _known(r.get("age"))])
         sexes = Counter(r.get("sex") if _known(r.get("sex")) else "n/a" for r in members)
-        age_text = (f"{ages.mean():.1f} +- {ages.std():.1f} ({ages.min():.0f}-{ages.max():.0f}), "
-                    f"n/a {len(members) - len(ages)}") if len(ages) else "n/a"
-        rows.append([label, len(members), age_text,
-                     ", ".join(f"{k} {v}" for k, v in sorted(sexes.items()))])
+        age_text = (
+            (
+                f"{ages.mean():.1f} +- {ages.std():.1f} ({ages.min():.0f}-{ages.max():.0f}), "
+                f"n/a {len(members) - len(ages)}"
+            )
+            if len(ages)
+            else "n/a"
+        )
+        rows.append(
+            [label, len(members), age_text, ", ".join(f"{k} {v}" for k, v in sorted(sexes.items()))]
+        )
     parts.append(_table([label_column, "recordings", "age (years)", "sex"], rows))
     if failed:
-        parts.append("<p>Preprocessing failures:</p>" + _table(
-            ["recording_id", "error"], [[r.get("recording_id"), r.get("error")] for r in failed]))
+        parts.append(
+            "<p>Preprocessing failures:</p>"
+            + _table(
+                ["recording_id", "error"], [[r.get("recording_id"), r.get("error")] for r in failed]
+            )
+        )
     else:
         parts.append("<p>No preprocessing failures.</p>")
     return "\n".join(parts)
@@ -57,17 +73,24 @@ def metrics_html(metrics: dict) -> str:
     rows = []
     for name, model in metrics.get("models", {}).items():
         mean, std = model.get("mean", {}), model.get("std", {})
-        rows.append([name] + [
-            "n/a" if mean.get(m) is None else
-            f"{mean[m]:.3f}" + ("" if std.get(m) is None else f" +- {std[m]:.3f}")
-            for m in METRICS])
+        rows.append(
+            [name]
+            + [
+                "n/a"
+                if mean.get(m) is None
+                else f"{mean[m]:.3f}" + ("" if std.get(m) is None else f" +- {std[m]:.3f}")
+                for m in METRICS
+            ]
+        )
     return _table(["model"] + list(METRICS), rows)
 
 
 def _rows_html(rows: list[tuple[str, str]]) -> str:
     """A two-column table of (label, HTML value) rows; labels are escaped, values are not."""
-    body = "".join(f"<tr><th scope=\"row\">{html.escape(label)}</th><td>{value}</td></tr>"
-                   for label, value in rows)
+    body = "".join(
+        f'<tr><th scope="row">{html.escape(label)}</th><td>{value}</td></tr>'
+        for label, value in rows
+    )
     return f'<table class="table table-sm"><tbody>{body}</tbody></table>'
 
 
@@ -75,74 +98,109 @@ def _scheme_text(scheme: dict | None, n_folds: int | None) -> str:
     """The evaluation scheme of splits.json / metrics.json in words."""
     if not scheme:
         return "unknown (no splits.json)"
-    inner = (f"; in each fold {scheme['val_fraction']:.0%} of the training participants are set "
-             "aside to choose the epoch" if scheme.get("val_fraction") else "")
+    inner = (
+        f"; in each fold {scheme['val_fraction']:.0%} of the training participants are set "
+        "aside to choose the epoch"
+        if scheme.get("val_fraction")
+        else ""
+    )
     if scheme.get("kind") == "holdout":
-        return (f"holdout: {scheme.get('fraction', 0):.0%} of the participants kept for test, "
-                f"never used in training{inner}")
+        return (
+            f"holdout: {scheme.get('fraction', 0):.0%} of the participants kept for test, "
+            f"never used in training{inner}"
+        )
     k, repeats = scheme.get("k"), scheme.get("repeats", 1)
     if k is None:
         return f"{n_folds} folds from {html.escape(str(scheme.get('from_file', 'a splits file')))}"
     tested = "once" if repeats == 1 else f"{repeats} times"
-    return (f"participant-wise {k}-fold cross-validation, {repeats} repeat"
-            f"{'s' * (repeats != 1)} ({k * repeats} folds; every participant is tested "
-            f"{tested}, by models that never saw them){inner}")
+    return (
+        f"participant-wise {k}-fold cross-validation, {repeats} repeat"
+        f"{'s' * (repeats != 1)} ({k * repeats} folds; every participant is tested "
+        f"{tested}, by models that never saw them){inner}"
+    )
 
 
-def run_summary_html(run_dir: Path, config: dict, metrics: dict | None,
-                     scheme: dict | None) -> str:
+def run_summary_html(run_dir: Path, config: dict, metrics: dict | None, scheme: dict | None) -> str:
     """Which run made this report: preset, epochs, evaluation, seed, classes and positive
     class, data, model, final model, device and versions (from ``config.json``, and
     ``metrics.json`` / ``splits.json`` when there)."""
     train, model = config.get("train_config", {}), config.get("model_config", {})
-    finished = (run_dir / "metrics.json")
-    when = ("not finished (no metrics.json)" if not finished.is_file() else
-            datetime.datetime.fromtimestamp(finished.stat().st_mtime, datetime.timezone.utc)
-            .strftime("%Y-%m-%d %H:%M UTC"))
+    finished = run_dir / "metrics.json"
+    when = (
+        "not finished (no metrics.json)"
+        if not finished.is_file()
+        else datetime.datetime.fromtimestamp(
+            finished.stat().st_mtime, datetime.timezone.utc
+        ).strftime("%Y-%m-%d %H:%M UTC")
+    )
     metric = train.get("selection_metric", "score")
     # runs of earlier versions may have selected over every epoch ("best")
-    selection = (f"the epoch with the best validation {metric} is kept"
-                 if train.get("selection") == "best" else
-                 f"the epoch with the best validation {metric} in the second half of training "
-                 "is kept")
+    selection = (
+        f"the epoch with the best validation {metric} is kept"
+        if train.get("selection") == "best"
+        else f"the epoch with the best validation {metric} in the second half of training is kept"
+    )
     patience = train.get("patience") or 0
     labels = [str(label) for label in config.get("labels", [])]
     positive = config.get("positive_label")
     n_participants = config.get("n_participants")
     holdout = (scheme or {}).get("kind") == "holdout"
-    final = ("the holdout model: trained on the training part, evaluated on the held-out "
-             "participants" if holdout else
-             f"retrained after the cross-validation on all {n_participants} participants (its "
-             "predictions on them are not out of fold: the figures below come from the fold "
-             "models)")
+    final = (
+        "the holdout model: trained on the training part, evaluated on the held-out participants"
+        if holdout
+        else f"retrained after the cross-validation on all {n_participants} participants (its "
+        "predictions on them are not out of fold: the figures below come from the fold "
+        "models)"
+    )
     versions = config.get("versions", {})
     rows = [
         ("run folder", html.escape(str(run_dir.resolve()))),
         ("finished", html.escape(when)),
         ("preset", f"<code>{html.escape(str(config.get('preset', train.get('preset'))))}</code>"),
         ("evaluation", _scheme_text(scheme, (metrics or {}).get("n_folds"))),
-        ("training", html.escape(
-            f"up to {train.get('epochs')} epochs ({selection}; early stop "
-            f"{'after ' + str(patience) + ' epochs without improvement' if patience else 'off'}), "
-            f"batch of {train.get('batch_size')} segments, peak learning rate {train.get('lr')}, "
-            f"weight decay {train.get('weight_decay')}")),
+        (
+            "training",
+            html.escape(
+                f"up to {train.get('epochs')} epochs ({selection}; early stop "
+                f"{'after ' + str(patience) + ' epochs without improvement' if patience else 'off'}), "
+                f"batch of {train.get('batch_size')} segments, peak learning rate {train.get('lr')}, "
+                f"weight decay {train.get('weight_decay')}"
+            ),
+        ),
         ("seed", html.escape(str(train.get("seed")))),
-        ("classes", html.escape(f"{', '.join(labels)} (column {config.get('label_column')})")
-         + ("" if positive is None else
-            f"; positive class for AUROC and AUC-PR: <b>{html.escape(str(positive))}</b>")),
-        ("data", html.escape(f"{config.get('data_dir')}: {config.get('n_recordings')} "
-                             f"recordings of {n_participants} participants")),
-        ("model", html.escape(
-            f"XAIguiFormer, d_model {model.get('d_model')}, {model.get('n_layers')} layer(s), "
-            f"{model.get('n_heads')} heads, explanation-guided refinement "
-            f"{'on' if model.get('xai_refinement', True) else 'off'}, frequency encoding "
-            f"{model.get('frequency_encoding')}; beside it a logistic regression on the same "
-            "tokens and, when the folder holds band covariances, pyRiemann's tangent space of "
-            "them + a logistic regression")),
+        (
+            "classes",
+            html.escape(f"{', '.join(labels)} (column {config.get('label_column')})")
+            + (
+                ""
+                if positive is None
+                else f"; positive class for AUROC and AUC-PR: <b>{html.escape(str(positive))}</b>"
+            ),
+        ),
+        (
+            "data",
+            html.escape(
+                f"{config.get('data_dir')}: {config.get('n_recordings')} "
+                f"recordings of {n_participants} participants"
+            ),
+        ),
+        (
+            "model",
+            html.escape(
+                f"XAIguiFormer, d_model {model.get('d_model')}, {model.get('n_layers')} layer(s), "
+                f"{model.get('n_heads')} heads, explanation-guided refinement "
+                f"{'on' if model.get('xai_refinement', True) else 'off'}, frequency encoding "
+                f"{model.get('frequency_encoding')}; beside it a logistic regression on the same "
+                "tokens and, when the folder holds band covariances, pyRiemann's tangent space of "
+                "them + a logistic regression"
+            ),
+        ),
         ("model.pt", html.escape(final)),
         ("device", html.escape(str(config.get("device")))),
-        ("versions", html.escape(", ".join(f"{name} {version}"
-                                           for name, version in versions.items()))),
+        (
+            "versions",
+            html.escape(", ".join(f"{name} {version}" for name, version in versions.items())),
+        ),
     ]
     return _rows_html(rows)
 
@@ -153,43 +211,66 @@ def metric_notes_html(metrics: dict) -> str:
     labels = [str(label) for label in metrics.get("labels", [])]
     positive = metrics.get("positive_label")
     n_folds = metrics.get("n_folds")
-    matrix = np.asarray(metrics.get("models", {}).get("xaiguiformer", {})
-                        .get("confusion_matrix") or [[0]], dtype=float)
-    share = (matrix[labels.index(positive)].sum() / matrix.sum()
-             if positive in labels and matrix.sum() else None)
+    matrix = np.asarray(
+        metrics.get("models", {}).get("xaiguiformer", {}).get("confusion_matrix") or [[0]],
+        dtype=float,
+    )
+    share = (
+        matrix[labels.index(positive)].sum() / matrix.sum()
+        if positive in labels and matrix.sum()
+        else None
+    )
     auc_pr_chance = "" if share is None else f" (chance here: {share:.2f}, the share of {positive})"
-    of_positive = ("" if positive is None else f" of the positive class ({positive})")
+    of_positive = "" if positive is None else f" of the positive class ({positive})"
     comparisons = verdict.comparisons(metrics)
-    clipped = (" Here it reached past the possible range and was clipped to it: too few folds "
-               "for an informative interval." if any(c.get("ci95_clipped") for c in comparisons)
-               else "")
+    clipped = (
+        " Here it reached past the possible range and was clipped to it: too few folds "
+        "for an informative interval."
+        if any(c.get("ci95_clipped") for c in comparisons)
+        else ""
+    )
     items = [
-        ("bac (balanced accuracy)",
-         "the share of each class's recordings classified correctly, averaged over the "
-         f"classes; 1 is perfect, {1 / max(len(labels), 1):.2f} is chance "
-         f"({len(labels)} classes), whatever the class sizes."),
-        ("auroc",
-         f"the probability that a recording{of_positive} gets a higher predicted probability of "
-         "that class than a recording of another class; 0.5 is chance, 1 a perfect ranking. It "
-         "does not depend on the 0.5 threshold that bac and accuracy use."),
-        ("auc_pr (average precision)",
-         f"precision{of_positive} averaged over every recall level; it rewards ranking that "
-         f"class's recordings first{auc_pr_chance}."),
-        ("accuracy", "the share of all recordings classified correctly (it favours the larger "
-                     "class when the classes differ in size)."),
-        ("mean +- std", f"mean over the {n_folds} test folds and the standard deviation between "
-                        "them: how much the result varies with the participants tested, not a "
-                        "confidence interval. A fold's test participants were never used to "
-                        "train or choose its model."),
-        ("paired difference and 95 % interval",
-         "the transformer's bac minus a reference's (the logistic regression on the same "
-         "tokens; the tangent space of the band covariances), fold by fold on the same test "
-         "participants; the interval (corrected resampled t-test, which allows for folds "
-         "sharing training participants) shows what the folds cannot rule out: if it contains "
-         f"0, these data do not tell which model is better.{clipped}"),
+        (
+            "bac (balanced accuracy)",
+            "the share of each class's recordings classified correctly, averaged over the "
+            f"classes; 1 is perfect, {1 / max(len(labels), 1):.2f} is chance "
+            f"({len(labels)} classes), whatever the class sizes.",
+        ),
+        (
+            "auroc",
+            f"the probability that a recording{of_positive} gets a higher predicted probability of "
+            "that class than a recording of another class; 0.5 is chance, 1 a perfect ranking. It "
+            "does not depend on the 0.5 threshold that bac and accuracy use.",
+        ),
+        (
+            "auc_pr (average precision)",
+            f"precision{of_positive} averaged over every recall level; it rewards ranking that "
+            f"class's recordings first{auc_pr_chance}.",
+        ),
+        (
+            "accuracy",
+            "the share of all recordings classified correctly (it favours the larger "
+            "class when the classes differ in size).",
+        ),
+        (
+            "mean +- std",
+            f"mean over the {n_folds} test folds and the standard deviation between "
+            "them: how much the result varies with the participants tested, not a "
+            "confidence interval. A fold's test participants were never used to "
+            "train or choose its model.",
+        ),
+        (
+            "paired difference and 95 % interval",
+            "the transformer's bac minus a reference's (the logistic regression on the same "
+            "tokens; the tangent space of the band covariances), fold by fold on the same test "
+            "participants; the interval (corrected resampled t-test, which allows for folds "
+            "sharing training participants) shows what the folds cannot rule out: if it contains "
+            f"0, these data do not tell which model is better.{clipped}",
+        ),
     ]
-    body = "".join(f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
-                   for name, text in items)
+    body = "".join(
+        f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>" for name, text in items
+    )
     return f'<div class="eeg-note"><dl>{body}</dl></div>'
 
 
@@ -212,27 +293,49 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
     for row in predictions:
         by_model.setdefault(row["model"], {}).setdefault(row["recording_id"], []).append(row)
     model_rows = by_model.get("xaiguiformer", {})
-    references = {short: by_model[name] for short, name in REFERENCE_COLUMNS.items()
-                  if name in by_model}
+    references = {
+        short: by_model[name] for short, name in REFERENCE_COLUMNS.items() if name in by_model
+    }
 
     def summary(rows: list[dict]) -> tuple[str, float, int]:
         mean_probs = {label: _mean([float(r[f"prob_{label}"]) for r in rows]) for label in labels}
-        return (max(mean_probs, key=mean_probs.get), mean_probs.get(rows[0]["label"], np.nan),
-                sum(r["predicted"] != r["label"] for r in rows))
+        return (
+            max(mean_probs, key=mean_probs.get),
+            mean_probs.get(rows[0]["label"], np.nan),
+            sum(r["predicted"] != r["label"] for r in rows),
+        )
 
     table = []
     for recording_id, rows in model_rows.items():
         predicted, p_true, wrong = summary(rows)
-        reference = [summary(ref_rows[recording_id]) if recording_id in ref_rows
-                     else ("n/a", np.nan, 0) for ref_rows in references.values()]
+        reference = [
+            summary(ref_rows[recording_id]) if recording_id in ref_rows else ("n/a", np.nan, 0)
+            for ref_rows in references.values()
+        ]
         folds = ", ".join(f"r{r['repeat']} f{r['fold']}" for r in rows)
-        table.append((wrong, p_true, recording_id, rows[0]["participant_id"], rows[0]["label"],
-                      predicted, folds, reference))
+        table.append(
+            (
+                wrong,
+                p_true,
+                recording_id,
+                rows[0]["participant_id"],
+                rows[0]["label"],
+                predicted,
+                folds,
+                reference,
+            )
+        )
     table.sort(key=lambda t: (-t[0], t[1], t[2]))
     repeats = max((len(rows) for rows in model_rows.values()), default=1)
-    header = ["recording", "participant", "true class", "predicted", "P(true)",
-              f"wrong (of {repeats})", "test fold"] + [
-        f"{short} {what}" for short in references for what in ("predicted", "P(true)")]
+    header = [
+        "recording",
+        "participant",
+        "true class",
+        "predicted",
+        "P(true)",
+        f"wrong (of {repeats})",
+        "test fold",
+    ] + [f"{short} {what}" for short in references for what in ("predicted", "P(true)")]
     head = "".join(f'<th data-sortable="true">{html.escape(h)}</th>' for h in header)
     body = []
     for wrong, p_true, recording_id, participant, label, predicted, folds, refs in table:
@@ -240,116 +343,174 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
         for ref in refs:
             cells += [ref[0], "n/a" if np.isnan(ref[1]) else f"{ref[1]:.3f}"]
         tint = ' class="table-danger"' if wrong else ""
-        body.append(f"<tr{tint}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-                    + "</tr>")
+        body.append(
+            f"<tr{tint}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
+        )
     n_wrong = sum(t[0] > 0 for t in table)
-    return (f"<p>{len(table)} recordings, {n_wrong} misclassified by XAIguiFormer at least once "
-            "(tinted, listed first; click a column header to sort, all pages at once). "
-            "<i>P(true)</i>: the "
-            "probability the model gave the recording's true class, averaged over its "
-            f"out-of-fold predictions (one per repeat, {repeats} here); <i>wrong</i>: how many "
-            "of them were wrong; <i>test fold</i>: r = repeat, f = fold; <i>LR</i>: the "
-            "logistic regression, <i>TS</i>: the tangent-space reference, tested on the same "
-            "folds.</p>"
-            '<div class="eeg-oof"><table class="table table-sm table-hover" data-toggle="table" '
-            'data-pagination="true" data-page-size="25" data-page-list="[25, 100, all]">'
-            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f"<p>{len(table)} recordings, {n_wrong} misclassified by XAIguiFormer at least once "
+        "(tinted, listed first; click a column header to sort, all pages at once). "
+        "<i>P(true)</i>: the "
+        "probability the model gave the recording's true class, averaged over its "
+        f"out-of-fold predictions (one per repeat, {repeats} here); <i>wrong</i>: how many "
+        "of them were wrong; <i>test fold</i>: r = repeat, f = fold; <i>LR</i>: the "
+        "logistic regression, <i>TS</i>: the tangent-space reference, tested on the same "
+        "folds.</p>"
+        '<div class="eeg-oof"><table class="table table-sm table-hover" data-toggle="table" '
+        'data-pagination="true" data-page-size="25" data-page-list="[25, 100, all]">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
-def explanations_source_html(run_dir: Path, folder: Path, settings: dict,
-                             recordings: list[dict] | None, classes: list[str],
-                             counts: list[int]) -> str:
+def explanations_source_html(
+    run_dir: Path,
+    folder: Path,
+    settings: dict,
+    recordings: list[dict] | None,
+    classes: list[str],
+    counts: list[int],
+) -> str:
     """Which model and recordings the explanations come from, whether those recordings were
     the model's training data (``recordings.csv`` of ``explain``: its ``in_training_data``
     warnings), what the per-class means average over, and classes of one recording."""
     model = Path(str(settings.get("model", "")))
     own = (run_dir / "model.pt").resolve() == model.resolve() if settings.get("model") else False
-    out_of_fold = [row for row in recordings or []
-                   if str(row.get("explained_by", "")).startswith("out_of_fold")]
+    out_of_fold = [
+        row
+        for row in recordings or []
+        if str(row.get("explained_by", "")).startswith("out_of_fold")
+    ]
     trained_on = settings.get("model_trained_on")
-    which = {"all": "the final model, retrained on all participants of the run",
-             "holdout": "the holdout model, trained on the run's training participants"
-             }.get(trained_on, "a model file")
+    which = {
+        "all": "the final model, retrained on all participants of the run",
+        "holdout": "the holdout model, trained on the run's training participants",
+    }.get(trained_on, "a model file")
     if settings.get("run_dir"):
-        which = ("the run folder: its fold models for the run's own recordings, its final "
-                 "model for the others")
-    parts = [f"From <code>{html.escape(str(folder))}</code>: "
-             f"<code>eegformer explain</code> with {html.escape(which)} "
-             + ("(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
-                if own and settings.get("run_dir") else
-                "(this run's <code>model.pt</code>)" if own else
-                f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
-                "classes, bands and channels)")
-             + (f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
-                if settings.get("inputs") else "") + "."]
+        which = (
+            "the run folder: its fold models for the run's own recordings, its final "
+            "model for the others"
+        )
+    parts = [
+        f"From <code>{html.escape(str(folder))}</code>: "
+        f"<code>eegformer explain</code> with {html.escape(which)} "
+        + (
+            "(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
+            if own and settings.get("run_dir")
+            else "(this run's <code>model.pt</code>)"
+            if own
+            else f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
+            "classes, bands and channels)"
+        )
+        + (
+            f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
+            if settings.get("inputs")
+            else ""
+        )
+        + "."
+    ]
     if out_of_fold:
         parts.append(out_of_fold_html(out_of_fold, len(recordings)))
         recordings = [row for row in recordings if row not in out_of_fold]
     if recordings is None:
-        parts.append("This explain output predates the record of which recordings were the "
-                     "model's training data, so that is not known here.")
-    elif recordings:                            # those not explained out of fold
+        parts.append(
+            "This explain output predates the record of which recordings were the "
+            "model's training data, so that is not known here."
+        )
+    elif recordings:  # those not explained out of fold
         seen = [row for row in recordings if "in_training_data:" in (row.get("warnings") or "")]
         if seen and len(seen) == len(recordings):
-            every = ("The explained recording was" if len(seen) == 1 else
-                     f"All {len(recordings)} explained recordings were")
-            parts.append(f"<b>{every} in the training data of this model</b> (explain was run "
-                         "on the model's own training "
-                         "recordings): the explanations show what the model relies on for "
-                         "recordings it was fitted to, not evidence of what generalises to new "
-                         "people; its predictions on them are optimistic (the honest ones are "
-                         "the out-of-fold predictions above).")
+            every = (
+                "The explained recording was"
+                if len(seen) == 1
+                else f"All {len(recordings)} explained recordings were"
+            )
+            parts.append(
+                f"<b>{every} in the training data of this model</b> (explain was run "
+                "on the model's own training "
+                "recordings): the explanations show what the model relies on for "
+                "recordings it was fitted to, not evidence of what generalises to new "
+                "people; its predictions on them are optimistic (the honest ones are "
+                "the out-of-fold predictions above)."
+            )
         elif seen:
-            parts.append(f"<b>{len(seen)} of the {len(recordings)} explained recordings were in "
-                         "the training data of this model</b>; their explanations describe "
-                         "recordings the model was fitted to.")
+            parts.append(
+                f"<b>{len(seen)} of the {len(recordings)} explained recordings were in "
+                "the training data of this model</b>; their explanations describe "
+                "recordings the model was fitted to."
+            )
         else:
-            parts.append(f"None of the {len(recordings)} "
-                         + ("other " if out_of_fold else "") + "explained recordings was in "
-                         "the training data of this model.")
+            parts.append(
+                f"None of the {len(recordings)} "
+                + ("other " if out_of_fold else "")
+                + "explained recordings was in "
+                "the training data of this model."
+            )
     target = settings.get("target")
-    parts.append("Each recording is explained for " + (
-        f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
-        "recordings" if target else
-        "its <b>predicted</b> class, so the class means below group recordings by what the "
-        "model predicted, not by their true class") + ": "
-        + html.escape(", ".join(f"{c} {n} recording{'s' * (n != 1)}"
-                                for c, n in zip(classes, counts))) + ".")
+    parts.append(
+        "Each recording is explained for "
+        + (
+            f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
+            "recordings"
+            if target
+            else "its <b>predicted</b> class, so the class means below group recordings by what the "
+            "model predicted, not by their true class"
+        )
+        + ": "
+        + html.escape(
+            ", ".join(f"{c} {n} recording{'s' * (n != 1)}" for c, n in zip(classes, counts))
+        )
+        + "."
+    )
     single = [c for c, n in zip(classes, counts) if n == 1]
     if single:
-        parts.append(f"<b>{html.escape(', '.join(single))}: one recording only</b>, so its "
-                     "'mean' is that one recording's explanation, not a pattern of the class.")
+        parts.append(
+            f"<b>{html.escape(', '.join(single))}: one recording only</b>, so its "
+            "'mean' is that one recording's explanation, not a pattern of the class."
+        )
     return "<p>" + "</p><p>".join(parts) + "</p>"
 
 
 def out_of_fold_html(rows: list[dict], n_recordings: int) -> str:
     """What it means that ``rows`` (of ``recordings.csv``) were explained out of fold."""
     repeats = max(len(str(row["explained_by"]).split()) - 1 for row in rows)
-    every = ("Every explained recording was" if len(rows) == n_recordings else
-             f"{len(rows)} of the {n_recordings} explained recordings were")
-    return (f"<b>{every} explained out of fold</b>: by the fold model"
-            + (f"s (one per repeat, {repeats}; their mean)" if repeats > 1 else "")
-            + " of this run that did not train on the person, so these explanations, and the "
-            "class means below, describe people the model never saw, and their probabilities "
-            "are the out-of-fold ones (<code>explained_by</code> in recordings.csv names the "
-            "folds). Each fold model's attributions are against its own training recordings' "
-            "mean connectome.")
+    every = (
+        "Every explained recording was"
+        if len(rows) == n_recordings
+        else f"{len(rows)} of the {n_recordings} explained recordings were"
+    )
+    return (
+        f"<b>{every} explained out of fold</b>: by the fold model"
+        + (f"s (one per repeat, {repeats}; their mean)" if repeats > 1 else "")
+        + " of this run that did not train on the person, so these explanations, and the "
+        "class means below, describe people the model never saw, and their probabilities "
+        "are the out-of-fold ones (<code>explained_by</code> in recordings.csv names the "
+        "folds). Each fold model's attributions are against its own training recordings' "
+        "mean connectome."
+    )
 
 
 def attention_diagnostics_html(attention: dict) -> str:
     """HTML table: one row per pass and layer of metrics.json's ``attention`` summary."""
-    columns = [("entropy", "entropy (nats)", ".3f"), ("entropy_fraction", "of ln T", ".1%"),
-               ("residual_share", "residual share", ".3f"),
-               ("guidance_ratio", "explanation / rest", ".3g"),
-               ("logit_change_uniform", "logit change, uniform", ".3f"),
-               ("flips_uniform", "flips, uniform", ".1%"),
-               ("logit_change_identity", "logit change, identity", ".3f"),
-               ("flips_identity", "flips, identity", ".1%")]
+    columns = [
+        ("entropy", "entropy (nats)", ".3f"),
+        ("entropy_fraction", "of ln T", ".1%"),
+        ("residual_share", "residual share", ".3f"),
+        ("guidance_ratio", "explanation / rest", ".3g"),
+        ("logit_change_uniform", "logit change, uniform", ".3f"),
+        ("flips_uniform", "flips, uniform", ".1%"),
+        ("logit_change_identity", "logit change, identity", ".3f"),
+        ("flips_identity", "flips, identity", ".1%"),
+    ]
     rows = []
     for name, values in attention.get("passes", {}).items():
         for layer in range(len(values.get("entropy", []))):
-            rows.append([name, layer] + [format(values[key][layer], fmt) if key in values
-                                         else "" for key, _, fmt in columns])
+            rows.append(
+                [name, layer]
+                + [
+                    format(values[key][layer], fmt) if key in values else ""
+                    for key, _, fmt in columns
+                ]
+            )
     return _table(["pass", "layer"] + [title for _, title, _ in columns], rows)
 
 
@@ -364,4 +525,5 @@ def band_importance_note(reference: str) -> str:
         "training recording); negative, it lowers it. Before scaling the bars add up to the "
         "logit's change from the reference (completeness), so sign and size both mean "
         "something. The refined pass itself is guided by another explanation (the model's "
-        "DeepLIFT against a zero token), which this does not show.")
+        "DeepLIFT against a zero token), which this does not show."
+    )

@@ -17,8 +17,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 import numpy as np  # noqa: E402
 
-from eegformer_cli.training.audit import (AUROC_FLAG, describe_by_class,  # noqa: E402
-                                          describe_figure)
+from eegformer_cli.training.audit import (
+    AUROC_FLAG,
+    describe_by_class,  # noqa: E402
+    describe_figure,
+)
 from eegformer_cli.training.permutation import describe_permutation_test  # noqa: E402
 
 SECTION = "Is the score real?"
@@ -30,11 +33,13 @@ AUDIT_MEANING = (
     "same length, sites or ages balanced) before trusting the score. A borderline variable "
     f"predicts the label beyond chance too, but with AUROC below {AUROC_FLAG}: weaker, not "
     "cleared. Checked: no evidence that it predicts the label. Constant or unknown "
-    "variables cannot carry the label here.")
+    "variables cannot carry the label here."
+)
 PERMUTATION_MEANING = (
     "The cross-validation was refit on labels permuted at random; p is the share of "
     "permutations whose BAC reached the observed one (counting the observed labels). A small "
-    "p says the score beats chance; it does not say why (see the audit above).")
+    "p says the score beats chance; it does not say why (see the audit above)."
+)
 
 
 def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
@@ -42,44 +47,67 @@ def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
     (``RUN_DIR/metrics.json``; ``run_dir`` is named in the commands that add what is missing)."""
     audit, test = metrics.get("shortcut_audit"), metrics.get("permutation_test")
     if audit is None:
-        body = ("<p>This run has no shortcut audit (it was trained before eegformer had one): "
-                f"<code>eegformer train --merge {html.escape(str(run_dir))}</code> adds it.</p>")
+        body = (
+            "<p>This run has no shortcut audit (it was trained before eegformer had one): "
+            f"<code>eegformer train --merge {html.escape(str(run_dir))}</code> adds it.</p>"
+        )
     else:
-        body = (f"<p>{html.escape(AUDIT_MEANING)}</p><p>Folds: "
-                f"{html.escape(audit['folds'])}; interval: {html.escape(audit['interval'])}.</p>"
-                + audit_table_html(audit))
+        body = (
+            f"<p>{html.escape(AUDIT_MEANING)}</p><p>Folds: "
+            f"{html.escape(audit['folds'])}; interval: {html.escape(audit['interval'])}.</p>"
+            + audit_table_html(audit)
+        )
     report.add_html(body, "Shortcut audit", section=SECTION)
     if test is None:
-        report.add_html("<p>No permutation test: <code>eegformer train --merge "
-                        f"{html.escape(str(run_dir))} --permutations 100</code> adds one "
-                        "(the logistic regression refit 100 times by default).</p>",
-                        "Permutation test", section=SECTION)
+        report.add_html(
+            "<p>No permutation test: <code>eegformer train --merge "
+            f"{html.escape(str(run_dir))} --permutations 100</code> adds one "
+            "(the logistic regression refit 100 times by default).</p>",
+            "Permutation test",
+            section=SECTION,
+        )
         return
-    report.add_html(f"<p>{html.escape(PERMUTATION_MEANING)}</p><p>"
-                    f"{html.escape(describe_permutation_test(test))}.</p>",
-                    "Permutation test", section=SECTION)
+    report.add_html(
+        f"<p>{html.escape(PERMUTATION_MEANING)}</p><p>"
+        f"{html.escape(describe_permutation_test(test))}.</p>",
+        "Permutation test",
+        section=SECTION,
+    )
     figure = null_distribution_figure(test)
-    report.add_figure(figure, "Permutation test: null distribution", section=SECTION,
-                      image_format="png")
+    report.add_figure(
+        figure, "Permutation test: null distribution", section=SECTION, image_format="png"
+    )
     plt.close(figure)
 
 
 def audit_table_html(audit: dict) -> str:
     """HTML table of the audited variables in the audit's order (flagged first), flagged and
     borderline rows highlighted, each with the reason for its status."""
-    head = "".join(f"<th>{name}</th>" for name in (
-        "variable", "meaning", "status", "why", "per class", "AUROC, BAC (alone)"))
+    head = "".join(
+        f"<th>{name}</th>"
+        for name in ("variable", "meaning", "status", "why", "per class", "AUROC, BAC (alone)")
+    )
     rows = []
     for entry in audit["variables"]:
         figure = describe_figure(entry) if entry["auroc"] else ""
-        cells = [entry["name"], entry["description"], entry["status"],
-                 entry.get("reason") or "", describe_by_class(entry), figure]
-        style = {"flagged": ' class="table-warning"',
-                 "borderline": ' class="table-info"'}.get(entry["status"], "")
-        rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-                    + "</tr>")
-    return (f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+        cells = [
+            entry["name"],
+            entry["description"],
+            entry["status"],
+            entry.get("reason") or "",
+            describe_by_class(entry),
+            figure,
+        ]
+        style = {"flagged": ' class="table-warning"', "borderline": ' class="table-info"'}.get(
+            entry["status"], ""
+        )
+        rows.append(
+            f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
+        )
+    return (
+        f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def null_distribution_figure(test: dict):
@@ -92,12 +120,18 @@ def null_distribution_figure(test: dict):
         ax.hist(null, bins=bins, alpha=0.5, label=f"null: {name} on permuted labels")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (name, model) in enumerate(test["models"].items()):
-        ax.axvline(model["observed_bac"], color=colours[(k + 2) % len(colours)], linewidth=2,
-                   label=f"{name}: BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}"
-                         + ("" if model["null_from"] == name else
-                            f" (vs the {model['null_from']} null)"))
-    ax.set(xlabel="balanced accuracy (mean over folds)", ylabel="permutations",
-           title=f"{test['n_permutations']} permutations ({test['permuted']})")
+        ax.axvline(
+            model["observed_bac"],
+            color=colours[(k + 2) % len(colours)],
+            linewidth=2,
+            label=f"{name}: BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}"
+            + ("" if model["null_from"] == name else f" (vs the {model['null_from']} null)"),
+        )
+    ax.set(
+        xlabel="balanced accuracy (mean over folds)",
+        ylabel="permutations",
+        title=f"{test['n_permutations']} permutations ({test['permuted']})",
+    )
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig

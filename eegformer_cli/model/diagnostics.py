@@ -56,8 +56,9 @@ ATTENTION_REPLACEMENTS = ("uniform", "identity")
 #: Quantities measured from one forward (cheap enough for every training epoch).
 TRACE_QUANTITIES = ("entropy", "entropy_fraction", "residual_share", "guidance_ratio")
 #: Quantities that need one forward per pass, layer and replacement.
-ABLATION_QUANTITIES = tuple(f"{name}_{kind}" for kind in ATTENTION_REPLACEMENTS
-                            for name in ("logit_change", "flips"))
+ABLATION_QUANTITIES = tuple(
+    f"{name}_{kind}" for kind in ATTENTION_REPLACEMENTS for name in ("logit_change", "flips")
+)
 
 
 def _attention_modules(model: torch.nn.Module) -> list[RotaryAttention]:
@@ -103,11 +104,12 @@ def replaced_attention(model: torch.nn.Module, pass_name: str, layer: int, kind:
 
 
 @float32_forward
-def _replaced_output(module: RotaryAttention, x: Tensor, explanation: Tensor | None,
-                     kind: str) -> Tensor:
+def _replaced_output(
+    module: RotaryAttention, x: Tensor, explanation: Tensor | None, kind: str
+) -> Tensor:
     """The attention output (B, T, d) of ``module`` with uniform or identity weights (B, H,
     T, T) applied to its values, in the module's precision."""
-    v = module.project(x, explanation)[2]                                # (B, H, T, Dh)
+    v = module.project(x, explanation)[2]  # (B, H, T, Dh)
     n = v.shape[-2]
     shape = v.shape[:-1] + (n,)
     if kind == "uniform":
@@ -128,8 +130,9 @@ def _centred(logits: Tensor) -> Tensor:
     return logits - logits.mean(dim=-1, keepdim=True)
 
 
-def segment_diagnostics(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
-                        ablations: bool = True) -> dict[str, dict[str, np.ndarray]]:
+def segment_diagnostics(
+    model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, ablations: bool = True
+) -> dict[str, dict[str, np.ndarray]]:
     """Every quantity of the module docs for a batch of S segments.
 
     Inputs as ``model.forward_with_details`` (coh, wpli (S, T, C, C) on the model's device;
@@ -149,20 +152,22 @@ def segment_diagnostics(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tens
     n_bands = output.attention_coarse[0].weights.shape[-1]
     result = {}
     for name, layers in traces.items():
-        values = {"entropy": torch.stack([attention_entropy(t.weights) for t in layers]),
-                  "residual_share": torch.stack([t.residual_share for t in layers])}
+        values = {
+            "entropy": torch.stack([attention_entropy(t.weights) for t in layers]),
+            "residual_share": torch.stack([t.residual_share for t in layers]),
+        }
         values["entropy_fraction"] = values["entropy"] / math.log(n_bands)
         if name == "refined":
             values["guidance_ratio"] = torch.stack([t.guidance_ratio for t in layers])
         if ablations:
-            values.update(_ablations(model, (coh, wpli, age, sex), name, logits[name],
-                                     len(layers)))
+            values.update(_ablations(model, (coh, wpli, age, sex), name, logits[name], len(layers)))
         result[name] = {key: value.double().cpu().numpy() for key, value in values.items()}
     return result
 
 
-def _ablations(model, inputs: tuple, pass_name: str, logits: Tensor,
-               n_layers: int) -> dict[str, Tensor]:
+def _ablations(
+    model, inputs: tuple, pass_name: str, logits: Tensor, n_layers: int
+) -> dict[str, Tensor]:
     """logit_change_* and flips_* (L, S) of pass ``pass_name`` (module docs)."""
     which = PASSES.index(pass_name)
     out = {}
@@ -177,8 +182,9 @@ def _ablations(model, inputs: tuple, pass_name: str, logits: Tensor,
     return out
 
 
-def recording_diagnostics(model, recordings: Sequence[tuple], device: torch.device,
-                          ablations: bool = True) -> list[dict]:
+def recording_diagnostics(
+    model, recordings: Sequence[tuple], device: torch.device, ablations: bool = True
+) -> list[dict]:
     """Per recording, the mean over its segments of every quantity, per pass and layer.
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` as for
@@ -194,24 +200,39 @@ def recording_diagnostics(model, recordings: Sequence[tuple], device: torch.devi
     counts = [len(r[0]) for r in recordings]
     bounds = np.cumsum([0] + counts)
     arrays = [np.concatenate([r[i] for r in recordings]) for i in (0, 1)]
-    demographics = [np.repeat([float(r[i]) for r in recordings], counts).astype(np.float32)
-                    for i in (2, 3)]
+    demographics = [
+        np.repeat([float(r[i]) for r in recordings], counts).astype(np.float32) for i in (2, 3)
+    ]
     parts = []
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
         for start in range(0, bounds[-1], SEGMENTS_PER_BATCH):
             part = slice(start, start + SEGMENTS_PER_BATCH)
-            parts.append(segment_diagnostics(
-                model, *(torch.from_numpy(a[part]).to(device) for a in arrays + demographics),
-                ablations=ablations))
-    per_segment = {name: {key: np.concatenate([p[name][key] for p in parts], axis=1)
-                          for key in parts[0][name]} for name in parts[0]}
+            parts.append(
+                segment_diagnostics(
+                    model,
+                    *(torch.from_numpy(a[part]).to(device) for a in arrays + demographics),
+                    ablations=ablations,
+                )
+            )
+    per_segment = {
+        name: {key: np.concatenate([p[name][key] for p in parts], axis=1) for key in parts[0][name]}
+        for name in parts[0]
+    }
     n_bands = len(model.config.band_names)
-    return [{"n_bands": n_bands, "uniform_entropy": math.log(n_bands),
-             "passes": {name: {key: value[:, lo:hi].mean(axis=1).tolist()
-                               for key, value in quantities.items()}
-                        for name, quantities in per_segment.items()}}
-            for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [
+        {
+            "n_bands": n_bands,
+            "uniform_entropy": math.log(n_bands),
+            "passes": {
+                name: {
+                    key: value[:, lo:hi].mean(axis=1).tolist() for key, value in quantities.items()
+                }
+                for name, quantities in per_segment.items()
+            },
+        }
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+    ]
 
 
 def mean_diagnostics(summaries: Sequence[dict]) -> dict | None:
@@ -220,14 +241,19 @@ def mean_diagnostics(summaries: Sequence[dict]) -> dict | None:
     summaries = [s for s in summaries if s]
     if not summaries:
         return None
-    out = {"n_bands": summaries[0]["n_bands"], "uniform_entropy": summaries[0]["uniform_entropy"],
-           "n": len(summaries), "passes": {}}
+    out = {
+        "n_bands": summaries[0]["n_bands"],
+        "uniform_entropy": summaries[0]["uniform_entropy"],
+        "n": len(summaries),
+        "passes": {},
+    }
     for name in PASSES:
         present = [s["passes"][name] for s in summaries if name in s["passes"]]
         if present:
             keys = dict.fromkeys(key for p in present for key in p)
-            out["passes"][name] = {key: np.mean([p[key] for p in present if key in p],
-                                                axis=0).tolist() for key in keys}
+            out["passes"][name] = {
+                key: np.mean([p[key] for p in present if key in p], axis=0).tolist() for key in keys
+            }
     return out
 
 
@@ -249,14 +275,20 @@ def describe(summary: dict | None, where: str) -> str:
         return " / ".join("n/a" if v is None else format(v, fmt) for v in values)
 
     label = " / ".join(passes)
-    text = (f"attention ({where}, {label}, mean over layers): entropy {both('entropy', '.3f')} "
-            f"nats of ln {summary['n_bands']} = {summary['uniform_entropy']:.3f} "
-            f"({both('entropy_fraction', '.1%')}); residual share "
-            f"{both('residual_share', '.3f')}")
+    text = (
+        f"attention ({where}, {label}, mean over layers): entropy {both('entropy', '.3f')} "
+        f"nats of ln {summary['n_bands']} = {summary['uniform_entropy']:.3f} "
+        f"({both('entropy_fraction', '.1%')}); residual share "
+        f"{both('residual_share', '.3f')}"
+    )
     if "refined" in passes:
-        text += (f"; explanation's part of the refined attention against the rest "
-                 f"{layer_mean(summary, 'refined', 'guidance_ratio'):.3g}")
+        text += (
+            f"; explanation's part of the refined attention against the rest "
+            f"{layer_mean(summary, 'refined', 'guidance_ratio'):.3g}"
+        )
     if layer_mean(summary, "coarse", "logit_change_uniform") is not None:
-        text += (f"; uniform attention moves the logits by {both('logit_change_uniform', '.3f')}"
-                 f" (flips {both('flips_uniform', '.1%')} of segments)")
+        text += (
+            f"; uniform attention moves the logits by {both('logit_change_uniform', '.3f')}"
+            f" (flips {both('flips_uniform', '.1%')} of segments)"
+        )
     return text

@@ -21,9 +21,14 @@ from torch import Tensor
 from eegformer_cli.model.transformer import BandTransformer, EncoderOutput
 
 
-def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Tensor,
-                      target: Tensor | None = None, detach: bool = False,
-                      create_graph: bool = False) -> tuple[EncoderOutput, Tensor, list[Tensor]]:
+def one_pass_deeplift(
+    encoder: BandTransformer,
+    tokens: Tensor,
+    demographics: Tensor,
+    target: Tensor | None = None,
+    detach: bool = False,
+    create_graph: bool = False,
+) -> tuple[EncoderOutput, Tensor, list[Tensor]]:
     """The coarse pass and its DeepLIFT (zero token + zero demographic baseline) at every layer
     input, from one forward and one ``autograd.grad``.
 
@@ -56,15 +61,20 @@ def one_pass_deeplift(encoder: BandTransformer, tokens: Tensor, demographics: Te
     with_baseline = encoder.run(
         torch.cat((tokens, tokens.new_zeros((1,) + tokens.shape[1:]))),
         torch.cat((demographics, demographics.new_zeros((1, demographics.shape[-1])))),
-        keep_layer_inputs=True)
-    coarse = EncoderOutput(with_baseline.logits[:n], [h[:n] for h in with_baseline.layer_inputs],
-                           [trace.rows(slice(0, n)) for trace in with_baseline.attention])
+        keep_layer_inputs=True,
+    )
+    coarse = EncoderOutput(
+        with_baseline.logits[:n],
+        [h[:n] for h in with_baseline.layer_inputs],
+        [trace.rows(slice(0, n)) for trace in with_baseline.attention],
+    )
     if target is None:
         target = coarse.logits.detach().argmax(dim=1)
     target_logit = coarse.logits.gather(1, target[:, None]).sum()
     # gradients at the full layer inputs (the [:n] views are not part of the graph)
-    grads = torch.autograd.grad(target_logit, with_baseline.layer_inputs, retain_graph=True,
-                                create_graph=create_graph)
+    grads = torch.autograd.grad(
+        target_logit, with_baseline.layer_inputs, retain_graph=True, create_graph=create_graph
+    )
     explanations = []
     for h, grad in zip(with_baseline.layer_inputs, grads):
         delta = h[:n] - h[n:]

@@ -53,16 +53,17 @@ def float32_forward(method):
     """Decorate a module's ``forward``: half-precision tensor arguments are cast to float32 and
     autocast is off inside, so the whole module computes in (at least) float32 and returns
     float32 under autocast. Outside autocast it changes nothing."""
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         if not _ENABLED[0]:
             return method(self, *args, **kwargs)
         args = [at_least_float32(a) if isinstance(a, Tensor) else a for a in args]
-        kwargs = {k: at_least_float32(v) if isinstance(v, Tensor) else v
-                  for k, v in kwargs.items()}
+        kwargs = {k: at_least_float32(v) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
         device = next((a.device.type for a in args if isinstance(a, Tensor)), "cpu")
         if not torch.is_autocast_enabled(device):
             return method(self, *args, **kwargs)
         with torch.autocast(device_type=device, enabled=False):
             return method(self, *args, **kwargs)
+
     return wrapper

@@ -21,8 +21,9 @@ from eegformer_cli.devices import autocast, one_cpu_thread
 SEGMENTS_PER_BATCH = 256
 
 
-def recording_logits(model, recordings: Sequence[tuple], device: torch.device,
-                     precision: str = "float32") -> np.ndarray:
+def recording_logits(
+    model, recordings: Sequence[tuple], device: torch.device, precision: str = "float32"
+) -> np.ndarray:
     """Mean refined logits per recording: float64 (n_recordings, n_classes), the model run in
     ``precision`` (resolved: ``devices.resolve_precision``).
 
@@ -41,10 +42,12 @@ def recording_logits(model, recordings: Sequence[tuple], device: torch.device,
         for start in range(0, len(coh), SEGMENTS_PER_BATCH):
             part = slice(start, start + SEGMENTS_PER_BATCH)
             with autocast(device, precision):
-                _, refined = model(torch.from_numpy(coh[part]).to(device),
-                                   torch.from_numpy(wpli[part]).to(device),
-                                   torch.from_numpy(age[part]).to(device),
-                                   torch.from_numpy(sex[part]).to(device))
+                _, refined = model(
+                    torch.from_numpy(coh[part]).to(device),
+                    torch.from_numpy(wpli[part]).to(device),
+                    torch.from_numpy(age[part]).to(device),
+                    torch.from_numpy(sex[part]).to(device),
+                )
             chunks.append(refined.float().cpu().numpy().astype(np.float64))
     logits = np.concatenate(chunks)
     bounds = np.cumsum([0] + counts)

@@ -46,6 +46,7 @@ FALLBACK_AGE_STD = 20.0
 # rotation
 # ----------------------------------------------------------------------------------------------
 
+
 def _angle_dtype(*tensors: Tensor) -> torch.dtype:
     """float32, or float64 when any input is float64 (never half precision)."""
     dtype = torch.float32
@@ -54,8 +55,9 @@ def _angle_dtype(*tensors: Tensor) -> torch.dtype:
     return dtype
 
 
-def rotation_factor(angles: Tensor, scale: Tensor | float = 1.0,
-                    offset: Tensor | float = 0.0) -> Tensor:
+def rotation_factor(
+    angles: Tensor, scale: Tensor | float = 1.0, offset: Tensor | float = 0.0
+) -> Tensor:
     """Complex factor per feature pair: ``(scale cos + offset) + i (scale sin + offset)``.
 
     angles (..., T, D/2) radians; scale, offset float or Tensor broadcastable to (..., T, D/2)
@@ -87,8 +89,9 @@ def rotate(x: Tensor, factor: Tensor) -> Tensor:
     return rotated.to(x.dtype)
 
 
-def scaled_rotation(x: Tensor, angles: Tensor, scale: Tensor | float = 1.0,
-                    offset: Tensor | float = 0.0) -> Tensor:
+def scaled_rotation(
+    x: Tensor, angles: Tensor, scale: Tensor | float = 1.0, offset: Tensor | float = 0.0
+) -> Tensor:
     """Rotate feature pairs of ``x`` (..., T, D) by ``angles`` (..., T, D/2), with the paper's
     optional scale and offset: ``x * (scale cos + offset) + rotate_every_two(x) * (scale sin +
     offset)``. Same shape and dtype as x; see :func:`rotation_factor`, :func:`rotate`."""
@@ -98,6 +101,7 @@ def scaled_rotation(x: Tensor, angles: Tensor, scale: Tensor | float = 1.0,
 # ----------------------------------------------------------------------------------------------
 # RoSE: N-D real-world coordinates
 # ----------------------------------------------------------------------------------------------
+
 
 def rose_frequencies(dim: int, n_spatial: int, base: float = 100.0) -> Tensor:
     """Axial RoSE frequency matrix, float32 (dim/2, n_spatial), radians per coordinate unit.
@@ -140,11 +144,14 @@ def apply_rose(x: Tensor, coords: Tensor, spacing: Tensor | float, theta: Tensor
 # dRoFE: frequency-band boundaries, age and sex
 # ----------------------------------------------------------------------------------------------
 
+
 def drofe_paper_frequencies(head_dim: int, dtype: torch.dtype = torch.float32) -> Tensor:
     """Official 'pixel' frequencies ``pi * linspace(1, 5, head_dim / 4)``; (head_dim/4,) in ``dtype``."""
     if head_dim % 4:
-        raise UsageError(f"dRoFE needs a head dimension divisible by 4, got {head_dim}",
-                         hint="choose d_model / n_heads divisible by 4")
+        raise UsageError(
+            f"dRoFE needs a head dimension divisible by 4, got {head_dim}",
+            hint="choose d_model / n_heads divisible by 4",
+        )
     return math.pi * torch.linspace(1.0, 5.0, head_dim // 4, dtype=dtype)
 
 
@@ -174,8 +181,9 @@ def drofe_paper_demographics(age: Tensor, sex: Tensor, age_mean: Tensor | float)
     return torch.stack((age, sex), dim=-1)
 
 
-def drofe_default_demographics(age: Tensor, sex: Tensor, age_mean: Tensor | float,
-                               age_std: Tensor | float) -> Tensor:
+def drofe_default_demographics(
+    age: Tensor, sex: Tensor, age_mean: Tensor | float, age_std: Tensor | float
+) -> Tensor:
     """Default dRoFE's demographic inputs (B, 2) = (z-scored age, centred sex), float32.
 
     ``z = (age - age_mean) / age_std`` with the training-set statistics (the fallback
@@ -186,9 +194,12 @@ def drofe_default_demographics(age: Tensor, sex: Tensor, age_mean: Tensor | floa
     age, sex = age.float(), sex.float()
     age_mean = torch.as_tensor(age_mean, dtype=torch.float32, device=age.device)
     age_std = torch.as_tensor(age_std, dtype=torch.float32, device=age.device)
-    age_mean = torch.where(torch.isfinite(age_mean), age_mean, torch.full_like(age_mean, FALLBACK_AGE_MEAN))
-    age_std = torch.where(torch.isfinite(age_std) & (age_std > 0), age_std,
-                          torch.full_like(age_std, FALLBACK_AGE_STD))
+    age_mean = torch.where(
+        torch.isfinite(age_mean), age_mean, torch.full_like(age_mean, FALLBACK_AGE_MEAN)
+    )
+    age_std = torch.where(
+        torch.isfinite(age_std) & (age_std > 0), age_std, torch.full_like(age_std, FALLBACK_AGE_STD)
+    )
     z_age = torch.nan_to_num((age - age_mean) / age_std, nan=0.0)
     s_sex = torch.nan_to_num(sex - 0.5, nan=0.0)
     return torch.stack((z_age, s_sex), dim=-1)
@@ -204,8 +215,9 @@ def drofe_default_frequencies(head_dim: int, base: float = DROFE_DEFAULT_BASE) -
     return rose_frequencies(head_dim, n_spatial=2, base=base)
 
 
-def drofe_default_angles(band_edges_hz: Tensor, theta: Tensor, demographics: Tensor,
-                         beta: Tensor) -> Tensor:
+def drofe_default_angles(
+    band_edges_hz: Tensor, theta: Tensor, demographics: Tensor, beta: Tensor
+) -> Tensor:
     """Default dRoFE angles (B, T, D/2) float32: a true rotation whose speed depends on age/sex.
 
     ``angle = <(f_l, f_u), theta_i> * exp(beta_age * z_age + beta_sex * s_sex)``.
@@ -215,8 +227,8 @@ def drofe_default_angles(band_edges_hz: Tensor, theta: Tensor, demographics: Ten
     give factor 1.
     """
     dtype = _angle_dtype(demographics, beta, theta)
-    speed = torch.exp((demographics.to(dtype) * beta.to(dtype)).sum(dim=-1))   # (B,)
-    base_angles = rose_angles(band_edges_hz, 1.0, theta)               # (T, D/2)
+    speed = torch.exp((demographics.to(dtype) * beta.to(dtype)).sum(dim=-1))  # (B,)
+    base_angles = rose_angles(band_edges_hz, 1.0, theta)  # (T, D/2)
     return speed[:, None, None] * base_angles
 
 
@@ -256,10 +268,13 @@ class BandRotaryEncoding(nn.Module):
         if self.encoding == "none":
             return q, k
         if self.encoding == "drofe_paper":
-            angles = drofe_paper_angles(self.band_edges_hz, self.theta)     # (T, D/2)
-            factor = rotation_factor(angles, scale=demographics[:, 0, None, None, None],
-                                      offset=demographics[:, 1, None, None, None])
+            angles = drofe_paper_angles(self.band_edges_hz, self.theta)  # (T, D/2)
+            factor = rotation_factor(
+                angles,
+                scale=demographics[:, 0, None, None, None],
+                offset=demographics[:, 1, None, None, None],
+            )
         else:
             angles = drofe_default_angles(self.band_edges_hz, self.theta, demographics, self.beta)
-            factor = rotation_factor(angles[:, None])                       # (B, 1, T, D/2)
+            factor = rotation_factor(angles[:, None])  # (B, 1, T, D/2)
         return rotate(q, factor), rotate(k, factor)

@@ -76,7 +76,7 @@ class GineAggregation(torch.autograd.Function):
             senders = message_sources(target, u.shape[1], edges)
             pre = torch.addcmul(u[:, senders], w[:, target, senders, None], a).relu_()
             if edges == "undirected":
-                pre[:, target] = 0                                       # no self loop
+                pre[:, target] = 0  # no self loop
             torch.sum(pre, dim=1, out=out[:, target])
         return out
 
@@ -85,17 +85,17 @@ class GineAggregation(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         u, w, a = ctx.saved_tensors
         w_u, a_u = w.to(u.dtype), a.to(u.dtype)
-        grad_u = torch.empty_like(u)      # every row is written below (an empty sum gives 0)
+        grad_u = torch.empty_like(u)  # every row is written below (an empty sum gives 0)
         grad_w = torch.zeros_like(w) if ctx.needs_input_grad[1] else None
         grad_a = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
         for sender in range(u.shape[1]):
             targets = message_targets(sender, u.shape[1], ctx.edges)
-            weights = w_u[:, targets, sender]                            # (N, n_targets)
+            weights = w_u[:, targets, sender]  # (N, n_targets)
             pre = torch.addcmul(u[:, sender, None, :], weights[..., None], a_u)
             # ReLU's backward (the gradient where pre > 0, else 0) in one pass
             grad_pre = torch.ops.aten.threshold_backward(grad_out[:, targets], pre, 0)
             if ctx.edges == "undirected":
-                grad_pre[:, sender] = 0                                  # no self loop
+                grad_pre[:, sender] = 0  # no self loop
             torch.sum(grad_pre, dim=1, out=grad_u[:, sender])
             grad_a += (weights.reshape(-1) @ grad_pre.flatten(0, 1)).float()
             if grad_w is not None:
@@ -121,8 +121,9 @@ class DenseGINEConv(nn.Module):
 
     def forward(self, x: Tensor, w: Tensor, edge_embedding: nn.Linear, edges: str) -> Tensor:
         u = x + edge_embedding.bias
-        messages = GineAggregation.apply(u.flatten(0, 1), w.flatten(0, 1),
-                                         edge_embedding.weight[:, 0], edges)
+        messages = GineAggregation.apply(
+            u.flatten(0, 1), w.flatten(0, 1), edge_embedding.weight[:, 0], edges
+        )
         aggregated = messages.unflatten(0, x.shape[:2])
         # (1 + eps) x + aggregated in one pass
         return self.fc2(F.gelu(self.fc1(torch.addcmul(aggregated, x, 1 + self.eps))))
@@ -162,8 +163,10 @@ def electrode_positions_cm(channel_names: list[str]) -> Tensor:
     positions = {name.lower(): xyz for name, xyz in montage.get_positions()["ch_pos"].items()}
     unknown = [name for name in channel_names if name.lower() not in positions]
     if unknown:
-        raise UsageError(f"channel_names {unknown} are not in MNE's standard_1005 montage",
-                         hint='use 10-20 names or spatial_encoding="none"')
+        raise UsageError(
+            f"channel_names {unknown} are not in MNE's standard_1005 montage",
+            hint='use 10-20 names or spatial_encoding="none"',
+        )
     metres = np.array([positions[name.lower()] for name in channel_names], dtype=np.float32)
     return torch.from_numpy(metres) * 100.0
 
@@ -184,11 +187,13 @@ class ElectrodeSelfAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.register_buffer("positions_cm", positions_cm.float().clone())
-        self.register_buffer("theta", rose_frequencies(dim // n_heads, n_spatial=3), persistent=False)
+        self.register_buffer(
+            "theta", rose_frequencies(dim // n_heads, n_spatial=3), persistent=False
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = self.qkv(self.norm(x)).unflatten(-1, (3, self.n_heads, -1)).unbind(-3)
-        q, k, v = (t.transpose(-2, -3) for t in (q, k, v))               # (B, F, H, C, Dh)
+        q, k, v = (t.transpose(-2, -3) for t in (q, k, v))  # (B, F, H, C, Dh)
         q = apply_rose(q, self.positions_cm, 1.0, self.theta)
         k = apply_rose(k, self.positions_cm, 1.0, self.theta)
         out = F.scaled_dot_product_attention(q, k, v)
@@ -239,24 +244,37 @@ class ConnectomeTokenizer(nn.Module):
     forward(coh, wpli): float32 (B, F, C, C) symmetric, zero diagonal -> tokens (B, F, d).
     """
 
-    def __init__(self, n_channels: int, dim: int, n_layers: int, norm: str, edges: str,
-                 dropout: float, spatial_encoding: str = "none",
-                 channel_names: list[str] | None = None, n_heads: int = 4,
-                 readout: str = "mean", channel_embedding: bool = False,
-                 node_features: str = "coherence", n_bands: int | None = None):
+    def __init__(
+        self,
+        n_channels: int,
+        dim: int,
+        n_layers: int,
+        norm: str,
+        edges: str,
+        dropout: float,
+        spatial_encoding: str = "none",
+        channel_names: list[str] | None = None,
+        n_heads: int = 4,
+        readout: str = "mean",
+        channel_embedding: bool = False,
+        node_features: str = "coherence",
+        n_bands: int | None = None,
+    ):
         super().__init__()
         check_choice("spatial_encoding", spatial_encoding, SPATIAL_ENCODINGS)
         check_choice("readout", readout, READOUTS)
         if readout == "channel_flatten_per_band" and not n_bands:
             # einsum would broadcast a single band's weights over all bands without a word
-            raise UsageError("readout='channel_flatten_per_band' needs n_bands (the number of "
-                             "bands, F)")
+            raise UsageError(
+                "readout='channel_flatten_per_band' needs n_bands (the number of bands, F)"
+            )
         check_choice("node_features", node_features, NODE_FEATURES)
         self.node_features = node_features
         width = 2 * n_channels if node_features == "coherence_wpli" else n_channels
         self.node_embedding = nn.Linear(width, dim)
-        self.channel_embedding = (nn.Parameter(0.02 * torch.randn(n_channels, dim))
-                                  if channel_embedding else None)
+        self.channel_embedding = (
+            nn.Parameter(0.02 * torch.randn(n_channels, dim)) if channel_embedding else None
+        )
         self.edge_embedding = nn.Linear(1, dim)
         self.blocks = nn.ModuleList(GnnBlock(dim, norm, dropout) for _ in range(n_layers))
         check_choice("edges", edges, EDGES)
@@ -264,9 +282,14 @@ class ConnectomeTokenizer(nn.Module):
         self.spatial = None
         if spatial_encoding == "rose":
             if channel_names is None or len(channel_names) != n_channels:
-                raise UsageError("spatial_encoding='rose' needs channel_names with one name per "
-                                 f"channel ({n_channels})", hint="set ModelConfig.channel_names")
-            self.spatial = ElectrodeSelfAttention(dim, n_heads, electrode_positions_cm(channel_names), norm)
+                raise UsageError(
+                    "spatial_encoding='rose' needs channel_names with one name per "
+                    f"channel ({n_channels})",
+                    hint="set ModelConfig.channel_names",
+                )
+            self.spatial = ElectrodeSelfAttention(
+                dim, n_heads, electrode_positions_cm(channel_names), norm
+            )
         self.readout = readout
         if readout == "mean":
             self.output_embedding = nn.Linear(dim, dim)
@@ -276,10 +299,10 @@ class ConnectomeTokenizer(nn.Module):
 
     def forward(self, coh: Tensor, wpli: Tensor) -> Tensor:
         nodes = torch.cat((coh, wpli), dim=-1) if self.node_features == "coherence_wpli" else coh
-        x = self.node_embedding(nodes)                                    # (B, F, C, d)
+        x = self.node_embedding(nodes)  # (B, F, C, d)
         if self.channel_embedding is not None:
             x = x + self.channel_embedding
-        w = wpli.transpose(-1, -2)                                        # [..., i, j] = w_ji
+        w = wpli.transpose(-1, -2)  # [..., i, j] = w_ji
         for block in self.blocks:
             x = block(x, w, self.edge_embedding, self.edges)
         if self.spatial is not None:

@@ -51,7 +51,7 @@ def band_share_logits(explanation: Tensor) -> Tensor:
     the share: a logarithm dives where a contribution crosses 0, which puts near-jumps into the
     model function and breaks the completeness of ``explain``'s Integrated Gradients.
     """
-    contribution = explanation.float().sum(dim=-1).abs()                 # (B, T)
+    contribution = explanation.float().sum(dim=-1).abs()  # (B, T)
     relative = contribution / (contribution.mean(dim=-1, keepdim=True) + GUIDANCE_EPS)
     return relative[:, None, None, :]
 
@@ -80,16 +80,21 @@ class AttentionTrace:
 
     def rows(self, index) -> "AttentionTrace":
         """The same trace for the samples ``index`` (a slice or index tensor of the batch)."""
+
         def pick(value):
             return None if value is None else value[index]
-        return AttentionTrace(self.weights[index], pick(self.residual_share),
-                              pick(self.guidance_ratio))
+
+        return AttentionTrace(
+            self.weights[index], pick(self.residual_share), pick(self.guidance_ratio)
+        )
 
     def detach(self) -> "AttentionTrace":
         def cut(value):
             return None if value is None else value.detach()
-        return AttentionTrace(self.weights.detach(), cut(self.residual_share),
-                              cut(self.guidance_ratio))
+
+        return AttentionTrace(
+            self.weights.detach(), cut(self.residual_share), cut(self.guidance_ratio)
+        )
 
 
 def _norm_per_sample(x: Tensor) -> Tensor:
@@ -117,8 +122,14 @@ class RotaryAttention(nn.Module):
     computed in float32 under autocast (the precision policy, ``model/precision.py``).
     """
 
-    def __init__(self, dim: int, n_heads: int, rotary: BandRotaryEncoding, dropout: float,
-                 guidance: str = "paper"):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        rotary: BandRotaryEncoding,
+        dropout: float,
+        guidance: str = "paper",
+    ):
         super().__init__()
         check_choice("guidance", guidance, GUIDANCES)
         self.n_heads = n_heads
@@ -131,13 +142,13 @@ class RotaryAttention(nn.Module):
         self.fused_attn = True
 
     def _split_heads(self, x: Tensor) -> Tensor:
-        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)       # (B, H, T, Dh)
+        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # (B, H, T, Dh)
 
     def _guided_qk(self, explanation: Tensor) -> tuple[Tensor, Tensor | None]:
         """``paper`` guidance's refined Q/K (B, T, 2d) and, with explicit attention, the
         guidance ratio (B,)."""
         dim = self.qkv.in_features
-        weight, bias = self.qkv.weight[:2 * dim], self.qkv.bias[:2 * dim]
+        weight, bias = self.qkv.weight[: 2 * dim], self.qkv.bias[: 2 * dim]
         if self.fused_attn:
             return F.linear(explanation, weight, bias), None
         guided = F.linear(explanation, weight)
@@ -157,7 +168,7 @@ class RotaryAttention(nn.Module):
         else:
             qk, ratio = self._guided_qk(explanation)
             q, k = qk.split(dim, dim=-1)
-            v = F.linear(x, self.qkv.weight[2 * dim:], self.qkv.bias[2 * dim:])
+            v = F.linear(x, self.qkv.weight[2 * dim :], self.qkv.bias[2 * dim :])
         return self._split_heads(q), self._split_heads(k), self._split_heads(v), logit_bias, ratio
 
     @float32_forward
@@ -172,8 +183,9 @@ class RotaryAttention(nn.Module):
         else:
             logits = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
             if logit_bias is not None:
-                ratio = _centred_rms(logit_bias.expand_as(logits)) / (_centred_rms(logits)
-                                                                       + GUIDANCE_EPS)
+                ratio = _centred_rms(logit_bias.expand_as(logits)) / (
+                    _centred_rms(logits) + GUIDANCE_EPS
+                )
                 logits = logits + logit_bias
             weights = logits.softmax(dim=-1)
             out = F.dropout(weights, drop) @ v
@@ -192,8 +204,17 @@ class PostNormLayer(nn.Module):
     keyword so captum's layer-input hooks see (x, demographics) only.
     """
 
-    def __init__(self, dim: int, n_heads: int, mlp_ratio: float, layerscale_init: float,
-                 norm: str, rotary: BandRotaryEncoding, dropout: float, guidance: str = "paper"):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        mlp_ratio: float,
+        layerscale_init: float,
+        norm: str,
+        rotary: BandRotaryEncoding,
+        dropout: float,
+        guidance: str = "paper",
+    ):
         super().__init__()
         self.attn = RotaryAttention(dim, n_heads, rotary, dropout, guidance)
         self.scale1 = LayerScale(dim, layerscale_init)
@@ -235,23 +256,47 @@ class BandTransformer(nn.Module):
     the layer inputs and attention maps.
     """
 
-    def __init__(self, dim: int, n_heads: int, n_layers: int, n_classes: int, mlp_ratio: float,
-                 layerscale_init: float, norm: str, frequency_encoding: str,
-                 band_edges_hz: Tensor, dropout: float, guidance: str = "paper"):
+    def __init__(
+        self,
+        dim: int,
+        n_heads: int,
+        n_layers: int,
+        n_classes: int,
+        mlp_ratio: float,
+        layerscale_init: float,
+        norm: str,
+        frequency_encoding: str,
+        band_edges_hz: Tensor,
+        dropout: float,
+        guidance: str = "paper",
+    ):
         super().__init__()
         head_dim = dim // n_heads
         self.layers = nn.ModuleList(
-            PostNormLayer(dim, n_heads, mlp_ratio, layerscale_init, norm,
-                          BandRotaryEncoding(frequency_encoding, head_dim, band_edges_hz),
-                          dropout, guidance)
-            for _ in range(n_layers))
+            PostNormLayer(
+                dim,
+                n_heads,
+                mlp_ratio,
+                layerscale_init,
+                norm,
+                BandRotaryEncoding(frequency_encoding, head_dim, band_edges_hz),
+                dropout,
+                guidance,
+            )
+            for _ in range(n_layers)
+        )
         self.head = GegluMLP(dim, dim, n_classes, dropout)
 
     def forward(self, tokens: Tensor, demographics: Tensor) -> Tensor:
         return self.run(tokens, demographics).logits
 
-    def run(self, tokens: Tensor, demographics: Tensor, explanations: list[Tensor] | None = None,
-            keep_layer_inputs: bool = False) -> EncoderOutput:
+    def run(
+        self,
+        tokens: Tensor,
+        demographics: Tensor,
+        explanations: list[Tensor] | None = None,
+        keep_layer_inputs: bool = False,
+    ) -> EncoderOutput:
         """One pass: coarse when ``explanations`` is None, else refined (Q/K from explanation i
         at layer i, each (B, T, d)); both start from the same tokens, in float32 under
         autocast (so the layer inputs and the explanations are float32: ``model/precision.py``)."""

@@ -18,10 +18,18 @@ from torch import Tensor, nn
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.model.explanation import one_pass_deeplift
 from eegformer_cli.model.layers import NORMS
-from eegformer_cli.model.rotary import (FREQUENCY_ENCODINGS, drofe_default_demographics,
-                                        drofe_paper_demographics)
-from eegformer_cli.model.tokenizer import (EDGES, NODE_FEATURES, READOUTS, SPATIAL_ENCODINGS,
-                                         ConnectomeTokenizer)
+from eegformer_cli.model.rotary import (
+    FREQUENCY_ENCODINGS,
+    drofe_default_demographics,
+    drofe_paper_demographics,
+)
+from eegformer_cli.model.tokenizer import (
+    EDGES,
+    NODE_FEATURES,
+    READOUTS,
+    SPATIAL_ENCODINGS,
+    ConnectomeTokenizer,
+)
 from eegformer_cli.model.transformer import GUIDANCES, AttentionTrace, BandTransformer
 
 PRESETS = ("paper", "default")
@@ -30,33 +38,66 @@ PRESETS = ("paper", "default")
 #: n_classes and channel_names are always given by the caller).
 PRESET_FIELDS = {
     # The official model (reference section 4): every quirk kept.
-    "paper": dict(d_model=128, n_heads=4, n_layers=12, n_gnn_layers=4, mlp_ratio=4.0,
-                  layerscale_init=1e-3, dropout=0.0, norm="timm_rms", edges="directed",
-                  frequency_encoding="drofe_paper", xai_refinement=True,
-                  detach_explanations=False, spatial_encoding="none", readout="mean",
-                  channel_embedding=False, node_features="coherence", guidance="paper"),
+    "paper": dict(
+        d_model=128,
+        n_heads=4,
+        n_layers=12,
+        n_gnn_layers=4,
+        mlp_ratio=4.0,
+        layerscale_init=1e-3,
+        dropout=0.0,
+        norm="timm_rms",
+        edges="directed",
+        frequency_encoding="drofe_paper",
+        xai_refinement=True,
+        detach_explanations=False,
+        spatial_encoding="none",
+        readout="mean",
+        channel_embedding=False,
+        node_features="coherence",
+        guidance="paper",
+    ),
     # The official model's defects fixed (reference section 9): true RMSNorm, undirected edges,
     # a true-rotation dRoFE with z-scored age, detached explanations, a tokenizer that keeps
     # channel identity and sees wPLI as node features, guidance by each band's share of the
     # explanation with LayerScale 1 (with the paper's guidance the refined attention stays
     # uniform), and a small, regularised size chosen by measured accuracy
     # (docs/benchmarks.md, docs/benchmarks-history.md).
-    "default": dict(d_model=16, n_heads=2, n_layers=1, n_gnn_layers=1, mlp_ratio=4.0,
-                    layerscale_init=1.0, dropout=0.1, norm="rms", edges="undirected",
-                    frequency_encoding="drofe_default", xai_refinement=True,
-                    detach_explanations=True, spatial_encoding="none",
-                    readout="channel_flatten_per_band", channel_embedding=True,
-                    node_features="coherence_wpli", guidance="band_share"),
+    "default": dict(
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        n_gnn_layers=1,
+        mlp_ratio=4.0,
+        layerscale_init=1.0,
+        dropout=0.1,
+        norm="rms",
+        edges="undirected",
+        frequency_encoding="drofe_default",
+        xai_refinement=True,
+        detach_explanations=True,
+        spatial_encoding="none",
+        readout="channel_flatten_per_band",
+        channel_embedding=True,
+        node_features="coherence_wpli",
+        guidance="band_share",
+    ),
 }
 
 #: Fields that earlier versions stored in model files and run folders, with the values that
 #: compute what this version computes (the captum path equals the one-pass DeepLIFT and the
 #: explicit attention the fused one): dropped when a stored config holds one of them.
-RETIRED_FIELDS = {"explainer": ("deeplift",), "explanation_impl": ("one_pass", "captum"),
-                  "attention_impl": ("fused", "explicit")}
+RETIRED_FIELDS = {
+    "explainer": ("deeplift",),
+    "explanation_impl": ("one_pass", "captum"),
+    "attention_impl": ("fused", "explicit"),
+}
 #: Values of current fields that only experimental variants of earlier versions had.
-RETIRED_VALUES = {"guidance": ("rms_token", "rms_sample"), "readout": ("channel_flatten",),
-                  "frequency_encoding": ("rope_band_index",)}
+RETIRED_VALUES = {
+    "guidance": ("rms_token", "rms_sample"),
+    "readout": ("channel_flatten",),
+    "frequency_encoding": ("rope_band_index",),
+}
 
 
 def current_model_fields(stored: dict) -> dict:
@@ -86,9 +127,11 @@ def without_retired(stored: dict, fields: dict, values: dict, what: str) -> dict
 
 
 def _retired_variant(what: str, name: str, value) -> UsageError:
-    return UsageError(f"{what} {name}={value!r} was made by an experimental variant that this "
-                      "eegformer version no longer supports",
-                      hint="use the eegformer version that made it, or retrain")
+    return UsageError(
+        f"{what} {name}={value!r} was made by an experimental variant that this "
+        "eegformer version no longer supports",
+        hint="use the eegformer version that made it, or retrain",
+    )
 
 
 @dataclass
@@ -152,29 +195,41 @@ class ModelConfig:
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"invalid value {getattr(self, name)!r} for {name}; must be >= 1")
         if self.n_layers < (1 if self.xai_refinement else 0):
-            raise UsageError(f"invalid value {self.n_layers!r} for n_layers; must be >= 1 with "
-                             "xai_refinement (the refined pass needs a layer to explain), >= 0 "
-                             "without (0: the tokenizer and the head alone, an ablation)")
+            raise UsageError(
+                f"invalid value {self.n_layers!r} for n_layers; must be >= 1 with "
+                "xai_refinement (the refined pass needs a layer to explain), >= 0 "
+                "without (0: the tokenizer and the head alone, an ablation)"
+            )
         if self.n_classes < 2:
             raise UsageError(f"invalid value {self.n_classes!r} for n_classes; must be >= 2")
         if len(self.band_names) != len(self.band_edges_hz) or not self.band_names:
-            raise UsageError(f"band_names ({len(self.band_names)}) and band_edges_hz "
-                             f"({len(self.band_edges_hz)}) must be non-empty and of equal length")
+            raise UsageError(
+                f"band_names ({len(self.band_names)}) and band_edges_hz "
+                f"({len(self.band_edges_hz)}) must be non-empty and of equal length"
+            )
         head_dim, rest = divmod(self.d_model, self.n_heads)
         needed = 4 if self.frequency_encoding == "drofe_paper" else 2
         if rest or head_dim % needed:
-            raise UsageError(f"invalid d_model={self.d_model} / n_heads={self.n_heads}: the head "
-                             f"dimension must be an integer divisible by {needed} for "
-                             f"frequency_encoding={self.frequency_encoding!r}")
+            raise UsageError(
+                f"invalid d_model={self.d_model} / n_heads={self.n_heads}: the head "
+                f"dimension must be an integer divisible by {needed} for "
+                f"frequency_encoding={self.frequency_encoding!r}"
+            )
         if self.channel_names is not None and len(self.channel_names) != self.n_channels:
-            raise UsageError(f"channel_names has {len(self.channel_names)} names for "
-                             f"n_channels={self.n_channels}")
+            raise UsageError(
+                f"channel_names has {len(self.channel_names)} names for "
+                f"n_channels={self.n_channels}"
+            )
         if self.mlp_ratio <= 0 or self.n_gnn_layers < 0:
-            raise UsageError(f"invalid mlp_ratio={self.mlp_ratio!r} or n_gnn_layers="
-                             f"{self.n_gnn_layers!r}; need mlp_ratio > 0 and n_gnn_layers >= 0")
+            raise UsageError(
+                f"invalid mlp_ratio={self.mlp_ratio!r} or n_gnn_layers="
+                f"{self.n_gnn_layers!r}; need mlp_ratio > 0 and n_gnn_layers >= 0"
+            )
         if not isinstance(self.channel_embedding, bool):
-            raise UsageError(f"invalid value {self.channel_embedding!r} for channel_embedding; "
-                             "must be true or false")
+            raise UsageError(
+                f"invalid value {self.channel_embedding!r} for channel_embedding; "
+                "must be true or false"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
 
@@ -199,8 +254,9 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise UsageError(f"unknown model config fields {unknown}",
-                             hint=f"allowed fields are {sorted(known)}")
+            raise UsageError(
+                f"unknown model config fields {unknown}", hint=f"allowed fields are {sorted(known)}"
+            )
         return cls(**data)
 
 
@@ -247,14 +303,33 @@ class XAIguiFormer(nn.Module):
         self.config = config
         edges = torch.tensor(config.band_edges_hz, dtype=torch.float32)
         self.tokenizer = ConnectomeTokenizer(
-            config.n_channels, config.d_model, config.n_gnn_layers, config.norm, config.edges,
-            config.dropout, config.spatial_encoding, config.channel_names, config.n_heads,
-            config.readout, config.channel_embedding, config.node_features,
-            len(config.band_names))
+            config.n_channels,
+            config.d_model,
+            config.n_gnn_layers,
+            config.norm,
+            config.edges,
+            config.dropout,
+            config.spatial_encoding,
+            config.channel_names,
+            config.n_heads,
+            config.readout,
+            config.channel_embedding,
+            config.node_features,
+            len(config.band_names),
+        )
         self.encoder = BandTransformer(
-            config.d_model, config.n_heads, config.n_layers, config.n_classes, config.mlp_ratio,
-            config.layerscale_init, config.norm, config.frequency_encoding, edges,
-            config.dropout, config.guidance)
+            config.d_model,
+            config.n_heads,
+            config.n_layers,
+            config.n_classes,
+            config.mlp_ratio,
+            config.layerscale_init,
+            config.norm,
+            config.frequency_encoding,
+            edges,
+            config.dropout,
+            config.guidance,
+        )
         #: set by :func:`~eegformer_cli.model.explanation.differentiable_explanations`
         self.differentiable_explanations = False
         self.register_buffer("age_mean", torch.tensor(float("nan")))
@@ -263,6 +338,7 @@ class XAIguiFormer(nn.Module):
     def describe(self) -> dict:
         """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
         (None when unknown)."""
+
         def count(module: nn.Module) -> int:
             return sum(p.numel() for p in module.parameters())
 
@@ -278,7 +354,8 @@ class XAIguiFormer(nn.Module):
                 "transformer_layers": count(self.encoder.layers),
                 "head": count(self.encoder.head),
             },
-            "age_mean": stat(self.age_mean), "age_std": stat(self.age_std),
+            "age_mean": stat(self.age_mean),
+            "age_std": stat(self.age_std),
         }
 
     def set_demographic_stats(self, age_mean: float | None, age_std: float | None) -> None:
@@ -296,39 +373,60 @@ class XAIguiFormer(nn.Module):
         expected = (len(self.config.band_names), self.config.n_channels, self.config.n_channels)
         for name, value in (("coh", coh), ("wpli", wpli)):
             if value.ndim != 4 or tuple(value.shape[1:]) != expected:
-                raise InputDataError(f"{name} has shape {tuple(value.shape)}, the model expects "
-                                     f"(batch, {', '.join(map(str, expected))})")
+                raise InputDataError(
+                    f"{name} has shape {tuple(value.shape)}, the model expects "
+                    f"(batch, {', '.join(map(str, expected))})"
+                )
         for name, value in (("age", age), ("sex", sex)):
             if tuple(value.shape) != (coh.shape[0],):
-                raise InputDataError(f"{name} has shape {tuple(value.shape)}, expected ({coh.shape[0]},)")
+                raise InputDataError(
+                    f"{name} has shape {tuple(value.shape)}, expected ({coh.shape[0]},)"
+                )
 
     def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor) -> tuple[Tensor, Tensor]:
         """(logits_coarse, logits_refined), each (B, n_classes); equal without xai_refinement."""
         output = self.forward_with_details(coh, wpli, age, sex)
         return output.logits_coarse, output.logits_refined
 
-    def forward_with_details(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
-                             target: Tensor | None = None) -> ModelOutput:
+    def forward_with_details(
+        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, target: Tensor | None = None
+    ) -> ModelOutput:
         """Full forward; ``target`` (B,) int64 picks the explained class (default: coarse argmax)."""
         self._check_inputs(coh, wpli, age, sex)
         tokens = self.tokenizer(coh, wpli)
         demographics = self.encode_demographics(age, sex)
         if not self.config.xai_refinement:
             coarse = self.encoder.run(tokens, demographics)
-            return ModelOutput(coarse.logits, coarse.logits, tokens,
-                               attention_coarse=coarse.attention, attention_refined=coarse.attention)
+            return ModelOutput(
+                coarse.logits,
+                coarse.logits,
+                tokens,
+                attention_coarse=coarse.attention,
+                attention_refined=coarse.attention,
+            )
         grad_was_enabled = torch.is_grad_enabled()
         with torch.enable_grad():
             if not tokens.requires_grad:
                 tokens = tokens.detach().requires_grad_()
             differentiable = self.differentiable_explanations
             coarse, target, explanations = one_pass_deeplift(
-                self.encoder, tokens, demographics, target,
+                self.encoder,
+                tokens,
+                demographics,
+                target,
                 self.config.detach_explanations and not differentiable,
-                create_graph=differentiable)
+                create_graph=differentiable,
+            )
         refined = self.encoder.run(tokens, demographics, explanations)
-        output = ModelOutput(coarse.logits, refined.logits, tokens, target, explanations,
-                             coarse.attention, refined.attention)
+        output = ModelOutput(
+            coarse.logits,
+            refined.logits,
+            tokens,
+            target,
+            explanations,
+            coarse.attention,
+            refined.attention,
+        )
         if not grad_was_enabled:
             output = _detached(output)
         return output
@@ -338,6 +436,12 @@ def _detached(output: ModelOutput) -> ModelOutput:
     def cut(values: list) -> list:
         return [value.detach() for value in values]
 
-    return ModelOutput(output.logits_coarse.detach(), output.logits_refined.detach(),
-                       output.tokens.detach(), output.target, cut(output.explanations),
-                       cut(output.attention_coarse), cut(output.attention_refined))
+    return ModelOutput(
+        output.logits_coarse.detach(),
+        output.logits_refined.detach(),
+        output.tokens.detach(),
+        output.target,
+        cut(output.explanations),
+        cut(output.attention_coarse),
+        cut(output.attention_refined),
+    )

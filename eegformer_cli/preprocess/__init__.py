@@ -21,12 +21,20 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {
-    "PRESETS": "settings", "PreprocessSettings": "settings",
-    "Connectome": "output", "load_connectome": "output",
-    "clean_segments": "recording", "process_recording": "recording", "process_raw": "recording",
+    "PRESETS": "settings",
+    "PreprocessSettings": "settings",
+    "Connectome": "output",
+    "load_connectome": "output",
+    "clean_segments": "recording",
+    "process_recording": "recording",
+    "process_raw": "recording",
     "preprocess_raw": "recording",
-    "CONNECTOME_DIR": "output", "MANIFEST_NAME": "output", "SETTINGS_NAME": "output",
-    "PreprocessSummary": "run", "recording_workers": "run", "run_preprocess": "run",
+    "CONNECTOME_DIR": "output",
+    "MANIFEST_NAME": "output",
+    "SETTINGS_NAME": "output",
+    "PreprocessSummary": "run",
+    "recording_workers": "run",
+    "run_preprocess": "run",
 }
 __all__ = sorted(_MODULES)
 

@@ -69,9 +69,21 @@ SETTINGS_NAME = "preprocess.json"
 #: How the manifest writes an unknown value.
 MISSING = "n/a"
 #: Manifest columns before the metadata columns.
-MANIFEST_LEADING_COLUMNS = ("recording_id", "participant_id", "source_file", "status", "error",
-                            "n_segments", "n_segments_rejected", "sfreq", "source_sfreq",
-                            "duration_s", "channels_interpolated", "age", "sex")
+MANIFEST_LEADING_COLUMNS = (
+    "recording_id",
+    "participant_id",
+    "source_file",
+    "status",
+    "error",
+    "n_segments",
+    "n_segments_rejected",
+    "sfreq",
+    "source_sfreq",
+    "duration_s",
+    "channels_interpolated",
+    "age",
+    "sex",
+)
 #: Manifest columns after the metadata columns.
 MANIFEST_TRAILING_COLUMNS = ("signal_sha256", "connectome", "settings_hash")
 #: What reading a damaged manifest raises (beside FileNotFoundError, an OSError).
@@ -80,8 +92,13 @@ MANIFEST_ERRORS = (OSError, csv.Error, UnicodeDecodeError)
 SEX_CODES = {"M": 0.0, "F": 1.0}
 #: What a connectome file records about its recording that a prediction's provenance carries,
 #: with the type of each key (:func:`read_provenance`).
-RECORDED = {"n_segments_rejected": int, "channels_interpolated": list, "duration_s": float,
-            "source_sfreq": float, "signal_sha256": str}
+RECORDED = {
+    "n_segments_rejected": int,
+    "channels_interpolated": list,
+    "duration_s": float,
+    "source_sfreq": float,
+    "signal_sha256": str,
+}
 #: What NumPy raises for a truncated, damaged or foreign ``.npz``.
 _NPZ_ERRORS = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
@@ -138,22 +155,33 @@ class Connectome:
 
     def save(self, path: str | Path) -> None:
         """Write an ``.npz`` atomically (the keys of the module's table)."""
-        covariance = {} if self.covariance is None else {
-            "covariance": np.asarray(self.covariance, dtype=np.float32),
-            "covariance_bands": np.array(self.covariance_bands, dtype=str)}
+        covariance = (
+            {}
+            if self.covariance is None
+            else {
+                "covariance": np.asarray(self.covariance, dtype=np.float32),
+                "covariance_bands": np.array(self.covariance_bands, dtype=str),
+            }
+        )
         atomic.save_npz(
-            path, coh=self.coh.astype(np.float32), wpli=self.wpli.astype(np.float32),
-            channels=np.array(self.channels, dtype=str), bands=np.array(self.bands, dtype=str),
+            path,
+            coh=self.coh.astype(np.float32),
+            wpli=self.wpli.astype(np.float32),
+            channels=np.array(self.channels, dtype=str),
+            bands=np.array(self.bands, dtype=str),
             band_edges_hz=np.asarray(self.band_edges_hz, dtype=np.float64),
             sfreq=np.float64(self.sfreq),
             segment_onsets_s=np.asarray(self.segment_onsets_s, dtype=np.float64),
-            duration_s=np.float64(self.duration_s), epoch_length_s=np.float64(self.epoch_length_s),
+            duration_s=np.float64(self.duration_s),
+            epoch_length_s=np.float64(self.epoch_length_s),
             channels_interpolated=np.array(self.channels_interpolated, dtype=str),
             n_segments_rejected=np.int64(self.n_segments_rejected),
             ica_excluded=np.array(self.ica_excluded, dtype=str),
             record_json=np.array(json.dumps(self.record)),
-            source_sfreq=np.float64(self.source_sfreq), signal_sha256=np.array(self.signal_sha256),
-            **covariance)
+            source_sfreq=np.float64(self.source_sfreq),
+            signal_sha256=np.array(self.signal_sha256),
+            **covariance,
+        )
 
 
 def load_connectome(path: str | Path) -> Connectome:
@@ -172,10 +200,15 @@ def load_connectome(path: str | Path) -> Connectome:
     """
     with np.load(path, allow_pickle=False) as data:
         return Connectome(
-            coh=data["coh"], wpli=data["wpli"], channels=data["channels"].tolist(),
-            bands=data["bands"].tolist(), band_edges_hz=data["band_edges_hz"],
-            sfreq=float(data["sfreq"]), segment_onsets_s=data["segment_onsets_s"],
-            duration_s=float(data["duration_s"]), epoch_length_s=float(data["epoch_length_s"]),
+            coh=data["coh"],
+            wpli=data["wpli"],
+            channels=data["channels"].tolist(),
+            bands=data["bands"].tolist(),
+            band_edges_hz=data["band_edges_hz"],
+            sfreq=float(data["sfreq"]),
+            segment_onsets_s=data["segment_onsets_s"],
+            duration_s=float(data["duration_s"]),
+            epoch_length_s=float(data["epoch_length_s"]),
             channels_interpolated=data["channels_interpolated"].tolist(),
             n_segments_rejected=int(data["n_segments_rejected"]),
             ica_excluded=data["ica_excluded"].tolist(),
@@ -184,7 +217,8 @@ def load_connectome(path: str | Path) -> Connectome:
             source_sfreq=float(data["source_sfreq"]) if "source_sfreq" in data else math.nan,
             signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "",
             covariance=data["covariance"] if "covariance" in data else None,
-            covariance_bands=data["covariance_bands"].tolist() if "covariance" in data else [])
+            covariance_bands=data["covariance_bands"].tolist() if "covariance" in data else [],
+        )
 
 
 def load_record(path: Path) -> dict | None:
@@ -205,16 +239,20 @@ def _opened(path: Path) -> Iterator:
         with np.load(path, allow_pickle=False) as data:
             yield data
     except _NPZ_ERRORS as exc:
-        raise InputDataError(f"cannot read connectome: {exc}", path=path,
-                             hint="rerun `eegformer preprocess`") from None
+        raise InputDataError(
+            f"cannot read connectome: {exc}", path=path, hint="rerun `eegformer preprocess`"
+        ) from None
 
 
 def read_layout(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     """(channels, bands, band edges float64 (B, 2) Hz) of a connectome file, without its
     arrays; InputDataError when it is unreadable."""
     with _opened(path) as data:
-        return ([str(c) for c in data["channels"]], [str(b) for b in data["bands"]],
-                np.asarray(data["band_edges_hz"], dtype=np.float64))
+        return (
+            [str(c) for c in data["channels"]],
+            [str(b) for b in data["bands"]],
+            np.asarray(data["band_edges_hz"], dtype=np.float64),
+        )
 
 
 def read_segment_count(path: Path) -> int:
@@ -223,8 +261,9 @@ def read_segment_count(path: Path) -> int:
         return int(data["coh"].shape[0])
 
 
-def read_tokens(source, channels: list[str], bands: list[str], n_segments: int,
-                name: str) -> tuple[np.ndarray, np.ndarray]:
+def read_tokens(
+    source, channels: list[str], bands: list[str], n_segments: int, name: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(coh, wpli) float32 (n_segments, B, C, C) of a connectome file (``source`` a path) or of
     a :class:`Connectome` held in memory, checked against the expected ``channels``, ``bands``
     and ``n_segments`` (the manifest's).
@@ -246,12 +285,18 @@ def read_tokens(source, channels: list[str], bands: list[str], n_segments: int,
             file_bands = [str(b) for b in data["bands"]]
         where = source
     if file_channels != channels or file_bands != bands:
-        raise InputDataError("channels or bands differ from the other recordings of the folder",
-                             path=where, hint="preprocess all recordings in one run")
+        raise InputDataError(
+            "channels or bands differ from the other recordings of the folder",
+            path=where,
+            hint="preprocess all recordings in one run",
+        )
     expected = (n_segments, len(bands), len(channels), len(channels))
     if coh.shape != expected or wpli.shape != expected:
-        raise InputDataError(f"connectome has shape {coh.shape}, expected {expected} from the "
-                             "manifest", path=where, hint="rerun `eegformer preprocess`")
+        raise InputDataError(
+            f"connectome has shape {coh.shape}, expected {expected} from the manifest",
+            path=where,
+            hint="rerun `eegformer preprocess`",
+        )
     return coh, wpli
 
 
@@ -270,9 +315,12 @@ def read_covariances(source, n_channels: int, name: str) -> np.ndarray | None:
         return None
     covariance = np.asarray(covariance, dtype=np.float32)
     if covariance.ndim != 3 or covariance.shape[1:] != (n_channels, n_channels):
-        raise InputDataError(f"band covariances have shape {covariance.shape}, expected "
-                             f"(bands, {n_channels}, {n_channels})", path=where,
-                             hint="rerun `eegformer preprocess`")
+        raise InputDataError(
+            f"band covariances have shape {covariance.shape}, expected "
+            f"(bands, {n_channels}, {n_channels})",
+            path=where,
+            hint="rerun `eegformer preprocess`",
+        )
     return covariance
 
 
@@ -282,8 +330,11 @@ def read_provenance(path: Path) -> dict:
     the file)."""
     try:
         with _opened(path) as data:
-            return {key: (data[key].tolist() if kind is list else kind(data[key]))
-                    for key, kind in RECORDED.items() if key in data.files}
+            return {
+                key: (data[key].tolist() if kind is list else kind(data[key]))
+                for key, kind in RECORDED.items()
+                if key in data.files
+            }
     except InputDataError:
         return {}
 
@@ -307,9 +358,11 @@ def read_manifest(data_dir: Path) -> list[dict]:
     try:
         return manifest_rows(path)
     except FileNotFoundError:
-        raise InputDataError("no manifest.tsv: not a preprocess output folder", path=data_dir,
-                             hint="run `eegformer preprocess` first and pass its --out folder"
-                             ) from None
+        raise InputDataError(
+            "no manifest.tsv: not a preprocess output folder",
+            path=data_dir,
+            hint="run `eegformer preprocess` first and pass its --out folder",
+        ) from None
     except MANIFEST_ERRORS as exc:
         raise InputDataError(f"cannot read the manifest: {exc}", path=path) from None
 
@@ -321,8 +374,11 @@ def write_manifest(path: Path, rows: list[dict]) -> None:
     extra = []
     for row in rows:
         for key in row:
-            if (key not in MANIFEST_LEADING_COLUMNS and key not in MANIFEST_TRAILING_COLUMNS
-                    and key not in extra):
+            if (
+                key not in MANIFEST_LEADING_COLUMNS
+                and key not in MANIFEST_TRAILING_COLUMNS
+                and key not in extra
+            ):
                 extra.append(key)
     columns = [*MANIFEST_LEADING_COLUMNS, *extra, *MANIFEST_TRAILING_COLUMNS]
     buffer = io.StringIO()
@@ -354,7 +410,7 @@ def read_settings_file(data_dir: Path) -> dict | None:
 def age_value(text: str | None) -> float:
     """Manifest age (years or ``n/a``) -> the model's age input: float years, NaN when unknown
     (or unreadable)."""
-    from eegformer_cli.recordings import metadata   # here: it imports MNE, reading files does not
+    from eegformer_cli.recordings import metadata  # here: it imports MNE, reading files does not
 
     try:
         age = metadata.parse_age(text)

@@ -22,12 +22,16 @@ from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.output import Connectome
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
 from eegformer_cli.recordings import cleaning, reading
-from eegformer_cli.recordings.channels import (conform_channels, normalise_channels,
-                                               select_channel_set)
+from eegformer_cli.recordings.channels import (
+    conform_channels,
+    normalise_channels,
+    select_channel_set,
+)
 
 
-def clean_segments(raw: mne.io.BaseRaw, settings: PreprocessSettings,
-                   epoch_length_s: float) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
+def clean_segments(
+    raw: mne.io.BaseRaw, settings: PreprocessSettings, epoch_length_s: float
+) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
     """Clean a conformed recording (its first ``settings.crop_s`` seconds when set) and cut it
     into kept segments.
 
@@ -36,31 +40,41 @@ def clean_segments(raw: mne.io.BaseRaw, settings: PreprocessSettings,
     Rejection is judged before the average reference (a flat channel stops being flat after
     it); the tokens are computed on the referenced data.
     """
-    filtered = cleaning.bandpass(cleaning.resample(raw, settings.sfreq), settings.l_freq,
-                                 settings.h_freq, settings.h_trans_bandwidth)
-    if settings.crop_s is not None:     # after the filter: no edge effect at the cut
+    filtered = cleaning.bandpass(
+        cleaning.resample(raw, settings.sfreq),
+        settings.l_freq,
+        settings.h_freq,
+        settings.h_trans_bandwidth,
+    )
+    if settings.crop_s is not None:  # after the filter: no edge effect at the cut
         filtered = cleaning.crop(filtered, settings.crop_s)
     excluded: list[str] = []
     if settings.ica and settings.ica_before_reference:
-        filtered, excluded = cleaning.run_ica_iclabel(filtered, settings.ica_n_components,
-                                                      settings.ica_random_state)
+        filtered, excluded = cleaning.run_ica_iclabel(
+            filtered, settings.ica_n_components, settings.ica_random_state
+        )
     referenced = cleaning.average_reference(filtered)
     if settings.ica and not settings.ica_before_reference:
-        referenced, excluded = cleaning.run_ica_iclabel(referenced, settings.ica_n_components,
-                                                        settings.ica_random_state)
+        referenced, excluded = cleaning.run_ica_iclabel(
+            referenced, settings.ica_n_components, settings.ica_random_state
+        )
     segments, onsets = cleaning.segment(referenced, epoch_length_s, settings.window_s)
     unreferenced, _ = cleaning.segment(filtered, epoch_length_s, settings.window_s)
-    keep, reasons = cleaning.reject_segments(unreferenced, raw.ch_names, settings.flat_ptp_v,
-                                             settings.absurd_ptp_v)
+    keep, reasons = cleaning.reject_segments(
+        unreferenced, raw.ch_names, settings.flat_ptp_v, settings.absurd_ptp_v
+    )
     if not keep.any():
         reason, _ = collections.Counter(reasons).most_common(1)[0]
-        raise RecordingError(f"all {len(keep)} segments rejected ({reason})",
-                             hint="check the recording; amplitudes are judged in volts")
+        raise RecordingError(
+            f"all {len(keep)} segments rejected ({reason})",
+            hint="check the recording; amplitudes are judged in volts",
+        )
     return segments[keep], onsets[keep], int((~keep).sum()), excluded
 
 
-def process_recording(path: str | Path, settings: PreprocessSettings,
-                      channels: Sequence[str] | None = None) -> Connectome:
+def process_recording(
+    path: str | Path, settings: PreprocessSettings, channels: Sequence[str] | None = None
+) -> Connectome:
     """Connectome of one recording file (pure: reads ``path``, writes nothing).
 
     Parameters
@@ -78,13 +92,16 @@ def process_recording(path: str | Path, settings: PreprocessSettings,
         too low for the bands, too short, or every segment rejected; one line, naming the file.
     """
     path = Path(path)
-    raw = reading.read_recording(path, preload=True)      # loaded, its values checked finite
+    raw = reading.read_recording(path, preload=True)  # loaded, its values checked finite
     return _process_loaded(raw, settings, channels, path)
 
 
-def process_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings,
-                channels: Sequence[str] | None = None, path: str | Path | None = None
-                ) -> Connectome:
+def process_raw(
+    raw: mne.io.BaseRaw,
+    settings: PreprocessSettings,
+    channels: Sequence[str] | None = None,
+    path: str | Path | None = None,
+) -> Connectome:
     """Connectome of one recording already in memory (``raw`` is not modified; nothing is
     written). What :func:`process_recording` does after reading the file, so a Raw read from a
     file gives the same numbers as the file (see :func:`preprocess_raw` for the parameters).
@@ -92,31 +109,41 @@ def process_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings,
     ``path``: the recording's file, named in errors (default: the file MNE read ``raw`` from,
     or ``"raw"`` for a recording made in memory).
     """
-    path = Path(path) if path is not None else Path(
-        raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
+    path = (
+        Path(path)
+        if path is not None
+        else Path(raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
+    )
     if not raw.preload:  # a copy: the caller's Raw stays as it was
         raw = raw.copy().load_data(verbose="error")
     reading.check_finite(raw, path)
     return _process_loaded(raw, settings, channels, path)
 
 
-def _process_loaded(raw: mne.io.BaseRaw, settings: PreprocessSettings,
-                    channels: Sequence[str] | None, path: Path) -> Connectome:
+def _process_loaded(
+    raw: mne.io.BaseRaw, settings: PreprocessSettings, channels: Sequence[str] | None, path: Path
+) -> Connectome:
     """:func:`process_raw` of a loaded ``raw`` whose values are known to be finite (as
     :func:`reading.read_recording` leaves a file's)."""
     try:
         source_sfreq, signal_sha256 = float(raw.info["sfreq"]), reading.signal_sha256(raw)
         raw, _ = normalise_channels(raw, path=path)
         requested = channels if channels is not None else settings.channels
-        channels = select_channel_set([set(raw.ch_names)],
-                                      None if requested is None else list(requested))
-        raw, interpolated = conform_channels(raw, list(channels), settings.max_interpolated,
-                                             path=path)
+        channels = select_channel_set(
+            [set(raw.ch_names)], None if requested is None else list(requested)
+        )
+        raw, interpolated = conform_channels(
+            raw, list(channels), settings.max_interpolated, path=path
+        )
         check_bands_fit_rate(settings.bands, raw.info["sfreq"])
         duration_s = raw.n_times / raw.info["sfreq"]
-        epoch_length_s = (cleaning.auto_epoch_length(min(duration_s, settings.crop_s or np.inf),
-                                                     settings.window_s)
-                          if settings.epoch_length == "auto" else float(settings.epoch_length))
+        epoch_length_s = (
+            cleaning.auto_epoch_length(
+                min(duration_s, settings.crop_s or np.inf), settings.window_s
+            )
+            if settings.epoch_length == "auto"
+            else float(settings.epoch_length)
+        )
         segments, onsets, n_rejected, excluded = clean_segments(raw, settings, epoch_length_s)
     except RecordingError as exc:
         if exc.path is None:
@@ -124,20 +151,36 @@ def _process_loaded(raw: mne.io.BaseRaw, settings: PreprocessSettings,
         raise
     coh, wpli, covariance = recording_tokens(segments, settings.sfreq, settings.bands)
     if not (np.isfinite(coh).all() and np.isfinite(wpli).all()):
-        raise RecordingError("connectivity is undefined: a channel carries no signal in some "
-                             "segment", path=path, hint="check for flat channels")
-    return Connectome(coh=coh, wpli=wpli, channels=list(channels),
-                      bands=band_names(settings.bands), band_edges_hz=band_edges_hz(settings.bands),
-                      sfreq=settings.sfreq, segment_onsets_s=onsets, duration_s=duration_s,
-                      epoch_length_s=epoch_length_s, channels_interpolated=list(interpolated),
-                      n_segments_rejected=n_rejected, ica_excluded=excluded,
-                      source_sfreq=source_sfreq, signal_sha256=signal_sha256,
-                      covariance=covariance,
-                      covariance_bands=band_names(covariance_bands(settings.bands)))
+        raise RecordingError(
+            "connectivity is undefined: a channel carries no signal in some segment",
+            path=path,
+            hint="check for flat channels",
+        )
+    return Connectome(
+        coh=coh,
+        wpli=wpli,
+        channels=list(channels),
+        bands=band_names(settings.bands),
+        band_edges_hz=band_edges_hz(settings.bands),
+        sfreq=settings.sfreq,
+        segment_onsets_s=onsets,
+        duration_s=duration_s,
+        epoch_length_s=epoch_length_s,
+        channels_interpolated=list(interpolated),
+        n_segments_rejected=n_rejected,
+        ica_excluded=excluded,
+        source_sfreq=source_sfreq,
+        signal_sha256=signal_sha256,
+        covariance=covariance,
+        covariance_bands=band_names(covariance_bands(settings.bands)),
+    )
 
 
-def preprocess_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings | str | dict = "default",
-                   channels: Sequence[str] | None = None) -> Connectome:
+def preprocess_raw(
+    raw: mne.io.BaseRaw,
+    settings: PreprocessSettings | str | dict = "default",
+    channels: Sequence[str] | None = None,
+) -> Connectome:
     """Preprocess one recording held in memory into its connectivity tokens, touching no disk.
 
     The same steps as ``eegformer preprocess`` for one file (canonical 10-20 channels, missing
@@ -180,8 +223,10 @@ def preprocess_raw(raw: mne.io.BaseRaw, settings: PreprocessSettings | str | dic
     elif isinstance(settings, dict):
         settings = PreprocessSettings.from_dict(settings)
     elif not isinstance(settings, PreprocessSettings):
-        raise UsageError(f"invalid settings {settings!r}; give a PreprocessSettings, a preset "
-                         f"name ({', '.join(map(repr, PRESETS))}) or a dict of settings")
+        raise UsageError(
+            f"invalid settings {settings!r}; give a PreprocessSettings, a preset "
+            f"name ({', '.join(map(repr, PRESETS))}) or a dict of settings"
+        )
     if not isinstance(raw, mne.io.BaseRaw):
         raise UsageError(f"invalid raw of type {type(raw).__name__}; give an mne.io.Raw")
     return process_raw(raw, settings, channels)

@@ -35,11 +35,18 @@ from eegformer_cli import atomic, console
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
 from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure, UsageError
 from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
-from eegformer_cli.preprocess.output import (CONNECTOME_DIR, MANIFEST_ERRORS,
-                                             MANIFEST_LEADING_COLUMNS, MANIFEST_NAME,
-                                             MANIFEST_TRAILING_COLUMNS, SETTINGS_NAME,
-                                             load_record, manifest_rows, read_settings_file,
-                                             write_manifest)
+from eegformer_cli.preprocess.output import (
+    CONNECTOME_DIR,
+    MANIFEST_ERRORS,
+    MANIFEST_LEADING_COLUMNS,
+    MANIFEST_NAME,
+    MANIFEST_TRAILING_COLUMNS,
+    SETTINGS_NAME,
+    load_record,
+    manifest_rows,
+    read_settings_file,
+    write_manifest,
+)
 from eegformer_cli.preprocess.recording import process_recording
 from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.recordings import cleaning, metadata, reading
@@ -83,12 +90,16 @@ def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
     elif joblib_default and sys.platform == "linux":
         _import_worker_modules()
         with multiprocessing.get_context("fork").Pool(
-                workers, initializer=leave_interrupts_to_the_parent) as pool:
+            workers, initializer=leave_interrupts_to_the_parent
+        ) as pool:
             yield lambda func, items: pool.imap_unordered(func, items)
     else:
         # initializer: used by joblib's local process pool, ignored by the Dask backend
-        parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered",
-                            initializer=leave_interrupts_to_the_parent)
+        parallel = Parallel(
+            n_jobs=n_jobs,
+            return_as="generator_unordered",
+            initializer=leave_interrupts_to_the_parent,
+        )
         yield lambda func, items: parallel(delayed(func)(item) for item in items)
 
 
@@ -171,17 +182,27 @@ def _process_and_save(task: _Task) -> tuple[str, dict]:
         return task.recording_id, {"status": "error", "error": exc.one_line()}
     except Exception as exc:  # a bug must not stop the other recordings; it is reported
         message = " ".join(str(exc).split()) or type(exc).__name__
-        return task.recording_id, {"status": "error", "error": f"{task.path}: internal error: "
-                                                              f"{type(exc).__name__}: {message}"}
-    fields = {"status": "ok", "error": None, "n_segments": connectome.n_segments,
-              "n_segments_rejected": connectome.n_segments_rejected,
-              "sfreq": connectome.sfreq, "source_sfreq": connectome.source_sfreq,
-              "duration_s": round(connectome.duration_s, 3),
-              "channels_interpolated": ",".join(connectome.channels_interpolated),
-              "signal_sha256": connectome.signal_sha256}
-    connectome.record = {"settings_hash": settings.settings_hash(),
-                         "source_size": task.source_size,
-                         "source_mtime_ns": task.source_mtime_ns, "fields": fields}
+        return task.recording_id, {
+            "status": "error",
+            "error": f"{task.path}: internal error: {type(exc).__name__}: {message}",
+        }
+    fields = {
+        "status": "ok",
+        "error": None,
+        "n_segments": connectome.n_segments,
+        "n_segments_rejected": connectome.n_segments_rejected,
+        "sfreq": connectome.sfreq,
+        "source_sfreq": connectome.source_sfreq,
+        "duration_s": round(connectome.duration_s, 3),
+        "channels_interpolated": ",".join(connectome.channels_interpolated),
+        "signal_sha256": connectome.signal_sha256,
+    }
+    connectome.record = {
+        "settings_hash": settings.settings_hash(),
+        "source_size": task.source_size,
+        "source_mtime_ns": task.source_mtime_ns,
+        "fields": fields,
+    }
     connectome.save(task.out_file)
     return task.recording_id, fields
 
@@ -215,10 +236,16 @@ class PreprocessSummary:
     settings_file: Path
 
 
-def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
-                   settings: PreprocessSettings, participants: str | Path | None = None,
-                   recordings_table: str | Path | None = None, n_jobs: int = 1,
-                   strict: bool = False, overwrite: bool = False) -> PreprocessSummary:
+def run_preprocess(
+    inputs: Sequence[str | Path],
+    out_dir: str | Path,
+    settings: PreprocessSettings,
+    participants: str | Path | None = None,
+    recordings_table: str | Path | None = None,
+    n_jobs: int = 1,
+    strict: bool = False,
+    overwrite: bool = False,
+) -> PreprocessSummary:
     """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
 
     Steps: find recordings and their metadata -> read their headers (unreadable files become
@@ -243,14 +270,17 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
     """
     worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
     out_dir = Path(out_dir)
-    participants_file = (Path(participants) if participants
-                         else metadata.find_participants_file(inputs))
-    recordings_file = (Path(recordings_table) if recordings_table
-                       else metadata.find_recordings_file(inputs))
+    participants_file = (
+        Path(participants) if participants else metadata.find_participants_file(inputs)
+    )
+    recordings_file = (
+        Path(recordings_table) if recordings_table else metadata.find_recordings_file(inputs)
+    )
     with recording_workers(n_jobs) as workers:
         recordings = _gather_recordings(inputs, participants_file, recordings_file, workers)
-        resolved = _resolve_settings(settings, [rec.header for rec in recordings
-                                                if rec.header.error is None])
+        resolved = _resolve_settings(
+            settings, [rec.header for rec in recordings if rec.header.error is None]
+        )
         settings_hash = resolved.settings_hash()
 
         connectome_dir = out_dir / CONNECTOME_DIR
@@ -264,8 +294,11 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
                 # failures are said below, the folder left as it was)
                 _refuse_other_settings(out_dir, previous_rows, resolved)
             _avoid_earlier_ids(recordings, previous_rows, out_dir)
-            fields_by_id = {rec.recording_id: {"status": "error", "error": rec.header.error}
-                            for rec in recordings if rec.header.error}
+            fields_by_id = {
+                rec.recording_id: {"status": "error", "error": rec.header.error}
+                for rec in recordings
+                if rec.header.error
+            }
             tasks = []
             for rec in recordings:
                 if rec.header.error is None:
@@ -278,53 +311,80 @@ def run_preprocess(inputs: Sequence[str | Path], out_dir: str | Path,
             n_skipped = sum(1 for rec in recordings if rec.header.error is None) - len(tasks)
             if n_skipped:
                 console.log(f"preprocess: {n_skipped} recordings already done with these settings")
-            fields_by_id.update(_with_progress(workers(_process_and_save, tasks), len(tasks),
-                                               "preprocess"))
-            rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
-                    for rec in recordings]
+            fields_by_id.update(
+                _with_progress(workers(_process_and_save, tasks), len(tasks), "preprocess")
+            )
+            rows = [
+                _manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
+                for rec in recordings
+            ]
             current_ids = {row["recording_id"] for row in rows}
             if not any(row["status"] == "ok" for row in rows) and any(
-                    row.get("status") == "ok" and row.get("recording_id") not in current_ids
-                    and row.get("settings_hash") != settings_hash for row in previous_rows):
+                row.get("status") == "ok"
+                and row.get("recording_id") not in current_ids
+                and row.get("settings_hash") != settings_hash
+                for row in previous_rows
+            ):
                 # a run that made nothing must not drop an earlier run's ok recordings of other
                 # files (this run's settings differ, e.g. no channels from unreadable headers)
                 raise InputDataError(
                     f"no recording could be preprocessed; first error: {_first_error(rows)}; "
-                    f"{out_dir} is left as the earlier run wrote it")
+                    f"{out_dir} is left as the earlier run wrote it"
+                )
             for row in rows:  # a connectome from earlier settings must not outlive a failure now
                 if row["status"] == "error":
                     (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-            earlier = _earlier_rows(out_dir, previous_rows, current_ids,
-                                    {str(rec.path.resolve()) for rec in recordings},
-                                    settings_hash)
-            summary = _write_outputs(out_dir, rows, earlier, resolved, n_skipped, inputs,
-                                     participants_file, recordings_file)
+            earlier = _earlier_rows(
+                out_dir,
+                previous_rows,
+                current_ids,
+                {str(rec.path.resolve()) for rec in recordings},
+                settings_hash,
+            )
+            summary = _write_outputs(
+                out_dir,
+                rows,
+                earlier,
+                resolved,
+                n_skipped,
+                inputs,
+                participants_file,
+                recordings_file,
+            )
     _name_failures(rows, summary.manifest)
     first_error = _first_error(rows)
     if summary.n_ok == 0:
-        raise InputDataError(f"no recording could be preprocessed; first error: {first_error}; "
-                             f"see all errors in {summary.manifest}")
+        raise InputDataError(
+            f"no recording could be preprocessed; first error: {first_error}; "
+            f"see all errors in {summary.manifest}"
+        )
     if strict and summary.n_error:
-        raise PartialFailure(f"{summary.n_error} of {summary.n_recordings} recordings failed "
-                             f"(--strict); first error: {first_error}; see all errors in "
-                             f"{summary.manifest}")
+        raise PartialFailure(
+            f"{summary.n_error} of {summary.n_recordings} recordings failed "
+            f"(--strict); first error: {first_error}; see all errors in "
+            f"{summary.manifest}"
+        )
     return summary
 
 
-def _gather_recordings(inputs, participants_file: Path | None, recordings_file: Path | None,
-                       workers: RecordingMap) -> list[_Recording]:
+def _gather_recordings(
+    inputs, participants_file: Path | None, recordings_file: Path | None, workers: RecordingMap
+) -> list[_Recording]:
     """Every input recording with its id, participant, metadata and header (in path order)."""
     paths = reading.find_recordings(inputs)
     participants_rows = metadata.load_participants(participants_file) if participants_file else {}
     recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
     table_root = recordings_file.parent if recordings_file else None
     _warn_shadowed_columns({"participants": participants_rows, "recordings": recordings_rows})
-    headers = {header.path: header for header in _with_progress(
-        workers(_read_header, paths), len(paths), "reading headers")}
+    headers = {
+        header.path: header
+        for header in _with_progress(workers(_read_header, paths), len(paths), "reading headers")
+    }
     recordings = []
     for path, recording_id in zip(paths, reading.recording_ids(paths)):
-        participant_id, merged = metadata.match_participant(path, participants_rows,
-                                                            recordings_rows, table_root)
+        participant_id, merged = metadata.match_participant(
+            path, participants_rows, recordings_rows, table_root
+        )
         recordings.append(_Recording(path, recording_id, participant_id, merged, headers[path]))
     _warn_unmatched(recordings, participants_file, participants_rows)
     return recordings
@@ -334,33 +394,47 @@ def _warn_shadowed_columns(tables: dict[str, dict]) -> None:
     """One warning for metadata columns named like the manifest's own (e.g. ``status``): the
     manifest keeps its own value there, so the table's would be lost without a word."""
     own = (set(MANIFEST_LEADING_COLUMNS) | set(MANIFEST_TRAILING_COLUMNS)) - {
-        "participant_id", "age", "sex"}
+        "participant_id",
+        "age",
+        "sex",
+    }
     for name, rows in tables.items():
         shadowed = sorted({key for row in rows.values() for key in row} & own)
         if shadowed:
-            console.warn(f"{name} table: column(s) {', '.join(shadowed)} are also manifest "
-                         "columns; the manifest keeps its own values there (rename them to keep "
-                         "yours)")
+            console.warn(
+                f"{name} table: column(s) {', '.join(shadowed)} are also manifest "
+                "columns; the manifest keeps its own values there (rename them to keep "
+                "yours)"
+            )
 
 
-def _refuse_other_settings(out_dir: Path, previous_rows: list[dict],
-                           settings: PreprocessSettings) -> None:
+def _refuse_other_settings(
+    out_dir: Path, previous_rows: list[dict], settings: PreprocessSettings
+) -> None:
     """UsageError when ``out_dir``'s manifest lists ok recordings made with settings other than
     ``settings`` (naming the settings that differ, from its ``preprocess.json``)."""
     current = settings.settings_hash()
-    other = [row for row in previous_rows if row.get("status") == "ok"
-             and row.get("settings_hash") not in (None, "", "n/a", current)]
+    other = [
+        row
+        for row in previous_rows
+        if row.get("status") == "ok" and row.get("settings_hash") not in (None, "", "n/a", current)
+    ]
     if not other:
         return
     earlier = (read_settings_file(out_dir) or {}).get("settings")
     now = settings.to_dict()
-    changed = (sorted(key for key in now if earlier.get(key) != now[key])
-               if isinstance(earlier, dict) else [])
-    raise UsageError(f"{out_dir} holds {len(other)} recordings preprocessed with other settings"
-                     + (f" (different: {', '.join(changed)})" if changed else ""),
-                     hint="use --overwrite to replace them (they leave the manifest), another "
-                          "--out, or the same settings (--channels, --epoch-length) to add "
-                          "recordings")
+    changed = (
+        sorted(key for key in now if earlier.get(key) != now[key])
+        if isinstance(earlier, dict)
+        else []
+    )
+    raise UsageError(
+        f"{out_dir} holds {len(other)} recordings preprocessed with other settings"
+        + (f" (different: {', '.join(changed)})" if changed else ""),
+        hint="use --overwrite to replace them (they leave the manifest), another "
+        "--out, or the same settings (--channels, --epoch-length) to add "
+        "recordings",
+    )
 
 
 def _name_failures(rows: list[dict], manifest: Path) -> None:
@@ -378,23 +452,30 @@ def _first_error(rows: list[dict]) -> str | None:
     return next((row["error"] for row in rows if row["status"] == "error"), None)
 
 
-def _warn_unmatched(recordings: list[_Recording], participants_file: Path | None,
-                    participants_rows: dict) -> None:
+def _warn_unmatched(
+    recordings: list[_Recording], participants_file: Path | None, participants_rows: dict
+) -> None:
     """One warning for the recordings processed without a participants row."""
     if participants_file is None:
-        console.warn("no participants table found (participants.tsv at the dataset root or "
-                     "--participants); age and sex are n/a for every recording")
+        console.warn(
+            "no participants table found (participants.tsv at the dataset root or "
+            "--participants); age and sex are n/a for every recording"
+        )
         return
-    unmatched = [rec.recording_id for rec in recordings
-                 if rec.participant_id is None or rec.participant_id not in participants_rows]
+    unmatched = [
+        rec.recording_id
+        for rec in recordings
+        if rec.participant_id is None or rec.participant_id not in participants_rows
+    ]
     if unmatched:
         shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
-        console.warn(f"{len(unmatched)} recordings have no row in {participants_file} ({shown}); "
-                     "their demographics are n/a")
+        console.warn(
+            f"{len(unmatched)} recordings have no row in {participants_file} ({shown}); "
+            "their demographics are n/a"
+        )
 
 
-def _resolve_settings(settings: PreprocessSettings,
-                      readable: list[_Header]) -> PreprocessSettings:
+def _resolve_settings(settings: PreprocessSettings, readable: list[_Header]) -> PreprocessSettings:
     """``settings`` with the run's channels and epoch length filled in (and logged).
 
     Channels: ``settings.channels`` in canonical spelling, or the standard 10-20 channels every
@@ -405,18 +486,28 @@ def _resolve_settings(settings: PreprocessSettings,
     """
     if not readable:
         return settings
-    channels = select_channel_set([set(header.channels) for header in readable],
-                                  None if settings.channels is None else list(settings.channels))
+    channels = select_channel_set(
+        [set(header.channels) for header in readable],
+        None if settings.channels is None else list(settings.channels),
+    )
     if settings.channels is None:
         _warn_channels_dropped_for_a_few(readable, channels)
     epoch_length = settings.epoch_length
     if epoch_length == "auto":
-        usable = [min(header.duration_s, settings.crop_s or math.inf) for header in readable
-                  if header.duration_s >= cleaning.AUTO_MIN_SEGMENTS * cleaning.MIN_EPOCH_LENGTH_S]
-        epoch_length = (cleaning.auto_epoch_length(min(usable), settings.window_s) if usable
-                        else cleaning.MIN_EPOCH_LENGTH_S)
-    console.log(f"preprocess: {len(readable)} readable recordings, {len(channels)} channels "
-                f"({', '.join(channels)}), {len(settings.bands)} bands, epochs of {epoch_length:g} s")
+        usable = [
+            min(header.duration_s, settings.crop_s or math.inf)
+            for header in readable
+            if header.duration_s >= cleaning.AUTO_MIN_SEGMENTS * cleaning.MIN_EPOCH_LENGTH_S
+        ]
+        epoch_length = (
+            cleaning.auto_epoch_length(min(usable), settings.window_s)
+            if usable
+            else cleaning.MIN_EPOCH_LENGTH_S
+        )
+    console.log(
+        f"preprocess: {len(readable)} readable recordings, {len(channels)} channels "
+        f"({', '.join(channels)}), {len(settings.bands)} bands, epochs of {epoch_length:g} s"
+    )
     return dataclasses.replace(settings, channels=tuple(channels), epoch_length=float(epoch_length))
 
 
@@ -424,24 +515,34 @@ def _warn_channels_dropped_for_a_few(readable: list[_Header], channels: list[str
     """Warn when the default channel rule (every recording's standard channels) drops channels
     that most recordings have, because a few lack them: the user may rather keep the channels
     and interpolate or reject those few (``--channels``)."""
-    dropped = [name for name in STANDARD_1020 if name not in channels
-               and 2 * sum(name in header.channels for header in readable) > len(readable)]
+    dropped = [
+        name
+        for name in STANDARD_1020
+        if name not in channels
+        and 2 * sum(name in header.channels for header in readable) > len(readable)
+    ]
     if not dropped:
         return
-    lacking = [header.path.name for header in readable
-               if not set(dropped) <= header.channels]
+    lacking = [header.path.name for header in readable if not set(dropped) <= header.channels]
     shown = ", ".join(lacking[:3]) + (", ..." if len(lacking) > 3 else "")
-    console.warn(f"{', '.join(dropped)} left out of every recording because {len(lacking)} of "
-                 f"{len(readable)} lack them ({shown}); to keep them, pass --channels with them: "
-                 "the recordings that lack them are then interpolated (--max-interpolated) or "
-                 "rejected")
+    console.warn(
+        f"{', '.join(dropped)} left out of every recording because {len(lacking)} of "
+        f"{len(readable)} lack them ({shown}); to keep them, pass --channels with them: "
+        "the recordings that lack them are then interpolated (--max-interpolated) or "
+        "rejected"
+    )
 
 
 def _task_for(rec: _Recording, connectome_dir: Path, settings: PreprocessSettings) -> _Task:
     stat = rec.path.stat()
-    return _Task(recording_id=rec.recording_id, path=rec.path,
-                 out_file=connectome_dir / f"{rec.recording_id}.npz", settings=settings.to_dict(),
-                 source_size=stat.st_size, source_mtime_ns=stat.st_mtime_ns)
+    return _Task(
+        recording_id=rec.recording_id,
+        path=rec.path,
+        out_file=connectome_dir / f"{rec.recording_id}.npz",
+        settings=settings.to_dict(),
+        source_size=stat.st_size,
+        source_mtime_ns=stat.st_mtime_ns,
+    )
 
 
 def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
@@ -450,12 +551,16 @@ def _finished_fields(task: _Task, settings_hash: str) -> dict | None:
     if not task.out_file.is_file():
         return None
     record = load_record(task.out_file)
-    if (record is None or record.get("settings_hash") != settings_hash
-            or record.get("source_size") != task.source_size
-            or record.get("source_mtime_ns") != task.source_mtime_ns
-            # made before the signal hash or the band covariances were kept: made again, so
-            # the manifest has the hash and training the tangent-space reference
-            or "signal_sha256" not in record.get("fields", {}) or not record["has_covariance"]):
+    if (
+        record is None
+        or record.get("settings_hash") != settings_hash
+        or record.get("source_size") != task.source_size
+        or record.get("source_mtime_ns") != task.source_mtime_ns
+        # made before the signal hash or the band covariances were kept: made again, so
+        # the manifest has the hash and training the tangent-space reference
+        or "signal_sha256" not in record.get("fields", {})
+        or not record["has_covariance"]
+    ):
         return None
     return record.get("fields")
 
@@ -472,8 +577,9 @@ def _read_earlier_manifest(out_dir: Path) -> list[dict]:
         return []
 
 
-def _avoid_earlier_ids(recordings: list[_Recording], previous_rows: list[dict],
-                       out_dir: Path) -> None:
+def _avoid_earlier_ids(
+    recordings: list[_Recording], previous_rows: list[dict], out_dir: Path
+) -> None:
     """Give a recording another id where an earlier run into ``out_dir`` gave its id to another
     source file, so that its connectome never overwrites that one.
 
@@ -484,8 +590,11 @@ def _avoid_earlier_ids(recordings: list[_Recording], previous_rows: list[dict],
     modification time its connectome recorded (a dataset moved or copied with ``cp -p``). The
     rule only depends on the inputs and the manifest, so a rerun finds its connectomes again.
     """
-    owners = {row.get("recording_id"): row for row in previous_rows if row.get("status") == "ok"
-              and (out_dir / str(row.get("connectome"))).is_file()}
+    owners = {
+        row.get("recording_id"): row
+        for row in previous_rows
+        if row.get("status") == "ok" and (out_dir / str(row.get("connectome"))).is_file()
+    }
     if not owners:
         return
     current = {rec.recording_id for rec in recordings}
@@ -502,9 +611,11 @@ def _avoid_earlier_ids(recordings: list[_Recording], previous_rows: list[dict],
         while candidate in current or not free_for(candidate, rec.path):
             number += 1
             candidate = f"{base}-{number}"
-        console.warn(f"{rec.path}: recording id {rec.recording_id} belongs to "
-                     f"{owners[rec.recording_id].get('source_file')} in {out_dir}; "
-                     f"this recording is {candidate}")
+        console.warn(
+            f"{rec.path}: recording id {rec.recording_id} belongs to "
+            f"{owners[rec.recording_id].get('source_file')} in {out_dir}; "
+            f"this recording is {candidate}"
+        )
         current.add(candidate)
         rec.recording_id = candidate
 
@@ -519,12 +630,19 @@ def _same_source(path: Path, row: dict, out_dir: Path) -> bool:
         stat = path.stat()
     except OSError:  # gone since it was found: not the earlier file, and it will fail as a row
         return False
-    return (record.get("source_size"), record.get("source_mtime_ns")) == (stat.st_size,
-                                                                          stat.st_mtime_ns)
+    return (record.get("source_size"), record.get("source_mtime_ns")) == (
+        stat.st_size,
+        stat.st_mtime_ns,
+    )
 
 
-def _earlier_rows(out_dir: Path, previous_rows: list[dict], current_ids: set[str],
-                  current_sources: set[str], settings_hash: str) -> list[dict]:
+def _earlier_rows(
+    out_dir: Path,
+    previous_rows: list[dict],
+    current_ids: set[str],
+    current_sources: set[str],
+    settings_hash: str,
+) -> list[dict]:
     """Rows of ``out_dir``'s manifest, from earlier runs (``previous_rows``), that this run's
     manifest keeps.
 
@@ -538,66 +656,110 @@ def _earlier_rows(out_dir: Path, previous_rows: list[dict], current_ids: set[str
     ``Pätient_1``), so that no recording is listed twice.
     """
     previous = [row for row in previous_rows if row.get("recording_id") not in current_ids]
-    renamed = [row for row in previous
-               if str(Path(str(row.get("source_file"))).resolve()) in current_sources]
+    renamed = [
+        row
+        for row in previous
+        if str(Path(str(row.get("source_file"))).resolve()) in current_sources
+    ]
     if renamed:
-        console.log(f"preprocess: {len(renamed)} recordings of earlier runs have new ids now "
-                    f"(e.g. {renamed[0].get('recording_id')}); their old rows are left out")
+        console.log(
+            f"preprocess: {len(renamed)} recordings of earlier runs have new ids now "
+            f"(e.g. {renamed[0].get('recording_id')}); their old rows are left out"
+        )
         previous = [row for row in previous if row not in renamed]
-    kept = [row for row in previous
-            if row.get("status") == "ok" and row.get("settings_hash") == settings_hash
-            and (out_dir / str(row.get("connectome"))).is_file()]
+    kept = [
+        row
+        for row in previous
+        if row.get("status") == "ok"
+        and row.get("settings_hash") == settings_hash
+        and (out_dir / str(row.get("connectome"))).is_file()
+    ]
     if kept:
-        console.log(f"preprocess: the manifest keeps {len(kept)} recordings of earlier runs with "
-                    "these settings")
+        console.log(
+            f"preprocess: the manifest keeps {len(kept)} recordings of earlier runs with "
+            "these settings"
+        )
     if len(previous) > len(kept):
-        console.log(f"preprocess: {len(previous) - len(kept)} rows of earlier runs (other settings, "
-                    f"errors or missing files) left out of the manifest; use the same --channels "
-                    f"and --epoch-length to add recordings to {out_dir}")
+        console.log(
+            f"preprocess: {len(previous) - len(kept)} rows of earlier runs (other settings, "
+            f"errors or missing files) left out of the manifest; use the same --channels "
+            f"and --epoch-length to add recordings to {out_dir}"
+        )
     return kept
 
 
-def _write_outputs(out_dir: Path, rows: list[dict], earlier: list[dict],
-                   settings: PreprocessSettings, n_skipped: int, inputs,
-                   participants_file: Path | None, recordings_file: Path | None
-                   ) -> PreprocessSummary:
+def _write_outputs(
+    out_dir: Path,
+    rows: list[dict],
+    earlier: list[dict],
+    settings: PreprocessSettings,
+    n_skipped: int,
+    inputs,
+    participants_file: Path | None,
+    recordings_file: Path | None,
+) -> PreprocessSummary:
     """Write ``manifest.tsv`` (``earlier`` rows first, then this run's) and ``preprocess.json``
     (atomically); return the summary of this run's ``rows``."""
     n_ok = sum(row["status"] == "ok" for row in rows)
     summary = PreprocessSummary(
-        n_recordings=len(rows), n_ok=n_ok, n_error=len(rows) - n_ok, n_skipped=n_skipped,
-        channels=list(settings.channels or ()), epoch_length_s=settings.epoch_length,
-        out_dir=out_dir, manifest=out_dir / MANIFEST_NAME, settings_file=out_dir / SETTINGS_NAME)
+        n_recordings=len(rows),
+        n_ok=n_ok,
+        n_error=len(rows) - n_ok,
+        n_skipped=n_skipped,
+        channels=list(settings.channels or ()),
+        epoch_length_s=settings.epoch_length,
+        out_dir=out_dir,
+        manifest=out_dir / MANIFEST_NAME,
+        settings_file=out_dir / SETTINGS_NAME,
+    )
     input_names = [str(Path(path).absolute()) for path in inputs]  # as audit.py reads them
     if earlier:
         previous = (read_settings_file(out_dir) or {}).get("inputs", [])
         input_names = list(dict.fromkeys([*previous, *input_names]))
     write_manifest(summary.manifest, earlier + rows)
-    atomic.write_json(summary.settings_file, {
-        "settings": settings.to_dict(), "settings_hash": settings.settings_hash(),
-        "channels": summary.channels, "bands": band_names(settings.bands),
-        "band_edges_hz": band_edges_hz(settings.bands), "epoch_length_s": settings.epoch_length,
-        "inputs": input_names,
-        "participants_file": None if participants_file is None else str(participants_file),
-        "recordings_file": None if recordings_file is None else str(recordings_file),
-        "counts": {"recordings": summary.n_recordings, "ok": summary.n_ok,
-                   "error": summary.n_error, "skipped": n_skipped,
-                   "kept_from_earlier_runs": len(earlier)},
-        "versions": package_versions()})
+    atomic.write_json(
+        summary.settings_file,
+        {
+            "settings": settings.to_dict(),
+            "settings_hash": settings.settings_hash(),
+            "channels": summary.channels,
+            "bands": band_names(settings.bands),
+            "band_edges_hz": band_edges_hz(settings.bands),
+            "epoch_length_s": settings.epoch_length,
+            "inputs": input_names,
+            "participants_file": None if participants_file is None else str(participants_file),
+            "recordings_file": None if recordings_file is None else str(recordings_file),
+            "counts": {
+                "recordings": summary.n_recordings,
+                "ok": summary.n_ok,
+                "error": summary.n_error,
+                "skipped": n_skipped,
+                "kept_from_earlier_runs": len(earlier),
+            },
+            "versions": package_versions(),
+        },
+    )
     return summary
 
 
 def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:
     """The manifest row of a recording: identity, processing ``fields``, then its metadata."""
     ok = fields.get("status") == "ok"
-    row = {"recording_id": rec.recording_id, "participant_id": rec.participant_id,
-           "source_file": str(rec.path), "status": fields.get("status", "error"),
-           "error": fields.get("error"), "n_segments": fields.get("n_segments"),
-           "n_segments_rejected": fields.get("n_segments_rejected"),
-           "sfreq": fields.get("sfreq"), "source_sfreq": fields.get("source_sfreq"),
-           "duration_s": fields.get("duration_s"),
-           "channels_interpolated": fields.get("channels_interpolated"),
-           "age": rec.metadata.get("age"), "sex": rec.metadata.get("sex")}
+    row = {
+        "recording_id": rec.recording_id,
+        "participant_id": rec.participant_id,
+        "source_file": str(rec.path),
+        "status": fields.get("status", "error"),
+        "error": fields.get("error"),
+        "n_segments": fields.get("n_segments"),
+        "n_segments_rejected": fields.get("n_segments_rejected"),
+        "sfreq": fields.get("sfreq"),
+        "source_sfreq": fields.get("source_sfreq"),
+        "duration_s": fields.get("duration_s"),
+        "channels_interpolated": fields.get("channels_interpolated"),
+        "age": rec.metadata.get("age"),
+        "sex": rec.metadata.get("sex"),
+    }
     for key, value in rec.metadata.items():
         row.setdefault(key, value)
     row["signal_sha256"] = fields.get("signal_sha256")

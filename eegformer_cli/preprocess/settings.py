@@ -14,15 +14,18 @@ import math
 from dataclasses import dataclass
 
 
-from eegformer_cli.connectivity.bands import (BAND_PRESETS, bands_to_spec, check_bands_fit_rate,
-                                              parse_bands)
+from eegformer_cli.connectivity.bands import (
+    BAND_PRESETS,
+    bands_to_spec,
+    check_bands_fit_rate,
+    parse_bands,
+)
 from eegformer_cli.errors import RecordingError, UsageError, check_choice
 from eegformer_cli.recordings import cleaning
 
 
 #: The presets ``--preset`` accepts.
 PRESETS = ("default", "paper")
-
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,24 @@ class PreprocessSettings:
 
     def __post_init__(self) -> None:
         check_choice("--preset", self.preset, PRESETS)
-        numbers = {"--sfreq": self.sfreq, "l_freq": self.l_freq, "h_freq": self.h_freq,
-                   "window_s": self.window_s, "flat_ptp_v": self.flat_ptp_v,
-                   "absurd_ptp_v": self.absurd_ptp_v, "h_trans_bandwidth": self.h_trans_bandwidth,
-                   "--epoch-length": self.epoch_length}
+        numbers = {
+            "--sfreq": self.sfreq,
+            "l_freq": self.l_freq,
+            "h_freq": self.h_freq,
+            "window_s": self.window_s,
+            "flat_ptp_v": self.flat_ptp_v,
+            "absurd_ptp_v": self.absurd_ptp_v,
+            "h_trans_bandwidth": self.h_trans_bandwidth,
+            "--epoch-length": self.epoch_length,
+        }
         for name, value in numbers.items():
             if isinstance(value, (int, float)) and not math.isfinite(value):
                 raise UsageError(f"invalid {name} {value}; it must be a finite number")
         if not 0 < self.l_freq < self.h_freq < self.sfreq / 2:
-            raise UsageError(f"band-pass {self.l_freq:g}-{self.h_freq:g} Hz does not fit below the "
-                             f"Nyquist frequency of --sfreq {self.sfreq:g} Hz; raise --sfreq")
+            raise UsageError(
+                f"band-pass {self.l_freq:g}-{self.h_freq:g} Hz does not fit below the "
+                f"Nyquist frequency of --sfreq {self.sfreq:g} Hz; raise --sfreq"
+            )
         try:
             check_bands_fit_rate(self.bands, self.sfreq, what="--sfreq")
         except RecordingError as exc:
@@ -94,20 +105,28 @@ class PreprocessSettings:
         for band in self.bands:
             for part in band.ranges:  # spectra have bins every 1 / window_s Hz (1/3 Hz for 3 s)
                 if math.ceil(part.f_low * self.window_s - 1e-9) > math.floor(
-                        part.f_high * self.window_s + 1e-9):
-                    raise UsageError(f"band {band.name!r} ({part.f_low:g}-{part.f_high:g} Hz) "
-                                     f"holds no frequency bin of {self.window_s:g} s windows "
-                                     f"(bins every {1 / self.window_s:.3g} Hz); widen it in --bands")
+                    part.f_high * self.window_s + 1e-9
+                ):
+                    raise UsageError(
+                        f"band {band.name!r} ({part.f_low:g}-{part.f_high:g} Hz) "
+                        f"holds no frequency bin of {self.window_s:g} s windows "
+                        f"(bins every {1 / self.window_s:.3g} Hz); widen it in --bands"
+                    )
         if self.epoch_length != "auto":
             n_windows = float(self.epoch_length) / self.window_s
             if n_windows < 2 or not math.isclose(n_windows, round(n_windows)):
-                raise UsageError(f"invalid --epoch-length {self.epoch_length}; it must be 'auto' or "
-                                 f"a multiple of {self.window_s:g} s of at least "
-                                 f"{2 * self.window_s:g} s")
-        if self.crop_s is not None and not (math.isfinite(self.crop_s) and
-                                            self.crop_s >= 2 * self.window_s):
-            raise UsageError(f"invalid --crop {self.crop_s}; give the seconds to keep from the "
-                             f"start of every recording, at least {2 * self.window_s:g}")
+                raise UsageError(
+                    f"invalid --epoch-length {self.epoch_length}; it must be 'auto' or "
+                    f"a multiple of {self.window_s:g} s of at least "
+                    f"{2 * self.window_s:g} s"
+                )
+        if self.crop_s is not None and not (
+            math.isfinite(self.crop_s) and self.crop_s >= 2 * self.window_s
+        ):
+            raise UsageError(
+                f"invalid --crop {self.crop_s}; give the seconds to keep from the "
+                f"start of every recording, at least {2 * self.window_s:g}"
+            )
         if self.max_interpolated < 0:
             raise UsageError(f"invalid --max-interpolated {self.max_interpolated}; it must be >= 0")
         if self.ica_n_components < 2:
@@ -130,9 +149,16 @@ class PreprocessSettings:
         check_choice("--preset", name, PRESETS)
         base = {"preset": name}
         if name == "paper":
-            base.update(sfreq=250.0, h_trans_bandwidth="auto", epoch_length=30.0, flat_ptp_v=None,
-                        absurd_ptp_v=None, ica=True, ica_before_reference=True,
-                        bands=BAND_PRESETS["paper"])
+            base.update(
+                sfreq=250.0,
+                h_trans_bandwidth="auto",
+                epoch_length=30.0,
+                flat_ptp_v=None,
+                absurd_ptp_v=None,
+                ica=True,
+                ica_before_reference=True,
+                bands=BAND_PRESETS["paper"],
+            )
         base.update(overrides)
         return cls(**base)
 

@@ -21,8 +21,27 @@ import numpy as np
 from eegformer_cli.errors import InputDataError, RecordingError, UsageError
 
 #: The 19 channels of the 10-20 system, new names, in the order used for every run by default.
-STANDARD_1020: tuple[str, ...] = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz",
-                                  "C4", "T8", "P7", "P3", "Pz", "P4", "P8", "O1", "O2")
+STANDARD_1020: tuple[str, ...] = (
+    "Fp1",
+    "Fp2",
+    "F7",
+    "F3",
+    "Fz",
+    "F4",
+    "F8",
+    "T7",
+    "C3",
+    "Cz",
+    "C4",
+    "T8",
+    "P7",
+    "P3",
+    "Pz",
+    "P4",
+    "P8",
+    "O1",
+    "O2",
+)
 
 #: The template montage giving electrode positions (MNE's ``standard_1005``, renamed in MNE 1.13;
 #: identical positions).
@@ -34,8 +53,26 @@ OLD_TO_NEW_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
 #: Reference parts after a hyphen that still denote a single (referenced) electrode:
 #: ``REF``/``Ref``, linked ears ``LE``, average ``AR``/``AVG``/``CAR``, ears/mastoids.
 #: A scalp electrode after the hyphen (``Fp1-F7``) is a bipolar derivation and is not accepted.
-REFERENCE_SUFFIXES = frozenset({"REF", "LE", "RE", "AR", "AV", "AVG", "AVERAGE", "CAR",
-                                "A1", "A2", "A1A2", "A12", "M1", "M2", "M1M2", "M12"})
+REFERENCE_SUFFIXES = frozenset(
+    {
+        "REF",
+        "LE",
+        "RE",
+        "AR",
+        "AV",
+        "AVG",
+        "AVERAGE",
+        "CAR",
+        "A1",
+        "A2",
+        "A1A2",
+        "A12",
+        "M1",
+        "M2",
+        "M1M2",
+        "M12",
+    }
+)
 
 #: The fewest 10-20 channels a recording must have to be usable at all.
 MIN_RECORDING_CHANNELS = 3
@@ -102,8 +139,9 @@ def _data_file(raw: mne.io.BaseRaw) -> str | None:
     return str(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
 
 
-def normalise_channels(raw: mne.io.BaseRaw, path: Path | None = None
-                       ) -> tuple[mne.io.BaseRaw, dict[str, str]]:
+def normalise_channels(
+    raw: mne.io.BaseRaw, path: Path | None = None
+) -> tuple[mne.io.BaseRaw, dict[str, str]]:
     """Keep the EEG channels with 10-20/10-05 names, renamed to their canonical names.
 
     Parameters
@@ -129,8 +167,10 @@ def normalise_channels(raw: mne.io.BaseRaw, path: Path | None = None
     if _looks_like_numbered_cap(eeg_names):
         raise RecordingError(
             f"channel names follow a numbered cap layout ({_listed(eeg_names, 4)}), not 10-20 "
-            "electrode names", path=path,
-            hint="rename the channels to 10-20 names (e.g. with mne.rename_channels) first")
+            "electrode names",
+            path=path,
+            hint="rename the channels to 10-20 names (e.g. with mne.rename_channels) first",
+        )
     renamed: dict[str, str] = {}
     original_of: dict[str, str] = {}
     for name in eeg_names:
@@ -138,27 +178,35 @@ def normalise_channels(raw: mne.io.BaseRaw, path: Path | None = None
         if canonical is None:
             continue
         if canonical in original_of:
-            raise RecordingError(f"channels {original_of[canonical]!r} and {name!r} are both "
-                                 f"electrode {canonical}", path=path,
-                                 hint="drop one of them from the file")
+            raise RecordingError(
+                f"channels {original_of[canonical]!r} and {name!r} are both electrode {canonical}",
+                path=path,
+                hint="drop one of them from the file",
+            )
         original_of[canonical] = name
         renamed[name] = canonical
     if not renamed:
-        raise RecordingError("no channel names recognised as 10-20 electrodes (found: "
-                             f"{_listed(raw.ch_names)})", path=path,
-                             hint="name the channels Fp1, F3, ... or EEG Fp1-REF style")
+        raise RecordingError(
+            f"no channel names recognised as 10-20 electrodes (found: {_listed(raw.ch_names)})",
+            path=path,
+            hint="name the channels Fp1, F3, ... or EEG Fp1-REF style",
+        )
     if len(renamed) < MIN_RECORDING_CHANNELS:
-        raise RecordingError(f"only {len(renamed)} channel(s) recognised as 10-20 electrodes "
-                             f"({', '.join(renamed.values())}); at least "
-                             f"{MIN_RECORDING_CHANNELS} are needed", path=path)
+        raise RecordingError(
+            f"only {len(renamed)} channel(s) recognised as 10-20 electrodes "
+            f"({', '.join(renamed.values())}); at least "
+            f"{MIN_RECORDING_CHANNELS} are needed",
+            path=path,
+        )
     normalised = raw.copy().pick(list(renamed))
     normalised.rename_channels(renamed)
     normalised.set_channel_types(dict.fromkeys(normalised.ch_names, "eeg"), on_unit_change="ignore")
     return normalised, renamed
 
 
-def select_channel_set(available_per_recording: list[set[str]], requested: list[str] | None,
-                       min_channels: int = 3) -> list[str]:
+def select_channel_set(
+    available_per_recording: list[set[str]], requested: list[str] | None, min_channels: int = 3
+) -> list[str]:
     """The channels of a run.
 
     Parameters
@@ -190,7 +238,8 @@ def select_channel_set(available_per_recording: list[set[str]], requested: list[
             f"only {len(channels)} of the 19 standard 10-20 channels ({', '.join(channels) or 'none'}) "
             f"are present in every recording; at least {min_channels} are needed",
             hint="pass --channels with the channels you need and --max-interpolated to fill gaps, "
-                 "or leave out the recordings with few channels")
+            "or leave out the recordings with few channels",
+        )
     return channels
 
 
@@ -198,21 +247,27 @@ def _validated_channel_list(requested: list[str], min_channels: int) -> list[str
     canonical = [canonical_channel_name(name) for name in requested]
     unknown = [name for name, canon in zip(requested, canonical) if canon is None]
     if unknown:
-        raise UsageError(f"unknown channel name(s) for --channels: {', '.join(map(repr, unknown))}; "
-                         f"valid names are the 10-20 channels {', '.join(STANDARD_1020)} or any "
-                         "10-05 name of MNE's standard_1005 montage (e.g. AF3, FC1, CPz, POz, Oz)")
+        raise UsageError(
+            f"unknown channel name(s) for --channels: {', '.join(map(repr, unknown))}; "
+            f"valid names are the 10-20 channels {', '.join(STANDARD_1020)} or any "
+            "10-05 name of MNE's standard_1005 montage (e.g. AF3, FC1, CPz, POz, Oz)"
+        )
     repeated = sorted({name for name in canonical if canonical.count(name) > 1})
     if repeated:
-        raise UsageError(f"--channels names the same electrode twice: {', '.join(repeated)} "
-                         "(old and new names such as T3/T7 are the same electrode)")
+        raise UsageError(
+            f"--channels names the same electrode twice: {', '.join(repeated)} "
+            "(old and new names such as T3/T7 are the same electrode)"
+        )
     if len(canonical) < min_channels:
-        raise UsageError(f"--channels lists {len(canonical)} channel(s); at least {min_channels} "
-                         "are needed")
+        raise UsageError(
+            f"--channels lists {len(canonical)} channel(s); at least {min_channels} are needed"
+        )
     return canonical
 
 
-def conform_channels(raw: mne.io.BaseRaw, channels: list[str], max_interpolated: int,
-                     path: Path | None = None) -> tuple[mne.io.BaseRaw, list[str]]:
+def conform_channels(
+    raw: mne.io.BaseRaw, channels: list[str], max_interpolated: int, path: Path | None = None
+) -> tuple[mne.io.BaseRaw, list[str]]:
     """Give a normalised recording exactly ``channels``, in that order, with montage positions.
 
     Missing channels are added and filled by spherical-spline interpolation
@@ -240,15 +295,19 @@ def conform_channels(raw: mne.io.BaseRaw, channels: list[str], max_interpolated:
     """
     missing = [name for name in channels if name not in raw.ch_names]
     if len(missing) > max_interpolated:
-        raise RecordingError(f"missing channels {', '.join(missing)} (allowed to interpolate at "
-                             f"most {max_interpolated}; use --max-interpolated)",
-                             path=path or _data_file(raw))
+        raise RecordingError(
+            f"missing channels {', '.join(missing)} (allowed to interpolate at "
+            f"most {max_interpolated}; use --max-interpolated)",
+            path=path or _data_file(raw),
+        )
     conformed = raw.copy().pick([name for name in channels if name in raw.ch_names])
     if missing:
         conformed.load_data()
         placeholders = mne.io.RawArray(
             np.zeros((len(missing), conformed.n_times)),
-            mne.create_info(missing, conformed.info["sfreq"], "eeg"), verbose="error")
+            mne.create_info(missing, conformed.info["sfreq"], "eeg"),
+            verbose="error",
+        )
         conformed.add_channels([placeholders], force_update_info=True)
     conformed.reorder_channels(list(channels))
     conformed.set_montage(MONTAGE_NAME, verbose="error")

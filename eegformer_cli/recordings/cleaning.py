@@ -52,8 +52,9 @@ def resample(raw: mne.io.BaseRaw, sfreq: float) -> mne.io.BaseRaw:
     return raw
 
 
-def bandpass(raw: mne.io.BaseRaw, l_freq: float, h_freq: float,
-             h_trans_bandwidth: float | str = "auto") -> mne.io.BaseRaw:
+def bandpass(
+    raw: mne.io.BaseRaw, l_freq: float, h_freq: float, h_trans_bandwidth: float | str = "auto"
+) -> mne.io.BaseRaw:
     """A copy of ``raw`` band-passed ``l_freq``-``h_freq`` Hz (MNE FIR defaults).
 
     ``h_trans_bandwidth`` (Hz) is MNE's parameter: ``"auto"`` (the reference) or e.g. 5.0 (the
@@ -75,9 +76,10 @@ def crop(raw: mne.io.BaseRaw, seconds: float) -> mne.io.BaseRaw:
     """The first ``seconds`` of ``raw`` (a copy); RecordingError when it is shorter."""
     duration = raw.n_times / raw.info["sfreq"]
     if duration < seconds - 1e-9:
-        raise RecordingError(f"recording too short for --crop {seconds:g}: {duration:.1f} s",
-                             hint="give a --crop no longer than the shortest recording, or "
-                                  "leave this one out")
+        raise RecordingError(
+            f"recording too short for --crop {seconds:g}: {duration:.1f} s",
+            hint="give a --crop no longer than the shortest recording, or leave this one out",
+        )
     return raw.copy().crop(tmin=0.0, tmax=seconds, include_tmax=False)
 
 
@@ -93,8 +95,9 @@ def auto_epoch_length(duration_s: float, window_s: float = WINDOW_S) -> float:
     return float(np.clip(longest, MIN_EPOCH_LENGTH_S, MAX_AUTO_EPOCH_LENGTH_S))
 
 
-def segment(raw: mne.io.BaseRaw, epoch_length_s: float,
-            window_s: float = WINDOW_S) -> tuple[np.ndarray, np.ndarray]:
+def segment(
+    raw: mne.io.BaseRaw, epoch_length_s: float, window_s: float = WINDOW_S
+) -> tuple[np.ndarray, np.ndarray]:
     """Cut the recording into consecutive, non-overlapping epochs of consecutive windows.
 
     Returns
@@ -117,8 +120,10 @@ def segment(raw: mne.io.BaseRaw, epoch_length_s: float,
     if n_segments == 0:
         raise RecordingError(
             f"recording too short: {raw.times[-1] + 1 / sfreq:.1f} s, one epoch needs "
-            f"{epoch_length_s:g} s", hint="leave it out or give a shorter --epoch-length")
-    used = data[:, :n_segments * n_windows * window_samples]
+            f"{epoch_length_s:g} s",
+            hint="leave it out or give a shorter --epoch-length",
+        )
+    used = data[:, : n_segments * n_windows * window_samples]
     # (C, S*W*T) -> (C, S, W, T) -> (S, W, C, T)
     segments = used.reshape(data.shape[0], n_segments, n_windows, window_samples)
     segments = np.ascontiguousarray(segments.transpose(1, 2, 0, 3))
@@ -126,8 +131,12 @@ def segment(raw: mne.io.BaseRaw, epoch_length_s: float,
     return segments, onsets_s
 
 
-def reject_segments(segments: np.ndarray, channel_names, flat_ptp_v: float | None = FLAT_PTP_V,
-                    absurd_ptp_v: float | None = ABSURD_PTP_V) -> tuple[np.ndarray, list[str]]:
+def reject_segments(
+    segments: np.ndarray,
+    channel_names,
+    flat_ptp_v: float | None = FLAT_PTP_V,
+    absurd_ptp_v: float | None = ABSURD_PTP_V,
+) -> tuple[np.ndarray, list[str]]:
     """Which segments to keep, judged on the peak-to-peak amplitude of each window (volts).
 
     A segment is rejected when a channel's peak-to-peak is below ``flat_ptp_v`` in more than
@@ -149,24 +158,33 @@ def reject_segments(segments: np.ndarray, channel_names, flat_ptp_v: float | Non
     keep = np.ones(len(segments), dtype=bool)
     reasons = []
     for index, window_ptp in enumerate(ptp):
-        flat = (window_ptp < flat_ptp_v).sum(axis=0) > n_windows / 2 if flat_ptp_v is not None \
+        flat = (
+            (window_ptp < flat_ptp_v).sum(axis=0) > n_windows / 2
+            if flat_ptp_v is not None
             else np.zeros(window_ptp.shape[1], dtype=bool)
-        absurd = (window_ptp > absurd_ptp_v).any(axis=0) if absurd_ptp_v is not None \
+        )
+        absurd = (
+            (window_ptp > absurd_ptp_v).any(axis=0)
+            if absurd_ptp_v is not None
             else np.zeros(window_ptp.shape[1], dtype=bool)
+        )
         if flat.any() or absurd.any():
             keep[index] = False
             parts = []
             if flat.any():
                 parts.append("flat channel " + ",".join(np.asarray(channel_names)[flat]))
             if absurd.any():
-                parts.append("peak-to-peak above "
-                             f"{absurd_ptp_v * 1e3:g} mV on " + ",".join(np.asarray(channel_names)[absurd]))
+                parts.append(
+                    "peak-to-peak above "
+                    f"{absurd_ptp_v * 1e3:g} mV on " + ",".join(np.asarray(channel_names)[absurd])
+                )
             reasons.append("; ".join(parts))
     return keep, reasons
 
 
-def run_ica_iclabel(raw: mne.io.BaseRaw, n_components: int,
-                    random_state: int) -> tuple[mne.io.BaseRaw, list[str]]:
+def run_ica_iclabel(
+    raw: mne.io.BaseRaw, n_components: int, random_state: int
+) -> tuple[mne.io.BaseRaw, list[str]]:
     """A copy of ``raw`` with artefact components removed by ICA + ICLabel (reference section 1).
 
     ``mne.preprocessing.ICA(method="infomax", fit_params={"extended": True})`` with a fixed
@@ -188,16 +206,22 @@ def run_ica_iclabel(raw: mne.io.BaseRaw, n_components: int,
     rank = mne.compute_rank(raw, rank=None, verbose=False).get("eeg", len(raw.ch_names))
     n_components = int(min(n_components, rank))
     if n_components < 2:
-        raise RecordingError(f"ICA needs at least 2 components but the data's rank is {rank}",
-                             hint="run without --ica")
-    ica = mne.preprocessing.ICA(n_components=n_components, method="infomax",
-                                fit_params={"extended": True}, random_state=random_state,
-                                max_iter="auto", verbose=False)
+        raise RecordingError(
+            f"ICA needs at least 2 components but the data's rank is {rank}",
+            hint="run without --ica",
+        )
+    ica = mne.preprocessing.ICA(
+        n_components=n_components,
+        method="infomax",
+        fit_params={"extended": True},
+        random_state=random_state,
+        max_iter="auto",
+        verbose=False,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ica.fit(raw, verbose=False)
         labels = label_components(raw, ica, method="iclabel")["labels"]
-    ica.exclude = [index for index, label in enumerate(labels)
-                   if label not in ICLABEL_KEPT_LABELS]
+    ica.exclude = [index for index, label in enumerate(labels) if label not in ICLABEL_KEPT_LABELS]
     ica.apply(raw, verbose=False)
     return raw, [labels[index] for index in ica.exclude]

@@ -39,8 +39,9 @@ _SEX_BY_SPELLING = {
     **dict.fromkeys(("o", "other", "u"), None),
 }
 _SEX_BY_NUMBER = {0: None, 1: "M", 2: "F"}
-_ACCEPTED_SEX = ("M/F, male/female, man/woman, boy/girl, 1 = male, 2 = female; "
-                 "0, O/other, U or n/a = unknown")
+_ACCEPTED_SEX = (
+    "M/F, male/female, man/woman, boy/girl, 1 = male, 2 = female; 0, O/other, U or n/a = unknown"
+)
 
 #: Accepted names of the participant id column, in order of preference (case-insensitive).
 PARTICIPANT_ID_COLUMNS = ("participant_id", "participant", "subject", "subject_id", "id")
@@ -83,9 +84,11 @@ def parse_sex(value, numeric_codes: bool = True) -> str | None:
         number = None
     if number is not None:
         if not numeric_codes:
-            raise ValueError(f"numeric gender code {str(value).strip()!r} is ambiguous (datasets "
-                             "differ on which number is male); write M/F, or give the codes' "
-                             "Levels in participants.json")
+            raise ValueError(
+                f"numeric gender code {str(value).strip()!r} is ambiguous (datasets "
+                "differ on which number is male); write M/F, or give the codes' "
+                "Levels in participants.json"
+            )
         if number in _SEX_BY_NUMBER:
             return _SEX_BY_NUMBER[int(number)]
     raise ValueError(f"unknown sex code {str(value).strip()!r}; accepted: {_ACCEPTED_SEX}")
@@ -143,17 +146,25 @@ def read_table(path: Path) -> list[dict[str, str]]:
     except OSError as exc:
         raise InputDataError(f"cannot read table: {exc.strerror}", path=path) from None
     except UnicodeDecodeError:
-        raise InputDataError("table is not UTF-8 text", path=path,
-                             hint="save it as UTF-8 TSV or CSV") from None
+        raise InputDataError(
+            "table is not UTF-8 text", path=path, hint="save it as UTF-8 TSV or CSV"
+        ) from None
     lines = text.splitlines()
     numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
-        raise InputDataError("table is empty", path=path,
-                             hint="expected a header line such as participant_id<TAB>age<TAB>sex")
+        raise InputDataError(
+            "table is empty",
+            path=path,
+            hint="expected a header line such as participant_id<TAB>age<TAB>sex",
+        )
     delimiter = _delimiter(path, numbered[0][1])
-    parsed = [(number, [cell.strip() for cell in cells]) for number, cells in
-              zip((n for n, _ in numbered), csv.reader((line for _, line in numbered),
-                                                       delimiter=delimiter))]
+    parsed = [
+        (number, [cell.strip() for cell in cells])
+        for number, cells in zip(
+            (n for n, _ in numbered),
+            csv.reader((line for _, line in numbered), delimiter=delimiter),
+        )
+    ]
     (_, header), body = parsed[0], parsed[1:]
     if any(not name for name in header):
         raise InputDataError(f"table header has an empty column name: {header}", path=path)
@@ -164,9 +175,11 @@ def read_table(path: Path) -> list[dict[str, str]]:
     for number, cells in body:
         if len(cells) != len(header):
             separator = "tab" if delimiter == "\t" else repr(delimiter)
-            raise InputDataError(f"line {number} has {len(cells)} fields, the header has "
-                                 f"{len(header)}", path=path,
-                                 hint=f"is the table {separator}-separated?")
+            raise InputDataError(
+                f"line {number} has {len(cells)} fields, the header has {len(header)}",
+                path=path,
+                hint=f"is the table {separator}-separated?",
+            )
         rows.append(dict(zip(header, cells)))
     if not rows:
         raise InputDataError("table has a header but no rows", path=path)
@@ -210,8 +223,9 @@ def _add_demographics(path: Path, rows: list[dict], row_names: list[str]) -> Non
         try:
             row["age"] = parse_age(row[age_column]) if age_column else None
         except ValueError as exc:
-            raise InputDataError(f"{name}: {exc}", path=path,
-                                 hint="ages are in years; write n/a when unknown") from None
+            raise InputDataError(
+                f"{name}: {exc}", path=path, hint="ages are in years; write n/a when unknown"
+            ) from None
         value = row[sex_column] if sex_column else None
         value = levels.get(str(value).strip(), value) if levels else value
         try:
@@ -237,16 +251,21 @@ def load_participants(path: Path) -> dict[str, dict]:
     header = list(rows[0])
     id_column = _find_column(header, PARTICIPANT_ID_COLUMNS)
     if id_column is None:
-        raise InputDataError(f"no participant id column (found columns: {', '.join(header)})",
-                             path=path, hint=f"name it {PARTICIPANT_ID_COLUMNS[0]}")
+        raise InputDataError(
+            f"no participant id column (found columns: {', '.join(header)})",
+            path=path,
+            hint=f"name it {PARTICIPANT_ID_COLUMNS[0]}",
+        )
     ids = [row[id_column] for row in rows]
     if "" in ids:
         raise InputDataError(f"row {ids.index('') + 1} has an empty {id_column}", path=path)
     duplicated = sorted({pid for pid in ids if ids.count(pid) > 1})
     if duplicated:
-        raise InputDataError(f"duplicated participant ids: {', '.join(duplicated)}", path=path,
-                             hint="list each participant once; put per-recording values in "
-                                  "recordings.tsv")
+        raise InputDataError(
+            f"duplicated participant ids: {', '.join(duplicated)}",
+            path=path,
+            hint="list each participant once; put per-recording values in recordings.tsv",
+        )
     _add_demographics(path, rows, [f"participant {pid}" for pid in ids])
     for row, pid in zip(rows, ids):
         row["participant_id"] = pid
@@ -273,8 +292,11 @@ def load_recordings_table(path: Path) -> dict[str, dict]:
     rows = read_table(path)
     header = list(rows[0])
     if "file" not in header:
-        raise InputDataError(f"no 'file' column (found columns: {', '.join(header)})", path=path,
-                             hint="list each recording's path relative to this table in 'file'")
+        raise InputDataError(
+            f"no 'file' column (found columns: {', '.join(header)})",
+            path=path,
+            hint="list each recording's path relative to this table in 'file'",
+        )
     files = [_normalised_relative(row["file"]) if row["file"] else "" for row in rows]
     if "" in files:
         raise InputDataError(f"row {files.index('') + 1} has an empty file", path=path)
@@ -335,13 +357,17 @@ def _participant_from_name(path: Path, participants: dict) -> str | None:
                 return candidate
     suffix = recording_suffix(Path(path))
     stem = name[: len(name) - len(suffix)] if suffix else Path(name).stem
-    matches = [pid for pid in participants
-               if stem == pid or stem.startswith(pid + "_") or stem.startswith(pid + "-")]
+    matches = [
+        pid
+        for pid in participants
+        if stem == pid or stem.startswith(pid + "_") or stem.startswith(pid + "-")
+    ]
     return max(matches, key=len) if matches else None
 
 
-def match_participant(path: Path, participants: dict, recordings: dict | None,
-                      root: Path | None) -> tuple[str | None, dict]:
+def match_participant(
+    path: Path, participants: dict, recordings: dict | None, root: Path | None
+) -> tuple[str | None, dict]:
     """The participant id of a recording and its metadata.
 
     Parameters

@@ -23,8 +23,15 @@ from eegformer_cli.errors import InputDataError, RecordingError
 
 #: Suffix (lower case) -> format name, for every file treated as a recording. Companion files
 #: (.eeg/.vmrk of BrainVision, .fdt of EEGLAB) are read through their header and are not listed.
-FORMAT_BY_SUFFIX = {".edf": "EDF", ".bdf": "BDF", ".gdf": "GDF", ".vhdr": "BrainVision",
-                    ".set": "EEGLAB", ".fif": "FIF", ".fif.gz": "FIF"}
+FORMAT_BY_SUFFIX = {
+    ".edf": "EDF",
+    ".bdf": "BDF",
+    ".gdf": "GDF",
+    ".vhdr": "BrainVision",
+    ".set": "EEGLAB",
+    ".fif": "FIF",
+    ".fif.gz": "FIF",
+}
 RECORDING_SUFFIXES: tuple[str, ...] = tuple(FORMAT_BY_SUFFIX)
 
 #: Files that belong to a recording but are not one: suffix -> the header file to give instead.
@@ -34,9 +41,13 @@ COMPANION_SUFFIXES = {".eeg": ".vhdr", ".vmrk": ".vhdr", ".fdt": ".set"}
 BIDS_SKIPPED_FOLDERS = frozenset({"derivatives", "sourcedata", "code"})
 
 # The first bytes of each binary format (BrainVision headers are text and checked by MNE).
-_MAGIC_BY_FORMAT = {"EDF": (b"0       ",), "BDF": (b"\xffBIOSEMI",), "GDF": (b"GDF",),
-                    "FIF": (b"\x00\x00\x00\x64", b"\x1f\x8b"),  # FIFF_FILE_ID tag, or gzip
-                    "EEGLAB": (b"MATLAB", b"\x89HDF")}  # MAT-file v5-v7, or v7.3 (HDF5)
+_MAGIC_BY_FORMAT = {
+    "EDF": (b"0       ",),
+    "BDF": (b"\xffBIOSEMI",),
+    "GDF": (b"GDF",),
+    "FIF": (b"\x00\x00\x00\x64", b"\x1f\x8b"),  # FIFF_FILE_ID tag, or gzip
+    "EEGLAB": (b"MATLAB", b"\x89HDF"),
+}  # MAT-file v5-v7, or v7.3 (HDF5)
 # Values checked for NaN at a time (80 MB as float64), to bound the memory of the check.
 _FINITE_CHECK_VALUES = 10_000_000
 
@@ -56,8 +67,7 @@ def input_folder(path: str | Path) -> Path:
 
 
 def _is_recording_file(path: Path) -> bool:
-    return (path.is_file() and not path.name.startswith(".")
-            and recording_suffix(path) is not None)
+    return path.is_file() and not path.name.startswith(".") and recording_suffix(path) is not None
 
 
 def _walk_recordings(folder: Path) -> list[Path]:
@@ -68,8 +78,12 @@ def _walk_recordings(folder: Path) -> list[Path]:
     found = []
     for dirpath, dirnames, filenames in os.walk(folder):
         at_root = Path(dirpath) == folder
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
-                             and not (at_root and is_bids_root and d in BIDS_SKIPPED_FOLDERS))
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".")
+            and not (at_root and is_bids_root and d in BIDS_SKIPPED_FOLDERS)
+        )
         found.extend(Path(dirpath) / f for f in filenames if _is_recording_file(Path(dirpath) / f))
     return found
 
@@ -112,14 +126,16 @@ def find_recordings(inputs: list[Path]) -> list[Path]:
     for given in inputs:
         path = Path(given)
         if not path.exists():
-            raise InputDataError("no such file or folder", path=path,
-                                 hint="check the recording paths given")
+            raise InputDataError(
+                "no such file or folder", path=path, hint="check the recording paths given"
+            )
         if path.is_dir():
             in_folder = _walk_recordings(path.resolve())
             if not in_folder:
                 raise InputDataError(
                     f"folder holds no recordings (looked for {', '.join(RECORDING_SUFFIXES)})",
-                    path=path)
+                    path=path,
+                )
             found.update(dict.fromkeys(sorted(in_folder)))
         elif recording_suffix(path) is None:
             raise _unsupported_format_error(path, InputDataError)
@@ -133,10 +149,14 @@ def _unsupported_format_error(path: Path, error_class: type[InputDataError]) -> 
     """A companion file (.vmrk, .eeg, .fdt) or a file of a format not read here."""
     header_suffix = COMPANION_SUFFIXES.get(path.suffix.lower())
     if header_suffix:
-        return error_class(f"a companion file, not a recording: give the {header_suffix} file",
-                           path=path)
-    return error_class(f"unsupported format ({''.join(path.suffixes) or 'no suffix'})", path=path,
-                       hint=f"supported: {', '.join(RECORDING_SUFFIXES)}")
+        return error_class(
+            f"a companion file, not a recording: give the {header_suffix} file", path=path
+        )
+    return error_class(
+        f"unsupported format ({''.join(path.suffixes) or 'no suffix'})",
+        path=path,
+        hint=f"supported: {', '.join(RECORDING_SUFFIXES)}",
+    )
 
 
 def _file_error(path: Path, reason: str, hint: str | None = None) -> RecordingError:
@@ -162,8 +182,10 @@ def _check_file_signature(path: Path, fmt: str) -> None:
     if not head.startswith(magic):
         looks_like_text = all(32 <= b < 127 or b in b"\t\r\n" for b in head)
         what = "a text file" if looks_like_text else "binary data of another kind"
-        raise _file_error(path, f"not a valid {fmt} file: it starts like {what}, without the {fmt} "
-                                "header signature")
+        raise _file_error(
+            path,
+            f"not a valid {fmt} file: it starts like {what}, without the {fmt} header signature",
+        )
 
 
 def _check_edf_record_count(path: Path, fmt: str) -> None:
@@ -188,8 +210,11 @@ def _check_edf_record_count(path: Path, fmt: str) -> None:
     record_bytes = sum(samples_per_record) * bytes_per_sample
     held = (path.stat().st_size - header_bytes) // record_bytes if record_bytes else 0
     if announced > 0 and held < announced:
-        raise _file_error(path, f"truncated {fmt} file: the header announces {announced} data "
-                                f"records, the file holds {held}")
+        raise _file_error(
+            path,
+            f"truncated {fmt} file: the header announces {announced} data "
+            f"records, the file holds {held}",
+        )
 
 
 def _missing_companion_reason(exc: FileNotFoundError, path: Path, fmt: str) -> str:
@@ -233,7 +258,9 @@ def read_recording(path: Path, preload: bool = True) -> mne.io.BaseRaw:
     except FileNotFoundError as exc:
         raise _file_error(path, _missing_companion_reason(exc, path, fmt)) from None
     except Exception as exc:  # MNE raises many kinds (ValueError, IndexError, OSError ...)
-        raise _file_error(path, f"corrupt or truncated {fmt} header ({_first_line(exc, path)})") from None
+        raise _file_error(
+            path, f"corrupt or truncated {fmt} header ({_first_line(exc, path)})"
+        ) from None
     if fmt in ("EDF", "BDF"):
         _check_edf_record_count(path, fmt)  # after MNE, which has validated the header fields
     if raw.n_times == 0 or len(raw.ch_names) == 0:
@@ -242,7 +269,9 @@ def read_recording(path: Path, preload: bool = True) -> mne.io.BaseRaw:
         try:
             raw.load_data(verbose="error")
         except Exception as exc:
-            raise _file_error(path, f"corrupt or truncated {fmt} data ({_first_line(exc, path)})") from None
+            raise _file_error(
+                path, f"corrupt or truncated {fmt} data ({_first_line(exc, path)})"
+            ) from None
         check_finite(raw, path)
     return raw
 
@@ -267,6 +296,7 @@ def _safe_id_part(text: str) -> str:
     other than letters, digits and combining marks (symbols, punctuation, emoji, controls).
     Unicode letters stay, so ``Pätient 1`` and ``Pötient 1`` keep distinct ids; ASCII names
     get the ids they always had."""
+
     def keep(char: str) -> bool:
         if char.isascii():
             return char.isalnum() or char in "._-"

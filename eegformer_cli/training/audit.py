@@ -90,9 +90,11 @@ MISSING = "n/a"
 STATUS_ORDER = ("flagged", "borderline", "checked", "constant", "unknown", "not recorded")
 #: Variables whose shortcut is the recordings' length; the remedy offered for them.
 LENGTH_VARIABLES = ("duration_s", "n_segments")
-LENGTH_REMEDY = ("remedy: compare like with like: `eegformer preprocess ... --crop SECONDS` "
-                 "(at most the shortest recording's length) analyses the same length of every "
-                 "recording; train again and see whether the score holds")
+LENGTH_REMEDY = (
+    "remedy: compare like with like: `eegformer preprocess ... --crop SECONDS` "
+    "(at most the shortest recording's length) analyses the same length of every "
+    "recording; train again and see whether the score holds"
+)
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,9 @@ class AuditPlan:
     seed: int
 
 
-def plan_audit(data: TrainingData, folds: list[splits.Fold], scheme: dict, config: TrainConfig,
-               confounds=()) -> AuditPlan:
+def plan_audit(
+    data: TrainingData, folds: list[splits.Fold], scheme: dict, config: TrainConfig, confounds=()
+) -> AuditPlan:
     """The audit of ``data`` on the run's ``folds`` (``scheme`` as in ``splits.json``).
 
     ``confounds``: extra manifest columns; UsageError naming the available ones when a column
@@ -133,8 +136,11 @@ def plan_audit(data: TrainingData, folds: list[splits.Fold], scheme: dict, confi
     recording_rows = [by_id[rec.recording_id] for rec in data.recordings]
     variables = _builtin_variables(recording_rows, data)
     names = {variable.name for variable in variables}
-    variables += [_column_variable(recording_rows, column, "--confounds column", "--confounds")
-                  for column in dict.fromkeys(confounds) if column not in names]
+    variables += [
+        _column_variable(recording_rows, column, "--confounds column", "--confounds")
+        for column in dict.fromkeys(confounds)
+        if column not in names
+    ]
     audit_folds, description = _audit_folds(data, folds, scheme, config)
     return AuditPlan(data, variables, audit_folds, description, config.seed)
 
@@ -143,40 +149,63 @@ def _check_confounds(columns: list[str], confounds: list[str], data: TrainingDat
     available = [c for c in columns if c not in BOOKKEEPING_COLUMNS and c != data.label_column]
     for column in confounds:
         if column == data.label_column:
-            raise UsageError(f"--confounds {column!r} is the label column; a label predicts "
-                             "itself", hint="name nuisance columns only")
+            raise UsageError(
+                f"--confounds {column!r} is the label column; a label predicts itself",
+                hint="name nuisance columns only",
+            )
         if column not in available:
-            raise UsageError(f"--confounds column {column!r} is not in "
-                             f"{data.data_dir / 'manifest.tsv'}; available columns are "
-                             f"{', '.join(available)}")
+            raise UsageError(
+                f"--confounds column {column!r} is not in "
+                f"{data.data_dir / 'manifest.tsv'}; available columns are "
+                f"{', '.join(available)}"
+            )
 
 
 def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
     """The nuisance variables every manifest may have (module docstring's table)."""
-    interpolated = (None if "channels_interpolated" not in rows[0] else
-                    [0.0 if metadata.is_missing(row["channels_interpolated"])
-                     else float(len(row["channels_interpolated"].split(","))) for row in rows])
+    interpolated = (
+        None
+        if "channels_interpolated" not in rows[0]
+        else [
+            0.0
+            if metadata.is_missing(row["channels_interpolated"])
+            else float(len(row["channels_interpolated"].split(",")))
+            for row in rows
+        ]
+    )
     ages = None if "age" not in rows[0] else [output.age_value(row["age"]) for row in rows]
     crop = (data.preprocess.get("settings") or {}).get("crop_s")
     duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
-    if crop is not None and duration.values is not None:   # what the tokens were computed on
-        duration = Variable("duration_s", f"recording duration analysed (--crop {crop:g}), s",
-                            "numeric", [min(value, crop) for value in duration.values])
+    if crop is not None and duration.values is not None:  # what the tokens were computed on
+        duration = Variable(
+            "duration_s",
+            f"recording duration analysed (--crop {crop:g}), s",
+            "numeric",
+            [min(value, crop) for value in duration.values],
+        )
     return [
         duration,
         _column_variable(rows, "n_segments", "segments kept", kind="numeric"),
-        _column_variable(rows, "source_sfreq", "original sampling rate, Hz",
-                         kind="categorical"),
+        _column_variable(rows, "source_sfreq", "original sampling rate, Hz", kind="categorical"),
         Variable("n_channels_interpolated", "interpolated channels", "numeric", interpolated),
-        Variable("input_folder", "input folder (site)", "categorical",
-                 _input_folders(rows, data.preprocess.get("inputs"))),
+        Variable(
+            "input_folder",
+            "input folder (site)",
+            "categorical",
+            _input_folders(rows, data.preprocess.get("inputs")),
+        ),
         Variable("age", "age, years", "numeric", ages),
         _column_variable(rows, "sex", "sex", kind="categorical"),
     ]
 
 
-def _column_variable(rows: list[dict], column: str, description: str, source: str = "manifest",
-                     kind: str | None = None) -> Variable:
+def _column_variable(
+    rows: list[dict],
+    column: str,
+    description: str,
+    source: str = "manifest",
+    kind: str | None = None,
+) -> Variable:
     """A manifest column as a variable: numeric when ``kind`` says so or (``kind`` None) when
     every known value is a number, else categorical; values None when the column is absent."""
     if column not in rows[0]:
@@ -186,8 +215,10 @@ def _column_variable(rows: list[dict], column: str, description: str, source: st
     if kind is None:
         kind = "numeric" if all(_is_number(text) for text in known) else "categorical"
     if kind == "numeric":
-        values = [float("nan") if metadata.is_missing(text) or not _is_number(text) else float(text)
-                  for text in texts]
+        values = [
+            float("nan") if metadata.is_missing(text) or not _is_number(text) else float(text)
+            for text in texts
+        ]
     else:
         values = [MISSING if metadata.is_missing(text) else text.strip() for text in texts]
     return Variable(column, description, kind, values, source)
@@ -208,14 +239,20 @@ def _input_folders(rows: list[dict], inputs: list[str] | None) -> list[str] | No
     if not inputs or "source_file" not in rows[0]:
         return None
     # the innermost input wins (``preprocess data/ data/site2/`` puts site2's files in site2)
-    roots = sorted({input_folder(name) for name in inputs}, key=lambda root: len(root.parts),
-                   reverse=True)
-    return [next((str(root) for root in roots if Path(row["source_file"]).is_relative_to(root)),
-                 MISSING) for row in rows]
+    roots = sorted(
+        {input_folder(name) for name in inputs}, key=lambda root: len(root.parts), reverse=True
+    )
+    return [
+        next(
+            (str(root) for root in roots if Path(row["source_file"]).is_relative_to(root)), MISSING
+        )
+        for row in rows
+    ]
 
 
-def _audit_folds(data: TrainingData, folds: list[splits.Fold], scheme: dict,
-                 config: TrainConfig) -> tuple[list[splits.Fold], str]:
+def _audit_folds(
+    data: TrainingData, folds: list[splits.Fold], scheme: dict, config: TrainConfig
+) -> tuple[list[splits.Fold], str]:
     """The folds of the audit: the run's own, or for a holdout run a participant-wise
     ``config.cv``-fold CV of all participants (seed ``config.seed``), since one split gives
     no interval; the holdout split itself when the data are too few for that CV."""
@@ -223,12 +260,15 @@ def _audit_folds(data: TrainingData, folds: list[splits.Fold], scheme: dict,
         return folds, f"the run's {len(folds)} participant-wise folds"
     groups = np.array([rec.participant_id for rec in data.recordings])
     try:
-        cv_folds = splits.cross_validation_folds(groups, data.label_indices(), config.cv, 1,
-                                                 config.seed, config.val_fraction)
+        cv_folds = splits.cross_validation_folds(
+            groups, data.label_indices(), config.cv, 1, config.seed, config.val_fraction
+        )
     except InputDataError:
         return folds, "the holdout split (too few participants for a CV: no interval)"
-    return cv_folds, (f"a participant-wise {config.cv}-fold CV of all participants (seed "
-                      f"{config.seed}; the holdout split alone would give no interval)")
+    return cv_folds, (
+        f"a participant-wise {config.cv}-fold CV of all participants (seed "
+        f"{config.seed}; the holdout split alone would give no interval)"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -244,45 +284,63 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
     positive = None if positive_label is None else data.label_names.index(positive_label)
     # one BLAS thread: 3-4x faster for these tiny fits than OpenBLAS's threads (measured)
     with threadpool_limits(limits=1):
-        entries = [_audit_variable(variable, plan, labels, positive)
-                   for variable in plan.variables]
-    entries.sort(key=lambda e: (STATUS_ORDER.index(e["status"]),
-                                -np.nan_to_num(e["auroc"]["mean"] if e["auroc"] else 0.0)))
+        entries = [_audit_variable(variable, plan, labels, positive) for variable in plan.variables]
+    entries.sort(
+        key=lambda e: (
+            STATUS_ORDER.index(e["status"]),
+            -np.nan_to_num(e["auroc"]["mean"] if e["auroc"] else 0.0),
+        )
+    )
     flagged = [entry for entry in entries if entry["status"] == "flagged"]
     for entry in entries:
         if entry["status"] not in ("flagged", "borderline"):
             continue
-        named = (entry["name"] if entry["description"] == entry["name"]
-                 else f"{entry['name']} ({entry['description']})")
-        what = ("shortcut: " if entry["status"] == "flagged" else
-                "possible shortcut (borderline): ")
+        named = (
+            entry["name"]
+            if entry["description"] == entry["name"]
+            else f"{entry['name']} ({entry['description']})"
+        )
+        what = "shortcut: " if entry["status"] == "flagged" else "possible shortcut (borderline): "
         how = "alone predicts" if entry["status"] == "flagged" else "weakly predicts"
         remedy = f"; {LENGTH_REMEDY}" if entry["name"] in LENGTH_VARIABLES else ""
-        warn(f"{what}{named} {how} {data.label_column!r} "
-             f"({describe_figure(entry)}); the models may score on it rather than on the EEG "
-             f"(see shortcut_audit in metrics.json and the report){remedy}")
+        warn(
+            f"{what}{named} {how} {data.label_column!r} "
+            f"({describe_figure(entry)}); the models may score on it rather than on the EEG "
+            f"(see shortcut_audit in metrics.json and the report){remedy}"
+        )
     return {
-        "folds": plan.folds_description, "n_folds": len(plan.folds),
+        "folds": plan.folds_description,
+        "n_folds": len(plan.folds),
         "model": "class-balanced logistic regression on the variable alone, fit on each "
-                 "fold's train + val participants, scored per recording on its test "
-                 "participants",
+        "fold's train + val participants, scored per recording on its test "
+        "participants",
         "interval": "95 % corrected resampled t-test over folds against chance (Nadeau & "
-                    "Bengio 2003), as the model comparison; n/a when every fold gives the same "
-                    f"value (then a permutation test, {N_PERMUTATIONS} permutations)",
+        "Bengio 2003), as the model comparison; n/a when every fold gives the same "
+        f"value (then a permutation test, {N_PERMUTATIONS} permutations)",
         "rule": f"flagged when AUROC >= {AUROC_FLAG} and the interval's lower bound is above 0.5 "
-                f"(or, with no interval, the permutation p < {SIGNIFICANCE}); borderline when "
-                f"beyond chance so but AUROC < {AUROC_FLAG}; checked otherwise",
+        f"(or, with no interval, the permutation p < {SIGNIFICANCE}); borderline when "
+        f"beyond chance so but AUROC < {AUROC_FLAG}; checked otherwise",
         "flagged": [entry["name"] for entry in flagged],
         "borderline": [entry["name"] for entry in entries if entry["status"] == "borderline"],
         "variables": entries,
     }
 
 
-def _audit_variable(variable: Variable, plan: AuditPlan, labels: np.ndarray,
-                    positive: int | None) -> dict:
-    entry = {"name": variable.name, "description": variable.description, "kind": variable.kind,
-             "source": variable.source, "status": None, "reason": None, "by_class": None,
-             "bac": None, "auroc": None, "per_fold": None}
+def _audit_variable(
+    variable: Variable, plan: AuditPlan, labels: np.ndarray, positive: int | None
+) -> dict:
+    entry = {
+        "name": variable.name,
+        "description": variable.description,
+        "kind": variable.kind,
+        "source": variable.source,
+        "status": None,
+        "reason": None,
+        "by_class": None,
+        "bac": None,
+        "auroc": None,
+        "per_fold": None,
+    }
     if variable.values is None:
         return {**entry, "status": "not recorded"}
     values = variable.values
@@ -300,50 +358,71 @@ def _audit_variable(variable: Variable, plan: AuditPlan, labels: np.ndarray,
     candidate = bool(np.isfinite(auroc["mean"]) and auroc["mean"] >= AUROC_FLAG)
     if candidate and not np.isfinite(auroc["ci95"][0]):
         auroc["p_value"] = _permutation_p_value(variable, plan, positive, auroc["mean"])
-        auroc["test"] = (f"permutation test ({N_PERMUTATIONS} label permutations on the same "
-                         "folds; no spread over folds for an interval)")
-    beyond_chance = bool(auroc["ci95"][0] > 0.5 if np.isfinite(auroc["ci95"][0])
-                         else np.isfinite(auroc["p_value"]) and auroc["p_value"] < SIGNIFICANCE)
-    status = ("flagged" if candidate and beyond_chance else
-              "borderline" if beyond_chance else "checked")
-    return {**entry, "status": status, "reason": _reason(status, auroc, candidate), "bac": bac,
-            "auroc": auroc, "per_fold": per_fold}
+        auroc["test"] = (
+            f"permutation test ({N_PERMUTATIONS} label permutations on the same "
+            "folds; no spread over folds for an interval)"
+        )
+    beyond_chance = bool(
+        auroc["ci95"][0] > 0.5
+        if np.isfinite(auroc["ci95"][0])
+        else np.isfinite(auroc["p_value"]) and auroc["p_value"] < SIGNIFICANCE
+    )
+    status = (
+        "flagged" if candidate and beyond_chance else "borderline" if beyond_chance else "checked"
+    )
+    return {
+        **entry,
+        "status": status,
+        "reason": _reason(status, auroc, candidate),
+        "bac": bac,
+        "auroc": auroc,
+        "per_fold": per_fold,
+    }
 
 
 def _reason(status: str, auroc: dict, candidate: bool) -> str:
     """Why a variable got its status, in words."""
     interval = np.isfinite(auroc["ci95"][0])
-    evidence = ("its interval lies above chance (0.5)" if interval else
-                f"permutation p < {SIGNIFICANCE}")
+    evidence = (
+        "its interval lies above chance (0.5)" if interval else f"permutation p < {SIGNIFICANCE}"
+    )
     if status == "flagged":
         return f"AUROC >= {AUROC_FLAG} and {evidence}"
     if status == "borderline":
-        return (f"predicts the label beyond chance ({evidence}) but its AUROC is below "
-                f"{AUROC_FLAG}: a weak shortcut the models may still use")
+        return (
+            f"predicts the label beyond chance ({evidence}) but its AUROC is below "
+            f"{AUROC_FLAG}: a weak shortcut the models may still use"
+        )
     if candidate:
         return f"AUROC >= {AUROC_FLAG} but not beyond chance on these folds"
-    return f"AUROC below {AUROC_FLAG} and not beyond chance (interval reaches 0.5)" \
-        if interval else f"AUROC below {AUROC_FLAG}"
+    return (
+        f"AUROC below {AUROC_FLAG} and not beyond chance (interval reaches 0.5)"
+        if interval
+        else f"AUROC below {AUROC_FLAG}"
+    )
 
 
-def _permutation_p_value(variable: Variable, plan: AuditPlan, positive: int | None,
-                         observed: float) -> float:
+def _permutation_p_value(
+    variable: Variable, plan: AuditPlan, positive: int | None, observed: float
+) -> float:
     """p of the mean AUROC ``observed`` against the one-variable model refit on
     :data:`N_PERMUTATIONS` permutations of the labels on the same folds."""
     index = {name: i for i, name in enumerate(plan.data.label_names)}
     null = []
     for permutation in range(N_PERMUTATIONS):
         labels = permuted_labels(plan.data, plan.folds, plan.seed, permutation)
-        per_fold = _fold_metrics(variable, plan, np.array([index[label] for label in labels]),
-                                 positive)
+        per_fold = _fold_metrics(
+            variable, plan, np.array([index[label] for label in labels]), positive
+        )
         values = [fold["auroc"] for fold in per_fold if np.isfinite(fold["auroc"])]
         # undefined when every test fold lacks a class: counted as reaching (conservative)
         null.append(np.mean(values) if values else np.inf)
     return p_value(null, observed)
 
 
-def _fold_metrics(variable: Variable, plan: AuditPlan, labels: np.ndarray,
-                  positive: int | None) -> list[dict]:
+def _fold_metrics(
+    variable: Variable, plan: AuditPlan, labels: np.ndarray, positive: int | None
+) -> list[dict]:
     """BAC and AUROC of the one-variable model on each fold's test recordings."""
     participants = np.array([rec.participant_id for rec in plan.data.recordings])
     n_classes = len(plan.data.label_names)
@@ -356,13 +435,21 @@ def _fold_metrics(variable: Variable, plan: AuditPlan, labels: np.ndarray,
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         warnings.filterwarnings("ignore", category=ConvergenceWarning)
         for fold in plan.folds:
-            per_fold.append(_fold_metric(variable, fold, x, participants, labels, positive,
-                                         n_classes))
+            per_fold.append(
+                _fold_metric(variable, fold, x, participants, labels, positive, n_classes)
+            )
     return per_fold
 
 
-def _fold_metric(variable: Variable, fold: splits.Fold, x: np.ndarray, participants: np.ndarray,
-                 labels: np.ndarray, positive: int | None, n_classes: int) -> dict:
+def _fold_metric(
+    variable: Variable,
+    fold: splits.Fold,
+    x: np.ndarray,
+    participants: np.ndarray,
+    labels: np.ndarray,
+    positive: int | None,
+    n_classes: int,
+) -> dict:
     """BAC and AUROC of the one-variable model fit on ``fold``'s training part, on its test
     recordings (chance probabilities when the training part holds one class)."""
     fit = np.isin(participants, fold.train + fold.val)
@@ -373,8 +460,12 @@ def _fold_metric(variable: Variable, fold: splits.Fold, x: np.ndarray, participa
         probabilities[:] = 0.0
         probabilities[:, model.classes_] = model.predict_proba(x[test])
     metrics = classification_metrics(labels[test], probabilities, positive)
-    return {"repeat": fold.repeat, "fold": fold.fold, "bac": metrics["bac"],
-            "auroc": metrics["auroc"]}
+    return {
+        "repeat": fold.repeat,
+        "fold": fold.fold,
+        "bac": metrics["bac"],
+        "auroc": metrics["auroc"],
+    }
 
 
 def _one_variable_model(kind: str):
@@ -395,9 +486,16 @@ def _by_class(variable: Variable, label_names: list[str], labels: np.ndarray) ->
         members = values[labels == index]
         if variable.kind == "numeric":
             known = members[np.isfinite(members)]
-            summary[name] = ({"median": float(np.median(known)), "min": float(known.min()),
-                              "max": float(known.max()), "unknown": int(len(members) - len(known))}
-                             if len(known) else {"unknown": int(len(members))})
+            summary[name] = (
+                {
+                    "median": float(np.median(known)),
+                    "min": float(known.min()),
+                    "max": float(known.max()),
+                    "unknown": int(len(members) - len(known)),
+                }
+                if len(known)
+                else {"unknown": int(len(members))}
+            )
         else:
             levels, counts = np.unique(members.astype(str), return_counts=True)
             summary[name] = {str(level): int(count) for level, count in zip(levels, counts)}
@@ -422,8 +520,11 @@ def describe_figure(entry: dict) -> str:
         how = f", 95 % CI {number(low)} to {number(high)}"
     else:
         folds = f"all {auroc['n_folds']} folds" if auroc["n_folds"] > 1 else "1 fold"
-        how = (f" on {folds}, permutation p = {auroc['p_value']:.2g}"
-               if auroc["test"].startswith("permutation") else f" on {folds}, no interval")
+        how = (
+            f" on {folds}, permutation p = {auroc['p_value']:.2g}"
+            if auroc["test"].startswith("permutation")
+            else f" on {folds}, no interval"
+        )
     return f"AUROC {number(auroc['mean'])}{how}; BAC {number(bac['mean'])}"
 
 
@@ -433,8 +534,11 @@ def describe_by_class(entry: dict) -> str:
     parts = []
     for name, summary in (entry.get("by_class") or {}).items():
         if entry["kind"] == "numeric":
-            text = ("n/a" if "median" not in summary else
-                    f"{summary['median']:g} ({summary['min']:g}-{summary['max']:g})")
+            text = (
+                "n/a"
+                if "median" not in summary
+                else f"{summary['median']:g} ({summary['min']:g}-{summary['max']:g})"
+            )
             if summary["unknown"] and "median" in summary:
                 text += f", n/a {summary['unknown']}"
         else:
@@ -448,13 +552,17 @@ def describe_audit(audit: dict) -> str:
     others by status."""
     graded = []
     for status in ("flagged", "borderline"):
-        parts = [f"{e['name']} ({describe_figure(e)})" for e in audit["variables"]
-                 if e["status"] == status]
+        parts = [
+            f"{e['name']} ({describe_figure(e)})"
+            for e in audit["variables"]
+            if e["status"] == status
+        ]
         if parts:
             graded.append(f"{status} " + ", ".join(parts))
     flagged = "; ".join(graded) or "no variable predicts the label alone"
-    others = [f"{status} " + ", ".join(e["name"] for e in audit["variables"]
-                                       if e["status"] == status)
-              for status in STATUS_ORDER[2:]
-              if any(e["status"] == status for e in audit["variables"])]
+    others = [
+        f"{status} " + ", ".join(e["name"] for e in audit["variables"] if e["status"] == status)
+        for status in STATUS_ORDER[2:]
+        if any(e["status"] == status for e in audit["variables"])
+    ]
     return "shortcut audit: " + "; ".join([flagged, *others])

@@ -34,7 +34,7 @@ def usvt(matrices: torch.Tensor, threshold: float = USVT_THRESHOLD) -> torch.Ten
     """
     n = matrices.shape[-1]
     u, s, vh = torch.linalg.svd(matrices.double())
-    s = torch.where(s < threshold * n ** 0.5, torch.zeros_like(s), s)
+    s = torch.where(s < threshold * n**0.5, torch.zeros_like(s), s)
     estimate = (u * s.unsqueeze(-2)) @ vh
     estimate = 0.5 * (estimate + estimate.transpose(-1, -2))
     upper = matrices.double().amax(dim=(-2, -1), keepdim=True)
@@ -62,9 +62,18 @@ def _mix(a: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:
     return lam * a + (1.0 - lam) * b
 
 
-def mix_batch(coh: torch.Tensor, wpli: torch.Tensor, age: torch.Tensor, sex: torch.Tensor,
-              targets: torch.Tensor, kind: str, prob: float, cutmix_prob: float, beta: float,
-              rng: np.random.Generator):
+def mix_batch(
+    coh: torch.Tensor,
+    wpli: torch.Tensor,
+    age: torch.Tensor,
+    sex: torch.Tensor,
+    targets: torch.Tensor,
+    kind: str,
+    prob: float,
+    cutmix_prob: float,
+    beta: float,
+    rng: np.random.Generator,
+):
     """Augment one batch; returns new ``(coh, wpli, age, sex, targets)``.
 
     ``coh``, ``wpli`` float32 (B, n_bands, C, C); ``age``, ``sex`` float32 (B,) (NaN = unknown);
@@ -85,5 +94,10 @@ def mix_batch(coh: torch.Tensor, wpli: torch.Tensor, age: torch.Tensor, sex: tor
     else:
         new_coh = _mix(source_coh, source_coh[perm], lam)
         new_wpli = _mix(source_wpli, source_wpli[perm], lam)
-    return (new_coh, new_wpli, _mix(age, age[perm], lam), _mix(sex, sex[perm], lam),
-            _mix(targets, targets[perm], lam))
+    return (
+        new_coh,
+        new_wpli,
+        _mix(age, age[perm], lam),
+        _mix(sex, sex[perm], lam),
+        _mix(targets, targets[perm], lam),
+    )

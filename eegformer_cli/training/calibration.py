@@ -62,12 +62,14 @@ def log_loss(y_true: np.ndarray, probabilities: np.ndarray) -> float:
     """Mean -ln(probability of the true class) of (n, K) ``probabilities`` (clipped to
     :data:`EPSILON`), nats."""
     rows = np.arange(len(y_true))
-    return float(-np.log(np.clip(np.asarray(probabilities, dtype=float)[rows, y_true],
-                                 EPSILON, 1.0)).mean())
+    return float(
+        -np.log(np.clip(np.asarray(probabilities, dtype=float)[rows, y_true], EPSILON, 1.0)).mean()
+    )
 
 
-def calibration_target(y_true: np.ndarray, probabilities: np.ndarray,
-                       positive_index: int | None) -> tuple[np.ndarray, np.ndarray, str]:
+def calibration_target(
+    y_true: np.ndarray, probabilities: np.ndarray, positive_index: int | None
+) -> tuple[np.ndarray, np.ndarray, str]:
     """(probability looked at (n,), outcome 0/1 (n,), what it is): with two classes the
     positive class's probability and whether the recording is of it, else the top-label
     confidence and whether the top class was right."""
@@ -80,8 +82,9 @@ def calibration_target(y_true: np.ndarray, probabilities: np.ndarray,
     return probabilities.max(axis=1), (top == y_true).astype(int), "top-label confidence"
 
 
-def calibration_summary(y_true: np.ndarray, probabilities: np.ndarray,
-                        positive_index: int | None) -> dict:
+def calibration_summary(
+    y_true: np.ndarray, probabilities: np.ndarray, positive_index: int | None
+) -> dict:
     """Brier score, log-loss, ECE, calibration slope and intercept and the reliability
     diagram's bins of ``probabilities`` (n, K) for the class indices ``y_true`` (n,) (module
     docstring); NaN where undefined (one outcome only: no slope)."""
@@ -91,7 +94,7 @@ def calibration_summary(y_true: np.ndarray, probabilities: np.ndarray,
     score, outcome, target = calibration_target(y_true, probabilities, positive_index)
     if n_classes == 2:
         brier = brier_score_loss(outcome, score)
-    else:               # scikit-learn's multi-class score (>= 1.7), written out for older ones
+    else:  # scikit-learn's multi-class score (>= 1.7), written out for older ones
         onehot = np.eye(n_classes)[y_true]
         brier = ((probabilities - onehot) ** 2).sum(axis=1).mean() / 2
     edges = np.linspace(0.0, 1.0, N_BINS + 1)
@@ -103,12 +106,26 @@ def calibration_summary(y_true: np.ndarray, probabilities: np.ndarray,
             continue
         mean, observed = float(score[members].mean()), float(outcome[members].mean())
         ece += members.mean() * abs(observed - mean)
-        bins.append({"lower": float(edges[b]), "upper": float(edges[b + 1]),
-                     "n": int(members.sum()), "mean_predicted": mean, "observed": observed})
+        bins.append(
+            {
+                "lower": float(edges[b]),
+                "upper": float(edges[b + 1]),
+                "n": int(members.sum()),
+                "mean_predicted": mean,
+                "observed": observed,
+            }
+        )
     slope, intercept = _slope_intercept(score, outcome)
-    return {"target": target, "n": int(len(y_true)), "brier": float(brier),
-            "log_loss": log_loss(y_true, probabilities),
-            "ece": float(ece), "slope": slope, "intercept": intercept, "bins": bins}
+    return {
+        "target": target,
+        "n": int(len(y_true)),
+        "brier": float(brier),
+        "log_loss": log_loss(y_true, probabilities),
+        "ece": float(ece),
+        "slope": slope,
+        "intercept": intercept,
+        "bins": bins,
+    }
 
 
 def _slope_intercept(score: np.ndarray, outcome: np.ndarray) -> tuple[float, float]:
@@ -116,8 +133,7 @@ def _slope_intercept(score: np.ndarray, outcome: np.ndarray) -> tuple[float, flo
         return float("nan"), float("nan")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=ConvergenceWarning)
-        fit = LogisticRegression(C=np.inf, max_iter=1000).fit(
-            _logit(score).reshape(-1, 1), outcome)
+        fit = LogisticRegression(C=np.inf, max_iter=1000).fit(_logit(score).reshape(-1, 1), outcome)
     return float(fit.coef_[0, 0]), float(fit.intercept_[0])
 
 
@@ -146,8 +162,9 @@ def recalibrate(recalibration: dict | None, probabilities: np.ndarray) -> np.nda
     return probabilities
 
 
-def fit_recalibration(method: str, y_true: np.ndarray, probabilities: np.ndarray,
-                      positive_index: int | None) -> dict:
+def fit_recalibration(
+    method: str, y_true: np.ndarray, probabilities: np.ndarray, positive_index: int | None
+) -> dict:
     """``{"method", "params"}`` of ``method`` fitted on ``probabilities`` (n, K) by maximum
     likelihood (temperature: T in [0.05, 20] on a log scale; Platt: an unpenalised logistic
     regression on the logit difference)."""
@@ -171,14 +188,24 @@ def fit_recalibration(method: str, y_true: np.ndarray, probabilities: np.ndarray
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=ConvergenceWarning)
             fit = LogisticRegression(C=np.inf, max_iter=1000).fit(x, y_true == positive)
-        return {"method": "platt", "params": {"a": float(fit.coef_[0, 0]),
-                                              "b": float(fit.intercept_[0]),
-                                              "positive_index": int(positive)}}
+        return {
+            "method": "platt",
+            "params": {
+                "a": float(fit.coef_[0, 0]),
+                "b": float(fit.intercept_[0]),
+                "positive_index": int(positive),
+            },
+        }
     raise ValueError(f"unknown recalibration method {method!r}")
 
 
-def cross_fitted(method: str, y_true: np.ndarray, probabilities: np.ndarray,
-                 groups: np.ndarray, positive_index: int | None) -> np.ndarray:
+def cross_fitted(
+    method: str,
+    y_true: np.ndarray,
+    probabilities: np.ndarray,
+    groups: np.ndarray,
+    positive_index: int | None,
+) -> np.ndarray:
     """``probabilities`` recalibrated by ``method`` fitted, for each participant group of a
     :data:`CROSS_FIT_GROUPS`-fold split, on the other groups only (n, K)."""
     y_true, probabilities = np.asarray(y_true, dtype=int), np.asarray(probabilities, dtype=float)
@@ -186,15 +213,17 @@ def cross_fitted(method: str, y_true: np.ndarray, probabilities: np.ndarray,
     n_splits = min(CROSS_FIT_GROUPS, len(np.unique(groups)))
     for fit_rows, held_out in GroupKFold(n_splits=n_splits).split(probabilities, y_true, groups):
         if len(np.unique(y_true[fit_rows])) < 2:
-            continue                       # nothing to fit on: left as they are
-        fitted = fit_recalibration(method, y_true[fit_rows], probabilities[fit_rows],
-                                   positive_index)
+            continue  # nothing to fit on: left as they are
+        fitted = fit_recalibration(
+            method, y_true[fit_rows], probabilities[fit_rows], positive_index
+        )
         out[held_out] = recalibrate(fitted, probabilities[held_out])
     return out
 
 
-def choose_recalibration(y_true: np.ndarray, probabilities: np.ndarray, groups: np.ndarray,
-                         positive_index: int | None) -> dict:
+def choose_recalibration(
+    y_true: np.ndarray, probabilities: np.ndarray, groups: np.ndarray, positive_index: int | None
+) -> dict:
     """The recalibration ``predict`` uses (module docstring): ``{"method", "params",
     "cross_fitted_log_loss": {method: nats}, "n", "reason", "after"}``; ``after`` is the
     :func:`calibration_summary` of the kept method's cross-fitted probabilities (None for
@@ -204,24 +233,44 @@ def choose_recalibration(y_true: np.ndarray, probabilities: np.ndarray, groups: 
     n_classes = probabilities.shape[1]
     n_groups = len(np.unique(groups))
     if len(y_true) < MIN_RECORDINGS or n_groups < 2 or len(np.unique(y_true)) < 2:
-        return {"method": "none", "params": {}, "cross_fitted_log_loss": {}, "n": len(y_true),
-                "reason": f"too few out-of-fold recordings ({len(y_true)}; a recalibration "
-                          f"needs {MIN_RECORDINGS} of two classes or more)", "after": None}
+        return {
+            "method": "none",
+            "params": {},
+            "cross_fitted_log_loss": {},
+            "n": len(y_true),
+            "reason": f"too few out-of-fold recordings ({len(y_true)}; a recalibration "
+            f"needs {MIN_RECORDINGS} of two classes or more)",
+            "after": None,
+        }
     methods = ["none", "temperature"] + (["platt"] if n_classes == 2 else [])
-    candidates = {method: cross_fitted(method, y_true, probabilities, groups, positive_index)
-                  for method in methods}
+    candidates = {
+        method: cross_fitted(method, y_true, probabilities, groups, positive_index)
+        for method in methods
+    }
     losses = {method: log_loss(y_true, p) for method, p in candidates.items()}
     best = min(methods, key=lambda m: (losses[m], methods.index(m)))
     if best == "none":
-        reason = ("no recalibration lowers the out-of-fold log-loss (cross-fitted over "
-                  "participants), so predict gives the model's probabilities as they are")
+        reason = (
+            "no recalibration lowers the out-of-fold log-loss (cross-fitted over "
+            "participants), so predict gives the model's probabilities as they are"
+        )
     else:
-        reason = (f"{best} scaling lowers the cross-fitted out-of-fold log-loss from "
-                  f"{losses['none']:.3f} to {losses[best]:.3f}, so predict applies it")
+        reason = (
+            f"{best} scaling lowers the cross-fitted out-of-fold log-loss from "
+            f"{losses['none']:.3f} to {losses[best]:.3f}, so predict applies it"
+        )
     fitted = fit_recalibration(best, y_true, probabilities, positive_index)
-    return {**fitted, "cross_fitted_log_loss": losses, "n": int(len(y_true)), "reason": reason,
-            "after": (None if best == "none" else
-                      calibration_summary(y_true, candidates[best], positive_index))}
+    return {
+        **fitted,
+        "cross_fitted_log_loss": losses,
+        "n": int(len(y_true)),
+        "reason": reason,
+        "after": (
+            None
+            if best == "none"
+            else calibration_summary(y_true, candidates[best], positive_index)
+        ),
+    }
 
 
 def describe_recalibration(recalibration: dict) -> str:

@@ -50,8 +50,13 @@ CLASS_WEIGHTINGS = ("balanced", "none")
 SELECTION_METRICS = ("bac", "paper_bac")
 
 # Fields of ModelConfig that come from the data, not from the user.
-DATA_DERIVED_MODEL_FIELDS = ("n_channels", "band_names", "band_edges_hz", "n_classes",
-                             "channel_names")
+DATA_DERIVED_MODEL_FIELDS = (
+    "n_channels",
+    "band_names",
+    "band_edges_hz",
+    "n_classes",
+    "channel_names",
+)
 
 
 @dataclass
@@ -94,7 +99,7 @@ class TrainConfig:
     # evaluation scheme
     cv: int = 5
     repeats: int = 1
-    holdout: float = 0.0        # fraction in (0, 1) held out for test; 0: cross-validation
+    holdout: float = 0.0  # fraction in (0, 1) held out for test; 0: cross-validation
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
@@ -122,16 +127,43 @@ class TrainConfig:
 
 _PRESET_VALUES = {
     "paper": dict(
-        preset="paper", epochs=100, batch_size=64, lr=5e-5, weight_decay=1e-5, betas=(0.9, 0.99),
-        eps=1e-8, warmup_epochs=5.0, warmup_lr_init=1e-7, lr_min=1e-7, drop_last=True,
+        preset="paper",
+        epochs=100,
+        batch_size=64,
+        lr=5e-5,
+        weight_decay=1e-5,
+        betas=(0.9, 0.99),
+        eps=1e-8,
+        warmup_epochs=5.0,
+        warmup_lr_init=1e-7,
+        lr_min=1e-7,
+        drop_last=True,
         input_standardisation=False,
-        alpha=0.7, label_smoothing=0.1, class_weighting="none", augmentation="graphon",
-        augment_prob=1.0, cutmix_prob=0.5, mix_beta=0.2,
-        selection_metric="paper_bac", patience=0, val_fraction=0.1, model={}),
+        alpha=0.7,
+        label_smoothing=0.1,
+        class_weighting="none",
+        augmentation="graphon",
+        augment_prob=1.0,
+        cutmix_prob=0.5,
+        mix_beta=0.2,
+        selection_metric="paper_bac",
+        patience=0,
+        val_fraction=0.1,
+        model={},
+    ),
     # chosen by measured accuracy (docs/benchmarks-history.md, "what was tried")
-    "default": dict(preset="default", epochs=40, batch_size=16, lr=1e-3, weight_decay=0.1,
-                    warmup_epochs=3.0, augmentation="none", segment_averaging=0.5, patience=0,
-                    model={}),
+    "default": dict(
+        preset="default",
+        epochs=40,
+        batch_size=16,
+        lr=1e-3,
+        weight_decay=0.1,
+        warmup_epochs=3.0,
+        augmentation="none",
+        segment_averaging=0.5,
+        patience=0,
+        model={},
+    ),
 }
 
 #: Settings that earlier versions stored in run folders and model files, with the value every
@@ -151,10 +183,11 @@ def current_train_fields(stored: dict) -> dict:
     variant had.
     """
     from eegformer_cli.model.xaiguiformer import (  # loads torch
-        current_model_fields, without_retired)
+        current_model_fields,
+        without_retired,
+    )
 
-    current = without_retired(stored, RETIRED_SETTINGS, RETIRED_SETTING_VALUES,
-                              "training setting")
+    current = without_retired(stored, RETIRED_SETTINGS, RETIRED_SETTING_VALUES, "training setting")
     if isinstance(current.get("model"), dict):
         current["model"] = current_model_fields(current["model"])
     return current
@@ -175,14 +208,18 @@ def load_toml(path: str | Path) -> dict:
     except FileNotFoundError:
         raise UsageError("config file not found", path=path, hint="check --config") from None
     except OSError as exc:  # a folder, no permission
-        raise UsageError(f"config file not readable ({exc.strerror})", path=path,
-                         hint="check --config") from None
+        raise UsageError(
+            f"config file not readable ({exc.strerror})", path=path, hint="check --config"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"not a valid TOML file: {exc}", path=path) from None
 
 
-def resolve_config(preset: str = "default", toml_path: str | Path | dict | None = None,
-                   overrides: dict | None = None) -> TrainConfig:
+def resolve_config(
+    preset: str = "default",
+    toml_path: str | Path | dict | None = None,
+    overrides: dict | None = None,
+) -> TrainConfig:
     """Preset -> TOML file (or a dict of its keys) -> flag overrides, validated. ``None``
     values in ``overrides`` are ignored.
 
@@ -195,8 +232,9 @@ def resolve_config(preset: str = "default", toml_path: str | Path | dict | None 
         source = f"config file {toml_path}" if toml_path else "config"
     name = file_values.get("preset", preset) if preset == "default" else preset
     config = TrainConfig.preset_config(name)
-    config = apply_overrides(config, {k: v for k, v in file_values.items() if k != "preset"},
-                             source=source)
+    config = apply_overrides(
+        config, {k: v for k, v in file_values.items() if k != "preset"}, source=source
+    )
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     return apply_overrides(config, flags, source="command line")
 
@@ -210,8 +248,10 @@ def apply_overrides(config: TrainConfig, values: dict, source: str) -> TrainConf
     current = config.to_dict()
     for key, value in values.items():
         if key not in _FIELD_TYPES:
-            raise UsageError(f"unknown training setting {key!r} in {source}; allowed keys are "
-                             + ", ".join(sorted(_FIELD_TYPES)))
+            raise UsageError(
+                f"unknown training setting {key!r} in {source}; allowed keys are "
+                + ", ".join(sorted(_FIELD_TYPES))
+            )
         if key == "model":
             if not isinstance(value, dict):
                 raise UsageError(f"'model' in {source} must be a table of model settings")
@@ -247,7 +287,9 @@ def _coerce(key: str, value, source: str):
                 raise ValueError
             return pair
     except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"invalid value {value!r} for {key!r} in {source}; expected {kind}") from None
+        raise UsageError(
+            f"invalid value {value!r} for {key!r} in {source}; expected {kind}"
+        ) from None
     return value
 
 
@@ -285,8 +327,10 @@ def validate(config: TrainConfig) -> None:
     allowed = {f.name for f in dataclasses.fields(ModelConfig)} - set(DATA_DERIVED_MODEL_FIELDS)
     for key in config.model:
         if key not in allowed:
-            raise UsageError(f"unknown model setting {key!r}; allowed model settings are "
-                             + ", ".join(sorted(allowed)))
+            raise UsageError(
+                f"unknown model setting {key!r}; allowed model settings are "
+                + ", ".join(sorted(allowed))
+            )
 
 
 def _check_range(name, value, low, high, low_open=False, high_open=False) -> None:

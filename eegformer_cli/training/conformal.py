@@ -75,13 +75,18 @@ def check_coverage(coverage: float, n_calibration: int) -> None:
         raise UsageError(
             f"--coverage {coverage} needs at least {needed} out-of-fold recordings, the model's "
             f"run has {n_calibration}",
-            hint=f"ask for at most {most:.2f}, or train on more recordings" if n_calibration
-            else "retrain with this eegformer version (the model file has no out-of-fold "
-                 "scores)")
+            hint=f"ask for at most {most:.2f}, or train on more recordings"
+            if n_calibration
+            else "retrain with this eegformer version (the model file has no out-of-fold scores)",
+        )
 
 
-def prediction_sets(calibration_probabilities: np.ndarray, calibration_labels: np.ndarray,
-                    probabilities: np.ndarray, coverage: float) -> np.ndarray:
+def prediction_sets(
+    calibration_probabilities: np.ndarray,
+    calibration_labels: np.ndarray,
+    probabilities: np.ndarray,
+    coverage: float,
+) -> np.ndarray:
     """bool (n, K): the classes in each recording's set, from ``calibration_probabilities``
     (m, K) with their true class indices ``calibration_labels`` (m,), for ``probabilities``
     (n, K) at ``coverage`` (module docstring)."""
@@ -91,8 +96,11 @@ def prediction_sets(calibration_probabilities: np.ndarray, calibration_labels: n
     probabilities = np.asarray(probabilities, dtype=float)
     check_coverage(coverage, len(calibration_labels))
     conformal = SplitConformalClassifier(
-        _GivenProbabilities(calibration_probabilities.shape[1]), confidence_level=coverage,
-        conformity_score=SCORE, prefit=True)
+        _GivenProbabilities(calibration_probabilities.shape[1]),
+        confidence_level=coverage,
+        conformity_score=SCORE,
+        prefit=True,
+    )
     conformal.conformalize(calibration_probabilities, np.asarray(calibration_labels, dtype=int))
     _, sets = conformal.predict_set(probabilities)
     sets = np.asarray(sets[:, :, 0], dtype=bool)
@@ -101,8 +109,9 @@ def prediction_sets(calibration_probabilities: np.ndarray, calibration_labels: n
     return sets
 
 
-def coverage_out_of_fold(probabilities: np.ndarray, labels: np.ndarray, groups: np.ndarray,
-                         levels=LEVELS) -> dict:
+def coverage_out_of_fold(
+    probabilities: np.ndarray, labels: np.ndarray, groups: np.ndarray, levels=LEVELS
+) -> dict:
     """Empirical coverage of cross-fitted prediction sets on the run's recordings:
     ``{"method", "n", "levels": [{"coverage", "empirical_coverage", "mean_size",
     "share_ambiguous"}]}`` (levels the recordings cannot give are left out)."""
@@ -115,20 +124,29 @@ def coverage_out_of_fold(probabilities: np.ndarray, labels: np.ndarray, groups: 
             break
         sets = np.zeros_like(probabilities, dtype=bool)
         usable = np.ones(len(labels), dtype=bool)
-        for fit_rows, held_out in GroupKFold(n_splits=n_splits).split(probabilities, labels,
-                                                                       groups):
+        for fit_rows, held_out in GroupKFold(n_splits=n_splits).split(
+            probabilities, labels, groups
+        ):
             if len(fit_rows) < fewest_recordings(level):
                 usable[held_out] = False
                 continue
-            sets[held_out] = prediction_sets(probabilities[fit_rows], labels[fit_rows],
-                                             probabilities[held_out], level)
+            sets[held_out] = prediction_sets(
+                probabilities[fit_rows], labels[fit_rows], probabilities[held_out], level
+            )
         if not usable.all():
             continue
         sizes = sets.sum(axis=1)
-        results.append({"coverage": level,
-                        "empirical_coverage": float(sets[np.arange(len(labels)), labels].mean()),
-                        "mean_size": float(sizes.mean()),
-                        "share_ambiguous": float((sizes > 1).mean())})
-    return {"method": f"split-conformal (MAPIE, {SCORE} score), cross-fitted over "
-                      f"{n_splits} participant groups of the out-of-fold probabilities",
-            "n": int(len(labels)), "levels": results}
+        results.append(
+            {
+                "coverage": level,
+                "empirical_coverage": float(sets[np.arange(len(labels)), labels].mean()),
+                "mean_size": float(sizes.mean()),
+                "share_ambiguous": float((sizes > 1).mean()),
+            }
+        )
+    return {
+        "method": f"split-conformal (MAPIE, {SCORE} score), cross-fitted over "
+        f"{n_splits} participant groups of the out-of-fold probabilities",
+        "n": int(len(labels)),
+        "levels": results,
+    }

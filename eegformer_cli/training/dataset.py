@@ -26,16 +26,17 @@ from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
 
+
 @dataclass
 class RecordingInfo:
     """One usable recording of the manifest."""
 
     recording_id: str
-    participant_id: str      # the recording id when the manifest has none
+    participant_id: str  # the recording id when the manifest has none
     label: str
-    age: float               # years, NaN = unknown
-    sex: float               # 0 = male, 1 = female, NaN = unknown
-    connectome: Path         # absolute path of the .npz, or a preprocess.Connectome in memory
+    age: float  # years, NaN = unknown
+    sex: float  # 0 = male, 1 = female, NaN = unknown
+    connectome: Path  # absolute path of the .npz, or a preprocess.Connectome in memory
     n_segments: int
 
 
@@ -46,11 +47,11 @@ class TrainingData:
     data_dir: Path
     label_column: str
     recordings: list[RecordingInfo]
-    label_names: list[str]           # sorted, index = class index
+    label_names: list[str]  # sorted, index = class index
     channels: list[str]
     bands: list[str]
-    band_edges_hz: np.ndarray        # float64 (n_bands, 2)
-    preprocess: dict                 # DIR/preprocess.json as read
+    band_edges_hz: np.ndarray  # float64 (n_bands, 2)
+    preprocess: dict  # DIR/preprocess.json as read
 
     def label_indices(self, recordings: list[RecordingInfo] | None = None) -> np.ndarray:
         """int64 class index per recording (all recordings by default)."""
@@ -70,36 +71,58 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     if not rows:
         raise InputDataError("manifest.tsv has no recordings", path=data_dir)
     if label_column not in rows[0]:
-        columns = [c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")]
-        raise UsageError(f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}; "
-                         f"available columns are {', '.join(columns)}", hint="check --label-column")
+        columns = [
+            c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")
+        ]
+        raise UsageError(
+            f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}; "
+            f"available columns are {', '.join(columns)}",
+            hint="check --label-column",
+        )
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if not ok_rows:
-        raise InputDataError("no recording in the manifest has status ok", path=data_dir,
-                             hint="see the error column of manifest.tsv")
-    unlabeled = [row["recording_id"] for row in ok_rows
-                 if metadata.is_missing(row.get(label_column))]
+        raise InputDataError(
+            "no recording in the manifest has status ok",
+            path=data_dir,
+            hint="see the error column of manifest.tsv",
+        )
+    unlabeled = [
+        row["recording_id"] for row in ok_rows if metadata.is_missing(row.get(label_column))
+    ]
     if unlabeled and len(unlabeled) == len(ok_rows):
-        raise InputDataError(f"every recording has a missing {label_column!r} label",
-                             path=data_dir / "manifest.tsv", hint="fill the label column")
+        raise InputDataError(
+            f"every recording has a missing {label_column!r} label",
+            path=data_dir / "manifest.tsv",
+            hint="fill the label column",
+        )
     if unlabeled:
         shown = ", ".join(unlabeled[:10]) + (" ..." if len(unlabeled) > 10 else "")
-        warn(f"{len(unlabeled)} recording(s) without a {label_column!r} label are left out: {shown}")
-    recordings = [_recording_info(data_dir, row, label_column) for row in ok_rows
-                  if row["recording_id"] not in set(unlabeled)]
+        warn(
+            f"{len(unlabeled)} recording(s) without a {label_column!r} label are left out: {shown}"
+        )
+    recordings = [
+        _recording_info(data_dir, row, label_column)
+        for row in ok_rows
+        if row["recording_id"] not in set(unlabeled)
+    ]
     label_names = sorted({r.label for r in recordings})
     if len(label_names) < 2:
-        raise InputDataError(f"column {label_column!r} has only one class ({label_names[0]!r}) "
-                             "among the usable recordings; a classifier needs at least two",
-                             path=data_dir / "manifest.tsv")
+        raise InputDataError(
+            f"column {label_column!r} has only one class ({label_names[0]!r}) "
+            "among the usable recordings; a classifier needs at least two",
+            path=data_dir / "manifest.tsv",
+        )
     channels, bands, band_edges = output.read_layout(recordings[0].connectome)
     preprocess = output.read_settings_file(data_dir)
     if preprocess is None:
-        raise InputDataError("missing or unreadable preprocess.json",
-                             path=data_dir / output.SETTINGS_NAME,
-                             hint="rerun `eegformer preprocess` into this folder")
-    return TrainingData(data_dir, label_column, recordings, label_names, channels, bands,
-                        band_edges, preprocess)
+        raise InputDataError(
+            "missing or unreadable preprocess.json",
+            path=data_dir / output.SETTINGS_NAME,
+            hint="rerun `eegformer preprocess` into this folder",
+        )
+    return TrainingData(
+        data_dir, label_column, recordings, label_names, channels, bands, band_edges, preprocess
+    )
 
 
 def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingInfo:
@@ -109,11 +132,19 @@ def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingIn
     try:
         n_segments = int(float(row["n_segments"]))
     except (KeyError, ValueError):
-        raise InputDataError(f"recording {row['recording_id']!r} has no valid n_segments",
-                             path=data_dir / "manifest.tsv") from None
-    return RecordingInfo(row["recording_id"], participant, row[label_column].strip(),
-                         output.age_value(row.get("age")), output.sex_value(row.get("sex")),
-                         output.connectome_path(data_dir, row), n_segments)
+        raise InputDataError(
+            f"recording {row['recording_id']!r} has no valid n_segments",
+            path=data_dir / "manifest.tsv",
+        ) from None
+    return RecordingInfo(
+        row["recording_id"],
+        participant,
+        row[label_column].strip(),
+        output.age_value(row.get("age")),
+        output.sex_value(row.get("sex")),
+        output.connectome_path(data_dir, row),
+        n_segments,
+    )
 
 
 class ConnectomeDataset(Dataset):
@@ -131,16 +162,25 @@ class ConnectomeDataset(Dataset):
     what the reference logistic regression sees; the label cannot change, unlike mixup.
     """
 
-    def __init__(self, recordings: list[RecordingInfo], label_names: list[str],
-                 channels: list[str], bands: list[str], cache_bytes: int = 512 * 2**20,
-                 segment_averaging: float = 0.0, rng: np.random.Generator | None = None):
+    def __init__(
+        self,
+        recordings: list[RecordingInfo],
+        label_names: list[str],
+        channels: list[str],
+        bands: list[str],
+        cache_bytes: int = 512 * 2**20,
+        segment_averaging: float = 0.0,
+        rng: np.random.Generator | None = None,
+    ):
         self.recordings = list(recordings)
         self.channels = list(channels)
         self.bands = list(bands)
         index = {name: i for i, name in enumerate(label_names)}
         self.labels = np.array([index[r.label] for r in self.recordings], dtype=np.int64)
-        self.index = np.array([(r, s) for r, rec in enumerate(self.recordings)
-                               for s in range(rec.n_segments)], dtype=np.int64).reshape(-1, 2)
+        self.index = np.array(
+            [(r, s) for r, rec in enumerate(self.recordings) for s in range(rec.n_segments)],
+            dtype=np.int64,
+        ).reshape(-1, 2)
         self.cache_bytes = cache_bytes
         self.segment_averaging = segment_averaging
         self.rng = rng if rng is not None else np.random.default_rng(0)
@@ -165,10 +205,14 @@ class ConnectomeDataset(Dataset):
             coh, wpli = coh[segments].mean(axis=0), wpli[segments].mean(axis=0)
         else:
             coh, wpli = coh[s], wpli[s]
-        return {"coh": torch.from_numpy(coh), "wpli": torch.from_numpy(wpli),
-                "age": torch.tensor(rec.age, dtype=torch.float32),
-                "sex": torch.tensor(rec.sex, dtype=torch.float32),
-                "label": torch.tensor(self.labels[r]), "recording": torch.tensor(r)}
+        return {
+            "coh": torch.from_numpy(coh),
+            "wpli": torch.from_numpy(wpli),
+            "age": torch.tensor(rec.age, dtype=torch.float32),
+            "sex": torch.tensor(rec.sex, dtype=torch.float32),
+            "label": torch.tensor(self.labels[r]),
+            "recording": torch.tensor(r),
+        }
 
     def recording_arrays(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(coh, wpli) float32 (n_segments, n_bands, C, C) of recording ``r`` (cached)."""
@@ -176,8 +220,9 @@ class ConnectomeDataset(Dataset):
             self._cache.move_to_end(r)
             return self._cache[r]
         rec = self.recordings[r]
-        arrays = output.read_tokens(rec.connectome, self.channels, self.bands, rec.n_segments,
-                                    rec.recording_id)
+        arrays = output.read_tokens(
+            rec.connectome, self.channels, self.bands, rec.n_segments, rec.recording_id
+        )
         size = arrays[0].nbytes + arrays[1].nbytes
         while self._cache and self._cached_bytes + size > self.cache_bytes:
             _, old = self._cache.popitem(last=False)

@@ -76,16 +76,22 @@ def process_place(environ: dict | None = None) -> ProcessPlace:
         return ProcessPlace(0, 1, 0)
     if len(present) != len(TORCHRUN_VARIABLES):
         missing = ", ".join(n for n in TORCHRUN_VARIABLES if n not in present)
-        raise UsageError(f"environment sets {', '.join(present)} but not {missing}",
-                         hint="start distributed training with torchrun")
+        raise UsageError(
+            f"environment sets {', '.join(present)} but not {missing}",
+            hint="start distributed training with torchrun",
+        )
     try:
         rank, world_size, local_rank = (int(environ[name]) for name in TORCHRUN_VARIABLES)
     except ValueError:
-        raise UsageError("RANK, WORLD_SIZE and LOCAL_RANK must be integers",
-                         hint="start distributed training with torchrun") from None
+        raise UsageError(
+            "RANK, WORLD_SIZE and LOCAL_RANK must be integers",
+            hint="start distributed training with torchrun",
+        ) from None
     if not 0 <= rank < world_size:
-        raise UsageError(f"RANK {rank} is outside 0..WORLD_SIZE-1 ({world_size - 1})",
-                         hint="start distributed training with torchrun")
+        raise UsageError(
+            f"RANK {rank} is outside 0..WORLD_SIZE-1 ({world_size - 1})",
+            hint="start distributed training with torchrun",
+        )
     return ProcessPlace(rank, world_size, local_rank)
 
 
@@ -126,8 +132,11 @@ def process_group(device: torch.device) -> Iterator[None]:
         return
     if device.type == "cuda":
         if place.local_rank >= torch.cuda.device_count():
-            raise UsageError(f"LOCAL_RANK {place.local_rank} but only {torch.cuda.device_count()} "
-                             "GPU(s) on this node", hint="use --nproc_per_node <= the GPU count")
+            raise UsageError(
+                f"LOCAL_RANK {place.local_rank} but only {torch.cuda.device_count()} "
+                "GPU(s) on this node",
+                hint="use --nproc_per_node <= the GPU count",
+            )
         torch.cuda.set_device(place.local_rank)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     was_quiet = console.stderr.quiet

@@ -49,8 +49,9 @@ def deterministic_algorithms(device: torch.device):
         torch.use_deterministic_algorithms(previous)
 
 
-def lr_at_step(step: int, total_steps: int, warmup_steps: int, lr: float, lr_min: float,
-               warmup_lr_init: float) -> float:
+def lr_at_step(
+    step: int, total_steps: int, warmup_steps: int, lr: float, lr_min: float, warmup_lr_init: float
+) -> float:
     """Learning rate of optimiser step ``step`` (0-based), timm ``CosineLRScheduler`` semantics
     with ``warmup_prefix=False`` as the reference: linear warmup from ``warmup_lr_init`` over
     ``warmup_steps``, and a cosine from ``lr`` to ``lr_min`` over all ``total_steps`` (the
@@ -72,8 +73,7 @@ def seed_of(fold: splits.Fold, seed: int) -> int:
     return fold.seed if fold.seed is not None else fold_seed(seed, fold.repeat, fold.fold)
 
 
-def selection_improved(config: TrainConfig, epoch: int, metric: float,
-                       best: float | None) -> bool:
+def selection_improved(config: TrainConfig, epoch: int, metric: float, best: float | None) -> bool:
     """Whether epoch ``epoch`` (0-based) becomes the selected one: only epochs >= epochs / 2
     (the paper's second half), metric >= best (ties -> later epoch).
 
@@ -88,7 +88,7 @@ def selection_improved(config: TrainConfig, epoch: int, metric: float,
 class FitResult:
     model: torch.nn.Module
     history: list[dict]
-    best_epoch: int          # 1-based
+    best_epoch: int  # 1-based
     seconds: float
 
 
@@ -100,27 +100,36 @@ def build_model(data: TrainingData, config: TrainConfig, ages: np.ndarray):
     from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
     model_config = ModelConfig.preset(
-        config.preset, n_channels=len(data.channels), band_names=data.bands,
+        config.preset,
+        n_channels=len(data.channels),
+        band_names=data.bands,
         band_edges_hz=[tuple(edge) for edge in data.band_edges_hz.tolist()],
-        n_classes=len(data.label_names), channel_names=data.channels, **config.model)
+        n_classes=len(data.label_names),
+        channel_names=data.channels,
+        **config.model,
+    )
     model = XAIguiFormer(model_config)
     if config.input_standardisation:
         model = StandardisedModel(model)
     stats = demographic_stats(ages)
-    model.set_demographic_stats(*(None, None) if stats is None else (stats["age_mean"],
-                                                                      stats["age_std"]))
+    model.set_demographic_stats(
+        *(None, None) if stats is None else (stats["age_mean"], stats["age_std"])
+    )
     return model
 
 
 def _loss(logits_coarse, logits_refined, targets, config: TrainConfig, weight):
     def ce(logits):
-        return F.cross_entropy(logits.float(), targets, weight=weight,
-                               label_smoothing=config.label_smoothing)
+        return F.cross_entropy(
+            logits.float(), targets, weight=weight, label_smoothing=config.label_smoothing
+        )
+
     return (1.0 - config.alpha) * ce(logits_coarse) + config.alpha * ce(logits_refined)
 
 
-def evaluate(model, dataset: ConnectomeDataset, device: torch.device,
-             precision: str = "float32") -> np.ndarray:
+def evaluate(
+    model, dataset: ConnectomeDataset, device: torch.device, precision: str = "float32"
+) -> np.ndarray:
     """Mean refined logits per recording of ``dataset``: float64 (n_recordings, n_classes),
     computed in ``precision`` (resolved: ``devices.resolve_precision``).
 
@@ -128,32 +137,49 @@ def evaluate(model, dataset: ConnectomeDataset, device: torch.device,
     one chunk in memory at a time; under torchrun the chunks are shared over the processes and
     the logits gathered on every process (:func:`distributed.map_gathered`).
     """
-    def chunk_logits(chunk: list[int]) -> np.ndarray:
-        return recording_logits(model, [(*dataset.recording_arrays(r), dataset.recordings[r].age,
-                                         dataset.recordings[r].sex) for r in chunk], device,
-                                precision)
 
-    chunks = distributed.evaluation_chunks([rec.n_segments for rec in dataset.recordings],
-                                           SEGMENTS_PER_BATCH)
+    def chunk_logits(chunk: list[int]) -> np.ndarray:
+        return recording_logits(
+            model,
+            [
+                (*dataset.recording_arrays(r), dataset.recordings[r].age, dataset.recordings[r].sex)
+                for r in chunk
+            ],
+            device,
+            precision,
+        )
+
+    chunks = distributed.evaluation_chunks(
+        [rec.n_segments for rec in dataset.recordings], SEGMENTS_PER_BATCH
+    )
     return np.concatenate(distributed.map_gathered(chunk_logits, chunks))
 
 
-def attention_summary(model, dataset: ConnectomeDataset, device: torch.device,
-                      ablations: bool) -> dict | None:
+def attention_summary(
+    model, dataset: ConnectomeDataset, device: torch.device, ablations: bool
+) -> dict | None:
     """What the model's attention does on ``dataset`` (model/diagnostics.py): every quantity
     per pass and layer, the mean over recordings of each recording's segment mean; the
     replacement ablations only with ``ablations`` (they cost a forward per pass, layer and
     replacement). None for an empty dataset."""
     if not dataset.recordings:
         return None
-    recordings = [(*dataset.recording_arrays(r), rec.age, rec.sex)
-                  for r, rec in enumerate(dataset.recordings)]
+    recordings = [
+        (*dataset.recording_arrays(r), rec.age, rec.sex) for r, rec in enumerate(dataset.recordings)
+    ]
     return mean_diagnostics(recording_diagnostics(model, recordings, device, ablations))
 
 
-def fit_model(data: TrainingData, train_recs: list[RecordingInfo], val_recs: list[RecordingInfo],
-              config: TrainConfig, device: torch.device, seed: int, tag: dict,
-              on_epoch=None) -> FitResult:
+def fit_model(
+    data: TrainingData,
+    train_recs: list[RecordingInfo],
+    val_recs: list[RecordingInfo],
+    config: TrainConfig,
+    device: torch.device,
+    seed: int,
+    tag: dict,
+    on_epoch=None,
+) -> FitResult:
     """Train one model on ``train_recs``, selecting the epoch on ``val_recs`` (per recording).
 
     ``tag`` (``{"repeat", "fold"}``) is copied into every history record; ``on_epoch(record)``
@@ -175,11 +201,16 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)
         val_loss, metrics, attention = validate(loop, config, device, tag, epoch)
-        record = {**tag, "epoch": epoch + 1,
-                  "train_loss": float(np.mean(losses)) if losses else None, "val_loss": val_loss,
-                  "val_bac": metrics["bac"], "lr": lr if losses else None,
-                  "seconds": time.perf_counter() - epoch_start,
-                  "attention": attention and attention["passes"]}
+        record = {
+            **tag,
+            "epoch": epoch + 1,
+            "train_loss": float(np.mean(losses)) if losses else None,
+            "val_loss": val_loss,
+            "val_bac": metrics["bac"],
+            "lr": lr if losses else None,
+            "seconds": time.perf_counter() - epoch_start,
+            "attention": attention and attention["passes"],
+        }
         history.append(record)
         selection.update(config, epoch, metrics[config.selection_metric], loop.model)
         if on_epoch is not None:
@@ -195,23 +226,29 @@ class _Loop:
     """One fit's training state (:func:`_setup`); ``step`` counts the optimiser steps so far."""
 
     model: torch.nn.Module
-    train_model: torch.nn.Module          # what batches go through: DDP under torchrun, else model
+    train_model: torch.nn.Module  # what batches go through: DDP under torchrun, else model
     train_set: ConnectomeDataset
     val_set: ConnectomeDataset
     loader: DataLoader
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    weight: torch.Tensor | None           # the loss's class weights (None: unweighted)
-    precision: str                        # resolved (devices.resolve_precision)
-    rng: np.random.Generator              # augmentation draws
+    weight: torch.Tensor | None  # the loss's class weights (None: unweighted)
+    precision: str  # resolved (devices.resolve_precision)
+    rng: np.random.Generator  # augmentation draws
     n_classes: int
     total_steps: int
     warmup_steps: int
     step: int = 0
 
 
-def _setup(data: TrainingData, train_recs: list[RecordingInfo], val_recs: list[RecordingInfo],
-           config: TrainConfig, device: torch.device, seed: int) -> _Loop:
+def _setup(
+    data: TrainingData,
+    train_recs: list[RecordingInfo],
+    val_recs: list[RecordingInfo],
+    config: TrainConfig,
+    device: torch.device,
+    seed: int,
+) -> _Loop:
     """Seed, build the model (input statistics from ``train_recs`` with
     ``config.input_standardisation``), the datasets, the seeded shuffling loader, the class
     weights and the optimiser. The order of these steps is the order of the random draws, so
@@ -219,33 +256,65 @@ def _setup(data: TrainingData, train_recs: list[RecordingInfo], val_recs: list[R
     seed_everything(seed)
     rng = np.random.default_rng(seed)
     model = build_model(data, config, np.array([r.age for r in train_recs]))
-    train_set = ConnectomeDataset(train_recs, data.label_names, data.channels, data.bands,
-                                  segment_averaging=config.segment_averaging, rng=rng)
+    train_set = ConnectomeDataset(
+        train_recs,
+        data.label_names,
+        data.channels,
+        data.bands,
+        segment_averaging=config.segment_averaging,
+        rng=rng,
+    )
     val_set = ConnectomeDataset(val_recs, data.label_names, data.channels, data.bands)
     if config.input_standardisation:
-        model.set_stats(connectivity_stats(train_set.recording_arrays(r)
-                                           for r in range(len(train_recs))))
+        model.set_stats(
+            connectivity_stats(train_set.recording_arrays(r) for r in range(len(train_recs)))
+        )
     model = model.to(device)
     train_model = distributed.wrap_for_training(model)
     generator = torch.Generator().manual_seed(seed)
     drop_last = config.drop_last and len(train_set) > config.batch_size
-    loader = DataLoader(train_set, batch_size=config.batch_size, shuffle=True,
-                        drop_last=drop_last, generator=generator, num_workers=0)
+    loader = DataLoader(
+        train_set,
+        batch_size=config.batch_size,
+        shuffle=True,
+        drop_last=drop_last,
+        generator=generator,
+        num_workers=0,
+    )
     n_classes = len(data.label_names)
     weight = _class_weight(train_set, n_classes, config, device)
     # fused: one kernel over all parameters (CPU and CUDA) instead of ~10 small ops per tensor;
     # 3.6 ms instead of 15 ms per step for the paper model's 186 tensors on this project's CPU
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=tuple(config.betas),
-                                  eps=config.eps, weight_decay=config.weight_decay, fused=True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        fused=True,
+    )
     precision = resolve_precision(config.precision, device, config.preset)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
-    return _Loop(model, train_model, train_set, val_set, loader, optimizer, scaler, weight,
-                 precision, rng, n_classes, total_steps=config.epochs * len(loader),
-                 warmup_steps=int(round(config.warmup_epochs * len(loader))))
+    return _Loop(
+        model,
+        train_model,
+        train_set,
+        val_set,
+        loader,
+        optimizer,
+        scaler,
+        weight,
+        precision,
+        rng,
+        n_classes,
+        total_steps=config.epochs * len(loader),
+        warmup_steps=int(round(config.warmup_epochs * len(loader))),
+    )
 
 
-def _class_weight(train_set: ConnectomeDataset, n_classes: int, config: TrainConfig,
-                  device: torch.device) -> torch.Tensor | None:
+def _class_weight(
+    train_set: ConnectomeDataset, n_classes: int, config: TrainConfig, device: torch.device
+) -> torch.Tensor | None:
     """float32 (n_classes,) loss weights, "balanced" over the training segments (1 for a class
     without any), or None (``class_weighting`` "none")."""
     if config.class_weighting != "balanced":
@@ -257,16 +326,23 @@ def _class_weight(train_set: ConnectomeDataset, n_classes: int, config: TrainCon
     return torch.tensor(weights, dtype=torch.float32, device=device)
 
 
-def train_one_epoch(loop: _Loop, config: TrainConfig, device: torch.device
-                    ) -> tuple[list[float], float | None]:
+def train_one_epoch(
+    loop: _Loop, config: TrainConfig, device: torch.device
+) -> tuple[list[float], float | None]:
     """One pass over the shuffled training segments, one optimiser step per batch; returns the
     batches' losses (this process's share under torchrun, averaged over processes) and the
     last learning rate (None without a batch)."""
     loop.model.train()
     losses, lr = [], None
     for batch in loop.loader:
-        lr = lr_at_step(loop.step, loop.total_steps, loop.warmup_steps, config.lr, config.lr_min,
-                        config.warmup_lr_init)
+        lr = lr_at_step(
+            loop.step,
+            loop.total_steps,
+            loop.warmup_steps,
+            config.lr,
+            config.lr_min,
+            config.warmup_lr_init,
+        )
         for group in loop.optimizer.param_groups:
             group["lr"] = lr
         losses.append(_train_step(loop, batch, config, device))
@@ -278,13 +354,24 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
     """Augment one batch, take one optimiser step on its loss; returns the batch's loss."""
     targets = F.one_hot(batch["label"], loop.n_classes).float()
     coh, wpli, age, sex, targets = augment.mix_batch(
-        batch["coh"], batch["wpli"], batch["age"], batch["sex"], targets,
-        config.augmentation, config.augment_prob, config.cutmix_prob, config.mix_beta, loop.rng)
+        batch["coh"],
+        batch["wpli"],
+        batch["age"],
+        batch["sex"],
+        targets,
+        config.augmentation,
+        config.augment_prob,
+        config.cutmix_prob,
+        config.mix_beta,
+        loop.rng,
+    )
     (coh, wpli, age, sex, targets), loss_scale = distributed.shard_batch(
-        coh, wpli, age, sex, targets)  # this process's slice of the batch (torchrun)
+        coh, wpli, age, sex, targets
+    )  # this process's slice of the batch (torchrun)
     with autocast(device, loop.precision):
-        coarse, refined = loop.train_model(coh.to(device), wpli.to(device), age.to(device),
-                                           sex.to(device))
+        coarse, refined = loop.train_model(
+            coh.to(device), wpli.to(device), age.to(device), sex.to(device)
+        )
     loss = _loss(coarse, refined, targets.to(device), config, loop.weight) * loss_scale
     loop.optimizer.zero_grad(set_to_none=True)
     loop.scaler.scale(loss).backward()
@@ -293,18 +380,22 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
     return distributed.batch_mean_loss(loss)
 
 
-def validate(loop: _Loop, config: TrainConfig, device: torch.device, tag: dict,
-             epoch: int) -> tuple[float, dict, dict | None]:
+def validate(
+    loop: _Loop, config: TrainConfig, device: torch.device, tag: dict, epoch: int
+) -> tuple[float, dict, dict | None]:
     """The model on the validation recordings after epoch ``epoch`` (0-based): (cross-entropy
     of the per-recording logits, :func:`classification_metrics` of their softmax, the attention
     summary without ablations). UsageError when the logits are not finite (diverged)."""
     logits = evaluate(loop.model, loop.val_set, device, loop.precision)
     if not np.isfinite(logits).all():
-        where = ("final model" if tag["fold"] == -1
-                 else f"repeat {tag['repeat']}, fold {tag['fold']}")
-        raise UsageError(f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
-                         f"are not finite with lr {config.lr:g}",
-                         hint="lower --lr and rerun with --overwrite")
+        where = (
+            "final model" if tag["fold"] == -1 else f"repeat {tag['repeat']}, fold {tag['fold']}"
+        )
+        raise UsageError(
+            f"training diverged ({where}, epoch {epoch + 1}): the model's outputs "
+            f"are not finite with lr {config.lr:g}",
+            hint="lower --lr and rerun with --overwrite",
+        )
     labels = loop.val_set.labels
     val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
     metrics = classification_metrics(labels, softmax(logits, axis=1), None)
@@ -321,8 +412,9 @@ class _Selection:
     epoch: int = 0
     since_best: int = 0
 
-    def update(self, config: TrainConfig, epoch: int, metric: float,
-               model: torch.nn.Module) -> None:
+    def update(
+        self, config: TrainConfig, epoch: int, metric: float, model: torch.nn.Module
+    ) -> None:
         """Take epoch ``epoch`` (0-based) when it improves the selection, else count it."""
         if selection_improved(config, epoch, metric, self.best):
             self.best = metric
@@ -334,5 +426,6 @@ class _Selection:
     def patience_ran_out(self, config: TrainConfig) -> bool:
         """Whether ``config.patience`` epochs (0: no early stop) passed since the selected one
         (never before an epoch is selected)."""
-        return (bool(config.patience) and self.best is not None
-                and self.since_best >= config.patience)
+        return (
+            bool(config.patience) and self.best is not None and self.since_best >= config.patience
+        )

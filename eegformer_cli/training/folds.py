@@ -23,13 +23,25 @@ from eegformer_cli.devices import resolve_device, resolve_precision
 from eegformer_cli.errors import UsageError
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.dataset import (ConnectomeDataset, RecordingInfo, TrainingData,
-                                            load_training_data, read_covariances)
+from eegformer_cli.training.dataset import (
+    ConnectomeDataset,
+    RecordingInfo,
+    TrainingData,
+    load_training_data,
+    read_covariances,
+)
 from eegformer_cli.training.fit import attention_summary, build_model, evaluate, fit_model, seed_of
-from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME,
-                                            classification_metrics)
-from eegformer_cli.training.reference import (fit_reference, recording_features,
-                                              reference_probabilities)
+from eegformer_cli.training.metrics import (
+    MODEL_NAME,
+    REFERENCE_NAME,
+    TANGENT_SPACE_NAME,
+    classification_metrics,
+)
+from eegformer_cli.training.reference import (
+    fit_reference,
+    recording_features,
+    reference_probabilities,
+)
 from eegformer_cli.training.tangent_space import fit_tangent_space, shrunk_covariances
 
 #: Each reference model: the function fitting it on a training part (inputs, labels, groups,
@@ -54,9 +66,26 @@ class RunPlan:
 
 #: Labels that name the comparison group (case and separators ignored): with two classes, the
 #: other class is the positive one by default.
-CONTROL_LABELS = ("control", "controls", "healthy", "healthycontrol", "healthycontrols", "hc",
-                  "normal", "norm", "nc", "typical", "typicallydeveloping", "td", "negative",
-                  "neg", "rest", "baseline", "none", "no")
+CONTROL_LABELS = (
+    "control",
+    "controls",
+    "healthy",
+    "healthycontrol",
+    "healthycontrols",
+    "hc",
+    "normal",
+    "norm",
+    "nc",
+    "typical",
+    "typicallydeveloping",
+    "td",
+    "negative",
+    "neg",
+    "rest",
+    "baseline",
+    "none",
+    "no",
+)
 
 
 def is_control_label(label: str) -> bool:
@@ -77,19 +106,28 @@ def default_positive_label(label_names: list[str]) -> str:
 def _positive_label(label_names: list[str], positive_label: str | None) -> str | None:
     if len(label_names) != 2:
         if positive_label is not None:
-            console.warn("--positive-label is ignored with more than two classes "
-                         "(metrics are macro averages)")
+            console.warn(
+                "--positive-label is ignored with more than two classes "
+                "(metrics are macro averages)"
+            )
         return None
     if positive_label is None:
         return default_positive_label(label_names)
     if positive_label not in label_names:
-        raise UsageError(f"invalid --positive-label {positive_label!r}; allowed values are "
-                         + ", ".join(repr(n) for n in label_names))
+        raise UsageError(
+            f"invalid --positive-label {positive_label!r}; allowed values are "
+            + ", ".join(repr(n) for n in label_names)
+        )
     return positive_label
 
 
-def plan_run(data_dir, label_column: str, config: TrainConfig, splits_file=None,
-             positive_label: str | None = None) -> RunPlan:
+def plan_run(
+    data_dir,
+    label_column: str,
+    config: TrainConfig,
+    splits_file=None,
+    positive_label: str | None = None,
+) -> RunPlan:
     """Read the data, fix the folds (made from the config, or read from ``splits_file``) and
     check every setting, so that nothing is created in the run folder for a run that cannot
     start (UsageError / InputDataError)."""
@@ -101,22 +139,45 @@ def plan_run(data_dir, label_column: str, config: TrainConfig, splits_file=None,
         folds = splits.check_folds(folds, set(groups), str(splits_file))
         scheme = {**scheme, "from_file": str(splits_file)}
     elif config.holdout:
-        folds = [splits.holdout_fold(groups, labels, config.holdout, config.seed, config.val_fraction)]
-        scheme = {"kind": "holdout", "fraction": config.holdout, "seed": config.seed,
-                  "val_fraction": config.val_fraction}
+        folds = [
+            splits.holdout_fold(groups, labels, config.holdout, config.seed, config.val_fraction)
+        ]
+        scheme = {
+            "kind": "holdout",
+            "fraction": config.holdout,
+            "seed": config.seed,
+            "val_fraction": config.val_fraction,
+        }
     else:
-        folds = splits.cross_validation_folds(groups, labels, config.cv, config.repeats,
-                                              config.seed, config.val_fraction)
-        scheme = {"kind": "cv", "k": config.cv, "repeats": config.repeats, "seed": config.seed,
-                  "val_fraction": config.val_fraction}
-    final = None if scheme.get("kind") == "holdout" else splits.final_fit_split(
-        groups, labels, config.seed, config.val_fraction)
-    splits.warn_missing_classes(folds + ([final] if final else []), groups, labels,
-                                data.label_names)
+        folds = splits.cross_validation_folds(
+            groups, labels, config.cv, config.repeats, config.seed, config.val_fraction
+        )
+        scheme = {
+            "kind": "cv",
+            "k": config.cv,
+            "repeats": config.repeats,
+            "seed": config.seed,
+            "val_fraction": config.val_fraction,
+        }
+    final = (
+        None
+        if scheme.get("kind") == "holdout"
+        else splits.final_fit_split(groups, labels, config.seed, config.val_fraction)
+    )
+    splits.warn_missing_classes(
+        folds + ([final] if final else []), groups, labels, data.label_names
+    )
     model_config = build_model(data, config, np.array([np.nan])).config.to_dict()
-    return RunPlan(data, config, folds, final, scheme,
-                   _positive_label(data.label_names, positive_label),
-                   resolve_device(config.device), model_config)
+    return RunPlan(
+        data,
+        config,
+        folds,
+        final,
+        scheme,
+        _positive_label(data.label_names, positive_label),
+        resolve_device(config.device),
+        model_config,
+    )
 
 
 def recordings_of(data: TrainingData, participants: list[str]) -> list[RecordingInfo]:
@@ -124,20 +185,32 @@ def recordings_of(data: TrainingData, participants: list[str]) -> list[Recording
     return [r for r in data.recordings if r.participant_id in wanted]
 
 
-def _oof_rows(model_name: str, fold: splits.Fold, recs: list[RecordingInfo],
-              probabilities: np.ndarray, label_names: list[str]) -> list[dict]:
+def _oof_rows(
+    model_name: str,
+    fold: splits.Fold,
+    recs: list[RecordingInfo],
+    probabilities: np.ndarray,
+    label_names: list[str],
+) -> list[dict]:
     rows = []
     for rec, probs in zip(recs, probabilities):
-        row = {"model": model_name, "repeat": fold.repeat, "fold": fold.fold,
-               "recording_id": rec.recording_id, "participant_id": rec.participant_id,
-               "label": rec.label, "predicted": label_names[int(np.argmax(probs))]}
+        row = {
+            "model": model_name,
+            "repeat": fold.repeat,
+            "fold": fold.fold,
+            "recording_id": rec.recording_id,
+            "participant_id": rec.participant_id,
+            "label": rec.label,
+            "predicted": label_names[int(np.argmax(probs))],
+        }
         row.update({f"prob_{name}": float(p) for name, p in zip(label_names, probs)})
         rows.append(row)
     return rows
 
 
-def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.ndarray]],
-             on_epoch=None) -> tuple[dict, torch.nn.Module]:
+def run_fold(
+    plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.ndarray]], on_epoch=None
+) -> tuple[dict, torch.nn.Module]:
     """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
     :func:`reference_features`).
 
@@ -147,27 +220,45 @@ def run_fold(plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.
     train_recs, val_recs = recordings_of(data, fold.train), recordings_of(data, fold.val)
     test_recs = recordings_of(data, fold.test)
     seed = seed_of(fold, config.seed)
-    fit = fit_model(data, train_recs, val_recs, config, plan.device, seed,
-                    {"repeat": fold.repeat, "fold": fold.fold}, on_epoch)
+    fit = fit_model(
+        data,
+        train_recs,
+        val_recs,
+        config,
+        plan.device,
+        seed,
+        {"repeat": fold.repeat, "fold": fold.fold},
+        on_epoch,
+    )
     positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
     y_test = test_set.labels
     precision = resolve_precision(config.precision, plan.device, config.preset)
-    probabilities = {MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision),
-                                             axis=1)}
+    probabilities = {
+        MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision), axis=1)
+    }
     chosen_c = {}
     for name in features:
         reference, probabilities[name] = fit_fold_reference(plan, fold, features, name)
         chosen_c[name] = chosen_regularisation(reference)
     result = {
-        "repeat": fold.repeat, "fold": fold.fold, "best_epoch": fit.best_epoch,
-        "seconds": fit.seconds, "reference_C": chosen_c[REFERENCE_NAME], "references_C": chosen_c,
+        "repeat": fold.repeat,
+        "fold": fold.fold,
+        "best_epoch": fit.best_epoch,
+        "seconds": fit.seconds,
+        "reference_C": chosen_c[REFERENCE_NAME],
+        "references_C": chosen_c,
         "history": fit.history,
         "attention": attention_summary(fit.model, test_set, plan.device, ablations=True),
-        "oof": [row for name, probs in probabilities.items()
-                for row in _oof_rows(name, fold, test_recs, probs, data.label_names)],
-        "metrics": {name: classification_metrics(y_test, probs, positive)
-                    for name, probs in probabilities.items()},
+        "oof": [
+            row
+            for name, probs in probabilities.items()
+            for row in _oof_rows(name, fold, test_recs, probs, data.label_names)
+        ],
+        "metrics": {
+            name: classification_metrics(y_test, probs, positive)
+            for name, probs in probabilities.items()
+        },
     }
     return result, fit.model
 
@@ -178,9 +269,12 @@ def chosen_regularisation(reference) -> float:
     return float(search.best_params_["logisticregression__C"])
 
 
-def fit_fold_reference(plan: RunPlan, fold: splits.Fold,
-                       features: dict[str, dict[str, np.ndarray]],
-                       name: str = REFERENCE_NAME) -> tuple[object, np.ndarray]:
+def fit_fold_reference(
+    plan: RunPlan,
+    fold: splits.Fold,
+    features: dict[str, dict[str, np.ndarray]],
+    name: str = REFERENCE_NAME,
+) -> tuple[object, np.ndarray]:
     """Reference ``name`` (a key of :data:`REFERENCES`) of ``fold``: fit on its train + val
     participants' recordings with the fold's seed; returns the fitted model and its
     probabilities (n_test, n_classes) on the fold's test recordings (in :func:`recordings_of`
@@ -188,12 +282,15 @@ def fit_fold_reference(plan: RunPlan, fold: splits.Fold,
     data, inputs = plan.data, features[name]
     fit_recs = recordings_of(data, fold.train) + recordings_of(data, fold.val)
     test_recs = recordings_of(data, fold.test)
-    model = REFERENCES[name](np.stack([inputs[r.recording_id] for r in fit_recs]),
-                             data.label_indices(fit_recs),
-                             np.array([r.participant_id for r in fit_recs]),
-                             seed_of(fold, plan.config.seed))
+    model = REFERENCES[name](
+        np.stack([inputs[r.recording_id] for r in fit_recs]),
+        data.label_indices(fit_recs),
+        np.array([r.participant_id for r in fit_recs]),
+        seed_of(fold, plan.config.seed),
+    )
     return model, reference_probabilities(
-        model, np.stack([inputs[r.recording_id] for r in test_recs]), len(data.label_names))
+        model, np.stack([inputs[r.recording_id] for r in test_recs]), len(data.label_names)
+    )
 
 
 def reference_features(data: TrainingData) -> dict[str, dict[str, np.ndarray]]:
@@ -202,19 +299,28 @@ def reference_features(data: TrainingData) -> dict[str, dict[str, np.ndarray]]:
     ``{reference name: {recording id: array}}``, the logistic regression's features and, when
     every file holds band covariances, the tangent space's shrunk covariances; without them
     (a folder preprocessed by an earlier eegformer) a warning says the run goes without it."""
-    dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands,
-                                cache_bytes=0)
-    features = {REFERENCE_NAME: {rec.recording_id: recording_features(*dataset.recording_arrays(r))
-                                 for r, rec in enumerate(data.recordings)}}
-    covariances = {rec.recording_id: read_covariances(rec, data.channels)
-                   for rec in data.recordings}
+    dataset = ConnectomeDataset(
+        data.recordings, data.label_names, data.channels, data.bands, cache_bytes=0
+    )
+    features = {
+        REFERENCE_NAME: {
+            rec.recording_id: recording_features(*dataset.recording_arrays(r))
+            for r, rec in enumerate(data.recordings)
+        }
+    }
+    covariances = {
+        rec.recording_id: read_covariances(rec, data.channels) for rec in data.recordings
+    }
     missing = [rid for rid, covariance in covariances.items() if covariance is None]
     if missing:
-        console.warn(f"{len(missing)} of {len(covariances)} connectome files hold no band "
-                     "covariances (preprocessed by an earlier eegformer): this run has no "
-                     "tangent-space reference; rerun `eegformer preprocess` with the same "
-                     "inputs and --out to add them")
+        console.warn(
+            f"{len(missing)} of {len(covariances)} connectome files hold no band "
+            "covariances (preprocessed by an earlier eegformer): this run has no "
+            "tangent-space reference; rerun `eegformer preprocess` with the same "
+            "inputs and --out to add them"
+        )
     else:
-        features[TANGENT_SPACE_NAME] = {rid: shrunk_covariances(covariance)
-                                        for rid, covariance in covariances.items()}
+        features[TANGENT_SPACE_NAME] = {
+            rid: shrunk_covariances(covariance) for rid, covariance in covariances.items()
+        }
     return features

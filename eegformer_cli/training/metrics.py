@@ -30,8 +30,13 @@ import warnings
 
 import numpy as np
 from scipy import stats
-from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score,
-                             confusion_matrix, roc_auc_score)
+from sklearn.metrics import (
+    accuracy_score,
+    average_precision_score,
+    balanced_accuracy_score,
+    confusion_matrix,
+    roc_auc_score,
+)
 from sklearn.preprocessing import label_binarize
 
 #: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
@@ -43,8 +48,9 @@ TANGENT_SPACE_NAME = "tangent_space"
 SCALAR_METRICS = ("bac", "auroc", "auc_pr", "accuracy", "paper_bac")
 
 
-def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray,
-                           positive_index: int | None) -> dict:
+def classification_metrics(
+    y_true: np.ndarray, probabilities: np.ndarray, positive_index: int | None
+) -> dict:
     """Metrics of one set of per-recording predictions.
 
     ``y_true`` int (n,) class indices; ``probabilities`` float (n, K) rows summing to 1;
@@ -104,8 +110,11 @@ def _auroc(y_true, probabilities, positive_index) -> float:
         return float(roc_auc_score(y_true == positive_index, probabilities[:, positive_index]))
     if len(np.unique(y_true)) < n_classes:
         return float("nan")
-    return float(roc_auc_score(y_true, probabilities, multi_class="ovr", average="macro",
-                               labels=np.arange(n_classes)))
+    return float(
+        roc_auc_score(
+            y_true, probabilities, multi_class="ovr", average="macro", labels=np.arange(n_classes)
+        )
+    )
 
 
 def _auc_pr(y_true, probabilities, positive_index) -> float:
@@ -137,8 +146,12 @@ def summarise_folds(per_fold: list[dict]) -> dict:
     return {"mean": mean, "std": std, "confusion_matrix": matrix.tolist()}
 
 
-def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_train_ratio: float,
-                  metric: str = "bac") -> dict:
+def compare_folds(
+    per_fold: list[dict],
+    per_fold_reference: list[dict],
+    test_train_ratio: float,
+    metric: str = "bac",
+) -> dict:
     """Paired comparison of a model with a reference on the same folds.
 
     ``per_fold`` / ``per_fold_reference``: the folds' metric dicts in the same fold order;
@@ -164,12 +177,20 @@ def compare_folds(per_fold: list[dict], per_fold_reference: list[dict], test_tra
         clipped = mean - margin < -1 or mean + margin > 1
         ci95 = [max(mean - margin, -1.0), min(mean + margin, 1.0)]
         p_value = float(2 * stats.t.sf(abs(mean) / standard_error, n - 1))
-    return {"metric": metric, "n_folds": n, "mean_difference": mean, "std_difference": std,
-            "folds_better": int((differences > 0).sum()), "folds_equal": int((differences == 0).sum()),
-            "folds_worse": int((differences < 0).sum()), "ci95": ci95, "ci95_clipped": clipped,
-            "p_value": p_value,
-            "test": "corrected resampled t-test (Nadeau & Bengio 2003), "
-                    f"variance x (1/n + {test_train_ratio:.3g})"}
+    return {
+        "metric": metric,
+        "n_folds": n,
+        "mean_difference": mean,
+        "std_difference": std,
+        "folds_better": int((differences > 0).sum()),
+        "folds_equal": int((differences == 0).sum()),
+        "folds_worse": int((differences < 0).sum()),
+        "ci95": ci95,
+        "ci95_clipped": clipped,
+        "p_value": p_value,
+        "test": "corrected resampled t-test (Nadeau & Bengio 2003), "
+        f"variance x (1/n + {test_train_ratio:.3g})",
+    }
 
 
 def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: float) -> dict:
@@ -187,24 +208,39 @@ def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: floa
     values = values[np.isfinite(values)]
     mean, std = comparison["mean_difference"] + chance, comparison["std_difference"]
     low, high = comparison["ci95"]
-    return {"mean": mean, "std": std, "ci95": [max(low + chance, 0.0), min(high + chance, 1.0)],
-            "p_value": comparison["p_value"], "n_folds": len(values),
-            "test": "corrected resampled t-test"}
+    return {
+        "mean": mean,
+        "std": std,
+        "ci95": [max(low + chance, 0.0), min(high + chance, 1.0)],
+        "p_value": comparison["p_value"],
+        "n_folds": len(values),
+        "test": "corrected resampled t-test",
+    }
 
 
 def describe_comparison(comparison: dict, model: str, reference: str) -> str:
     """One line for people, from :func:`compare_folds`'s dict (NaN or None where unknown):
     ``"xaiguiformer - logistic_regression, bac: -0.029 (95 % CI -0.081 to +0.023, ...)"``."""
+
     def known(value) -> bool:
         return value is not None and not np.isnan(value)
 
     mean, (low, high) = comparison["mean_difference"], comparison["ci95"]
     if not known(mean):
         return f"{model} - {reference}, {comparison['metric']}: no fold to compare"
-    clipped = (", clipped to the possible range: too few folds for an informative interval"
-               if comparison.get("ci95_clipped") else "")
-    interval = (f" (95 % CI {low:+.3f} to {high:+.3f}{clipped}, p = "
-                f"{comparison['p_value']:.2g}, corrected resampled t-test)" if known(low) else "")
-    return (f"{model} - {reference}, {comparison['metric']}: {mean:+.3f}{interval}; better on "
-            f"{comparison['folds_better']}, equal on {comparison['folds_equal']}, worse on "
-            f"{comparison['folds_worse']} of {comparison['n_folds']} folds")
+    clipped = (
+        ", clipped to the possible range: too few folds for an informative interval"
+        if comparison.get("ci95_clipped")
+        else ""
+    )
+    interval = (
+        f" (95 % CI {low:+.3f} to {high:+.3f}{clipped}, p = "
+        f"{comparison['p_value']:.2g}, corrected resampled t-test)"
+        if known(low)
+        else ""
+    )
+    return (
+        f"{model} - {reference}, {comparison['metric']}: {mean:+.3f}{interval}; better on "
+        f"{comparison['folds_better']}, equal on {comparison['folds_equal']}, worse on "
+        f"{comparison['folds_worse']} of {comparison['n_folds']} folds"
+    )

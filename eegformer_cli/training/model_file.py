@@ -98,11 +98,23 @@ class ModelBundle:
     conformal: dict | None = None
 
 
-def save_model_file(path: str | Path, model, *, label_names: list[str], label_column: str,
-                    positive_label: str | None, channels: list[str], bands: list[str],
-                    band_edges_hz, preprocess_settings: dict, demographic_stats: dict | None,
-                    train_config: dict, trained_on: str, training_data: dict | None = None,
-                    reference_connectome: dict | None = None) -> None:
+def save_model_file(
+    path: str | Path,
+    model,
+    *,
+    label_names: list[str],
+    label_column: str,
+    positive_label: str | None,
+    channels: list[str],
+    bands: list[str],
+    band_edges_hz,
+    preprocess_settings: dict,
+    demographic_stats: dict | None,
+    train_config: dict,
+    trained_on: str,
+    training_data: dict | None = None,
+    reference_connectome: dict | None = None,
+) -> None:
     """Write the bundle atomically (a temporary file renamed over ``path``).
 
     ``reference_connectome``: ``{"coh", "wpli"}`` float32 arrays (n_bands, C, C), the mean
@@ -131,7 +143,8 @@ def save_model_file(path: str | Path, model, *, label_names: list[str], label_co
     if reference_connectome is not None:
         bundle["reference_connectome"] = {
             key: torch.as_tensor(np.asarray(reference_connectome[key], dtype=np.float32))
-            for key in ("coh", "wpli")}
+            for key in ("coh", "wpli")
+        }
     buffer = io.BytesIO()
     torch.save(bundle, buffer)
     write_bytes(path, buffer.getvalue())
@@ -178,28 +191,50 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
         raise ModelFileError("model file not found", path=path, hint="pass RUN_DIR/model.pt")
     with open(path, "rb") as handle:  # torch.save writes a zip archive; a .json, .tsv, ... is not
         if handle.read(4) != b"PK\x03\x04":
-            raise ModelFileError("not a model file (not a PyTorch archive)", path=path,
-                                 hint="pass the model.pt written by `eegformer train`")
+            raise ModelFileError(
+                "not a model file (not a PyTorch archive)",
+                path=path,
+                hint="pass the model.pt written by `eegformer train`",
+            )
     try:
         bundle = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError,
-            ValueError, TypeError, AttributeError, IndexError, KeyError):
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+    ):
         # torch's own message is pages of advice about weights_only; the user needs the fact
-        raise ModelFileError("not a readable model file (corrupt or truncated, or holding "
-                             "objects other than eegformer's)", path=path,
-                             hint="retrain or copy the file again") from None
+        raise ModelFileError(
+            "not a readable model file (corrupt or truncated, or holding "
+            "objects other than eegformer's)",
+            path=path,
+            hint="retrain or copy the file again",
+        ) from None
     if not isinstance(bundle, dict) or bundle.get("format") != FORMAT_NAME:
-        raise ModelFileError("not an eegformer model file", path=path,
-                             hint="pass the model.pt written by `eegformer train`")
+        raise ModelFileError(
+            "not an eegformer model file",
+            path=path,
+            hint="pass the model.pt written by `eegformer train`",
+        )
     version = bundle.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
-        raise ModelFileError(f"model file format version {version!r} is not supported by "
-                             f"eegformer {eegformer_cli.__version__} (supports "
-                             f"{FORMAT_VERSION})", path=path,
-                             hint="use the eegformer version that wrote it "
-                                  f"({bundle.get('eegformer_version', 'unknown')}) or retrain")
+        raise ModelFileError(
+            f"model file format version {version!r} is not supported by "
+            f"eegformer {eegformer_cli.__version__} (supports "
+            f"{FORMAT_VERSION})",
+            path=path,
+            hint="use the eegformer version that wrote it "
+            f"({bundle.get('eegformer_version', 'unknown')}) or retrain",
+        )
     if isinstance(bundle.get("model_config"), dict):
-        try:   # a config of an earlier version: retired fields, experimental variants
+        try:  # a config of an earlier version: retired fields, experimental variants
             current_model_fields(bundle["model_config"])
         except UsageError as exc:
             raise ModelFileError(str(exc), path=path, hint=exc.hint) from None
@@ -210,21 +245,33 @@ def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> Mod
             model = StandardisedModel(model)
         model.load_state_dict(bundle["state_dict"])
         result = ModelBundle(
-            path=path, model=model.to(device).eval(), model_config=bundle["model_config"],
+            path=path,
+            model=model.to(device).eval(),
+            model_config=bundle["model_config"],
             label_names=[str(n) for n in bundle["label_names"]],
-            label_column=str(bundle["label_column"]), positive_label=bundle["positive_label"],
-            channels=[str(c) for c in bundle["channels"]], bands=[str(b) for b in bundle["bands"]],
+            label_column=str(bundle["label_column"]),
+            positive_label=bundle["positive_label"],
+            channels=[str(c) for c in bundle["channels"]],
+            bands=[str(b) for b in bundle["bands"]],
             band_edges_hz=np.asarray(bundle["band_edges_hz"], dtype=np.float64),
             preprocess_settings=dict(bundle["preprocess_settings"]),
-            demographic_stats=bundle["demographic_stats"], train_config=bundle["train_config"],
-            trained_on=str(bundle["trained_on"]), eegformer_version=str(bundle["eegformer_version"]),
-            versions=dict(bundle["versions"]), training_data=bundle.get("training_data"),
-            recalibration=bundle.get("recalibration"), conformal=bundle.get("conformal"))
+            demographic_stats=bundle["demographic_stats"],
+            train_config=bundle["train_config"],
+            trained_on=str(bundle["trained_on"]),
+            eegformer_version=str(bundle["eegformer_version"]),
+            versions=dict(bundle["versions"]),
+            training_data=bundle.get("training_data"),
+            recalibration=bundle.get("recalibration"),
+            conformal=bundle.get("conformal"),
+        )
         result.reference = reference_connectome(bundle.get("reference_connectome"), model)
     except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
         reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())
-        raise ModelFileError(f"model file is incomplete or inconsistent: {reason[:200]}",
-                             path=path, hint="retrain with this eegformer version") from None
+        raise ModelFileError(
+            f"model file is incomplete or inconsistent: {reason[:200]}",
+            path=path,
+            hint="retrain with this eegformer version",
+        ) from None
     if len(result.label_names) != config.n_classes or len(result.channels) != config.n_channels:
         raise ModelFileError("label names or channels do not match the model's config", path=path)
     return result
@@ -261,4 +308,7 @@ def demographic_stats(ages: np.ndarray) -> dict | None:
     if not len(known):
         return None
     std = float(known.std())
-    return {"age_mean": float(known.mean()), "age_std": std if std > 0 and math.isfinite(std) else 1.0}
+    return {
+        "age_mean": float(known.mean()),
+        "age_std": std if std > 0 and math.isfinite(std) else 1.0,
+    }

@@ -60,11 +60,17 @@ def permuted_labels(data: TrainingData, folds, seed: int, index: int) -> list[st
             first = {p: labels[participants == p][0] for p in order}
             drawn = dict(zip(order, rng.permutation([first[p] for p in order])))
             shuffled = np.array([drawn[p] for p in participants], dtype=object)
-        if all(len(set(shuffled[np.isin(participants, fold.train + fold.val)]))
-               == len(data.label_names) for fold in folds):
+        if all(
+            len(set(shuffled[np.isin(participants, fold.train + fold.val)]))
+            == len(data.label_names)
+            for fold in folds
+        ):
             return shuffled.tolist()
-    raise InputDataError(f"no permutation of the labels in {MAX_DRAWS} draws keeps every class "
-                         "in every fold's training part", hint="use fewer --cv folds")
+    raise InputDataError(
+        f"no permutation of the labels in {MAX_DRAWS} draws keeps every class "
+        "in every fold's training part",
+        hint="use fewer --cv folds",
+    )
 
 
 def describe_scheme(data: TrainingData) -> str:
@@ -79,5 +85,3 @@ def p_value(null, observed: float) -> float:
     ``observed`` count as reaching it."""
     null = np.asarray(null, dtype=float)
     return float((np.sum(null >= observed - TIE_TOLERANCE) + 1) / (len(null) + 1))
-
-

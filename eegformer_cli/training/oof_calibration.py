@@ -25,16 +25,18 @@ from eegformer_cli.training.metrics import MODEL_NAME
 def _arrays(rows: list[dict], label_names: list[str]):
     """(probabilities (n, K), class indices (n,), participants (n,), recording ids (n,))."""
     index = {name: k for k, name in enumerate(label_names)}
-    probabilities = np.array([[float(row[f"prob_{name}"]) for name in label_names]
-                              for row in rows], dtype=float).reshape(len(rows), len(label_names))
+    probabilities = np.array(
+        [[float(row[f"prob_{name}"]) for name in label_names] for row in rows], dtype=float
+    ).reshape(len(rows), len(label_names))
     labels = np.array([index[str(row["label"])] for row in rows], dtype=int)
     participants = np.array([str(row["participant_id"]) for row in rows])
     recordings = np.array([str(row["recording_id"]) for row in rows])
     return probabilities, labels, participants, recordings
 
 
-def per_recording(probabilities: np.ndarray, labels: np.ndarray, participants: np.ndarray,
-                  recordings: np.ndarray):
+def per_recording(
+    probabilities: np.ndarray, labels: np.ndarray, participants: np.ndarray, recordings: np.ndarray
+):
     """One row per recording (first-seen order): the mean probabilities over its rows."""
     ids = list(dict.fromkeys(recordings.tolist()))
     mean = np.stack([probabilities[recordings == rid].mean(axis=0) for rid in ids])
@@ -42,8 +44,9 @@ def per_recording(probabilities: np.ndarray, labels: np.ndarray, participants: n
     return mean, labels[first], participants[first]
 
 
-def summarise(oof_rows: list[dict], label_names: list[str],
-              positive_label: str | None) -> tuple[dict, dict, dict]:
+def summarise(
+    oof_rows: list[dict], label_names: list[str], positive_label: str | None
+) -> tuple[dict, dict, dict]:
     """(``metrics["calibration"]``, ``metrics["prediction_sets"]``, the model file's entry)
     from the out-of-fold rows of every model (``oof_predictions.tsv``'s rows)."""
     positive = None if positive_label is None else label_names.index(positive_label)
@@ -58,11 +61,20 @@ def summarise(oof_rows: list[dict], label_names: list[str],
     stored = {"method": chosen["method"], "params": chosen["params"]}
     recalibrated = calibration.recalibrate(stored, probabilities)
     mean, recording_labels, recording_participants = per_recording(
-        recalibrated, labels, participants, recordings)
+        recalibrated, labels, participants, recordings
+    )
     sets = conformal.coverage_out_of_fold(mean, recording_labels, recording_participants)
-    entry = {"bins": f"{calibration.N_BINS} equal-width bins", "models": models,
-             "recalibration": chosen}
-    model_entry = {"recalibration": stored,
-                   "conformal": {"probabilities": mean.tolist(),
-                                 "labels": recording_labels.tolist(), "score": conformal.SCORE}}
+    entry = {
+        "bins": f"{calibration.N_BINS} equal-width bins",
+        "models": models,
+        "recalibration": chosen,
+    }
+    model_entry = {
+        "recalibration": stored,
+        "conformal": {
+            "probabilities": mean.tolist(),
+            "labels": recording_labels.tolist(),
+            "score": conformal.SCORE,
+        },
+    }
     return entry, sets, model_entry

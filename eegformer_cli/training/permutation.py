@@ -47,13 +47,20 @@ from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_json
 from eegformer_cli.errors import UsageError, check_choice
 from eegformer_cli.parallel import process_pool
-from eegformer_cli.training.metrics import (MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME,
-                                            classification_metrics)
+from eegformer_cli.training.metrics import (
+    MODEL_NAME,
+    REFERENCE_NAME,
+    TANGENT_SPACE_NAME,
+    classification_metrics,
+)
 from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
 
 #: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name.
-NULL_MODELS = {"reference": REFERENCE_NAME, "tangent_space": TANGENT_SPACE_NAME,
-               "xaiguiformer": MODEL_NAME}
+NULL_MODELS = {
+    "reference": REFERENCE_NAME,
+    "tangent_space": TANGENT_SPACE_NAME,
+    "xaiguiformer": MODEL_NAME,
+}
 FOLDER = "permutations"
 
 
@@ -61,15 +68,19 @@ def check_settings(n_permutations: int, null_model: str) -> None:
     """UsageError for a negative ``--permutations``, an unknown ``--permutation-model``, or
     permutations under torchrun (they run in one process and its ``--n-jobs`` workers)."""
     if n_permutations < 0:
-        raise UsageError(f"invalid value {n_permutations} for --permutations; use 0 (no test) "
-                         "or a positive number, e.g. 100")
+        raise UsageError(
+            f"invalid value {n_permutations} for --permutations; use 0 (no test) "
+            "or a positive number, e.g. 100"
+        )
     check_choice("--permutation-model", null_model, NULL_MODELS)
     from eegformer_cli.training import distributed
 
     if n_permutations and distributed.process_place().world_size > 1:
-        raise UsageError("--permutations cannot run under torchrun",
-                         hint="train without it, then add the test to the finished run: "
-                              "eegformer train --merge RUN_DIR --permutations N")
+        raise UsageError(
+            "--permutations cannot run under torchrun",
+            hint="train without it, then add the test to the finished run: "
+            "eegformer train --merge RUN_DIR --permutations N",
+        )
 
 
 def check_null_model_available(null_model: str, data) -> None:
@@ -78,13 +89,17 @@ def check_null_model_available(null_model: str, data) -> None:
     its first connectome file, before anything is written)."""
     from eegformer_cli.training.dataset import read_covariances
 
-    if (NULL_MODELS[null_model] == TANGENT_SPACE_NAME
-            and read_covariances(data.recordings[0], data.channels) is None):
-        raise UsageError(f"--permutation-model {null_model} needs band covariances, which "
-                         f"the connectome files of {data.data_dir} do not hold (preprocessed "
-                         "by an earlier eegformer)",
-                         hint="rerun `eegformer preprocess` with the same inputs and --out, "
-                              "or use --permutation-model reference")
+    if (
+        NULL_MODELS[null_model] == TANGENT_SPACE_NAME
+        and read_covariances(data.recordings[0], data.channels) is None
+    ):
+        raise UsageError(
+            f"--permutation-model {null_model} needs band covariances, which "
+            f"the connectome files of {data.data_dir} do not hold (preprocessed "
+            "by an earlier eegformer)",
+            hint="rerun `eegformer preprocess` with the same inputs and --out, "
+            "or use --permutation-model reference",
+        )
 
 
 def null_scores(plan, features: dict[str, dict], index: int, null_model: str) -> dict:
@@ -94,13 +109,15 @@ def null_scores(plan, features: dict[str, dict], index: int, null_model: str) ->
     a value of :data:`NULL_MODELS` (a model name)."""
     start = time.perf_counter()
     labels = permuted_labels(plan.data, plan.folds, plan.config.seed, index)
-    return {"index": index, "null_model": null_model,
-            **refit_scores(plan, features, labels, null_model),
-            "seconds": time.perf_counter() - start}
+    return {
+        "index": index,
+        "null_model": null_model,
+        **refit_scores(plan, features, labels, null_model),
+        "seconds": time.perf_counter() - start,
+    }
 
 
-def refit_scores(plan, features: dict[str, dict], labels: list[str],
-                 null_model: str) -> dict:
+def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model: str) -> dict:
     """The BAC of the models refit on the run's folds with ``labels`` (one per recording of
     ``plan.data``) instead of the real ones: ``{"bac": {model: mean over folds}, "per_fold":
     [...]}``. ``null_model`` :data:`~eegformer_cli.training.metrics.MODEL_NAME` retrains both
@@ -108,10 +125,12 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str],
     labels this is the run's own BAC."""
     from eegformer_cli.training.folds import run_fold  # torch: only when training
 
-    recordings = [dataclasses.replace(rec, label=label)
-                  for rec, label in zip(plan.data.recordings, labels)]
-    relabelled = dataclasses.replace(plan, data=dataclasses.replace(plan.data,
-                                                                    recordings=recordings))
+    recordings = [
+        dataclasses.replace(rec, label=label) for rec, label in zip(plan.data.recordings, labels)
+    ]
+    relabelled = dataclasses.replace(
+        plan, data=dataclasses.replace(plan.data, recordings=recordings)
+    )
     per_fold = []
     for fold in plan.folds:
         if null_model == MODEL_NAME:
@@ -120,9 +139,13 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str],
         else:
             bac = {null_model: _reference_bac(relabelled, fold, features, null_model)}
         per_fold.append({"repeat": fold.repeat, "fold": fold.fold, "bac": bac})
-    return {"bac": {name: float(np.mean([fold["bac"][name] for fold in per_fold]))
-                    for name in per_fold[0]["bac"]},
-            "per_fold": per_fold}
+    return {
+        "bac": {
+            name: float(np.mean([fold["bac"][name] for fold in per_fold]))
+            for name in per_fold[0]["bac"]
+        },
+        "per_fold": per_fold,
+    }
 
 
 def _reference_bac(plan, fold, features: dict[str, dict], name: str) -> float:
@@ -145,8 +168,15 @@ def _null_job(job: tuple) -> dict:
         return null_scores(plan, features, index, null_model)
 
 
-def run_permutation_test(run_dir: Path, plan, features: dict[str, dict], metrics: dict,
-                         n_permutations: int, null_model: str, n_workers: int) -> dict:
+def run_permutation_test(
+    run_dir: Path,
+    plan,
+    features: dict[str, dict],
+    metrics: dict,
+    n_permutations: int,
+    null_model: str,
+    n_workers: int,
+) -> dict:
     """Compute the permutations not on disk yet (on ``n_workers`` processes), then add
     ``permutation_test`` to ``metrics`` and rewrite ``RUN_DIR/metrics.json``; returns metrics.
 
@@ -162,21 +192,28 @@ def run_permutation_test(run_dir: Path, plan, features: dict[str, dict], metrics
             results[index] = json.loads(path.read_text(encoding="utf-8"))
     pending = [index for index in range(n_permutations) if index not in results]
     if pending:
-        console.log(f"permutation test: {len(pending)} of {n_permutations} permutations to "
-                    f"compute, null model {model_name}")
+        console.log(
+            f"permutation test: {len(pending)} of {n_permutations} permutations to "
+            f"compute, null model {model_name}"
+        )
     with process_pool(min(n_workers, len(pending))) as pool, console.progress_bar() as bar:
-        task = bar.add_task("permutations", total=n_permutations, completed=len(results),
-                            status="")
+        task = bar.add_task("permutations", total=n_permutations, completed=len(results), status="")
         jobs = [(plan, features, index, model_name) for index in pending]
-        finished = (map(_null_job, jobs) if pool is None
-                    else pool.imap_unordered(_null_job, jobs))
+        finished = map(_null_job, jobs) if pool is None else pool.imap_unordered(_null_job, jobs)
         for result in finished:
             write_json(_result_path(folder, result["index"]), result)
             results[result["index"]] = result
             bar.advance(task)
-    metrics = {**metrics, "permutation_test": summarise(
-        [results[index] for index in range(n_permutations)], metrics, model_name,
-        describe_scheme(plan.data), plan.config.seed)}
+    metrics = {
+        **metrics,
+        "permutation_test": summarise(
+            [results[index] for index in range(n_permutations)],
+            metrics,
+            model_name,
+            describe_scheme(plan.data),
+            plan.config.seed,
+        ),
+    }
     write_json(Path(run_dir) / "metrics.json", metrics)
     return metrics
 
@@ -185,8 +222,7 @@ def _result_path(folder: Path, index: int) -> Path:
     return folder / f"{index:05d}.json"
 
 
-def summarise(results: list[dict], metrics: dict, null_model: str, scheme: str,
-              seed: int) -> dict:
+def summarise(results: list[dict], metrics: dict, null_model: str, scheme: str, seed: int) -> dict:
     """``metrics.json``'s ``permutation_test`` from the permutations' results (in index order):
     per model its observed BAC, its p-value and which model's null it is measured against."""
     null = {name: [result["bac"][name] for result in results] for name in results[0]["bac"]}
@@ -195,13 +231,24 @@ def summarise(results: list[dict], metrics: dict, null_model: str, scheme: str,
     for name, values in metrics["models"].items():
         observed = values["mean"]["bac"]
         null_from = name if name in null else null_model
-        models[name] = {"observed_bac": observed, "p_value": p_value(null[null_from], observed),
-                        "null_from": null_from, "null_mean": float(np.mean(null[null_from])),
-                        "null_std": float(np.std(null[null_from], ddof=1)) if n > 1 else None}
-    return {"n_permutations": n, "null_model": null_model, "metric": "bac", "permuted": scheme,
-            "seed": seed, "p_value_rule": "(1 + null values >= observed) / (1 + n_permutations)",
-            "seconds": float(sum(result["seconds"] for result in results)),
-            "models": models, "null": null}
+        models[name] = {
+            "observed_bac": observed,
+            "p_value": p_value(null[null_from], observed),
+            "null_from": null_from,
+            "null_mean": float(np.mean(null[null_from])),
+            "null_std": float(np.std(null[null_from], ddof=1)) if n > 1 else None,
+        }
+    return {
+        "n_permutations": n,
+        "null_model": null_model,
+        "metric": "bac",
+        "permuted": scheme,
+        "seed": seed,
+        "p_value_rule": "(1 + null values >= observed) / (1 + n_permutations)",
+        "seconds": float(sum(result["seconds"] for result in results)),
+        "models": models,
+        "null": null,
+    }
 
 
 def describe_permutation_test(test: dict) -> str:
@@ -209,10 +256,15 @@ def describe_permutation_test(test: dict) -> str:
     0.884, p = 0.0099 (against the logistic_regression null); ..."``."""
     parts = []
     for name, model in test["models"].items():
-        against = ("" if model["null_from"] == name
-                   else f" (against the {model['null_from']} null, an approximation)")
+        against = (
+            ""
+            if model["null_from"] == name
+            else f" (against the {model['null_from']} null, an approximation)"
+        )
         parts.append(f"{name} BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}{against}")
     n = test["n_permutations"]
-    return (f"permutation test ({n} permutations, {test['permuted']}, null model "
-            f"{test['null_model']} refit on each; smallest possible p {1 / (n + 1):.2g}): "
-            + "; ".join(parts))
+    return (
+        f"permutation test ({n} permutations, {test['permuted']}, null model "
+        f"{test['null_model']} refit on each; smallest possible p {1 / (n + 1):.2g}): "
+        + "; ".join(parts)
+    )

@@ -44,8 +44,13 @@ def fit_reference(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, 
     ``features`` (n_recordings, n_features); ``labels`` int (n_recordings,); ``groups``
     participant id per recording (inner folds are participant-wise).
     """
-    return search_logistic_c(make_pipeline(StandardScaler(), balanced_logistic_regression()),
-                             features, labels, groups, seed)
+    return search_logistic_c(
+        make_pipeline(StandardScaler(), balanced_logistic_regression()),
+        features,
+        labels,
+        groups,
+        seed,
+    )
 
 
 def balanced_logistic_regression() -> LogisticRegression:
@@ -53,15 +58,18 @@ def balanced_logistic_regression() -> LogisticRegression:
     return LogisticRegression(class_weight="balanced", max_iter=5000)
 
 
-def search_logistic_c(pipeline, features: np.ndarray, labels: np.ndarray, groups: np.ndarray,
-                      seed: int):
+def search_logistic_c(
+    pipeline, features: np.ndarray, labels: np.ndarray, groups: np.ndarray, seed: int
+):
     """Choose the C of ``pipeline``'s last step (``logisticregression``) by the inner
     participant-wise CV (grid :data:`C_GRID`, balanced accuracy) and refit on all of
     ``features`` (any array whose first axis is the recordings); the fitted GridSearchCV."""
-    search = GridSearchCV(pipeline, {"logisticregression__C": list(C_GRID)},
-                          scoring="balanced_accuracy",
-                          cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True,
-                                                  random_state=seed))
+    search = GridSearchCV(
+        pipeline,
+        {"logisticregression__C": list(C_GRID)},
+        scoring="balanced_accuracy",
+        cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True, random_state=seed),
+    )
     # one BLAS thread, bit-identical results: on busy cores (other jobs, or the --n-jobs
     # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B 9x slower on these
     # small problems (15 folds of 84 participants: 55 s instead of 6 s at load 5; 3.1 s either way idle)
@@ -76,8 +84,9 @@ def search_logistic_c(pipeline, features: np.ndarray, labels: np.ndarray, groups
 def inner_folds(labels: np.ndarray, groups: np.ndarray) -> int:
     """Folds of the inner CV: :data:`INNER_FOLDS`, or fewer when the smallest class present
     has fewer participants (``groups``: participant id per recording), but at least 2."""
-    participants = np.unique(np.stack([np.asarray(groups).astype(str),
-                                       np.asarray(labels).astype(str)]), axis=1)
+    participants = np.unique(
+        np.stack([np.asarray(groups).astype(str), np.asarray(labels).astype(str)]), axis=1
+    )
     smallest = int(np.unique(participants[1], return_counts=True)[1].min())
     return max(2, min(INNER_FOLDS, smallest))
 

@@ -54,8 +54,13 @@ from pathlib import Path
 import numpy as np
 
 from eegformer_cli import console
-from eegformer_cli.atomic import (DirectoryLock, ensure_dir, remove_stale_temporaries, write_json,
-                                  write_text)
+from eegformer_cli.atomic import (
+    DirectoryLock,
+    ensure_dir,
+    remove_stale_temporaries,
+    write_json,
+    write_text,
+)
 from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
@@ -65,24 +70,47 @@ from eegformer_cli.training import audit, distributed, oof_calibration, permutat
 from eegformer_cli.training.config import TrainConfig, current_train_fields
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
-from eegformer_cli.training.folds import (REFERENCES, RunPlan, is_control_label, plan_run,
-                                          recordings_of, reference_features, run_fold)
-from eegformer_cli.training.metrics import (MODEL_NAME, against_chance, compare_folds,
-                                            summarise_folds)
+from eegformer_cli.training.folds import (
+    REFERENCES,
+    RunPlan,
+    is_control_label,
+    plan_run,
+    recordings_of,
+    reference_features,
+    run_fold,
+)
+from eegformer_cli.training.metrics import (
+    MODEL_NAME,
+    against_chance,
+    compare_folds,
+    summarise_folds,
+)
 from eegformer_cli.training.model_file import add_calibration, demographic_stats, save_model_file
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 from eegformer_cli.versions import package_versions
 
-RUN_FILES = ("config.json", "splits.json", "history.jsonl", "oof_predictions.tsv", "metrics.json",
-             "model.pt", "report.html")  # report.html: `eegformer report`'s default output
+RUN_FILES = (
+    "config.json",
+    "splits.json",
+    "history.jsonl",
+    "oof_predictions.tsv",
+    "metrics.json",
+    "model.pt",
+    "report.html",
+)  # report.html: `eegformer report`'s default output
 
 
 def _identity(plan: RunPlan) -> dict:
     """What must be equal for a rerun to resume this run folder."""
-    return {"train_config": plan.config.to_dict(), "data_dir": str(plan.data.data_dir),
-            "label_column": plan.data.label_column, "labels": plan.data.label_names,
-            "positive_label": plan.positive_label, "device": plan.device.type,
-            "folds": [f.record() for f in plan.folds]}
+    return {
+        "train_config": plan.config.to_dict(),
+        "data_dir": str(plan.data.data_dir),
+        "label_column": plan.data.label_column,
+        "labels": plan.data.label_names,
+        "positive_label": plan.positive_label,
+        "device": plan.device.type,
+        "folds": [f.record() for f in plan.folds],
+    }
 
 
 def _stored_identity(config_path: Path) -> dict | None:
@@ -115,21 +143,35 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
             changed = sorted(k for k in identity if (previous or {}).get(k) != identity[k])
             if "train_config" in changed and previous:
                 old = previous["train_config"]
-                changed += [f"train_config.{k}" for k in identity["train_config"]
-                            if old.get(k) != identity["train_config"][k]]
-            raise UsageError(f"{run_dir} holds another run (different: {', '.join(changed)})",
-                             hint="use --overwrite to replace it, or choose another --out")
+                changed += [
+                    f"train_config.{k}"
+                    for k in identity["train_config"]
+                    if old.get(k) != identity["train_config"][k]
+                ]
+            raise UsageError(
+                f"{run_dir} holds another run (different: {', '.join(changed)})",
+                hint="use --overwrite to replace it, or choose another --out",
+            )
         if previous != identity:
             _clear_run(run_dir)
-    write_json(config_path, {
-        "identity": identity, "preset": plan.config.preset, "train_config": plan.config.to_dict(),
-        "model_config": plan.model_config, "data_dir": str(plan.data.data_dir),
-        "label_column": plan.data.label_column, "labels": plan.data.label_names,
-        "positive_label": plan.positive_label, "device": plan.device.type,
-        "precision": resolve_precision(plan.config.precision, plan.device, plan.config.preset),
-        "n_recordings": len(plan.data.recordings),
-        "n_participants": len({r.participant_id for r in plan.data.recordings}),
-        "versions": package_versions()})
+    write_json(
+        config_path,
+        {
+            "identity": identity,
+            "preset": plan.config.preset,
+            "train_config": plan.config.to_dict(),
+            "model_config": plan.model_config,
+            "data_dir": str(plan.data.data_dir),
+            "label_column": plan.data.label_column,
+            "labels": plan.data.label_names,
+            "positive_label": plan.positive_label,
+            "device": plan.device.type,
+            "precision": resolve_precision(plan.config.precision, plan.device, plan.config.preset),
+            "n_recordings": len(plan.data.recordings),
+            "n_participants": len({r.participant_id for r in plan.data.recordings}),
+            "versions": package_versions(),
+        },
+    )
     splits.save_splits(run_dir / "splits.json", plan.scheme, plan.folds)
 
 
@@ -140,8 +182,14 @@ def _clear_run(run_dir: Path) -> None:
     shutil.rmtree(run_dir / "permutations", ignore_errors=True)
 
 
-def _save_model(path: Path, model, plan: RunPlan, fit_recs: list[RecordingInfo],
-                trained_on: str, seen_recs: list[RecordingInfo]) -> None:
+def _save_model(
+    path: Path,
+    model,
+    plan: RunPlan,
+    fit_recs: list[RecordingInfo],
+    trained_on: str,
+    seen_recs: list[RecordingInfo],
+) -> None:
     """A model file (``model.pt``, ``folds/<name>.pt``): demographic scaling and the reference
     connectome from ``fit_recs``; ``training_data`` describes ``seen_recs``, every recording
     that shaped the model (fit and epoch selection)."""
@@ -149,21 +197,30 @@ def _save_model(path: Path, model, plan: RunPlan, fit_recs: list[RecordingInfo],
 
     data = plan.data
     manifest = {row["recording_id"]: row for row in read_manifest(data.data_dir)}
-    if isinstance(model, StandardisedModel):    # its input means are that mean connectome
+    if isinstance(model, StandardisedModel):  # its input means are that mean connectome
         reference = {"coh": model.coh_mean.cpu().numpy(), "wpli": model.wpli_mean.cpu().numpy()}
     else:
-        dataset = ConnectomeDataset(fit_recs, data.label_names, data.channels, data.bands,
-                                    cache_bytes=0)
+        dataset = ConnectomeDataset(
+            fit_recs, data.label_names, data.channels, data.bands, cache_bytes=0
+        )
         stats = connectivity_stats(dataset.recording_arrays(r) for r in range(len(fit_recs)))
         reference = {"coh": stats["coh_mean"], "wpli": stats["wpli_mean"]}
-    save_model_file(path, model, label_names=data.label_names, label_column=data.label_column,
-                    positive_label=plan.positive_label, channels=data.channels, bands=data.bands,
-                    band_edges_hz=data.band_edges_hz,
-                    preprocess_settings=data.preprocess.get("settings", {}),
-                    demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
-                    train_config=plan.config.to_dict(), trained_on=trained_on,
-                    training_data=describe_training_data(seen_recs, manifest, data.data_dir),
-                    reference_connectome=reference)
+    save_model_file(
+        path,
+        model,
+        label_names=data.label_names,
+        label_column=data.label_column,
+        positive_label=plan.positive_label,
+        channels=data.channels,
+        bands=data.bands,
+        band_edges_hz=data.band_edges_hz,
+        preprocess_settings=data.preprocess.get("settings", {}),
+        demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
+        train_config=plan.config.to_dict(),
+        trained_on=trained_on,
+        training_data=describe_training_data(seen_recs, manifest, data.data_dir),
+        reference_connectome=reference,
+    )
 
 
 def _nan_to_none(value):
@@ -176,8 +233,13 @@ def _nan_to_none(value):
     return value
 
 
-def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
-                    final_history: list[dict] | None = None, extra: dict | None = None) -> dict:
+def write_summaries(
+    run_dir: Path,
+    plan: RunPlan,
+    results: list[dict],
+    final_history: list[dict] | None = None,
+    extra: dict | None = None,
+) -> dict:
     """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
 
     ``extra``: more top-level entries of metrics.json (``shortcut_audit``). Beside the models'
@@ -187,45 +249,74 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
     when it exists."""
     history = [record for result in results for record in result["history"]]
     history += final_history or []
-    write_text(run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history))
+    write_text(
+        run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history)
+    )
     label_names = plan.data.label_names
     # the references every fold has (folds of an earlier version, or a folder without band
     # covariances, have only the logistic regression)
     names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]]
-    columns = (["model", "repeat", "fold", "recording_id", "participant_id", "label", "predicted"]
-               + [f"prob_{name}" for name in label_names])
+    columns = [
+        "model",
+        "repeat",
+        "fold",
+        "recording_id",
+        "participant_id",
+        "label",
+        "predicted",
+    ] + [f"prob_{name}" for name in label_names]
     lines = ["\t".join(columns)]
     for result in results:
         for row in result["oof"]:
             if row["model"] in names:
-                lines.append("\t".join(repr(row[c]) if isinstance(row[c], float)
-                                       else str(row[c]) for c in columns))
+                lines.append(
+                    "\t".join(
+                        repr(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns
+                    )
+                )
     write_text(run_dir / "oof_predictions.tsv", "\n".join(lines) + "\n")
     models = {}
     for name in names:
-        per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]}
-                    for r in results]
+        per_fold = [
+            {"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]} for r in results
+        ]
         models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
     ratio = splits.test_train_ratio(plan.folds)
-    comparisons = [{"model": MODEL_NAME, "reference": name,
-                    **compare_folds(models[MODEL_NAME]["per_fold"], models[name]["per_fold"],
-                                    ratio)}
-                   for name in models if name != MODEL_NAME]
+    comparisons = [
+        {
+            "model": MODEL_NAME,
+            "reference": name,
+            **compare_folds(models[MODEL_NAME]["per_fold"], models[name]["per_fold"], ratio),
+        }
+        for name in models
+        if name != MODEL_NAME
+    ]
     oof_rows = [row for result in results for row in result["oof"]]
     calibration, prediction_sets, model_entry = oof_calibration.summarise(
-        oof_rows, label_names, plan.positive_label)
-    metrics = {"labels": label_names, "positive_label": plan.positive_label,
-               "label_column": plan.data.label_column, "scheme": plan.scheme,
-               "preset": plan.config.preset, "n_folds": len(results),
-               "cv_seconds": float(sum(r["seconds"] for r in results)),
-               "models": models,
-               "comparison": comparisons[0], "comparisons": comparisons,
-               "score": {"model": MODEL_NAME, "metric": "bac", "chance": 1 / len(label_names),
-                         **against_chance(models[MODEL_NAME]["per_fold"], "bac",
-                                          1 / len(label_names), ratio)},
-               "calibration": calibration, "prediction_sets": prediction_sets,
-               "attention": _attention_out_of_fold(results),
-               **(extra or {})}
+        oof_rows, label_names, plan.positive_label
+    )
+    metrics = {
+        "labels": label_names,
+        "positive_label": plan.positive_label,
+        "label_column": plan.data.label_column,
+        "scheme": plan.scheme,
+        "preset": plan.config.preset,
+        "n_folds": len(results),
+        "cv_seconds": float(sum(r["seconds"] for r in results)),
+        "models": models,
+        "comparison": comparisons[0],
+        "comparisons": comparisons,
+        "score": {
+            "model": MODEL_NAME,
+            "metric": "bac",
+            "chance": 1 / len(label_names),
+            **against_chance(models[MODEL_NAME]["per_fold"], "bac", 1 / len(label_names), ratio),
+        },
+        "calibration": calibration,
+        "prediction_sets": prediction_sets,
+        "attention": _attention_out_of_fold(results),
+        **(extra or {}),
+    }
     metrics = _nan_to_none(metrics)
     write_json(run_dir / "metrics.json", metrics)
     if (run_dir / "model.pt").is_file():
@@ -236,19 +327,35 @@ def write_summaries(run_dir: Path, plan: RunPlan, results: list[dict],
 def _attention_out_of_fold(results: list[dict]) -> dict | None:
     """The folds' attention summaries (test recordings) and their mean over folds; None when
     no fold has one (a run folder of an earlier version)."""
-    per_fold = [{"repeat": r["repeat"], "fold": r["fold"], **r["attention"]}
-                for r in results if r.get("attention")]
+    per_fold = [
+        {"repeat": r["repeat"], "fold": r["fold"], **r["attention"]}
+        for r in results
+        if r.get("attention")
+    ]
     mean = mean_diagnostics([r["attention"] for r in results if r.get("attention")])
     if mean is None:
         return None
-    return {"scope": "test recordings of every fold: mean over a fold's recordings, then over "
-                     "folds", **mean, "per_fold": per_fold}
+    return {
+        "scope": "test recordings of every fold: mean over a fold's recordings, then over folds",
+        **mean,
+        "per_fold": per_fold,
+    }
 
 
-def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, splits_file=None,
-                 positive_label: str | None = None, overwrite: bool = False,
-                 fold_index: int | None = None, n_jobs: int = 1, confounds=(),
-                 permutations: int = 0, permutation_model: str = "reference") -> dict | None:
+def run_training(
+    data_dir,
+    run_dir,
+    label_column: str,
+    config: TrainConfig,
+    splits_file=None,
+    positive_label: str | None = None,
+    overwrite: bool = False,
+    fold_index: int | None = None,
+    n_jobs: int = 1,
+    confounds=(),
+    permutations: int = 0,
+    permutation_model: str = "reference",
+) -> dict | None:
     """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
 
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
@@ -273,62 +380,108 @@ def run_training(data_dir, run_dir, label_column: str, config: TrainConfig, spli
     that cannot make a classification task) and OutputError (run folder not writable/locked).
     """
     n_workers = worker_count(n_jobs)
-    plan, audit_plan, folds = _plan_request(data_dir, label_column, config, splits_file,
-                                            positive_label, overwrite, fold_index, n_jobs,
-                                            n_workers, confounds, permutations, permutation_model)
+    plan, audit_plan, folds = _plan_request(
+        data_dir,
+        label_column,
+        config,
+        splits_file,
+        positive_label,
+        overwrite,
+        fold_index,
+        n_jobs,
+        n_workers,
+        confounds,
+        permutations,
+        permutation_model,
+    )
     run_dir = Path(run_dir)
     ensure_dir(run_dir)
-    with distributed.process_group(plan.device), run_folder_lock(run_dir, fold_index), \
-            deterministic_algorithms(plan.device):
+    with (
+        distributed.process_group(plan.device),
+        run_folder_lock(run_dir, fold_index),
+        deterministic_algorithms(plan.device),
+    ):
         writer = distributed.is_writer()
         if writer:
             _claim_run_dir(run_dir, plan, fold_index, overwrite, positive_label)
-        extra = ({"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
-                 if writer and audit_plan is not None else None)
+        extra = (
+            {"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
+            if writer and audit_plan is not None
+            else None
+        )
         distributed.barrier()  # the other processes read the folder once rank 0 prepared it
         features = reference_features(plan.data)
         results = _finished_folds(run_dir, plan, folds)
-        final_history = _train_models(run_dir, plan, folds, results, features, n_workers,
-                                      fold_index, extra)
+        final_history = _train_models(
+            run_dir, plan, folds, results, features, n_workers, fold_index, extra
+        )
         if fold_index is not None:
             return results[folds[0].name] if writer else None
-        metrics = (write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history,
-                                   extra) if writer else None)
+        metrics = (
+            write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history, extra)
+            if writer
+            else None
+        )
         if metrics is not None and permutations:
-            metrics = permutation.run_permutation_test(run_dir, plan, features, metrics,
-                                                       permutations, permutation_model, n_workers)
+            metrics = permutation.run_permutation_test(
+                run_dir, plan, features, metrics, permutations, permutation_model, n_workers
+            )
         return metrics
 
 
-def _plan_request(data_dir, label_column: str, config: TrainConfig, splits_file,
-                  positive_label: str | None, overwrite: bool, fold_index: int | None,
-                  n_jobs: int, n_workers: int, confounds, permutations: int,
-                  permutation_model: str
-                  ) -> tuple[RunPlan, audit.AuditPlan | None, list[splits.Fold]]:
+def _plan_request(
+    data_dir,
+    label_column: str,
+    config: TrainConfig,
+    splits_file,
+    positive_label: str | None,
+    overwrite: bool,
+    fold_index: int | None,
+    n_jobs: int,
+    n_workers: int,
+    confounds,
+    permutations: int,
+    permutation_model: str,
+) -> tuple[RunPlan, audit.AuditPlan | None, list[splits.Fold]]:
     """Check :func:`run_training`'s arguments and plan the run before anything is written:
     (the plan, the shortcut audit's plan (None for a fold job), the folds this call trains).
     ``n_workers``: :func:`parallel.worker_count` of ``n_jobs``."""
     permutation.check_settings(permutations, permutation_model)
     if fold_index is not None and (confounds or permutations):
-        raise UsageError("--confounds and --permutations concern the whole run: give them to "
-                         "`eegformer train --merge RUN_DIR` once the --fold jobs are done")
+        raise UsageError(
+            "--confounds and --permutations concern the whole run: give them to "
+            "`eegformer train --merge RUN_DIR` once the --fold jobs are done"
+        )
     plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
     if permutations:
         permutation.check_null_model_available(permutation_model, plan.data)
-    audit_plan = (None if fold_index is not None else
-                  audit.plan_audit(plan.data, plan.folds, plan.scheme, config, confounds))
+    audit_plan = (
+        None
+        if fold_index is not None
+        else audit.plan_audit(plan.data, plan.folds, plan.scheme, config, confounds)
+    )
     folds = folds_to_run(plan.folds, fold_index, overwrite)
     if n_workers > 1 and plan.device.type == "cuda":
-        raise UsageError(f"--n-jobs {n_jobs} trains folds in CPU worker processes, but the "
-                         "device is cuda", hint="use --device cpu, or --n-jobs 1 on the GPU")
+        raise UsageError(
+            f"--n-jobs {n_jobs} trains folds in CPU worker processes, but the device is cuda",
+            hint="use --device cpu, or --n-jobs 1 on the GPU",
+        )
     if n_workers > 1 and distributed.process_place().world_size > 1:
-        raise UsageError(f"--n-jobs {n_jobs} cannot be combined with torchrun (its processes "
-                         "already share every fold)", hint="use --n-jobs 1")
+        raise UsageError(
+            f"--n-jobs {n_jobs} cannot be combined with torchrun (its processes "
+            "already share every fold)",
+            hint="use --n-jobs 1",
+        )
     return plan, audit_plan, folds
 
 
-def _claim_run_dir(run_dir: Path, plan: RunPlan, fold_index: int | None, overwrite: bool,
-                   positive_label: str | None) -> None:
+def _claim_run_dir(
+    run_dir: Path,
+    plan: RunPlan,
+    fold_index: int | None,
+    overwrite: bool,
+    positive_label: str | None,
+) -> None:
     """On the writing process: clear stale temporaries (not in a fold job: fold jobs run side
     by side), :func:`prepare_run_dir`, and say which class is the positive one when it was not
     given."""
@@ -338,11 +491,15 @@ def _claim_run_dir(run_dir: Path, plan: RunPlan, fold_index: int | None, overwri
         remove_stale_temporaries(folds_dir)
     prepare_run_dir(run_dir, plan, overwrite)
     if positive_label is None and plan.positive_label is not None:
-        why = ("the class that is not control-like"
-               if sum(map(is_control_label, plan.data.label_names)) == 1
-               else "the last label in sorted order")
-        console.log(f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
-                    f"({why}; choose another with --positive-label)")
+        why = (
+            "the class that is not control-like"
+            if sum(map(is_control_label, plan.data.label_names)) == 1
+            else "the last label in sorted order"
+        )
+        console.log(
+            f"train: positive class for AUROC and AUC-PR: {plan.positive_label} "
+            f"({why}; choose another with --positive-label)"
+        )
 
 
 def _finished_folds(run_dir: Path, plan: RunPlan, folds: list[splits.Fold]) -> dict[str, dict]:
@@ -355,14 +512,23 @@ def _finished_folds(run_dir: Path, plan: RunPlan, folds: list[splits.Fold]) -> d
         if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
             results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
     if results:
-        console.log(f"train: {len(results)} of {len(folds)} folds already finished in "
-                    f"{run_dir} (an earlier run or --fold jobs): reused, not trained again")
+        console.log(
+            f"train: {len(results)} of {len(folds)} folds already finished in "
+            f"{run_dir} (an earlier run or --fold jobs): reused, not trained again"
+        )
     return results
 
 
-def _train_models(run_dir: Path, plan: RunPlan, folds: list[splits.Fold],
-                  results: dict[str, dict], features: dict[str, dict], n_workers: int,
-                  fold_index: int | None, extra: dict | None) -> list[dict] | None:
+def _train_models(
+    run_dir: Path,
+    plan: RunPlan,
+    folds: list[splits.Fold],
+    results: dict[str, dict],
+    features: dict[str, dict],
+    n_workers: int,
+    fold_index: int | None,
+    extra: dict | None,
+) -> list[dict] | None:
     """Train the ``folds`` not in ``results`` (adding theirs, each saved as it finishes, with
     the summaries rewritten) and, for a whole cross-validation run without ``model.pt``, the
     final model, here or on ``n_workers`` workers. Returns the final model's history (None
@@ -372,9 +538,11 @@ def _train_models(run_dir: Path, plan: RunPlan, folds: list[splits.Fold],
     train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
     if fold_index is None and not holdout and not train_final:
         console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
-    with process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool, \
-            console.progress_bar() as bar, \
-            _worker_progress(pool, bar, plan.config.epochs) as shown:
+    with (
+        process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool,
+        console.progress_bar() as bar,
+        _worker_progress(pool, bar, plan.config.epochs) as shown,
+    ):
         folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
         final_job = None
         if pool is None:
@@ -405,18 +573,27 @@ def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: dict, mo
     if model is not None:
         save_fold_model(run_dir, plan, fold, model)
     if plan.scheme.get("kind") == "holdout":
-        _save_model(run_dir / "model.pt", model, plan, recordings_of(plan.data, fold.train),
-                    "holdout", recordings_of(plan.data, fold.train + fold.val))
+        _save_model(
+            run_dir / "model.pt",
+            model,
+            plan,
+            recordings_of(plan.data, fold.train),
+            "holdout",
+            recordings_of(plan.data, fold.train + fold.val),
+        )
     write_json(run_dir / "folds" / f"{fold.name}.json", _nan_to_none(result))
 
 
 def _log_fold(fold: splits.Fold, result: dict) -> None:
     """One line per finished fold: the BAC of each model, the selected epoch, the time."""
     m = result["metrics"]
-    references = ", ".join(f"{name.replace('_', ' ')} {m[name]['bac']:.3f}"
-                           for name in m if name != MODEL_NAME)
-    console.log(f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
-                f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s")
+    references = ", ".join(
+        f"{name.replace('_', ' ')} {m[name]['bac']:.3f}" for name in m if name != MODEL_NAME
+    )
+    console.log(
+        f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
+        f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s"
+    )
 
 
 def _final_model(plan: RunPlan, final_job, bar, shown) -> FitResult:
@@ -442,16 +619,20 @@ def _folds_here(plan: RunPlan, folds: list[splits.Fold], features: dict[str, dic
         epoch_task = bar.add_task(f"fold {fold.name}", total=plan.config.epochs, status="")
 
         def on_epoch(record, task=epoch_task):
-            bar.update(task, completed=record["epoch"],
-                       status=f"loss {record['train_loss']:.3f} val BAC {record['val_bac']:.3f}")
+            bar.update(
+                task,
+                completed=record["epoch"],
+                status=f"loss {record['train_loss']:.3f} val BAC {record['val_bac']:.3f}",
+            )
 
         result, model = run_fold(plan, fold, features, on_epoch)
         bar.remove_task(epoch_task)
         yield fold, result, model
 
 
-def _folds_on_workers(pool, plan: RunPlan, folds: list[splits.Fold],
-                      features: dict[str, dict], run_dir: Path):
+def _folds_on_workers(
+    pool, plan: RunPlan, folds: list[splits.Fold], features: dict[str, dict], run_dir: Path
+):
     """Queue ``folds`` on ``pool`` now; yields (fold, result, None) in the order they finish
     (each worker saves its fold's model file; a holdout run, whose model.pt is its fold's
     model, trains its one fold in this process)."""
@@ -465,8 +646,9 @@ def _fold_job(job: tuple) -> tuple[str, dict]:
     the fold's model file is written here, each epoch reported to the parent's bar."""
     plan, fold, features, run_dir = job
     with deterministic_algorithms(plan.device):  # a spawned worker does not inherit the flag
-        result, model = run_fold(plan, fold, features,
-                                 lambda record: report_progress((fold.name, _shown(record))))
+        result, model = run_fold(
+            plan, fold, features, lambda record: report_progress((fold.name, _shown(record)))
+        )
     save_fold_model(run_dir, plan, fold, model)
     return fold.name, result
 
@@ -475,9 +657,14 @@ def save_fold_model(run_dir: Path, plan: RunPlan, fold: splits.Fold, model) -> N
     """``folds/<name>.pt``: the fold's selected model, a model file like ``model.pt`` (what
     ``explain RUN_DIR`` explains the fold's test recordings with), written before the fold's
     result file, so a finished fold always has it."""
-    _save_model(run_dir / "folds" / f"{fold.name}.pt", model, plan,
-                recordings_of(plan.data, fold.train), "fold",
-                recordings_of(plan.data, fold.train + fold.val))
+    _save_model(
+        run_dir / "folds" / f"{fold.name}.pt",
+        model,
+        plan,
+        recordings_of(plan.data, fold.train),
+        "fold",
+        recordings_of(plan.data, fold.train + fold.val),
+    )
 
 
 #: The final model's name on the progress bar of a run on workers.
@@ -513,14 +700,17 @@ class _WorkerProgress:
                 self.done.add(name)
                 if name in self.tasks:
                     self.bar.remove_task(self.tasks.pop(name))
-            elif name not in self.done:       # an epoch line may arrive after its fold's end
+            elif name not in self.done:  # an epoch line may arrive after its fold's end
                 if name not in self.tasks:
                     label = name if name == FINAL_NAME else f"fold {name}"
                     self.tasks[name] = self.bar.add_task(label, total=self.epochs, status="")
                 val_bac = record.get("val_bac")
-                self.bar.update(self.tasks[name], completed=record["epoch"],
-                                status=f"loss {record.get('train_loss') or 0:.3f} val BAC "
-                                       + ("n/a" if val_bac is None else f"{val_bac:.3f}"))
+                self.bar.update(
+                    self.tasks[name],
+                    completed=record["epoch"],
+                    status=f"loss {record.get('train_loss') or 0:.3f} val BAC "
+                    + ("n/a" if val_bac is None else f"{val_bac:.3f}"),
+                )
 
     def finished(self, name: str) -> None:
         self.queue.put((name, None))
@@ -554,22 +744,39 @@ def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
     """The final model: all participants, the final split's inner validation for selection."""
     data, fold = plan.data, plan.final
     with deterministic_algorithms(plan.device):
-        return fit_model(data, recordings_of(data, fold.train), recordings_of(data, fold.val),
-                         plan.config, plan.device, plan.config.seed, {"repeat": -1, "fold": -1},
-                         on_epoch)
+        return fit_model(
+            data,
+            recordings_of(data, fold.train),
+            recordings_of(data, fold.val),
+            plan.config,
+            plan.device,
+            plan.config.seed,
+            {"repeat": -1, "fold": -1},
+            on_epoch,
+        )
 
 
 def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
     """``folds/final.json`` and ``model.pt`` of the final model; returns its history."""
     fold = plan.final
     if distributed.is_writer():
-        write_json(run_dir / "folds" / "final.json", _nan_to_none(
-            {"history": fit.history, "best_epoch": fit.best_epoch, "seconds": fit.seconds,
-             "train": fold.train, "val": fold.val}))
+        write_json(
+            run_dir / "folds" / "final.json",
+            _nan_to_none(
+                {
+                    "history": fit.history,
+                    "best_epoch": fit.best_epoch,
+                    "seconds": fit.seconds,
+                    "train": fold.train,
+                    "val": fold.val,
+                }
+            ),
+        )
         seen = recordings_of(plan.data, fold.train) + recordings_of(plan.data, fold.val)
         _save_model(run_dir / "model.pt", fit.model, plan, seen, "all", seen)
-    console.log(f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
-                f"{run_dir / 'model.pt'}")
+    console.log(
+        f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> {run_dir / 'model.pt'}"
+    )
     return fit.history
 
 
@@ -578,8 +785,9 @@ def _final_history(run_dir: Path) -> list[dict] | None:
     return json.loads(path.read_text(encoding="utf-8"))["history"] if path.exists() else None
 
 
-def folds_to_run(folds: list[splits.Fold], fold_index: int | None,
-                 overwrite: bool = False) -> list[splits.Fold]:
+def folds_to_run(
+    folds: list[splits.Fold], fold_index: int | None, overwrite: bool = False
+) -> list[splits.Fold]:
     """All ``folds`` (``fold_index`` None), or the one fold a ``--fold`` job trains.
 
     Raises UsageError for an index outside the splits, or ``--overwrite`` with ``--fold``
@@ -588,12 +796,16 @@ def folds_to_run(folds: list[splits.Fold], fold_index: int | None,
     if fold_index is None:
         return folds
     if overwrite:
-        raise UsageError("--overwrite cannot be combined with --fold (fold jobs share the run "
-                         "folder; replacing it would delete the other jobs' results)",
-                         hint="clear the folder once before starting the fold jobs")
+        raise UsageError(
+            "--overwrite cannot be combined with --fold (fold jobs share the run "
+            "folder; replacing it would delete the other jobs' results)",
+            hint="clear the folder once before starting the fold jobs",
+        )
     if not 0 <= fold_index < len(folds):
-        raise UsageError(f"invalid --fold {fold_index}; these splits have {len(folds)} folds, "
-                         f"so allowed values are 0 to {len(folds) - 1}")
+        raise UsageError(
+            f"invalid --fold {fold_index}; these splits have {len(folds)} folds, "
+            f"so allowed values are 0 to {len(folds) - 1}"
+        )
     return [folds[fold_index]]
 
 
@@ -605,8 +817,11 @@ def run_folder_lock(run_dir: Path, fold_index: int | None) -> Iterator[None]:
     if not distributed.is_writer():
         yield
         return
-    what = ("eegformer train fold jobs or another eegformer train run"
-            if fold_index is None else "another eegformer train run or merge")
+    what = (
+        "eegformer train fold jobs or another eegformer train run"
+        if fold_index is None
+        else "another eegformer train run or merge"
+    )
     with DirectoryLock(run_dir, what=what, shared=fold_index is not None):
         yield
 
@@ -619,7 +834,7 @@ class RunRequest:
     label_column: str
     config: TrainConfig
     positive_label: str | None
-    splits_file: Path | None    # None: the splits are remade from the config's seed
+    splits_file: Path | None  # None: the splits are remade from the config's seed
 
 
 def read_run_request(run_dir: str | Path) -> RunRequest:
@@ -634,25 +849,44 @@ def read_run_request(run_dir: str | Path) -> RunRequest:
         data_dir, label_column = Path(stored["data_dir"]), stored["label_column"]
         train_config, positive_label = stored["train_config"], stored["positive_label"]
     except FileNotFoundError:
-        raise InputDataError("no config.json: not a train run folder", path=run_dir,
-                         hint="pass the --out folder of the `eegformer train --fold` jobs") from None
+        raise InputDataError(
+            "no config.json: not a train run folder",
+            path=run_dir,
+            hint="pass the --out folder of the `eegformer train --fold` jobs",
+        ) from None
     except (OSError, ValueError, KeyError, TypeError):
-        raise InputDataError("unreadable config.json", path=config_path,
-                         hint="rerun the fold jobs into a fresh folder") from None
+        raise InputDataError(
+            "unreadable config.json",
+            path=config_path,
+            hint="rerun the fold jobs into a fresh folder",
+        ) from None
     scheme, _ = splits.load_splits(splits_path)
-    return RunRequest(data_dir, label_column, TrainConfig.from_dict(train_config),
-                      positive_label, splits_path if "from_file" in scheme else None)
+    return RunRequest(
+        data_dir,
+        label_column,
+        TrainConfig.from_dict(train_config),
+        positive_label,
+        splits_path if "from_file" in scheme else None,
+    )
 
 
 def missing_fold_indices(run_dir: str | Path) -> list[int]:
     """Indices (``--fold`` values) of the folds of ``splits.json`` without a result file."""
     _, folds = splits.load_splits(Path(run_dir) / "splits.json")
-    return [index for index, fold in enumerate(folds)
-            if not (Path(run_dir) / "folds" / f"{fold.name}.json").is_file()]
+    return [
+        index
+        for index, fold in enumerate(folds)
+        if not (Path(run_dir) / "folds" / f"{fold.name}.json").is_file()
+    ]
 
 
-def merge_run(run_dir: str | Path, confounds=(), permutations: int = 0,
-              permutation_model: str = "reference", n_jobs: int = 1) -> dict | None:
+def merge_run(
+    run_dir: str | Path,
+    confounds=(),
+    permutations: int = 0,
+    permutation_model: str = "reference",
+    n_jobs: int = 1,
+) -> dict | None:
     """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs (or add the
     shortcut audit's ``confounds`` or a permutation test to a finished run).
 
@@ -666,9 +900,19 @@ def merge_run(run_dir: str | Path, confounds=(), permutations: int = 0,
     missing = missing_fold_indices(run_dir)
     if missing:
         shown = ", ".join(str(i) for i in missing[:10]) + (" ..." if len(missing) > 10 else "")
-        raise UsageError(f"{len(missing)} fold(s) not finished in {run_dir} (--fold {shown})",
-                         hint="run those `eegformer train --fold` jobs, then merge again")
-    return run_training(request.data_dir, run_dir, request.label_column, request.config,
-                        splits_file=request.splits_file, positive_label=request.positive_label,
-                        n_jobs=n_jobs, confounds=confounds, permutations=permutations,
-                        permutation_model=permutation_model)
+        raise UsageError(
+            f"{len(missing)} fold(s) not finished in {run_dir} (--fold {shown})",
+            hint="run those `eegformer train --fold` jobs, then merge again",
+        )
+    return run_training(
+        request.data_dir,
+        run_dir,
+        request.label_column,
+        request.config,
+        splits_file=request.splits_file,
+        positive_label=request.positive_label,
+        n_jobs=n_jobs,
+        confounds=confounds,
+        permutations=permutations,
+        permutation_model=permutation_model,
+    )

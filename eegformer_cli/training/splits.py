@@ -65,8 +65,15 @@ class Fold:
         return record
 
 
-def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: int, what: str,
-                 where: str, hint: str) -> list[tuple[np.ndarray, np.ndarray]]:
+def _group_split(
+    groups: np.ndarray,
+    labels: np.ndarray,
+    n_splits: int,
+    seed: int,
+    what: str,
+    where: str,
+    hint: str,
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """StratifiedGroupKFold on recordings; returns (train_idx, test_idx) pairs.
 
     ``what`` names the split and ``where`` the participants it divides (e.g. "the data"), for
@@ -76,21 +83,32 @@ def _group_split(groups: np.ndarray, labels: np.ndarray, n_splits: int, seed: in
     """
     n_groups = len(np.unique(groups))
     if n_groups < n_splits:
-        raise InputDataError(f"{what} needs at least {n_splits} participants but {where} has "
-                             f"{n_groups}", hint=hint)
+        raise InputDataError(
+            f"{what} needs at least {n_splits} participants but {where} has {n_groups}", hint=hint
+        )
     largest_class = int(np.unique(labels, return_counts=True)[1].max())
     if largest_class < n_splits:  # StratifiedGroupKFold's own ValueError, said for the user
-        raise InputDataError(f"{what} needs at least {n_splits} recordings of one class but the "
-                             f"largest class in {where} has {largest_class}", hint=hint)
+        raise InputDataError(
+            f"{what} needs at least {n_splits} recordings of one class but the "
+            f"largest class in {where} has {largest_class}",
+            hint=hint,
+        )
     splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
         return list(splitter.split(np.zeros(len(groups)), labels, groups))
 
 
-def _fraction_split(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int,
-                    what: str, setting: str, where: str,
-                    hint: str) -> tuple[list[str], list[str]]:
+def _fraction_split(
+    groups: np.ndarray,
+    labels: np.ndarray,
+    fraction: float,
+    seed: int,
+    what: str,
+    setting: str,
+    where: str,
+    hint: str,
+) -> tuple[list[str], list[str]]:
     """Split participants into (rest, part) with about ``fraction`` of them in ``part``: the
     first fold of a ``round(1 / fraction)``-fold StratifiedGroupKFold. ``what`` names the
     split, ``setting`` the option giving ``fraction``; ``where`` and ``hint``: as
@@ -101,21 +119,33 @@ def _fraction_split(groups: np.ndarray, labels: np.ndarray, fraction: float, see
     return sorted(set(groups[rest_idx])), sorted(set(groups[part_idx]))
 
 
-def inner_validation_split(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int,
-                           where: str = "the data",
-                           hint: str = "use " + VAL_FRACTION_REMEDY) -> tuple[list[str], list[str]]:
+def inner_validation_split(
+    groups: np.ndarray,
+    labels: np.ndarray,
+    fraction: float,
+    seed: int,
+    where: str = "the data",
+    hint: str = "use " + VAL_FRACTION_REMEDY,
+) -> tuple[list[str], list[str]]:
     """Split participants into (train, val) with about ``fraction`` of them in val.
 
     ``groups`` (n_recordings,) participant ids, ``labels`` (n_recordings,) labels; ``where``
     names these participants and ``hint`` says what to do, for the InputDataError raised
     when they are too few.
     """
-    return _fraction_split(groups, labels, fraction, seed, "the validation split",
-                           "val_fraction", where, hint)
+    return _fraction_split(
+        groups, labels, fraction, seed, "the validation split", "val_fraction", where, hint
+    )
 
 
-def cross_validation_folds(groups: np.ndarray, labels: np.ndarray, n_splits: int, repeats: int,
-                           seed: int, val_fraction: float) -> list[Fold]:
+def cross_validation_folds(
+    groups: np.ndarray,
+    labels: np.ndarray,
+    n_splits: int,
+    repeats: int,
+    seed: int,
+    val_fraction: float,
+) -> list[Fold]:
     """Repeated stratified k-fold over participants, with an inner validation split per fold.
 
     ``groups`` (n_recordings,) participant ids; ``labels`` (n_recordings,) labels.
@@ -125,39 +155,69 @@ def cross_validation_folds(groups: np.ndarray, labels: np.ndarray, n_splits: int
     inner_hint = "use " + ("fewer --cv folds, " if n_splits > 2 else "") + VAL_FRACTION_REMEDY
     folds = []
     for repeat in range(repeats):
-        pairs = _group_split(groups, labels, n_splits, seed + repeat, f"{n_splits}-fold CV",
-                             "the data", "use fewer --cv folds or a larger dataset")
+        pairs = _group_split(
+            groups,
+            labels,
+            n_splits,
+            seed + repeat,
+            f"{n_splits}-fold CV",
+            "the data",
+            "use fewer --cv folds or a larger dataset",
+        )
         for k, (train_idx, test_idx) in enumerate(pairs):
             test = sorted(set(groups[test_idx]))
-            where = (f"the training part of CV fold {k} (all {n_participants} participants "
-                     f"but the {len(test)} of its test fold)")
-            train, val = inner_validation_split(groups[train_idx], labels[train_idx], val_fraction,
-                                                seed + 1000 * (repeat + 1) + k, where, inner_hint)
+            where = (
+                f"the training part of CV fold {k} (all {n_participants} participants "
+                f"but the {len(test)} of its test fold)"
+            )
+            train, val = inner_validation_split(
+                groups[train_idx],
+                labels[train_idx],
+                val_fraction,
+                seed + 1000 * (repeat + 1) + k,
+                where,
+                inner_hint,
+            )
             folds.append(Fold(repeat, k, train, val, test))
     return folds
 
 
-def holdout_fold(groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int,
-                 val_fraction: float) -> Fold:
+def holdout_fold(
+    groups: np.ndarray, labels: np.ndarray, fraction: float, seed: int, val_fraction: float
+) -> Fold:
     """One split with about ``fraction`` of the participants held out for test."""
     groups, labels = np.asarray(groups), np.asarray(labels)
-    rest, test = _fraction_split(groups, labels, fraction, seed, "the test set", "--holdout",
-                                 "the data", "use a larger --holdout or a larger dataset")
+    rest, test = _fraction_split(
+        groups,
+        labels,
+        fraction,
+        seed,
+        "the test set",
+        "--holdout",
+        "the data",
+        "use a larger --holdout or a larger dataset",
+    )
     in_rest = np.isin(groups, rest)
-    where = (f"the training part (all {len(rest) + len(test)} participants but the {len(test)} "
-             "held out)")
-    train, val = inner_validation_split(groups[in_rest], labels[in_rest], val_fraction,
-                                        seed + 1000, where,
-                                        "use a smaller --holdout, " + VAL_FRACTION_REMEDY)
+    where = (
+        f"the training part (all {len(rest) + len(test)} participants but the {len(test)} held out)"
+    )
+    train, val = inner_validation_split(
+        groups[in_rest],
+        labels[in_rest],
+        val_fraction,
+        seed + 1000,
+        where,
+        "use a smaller --holdout, " + VAL_FRACTION_REMEDY,
+    )
     return Fold(0, 0, train, val, test)
 
 
-def final_fit_split(groups: np.ndarray, labels: np.ndarray, seed: int,
-                    val_fraction: float) -> Fold:
+def final_fit_split(groups: np.ndarray, labels: np.ndarray, seed: int, val_fraction: float) -> Fold:
     """The split for the final model after CV: all participants, an inner validation for
     selection, no test set."""
-    train, val = inner_validation_split(np.asarray(groups), np.asarray(labels), val_fraction,
-                                        seed + 999)
+    train, val = inner_validation_split(
+        np.asarray(groups), np.asarray(labels), val_fraction, seed + 999
+    )
     return Fold(-1, -1, train, val, [])
 
 
@@ -167,8 +227,9 @@ def test_train_ratio(folds: list[Fold]) -> float:
     return float(np.mean([len(fold.test) / (len(fold.train) + len(fold.val)) for fold in folds]))
 
 
-def warn_missing_classes(folds: list[Fold], groups: np.ndarray, labels: np.ndarray,
-                         label_names: list[str]) -> None:
+def warn_missing_classes(
+    folds: list[Fold], groups: np.ndarray, labels: np.ndarray, label_names: list[str]
+) -> None:
     """One warning line when test or validation sets of ``folds`` lack a class.
 
     ``groups`` (n_recordings,) participant ids, ``labels`` (n_recordings,) class indices into
@@ -187,18 +248,22 @@ def warn_missing_classes(folds: list[Fold], groups: np.ndarray, labels: np.ndarr
         return
     participants = {int(c): len(np.unique(groups[labels == c])) for c in np.unique(labels)}
     smallest = min(participants, key=participants.get)
-    warn(f"{test} of {len(tests)} test set(s) and {val} of {len(vals)} validation set(s) lack "
-         f"a class (the smallest, {label_names[smallest]!r}, has {participants[smallest]} "
-         "participants): BAC there averages the classes present, AUROC and AUC-PR are n/a, "
-         "and epoch selection ignores the missing class (use fewer --cv folds, a larger "
-         "--holdout or val_fraction, or more participants of that class)")
+    warn(
+        f"{test} of {len(tests)} test set(s) and {val} of {len(vals)} validation set(s) lack "
+        f"a class (the smallest, {label_names[smallest]!r}, has {participants[smallest]} "
+        "participants): BAC there averages the classes present, AUROC and AUC-PR are n/a, "
+        "and epoch selection ignores the missing class (use fewer --cv folds, a larger "
+        "--holdout or val_fraction, or more participants of that class)"
+    )
 
 
 def save_splits(path: str | Path, scheme: dict, folds: list[Fold]) -> None:
     """Write ``splits.json``: ``{"format", "scheme", "folds": [{repeat, fold, train, val, test
     [, seed]}]}``."""
-    write_json(path, {"format": SPLITS_FORMAT, "scheme": scheme,
-                      "folds": [fold.record() for fold in folds]})
+    write_json(
+        path,
+        {"format": SPLITS_FORMAT, "scheme": scheme, "folds": [fold.record() for fold in folds]},
+    )
 
 
 def load_splits(path: str | Path) -> tuple[dict, list[Fold]]:
@@ -206,16 +271,26 @@ def load_splits(path: str | Path) -> tuple[dict, list[Fold]]:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        folds = [Fold(int(f["repeat"]), int(f["fold"]), [str(p) for p in f["train"]],
-                      [str(p) for p in f["val"]], [str(p) for p in f["test"]],
-                      None if f.get("seed") is None else int(f["seed"]))
-                 for f in data["folds"]]
+        folds = [
+            Fold(
+                int(f["repeat"]),
+                int(f["fold"]),
+                [str(p) for p in f["train"]],
+                [str(p) for p in f["val"]],
+                [str(p) for p in f["test"]],
+                None if f.get("seed") is None else int(f["seed"]),
+            )
+            for f in data["folds"]
+        ]
         scheme = dict(data.get("scheme", {}))
     except FileNotFoundError:
         raise UsageError("splits file not found", path=path, hint="check --splits") from None
     except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError("not a splits.json written by eegformer train", path=path,
-                         hint="pass the splits.json of an earlier run") from None
+        raise UsageError(
+            "not a splits.json written by eegformer train",
+            path=path,
+            hint="pass the splits.json of an earlier run",
+        ) from None
     if not folds:
         raise UsageError("splits file has no folds", path=path)
     return scheme, folds
@@ -234,22 +309,29 @@ def check_folds(folds: list[Fold], participants: set[str], source: str) -> list[
     for fold in folds:
         parts = [set(fold.train), set(fold.val), set(fold.test)]
         if parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2]:
-            raise InputDataError(f"fold {fold.name} puts a participant in two of train/val/test",
-                                 path=source)
+            raise InputDataError(
+                f"fold {fold.name} puts a participant in two of train/val/test", path=source
+            )
         missing = participants - set().union(*parts)
         if missing:
-            raise InputDataError(f"fold {fold.name} does not cover participants "
-                                 f"{', '.join(sorted(missing)[:5])}"
-                                 + (" ..." if len(missing) > 5 else ""), path=source,
-                                 hint="make new splits (drop --splits) for this data")
+            raise InputDataError(
+                f"fold {fold.name} does not cover participants "
+                f"{', '.join(sorted(missing)[:5])}" + (" ..." if len(missing) > 5 else ""),
+                path=source,
+                hint="make new splits (drop --splits) for this data",
+            )
         extra |= set().union(*parts) - participants
-        checked.append(Fold(fold.repeat, fold.fold, *(sorted(p & participants) for p in parts),
-                            fold.seed))
+        checked.append(
+            Fold(fold.repeat, fold.fold, *(sorted(p & participants) for p in parts), fold.seed)
+        )
     if extra:
-        warn(f"{source}: {len(extra)} participant(s) in the splits have no usable recording "
-             f"and are ignored: {', '.join(sorted(extra)[:5])}")
+        warn(
+            f"{source}: {len(extra)} participant(s) in the splits have no usable recording "
+            f"and are ignored: {', '.join(sorted(extra)[:5])}"
+        )
     for fold in checked:
         if not fold.train or not fold.val:
-            raise InputDataError(f"fold {fold.name} has an empty training or validation set",
-                                 path=source)
+            raise InputDataError(
+                f"fold {fold.name} has an empty training or validation set", path=source
+            )
     return checked

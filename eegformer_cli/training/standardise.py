@@ -30,16 +30,20 @@ def connectivity_stats(arrays: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[
     """
     sums, squares, count = None, None, 0
     for coh, wpli in arrays:
-        stacked = np.stack([coh, wpli]).astype(np.float64)      # (2, S, F, C, C)
-        part_sum, part_sq = stacked.sum(axis=1), (stacked ** 2).sum(axis=1)
+        stacked = np.stack([coh, wpli]).astype(np.float64)  # (2, S, F, C, C)
+        part_sum, part_sq = stacked.sum(axis=1), (stacked**2).sum(axis=1)
         sums = part_sum if sums is None else sums + part_sum
         squares = part_sq if squares is None else squares + part_sq
         count += coh.shape[0]
     mean = sums / count
-    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0))
+    std = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
     std = np.maximum(std, STD_FLOOR)
-    return {"coh_mean": mean[0].astype(np.float32), "coh_std": std[0].astype(np.float32),
-            "wpli_mean": mean[1].astype(np.float32), "wpli_std": std[1].astype(np.float32)}
+    return {
+        "coh_mean": mean[0].astype(np.float32),
+        "coh_std": std[0].astype(np.float32),
+        "wpli_mean": mean[1].astype(np.float32),
+        "wpli_std": std[1].astype(np.float32),
+    }
 
 
 class StandardisedModel(nn.Module):
@@ -54,8 +58,12 @@ class StandardisedModel(nn.Module):
         super().__init__()
         self.model = model
         shape = (len(model.config.band_names), model.config.n_channels, model.config.n_channels)
-        for name, value in (("coh_mean", 0.0), ("coh_std", 1.0), ("wpli_mean", 0.0),
-                            ("wpli_std", 1.0)):
+        for name, value in (
+            ("coh_mean", 0.0),
+            ("coh_std", 1.0),
+            ("wpli_mean", 0.0),
+            ("wpli_std", 1.0),
+        ):
             self.register_buffer(name, torch.full(shape, value))
 
     @property
@@ -79,6 +87,7 @@ class StandardisedModel(nn.Module):
     def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
         return self.model(*self._standardise(coh, wpli), age, sex)
 
-    def forward_with_details(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor,
-                             target: Tensor | None = None):
+    def forward_with_details(
+        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, target: Tensor | None = None
+    ):
         return self.model.forward_with_details(*self._standardise(coh, wpli), age, sex, target)

@@ -49,12 +49,12 @@ class BandTangentSpace(TransformerMixin, BaseEstimator):
 
     def transform(self, X):
         X = np.asarray(X, dtype=np.float64)
-        return np.concatenate([band.transform(X[:, b]) for b, band in enumerate(self.bands_)],
-                              axis=1)
+        return np.concatenate(
+            [band.transform(X[:, b]) for b, band in enumerate(self.bands_)], axis=1
+        )
 
 
-def fit_tangent_space(covariances: np.ndarray, labels: np.ndarray, groups: np.ndarray,
-                      seed: int):
+def fit_tangent_space(covariances: np.ndarray, labels: np.ndarray, groups: np.ndarray, seed: int):
     """Fit the reference on one training part: a fitted Pipeline (``BandTangentSpace`` ->
     the GridSearchCV of :func:`reference.search_logistic_c`, refit on all).
 
@@ -65,6 +65,11 @@ def fit_tangent_space(covariances: np.ndarray, labels: np.ndarray, groups: np.nd
     with threadpool_limits(limits=1):
         tangent = BandTangentSpace().fit(covariances)
         vectors = tangent.transform(covariances)
-    search = search_logistic_c(make_pipeline(StandardScaler(), balanced_logistic_regression()),
-                               vectors, labels, groups, seed)
+    search = search_logistic_c(
+        make_pipeline(StandardScaler(), balanced_logistic_regression()),
+        vectors,
+        labels,
+        groups,
+        seed,
+    )
     return make_pipeline(tangent, search)

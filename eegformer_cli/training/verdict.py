@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 
 #: How a reference model is named in a sentence ("not distinguishable from ...").
-REFERENCE_NAMES = {"logistic_regression": "the logistic regression",
-                   "tangent_space": "the Riemannian tangent-space reference"}
+REFERENCE_NAMES = {
+    "logistic_regression": "the logistic regression",
+    "tangent_space": "the Riemannian tangent-space reference",
+}
 #: Prediction-set level quoted in the verdict.
 VERDICT_COVERAGE = 0.9
 
@@ -37,8 +39,9 @@ def reference_name(name: str) -> str:
 
 def comparisons(metrics: dict) -> list[dict]:
     """Every comparison of the run with a reference model, the logistic regression's first."""
-    return metrics.get("comparisons") or ([metrics["comparison"]]
-                                          if metrics.get("comparison") else [])
+    return metrics.get("comparisons") or (
+        [metrics["comparison"]] if metrics.get("comparison") else []
+    )
 
 
 def score_line(metrics: dict) -> tuple[str, str, str]:
@@ -47,16 +50,22 @@ def score_line(metrics: dict) -> tuple[str, str, str]:
     score = metrics.get("score") or {}
     mean = score.get("mean", metrics["models"]["xaiguiformer"]["mean"].get("bac"))
     auroc = metrics["models"]["xaiguiformer"]["mean"].get("auroc")
-    low, high = (score.get("ci95") or [None, None])
-    interval = (f" (95 % CI {low:.2f} to {high:.2f})" if _known(low) and _known(high)
-                else " (no interval: the folds agree, or too few)")
+    low, high = score.get("ci95") or [None, None]
+    interval = (
+        f" (95 % CI {low:.2f} to {high:.2f})"
+        if _known(low) and _known(high)
+        else " (no interval: the folds agree, or too few)"
+    )
     # no interval because every fold scored the same: above chance when that score is
-    above = low > chance if _known(low) else (_known(mean) and mean > chance
-                                              and score.get("std") == 0)
-    text = (f"balanced accuracy {mean:.3f}{interval}, chance {chance:.2f} "
-            f"({len(labels)} classes)"
-            + (f"; AUROC {auroc:.3f}" if _known(auroc) else "")
-            + f"; {metrics.get('n_folds')} test folds, out of fold")
+    above = (
+        low > chance if _known(low) else (_known(mean) and mean > chance and score.get("std") == 0)
+    )
+    text = (
+        f"balanced accuracy {mean:.3f}{interval}, chance {chance:.2f} "
+        f"({len(labels)} classes)"
+        + (f"; AUROC {auroc:.3f}" if _known(auroc) else "")
+        + f"; {metrics.get('n_folds')} test folds, out of fold"
+    )
     return "score", text, "good" if above else "neutral"
 
 
@@ -66,8 +75,11 @@ def comparison_line(comparison: dict) -> tuple[str, str, str]:
     metric = comparison.get("metric", "bac")
     if not _known(mean):
         return "reference", f"no fold to compare with {name}", "neutral"
-    figure = (f"{mean:+.3f} {metric}, 95 % CI {low:+.3f} to {high:+.3f}" if _known(low)
-              else f"{mean:+.3f} {metric}, no interval")
+    figure = (
+        f"{mean:+.3f} {metric}, 95 % CI {low:+.3f} to {high:+.3f}"
+        if _known(low)
+        else f"{mean:+.3f} {metric}, no interval"
+    )
     if _known(low) and low > 0:
         return "reference", f"better than {name} ({figure})", "good"
     if _known(high) and high < 0:
@@ -78,23 +90,36 @@ def comparison_line(comparison: dict) -> tuple[str, str, str]:
 def shortcut_line(metrics: dict) -> tuple[str, str, str]:
     audit = metrics.get("shortcut_audit")
     if not audit:
-        return "shortcuts", "not audited (an older run: `eegformer train --merge RUN_DIR` adds " \
-                            "the audit)", "neutral"
+        return (
+            "shortcuts",
+            "not audited (an older run: `eegformer train --merge RUN_DIR` adds the audit)",
+            "neutral",
+        )
     variables = audit.get("variables", [])
 
     def named(status: str) -> list[str]:
-        return [entry["name"] + (f" (AUROC {entry['auroc']['mean']:.2f})"
-                                 if entry.get("auroc") and _known(entry["auroc"].get("mean"))
-                                 else "")
-                for entry in variables if entry["status"] == status]
+        return [
+            entry["name"]
+            + (
+                f" (AUROC {entry['auroc']['mean']:.2f})"
+                if entry.get("auroc") and _known(entry["auroc"].get("mean"))
+                else ""
+            )
+            for entry in variables
+            if entry["status"] == status
+        ]
 
     flagged, borderline = named("flagged"), named("borderline")
     checked = sum(entry["status"] == "checked" for entry in variables)
     if flagged or borderline:
         parts = ([f"flagged: {', '.join(flagged)}"] if flagged else []) + (
-            [f"borderline: {', '.join(borderline)}"] if borderline else [])
-        return "shortcuts", "; ".join(parts) + " (the score may come from them, not the EEG)", \
-            "warn"
+            [f"borderline: {', '.join(borderline)}"] if borderline else []
+        )
+        return (
+            "shortcuts",
+            "; ".join(parts) + " (the score may come from them, not the EEG)",
+            "warn",
+        )
     return "shortcuts", f"none flagged or borderline ({checked} variables checked)", "good"
 
 
@@ -104,8 +129,11 @@ def permutation_line(metrics: dict) -> tuple[str, str, str]:
         return "permutation test", "not computed (`--permutations 100` adds it)", "neutral"
     model = test["models"].get("xaiguiformer") or next(iter(test["models"].values()))
     p = model["p_value"]
-    return ("permutation test", f"p = {p:.2g} for the balanced accuracy "
-            f"({test['n_permutations']} permutations)", "good" if p < 0.05 else "warn")
+    return (
+        "permutation test",
+        f"p = {p:.2g} for the balanced accuracy ({test['n_permutations']} permutations)",
+        "good" if p < 0.05 else "warn",
+    )
 
 
 def calibration_line(metrics: dict) -> tuple[str, str, str]:
@@ -117,26 +145,44 @@ def calibration_line(metrics: dict) -> tuple[str, str, str]:
     parts = [f"out of fold ECE {model['ece']:.3f}, Brier {model['brier']:.3f}"]
     after = recalibration.get("after")
     if recalibration.get("method", "none") != "none" and after:
-        parts.append(f"predict recalibrates ({recalibration['method']} scaling; cross-fitted "
-                     f"ECE {after['ece']:.3f})")
+        parts.append(
+            f"predict recalibrates ({recalibration['method']} scaling; cross-fitted "
+            f"ECE {after['ece']:.3f})"
+        )
     else:
-        parts.append("predict keeps the probabilities as they are"
-                     + (" (too few recordings to recalibrate)"
-                        if "too few" in recalibration.get("reason", "") else ""))
-    sets = next((level for level in (metrics.get("prediction_sets") or {}).get("levels", [])
-                 if abs(level["coverage"] - VERDICT_COVERAGE) < 1e-9), None)
+        parts.append(
+            "predict keeps the probabilities as they are"
+            + (
+                " (too few recordings to recalibrate)"
+                if "too few" in recalibration.get("reason", "")
+                else ""
+            )
+        )
+    sets = next(
+        (
+            level
+            for level in (metrics.get("prediction_sets") or {}).get("levels", [])
+            if abs(level["coverage"] - VERDICT_COVERAGE) < 1e-9
+        ),
+        None,
+    )
     if sets:
-        parts.append(f"{VERDICT_COVERAGE:.0%} prediction sets cover "
-                     f"{sets['empirical_coverage']:.0%} out of fold, "
-                     f"{sets['share_ambiguous']:.0%} hold more than one class")
+        parts.append(
+            f"{VERDICT_COVERAGE:.0%} prediction sets cover "
+            f"{sets['empirical_coverage']:.0%} out of fold, "
+            f"{sets['share_ambiguous']:.0%} hold more than one class"
+        )
     tone = "good" if model["ece"] <= 0.1 else "warn"
     return "calibration", "; ".join(parts), tone
 
 
 def verdict_lines(metrics: dict) -> list[tuple[str, str, str]]:
     """The verdict of a run (module docstring), from its ``metrics.json``."""
-    return ([score_line(metrics)] + [comparison_line(c) for c in comparisons(metrics)]
-            + [shortcut_line(metrics), permutation_line(metrics), calibration_line(metrics)])
+    return (
+        [score_line(metrics)]
+        + [comparison_line(c) for c in comparisons(metrics)]
+        + [shortcut_line(metrics), permutation_line(metrics), calibration_line(metrics)]
+    )
 
 
 def headline(metrics: dict) -> str:
