@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eegformer-installed
 
-.PHONY: demo test install benchmarks sample-data clean
+.PHONY: demo test lint install benchmarks sample-data clean
 
 install: $(STAMP)
 
@@ -24,8 +24,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/eegformer demo --out $(DEMO_OUT)
 
-test: $(STAMP)
+# Lint and format check first (seconds), then the suite.
+test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+LINTED := eegformer_cli tests benchmarks
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 # Every benchmark of docs/benchmarks.md, one JSON file each in $(BENCH_OUT) (about an hour on 2 cores;
 # run it on a quiet machine). The figures in docs/benchmarks.md are copied from such files.

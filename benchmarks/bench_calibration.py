@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine  # noqa: E402  (benchmarks/machine.py)
+from machine import machine
 
 LEVELS = (0.8, 0.9, 0.95)
 
@@ -75,12 +75,11 @@ def outer_test_predictions(model_file: Path, data: Path, test: set[str]):
     from eegformer_cli.training.model_file import load_model_file
 
     bundle = load_model_file(model_file)
-    labels = {
-        row["recording_id"]: row[bundle.label_column]
-        for row in csv.DictReader(
-            open(data / "manifest.tsv", newline="", encoding="utf-8"), delimiter="\t"
-        )
-    }
+    with open(data / "manifest.tsv", newline="", encoding="utf-8") as manifest:
+        labels = {
+            row["recording_id"]: row[bundle.label_column]
+            for row in csv.DictReader(manifest, delimiter="\t")
+        }
     import torch
 
     probabilities, truth, ids = [], [], []

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.explain.attributions import channel_pair_attributions
 from eegformer_cli.training.model_file import load_model_file
-from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 
 def relative_gap(

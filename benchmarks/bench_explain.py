@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.cli.app import main
 from eegformer_cli.explain.attributions import DEFAULT_N_STEPS
@@ -41,7 +42,6 @@ from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.model_file import save_model_file
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
-from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 
 def make_model_file(prep: Path, path: Path) -> int:

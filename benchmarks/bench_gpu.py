@@ -45,11 +45,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine.py, bench_train_step.py
-from bench_train_step import ALPHA, BAND_EDGES_HZ, BANDS, CaptumDeepLift, make_inputs  # noqa: E402
-from machine import cpu_model  # noqa: E402
+from bench_train_step import ALPHA, BAND_EDGES_HZ, BANDS, CaptumDeepLift, make_inputs
+from machine import cpu_model
 
-from eegformer_cli.devices import autocast, resolve_precision  # noqa: E402
-from eegformer_cli.model import ModelConfig, XAIguiFormer  # noqa: E402
+from eegformer_cli.devices import autocast, resolve_precision
+from eegformer_cli.model import ModelConfig, XAIguiFormer
 
 #: Sizes of the full run and of ``--quick``.
 SIZES = {

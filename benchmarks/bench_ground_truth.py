@@ -56,7 +56,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]

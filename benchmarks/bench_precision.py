@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.model.diagnostics import explicit_attention
 from eegformer_cli.model.precision import policy_off
 from eegformer_cli.training.model_file import load_model_file
-from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 
 def xaiguiformer(model):

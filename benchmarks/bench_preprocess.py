@@ -32,9 +32,9 @@ from pathlib import Path
 
 import mne
 import numpy as np
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.recordings.channels import STANDARD_1020
-from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"

@@ -30,11 +30,11 @@ from pathlib import Path
 
 import mne
 import numpy as np
+from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.parallel import preprocess_backend
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.recordings.reading import find_recordings
-from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
 MSU = REPO.parent / "shared" / "data" / "msu-schizophrenia"

@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -36,9 +36,9 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.model import ModelConfig, XAIguiFormer
-from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 
 BANDS = [
     "delta",

@@ -26,6 +26,7 @@ removed at the end unless ``--keep``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -131,10 +132,8 @@ def tree_rss_bytes(pid: int) -> int:
         return 0
     total = 0
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += process.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
@@ -157,10 +156,8 @@ def _tree_rss_from_proc(pid: int) -> int:
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
     for member in tree:
-        try:
+        with contextlib.suppress(OSError):
             total += int(Path(f"/proc/{member}/statm").read_text().split()[1]) * page
-        except OSError:
-            pass
     return total
 
 

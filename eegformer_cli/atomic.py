@@ -139,7 +139,7 @@ class DirectoryLock:
         self.shared = shared
         self._handle = None
 
-    def __enter__(self) -> "DirectoryLock":
+    def __enter__(self) -> DirectoryLock:
         self._handle = open(self.folder / ".lock", "a+")
         try:
             fcntl.flock(

@@ -1,4 +1,4 @@
-"""Errors users can act on, each with its own exit code.
+r"""Errors users can act on, each with its own exit code.
 
 Every command maps an :class:`EegformerError` to one line on stderr and the exit code below;
 anything else is an internal error (exit 1, traceback only with ``--debug``).

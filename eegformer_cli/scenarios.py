@@ -41,10 +41,10 @@ from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.simulate import (
     CHANNELS,
     SimulatedParticipant,
-    narrowband,
     channel_positions,
     check_simulation_settings,
     draw_participants,
+    narrowband,
     phase_shifted,
     write_dataset,
 )

@@ -27,7 +27,7 @@ EXPLAIN_SEED = 0
 
 def load_model(
     path: str | os.PathLike, device: str = "auto", precision: str = "auto"
-) -> "TrainedModel":
+) -> TrainedModel:
     """Load a model file written by ``eegformer train`` (``RUN_DIR/model.pt``).
 
     Parameters

@@ -10,10 +10,10 @@ import json
 
 import numpy as np
 import pytest
+from test_training import make_connectome_folder, run_main, tiny_config
 
 from eegformer_cli.training import calibration, conformal, verdict
 from eegformer_cli.training.folds import default_positive_label, is_control_label
-from test_training import make_connectome_folder, run_main, tiny_config
 
 
 def calibrated_draws(n: int, seed: int, n_classes: int = 2):

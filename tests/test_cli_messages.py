@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from test_explain import SAMPLE_DATA, build_sample_run, run_main
 
 from eegformer_cli.cli.app import app, main
 from eegformer_cli.cli.arguments import expand_stdin
 from eegformer_cli.errors import UsageError
 from eegformer_cli.training.config import PRESETS
-from test_explain import SAMPLE_DATA, build_sample_run, run_main
 
 
 def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
-    from eegformer_cli.options import FREQUENCY_ENCODING_BY_PRESET
     from eegformer_cli.model.xaiguiformer import ModelConfig
+    from eegformer_cli.options import FREQUENCY_ENCODING_BY_PRESET
 
     command = typer.main.get_command(app).commands["train"]
     for param in command.params:
@@ -34,7 +34,7 @@ def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
         shows = param.show_default and param.default is not None
         assert shows or "[default:" in help_text or "Required" in help_text, param.name
     # the preset-dependent defaults are the presets' own values
-    assert FREQUENCY_ENCODING_BY_PRESET == {
+    assert {
         name: ModelConfig.preset(
             name,
             n_channels=2,
@@ -44,7 +44,7 @@ def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
             channel_names=["C3", "C4"],
         ).frequency_encoding
         for name in PRESETS
-    }
+    } == FREQUENCY_ENCODING_BY_PRESET
     monkeypatch.setenv("COLUMNS", "250")  # one line per option: nothing wrapped
     with pytest.raises(SystemExit) as stopped:
         main(["train", "--help"])
@@ -61,8 +61,7 @@ def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
 
 
 def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, tmp_path, capsys):
-    from eegformer_cli.training.run import read_run_request
-    from eegformer_cli.training.run import run_training
+    from eegformer_cli.training.run import read_run_request, run_training
 
     run = build_sample_run(tmp_path_factory)
     rerun = tmp_path / "run"

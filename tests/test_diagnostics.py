@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_model import BANDS, connectome_batch, perturb, small_config
+from tolerance import assert_float32_close
 
 from eegformer_cli.explain.attributions import channel_pair_attributions
 from eegformer_cli.model import XAIguiFormer
@@ -20,8 +22,6 @@ from eegformer_cli.model.diagnostics import (
     replaced_attention,
     segment_diagnostics,
 )
-from test_model import BANDS, connectome_batch, perturb, small_config
-from tolerance import assert_float32_close
 
 T = len(BANDS)
 
@@ -86,7 +86,7 @@ def test_residual_share_and_guidance_ratio_follow_their_definitions():
 def test_replaced_attention_is_a_plain_mean_or_the_identity_and_is_restored(kind):
     torch.manual_seed(3)
     model = perturb(XAIguiFormer(small_config("default"))).eval()
-    coh, wpli, age, sex = connectome_batch()
+    _coh, _wpli, age, sex = connectome_batch()
     layer = model.encoder.layers[1].attn
     tokens, explanation = torch.randn(3, T, 32), torch.randn(3, T, 32)
     demographics = model.encode_demographics(age, sex)
@@ -160,11 +160,12 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
     refined logits differ from those of a refined pass with uniform attention. The earlier
     default (paper guidance, LayerScale 1e-3) gave refined 2.0794 against coarse 2.07 nats
     and a logit change of ~3e-5 here."""
+    from conftest import SAMPLE_DATA
+
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
     from eegformer_cli.training.config import resolve_config
     from eegformer_cli.training.model_file import load_model_file
     from eegformer_cli.training.run import run_training
-    from conftest import SAMPLE_DATA
 
     prep, run_dir = tmp_path / "prep", tmp_path / "run"
     run_preprocess(

@@ -14,6 +14,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GroupKFold, cross_val_predict, cross_val_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
+from test_explain import build_sample_run
 
 from eegformer_cli import (
     InputDataError,
@@ -23,7 +24,6 @@ from eegformer_cli import (
     read_preprocessed,
 )
 from eegformer_cli.training.splits import inner_validation_split
-from test_explain import build_sample_run
 
 #: A small model, for speed (20 epochs: enough for the folds' scores to differ, 1.0, 0.75, 0.5
 #: and 0.75); the same settings for the estimator and `train`.
@@ -48,9 +48,8 @@ WANTS_VALUE_ERROR = (
     "CLI's exit-3 class), since a numeric X is not recordings"
 )
 EXPECTED_FAILED_CHECKS = {
-    **{
-        name: NUMERIC_X
-        for name in (
+    **dict.fromkeys(
+        (
             "check_classifier_data_not_an_array",
             "check_classifiers_classes",
             "check_complex_data",
@@ -78,11 +77,11 @@ EXPECTED_FAILED_CHECKS = {
             "check_readonly_memmap_input",
             "check_requires_y_none",
             "check_supervised_y_2d",
-        )
-    },
-    **{
-        name: WANTS_VALUE_ERROR
-        for name in (
+        ),
+        NUMERIC_X,
+    ),
+    **dict.fromkeys(
+        (
             "check_classifiers_one_label",
             "check_classifiers_regression_target",
             "check_classifiers_train",
@@ -92,8 +91,9 @@ EXPECTED_FAILED_CHECKS = {
             "check_estimators_empty_data_messages",
             "check_estimators_nan_inf",
             "check_supervised_y_no_nan",
-        )
-    },
+        ),
+        WANTS_VALUE_ERROR,
+    ),
 }
 
 

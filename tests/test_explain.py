@@ -400,7 +400,7 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
             arrays[key] = arrays[key][..., :-1, :-1]
         np.savez(other / "connectomes" / npz.name, **arrays)
     code, output = run_main(capsys, "explain", model, other, "--out", tmp_path / "x")
-    assert code == 3 and "channels" in output and "\n" == output[-1]
+    assert code == 3 and "channels" in output and output[-1] == "\n"
     assert "Traceback" not in output
 
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from captum.attr import LayerDeepLift
+from test_model import connectome_batch, perturb, small_config  # tests/ is on sys.path under pytest
 
 from eegformer_cli.model import XAIguiFormer
 from eegformer_cli.model.explanation import one_pass_deeplift
-from test_model import connectome_batch, perturb, small_config  # tests/ is on sys.path under pytest
 
 LABELS = torch.tensor([0, 2, 1])
 

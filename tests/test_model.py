@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tolerance import assert_float32_close
 
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model import ModelConfig, XAIguiFormer
@@ -23,7 +24,6 @@ from eegformer_cli.model.tokenizer import (
     message_sources,
     message_targets,
 )
-from tolerance import assert_float32_close
 
 CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
 BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
@@ -33,17 +33,17 @@ EDGES_HZ = [(2, 4), (4, 8), (8, 12), (12, 30), (4 / 12, 8 / 30)]
 def small_config(preset: str = "default", **fields) -> ModelConfig:
     """A few-second model with the preset's behaviour: d 32, 4 heads (head dim 8), 2 layers,
     no dropout (so two instances with the same weights compute the same numbers)."""
-    defaults = dict(
-        n_channels=len(CHANNELS),
-        band_names=BANDS,
-        band_edges_hz=EDGES_HZ,
-        n_classes=3,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        n_gnn_layers=2,
-        dropout=0.0,
-    )
+    defaults = {
+        "n_channels": len(CHANNELS),
+        "band_names": BANDS,
+        "band_edges_hz": EDGES_HZ,
+        "n_classes": 3,
+        "d_model": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "n_gnn_layers": 2,
+        "dropout": 0.0,
+    }
     return ModelConfig.preset(preset, **{**defaults, **fields})
 
 

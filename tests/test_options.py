@@ -11,11 +11,11 @@ import re
 
 import pytest
 import typer.main
+from test_docs import parse_command_line
 
 import eegformer_cli
 from eegformer_cli import commands, options
 from eegformer_cli.cli.app import app, main
-from test_docs import parse_command_line
 
 COMMANDS = {
     "preprocess": options.PREPROCESS,
@@ -77,10 +77,10 @@ def test_an_undocumented_parameter_is_refused():
 
 
 def test_choice_lists_are_the_package_s_tuples():
+    from eegformer_cli.devices import DEVICES, PRECISIONS
     from eegformer_cli.explain.attributions import CAPTUM_METHODS
     from eegformer_cli.model.rotary import FREQUENCY_ENCODINGS
     from eegformer_cli.model.xaiguiformer import ModelConfig
-    from eegformer_cli.devices import DEVICES, PRECISIONS
     from eegformer_cli.training.config import PRESETS
 
     assert options.choices("model/rotary", "FREQUENCY_ENCODINGS") == FREQUENCY_ENCODINGS
@@ -90,7 +90,7 @@ def test_choice_lists_are_the_package_s_tuples():
     assert options.one_of(FREQUENCY_ENCODINGS) in options.TRAIN["frequency_encoding"].text
     assert options.one_of(CAPTUM_METHODS) in options.EXPLAIN["method"].text
     # the preset-dependent default of --frequency-encoding is the presets' own value
-    assert options.FREQUENCY_ENCODING_BY_PRESET == {
+    assert {
         name: ModelConfig.preset(
             name,
             n_channels=2,
@@ -100,7 +100,7 @@ def test_choice_lists_are_the_package_s_tuples():
             channel_names=["C3", "C4"],
         ).frequency_encoding
         for name in PRESETS
-    }
+    } == options.FREQUENCY_ENCODING_BY_PRESET
     with pytest.raises(LookupError, match="defines no NOTHING"):
         options.choices("model/rotary", "NOTHING")
 

@@ -8,10 +8,10 @@ import csv
 import numpy as np
 import pytest
 import torch
+from test_explain import build_sample_run, random_connectivity, random_model, run_main
 
 from eegformer_cli.explain.attributions import explain_recording
 from eegformer_cli.training.model_file import load_model_file
-from test_explain import build_sample_run, random_connectivity, random_model, run_main
 
 
 def _rows(path) -> list[dict]:

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_explain import build_sample_run
+from test_training import run_main
 
 from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import UsageError
@@ -27,8 +29,6 @@ from eegformer_cli.model.explanation import differentiable_explanations
 from eegformer_cli.model.layers import TimmRmsNorm
 from eegformer_cli.model.precision import policy_off
 from eegformer_cli.training.model_file import load_model_file
-from test_explain import build_sample_run
-from test_training import run_main
 
 #: Largest change bfloat16 autocast may make, against float32 (measured on the fixture models:
 #: logits 0.005 / 0.003, probabilities 0.002 / 0.001, explanations 0.7 % / 2.7 %, loss 0.08 % /

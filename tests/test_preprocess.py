@@ -15,9 +15,9 @@ from pathlib import Path
 import mne
 import numpy as np
 import pytest
+from conftest import shared_dataset
 from mne_connectivity import spectral_connectivity_epochs
 
-from conftest import shared_dataset
 from eegformer_cli.atomic import DirectoryLock
 from eegformer_cli.cli.app import main
 from eegformer_cli.connectivity.bands import BAND_PRESETS
@@ -122,7 +122,7 @@ def test_msu_connectomes_follow_the_contract(msu_run):
                 assert tokens.dtype == np.float32 and tokens.shape == (4, 8, 16, 16)
                 np.testing.assert_array_equal(tokens, tokens.transpose(0, 1, 3, 2))
                 assert np.all(np.diagonal(tokens, axis1=2, axis2=3) == 0)
-                assert 0 <= tokens.min() and tokens.max() <= 1 + 1e-6
+                assert tokens.min() >= 0 and tokens.max() <= 1 + 1e-6
                 assert tokens.std() > 0.01  # not a constant placeholder
 
 

@@ -17,12 +17,12 @@ from types import SimpleNamespace
 import mne
 import pytest
 import torch
+from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.provenance import FAR_FACTOR, WARNING_KINDS, recording_warnings
 from eegformer_cli.recordings.reading import recording_id
-from eegformer_cli.preprocess.output import read_manifest
-from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 EEG = SAMPLE_DATA / "eeg"
 UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the sample run
@@ -263,7 +263,7 @@ def test_explain_rows_carry_provenance_and_the_report_says_where_explanations_co
     out = tmp_path / "explanations"
     code, output = run_main(capsys, "explain", sample_run["model"], seen, "--out", out, "--strict")
     assert code == 6 and "in_training_data" in output and (out / "recordings.csv").is_file()
-    row = list(csv.DictReader(open(out / "recordings.csv", encoding="utf-8")))[0]
+    row = next(iter(csv.DictReader(open(out / "recordings.csv", encoding="utf-8"))))
     assert row["source_file"] == str(seen) and row["warnings"].startswith("in_training_data:")
     summary = json.loads((out / f"{seen.name.removesuffix('.edf')}.json").read_text())
     assert summary["provenance"]["warnings"][0].startswith("in_training_data:")
@@ -297,20 +297,20 @@ def test_warning_rules_on_plain_values(tmp_path):
     }
 
     def item(**values):
-        base = dict(
-            recording_id="x",
-            participant_id=None,
-            signal_sha256=None,
-            age=float("nan"),
-            sex=0.0,
-            source_sfreq=128.0,
-            duration_s=60.0,
-            channels_interpolated=[],
-            table=None,
-            table_lists_participant=None,
-            age_source="none",
-            sex_source="table",
-        )
+        base = {
+            "recording_id": "x",
+            "participant_id": None,
+            "signal_sha256": None,
+            "age": float("nan"),
+            "sex": 0.0,
+            "source_sfreq": 128.0,
+            "duration_s": 60.0,
+            "channels_interpolated": [],
+            "table": None,
+            "table_lists_participant": None,
+            "age_source": "none",
+            "sex_source": "table",
+        }
         return SimpleNamespace(**{**base, **values})
 
     assert recording_warnings(item(), training, tmp_path / "model.pt") == []
@@ -326,7 +326,7 @@ def test_warning_rules_on_plain_values(tmp_path):
         "sampling_rate",
         "duration",
     ]
-    assert set(w.split(":")[0] for w in warnings) <= set(WARNING_KINDS)
+    assert {w.split(":")[0] for w in warnings} <= set(WARNING_KINDS)
     assert warnings[1] == (
         "age: 35 years given, but no training recording had an age (the model never used one)"
     )

@@ -15,10 +15,10 @@ import mne
 import numpy as np
 import pandas as pd
 import pytest
+from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 import eegformer_cli
 from eegformer_cli import commands, errors
-from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 EEG = SAMPLE_DATA / "eeg"
 UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the sample run

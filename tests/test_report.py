@@ -16,6 +16,7 @@ import subprocess
 import matplotlib.image
 import numpy as np
 import pytest
+from test_explain import build_sample_run, run_main
 
 from eegformer_cli.cli.app import main
 from eegformer_cli.explain.report_figures import (
@@ -23,7 +24,6 @@ from eegformer_cli.explain.report_figures import (
     confusion_matrix_figure,
     training_curves_figure,
 )
-from test_explain import build_sample_run, run_main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [

@@ -4,6 +4,7 @@ memory-bounded loading of connectome files."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import logging
 import os
@@ -26,8 +27,7 @@ from eegformer_cli.preprocess import Connectome, PreprocessSettings, run_preproc
 from eegformer_cli.training import distributed
 from eegformer_cli.training.config import resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
-from eegformer_cli.training.run import merge_run
-from eegformer_cli.training.run import run_training
+from eegformer_cli.training.run import merge_run, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RECORDINGS = sorted((REPO / "sample_data" / "eeg").glob("*.edf"))[:4]
@@ -509,9 +509,8 @@ def test_fold_jobs_share_the_run_folder_lock_but_exclude_whole_runs(tmp_path):
     with DirectoryLock(tmp_path, shared=True), DirectoryLock(tmp_path, shared=True):
         with pytest.raises(OutputError):
             DirectoryLock(tmp_path).__enter__()
-    with DirectoryLock(tmp_path):
-        with pytest.raises(OutputError):
-            DirectoryLock(tmp_path, shared=True).__enter__()
+    with DirectoryLock(tmp_path), pytest.raises(OutputError):
+        DirectoryLock(tmp_path, shared=True).__enter__()
 
 
 # ------------------------------------------------------------------------------------------
@@ -522,7 +521,7 @@ def test_fold_jobs_share_the_run_folder_lock_but_exclude_whole_runs(tmp_path):
 def test_shards_cover_the_batch_in_order_with_sizes_differing_by_at_most_one(n, n_parts):
     bounds = [distributed.shard_bounds(n, n_parts, part) for part in range(n_parts)]
     assert bounds[0][0] == 0 and bounds[-1][1] == n
-    assert all(stop == next_start for (_, stop), (next_start, _) in zip(bounds, bounds[1:]))
+    assert all(stop == next_start for (_, stop), (next_start, _) in itertools.pairwise(bounds))
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 

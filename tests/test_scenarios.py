@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from test_simulate import _run_cli
 
 from eegformer_cli import commands
 from eegformer_cli.preprocess import load_connectome
@@ -24,7 +25,6 @@ from eegformer_cli.scenarios import (
     read_ground_truth,
 )
 from eegformer_cli.simulate import CHANNELS, channel_positions
-from test_simulate import _run_cli
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -32,7 +32,7 @@ def test_layouts_follow_the_layout_seed_with_distant_distinct_pairs(scenario):
     positions = dict(zip(CHANNELS, channel_positions()))
     layouts = [draw_layout(scenario, seed) for seed in range(6)]
     assert draw_layout(scenario, 3) == layouts[3]
-    assert len({layout for layout in layouts}) > 1  # the seed moves the cause
+    assert len(set(layouts)) > 1  # the seed moves the cause
     for layout in layouts:
         couplings = [c for factor in layout for c in factor.couplings]
         channels = [name for c in couplings for name in c.channels]

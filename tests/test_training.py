@@ -20,16 +20,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import SAMPLE_DATA
+
 from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
 from eegformer_cli.model.xaiguiformer import ModelConfig
 from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
+from eegformer_cli.training.fit import lr_at_step, selection_improved
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 from eegformer_cli.training.reference import fit_reference
-from eegformer_cli.training.fit import lr_at_step, selection_improved
 from eegformer_cli.training.run import RUN_FILES, _clear_run, run_training
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
@@ -259,7 +259,13 @@ def test_bad_toml_is_a_usage_error(tmp_path):
 
 
 def test_lr_schedule_warmup_then_cosine_over_the_whole_run():
-    kwargs = dict(total_steps=100, warmup_steps=10, lr=1e-3, lr_min=1e-7, warmup_lr_init=1e-7)
+    kwargs = {
+        "total_steps": 100,
+        "warmup_steps": 10,
+        "lr": 1e-3,
+        "lr_min": 1e-7,
+        "warmup_lr_init": 1e-7,
+    }
     assert lr_at_step(0, **kwargs) == pytest.approx(1e-7)
     assert lr_at_step(5, **kwargs) == pytest.approx(1e-7 + 0.5 * (1e-3 - 1e-7))
     # after warmup the cosine continues from where it is at step 10 (timm warmup_prefix=False)
@@ -361,7 +367,7 @@ def test_dataset_indexes_segments_and_bounds_its_cache(synthetic_dir):
     for i in range(len(dataset)):
         dataset[i]
     assert len(dataset._cache) == 3 and dataset._cached_bytes <= 3 * one_recording
-    unknown_age = [r for r in data.recordings if r.recording_id == "sub-00_rest"][0]
+    unknown_age = next(r for r in data.recordings if r.recording_id == "sub-00_rest")
     assert np.isnan(unknown_age.age) and unknown_age.sex == 1.0
 
 
@@ -770,9 +776,9 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
 
     from rich.console import Console
     from rich.progress import Progress
+    from test_scaling import TRAIN_SETTINGS, write_connectome_folder
 
     from eegformer_cli import console
-    from test_scaling import TRAIN_SETTINGS, write_connectome_folder
 
     class SeenProgress(Progress):
         seen: list = []

@@ -38,7 +38,7 @@ class Band:
         return self.f_high
 
     @property
-    def ranges(self) -> tuple["Band", ...]:
+    def ranges(self) -> tuple[Band, ...]:
         """The frequency ranges whose connectivity this token needs: itself."""
         return (self,)
 

@@ -16,11 +16,11 @@ import html
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from eegformer_cli.training.calibration import describe_recalibration  # noqa: E402
-from eegformer_cli.training.verdict import headline, verdict_lines  # noqa: E402
+from eegformer_cli.training.calibration import describe_recalibration
+from eegformer_cli.training.verdict import headline, verdict_lines
 
 SECTION = "How far to trust a probability"
 VERDICT_CSS = """

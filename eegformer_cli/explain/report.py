@@ -49,11 +49,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot (report_figures chooses it too; either may come first)
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_bytes
 from eegformer_cli.errors import InputDataError, OutputError
+from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.report_figures import (
     attention_entropy_figure,
     attention_figure,
@@ -73,7 +74,6 @@ from eegformer_cli.explain.report_tables import (
     oof_table_html,
     run_summary_html,
 )
-from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
 from eegformer_cli.training import verdict
@@ -464,7 +464,7 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
         return
     folder = Path(explanations_dir)
     summary = load_class_summary(folder)
-    classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
+    classes, bands, _channels = summary["classes"], summary["bands"], summary["channels"]
     if not classes:
         _note(report, "Explanations", f"{folder} holds no explained recording.", section)
         return

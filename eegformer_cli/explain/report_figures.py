@@ -7,8 +7,8 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 #: Channel pairs drawn per class on the head (strongest by |value|).
 HEAD_PAIRS = 20
@@ -37,6 +37,12 @@ def confusion_matrix_figure(
     ax.set_title(f"{title}\nout-of-fold counts{summed}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _curve_legend(name: str, short: str, pooled: float, fold_mean: float | None) -> str:
+    """A curve's legend: its pooled area and, when known, the mean over folds."""
+    text = f"{name}: pooled {short} {pooled:.3f}"
+    return text if fold_mean is None else f"{text}, mean over folds {fold_mean:.3f}"
 
 
 def roc_pr_figure(
@@ -77,19 +83,13 @@ def roc_pr_figure(
         fpr, tpr, _ = roc_curve(truth, score)
         precision, recall, _ = precision_recall_curve(truth, score)
         mean = means.get(name, {})
-
-        def legend(metric: str, pooled: float, short: str) -> str:
-            text = f"{name}: pooled {short} {pooled:.3f}"
-            if mean.get(metric) is None:
-                return text
-            return f"{text}, mean over folds {mean[metric]:.3f}"
-
-        ax_roc.plot(fpr, tpr, label=legend("auroc", roc_auc_score(truth, score), "AUC"))
+        auroc, ap = roc_auc_score(truth, score), average_precision_score(truth, score)
+        ax_roc.plot(fpr, tpr, label=_curve_legend(name, "AUC", auroc, mean.get("auroc")))
         ax_pr.plot(
             recall,
             precision,
             drawstyle="steps-post",
-            label=legend("auc_pr", average_precision_score(truth, score), "AP"),
+            label=_curve_legend(name, "AP", ap, mean.get("auc_pr")),
         )
     ax_roc.plot([0, 1], [0, 1], color="grey", linestyle=":")
     of = "" if positive_label is None else f" ({positive_label} = positive)"

@@ -14,15 +14,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 from eegformer_cli.training.audit import (
     AUROC_FLAG,
-    describe_by_class,  # noqa: E402
+    describe_by_class,
     describe_figure,
 )
-from eegformer_cli.training.permutation import describe_permutation_test  # noqa: E402
+from eegformer_cli.training.permutation import describe_permutation_test
 
 SECTION = "Is the score real?"
 AUDIT_MEANING = (

@@ -37,6 +37,7 @@ averages such summaries (out-of-fold: over the test recordings, then over folds)
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -231,7 +232,7 @@ def recording_diagnostics(
                 for name, quantities in per_segment.items()
             },
         }
-        for lo, hi in zip(bounds[:-1], bounds[1:])
+        for lo, hi in itertools.pairwise(bounds)
     ]
 
 

@@ -9,6 +9,7 @@ axis=1)``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,4 +52,4 @@ def recording_logits(
             chunks.append(refined.float().cpu().numpy().astype(np.float64))
     logits = np.concatenate(chunks)
     bounds = np.cumsum([0] + counts)
-    return np.stack([logits[a:b].mean(axis=0) for a, b in zip(bounds[:-1], bounds[1:])])
+    return np.stack([logits[a:b].mean(axis=0) for a, b in itertools.pairwise(bounds)])

@@ -78,7 +78,7 @@ class AttentionTrace:
     residual_share: Tensor | None = None
     guidance_ratio: Tensor | None = None
 
-    def rows(self, index) -> "AttentionTrace":
+    def rows(self, index) -> AttentionTrace:
         """The same trace for the samples ``index`` (a slice or index tensor of the batch)."""
 
         def pick(value):
@@ -88,7 +88,7 @@ class AttentionTrace:
             self.weights[index], pick(self.residual_share), pick(self.guidance_ratio)
         )
 
-    def detach(self) -> "AttentionTrace":
+    def detach(self) -> AttentionTrace:
         def cut(value):
             return None if value is None else value.detach()
 

@@ -216,7 +216,7 @@ def load_connectome(path: str | Path) -> Connectome:
             # absent from files written before eegformer stored them (module docstring)
             source_sfreq=float(data["source_sfreq"]) if "source_sfreq" in data else math.nan,
             signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "",
-            covariance=data["covariance"] if "covariance" in data else None,
+            covariance=data.get("covariance", None),
             covariance_bands=data["covariance_bands"].tolist() if "covariance" in data else [],
         )
 
@@ -309,7 +309,7 @@ def read_covariances(source, n_channels: int, name: str) -> np.ndarray | None:
         covariance, where = source.covariance, name
     else:
         with _opened(source) as data:
-            covariance = data["covariance"] if "covariance" in data else None
+            covariance = data.get("covariance", None)
         where = source
     if covariance is None:
         return None

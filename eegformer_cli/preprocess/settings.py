@@ -13,7 +13,6 @@ import json
 import math
 from dataclasses import dataclass
 
-
 from eegformer_cli.connectivity.bands import (
     BAND_PRESETS,
     bands_to_spec,
@@ -22,7 +21,6 @@ from eegformer_cli.connectivity.bands import (
 )
 from eegformer_cli.errors import RecordingError, UsageError, check_choice
 from eegformer_cli.recordings import cleaning
-
 
 #: The presets ``--preset`` accepts.
 PRESETS = ("default", "paper")
@@ -133,7 +131,7 @@ class PreprocessSettings:
             raise UsageError(f"invalid ICA n_components {self.ica_n_components}; it must be >= 2")
 
     @classmethod
-    def from_preset(cls, name: str, **overrides) -> "PreprocessSettings":
+    def from_preset(cls, name: str, **overrides) -> PreprocessSettings:
         """The settings of preset ``name`` ("default" or "paper"), with ``overrides`` applied.
 
         ``paper`` follows section 1 of the reference: 250 Hz, 1-45 Hz with MNE's automatic
@@ -172,7 +170,7 @@ class PreprocessSettings:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PreprocessSettings":
+    def from_dict(cls, data: dict) -> PreprocessSettings:
         """Inverse of :meth:`to_dict` (e.g. settings stored in ``preprocess.json`` or a model)."""
         data = dict(data)
         data["bands"] = parse_bands(data["bands"])

@@ -358,9 +358,7 @@ def _participant_from_name(path: Path, participants: dict) -> str | None:
     suffix = recording_suffix(Path(path))
     stem = name[: len(name) - len(suffix)] if suffix else Path(name).stem
     matches = [
-        pid
-        for pid in participants
-        if stem == pid or stem.startswith(pid + "_") or stem.startswith(pid + "-")
+        pid for pid in participants if stem == pid or stem.startswith((pid + "_", pid + "-"))
     ]
     return max(matches, key=len) if matches else None
 

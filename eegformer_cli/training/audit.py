@@ -494,7 +494,7 @@ def _by_class(variable: Variable, label_names: list[str], labels: np.ndarray) ->
                     "unknown": int(len(members) - len(known)),
                 }
                 if len(known)
-                else {"unknown": int(len(members))}
+                else {"unknown": len(members)}
             )
         else:
             levels, counts = np.unique(members.astype(str), return_counts=True)

@@ -118,7 +118,7 @@ def calibration_summary(
     slope, intercept = _slope_intercept(score, outcome)
     return {
         "target": target,
-        "n": int(len(y_true)),
+        "n": len(y_true),
         "brier": float(brier),
         "log_loss": log_loss(y_true, probabilities),
         "ece": float(ece),
@@ -263,7 +263,7 @@ def choose_recalibration(
     return {
         **fitted,
         "cross_fitted_log_loss": losses,
-        "n": int(len(y_true)),
+        "n": len(y_true),
         "reason": reason,
         "after": (
             None

@@ -106,7 +106,7 @@ class TrainConfig:
     model: dict = field(default_factory=dict)
 
     @classmethod
-    def preset_config(cls, name: str) -> "TrainConfig":
+    def preset_config(cls, name: str) -> TrainConfig:
         """The preset ``name`` ("default" or "paper") with nothing overridden."""
         check_choice("preset", name, PRESETS)
         return cls(**_PRESET_VALUES[name])
@@ -118,7 +118,7 @@ class TrainConfig:
         return out
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TrainConfig":
+    def from_dict(cls, values: dict) -> TrainConfig:
         """Build and validate from a dict holding every field (as :meth:`to_dict` of this or an
         earlier version writes: see :func:`current_train_fields`)."""
         config = cls()
@@ -126,44 +126,44 @@ class TrainConfig:
 
 
 _PRESET_VALUES = {
-    "paper": dict(
-        preset="paper",
-        epochs=100,
-        batch_size=64,
-        lr=5e-5,
-        weight_decay=1e-5,
-        betas=(0.9, 0.99),
-        eps=1e-8,
-        warmup_epochs=5.0,
-        warmup_lr_init=1e-7,
-        lr_min=1e-7,
-        drop_last=True,
-        input_standardisation=False,
-        alpha=0.7,
-        label_smoothing=0.1,
-        class_weighting="none",
-        augmentation="graphon",
-        augment_prob=1.0,
-        cutmix_prob=0.5,
-        mix_beta=0.2,
-        selection_metric="paper_bac",
-        patience=0,
-        val_fraction=0.1,
-        model={},
-    ),
+    "paper": {
+        "preset": "paper",
+        "epochs": 100,
+        "batch_size": 64,
+        "lr": 5e-5,
+        "weight_decay": 1e-5,
+        "betas": (0.9, 0.99),
+        "eps": 1e-8,
+        "warmup_epochs": 5.0,
+        "warmup_lr_init": 1e-7,
+        "lr_min": 1e-7,
+        "drop_last": True,
+        "input_standardisation": False,
+        "alpha": 0.7,
+        "label_smoothing": 0.1,
+        "class_weighting": "none",
+        "augmentation": "graphon",
+        "augment_prob": 1.0,
+        "cutmix_prob": 0.5,
+        "mix_beta": 0.2,
+        "selection_metric": "paper_bac",
+        "patience": 0,
+        "val_fraction": 0.1,
+        "model": {},
+    },
     # chosen by measured accuracy (docs/benchmarks-history.md, "what was tried")
-    "default": dict(
-        preset="default",
-        epochs=40,
-        batch_size=16,
-        lr=1e-3,
-        weight_decay=0.1,
-        warmup_epochs=3.0,
-        augmentation="none",
-        segment_averaging=0.5,
-        patience=0,
-        model={},
-    ),
+    "default": {
+        "preset": "default",
+        "epochs": 40,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "weight_decay": 0.1,
+        "warmup_epochs": 3.0,
+        "augmentation": "none",
+        "segment_averaging": 0.5,
+        "patience": 0,
+        "model": {},
+    },
 }
 
 #: Settings that earlier versions stored in run folders and model files, with the value every

@@ -147,6 +147,6 @@ def coverage_out_of_fold(
     return {
         "method": f"split-conformal (MAPIE, {SCORE} score), cross-fitted over "
         f"{n_splits} participant groups of the out-of-fold probabilities",
-        "n": int(len(labels)),
+        "n": len(labels),
         "levels": results,
     }

@@ -81,7 +81,7 @@ def _classification_metrics(y_true, probabilities, positive_index) -> dict:
         "auroc": _auroc(y_true, probabilities, positive_index),
         "auc_pr": _auc_pr(y_true, probabilities, positive_index),
         "accuracy": float(accuracy_score(y_true, predicted)),
-        "n": int(len(y_true)),
+        "n": len(y_true),
         "confusion_matrix": matrix.tolist(),
     }
 

@@ -122,10 +122,9 @@ def _stored_identity(config_path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     if isinstance(previous, dict) and isinstance(previous.get("train_config"), dict):
-        try:
+        # A retired variant's value raises: it differs, and the message names it.
+        with contextlib.suppress(UsageError):
             previous["train_config"] = current_train_fields(previous["train_config"])
-        except UsageError:
-            pass  # a retired variant's value: it differs, and the message names it
     return previous
 
 

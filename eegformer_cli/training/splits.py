@@ -29,8 +29,8 @@ import numpy as np
 from sklearn.model_selection import StratifiedGroupKFold
 
 from eegformer_cli.atomic import write_json
-from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.console import warn
+from eegformer_cli.errors import InputDataError, UsageError
 
 SPLITS_FORMAT = "eegformer-splits"
 # what to do when an inner validation split has too few participants (after "use ...")
