@@ -1,1 +1,2 @@
-"""Band definitions (:mod:`.bands`) and connectivity tokens (:mod:`.tokens`)."""
+"""Band definitions (:mod:`.bands`), connectivity tokens (:mod:`.tokens`) and the channel pairs
+artefacts can fake (:mod:`.artefacts`)."""
