@@ -41,7 +41,9 @@ class InputRecording:
     preprocess folder); ``source_file`` the recording file (for a preprocess folder, its
     manifest's); ``age_source`` / ``sex_source`` where the values came from (flag, table,
     manifest, none); ``table`` the participants table consulted (None: none) and
-    ``table_lists_participant`` whether it lists the recording's participant; the recording's
+    ``table_lists_participant`` whether it lists the recording's participant; ``label`` the
+    recording's class in the model's label column where its manifest row or the participants
+    table gives one of the model's classes (None otherwise); the recording's
     own ``source_sfreq`` (Hz) and ``duration_s`` (s), NaN when unknown; ``signal_sha256`` (None
     when unknown); ``warnings`` one line each, set by :func:`load_inputs` for usable ones.
     """
@@ -64,6 +66,7 @@ class InputRecording:
     sex_source: str = "none"
     table: str | None = None
     table_lists_participant: bool | None = None
+    label: str | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -221,6 +224,7 @@ def load_inputs(
     def from_raw(path: Path) -> InputRecording:
         participant_id, meta = metadata.match_participant(path, table_rows, None, None)
         item = InputRecording(ids[path], participant_id, str(path), source_file=str(path))
+        item.label = _known_label(bundle, meta)
         _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
         if table is not None:
             item.table = str(table)
@@ -248,6 +252,13 @@ def _finish(bundle, item: InputRecording, age: float | None, sex: float | None) 
     if item.error is None:
         item.warnings = provenance.recording_warnings(item, bundle.training_data, bundle.path)
     return item
+
+
+def _known_label(bundle, row: dict) -> str | None:
+    """The value of the model's label column in ``row`` (a manifest or participants-table
+    row) when it is one of the model's classes, else None."""
+    value = row.get(bundle.label_column)
+    return str(value) if value is not None and str(value) in bundle.label_names else None
 
 
 def _check_max_interpolated(max_interpolated: int | None) -> None:
@@ -448,6 +459,7 @@ def _preprocessed_input(
         source_file=None if source_file in (None, "", "n/a") else source_file,
     )
     _set_demographics(item, row.get("age"), row.get("sex"), "manifest")
+    item.label = _known_label(bundle, row) or _known_label(bundle, listed or {})
     if table is not None:
         item.table, item.table_lists_participant = str(table), listed is not None
     if listed is not None:

@@ -83,6 +83,11 @@ class Explanations:
         columns of ``predict`` (lists as lists, unknown values None).
     band_importance, attention, attention_diagnostics, channel_pairs : pandas.DataFrame
         The long-format tables of the files of the same names (``NAME.csv``).
+    contrast : pandas.DataFrame
+        The class contrast, as ``contrast_pairs.csv``: per band and channel pair, the
+        attribution of ``logit(class_b) - logit(class_a)``, the mean over class_b's recordings
+        minus the mean over class_a's, and the difference of their mean connectivity, strongest
+        first, with each pair's artefact caution (empty without a contrast).
     per_recording : list of RecordingExplanation
         Each recording's arrays, as in its ``ID.npz``: ``band_importance`` (n_bands,) signed,
         absolute values summing to 1; ``attention_coarse`` / ``attention_refined`` (n_layers,
@@ -95,6 +100,7 @@ class Explanations:
     attention: object
     attention_diagnostics: object
     channel_pairs: object
+    contrast: object
     per_recording: list
 
 
@@ -283,6 +289,7 @@ class TrainedModel:
         *,
         participants=None,
         target: str | None = None,
+        contrast: Sequence[str] | None = None,
         method: str = "integrated_gradients",
         n_steps: int = 128,
         all_heads: bool = False,
@@ -306,6 +313,10 @@ class TrainedModel:
             As :meth:`predict`.
         target : str | None
             The class to explain (default: each recording's predicted class).
+        contrast : sequence of two str | None
+            Two classes (A, B) compared by the class contrast: the attribution of
+            ``logit(B) - logit(A)``, B's recordings against A's (default: a two-class
+            model's other class and its positive class; none with more classes).
         method : str
             captum method for the channel pairs: ``"integrated_gradients"``, ``"saliency"``,
             ``"input_x_gradient"`` or ``"gradient_shap"``.
@@ -332,10 +343,17 @@ class TrainedModel:
             touched.
         """
         from eegformer_cli.atomic import ensure_dir
+        from eegformer_cli.connectivity.artefacts import caution_rules
         from eegformer_cli.explain import export
+        from eegformer_cli.explain.attributions import check_contrast, default_contrast
 
         check_explain_options(method, n_steps)
         self._check_target(target)
+        contrast = (
+            default_contrast(self.classes, self._bundle.positive_label)
+            if contrast is None
+            else check_contrast(contrast, self.classes)
+        )
         given = _as_list(raw_or_paths)
         items = self._inputs(given, age, sex, participants, max_interpolated)
         settings, earlier = None, []
@@ -349,6 +367,9 @@ class TrainedModel:
                 "all_heads": all_heads,
                 "device": str(self._device),
                 "band_importance": "channel-pair attributions summed per band, abs-sum 1",
+                "top_band": "the band with the largest |band importance|",
+                "contrast": None if contrast is None else list(contrast),
+                "artefact_caution": caution_rules(self.preprocess_settings.bands, self.channels),
                 "baseline": self._bundle.reference["description"],
                 "inputs": [_described(e) for e in given],
                 "model_trained_on": self._bundle.trained_on,
@@ -356,7 +377,7 @@ class TrainedModel:
             }
             earlier = export.earlier_recordings(out)
         result, failures, warned = self._explain(
-            items, target, method, n_steps, all_heads, strict, out, settings
+            items, target, contrast, method, n_steps, all_heads, strict, out, settings
         )
         if out is not None:
             explained = {e.recording_id for e in result.per_recording}
@@ -371,8 +392,8 @@ class TrainedModel:
             console.log(
                 f"explained {len(result.per_recording)} recording(s) in {out}: "
                 "ID.npz/.json, band_importance.csv, attention.csv, "
-                "attention_diagnostics.csv, channel_pairs.csv, recordings.csv, "
-                "class_summary.json/.npz"
+                "attention_diagnostics.csv, channel_pairs.csv, contrast_pairs.csv, "
+                "recordings.csv, class_summary.json/.npz"
             )
         self._finish(failures, warned, strict, "explained", result)
         return result
@@ -381,6 +402,7 @@ class TrainedModel:
         self,
         items,
         target,
+        contrast,
         method,
         n_steps,
         all_heads,
@@ -428,12 +450,14 @@ class TrainedModel:
                         recording_id=item.recording_id,
                         participant_id=item.participant_id,
                         target=target,
+                        contrast=contrast,
                         method=method,
                         n_steps=n_steps,
                         all_heads=all_heads,
                         device=self._device,
                     )
                     explanation.explained_by = explained_by
+                    explanation.true_class = item.label
                     if explained_by == "model":  # the final model: as predict gives it
                         _recalibrate(explanation, bundle)
                     warning_lines.print(item.recording_id, item.warnings)
@@ -456,7 +480,15 @@ class TrainedModel:
                 bar.advance(task)
         warning_lines.close()
         if out is not None:
-            export.write_tables(out, explanations, bundle.bands, bundle.channels)
+            contrasted = attributions.class_contrast(explanations)
+            export.write_tables(
+                out,
+                explanations,
+                bundle.bands,
+                bundle.channels,
+                contrasted,
+                settings["artefact_caution"],
+            )
             export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
             export.write_class_summary(
                 out,
@@ -468,6 +500,7 @@ class TrainedModel:
                 [e.recording_id for e in explanations],
                 dict(failures),
                 explanations,
+                contrasted,
             )
         return (
             self._explanations(explanations, provenance_rows),
@@ -478,12 +511,20 @@ class TrainedModel:
     def _explanations(self, explanations: list, provenance_rows: list[dict]) -> Explanations:
         import pandas as pd
 
-        from eegformer_cli.explain import export
+        from eegformer_cli.connectivity.artefacts import caution_rules
+        from eegformer_cli.explain import attributions, export
 
         tables = {}
         for name in export.TABLES:
             columns, rows = export.table_rows(name, explanations, self.bands, self.channels)
             tables[name] = pd.DataFrame(list(rows), columns=columns)
+        columns, rows = export.contrast_rows(
+            attributions.class_contrast(explanations),
+            self.bands,
+            self.channels,
+            caution_rules(self.preprocess_settings.bands, self.channels),
+        )
+        tables["contrast"] = pd.DataFrame(rows, columns=columns)
         recordings = pd.DataFrame(
             export.recording_rows(explanations, provenance_rows, self.classes),
             columns=export.recording_columns(self.classes),

@@ -1,9 +1,28 @@
-"""The artefact cautions: pairs that eye movements or muscle can fake are marked."""
+"""The class contrast of ``eegformer explain`` and the artefact cautions: the contrast is the
+difference of the two classes' attributions (Integrated Gradients is linear in the output), it
+groups recordings by true class when known, and on a ``simulate --scenario linear`` study its
+strongest pair is a planted one, pushing towards the patients, whose connectivity is higher;
+pairs that eye movements or muscle can fake are marked.
+"""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from test_explain import random_connectivity, random_model, run_main
+
 from eegformer_cli.connectivity.artefacts import caution_masks, caution_rules, pair_caution
 from eegformer_cli.connectivity.bands import BAND_PRESETS, band_names
+from eegformer_cli.explain.attributions import (
+    class_contrast,
+    default_contrast,
+    explain_recording,
+)
 from eegformer_cli.recordings.channels import STANDARD_1020
 
 
@@ -28,3 +47,148 @@ def test_artefact_rule_marks_frontal_slow_and_frontotemporal_fast_pairs():
     assert masks[1, index["Fp1"], index["O2"]] and masks[1, index["O2"], index["Fp1"]]
     assert not masks[2].any()  # low alpha: nothing
     assert caution_rules(BAND_PRESETS["default"][2:4], STANDARD_1020) == {}  # alpha only
+
+
+def test_the_contrast_is_the_difference_of_the_two_class_attributions():
+    model = random_model()
+    coh, wpli = random_connectivity(4, seed=5)
+    labels = ["a", "b", "c"]
+
+    def explain(**options):
+        return explain_recording(
+            model, coh, wpli, 50.0, 0.0, labels, recording_id="r", n_steps=16, **options
+        )
+
+    to_c = explain(target="c", contrast=("a", "c"))
+    to_a = explain(target="a")
+    # Integrated Gradients is linear in the function explained: the attribution of
+    # logit(c) - logit(a) is that of logit(c) minus that of logit(a), pair by pair
+    np.testing.assert_allclose(
+        to_c.contrast_pairs, to_c.channel_pairs - to_a.channel_pairs, atol=1e-5
+    )
+    np.testing.assert_allclose(to_c.contrast_pairs, to_c.contrast_pairs.transpose(0, 2, 1))
+    assert to_c.contrast_classes == ("a", "c") and to_a.contrast_pairs is None
+    np.testing.assert_allclose(to_c.mean_coh, coh.mean(axis=0), rtol=1e-6)
+    # and it sums (i < j) to the change of the log-odds from zero connectivity (completeness)
+    age, sex = torch.full((4,), 50.0), torch.full((4,), 0.0)
+    with torch.no_grad():
+        at_input = model(torch.from_numpy(coh), torch.from_numpy(wpli), age, sex)[1]
+        at_zero = model(torch.zeros(coh.shape), torch.zeros(wpli.shape), age, sex)[1]
+    gap = float(((at_input[:, 2] - at_input[:, 0]) - (at_zero[:, 2] - at_zero[:, 0])).mean())
+    upper = np.triu_indices(coh.shape[-1], 1)
+    assert to_c.contrast_pairs[:, upper[0], upper[1]].sum() == pytest.approx(gap, rel=0.05)
+    with pytest.raises(Exception, match="--contrast"):
+        explain(contrast=("a", "a"))
+    assert default_contrast(["healthy", "depression"], "depression") == ("healthy", "depression")
+    assert default_contrast(["a", "b"]) == ("a", "b") and default_contrast(labels) is None
+
+
+def test_class_contrast_groups_by_true_class_when_every_one_is_known():
+    base = explain_recording(
+        random_model(2), *random_connectivity(2, seed=1), 30.0, 1.0, ["x", "y"],
+        recording_id="r", n_steps=2, contrast=("x", "y"),
+    )  # fmt: skip
+
+    def recording(name, true, predicted, value):
+        return dataclasses.replace(
+            base,
+            recording_id=name,
+            true_class=true,
+            predicted=predicted,
+            contrast_pairs=np.full((4, 6, 6), value),
+            contrast_coh_pairs=np.full((4, 6, 6), value / 2),
+            contrast_wpli_pairs=np.full((4, 6, 6), value / 2),
+            mean_coh=np.full((4, 6, 6), value * 10),
+            mean_wpli=np.zeros((4, 6, 6)),
+        )
+
+    explanations = [
+        recording("r1", "x", "x", 1.0),
+        recording("r2", "x", "y", 3.0),  # misclassified: grouped by its true class x
+        recording("r3", "y", "y", 6.0),
+    ]
+    contrast = class_contrast(explanations)
+    assert contrast["grouped_by"] == "true class" and contrast["n_recordings"] == [2, 1]
+    np.testing.assert_allclose(contrast["contrast_pairs"], 6.0 - 2.0)
+    np.testing.assert_allclose(contrast["coh_difference"], 60.0 - 20.0)
+    np.testing.assert_allclose(contrast["contrast_band"], 4.0 * 15)  # 15 pairs per band
+    unknown = [*explanations[:2], dataclasses.replace(explanations[2], true_class=None)]
+    contrast = class_contrast(unknown)
+    assert contrast["grouped_by"] == "predicted class" and contrast["n_recordings"] == [1, 2]
+    np.testing.assert_allclose(contrast["contrast_pairs"], 4.5 - 1.0)
+    alone = class_contrast(explanations[:2])
+    assert alone["n_recordings"] == [2, 0] and "contrast_pairs" not in alone
+
+
+@pytest.fixture(scope="module")
+def linear_study(tmp_path_factory) -> dict:
+    """A ``simulate --scenario linear`` study (24 people, 30 s each; patient <=> two couplings
+    planted in one band), preprocessed and a tiny model trained (holdout, 15 epochs)."""
+    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+    from eegformer_cli.scenarios import ground_truth_path, read_ground_truth, simulate_scenario
+    from eegformer_cli.training.config import resolve_config
+    from eegformer_cli.training.run import run_training
+
+    root = tmp_path_factory.mktemp("linear")
+    study, prep, run = root / "study", root / "prep", root / "run"
+    simulate_scenario(study, "linear", 24, 30, 128, seed=1)
+    run_preprocess([study], prep, PreprocessSettings.from_preset("default"), n_jobs=2)
+    config = resolve_config(
+        "default",
+        None,
+        {
+            "epochs": 15,
+            "batch_size": 8,
+            "holdout": 0.25,
+            "val_fraction": 0.25,
+            "device": "cpu",
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
+        },
+    )
+    run_training(prep, run, "diagnosis", config)
+    return {"prep": prep, "run": run, "truth": read_ground_truth(ground_truth_path(study))}
+
+
+def test_the_contrast_of_a_linear_study_is_led_by_a_planted_pair_with_its_sign(
+    linear_study, tmp_path, capsys
+):
+    out = tmp_path / "explanations"
+    code, output = run_main(
+        capsys, "explain", linear_study["run"], linear_study["prep"], "--out", out, "--n-steps", 8
+    )
+    assert code == 0, output
+    planted = {
+        (coupling["token_band"], *coupling["channels"])
+        for factor in linear_study["truth"]["factors"]
+        for coupling in factor["couplings"]
+    }
+    contrast = json.loads((out / "class_summary.json").read_text())["contrast"]
+    assert contrast["classes"] == ["control", "patient"]  # patient: the positive class
+    assert contrast["grouped_by"] == "true class" and contrast["n_recordings"] == [12, 12]
+    strongest = contrast["strongest_channel_pairs"][0]
+    assert (strongest["band"], strongest["channel_a"], strongest["channel_b"]) in planted
+    assert strongest["value"] > 0  # the coupling pushes towards patient
+    assert contrast["top_band"] == strongest["band"]
+    with open(out / "contrast_pairs.csv", newline="") as handle:
+        first = next(csv.DictReader(handle))  # the table for people: strongest first
+    assert (first["band"], first["channel_a"], first["channel_b"]) == (
+        strongest["band"],
+        strongest["channel_a"],
+        strongest["channel_b"],
+    )
+    # the planted pair is more coupled in patients: coherence and wPLI both higher
+    assert float(first["coh_difference"]) > 0 and float(first["wpli_difference"]) > 0
+    assert first["caution"] == pair_caution(
+        contrast_settings(out), first["band"], first["channel_a"], first["channel_b"]
+    )
+    with np.load(out / "class_summary.npz") as data:
+        assert list(data["contrast_classes"]) == ["control", "patient"]
+        assert data["contrast_pairs"].shape == data["coh_difference"].shape
+        assert data["contrast_band"].argmax() == list(data["bands"]).index(strongest["band"])
+    one = json.loads((out / "sub-01_task-rest_eeg.json").read_text())
+    assert one["true_class"] in ("control", "patient") and one["contrast"]["classes"]
+
+
+def contrast_settings(out) -> dict:
+    """The artefact rule ``explain`` stored in its class summary."""
+    return json.loads((out / "class_summary.json").read_text())["settings"]["artefact_caution"]

@@ -30,10 +30,10 @@ SIGNATURES = {
     "max_interpolated=None, strict=False, on_row=None, coverage=None)",
     "TrainedModel.predict_proba": "(self, raw_or_paths, age=None, sex=None, **options)",
     "TrainedModel.explain": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
-    "target=None, method='integrated_gradients', n_steps=128, "
+    "target=None, contrast=None, method='integrated_gradients', n_steps=128, "
     "all_heads=False, max_interpolated=None, strict=False, out=None)",
     "Explanations": "(recordings, band_importance, attention, attention_diagnostics, "
-    "channel_pairs, per_recording)",
+    "channel_pairs, contrast, per_recording)",
     "preprocess_raw": "(raw, settings='default', channels=None)",
     "load_connectome": "(path)",
     "XAIguiFormerClassifier": "(preset='default', config=None, epochs=None, batch_size=None, "

@@ -25,6 +25,26 @@ band importance
     by the sum of its absolute values, so **their absolute values sum to 1** (all zeros when
     every attribution is exactly zero). With Integrated Gradients the undivided values add up
     to the logit's change from the reference.
+class contrast
+    For two classes A and B (:func:`default_contrast`: a two-class model's other class and its
+    positive class), the same captum attribution of ``logit(B) - logit(A)`` (the log-odds of B
+    against A), per recording ``contrast_pairs`` (T, C, C) (``contrast_coh_pairs`` and
+    ``contrast_wpli_pairs`` apart): positive, the pair's connectivity pushes the recording
+    towards B compared with the reference connectome, negative towards A; one scale for both
+    directions, unlike the per-class maps (each against its own logit).
+    :func:`class_contrast` compares the two groups of recordings: the mean contrast of B's
+    recordings minus A's. For a linear model that is exactly ``w * (mean_B(x) - mean_A(x))``:
+    how far the log-odds of B move when the pair's connectivity goes from A's mean to B's (the
+    reference cancels). Positive: the classes' difference in this pair pushes towards the
+    class that has it (B's connectivity, against A's, towards B); negative: against it. The
+    value is the same with A and B swapped; the direction of the difference itself, which
+    pairs are more connected in B, is the difference of the groups' mean connectivity
+    (``mean_coh``, ``mean_wpli``). Recordings are grouped by their true class when every one
+    has a known one, else by the predicted class.
+top band
+    :func:`top_band`: the band whose band importance has the largest absolute value, the tallest
+    bar of the band-importance chart; the report draws its channel pairs on the head (unless the
+    user names another band), so the chart and the head always show the same band.
 attention
     Softmax attention weights of the coarse and refined passes, per layer: (L, T, T) (mean over
     heads and segments; ``all_heads`` keeps (L, H, T, T)). Each row sums to 1 (query band ->
@@ -43,6 +63,7 @@ only what is attributed changes with ``target``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,6 +122,33 @@ class RecordingExplanation:
     n_segments: int
     attention_diagnostics: dict
     explained_by: str = "model"
+    mean_coh: np.ndarray | None = None
+    mean_wpli: np.ndarray | None = None
+    contrast_classes: tuple[str, str] | None = None
+    contrast_pairs: np.ndarray | None = None
+    contrast_coh_pairs: np.ndarray | None = None
+    contrast_wpli_pairs: np.ndarray | None = None
+    true_class: str | None = None
+
+
+#: Every array of a :class:`RecordingExplanation`, in the order its ``ID.npz`` holds them: the
+#: one list that the mean over several models, the files (:mod:`.export`) and the Python API
+#: read, so a quantity added here is averaged, written and read back with the others. An array
+#: that is None (no contrast) is left out.
+RECORDING_ARRAYS = (
+    "probabilities",
+    "band_importance",
+    "attention_coarse",
+    "attention_refined",
+    "channel_pairs",
+    "coh_pairs",
+    "wpli_pairs",
+    "contrast_pairs",
+    "contrast_coh_pairs",
+    "contrast_wpli_pairs",
+    "mean_coh",
+    "mean_wpli",
+)
 
 
 def normalise_signed(values: np.ndarray) -> np.ndarray:
@@ -110,11 +158,23 @@ def normalise_signed(values: np.ndarray) -> np.ndarray:
     return values / total if total > 0 else np.zeros_like(values)
 
 
+def top_band(band_importance: np.ndarray) -> int:
+    """Index of the band with the largest |band importance| ((T,) in; the first on a tie): the
+    tallest bar of the band-importance chart, whose channel pairs the report draws on the
+    head."""
+    return int(np.argmax(np.abs(np.asarray(band_importance))))
+
+
+def pair_band_sums(pairs: np.ndarray) -> np.ndarray:
+    """(..., T) float64: a symmetric (..., T, C, C) map summed over each band's pairs i < j."""
+    upper = np.triu_indices(pairs.shape[-1], 1)
+    return np.asarray(pairs, dtype=np.float64)[..., upper[0], upper[1]].sum(axis=-1)
+
+
 def band_totals(coh_pairs: np.ndarray, wpli_pairs: np.ndarray) -> np.ndarray:
     """Band importance (T,) float64, abs-sum 1 (module docs): the pair attributions of each band
     summed over i < j; ``coh_pairs``, ``wpli_pairs`` (T, C, C) symmetric."""
-    upper = np.triu_indices(coh_pairs.shape[-1], 1)
-    return normalise_signed((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum(axis=1))
+    return normalise_signed(pair_band_sums(coh_pairs + wpli_pairs))
 
 
 def attention_maps(
@@ -184,13 +244,15 @@ def channel_pair_attributions(
     wpli: Tensor,
     age: Tensor,
     sex: Tensor,
-    target: int,
+    target: int | tuple[int, int],
     method: str = "integrated_gradients",
     n_steps: int = DEFAULT_N_STEPS,
     reference: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """captum attribution of the ``target`` refined logit to each input entry, against
-    ``reference`` (coh, wPLI), each (T, C, C) on the model's device (None: zero connectivity).
+    """captum attribution of the ``target`` refined logit (a class index), or of
+    ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
+    contrast, module docs), to each input entry, against ``reference`` (coh, wPLI), each
+    (T, C, C) on the model's device (None: zero connectivity).
 
     Returns ``(coh_pairs, wpli_pairs)``, float64 (T, C, C) each, symmetric: entry (i, j) plus
     entry (j, i) of the attribution, averaged over segments (module docs). Seeded by the caller
@@ -208,6 +270,17 @@ def channel_pair_attributions(
             coh_in, wpli_in, age_in, sex_in, target=guiding_in
         ).logits_refined.float()
 
+    if isinstance(target, tuple):  # one output column: the log-odds of b against a
+        first, second = target
+
+        def explained(*args):
+            logits = refined_logits(*args)
+            return (logits[:, second] - logits[:, first]).unsqueeze(1)
+
+        explained_target = 0
+    else:
+        explained, explained_target = refined_logits, target
+
     # The refined pass follows the explanation, so the gradient must follow it too (a
     # second-order backward, which the fused attention kernel does not have), and the
     # explained class stays the input's along the whole path: where the coarse argmax would
@@ -223,7 +296,13 @@ def channel_pair_attributions(
             )
         )
         coh_attr, wpli_attr = _captum_attribution(
-            method, refined_logits, (coh, wpli), baselines, (age, sex, guiding), target, n_steps
+            method,
+            explained,
+            (coh, wpli),
+            baselines,
+            (age, sex, guiding),
+            explained_target,
+            n_steps,
         )
 
     def pairs(attr: Tensor) -> np.ndarray:
@@ -231,6 +310,33 @@ def channel_pair_attributions(
         return (mean + mean.transpose(-1, -2)).cpu().numpy().astype(np.float64)
 
     return pairs(coh_attr), pairs(wpli_attr)
+
+
+def default_contrast(
+    label_names: Sequence[str], positive_label: str | None = None
+) -> tuple[str, str] | None:
+    """The class contrast explained when none is asked for: (other class, positive class) for a
+    two-class model (the positive class the run used, else the second class), so the contrast's
+    values are of the positive class's log-odds; None with more than two classes (which two is
+    the user's choice: :func:`check_contrast`)."""
+    if len(label_names) != 2:
+        return None
+    second = positive_label if positive_label in label_names else label_names[1]
+    return (next(name for name in label_names if name != second), second)
+
+
+def check_contrast(contrast: Sequence[str], label_names: Sequence[str]) -> tuple[str, str]:
+    """``contrast`` as a checked pair (A, B): two different classes of the model (UsageError
+    naming ``--contrast`` and the classes otherwise)."""
+    contrast = tuple(contrast)
+    if len(contrast) != 2 or contrast[0] == contrast[1]:
+        raise UsageError(
+            f"invalid --contrast {' '.join(contrast)!r}; give two different classes A B "
+            f"(values: the log-odds of B against A) of {', '.join(map(repr, label_names))}"
+        )
+    for name in contrast:
+        check_choice("--contrast", name, tuple(label_names))
+    return contrast
 
 
 def explain_recording(
@@ -244,6 +350,7 @@ def explain_recording(
     recording_id: str,
     participant_id: str | None = None,
     target: str | None = None,
+    contrast: Sequence[str] | None = None,
     method: str = "integrated_gradients",
     n_steps: int = DEFAULT_N_STEPS,
     all_heads: bool = False,
@@ -255,14 +362,16 @@ def explain_recording(
     ``coh``, ``wpli`` float32 numpy (S, T, C, C) raw connectivity; ``age`` years, ``sex`` 0/1
     (NaN = unknown); ``model`` in eval mode on ``device`` (an ``XAIguiFormer`` or a
     ``StandardisedModel``); ``target`` a class name or None (= the predicted class);
-    ``reference`` the reference connectome (coh, wPLI) float32 (T, C, C) the attributions are
-    against (None: zero connectivity).
+    ``contrast`` two class names (A, B) whose log-odds ``logit(B) - logit(A)`` is attributed
+    too, or None (no contrast); ``reference`` the reference connectome (coh, wPLI) float32
+    (T, C, C) the attributions are against (None: zero connectivity).
     """
     if target is not None and target not in label_names:
         raise UsageError(
             f"invalid --target {target!r}; the model's classes are "
             f"{', '.join(map(repr, label_names))}"
         )
+    contrast = None if contrast is None else check_contrast(contrast, label_names)
     if coh.ndim != 4 or coh.shape[0] == 0:
         raise InputDataError(
             f"{recording_id}: connectivity has shape {coh.shape}; "
@@ -292,9 +401,22 @@ def explain_recording(
                 for r in reference
             )
         )
+        options = {"method": method, "n_steps": n_steps, "reference": baseline}
         coh_pairs, wpli_pairs = channel_pair_attributions(
-            model, *tensors, target=target_index, method=method, n_steps=n_steps, reference=baseline
+            model, *tensors, target=target_index, **options
         )
+        contrasted = {}
+        if contrast is not None:
+            pair = tuple(list(label_names).index(name) for name in contrast)
+            contrast_coh, contrast_wpli = channel_pair_attributions(
+                model, *tensors, target=pair, **options
+            )
+            contrasted = {
+                "contrast_classes": contrast,
+                "contrast_pairs": contrast_coh + contrast_wpli,
+                "contrast_coh_pairs": contrast_coh,
+                "contrast_wpli_pairs": contrast_wpli,
+            }
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id,
@@ -310,6 +432,9 @@ def explain_recording(
         wpli_pairs=wpli_pairs,
         n_segments=n,
         attention_diagnostics=diagnostics,
+        mean_coh=np.asarray(coh, dtype=np.float64).mean(axis=0),
+        mean_wpli=np.asarray(wpli, dtype=np.float64).mean(axis=0),
+        **contrasted,
     )
 
 
@@ -362,24 +487,22 @@ def explain_with_models(
 def mean_explanation(
     explanations: Sequence[RecordingExplanation], label_names: Sequence[str]
 ) -> RecordingExplanation:
-    """The mean of one recording's explanations by several models (same explained class):
-    probabilities, attention and pair attributions averaged, the predicted class the argmax
-    of the mean probabilities, band importance the renormalised mean, the attention
-    diagnostics averaged per pass, quantity and layer."""
+    """The mean of one recording's explanations by several models (same explained class and
+    contrast): every array of :data:`RECORDING_ARRAYS` averaged, the predicted class the argmax
+    of the mean probabilities, band importance the renormalised mean, the attention diagnostics
+    averaged per pass, quantity and layer."""
     first = explanations[0]
     if len(explanations) == 1:
         return first
     means = {
         field: np.mean([getattr(e, field) for e in explanations], axis=0)
-        for field in MEAN_FIELDS + ("probabilities",)
+        for field in RECORDING_ARRAYS
+        if getattr(first, field) is not None
     }
     means["band_importance"] = normalise_signed(means["band_importance"])
-    return RecordingExplanation(
-        recording_id=first.recording_id,
-        participant_id=first.participant_id,
+    return dataclasses.replace(
+        first,
         predicted=label_names[int(means["probabilities"].argmax())],
-        target=first.target,
-        n_segments=first.n_segments,
         attention_diagnostics={
             **mean_diagnostics([e.attention_diagnostics for e in explanations]),
             "n": first.attention_diagnostics.get("n"),
@@ -411,4 +534,53 @@ def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]
         }
         means["band_importance"] = normalise_signed(means["band_importance"])
         out[name] = {"n_recordings": len(members), **means}
+    return out
+
+
+#: The class contrast's maps (T, C, C), each the mean over B's recordings minus the mean over
+#: A's of the recording array it is named after (:func:`class_contrast`).
+CONTRAST_FIELDS = {
+    "contrast_pairs": "contrast_pairs",
+    "contrast_coh_pairs": "contrast_coh_pairs",
+    "contrast_wpli_pairs": "contrast_wpli_pairs",
+    "coh_difference": "mean_coh",
+    "wpli_difference": "mean_wpli",
+}
+GROUPED_BY = ("true class", "predicted class")
+
+
+def class_contrast(explanations: Sequence[RecordingExplanation]) -> dict | None:
+    """The two classes compared (module docs), from recordings explained with one contrast
+    (A, B); None when none was (more than two classes and no ``contrast`` asked for).
+
+    Returns ``{"classes": [A, B], "grouped_by": "true class" | "predicted class",
+    "n_recordings": [n_A, n_B]}`` and, when both groups have recordings, for each key of
+    :data:`CONTRAST_FIELDS` the mean over B's recordings minus the mean over A's, float64
+    (T, C, C), and ``contrast_band`` (T,): ``contrast_pairs`` summed over each band's pairs,
+    logit units (> 0: B's connectivity, against A's, pushes towards B). With Integrated
+    Gradients the contrast pairs of all bands add up to about the difference between the
+    groups' mean ``logit(B) - logit(A)`` (completeness).
+    Recordings are grouped by true class when every one has a known one (those of a third
+    class are left out), else by predicted class.
+    """
+    contrasted = [e for e in explanations if e.contrast_classes is not None]
+    if not contrasted:
+        return None
+    classes = contrasted[0].contrast_classes
+    by_truth = all(e.true_class is not None for e in contrasted)
+    groups = [
+        [e for e in contrasted if (e.true_class if by_truth else e.predicted) == name]
+        for name in classes
+    ]
+    out = {
+        "classes": list(classes),
+        "grouped_by": GROUPED_BY[0] if by_truth else GROUPED_BY[1],
+        "n_recordings": [len(group) for group in groups],
+    }
+    if not all(groups):
+        return out
+    for name, source in CONTRAST_FIELDS.items():
+        first, second = (np.mean([getattr(e, source) for e in group], axis=0) for group in groups)
+        out[name] = second - first
+    out["contrast_band"] = pair_band_sums(out["contrast_pairs"])
     return out

@@ -6,13 +6,19 @@ In ``OUT_DIR``:
 file                           content
 =============================  ====================================================================
 ``<recording_id>.npz``         arrays of :class:`~eegformer_cli.explain.attributions.RecordingExplanation`
-                               (``band_importance`` (T,), ``attention_coarse`` / ``attention_refined``
-                               (L, T, T) or (L, H, T, T), ``channel_pairs`` / ``coh_pairs`` /
-                               ``wpli_pairs`` (T, C, C), ``probabilities`` (K,)) plus ``bands``,
-                               ``channels``, ``label_names``
-``<recording_id>.json``        summary: prediction, probabilities, explained class, band importance
-                               per band, the :data:`TOP_PAIRS` strongest channel pairs, attention
-                               diagnostics, settings, provenance
+                               (:data:`~eegformer_cli.explain.attributions.RECORDING_ARRAYS`:
+                               ``band_importance`` (T,), ``attention_coarse`` /
+                               ``attention_refined`` (L, T, T) or (L, H, T, T), ``channel_pairs``
+                               / ``coh_pairs`` / ``wpli_pairs`` (T, C, C), ``probabilities`` (K,),
+                               the contrast's ``contrast_pairs`` / ``contrast_coh_pairs`` /
+                               ``contrast_wpli_pairs`` (T, C, C), the connectivity ``mean_coh`` /
+                               ``mean_wpli`` (T, C, C)) plus ``bands``, ``channels``,
+                               ``label_names``, ``contrast_classes``
+``<recording_id>.json``        summary: prediction, probabilities, explained class, band
+                               importance per band and its ``top_band``, the :data:`TOP_PAIRS`
+                               strongest channel pairs (each with its artefact ``caution``), the
+                               contrast's strongest pairs, attention diagnostics, settings,
+                               provenance
 ``band_importance.csv``        ``recording_id, participant_id, target, band, value``
 ``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head
                                (mean|0..H-1), query_band, key_band, value``
@@ -20,17 +26,26 @@ file                           content
                                :mod:`eegformer_cli.model.diagnostics`
 ``channel_pairs.csv``          ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
                                (each unordered pair once: channel_a before channel_b in model order)
-``class_summary.npz``          per explained class (``classes`` (K',), ``n_recordings`` (K',)), the
-                               class means stacked on a first axis: ``band_importance`` (K', T), ...
-``class_summary.json``         settings, bands, channels, labels, recordings, failures, and per class
-                               its count, mean band importance, strongest pairs, attention diagnostics
+``contrast_pairs.csv``         the class contrast (:func:`contrast_rows`), strongest first:
+                               ``class_a, class_b, grouped_by, band, channel_a, channel_b, value,
+                               coh, wpli, coh_difference, wpli_difference, caution``
+``class_summary.npz``          per explained class (``classes`` (K',), ``n_recordings`` (K',)),
+                               the class means stacked on a first axis: ``band_importance``
+                               (K', T), ...; the contrast's maps (:data:`CONTRAST_ARRAYS`)
+``class_summary.json``         settings (with the artefact rule, ``artefact_caution``), bands,
+                               channels, labels, recordings, failures, per class its count, mean
+                               band importance, top band, strongest pairs, attention diagnostics,
+                               and the ``contrast`` (classes, grouping, counts, per band, top band,
+                               strongest pairs)
 =============================  ====================================================================
 
 The four long-format tables (:data:`TABLES`) come from :func:`table_rows`, which the Python API
-also turns into DataFrames (unrounded; the CSV files round to 6 significant digits).
+also turns into DataFrames (unrounded; the CSV files round to 6 significant digits), and so does
+the contrast's table (:func:`contrast_rows`).
 And ``recordings.csv``: one row per explained recording, as ``predict`` prints it (prediction,
-explained class, provenance and warnings; :func:`recording_rows`); each
-``<recording_id>.json`` holds the same provenance under ``provenance``.
+explained class, the true class where the input gives it, provenance and warnings;
+:func:`recording_rows`); each ``<recording_id>.json`` holds the same provenance under
+``provenance``.
 """
 
 from __future__ import annotations
@@ -44,21 +59,38 @@ from pathlib import Path
 import numpy as np
 
 from eegformer_cli.atomic import atomic_open, save_npz, write_json
+from eegformer_cli.connectivity.artefacts import pair_caution
 from eegformer_cli.errors import InputDataError
-from eegformer_cli.explain.attributions import MEAN_FIELDS, RecordingExplanation
+from eegformer_cli.explain.attributions import (
+    CONTRAST_FIELDS,
+    MEAN_FIELDS,
+    RECORDING_ARRAYS,
+    RecordingExplanation,
+    pair_band_sums,
+    top_band,
+)
 from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES, mean_diagnostics
 from eegformer_cli.provenance import PROVENANCE_COLUMNS, flat_row
 
 #: How many channel pairs the JSON summaries list (strongest by absolute value).
 TOP_PAIRS = 10
-ARRAY_FIELDS = MEAN_FIELDS + ("probabilities",)
+#: The contrast's arrays in ``class_summary.npz``: the maps of
+#: :data:`~eegformer_cli.explain.attributions.CONTRAST_FIELDS` (T, C, C), ``contrast_band``
+#: (T,), ``contrast_classes`` (2,) and ``contrast_n_recordings`` (2,).
+CONTRAST_ARRAYS = (*CONTRAST_FIELDS, "contrast_band")
 
 
 def strongest_pairs(
-    pairs: np.ndarray, bands: Sequence[str], channels: Sequence[str], k: int = TOP_PAIRS
+    pairs: np.ndarray,
+    bands: Sequence[str],
+    channels: Sequence[str],
+    k: int = TOP_PAIRS,
+    cautions: dict | None = None,
 ) -> list[dict]:
     """The ``k`` entries of a (T, C, C) symmetric map with the largest |value| (i < j only):
-    ``[{"band", "channel_a", "channel_b", "value"}, ...]``, strongest first."""
+    ``[{"band", "channel_a", "channel_b", "value", "caution"}, ...]``, strongest first;
+    ``caution`` the artefacts that can fake the pair in that band under the rule ``cautions``
+    (:func:`~eegformer_cli.connectivity.artefacts.caution_rules`), ``""`` for none."""
     upper_i, upper_j = np.triu_indices(len(channels), 1)
     values = pairs[:, upper_i, upper_j]  # (T, n_pairs)
     order = np.argsort(-np.abs(values), axis=None, kind="stable")[:k]
@@ -71,6 +103,12 @@ def strongest_pairs(
                 "channel_a": channels[upper_i[pair]],
                 "channel_b": channels[upper_j[pair]],
                 "value": float(values[band, pair]),
+                "caution": pair_caution(
+                    cautions or {},
+                    bands[band],
+                    channels[upper_i[pair]],
+                    channels[upper_j[pair]],
+                ),
             }
         )
     return out
@@ -86,31 +124,82 @@ def write_recording(
     provenance: dict | None = None,
 ) -> None:
     """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording (``provenance``:
-    :func:`eegformer_cli.provenance.row_fields` of its input, kept in the JSON)."""
+    :func:`eegformer_cli.provenance.row_fields` of its input, kept in the JSON; ``settings``
+    with the artefact rule under ``artefact_caution``)."""
     e = explanation
+    cautions = settings.get("artefact_caution") or {}
     save_npz(
         out_dir / f"{e.recording_id}.npz",
-        **{field: getattr(e, field) for field in ARRAY_FIELDS},
+        **{field: getattr(e, field) for field in RECORDING_ARRAYS if getattr(e, field) is not None},
         bands=np.array(bands),
         channels=np.array(channels),
         label_names=np.array(label_names),
+        contrast_classes=np.array(e.contrast_classes or [], dtype=str),
     )
     write_json(
         out_dir / f"{e.recording_id}.json",
         {
             "recording_id": e.recording_id,
             "participant_id": e.participant_id,
+            "true_class": e.true_class,
             "n_segments": e.n_segments,
             "predicted": e.predicted,
             "target": e.target,
             "probabilities": dict(zip(label_names, map(float, e.probabilities))),
             "band_importance": dict(zip(bands, map(float, e.band_importance))),
-            "strongest_channel_pairs": strongest_pairs(e.channel_pairs, bands, channels),
+            "top_band": bands[top_band(e.band_importance)],
+            "strongest_channel_pairs": strongest_pairs(
+                e.channel_pairs, bands, channels, cautions=cautions
+            ),
+            "contrast": None
+            if e.contrast_pairs is None
+            else _contrast_summary(
+                list(e.contrast_classes),
+                e.contrast_pairs,
+                pair_band_sums(e.contrast_pairs),
+                bands,
+                channels,
+                cautions,
+            ),
             "attention_diagnostics": e.attention_diagnostics,
             "settings": settings,
             "provenance": provenance,
         },
     )
+
+
+#: What a contrast's values mean, in its JSON entries: one recording's, and the classes'.
+CONTRAST_MEANING = (
+    "attribution of logit({b}) - logit({a}) (the log-odds of {b} against {a}): > 0 the pair's "
+    "connectivity pushes the recording towards {b} compared with the reference connectome, "
+    "< 0 towards {a}"
+)
+CLASS_CONTRAST_MEANING = (
+    "mean over {b}'s recordings minus mean over {a}'s of the attribution of logit({b}) - "
+    "logit({a}): how far the log-odds of {b} move when the pair's connectivity goes from "
+    "{a}'s to {b}'s; > 0 {b}'s connectivity (against {a}'s) pushes towards {b}, < 0 towards "
+    "{a}; coh_difference and wpli_difference say whether it is higher or lower in {b}"
+)
+
+
+def _contrast_summary(
+    classes: list[str],
+    pairs: np.ndarray,
+    per_band: np.ndarray,
+    bands: Sequence[str],
+    channels: Sequence[str],
+    cautions: dict,
+    meaning: str = CONTRAST_MEANING,
+) -> dict:
+    """The JSON entry of a contrast map (T, C, C) and its band sums (T,); ``meaning`` a
+    template of what the values are (``{a}``, ``{b}``: the classes)."""
+    return {
+        "classes": classes,
+        "meaning": meaning.format(a=classes[0], b=classes[1]),
+        "per_band": dict(zip(bands, map(float, per_band))),
+        "top_band": bands[top_band(per_band)],
+        "strongest_channel_pairs": strongest_pairs(pairs, bands, channels, cautions=cautions),
+    }
 
 
 def _fmt(value: float) -> str:
@@ -204,27 +293,92 @@ def table_rows(
 TABLES = ("band_importance", "attention", "attention_diagnostics", "channel_pairs")
 
 
+def contrast_rows(
+    contrast: dict | None, bands: Sequence[str], channels: Sequence[str], cautions: dict
+) -> tuple[list[str], list[list]]:
+    """``(columns, rows)`` of ``contrast_pairs.csv``: the class contrast
+    (:func:`~eegformer_cli.explain.attributions.class_contrast`), one row per band and
+    unordered pair, strongest |value| first: ``class_a, class_b, grouped_by, band, channel_a,
+    channel_b, value`` (the mean over B's recordings minus A's of the attribution of
+    logit(class_b) - logit(class_a): > 0 B's connectivity, against A's, pushes towards B),
+    ``coh, wpli`` (its two measures), ``coh_difference, wpli_difference`` (B's mean
+    connectivity minus A's) and ``caution`` (artefacts that can fake the pair in that band,
+    under ``cautions``). No rows without a contrast or with an empty group."""
+    columns = [
+        "class_a",
+        "class_b",
+        "grouped_by",
+        "band",
+        "channel_a",
+        "channel_b",
+        "value",
+        "coh",
+        "wpli",
+        "coh_difference",
+        "wpli_difference",
+        "caution",
+    ]
+    if contrast is None or "contrast_pairs" not in contrast:
+        return columns, []
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    values = contrast["contrast_pairs"][:, upper_i, upper_j]  # (T, n_pairs)
+    rows = []
+    for flat in np.argsort(-np.abs(values), axis=None, kind="stable"):
+        b, pair = np.unravel_index(flat, values.shape)
+        i, j = upper_i[pair], upper_j[pair]
+        rows.append(
+            [
+                *contrast["classes"],
+                contrast["grouped_by"],
+                bands[b],
+                channels[i],
+                channels[j],
+                *(
+                    float(contrast[key][b, i, j])
+                    for key in (
+                        "contrast_pairs",
+                        "contrast_coh_pairs",
+                        "contrast_wpli_pairs",
+                        "coh_difference",
+                        "wpli_difference",
+                    )
+                ),
+                pair_caution(cautions, bands[b], channels[i], channels[j]),
+            ]
+        )
+    return columns, rows
+
+
+def _write_csv(path: Path, columns: list[str], rows) -> None:
+    """A CSV file: floats to 6 significant digits, a missing quantity empty."""
+    with atomic_open(path) as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(
+                [
+                    "" if value is None else _fmt(value) if isinstance(value, float) else value
+                    for value in row
+                ]
+            )
+
+
 def write_tables(
     out_dir: Path,
     explanations: Sequence[RecordingExplanation],
     bands: Sequence[str],
     channels: Sequence[str],
+    contrast: dict | None = None,
+    cautions: dict | None = None,
 ) -> None:
     """``band_importance.csv``, ``attention.csv``, ``attention_diagnostics.csv`` and
-    ``channel_pairs.csv`` (long format, :func:`table_rows`; floats to 6 significant digits, a
-    missing quantity empty)."""
+    ``channel_pairs.csv`` (long format, :func:`table_rows`) and ``contrast_pairs.csv``
+    (:func:`contrast_rows` of ``contrast``, cautions under the rule ``cautions``)."""
     for name in TABLES:
-        columns, rows = table_rows(name, explanations, bands, channels)
-        with atomic_open(out_dir / f"{name}.csv") as handle:
-            writer = csv.writer(handle, lineterminator="\n")
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow(
-                    [
-                        "" if value is None else _fmt(value) if isinstance(value, float) else value
-                        for value in row
-                    ]
-                )
+        _write_csv(out_dir / f"{name}.csv", *table_rows(name, explanations, bands, channels))
+    _write_csv(
+        out_dir / "contrast_pairs.csv", *contrast_rows(contrast, bands, channels, cautions or {})
+    )
 
 
 def write_class_summary(
@@ -237,16 +391,23 @@ def write_class_summary(
     recordings: Sequence[str],
     failures: dict[str, str],
     explanations: Sequence[RecordingExplanation] = (),
+    contrast: dict | None = None,
 ) -> None:
     """``class_summary.npz`` and ``class_summary.json`` from
     :func:`~eegformer_cli.explain.attributions.class_means` output (and, per class, the mean
-    attention diagnostics of ``explanations``)."""
+    attention diagnostics of ``explanations``) and the class ``contrast``
+    (:func:`~eegformer_cli.explain.attributions.class_contrast`, None: none)."""
     classes = list(means)
+    cautions = settings.get("artefact_caution") or {}
     arrays = (
         {field: np.stack([means[c][field] for c in classes]) for field in MEAN_FIELDS}
         if classes
         else {}
     )
+    if contrast is not None:
+        arrays["contrast_classes"] = np.array(contrast["classes"], dtype=str)
+        arrays["contrast_n_recordings"] = np.array(contrast["n_recordings"], dtype=np.int64)
+        arrays.update({key: contrast[key] for key in CONTRAST_ARRAYS if key in contrast})
     save_npz(
         out_dir / "class_summary.npz",
         classes=np.array(classes, dtype=str),
@@ -269,8 +430,9 @@ def write_class_summary(
                 c: {
                     "n_recordings": means[c]["n_recordings"],
                     "band_importance": dict(zip(bands, map(float, means[c]["band_importance"]))),
+                    "top_band": bands[top_band(means[c]["band_importance"])],
                     "strongest_channel_pairs": strongest_pairs(
-                        means[c]["channel_pairs"], bands, channels
+                        means[c]["channel_pairs"], bands, channels, cautions=cautions
                     ),
                     "attention_diagnostics": mean_diagnostics(
                         [e.attention_diagnostics for e in explanations if e.target == c]
@@ -278,14 +440,37 @@ def write_class_summary(
                 }
                 for c in classes
             },
+            "contrast": _contrast_json(contrast, bands, channels, cautions),
         },
     )
+
+
+def _contrast_json(contrast: dict | None, bands, channels, cautions: dict) -> dict | None:
+    """``class_summary.json``'s ``contrast``: classes, grouping and counts, and (both groups
+    non-empty) per band, top band and strongest pairs."""
+    if contrast is None:
+        return None
+    head = {key: contrast[key] for key in ("classes", "grouped_by", "n_recordings")}
+    if "contrast_pairs" not in contrast:
+        return {**head, "missing": "a group has no recording, so the classes cannot be compared"}
+    return {
+        **head,
+        **_contrast_summary(
+            contrast["classes"],
+            contrast["contrast_pairs"],
+            contrast["contrast_band"],
+            bands,
+            channels,
+            cautions,
+            CLASS_CONTRAST_MEANING,
+        ),
+    }
 
 
 def recording_columns(label_names: Sequence[str]) -> list[str]:
     """The columns of ``recordings.csv`` (and of :func:`recording_rows`)."""
     return (
-        ["recording_id", "participant_id", "predicted", "target"]
+        ["recording_id", "participant_id", "true_class", "predicted", "target"]
         + [f"prob_{name}" for name in label_names]
         + ["explained_by"]
         + list(PROVENANCE_COLUMNS)
@@ -297,7 +482,7 @@ def recording_rows(
     provenance_rows: Sequence[dict],
     label_names: Sequence[str],
 ) -> list[dict]:
-    """Per explained recording ``recording_id, participant_id, predicted, target,
+    """Per explained recording ``recording_id, participant_id, true_class, predicted, target,
     prob_<label>..., explained_by`` and the provenance columns of ``predict``
     (:data:`eegformer_cli.provenance.PROVENANCE_COLUMNS`; ``provenance_rows`` in the order of
     ``explanations``), unrounded, lists as lists: what ``recordings.csv`` holds."""
@@ -305,6 +490,7 @@ def recording_rows(
         {
             "recording_id": e.recording_id,
             "participant_id": e.participant_id,
+            "true_class": e.true_class,
             "predicted": e.predicted,
             "target": e.target,
             **{f"prob_{name}": float(p) for name, p in zip(label_names, e.probabilities)},
@@ -377,7 +563,8 @@ def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> int:
 
 def load_class_summary(folder: str | Path) -> dict:
     """Read ``class_summary.npz`` back: ``{"classes": [...], "bands": [...], "channels": [...],
-    "n_recordings": (K',), <field>: (K', ...) arrays}`` (what the report draws)."""
+    "n_recordings": (K',), <field>: (K', ...) arrays}`` and the contrast's arrays when it has
+    them (``contrast_classes`` a list; what the report draws)."""
     path = Path(folder) / "class_summary.npz"
     try:
         with np.load(path) as data:
@@ -386,6 +573,7 @@ def load_class_summary(folder: str | Path) -> dict:
         raise InputDataError(
             f"cannot read the class summary: {exc}", path=path, hint="rerun `eegformer explain`"
         ) from None
-    for key in ("classes", "bands", "channels", "label_names"):
-        out[key] = [str(v) for v in out[key]]
+    for key in ("classes", "bands", "channels", "label_names", "contrast_classes"):
+        if key in out:
+            out[key] = [str(v) for v in out[key]]
     return out
