@@ -320,6 +320,7 @@ def explain(
     out: PathLike,
     *,
     target: str | None = None,
+    contrast: Sequence[str] | None = None,
     method: str = "integrated_gradients",
     n_steps: int = 128,
     all_heads: bool = False,
@@ -331,9 +332,9 @@ def explain(
     """Explain a trained model's predictions and write the files of ``eegformer explain``.
 
     Into ``out``: per recording ``ID.npz`` and ``ID.json``; ``band_importance.csv``,
-    ``attention.csv``, ``attention_diagnostics.csv``, ``channel_pairs.csv``, ``recordings.csv``
-    and ``class_summary.json/.npz``. What is raised: as :meth:`TrainedModel.explain
-    <eegformer_cli.TrainedModel.explain>`.
+    ``attention.csv``, ``attention_diagnostics.csv``, ``channel_pairs.csv``,
+    ``contrast_pairs.csv``, ``recordings.csv`` and ``class_summary.json/.npz``. What is
+    raised: as :meth:`TrainedModel.explain <eegformer_cli.TrainedModel.explain>`.
 
     Returns
     -------
@@ -347,6 +348,7 @@ def explain(
         _paths(inputs),
         participants=participants,
         target=target,
+        contrast=contrast,
         method=method,
         n_steps=n_steps,
         all_heads=all_heads,

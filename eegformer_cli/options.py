@@ -366,6 +366,13 @@ EXPLAIN = Options(
     target=Option(
         "str | None", "Class to explain, e.g. healthy [default: each recording's predicted class]."
     ),
+    contrast=Option(
+        "tuple of two str | None",
+        "Two classes A B to compare: which channel pairs' connectivity differs between B's "
+        "and A's recordings and how that pushes the prediction (attributions of logit(B) - "
+        "logit(A), one signed scale), e.g. healthy depression [default: a two-class model's "
+        "other class, then its positive class; none with more classes].",
+    ),
     method=Option(
         "str",
         "captum method for channel pairs: "

@@ -188,6 +188,37 @@ def test_the_contrast_of_a_linear_study_is_led_by_a_planted_pair_with_its_sign(
     one = json.loads((out / "sub-01_task-rest_eeg.json").read_text())
     assert one["true_class"] in ("control", "patient") and one["contrast"]["classes"]
 
+    # the other way round: the log-odds of control, control's recordings minus patient's;
+    # control's weaker coupling pushes towards control: the same value, the difference negated
+    flipped = tmp_path / "flipped"
+    code, output = run_main(
+        capsys,
+        "explain",
+        linear_study["run"],
+        linear_study["prep"],
+        "--out",
+        flipped,
+        "--n-steps",
+        8,
+        "--contrast",
+        "patient",
+        "control",
+    )
+    assert code == 0, output
+    again = json.loads((flipped / "class_summary.json").read_text())["contrast"]
+    assert again["classes"] == ["patient", "control"]
+    same = again["strongest_channel_pairs"][0]
+    assert {**same, "value": 0} == {**strongest, "value": 0}
+    assert same["value"] == pytest.approx(strongest["value"], rel=1e-4)
+    with open(flipped / "contrast_pairs.csv", newline="") as handle:
+        row = next(csv.DictReader(handle))
+    assert float(row["coh_difference"]) == pytest.approx(-float(first["coh_difference"]), 1e-4)
+    code, output = run_main(
+        capsys, "explain", linear_study["run"], linear_study["prep"], "--out", tmp_path / "x",
+        "--contrast", "patient", "nobody",
+    )  # fmt: skip
+    assert code == 2 and "'control'" in output and "--contrast" in output
+
 
 def contrast_settings(out) -> dict:
     """The artefact rule ``explain`` stored in its class summary."""

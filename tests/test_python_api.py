@@ -57,7 +57,8 @@ SIGNATURES = {
     "commands.predict": "(model, inputs, *, participants=None, age=None, sex=None, "
     "max_interpolated=None, device='auto', precision='auto', strict=False, "
     "on_row=None, coverage=None)",
-    "commands.explain": "(model, inputs, out, *, target=None, method='integrated_gradients', "
+    "commands.explain": "(model, inputs, out, *, target=None, contrast=None, "
+    "method='integrated_gradients', "
     "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
     "device='auto', strict=False)",
     "commands.report": "(run_dir, *, explanations=None, out=None)",

@@ -16,6 +16,9 @@ def explain(
     inputs: list[Path] = typer.Argument(..., metavar="INPUT...", help=EXPLAIN.help("inputs")),
     out: Path = typer.Option(..., "--out", help=EXPLAIN.help("out")),
     target: str | None = typer.Option(None, help=EXPLAIN.help("target")),
+    contrast: tuple[str, str] | None = typer.Option(
+        None, "--contrast", metavar="A B", help=EXPLAIN.help("contrast")
+    ),
     method: str = typer.Option("integrated_gradients", help=EXPLAIN.help("method")),
     # 128: attributions.DEFAULT_N_STEPS (not imported here: it loads torch)
     n_steps: int = typer.Option(128, help=EXPLAIN.help("n_steps")),
@@ -41,9 +44,18 @@ def explain(
     over them), so its probabilities are its out-of-fold ones; other recordings by
     RUN_DIR/model.pt (recordings.csv's explained_by column says which).
 
+    The class contrast (two classes A B: a two-class model's other and positive class, or
+    --contrast A B): per channel pair, the attribution of logit(B) - logit(A), the mean over
+    B's recordings minus A's (grouped by true class where the inputs give it, else by
+    predicted class), beside the difference of their mean connectivity: which pairs differ
+    between the classes and how that pushes the prediction, on one signed scale. Pairs that
+    eye movements (Fp1, Fp2, F7, F8; delta, theta) or muscle (frontal, temporal; high beta,
+    gamma) can fake carry a caution.
+
     Writes per recording ID.npz and ID.json (ID: the recording id), the
     long-format tables band_importance.csv, attention.csv, attention_diagnostics.csv and
-    channel_pairs.csv, class_summary.json/.npz (means per explained class), and recordings.csv:
+    channel_pairs.csv, contrast_pairs.csv (the class contrast, strongest first),
+    class_summary.json/.npz (means per explained class, the contrast), and recordings.csv:
     one row per recording with its prediction, provenance and warnings, as `predict` prints
     them (the warnings also on stderr). A rerun into the same --out removes the per-recording
     files of an earlier run's recordings that this run did not explain, so the folder always
@@ -66,6 +78,7 @@ def explain(
         expand_stdin(inputs),
         out,
         target=target,
+        contrast=contrast,
         method=method,
         n_steps=n_steps,
         all_heads=all_heads,
