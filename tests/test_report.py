@@ -225,6 +225,17 @@ def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys)
     (unfinished / "splits.json").write_text(json.dumps(splits))
     code, output = run_main(capsys, "report", unfinished, "--out", tmp_path / "r2.html")
     assert code == 0 and "1 of 2 folds finished" in output
+    # an interrupted run's metrics.json says so itself: the verdict box opens with it
+    metrics = json.loads((unfinished / "metrics.json").read_text())
+    why = "incomplete run: 1 of 3 folds finished; no final model (model.pt) yet, so ..."
+    (unfinished / "metrics.json").write_text(
+        json.dumps({**metrics, "complete": False, "incomplete": why})
+    )
+    code, output = run_main(capsys, "report", unfinished, "--out", tmp_path / "r3.html")
+    text = (tmp_path / "r3.html").read_text(encoding="utf-8")
+    assert code == 0 and why in output
+    verdict = text[text.index('id="eeg-verdict"') :]
+    assert verdict.index('scope="row">incomplete run') < verdict.index('scope="row">score')
 
 
 def test_report_refuses_another_models_explanations_and_damaged_predictions(

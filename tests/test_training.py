@@ -556,7 +556,11 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     )
     first = run_dir / "folds" / "r0_f0.json"
     deadline = time.monotonic() + 240
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+    while (
+        not (first.exists() and (run_dir / "metrics.json").exists())  # written after each fold
+        and process.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     assert first.exists(), process.communicate()[1]
     process.send_signal(signal.SIGTERM)
@@ -565,12 +569,18 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert "rerun the same command to resume" in err
     assert not (run_dir / "folds" / "r0_f2.json").exists()
     assert not list(run_dir.rglob(".tmp-*"))
+    # the metrics of the folds finished so far say that they are not the whole run's
+    partial = json.loads((run_dir / "metrics.json").read_text())
+    assert partial["complete"] is False and list(partial)[:2] == ["complete", "incomplete"]
+    assert f"{partial['n_folds']} of 3 folds finished" in partial["incomplete"]
+    assert "no final model (model.pt) yet" in partial["incomplete"]
     mtime = first.stat().st_mtime_ns
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     assert first.stat().st_mtime_ns == mtime  # not retrained
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["n_folds"] == 3 and (run_dir / "model.pt").exists()
+    assert metrics["complete"] is True and "incomplete" not in metrics
     # the paired comparison with the reference: differences of the same folds, told on stderr
     comparison = metrics["comparison"]
     differences = [

@@ -256,6 +256,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME}
     assert test["models"]["xaiguiformer"]["null_from"] == "logistic_regression"
     assert json.loads((run / "metrics.json").read_text())["permutation_test"] == test
+    assert metrics["complete"] is True and "incomplete" not in metrics  # the test is done
     files = sorted((run / "permutations" / "logistic_regression").glob("*.json"))
     assert [f.name for f in files] == ["00000.json", "00001.json", "00002.json"]
     # the test refits exactly the run's reference: on the real labels it gets the run's BAC

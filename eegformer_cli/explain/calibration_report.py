@@ -53,11 +53,15 @@ SETS_MEANING = (
 
 
 def verdict_html(metrics: dict) -> str:
-    """The verdict box: a headline and one row per question, coloured by tone."""
+    """The verdict box: a headline and one row per question, coloured by tone; first, when
+    metrics.json says the run is incomplete, why."""
+    lines = verdict_lines(metrics)
+    if metrics.get("complete") is False:
+        lines = [("incomplete run", metrics.get("incomplete") or "incomplete run", "warn"), *lines]
     rows = "".join(
         f'<tr><th scope="row">{html.escape(topic)}</th>'
         f'<td class="eeg-{tone}">{html.escape(text)}</td></tr>'
-        for topic, text, tone in verdict_lines(metrics)
+        for topic, text, tone in lines
     )
     return (
         f'<div class="eeg-verdict" id="eeg-verdict"><div class="eeg-headline">'

@@ -428,8 +428,11 @@ def _add_attention(report, metrics: dict | None, history: list[dict]) -> None:
 
 
 def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:
-    """Why the run's metrics are not the whole run (fewer folds than ``splits.json`` plans, or
-    no final model file), or None."""
+    """Why the run's metrics are not the whole run (metrics.json's own ``incomplete``; for a
+    run of an earlier version, fewer folds than ``splits.json`` plans or no final model
+    file), or None."""
+    if metrics.get("complete") is False:
+        return str(metrics.get("incomplete") or "incomplete run")
     splits_file = run_dir / "splits.json"
     planned = len(_read_json(splits_file).get("folds", [])) if splits_file.is_file() else None
     finished = metrics.get("n_folds")

@@ -16,8 +16,9 @@ the final model, resume, and folds as separate jobs (``--fold``, ``--merge``).
    model retrained on all participants with the same recipe (an inner validation split for
    selection), since every fold model saw only part of the data.
 
-An interrupted run (Ctrl-C, SIGTERM, a crash) leaves only whole files; rerunning the same
-command skips the finished folds.
+An interrupted run (Ctrl-C, SIGTERM, a crash) leaves only whole files; its metrics.json (of
+the folds finished so far) says ``"complete": false`` and why (:func:`completeness`);
+rerunning the same command skips the finished folds.
 
 Folds as separate jobs (``train --fold I``) and their merge (``train --merge RUN_DIR``): a fold
 job is an ordinary ``train`` command restricted to fold ``I`` (0-based, in the order
@@ -232,18 +233,42 @@ def _nan_to_none(value):
     return value
 
 
+def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | None = None) -> dict:
+    """metrics.json's first entries: ``{"complete": False, "incomplete": why}`` while folds
+    are missing (``n_finished`` of the plan's), ``model.pt`` is not written or ``pending``
+    names a step still to come; else ``{"complete": True}``."""
+    missing = []
+    if n_finished < len(plan.folds):
+        missing.append(f"{n_finished} of {len(plan.folds)} folds finished")
+    if not (run_dir / "model.pt").is_file():
+        missing.append("no final model (model.pt) yet")
+    if pending:
+        missing.append(pending)
+    if not missing:
+        return {"complete": True}
+    return {
+        "complete": False,
+        "incomplete": "incomplete run: "
+        + "; ".join(missing)
+        + ", so these metrics are not the whole run's; rerun the same `eegformer train` "
+        "command (or `eegformer train --merge` after --fold jobs) to finish it",
+    }
+
+
 def write_summaries(
     run_dir: Path,
     plan: RunPlan,
     results: list[dict],
     final_history: list[dict] | None = None,
     extra: dict | None = None,
+    pending: str | None = None,
 ) -> dict:
     """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
 
-    ``extra``: more top-level entries of metrics.json (``shortcut_audit``). Beside the models'
-    metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval against
-    chance) and the out-of-fold calibration and prediction-set coverage
+    ``extra``: more top-level entries of metrics.json (``shortcut_audit``). First, whether
+    the run is complete (:func:`completeness`; ``pending``: a step still to come). Beside the
+    models' metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval
+    against chance) and the out-of-fold calibration and prediction-set coverage
     (:mod:`oof_calibration`), whose recalibration and calibration set go into ``model.pt``
     when it exists."""
     history = [record for result in results for record in result["history"]]
@@ -295,6 +320,7 @@ def write_summaries(
         oof_rows, label_names, plan.positive_label
     )
     metrics = {
+        **completeness(run_dir, plan, len(results), pending),
         "labels": label_names,
         "positive_label": plan.positive_label,
         "label_column": plan.data.label_column,
@@ -416,8 +442,11 @@ def run_training(
         )
         if fold_index is not None:
             return results[folds[0].name] if writer else None
+        pending = "the permutation test not finished" if permutations else None
         metrics = (
-            write_summaries(run_dir, plan, _in_fold_order(results, folds), final_history, extra)
+            write_summaries(
+                run_dir, plan, _in_fold_order(results, folds), final_history, extra, pending
+            )
             if writer
             else None
         )
@@ -425,6 +454,9 @@ def run_training(
             metrics = permutation.run_permutation_test(
                 run_dir, plan, features, metrics, permutations, permutation_model, n_workers
             )
+            metrics.pop("incomplete", None)  # the test is done; "complete" stays first
+            metrics.update(completeness(run_dir, plan, len(results)))
+            write_json(run_dir / "metrics.json", metrics)
         return metrics
 
 
