@@ -439,3 +439,30 @@ def test_channel_pairs_on_the_head_and_band_importance_title_fit():
     box = title.get_window_extent()
     assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
     assert "lowers it" in title.get_text() and "mean connectome" in title.get_text()
+
+
+def test_calibration_counts_name_predictions_and_recordings():
+    from eegformer_cli.explain.calibration_report import calibration_table_html, predictions_of
+    from eegformer_cli.training.oof_calibration import summarise
+
+    assert predictions_of(156, 52) == "156 predictions of 52 recordings"
+    assert predictions_of(52, 52) == "52 predictions, one per recording"
+    rng = np.random.default_rng(1)
+    rows = [  # 52 recordings of 26 people, each tested 3 times (repeats)
+        {
+            "model": "xaiguiformer",
+            "recording_id": f"r{k}",
+            "participant_id": f"p{k // 2}",
+            "label": "ab"[k % 2],
+            "prob_a": p,
+            "prob_b": 1 - p,
+        }
+        for repeat in range(3)
+        for k, p in enumerate(rng.uniform(0, 1, 52))
+    ]
+    calibration, sets, _ = summarise(rows, ["a", "b"], "b")
+    summary = calibration["models"]["xaiguiformer"]
+    assert summary["n"] == 156 and summary["n_recordings"] == 52
+    table = calibration_table_html(calibration)
+    assert "156 predictions of 52 recordings" in table and ">156<" not in table
+    assert sets["n"] == 52  # the prediction sets: one per recording

@@ -36,11 +36,12 @@ CALIBRATION_MEANING = (
     "class. Out-of-fold probabilities, pooled over folds (each fold model on its own test "
     "participants). Brier score: mean squared error of the probability (0 is perfect; a "
     "constant 0.5 gives 0.25 with two classes). ECE (expected calibration error): the mean gap, "
-    "over 10 equal-width probability bins weighted by their recordings, between the stated "
-    "probability and how often it was right. Slope and intercept: a logistic regression of the "
-    "outcome on the probability's logit; 1 and 0 when calibrated, a slope below 1 means "
-    "over-confident probabilities. With two classes the probability shown is the positive "
-    "class's; with more, the top class's (how often the predicted class was right)."
+    "over 10 equal-width probability bins weighted by the predictions they hold, between the "
+    "stated probability and how often it was right. Slope and intercept: a logistic "
+    "regression of the outcome on the probability's logit; 1 and 0 when calibrated, a slope "
+    "below 1 means over-confident probabilities. With two classes the probability shown is "
+    "the positive class's; with more, the top class's (how often the predicted class was "
+    "right)."
 )
 SETS_MEANING = (
     "With `eegformer predict --coverage 0.9`, each recording gets a prediction set: the "
@@ -114,6 +115,17 @@ def _number(value, fmt: str = ".3f") -> str:
     return "n/a" if value is None or not np.isfinite(value) else format(value, fmt)
 
 
+def predictions_of(n_predictions: int, n_recordings: int | None) -> str:
+    """A count of out-of-fold predictions named for what it counts: "156 predictions of 52
+    recordings" (each tested 3 times), "52 predictions, one per recording", or "156
+    predictions" (a run of an earlier version, which did not count the recordings)."""
+    if n_recordings is None:
+        return f"{n_predictions} predictions"
+    if n_predictions == n_recordings:
+        return f"{n_predictions} predictions, one per recording"
+    return f"{n_predictions} predictions of {n_recordings} recordings"
+
+
 def calibration_table_html(calibration: dict) -> str:
     """One row per model (and the transformer after recalibration, cross-fitted), then what
     ``predict`` does."""
@@ -136,7 +148,7 @@ def calibration_table_html(calibration: dict) -> str:
             "ECE",
             "slope",
             "intercept",
-            "recordings",
+            "out-of-fold predictions",
         )
     )
     body = "".join(
@@ -151,7 +163,7 @@ def calibration_table_html(calibration: dict) -> str:
                 _number(s["ece"]),
                 _number(s["slope"], ".2f"),
                 _number(s["intercept"], "+.2f"),
-                s["n"],
+                predictions_of(s["n"], s.get("n_recordings")),
             )
         )
         + "</tr>"

@@ -238,7 +238,7 @@ def choose_recalibration(
             "params": {},
             "cross_fitted_log_loss": {},
             "n": len(y_true),
-            "reason": f"too few out-of-fold recordings ({len(y_true)}; a recalibration "
+            "reason": f"too few out-of-fold predictions ({len(y_true)}; a recalibration "
             f"needs {MIN_RECORDINGS} of two classes or more)",
             "after": None,
         }

@@ -5,7 +5,8 @@ recalibration and conformal calibration set kept in ``model.pt``.
 
 - ``calibration``: ``{"bins", "models": {model: calibration summary}, "recalibration":
   {"method", "params", "cross_fitted_log_loss", "n", "reason", "after"}}``
-  (:mod:`calibration`; every out-of-fold row, repeats included);
+  (:mod:`calibration`; every out-of-fold row, repeats included: ``n`` counts predictions,
+  and each summary's ``n_recordings`` the recordings they are of);
 - ``prediction_sets``: :func:`conformal.coverage_out_of_fold` of the transformer's
   (recalibrated) probabilities, one per recording (the mean over its repeats).
 
@@ -53,11 +54,16 @@ def summarise(
     models = {}
     for name in dict.fromkeys(row["model"] for row in oof_rows):
         rows = [row for row in oof_rows if row["model"] == name]
-        probabilities, labels, _, _ = _arrays(rows, label_names)
-        models[name] = calibration.calibration_summary(labels, probabilities, positive)
+        probabilities, labels, _, recordings = _arrays(rows, label_names)
+        models[name] = {
+            **calibration.calibration_summary(labels, probabilities, positive),
+            "n_recordings": len(set(recordings.tolist())),
+        }
     rows = [row for row in oof_rows if row["model"] == MODEL_NAME]
     probabilities, labels, participants, recordings = _arrays(rows, label_names)
     chosen = calibration.choose_recalibration(labels, probabilities, participants, positive)
+    if chosen.get("after"):
+        chosen["after"]["n_recordings"] = len(set(recordings.tolist()))
     stored = {"method": chosen["method"], "params": chosen["params"]}
     recalibrated = calibration.recalibrate(stored, probabilities)
     mean, recording_labels, recording_participants = per_recording(
