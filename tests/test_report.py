@@ -142,7 +142,7 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
         for e in (1, 2)
     ]
     fig = training_curves_figure(history)
-    legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]  # under the plots
     assert legend == ["repeat 0 fold 0", "repeat 0 fold 1", "final model"]
     assert not any("r-1" in label for label in legend)
 
@@ -439,6 +439,70 @@ def test_channel_pairs_on_the_head_and_band_importance_title_fit():
     box = title.get_window_extent()
     assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
     assert "lowers it" in title.get_text() and "mean connectome" in title.get_text()
+
+
+def test_legends_sit_under_the_plots_over_no_data():
+    from eegformer_cli.explain.calibration_report import reliability_figure
+    from eegformer_cli.explain.report_figures import (
+        attention_entropy_figure,
+        band_importance_figure,
+        roc_pr_figure,
+    )
+    from eegformer_cli.explain.trust_report import null_distribution_figure
+
+    rng = np.random.default_rng(0)
+    test = {  # a null around chance and observed scores inside it, as the run had
+        "null": {"logistic_regression": list(rng.normal(0.5, 0.08, 100))},
+        "models": {
+            name: {"observed_bac": bac, "p_value": 0.3, "null_from": "logistic_regression"}
+            for name, bac in (("xaiguiformer", 0.55), ("logistic_regression", 0.45))
+        },
+        "n_permutations": 100,
+        "permuted": "between participants",
+    }
+    history = [
+        {
+            "repeat": 0,
+            "fold": f,
+            "epoch": e,
+            "train_loss": 1 / e,
+            "val_loss": 1.0,
+            "val_bac": 0.5 + 0.01 * e,
+            "attention": {"coarse": {"entropy": [2.0]}, "refined": {"entropy": [1.9]}},
+        }
+        for f in range(5)
+        for e in range(1, 8)
+    ]
+    predictions = [
+        {"model": m, "label": label, "prob_a": str(p), "prob_b": str(1 - p)}
+        for m in ("xaiguiformer", "logistic_regression")
+        for label, p in zip("ab" * 20, rng.uniform(0, 1, 40))
+    ]
+    bins = [
+        {"lower": k / 10, "mean_predicted": k / 10 + 0.05, "observed": 0.9 - k / 12, "n": 5}
+        for k in range(10)
+    ]
+    calibration = {"models": {"xaiguiformer": {"bins": bins, "ece": 0.1, "target": "P(b)"}}}
+    figures = [
+        null_distribution_figure(test),
+        training_curves_figure(history),
+        attention_entropy_figure(history, 2.079),
+        band_importance_figure(rng.normal(size=(2, 8)), ["x", "y"], list("abcdefgh")),
+        roc_pr_figure(predictions, ["a", "b"], "b"),
+        reliability_figure(calibration),
+    ]
+    for fig in figures:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+        assert legends, fig
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y0 >= fig.bbox.y0
+            for ax in fig.axes:
+                assert not box.overlaps(ax.get_window_extent(renderer)), (fig, ax.get_title())
+        pixels = fig.get_size_inches() * fig.dpi
+        assert (pixels == np.round(pixels)).all(), pixels
 
 
 def test_calibration_counts_name_predictions_and_recordings():

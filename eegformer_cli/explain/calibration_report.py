@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from eegformer_cli.explain.report_figures import legend_below
 from eegformer_cli.training.calibration import describe_recalibration
 from eegformer_cli.training.verdict import headline, verdict_lines
 
@@ -202,14 +203,20 @@ def prediction_sets_html(sets: dict) -> str:
 
 def reliability_figure(calibration: dict):
     """Observed frequency against mean stated probability per bin, one line per model (and the
-    recalibrated transformer), marker area by the bin's recordings; the diagonal is perfect
-    calibration. Below: how many recordings each bin holds."""
+    recalibrated transformer), marker area by the bin's predictions; the diagonal is perfect
+    calibration. Below: how many out-of-fold predictions each bin holds; the legend under
+    both, over no data."""
     curves = list(calibration["models"].items())
     recalibration = calibration.get("recalibration") or {}
     if recalibration.get("after"):
         curves.append(("xaiguiformer, recalibrated (cross-fitted)", recalibration["after"]))
     fig, (ax, ax_count) = plt.subplots(
-        2, 1, figsize=(6.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+        2,
+        1,
+        figsize=(6.5, 7.5),
+        sharex=True,
+        gridspec_kw={"height_ratios": [3, 1]},
+        layout="constrained",
     )
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfectly calibrated")
     width = 0.1 / (len(curves) + 1)
@@ -236,7 +243,6 @@ def reliability_figure(calibration: dict):
         ylim=(-0.02, 1.02),
         title=f"Reliability diagram (out of fold): {target}",
     )
-    ax.legend(fontsize=8, loc="upper left")
-    ax_count.set(xlabel=f"stated {target} (mean per bin)", ylabel="recordings")
-    fig.tight_layout()
+    ax_count.set(xlabel=f"stated {target} (mean per bin)", ylabel="predictions")
+    legend_below(fig, ax)
     return fig

@@ -21,6 +21,26 @@ def _inches(width: float, height: float) -> tuple[float, float]:
     return round(width * 4) / 4, round(height * 4) / 4
 
 
+def legend_below(fig, ax=None, ncol: int = 1) -> None:
+    """The legend of ``ax`` (None: of every axes of ``fig``, each label once) under the plots,
+    outside every axes, so that it covers no data. ``fig`` must use the constrained layout
+    (``layout="constrained"``), which makes room for it."""
+    handles, labels = {}, []
+    for each in [ax] if ax is not None else fig.axes:
+        for handle, label in zip(*each.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    if labels:  # no curve: no legend (and no matplotlib warning)
+        fig.legend(
+            [handles[label] for label in labels],
+            labels,
+            loc="outside lower center",
+            ncol=ncol,
+            fontsize=8,
+        )
+
+
 def confusion_matrix_figure(
     matrix, labels: list[str], title: str = "XAIguiFormer", n_folds: int | None = None
 ):
@@ -67,7 +87,7 @@ def roc_pr_figure(
         roc_curve,
     )
 
-    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 5), layout="constrained")
     models = sorted({row["model"] for row in predictions})
     if positive_label is not None:
         curves = [(m, positive_label, [r for r in predictions if r["model"] == m]) for m in models]
@@ -95,16 +115,13 @@ def roc_pr_figure(
     of = "" if positive_label is None else f" ({positive_label} = positive)"
     ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC{of}")
     ax_pr.set(xlabel="recall", ylabel="precision", title=f"Precision-recall{of}")
-    for ax in (ax_roc, ax_pr):
-        if ax.get_legend_handles_labels()[0]:  # no curve: no legend (and no matplotlib warning)
-            ax.legend(fontsize=8, loc="lower right" if ax is ax_roc else "lower left")
-    fig.tight_layout()
+    legend_below(fig, ncol=2)
     return fig
 
 
 def training_curves_figure(history: list[dict]):
     """Train and validation loss and validation BAC against epoch, one line per fold."""
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.5), layout="constrained")
     folds = sorted(
         {(h.get("repeat", 0), h.get("fold", 0)) for h in history}, key=lambda rf: (rf[0] < 0, rf)
     )  # the final model last
@@ -123,15 +140,14 @@ def training_curves_figure(history: list[dict]):
             )
     for ax, key in zip(axes, ("train_loss", "val_loss", "val_bac")):
         ax.set(xlabel="epoch", title=key.replace("_", " "))
-    axes[-1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    legend_below(fig, axes[-1], ncol=min(len(folds), 6))
     return fig
 
 
 def attention_entropy_figure(history: list[dict], uniform_entropy: float):
     """Attention entropy (nats, mean over layers and validation recordings) of each pass
     against epoch, the mean over folds with the range over folds shaded."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     rows = [h for h in history if h.get("attention") and h.get("fold", 0) >= 0]
     for name, colour in (("coarse", "tab:blue"), ("refined", "tab:orange")):
         by_epoch: dict[int, list[float]] = {}
@@ -153,8 +169,7 @@ def attention_entropy_figure(history: list[dict], uniform_entropy: float):
         ylabel="entropy (nats)",
         title="Attention entropy on the validation participants",
     )
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    legend_below(fig, ax, ncol=3)
     return fig
 
 
@@ -164,16 +179,28 @@ def band_importance_figure(
     bands: list[str],
     reference: str = "the training recordings' mean connectome",
 ):
-    """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in; the
-    title says what the sign is against (``reference``), on lines that fit the figure."""
+    """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in, each
+    class's top band (largest |value|, the band its head plot shows) outlined; the title says
+    what the sign is against (``reference``), on lines that fit the figure; the legend below
+    the bars."""
     import textwrap
 
-    width_in = _inches(max(6, len(bands) * 0.9), 3.8)
-    fig, ax = plt.subplots(figsize=width_in)
+    from eegformer_cli.explain.attributions import top_band
+
+    width_in = _inches(max(6, len(bands) * 0.9), 4.25)
+    fig, ax = plt.subplots(figsize=width_in, layout="constrained")
     width = 0.8 / len(classes)
     x = np.arange(len(bands))
     for k, name in enumerate(classes):
-        ax.bar(x + (k - (len(classes) - 1) / 2) * width, band_importance[k], width, label=name)
+        top = top_band(band_importance[k])
+        ax.bar(
+            x + (k - (len(classes) - 1) / 2) * width,
+            band_importance[k],
+            width,
+            label=f"{name} (top band {bands[top]})",
+            edgecolor=["black" if t == top else "none" for t in range(len(bands))],
+            linewidth=1.5,
+        )
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, bands, rotation=30)
     characters = int(width_in[0] * 13)  # about 13 characters per inch at 9 pt
@@ -182,14 +209,14 @@ def band_importance_figure(
         "\n".join(
             textwrap.wrap(
                 "Band importance per explained class (mean): > 0 the band's connectivity raises the "
-                f"class's logit compared with {reference}, < 0 lowers it",
+                f"class's logit compared with {reference}, < 0 lowers it; outlined: each "
+                "class's top band",
                 characters,
             )
         ),
         fontsize=9,
     )
-    ax.legend(title="explained class")
-    fig.tight_layout()
+    legend_below(fig, ax, ncol=min(len(classes), 3))
     return fig
 
 

@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from eegformer_cli.explain.report_figures import legend_below
 from eegformer_cli.training.audit import (
     AUROC_FLAG,
     describe_by_class,
@@ -112,8 +113,8 @@ def audit_table_html(audit: dict) -> str:
 
 def null_distribution_figure(test: dict):
     """Histogram of the null BAC (one per null model computed) with a line at each model's
-    observed BAC, labelled with its p-value."""
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    observed BAC, labelled with its p-value; the legend below the plot, over no bar."""
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     values = np.concatenate([np.asarray(v, dtype=float) for v in test["null"].values()])
     bins = np.linspace(min(values.min(), 0.0), 1.0, 41)
     for name, null in test["null"].items():
@@ -132,6 +133,5 @@ def null_distribution_figure(test: dict):
         ylabel="permutations",
         title=f"{test['n_permutations']} permutations ({test['permuted']})",
     )
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    legend_below(fig, ax)
     return fig
