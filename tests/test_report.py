@@ -97,6 +97,9 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
         "TS P(true)",
         "Which run this is",
         "What these numbers mean",
+        "Class contrast: depression against healthy",
+        "Class contrast: the 10 strongest pairs",
+        "grouped by true class",
         "Per-recording out-of-fold predictions",
         "About the explanations",
         "What attention does (out of fold)",
@@ -181,6 +184,7 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
             ["x", "y"],
             bands,
             ["Fp1", "Fp2", "C3", "C4", "O1", "O2"],
+            band_importance=rng.normal(size=(2, 4)),
         ),
     ]
     for fig in figures:
@@ -402,6 +406,7 @@ window.addEventListener('load', () => setTimeout(() => {
 
 
 def test_channel_pairs_on_the_head_and_band_importance_title_fit():
+    from eegformer_cli.explain.attributions import pair_band_sums
     from eegformer_cli.explain.report_figures import (
         band_importance_figure,
         connectivity_head_figure,
@@ -412,14 +417,16 @@ def test_channel_pairs_on_the_head_and_band_importance_title_fit():
     pairs[0, 1, 2, 4] = pairs[0, 1, 4, 2] = 2.0  # class x: F3-C3 in band b, raises
     pairs[0, 0, 3, 5] = pairs[0, 0, 5, 3] = -0.5
     pairs[1, 2, 3, 9] = pairs[1, 2, 9, 3] = -0.02  # class y: F4-O2 in band c, lowers
-    fig = connectivity_head_figure(pairs, ["x", "y"], ["a", "b", "c"], channels)
+    fig = connectivity_head_figure(
+        pairs, ["x", "y"], ["a", "b", "c"], channels, band_importance=pair_band_sums(pairs)
+    )
     heads, bars = fig.axes[:2], fig.axes[2:]
     assert len(bars) == 2  # a colour bar per class, with values
     assert [b.get_xlim() for b in bars] == [
         pytest.approx((-2.0, 2.0)),
         pytest.approx((-0.02, 0.02)),
     ]
-    assert "x: strongest pair, b" in heads[0].get_title()
+    assert "x: strongest pair, b\n(top band of the chart)" in heads[0].get_title()
     assert "y: strongest pair, c" in heads[1].get_title()
     positions = dict(zip(channels, heads[0].collections[0].get_offsets()))
     assert positions["F3"][0] < 0 < positions["F4"][0]  # left hemisphere on the left
@@ -439,6 +446,38 @@ def test_channel_pairs_on_the_head_and_band_importance_title_fit():
     box = title.get_window_extent()
     assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
     assert "lowers it" in title.get_text() and "mean connectome" in title.get_text()
+
+
+def test_the_head_shows_the_band_the_chart_puts_first_or_the_one_asked_for():
+    from eegformer_cli.explain.attributions import band_totals
+    from eegformer_cli.explain.report_figures import connectivity_head_figure
+
+    channels = ["Fp1", "Fp2", "F3", "F4", "C3", "C4", "P3", "P4", "O1", "O2"]
+    bands = ["a", "b", "c"]
+    pairs = np.zeros((1, 3, 10, 10))
+    # band a: large attributions that cancel (the largest sum of |.|, a small signed sum);
+    # band c: small ones of one sign (the largest |signed sum|: the chart's top band)
+    for k, (i, j) in enumerate([(0, 2), (1, 3), (4, 6), (5, 7)]):
+        pairs[0, 0, i, j] = pairs[0, 0, j, i] = 1.0 if k % 2 else -1.0
+    for i, j in [(2, 4), (3, 5), (6, 8)]:
+        pairs[0, 2, i, j] = pairs[0, 2, j, i] = 0.3
+    importance = band_totals(pairs[0] / 2, pairs[0] / 2)[None]
+    assert np.abs(pairs[0, 0]).sum() > np.abs(pairs[0, 2]).sum()
+    assert np.abs(importance[0]).argmax() == 2
+    fig = connectivity_head_figure(pairs, ["x"], bands, channels, band_importance=importance)
+    assert fig.axes[0].get_title().startswith("x: strongest 3 pairs, c\n(top band of the chart)")
+    fig = connectivity_head_figure(
+        pairs, ["x"], bands, channels, band_importance=importance, band="a"
+    )
+    assert fig.axes[0].get_title().startswith("x: strongest 4 pairs, a\n(chosen with --band)")
+    # pairs that artefacts can fake in the band shown are dashed and counted
+    rules = {"eye movements": {"bands": ["a"], "channels": ["Fp1"]}}
+    fig = connectivity_head_figure(
+        pairs, ["x"], bands, channels, band_importance=importance, band="a", cautions=rules
+    )
+    lines = fig.axes[0].collections[-1]
+    dashed = [style[1] is not None for style in lines.get_linestyles()]
+    assert sum(dashed) == 1 and "caution: 1 of 4 dashed" in fig.axes[0].get_title()
 
 
 def test_legends_sit_under_the_plots_over_no_data():

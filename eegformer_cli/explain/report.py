@@ -27,8 +27,10 @@ Verdict (first): the score with its interval, the comparison with every referenc
    were the model's training data, or were explained out of fold), band importance per class
    with what its sign is against (the reference connectome), the strongest channel-pair
    attributions per class on the head (MNE's sensor topomap, montage positions, a colour bar
-   per class), coarse versus refined attention per layer as differences from uniform
-   attention.
+   per class) in the class's top band of that chart (or ``--band``), the class contrast (two
+   classes on one signed scale, its strongest pairs with the connectivity difference), pairs
+   that artefacts can fake dashed and named, coarse versus refined attention per layer as
+   differences from uniform attention.
 
 No MNE tags: every item is added without them (:func:`_untagged_report`) and the tag filter is
 hidden (:data:`REPORT_CSS`).
@@ -53,7 +55,7 @@ import matplotlib.pyplot as plt
 
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, write_bytes
-from eegformer_cli.errors import InputDataError, OutputError
+from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_choice
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.report_figures import (
     attention_entropy_figure,
@@ -61,12 +63,16 @@ from eegformer_cli.explain.report_figures import (
     band_importance_figure,
     confusion_matrix_figure,
     connectivity_head_figure,
+    contrast_figure,
     roc_pr_figure,
     training_curves_figure,
 )
 from eegformer_cli.explain.report_tables import (
     attention_diagnostics_html,
     band_importance_note,
+    caution_note,
+    contrast_note,
+    contrast_table_html,
     dataset_summary_html,
     explanations_source_html,
     metric_notes_html,
@@ -225,9 +231,12 @@ def _untagged_report(title: str):
     return report
 
 
-def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None):
-    """An :class:`mne.Report` of the run (module docs). Raises InputDataError when ``run_dir``
-    is not a run folder (no ``config.json``)."""
+def build_report(
+    run_dir: str | Path, explanations_dir: str | Path | None = None, band: str | None = None
+):
+    """An :class:`mne.Report` of the run (module docs); ``band``: the band the head plots
+    show (None: each chart's top band). Raises InputDataError when ``run_dir`` is not a run
+    folder (no ``config.json``)."""
     run_dir = _check_run_dir(run_dir)
     config = _read_json(run_dir / "config.json")
     metrics_file, history_file = run_dir / "metrics.json", run_dir / "history.jsonl"
@@ -245,7 +254,7 @@ def build_report(run_dir: str | Path, explanations_dir: str | Path | None = None
         add_calibration_section(report, metrics)
         _add_predictions_and_curves(report, run_dir, metrics, history)
     _add_attention(report, metrics, history)
-    _add_explanations(report, run_dir, explanations_dir)
+    _add_explanations(report, run_dir, explanations_dir, band)
     return report
 
 
@@ -449,7 +458,7 @@ def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:
     return None
 
 
-def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
+def _add_explanations(report, run_dir: Path, explanations_dir, band: str | None) -> None:
     from eegformer_cli.explain.export import load_class_summary
 
     section = "Explanations"
@@ -473,7 +482,8 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
         return
     from eegformer_cli.explain.export import read_recordings_table
 
-    settings = _read_json(folder / "class_summary.json").get("settings", {})
+    written = _read_json(folder / "class_summary.json")
+    settings = written.get("settings", {})
     report.add_html(
         explanations_source_html(
             run_dir,
@@ -486,7 +496,8 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
         "About the explanations",
         section=section,
     )
-    _add_attribution_figures(report, summary, settings, section)
+    _add_attribution_figures(report, summary, settings, section, band)
+    _add_contrast(report, summary, written.get("contrast"), settings, section, band)
     for k, name in enumerate(classes):
         _figure(
             report,
@@ -501,9 +512,12 @@ def _add_explanations(report, run_dir: Path, explanations_dir) -> None:
         )
 
 
-def _add_attribution_figures(report, summary: dict, settings: dict, section: str) -> None:
+def _add_attribution_figures(
+    report, summary: dict, settings: dict, section: str, band: str | None
+) -> None:
     """Band importance and the channel pairs on the head, each said against the reference
-    connectome the explanations used (``settings["baseline"]``)."""
+    connectome the explanations used (``settings["baseline"]``); the head shows each class's
+    top band of the chart, or ``band``."""
     classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
     reference = str(settings.get("baseline") or "zero connectivity")
     _figure(
@@ -513,30 +527,116 @@ def _add_attribution_figures(report, summary: dict, settings: dict, section: str
         section,
         caption=band_importance_note(reference),
     )
+    which = (
+        f"the band {band} (chosen with --band)"
+        if band is not None
+        else "the class's top band (the outlined bar of the band-importance chart: the "
+        "largest |band importance|; `eegformer report --band NAME` shows another)"
+    )
     _figure(
         report,
         connectivity_head_figure(
-            summary["channel_pairs"], classes, bands, channels, reference=reference
+            summary["channel_pairs"],
+            classes,
+            bands,
+            channels,
+            band_importance=summary["band_importance"],
+            band=band,
+            cautions=settings.get("artefact_caution"),
+            reference=reference,
         ),
         "Strongest channel-pair attributions",
         section,
         caption=(
             "Each line joins two sensors (montage positions, seen from above, nose up, "
-            "left hemisphere on the left) whose connectivity (coherence + wPLI) in the "
-            "class's strongest band the explained-class logit depends on most (captum "
+            "left hemisphere on the left) whose connectivity (coherence + wPLI) in "
+            f"{which} the explained-class logit depends on most (captum "
             f"attribution against {reference}): red raises the class's logit compared "
             "with it, blue lowers it; thicker is stronger. Each class on its own colour "
-            "scale (its colour bar gives the values, logit units)."
+            "scale (its colour bar gives the values, logit units). " + caution_note(settings)
         ),
     )
 
 
-def write_report(run_dir: str | Path, explanations_dir: str | Path | None, out: str | Path) -> Path:
+def _add_contrast(
+    report,
+    summary: dict,
+    contrast: dict | None,
+    settings: dict,
+    section: str,
+    band: str | None,
+) -> None:
+    """The class contrast (figure and table of its strongest pairs) beside the per-class
+    attributions, or a note on why there is none."""
+    from eegformer_cli.explain.export import TOP_PAIRS, contrast_rows
+
+    title = "Class contrast"
+    if contrast is None:
+        _note(
+            report,
+            title,
+            "No class contrast: the model has more than two classes and explain was not asked "
+            "for one, or an earlier eegformer wrote these explanations. `eegformer explain "
+            "... --contrast A B` compares two classes.",
+            section,
+        )
+        return
+    first, second = contrast["classes"]
+    if "contrast_pairs" not in summary:
+        counts = ", ".join(
+            f"{c} {n}" for c, n in zip(contrast["classes"], contrast["n_recordings"])
+        )
+        _note(
+            report,
+            title,
+            f"No class contrast of {second} against {first}: grouped by "
+            f"{contrast['grouped_by']}, a class has no recording ({counts}).",
+            section,
+        )
+        return
+    cautions = settings.get("artefact_caution") or {}
+    _figure(
+        report,
+        contrast_figure(
+            summary["contrast_pairs"],
+            summary["contrast_band"],
+            summary["coh_difference"] + summary["wpli_difference"],
+            [first, second],
+            summary["bands"],
+            summary["channels"],
+            band=band,
+            cautions=cautions,
+        ),
+        f"Class contrast: {second} against {first}",
+        section,
+        caption=contrast_note(contrast, settings) + " " + caution_note(settings),
+    )
+    columns, rows = contrast_rows(
+        {**summary, "classes": [first, second], "grouped_by": contrast["grouped_by"]},
+        summary["bands"],
+        summary["channels"],
+        cautions,
+    )
+    report.add_html(
+        contrast_table_html([dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]),
+        f"Class contrast: the {TOP_PAIRS} strongest pairs",
+        section=section,
+    )
+
+
+def write_report(
+    run_dir: str | Path,
+    explanations_dir: str | Path | None,
+    out: str | Path,
+    band: str | None = None,
+) -> Path:
     """Build the report and write it atomically to ``out`` (one HTML file); return the path.
 
+    ``band``: the band whose channel pairs the head plots show (None: each chart's top band).
     Raises InputDataError when ``run_dir`` is not a run folder or ``explanations_dir`` is not
-    an ``eegformer explain`` output, and OutputError when ``out`` is a folder or its folder
-    cannot be created or written (all checked before the build)."""
+    an ``eegformer explain`` output, UsageError for a ``band`` the explanations lack (or
+    without explanations), and OutputError when ``out`` is a folder or its folder cannot be
+    created or written (all checked before the build)."""
     _check_run_dir(run_dir)
     if (
         explanations_dir is not None
@@ -549,11 +649,19 @@ def write_report(run_dir: str | Path, explanations_dir: str | Path | None, out: 
         )
     if explanations_dir is not None:
         _check_explanations_match(Path(run_dir), Path(explanations_dir))
+    if band is not None:
+        if explanations_dir is None:
+            raise UsageError(
+                "--band chooses the band of the explanation figures: give --explanations too"
+            )
+        from eegformer_cli.explain.export import load_class_summary
+
+        check_choice("--band", band, tuple(load_class_summary(explanations_dir)["bands"]))
     out = Path(out)
     if out.is_dir():
         raise OutputError("is a folder", path=out, hint="give a file name, e.g. report.html")
     ensure_dir(out.parent)
-    report = build_report(run_dir, explanations_dir)
+    report = build_report(run_dir, explanations_dir, band)
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "report.html"
         report.save(staged, open_browser=False, overwrite=True, verbose="error")

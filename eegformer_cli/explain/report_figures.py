@@ -260,67 +260,125 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
     return fig
 
 
-def connectivity_head_figure(
-    channel_pairs: np.ndarray,
-    classes: list[str],
-    bands: list[str],
-    channels: list[str],
-    n_lines: int = HEAD_PAIRS,
-    reference: str = "the training recordings' mean connectome",
-):
-    """Channel-pair attributions on the head: one panel per explained class ((K', T, C, C) in,
-    logit units), the ``n_lines`` strongest pairs of the band with the largest share of that
-    class's attribution, drawn between the sensors' montage positions (MNE's sensor topomap,
-    nose up, left hemisphere on the left). Each panel has its own diverging colour scale,
-    symmetric about 0, and a colour bar with values: red raises the class's logit compared
-    with ``reference``, blue lowers it; line width grows with |value|."""
+def _head_axes(ax, channels: list[str]) -> np.ndarray:
+    """MNE's sensor topomap of ``channels`` on ``ax`` (montage positions, nose up, left
+    hemisphere on the left, names readable over lines); returns the positions (C, 2)."""
     import mne
-    from matplotlib.collections import LineCollection
-    from matplotlib.colors import Normalize
 
     from eegformer_cli.recordings.channels import MONTAGE_NAME
 
     info = mne.create_info(list(channels), 100.0, "eeg")
     info.set_montage(MONTAGE_NAME, on_missing="ignore", verbose="error")
+    mne.viz.plot_sensors(
+        info, kind="topomap", axes=ax, show_names=True, show=False, pointsize=12, linewidth=0
+    )
+    for label in ax.texts:  # channel names stay readable over lines
+        label.set(
+            zorder=4,
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7},
+        )
+    return ax.collections[0].get_offsets()  # (C, 2), info order
+
+
+def _strongest(values: np.ndarray, n_lines: int) -> np.ndarray:
+    """Indices of the ``n_lines`` largest non-zero |``values``|, strongest first."""
+    strongest = np.argsort(-np.abs(values), kind="stable")[:n_lines]
+    return strongest[values[strongest] != 0]
+
+
+def _draw_pairs(
+    ax, positions, values: np.ndarray, cautioned: np.ndarray, drawn: np.ndarray
+) -> float:
+    """Pairs ``drawn`` (indices into the upper-triangle order of ``values`` (n_pairs,)) as lines
+    between ``positions``, coloured on a diverging scale symmetric about 0, wider when
+    stronger, dashed where ``cautioned`` (n_pairs,) bool; returns the scale's limit."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import Normalize
+
+    upper_i, upper_j = np.triu_indices(len(positions), 1)
+    limit = (float(np.abs(values[drawn]).max()) if len(drawn) else 0.0) or 1e-12
+    norm, cmap = Normalize(-limit, limit), plt.get_cmap("RdBu_r")
+    order = np.asarray(drawn, dtype=int)[np.argsort(np.abs(values[drawn]), kind="stable")]
+    lines = LineCollection(  # strongest drawn last
+        [(positions[upper_i[p]], positions[upper_j[p]]) for p in order],
+        colors=cmap(norm(values[order])),
+        linewidths=0.8 + 3.2 * np.abs(values[order]) / limit,
+        linestyles=["--" if cautioned[p] else "-" for p in order],
+        zorder=3,
+    )
+    ax.add_collection(lines)
+    return limit
+
+
+def _colour_bar(fig, ax, limit: float, label: str):
+    from matplotlib.colors import Normalize
+
+    mappable = plt.cm.ScalarMappable(norm=Normalize(-limit, limit), cmap=plt.get_cmap("RdBu_r"))
+    bar = fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.02)
+    bar.set_label(label, fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    return bar
+
+
+def _caution_line(shown: np.ndarray, cautioned: np.ndarray) -> str:
+    """A head panel's line on the drawn pairs artefacts can fake (dashed), or ``""``."""
+    n = int(cautioned[shown].sum()) if len(shown) else 0
+    if not n:
+        return ""
+    return f"\ncaution: {n} of {len(shown)} dashed (eye or muscle artefacts can fake them)"
+
+
+def shown_band(band_importance: np.ndarray, bands: list[str], band: str | None = None) -> int:
+    """The band a head plot shows: ``band`` when given (by name), else the top band of the
+    chart whose values are ``band_importance`` (T,) (:func:`attributions.top_band`)."""
+    from eegformer_cli.explain.attributions import top_band
+
+    return bands.index(band) if band is not None else top_band(band_importance)
+
+
+def connectivity_head_figure(
+    channel_pairs: np.ndarray,
+    classes: list[str],
+    bands: list[str],
+    channels: list[str],
+    *,
+    band_importance: np.ndarray,
+    band: str | None = None,
+    cautions: dict | None = None,
+    n_lines: int = HEAD_PAIRS,
+    reference: str = "the training recordings' mean connectome",
+):
+    """Channel-pair attributions on the head: one panel per explained class ((K', T, C, C) in,
+    logit units), the ``n_lines`` strongest pairs of one band, drawn between the sensors'
+    montage positions (MNE's sensor topomap, nose up, left hemisphere on the left).
+
+    The band: ``band`` when given, else the class's top band in the band-importance chart
+    (largest |``band_importance``|, (K', T): the chart's values; :func:`shown_band`). Pairs
+    that artefacts can fake in that band under the rule ``cautions``
+    (:func:`~eegformer_cli.connectivity.artefacts.caution_rules`) are dashed and counted in
+    the title. Each panel has its own diverging colour scale, symmetric about 0, and a colour
+    bar with values: red raises the class's logit compared with ``reference``, blue lowers
+    it; line width grows with |value|."""
+    from eegformer_cli.connectivity.artefacts import caution_masks
+
     fig, axes = plt.subplots(
-        1, len(classes), figsize=_inches(4.75 * len(classes), 5.25), squeeze=False
+        1, len(classes), figsize=_inches(4.75 * len(classes), 5.5), squeeze=False
     )
     upper_i, upper_j = np.triu_indices(len(channels), 1)
-    cmap = plt.get_cmap("RdBu_r")
+    masks = caution_masks(cautions or {}, bands, channels)[:, upper_i, upper_j]
     for k, (name, ax) in enumerate(zip(classes, axes[0])):
-        mne.viz.plot_sensors(
-            info, kind="topomap", axes=ax, show_names=True, show=False, pointsize=12, linewidth=0
-        )
-        positions = ax.collections[0].get_offsets()  # (C, 2), info order
-        band = int(np.abs(channel_pairs[k]).sum(axis=(1, 2)).argmax())
-        values = channel_pairs[k, band, upper_i, upper_j]
-        strongest = np.argsort(-np.abs(values), kind="stable")[:n_lines]
-        strongest = strongest[values[strongest] != 0]
-        limit = float(np.abs(values[strongest]).max()) if len(strongest) else 0.0
-        limit = limit or 1e-12
-        norm = Normalize(-limit, limit)
-        order = strongest[::-1]  # strongest drawn last
-        segments = [(positions[upper_i[p]], positions[upper_j[p]]) for p in order]
-        lines = LineCollection(
-            segments,
-            colors=cmap(norm(values[order])),
-            linewidths=0.8 + 3.2 * np.abs(values[order]) / limit,
-            zorder=3,
-        )
-        ax.add_collection(lines)
-        for label in ax.texts:  # channel names stay readable over lines
-            label.set(
-                zorder=4,
-                fontsize=8,
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.7},
-            )
-        mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
-        bar = fig.colorbar(mappable, ax=ax, orientation="horizontal", fraction=0.05, pad=0.02)
-        bar.set_label("attribution (logit units)", fontsize=8)
-        bar.ax.tick_params(labelsize=7)
-        count = "strongest pair" if len(strongest) == 1 else f"strongest {len(strongest)} pairs"
+        positions = _head_axes(ax, channels)
+        shown = shown_band(band_importance[k], bands, band)
+        values = channel_pairs[k, shown, upper_i, upper_j]
+        drawn = _strongest(values, n_lines)
+        limit = _draw_pairs(ax, positions, values, masks[shown], drawn)
+        _colour_bar(fig, ax, limit, "attribution (logit units)")
+        count = "strongest pair" if len(drawn) == 1 else f"strongest {len(drawn)} pairs"
+        why = "chosen with --band" if band is not None else "top band of the chart"
         ax.set_title(
-            f"{name}: {count}, {bands[band]}\n(the band with the largest share)", fontsize=9
+            f"{name}: {count}, {bands[shown]}\n({why}){_caution_line(drawn, masks[shown])}",
+            fontsize=9,
         )
     fig.suptitle(
         f"Channel pairs on the head: red raises the class's logit, blue lowers it, "
@@ -328,5 +386,84 @@ def connectivity_head_figure(
         fontsize=9,
         wrap=True,
     )
-    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.1, top=0.84, wspace=0.08)
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.1, top=0.82, wspace=0.08)
+    return fig
+
+
+def contrast_figure(
+    contrast_pairs: np.ndarray,
+    contrast_band: np.ndarray,
+    connectivity_difference: np.ndarray,
+    classes: list[str],
+    bands: list[str],
+    channels: list[str],
+    *,
+    band: str | None = None,
+    cautions: dict | None = None,
+    n_lines: int = HEAD_PAIRS,
+):
+    """The class contrast of classes (A, B) (:func:`attributions.class_contrast`).
+
+    Top: its sum per band (``contrast_band`` (T,), logit units; the top band, largest |value|,
+    outlined). Below, for the ``n_lines`` strongest pairs of ``contrast_pairs`` (T, C, C) in the
+    shown band (``band``, else the top band), on the head: left, which are more connected in B
+    than in A (``connectivity_difference`` (T, C, C), B's mean minus A's, e.g. coherence +
+    wPLI); right, how that difference pushes the prediction (the contrast: red, B's connectivity
+    pushes towards B; blue, towards A), one diverging scale for both directions. Dashed: pairs
+    that artefacts can fake in that band (``cautions``)."""
+    from eegformer_cli.connectivity.artefacts import caution_masks
+    from eegformer_cli.explain.attributions import top_band
+
+    first, second = classes
+    fig = plt.figure(figsize=_inches(10.5, 10.0))
+    grid = fig.add_gridspec(2, 2, height_ratios=[0.75, 1], hspace=0.45, wspace=0.1)
+    ax_bar = fig.add_subplot(grid[0, :])
+    x = np.arange(len(bands))
+    top = top_band(contrast_band)
+    ax_bar.bar(
+        x,
+        contrast_band,
+        color=np.where(np.asarray(contrast_band) >= 0, "tab:red", "tab:blue"),
+        edgecolor=["black" if t == top else "none" for t in range(len(bands))],
+        linewidth=1.5,
+    )
+    ax_bar.axhline(0, color="black", linewidth=0.8)
+    ax_bar.set_xticks(x, bands)
+    ax_bar.set_ylabel("logit units", fontsize=8)
+    ax_bar.set_title(
+        f"Per band (pairs summed): > 0 {second}'s connectivity, against {first}'s, pushes "
+        f"towards {second}; < 0 towards {first}. Outlined: the top band",
+        fontsize=9,
+    )
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    shown = shown_band(contrast_band, bands, band)
+    values = contrast_pairs[shown, upper_i, upper_j]
+    mask = caution_masks(cautions or {}, bands, channels)[shown, upper_i, upper_j]
+    drawn = _strongest(values, n_lines)
+    difference = connectivity_difference[shown, upper_i, upper_j]
+    why = "chosen with --band" if band is not None else "the top band"
+    for column, (data, title, label) in enumerate(
+        (
+            (
+                difference,
+                f"connectivity, {second} minus {first}:\nred higher in {second}, blue lower",
+                "coherence + wPLI difference",
+            ),
+            (
+                values,
+                f"how it pushes the prediction:\nred towards {second}, blue towards {first}",
+                f"towards {first}  <-  logit units  ->  towards {second}",
+            ),
+        )
+    ):
+        ax = fig.add_subplot(grid[1, column])
+        limit = _draw_pairs(ax, _head_axes(ax, channels), data, mask, drawn)
+        _colour_bar(fig, ax, limit, label)
+        ax.set_title(title + _caution_line(drawn, mask), fontsize=9)
+    fig.suptitle(
+        f"Class contrast, {second} against {first}: the {len(drawn)} strongest pairs in "
+        f"{bands[shown]} ({why})",
+        fontsize=10,
+    )
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.06, top=0.91)
     return fig

@@ -527,3 +527,91 @@ def band_importance_note(reference: str) -> str:
         "something. The refined pass itself is guided by another explanation (the model's "
         "DeepLIFT against a zero token), which this does not show."
     )
+
+
+def caution_note(settings: dict) -> str:
+    """What the dashed pairs mean: the artefact rule of the explanations' ``settings``
+    (``artefact_caution``), or that these explanations predate it."""
+    rules = settings.get("artefact_caution")
+    if rules is None:
+        return (
+            "These explanations predate the artefact cautions: rerun `eegformer explain` to "
+            "get pairs that eye movements or muscle can fake dashed."
+        )
+    if not rules:
+        return "No band and channel of this model are prone to eye or muscle artefacts."
+    kinds = "; ".join(
+        f"{kind}: {', '.join(rule['channels'])} in {', '.join(rule['bands'])}"
+        for kind, rule in rules.items()
+    )
+    return (
+        "Dashed: pairs with an end that artefacts reach in that band, whose connectivity "
+        f"(and so attribution) an artefact can fake rather than the brain ({kinds}); read "
+        "them with caution (ICA, `eegformer preprocess --ica`, removes much of both)."
+    )
+
+
+def contrast_note(contrast: dict, settings: dict) -> str:
+    """The contrast figure's caption: what its values are, which recordings it compares."""
+    first, second = contrast["classes"]
+    n_first, n_second = contrast["n_recordings"]
+    reference = str(settings.get("baseline") or "zero connectivity")
+    return (
+        f"How {second} differs from {first}, on one scale. For each recording, the attribution "
+        f"(captum, against {reference}) of logit({second}) - logit({first}), the log-odds of "
+        f"{second} against {first}, to each pair's connectivity; then the mean over the "
+        f"{n_second} recordings of {second} minus the mean over the {n_first} of {first}, "
+        f"grouped by {contrast['grouped_by']}"
+        + (
+            " (the recordings' true classes were not all known)"
+            if contrast["grouped_by"] == "predicted class"
+            else ""
+        )
+        + f": how far the log-odds of {second} move when the pair's connectivity goes from "
+        f"{first}'s to {second}'s. Red: {second}'s connectivity pushes towards {second} (the "
+        f"difference helps tell the classes apart); blue: towards {first}. The bars add up to "
+        f"about the difference between the groups' mean log-odds of {second}. The left head "
+        f"and the table say whether each pair is more or less connected in {second}: the "
+        "connectivity itself, not the model."
+    )
+
+
+def _direction(coh: float, wpli: float) -> str:
+    if coh > 0 and wpli > 0:
+        return "higher"
+    if coh < 0 and wpli < 0:
+        return "lower"
+    return f"coherence {'higher' if coh > 0 else 'lower'}, wPLI {'higher' if wpli > 0 else 'lower'}"
+
+
+def contrast_table_html(rows: list[dict]) -> str:
+    """The contrast's strongest pairs (rows of ``contrast_pairs.csv`` as dicts): band, pair,
+    the push in logit units, the connectivity difference (class_b minus class_a) and the
+    artefact caution."""
+    if not rows:
+        return "<p>No pair.</p>"
+    first, second = rows[0]["class_a"], rows[0]["class_b"]
+    table = [
+        [
+            row["band"],
+            f"{row['channel_a']}-{row['channel_b']}",
+            f"{row['value']:+.3g} (towards {second if row['value'] > 0 else first})",
+            f"{row['coh_difference']:+.3g}",
+            f"{row['wpli_difference']:+.3g}",
+            _direction(row["coh_difference"], row["wpli_difference"]),
+            row["caution"] or "",
+        ]
+        for row in rows
+    ]
+    return _table(
+        [
+            "band",
+            "pair",
+            f"push of {second}'s connectivity (logit units)",
+            f"coherence, {second} - {first}",
+            f"wPLI, {second} - {first}",
+            f"connectivity in {second}",
+            "caution (artefacts)",
+        ],
+        table,
+    )
