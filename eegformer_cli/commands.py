@@ -360,7 +360,11 @@ def explain(
 
 @document(REPORT)
 def report(
-    run_dir: PathLike, *, explanations: PathLike | None = None, out: PathLike | None = None
+    run_dir: PathLike,
+    *,
+    explanations: PathLike | None = None,
+    out: PathLike | None = None,
+    band: str | None = None,
 ) -> Path:
     """Write one self-contained HTML report of a training run (``eegformer report``).
 
@@ -374,6 +378,8 @@ def report(
     InputDataError, OutputError
         ``run_dir`` is not a run folder (or the explanations are another model's); the file
         cannot be written.
+    UsageError
+        ``band`` is not one of the explanations' bands.
     """
     from eegformer_cli.explain.report import write_report
 
@@ -381,4 +387,5 @@ def report(
         Path(run_dir),
         None if explanations is None else Path(explanations),
         Path(out) if out is not None else Path(run_dir) / "report.html",
+        band=band,
     )

@@ -397,6 +397,11 @@ REPORT = Options(
         "path | None", "An eegformer explain output folder (adds the explanation figures)."
     ),
     out=Option("path | None", "HTML file to write [default: RUN_DIR/report.html]."),
+    band=Option(
+        "str | None",
+        "Band whose channel pairs the head plots show, e.g. theta [default: each chart's "
+        "top band, the one with the largest |band importance|].",
+    ),
 )
 
 #: The scikit-learn estimator's parameters: ``train``'s where they mean the same.

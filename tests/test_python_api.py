@@ -61,7 +61,7 @@ SIGNATURES = {
     "method='integrated_gradients', "
     "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
     "device='auto', strict=False)",
-    "commands.report": "(run_dir, *, explanations=None, out=None)",
+    "commands.report": "(run_dir, *, explanations=None, out=None, band=None)",
 }
 CLASSES = ("TrainedModel", "PreprocessSettings", "Connectome")
 EXCEPTIONS = (

@@ -480,6 +480,34 @@ def test_the_head_shows_the_band_the_chart_puts_first_or_the_one_asked_for():
     assert sum(dashed) == 1 and "caution: 1 of 4 dashed" in fig.axes[0].get_title()
 
 
+def test_report_band_option_and_its_errors(report_file, tmp_path_factory, tmp_path, capsys):
+    run = build_sample_run(tmp_path_factory)
+    explanations = report_file.parent / "explanations"
+    code, output = run_main(
+        capsys,
+        "report",
+        run["run"],
+        "--explanations",
+        explanations,
+        "--band",
+        "gamma",
+        "--out",
+        tmp_path / "gamma.html",
+    )
+    assert code == 0, output
+    text = (tmp_path / "gamma.html").read_text(encoding="utf-8")
+    assert "the band gamma (chosen with --band)" in text
+    code, output = run_main(
+        capsys, "report", run["run"], "--explanations", explanations, "--band", "tetha",
+        "--out", tmp_path / "bad.html",
+    )  # fmt: skip
+    assert code == 2 and "--band" in output and "'theta'" in output
+    code, output = run_main(
+        capsys, "report", run["run"], "--band", "theta", "--out", tmp_path / "bad.html"
+    )
+    assert code == 2 and "--explanations" in output and not (tmp_path / "bad.html").exists()
+
+
 def test_legends_sit_under_the_plots_over_no_data():
     from eegformer_cli.explain.calibration_report import reliability_figure
     from eegformer_cli.explain.report_figures import (
