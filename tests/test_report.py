@@ -1,13 +1,16 @@
 """``eegformer report``: built from a real tiny run on sample data (+ its explanations), one
 self-contained HTML file; the report of ``eegformer demo`` (what ``make demo`` writes) rendered
-by a real browser (headless Chromium): every figure decoded, the run summary, metric notes and
-a sortable per-recording table there, no tag badges; figures that label the final model, keep
-their titles inside and give each attention panel its own scale; parts missing; not a run
-folder.
+by a real browser (headless Chromium): every figure decoded, the run summary, metric notes, the
+preprocessing settings, the class contrast and a sortable per-recording table there, no table
+wider than the page, no tag badges; figures that label the final model, keep their titles
+inside, give each attention panel its own scale, keep legends off the data and draw on the
+head the band their chart puts first (or the one asked for); counts named for what they count;
+parts missing; an incomplete run; not a run folder.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -24,6 +27,7 @@ from eegformer_cli.explain.report_figures import (
     confusion_matrix_figure,
     training_curves_figure,
 )
+from eegformer_cli.explain.report_tables import PREPROCESS_SETTINGS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
@@ -46,6 +50,7 @@ def report_file(tmp_path_factory):
     """report.html of the sample run with its explanations (the CLI, in this process)."""
     run = build_sample_run(tmp_path_factory)
     out = tmp_path_factory.mktemp("report")
+    shutil.copy(run["prep"] / "preprocess.json", out / "prep.json")
     for args in (
         ["explain", run["model"], run["prep"], "--out", out / "explanations"],
         [
@@ -97,6 +102,7 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
         "TS P(true)",
         "Which run this is",
         "What these numbers mean",
+        "Preprocessing settings",
         "Class contrast: depression against healthy",
         "Class contrast: the 10 strongest pairs",
         "grouped by true class",
@@ -109,6 +115,14 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
     ):
         assert title in text, title
     assert 'class="badge' not in text  # no MNE tag badges
+    # every setting of preprocess.json, the crop first
+    settings = json.loads((report_file.parent / "prep.json").read_text())["settings"]
+    section = text[text.index("Preprocessing settings") :]
+    crop = section.index("crop")
+    assert "none: every recording analysed whole" in section
+    for key in settings:
+        label = PREPROCESS_SETTINGS[key][0] if key in PREPROCESS_SETTINGS else key
+        assert crop < section.index(html.escape(label)), key
     # the title names the model, the data and the label, not the run folder ("eegformer run run")
     assert "<title>XAIguiFormer (default preset) on sample_data: diagnosis</title>" in text
 
@@ -308,6 +322,30 @@ window.addEventListener('load', () => setTimeout(() => {
            && image.complete && image.naturalWidth > 0;
   });
   b.setAttribute('data-reliability', figureAfter('Reliability diagram'));
+  // the class contrast's figure, the preprocessing settings (the crop first), and no table
+  // running past the page's edge or cut by a box around it (the hidden copy of a sortable
+  // table's header has no size)
+  b.setAttribute('data-contrast', figureAfter('Class contrast: depression against healthy'));
+  const item = title => [...document.querySelectorAll('.accordion-item')].find(e => {
+    const heading = e.querySelector('.accordion-header, button');
+    return heading && heading.textContent.trim() === title;
+  });
+  const prep = item('Preprocessing settings');
+  const firstRow = prep && prep.querySelector('tbody tr th');
+  b.setAttribute('data-crop-first', !!(firstRow && firstRow.textContent.trim() === 'crop'));
+  b.setAttribute('data-prep-rows', prep ? prep.querySelectorAll('tbody tr').length : 0);
+  const page = document.documentElement.clientWidth;
+  const tables = [...document.querySelectorAll('table')].filter(t => t.offsetWidth > 0);
+  const cut = tables.filter(t => {
+    const right = t.getBoundingClientRect().right;
+    if (right > page + 1) return true;
+    for (let e = t.parentElement; e; e = e.parentElement) {
+      if (e.getBoundingClientRect().right + 1 < right) return true;
+    }
+    return false;
+  });
+  b.setAttribute('data-tables', tables.length);
+  b.setAttribute('data-cut-tables', cut.map(t => t.textContent.slice(0, 30)).join(' | ') || 'none');
   const sets = document.getElementById('eeg-prediction-sets');
   b.setAttribute('data-coverage-rows', sets ? [...sets.querySelectorAll('tbody tr')].filter(
       r => /%/.test(r.textContent)).length : 0);
@@ -343,6 +381,7 @@ window.addEventListener('load', () => setTimeout(() => {
             CHROMIUM,
             *CHROMIUM_FLAGS,
             *profile,
+            "--window-size=900,2000",  # a narrow window: tables must wrap to fit
             "--virtual-time-budget=5000",
             "--dump-dom",
             probe.as_uri(),
@@ -366,6 +405,9 @@ window.addEventListener('load', () => setTimeout(() => {
     assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
     assert attribute("sorted") == "true"
     assert attribute("head-figure") == "true"  # channel pairs on the head, with colour bars
+    assert attribute("contrast") == "true"  # the class contrast's figure, decoded
+    assert attribute("crop-first") == "true" and int(attribute("prep-rows")) >= 17
+    assert int(attribute("tables")) >= 10 and attribute("cut-tables") == "none"
     for text in (
         "Which run this is",
         "participant-wise 3-fold cross-validation",
@@ -597,3 +639,29 @@ def test_calibration_counts_name_predictions_and_recordings():
     table = calibration_table_html(calibration)
     assert "156 predictions of 52 recordings" in table and ">156<" not in table
     assert sets["n"] == 52  # the prediction sets: one per recording
+
+
+def test_the_preprocessing_table_lists_every_setting_the_crop_first():
+    from eegformer_cli.explain.report_tables import preprocessing_html
+    from eegformer_cli.preprocess.settings import PreprocessSettings
+
+    settings = PreprocessSettings.from_preset("paper").to_dict()
+    document = {
+        "settings": {**settings, "crop_s": 62.0},
+        "settings_hash": "abc",
+        "epoch_length_s": 30.0,
+        "participant_pattern": "Subject(\\d+)_",  # an entry this table does not know yet
+        "versions": {"mne": "1.13"},
+    }
+    table = preprocessing_html(document)
+    rows = re.findall(r'<th scope="row">([^<]*)</th><td>([^<]*)</td>', table)
+    assert rows[0] == ("crop", "the first 62 s of every recording")
+    labels = [label for label, _ in rows]
+    for key in settings:
+        assert (PREPROCESS_SETTINGS[key][0] if key in PREPROCESS_SETTINGS else key) in labels
+    values = dict(rows)
+    assert values["ICA + ICLabel artefact removal"] == "on"
+    assert values["frequency bands (tokens)"].endswith("theta_beta_ratio 4-8 Hz / 12-30 Hz")
+    assert values["reference"] == "average of all channels (always)"
+    assert values["participant_pattern"] == html.escape("Subject(\\d+)_")
+    assert "versions" not in labels  # the run summary lists them

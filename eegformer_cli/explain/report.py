@@ -10,7 +10,8 @@ Verdict (first): the score with its interval, the comparison with every referenc
 0. Run summary: preset, epochs, evaluation scheme, seed, classes and positive class, data,
    model, final model, versions (``config.json``, ``metrics.json``).
 1. Dataset: recordings, participants, classes, age and sex per class, preprocessing failures
-   (the manifest of the training data, whose folder ``config.json`` names).
+   (the manifest of the training data, whose folder ``config.json`` names); then the
+   preprocessing: every setting of that folder's ``preprocess.json``, the crop first.
 2. Cross-validation: mean +- std of each metric per model (XAIguiFormer, the logistic
    regression and tangent-space references, ablations if present) with a plain-language note
    on each metric and the paired intervals, confusion matrix, ROC and precision-recall curves
@@ -31,6 +32,9 @@ Verdict (first): the score with its interval, the comparison with every referenc
    classes on one signed scale, its strongest pairs with the connectivity difference), pairs
    that artefacts can fake dashed and named, coarse versus refined attention per layer as
    differences from uniform attention.
+
+Tables wrap their cells to the page's width (:data:`REPORT_CSS`); legends sit under their
+plots, over no data (:func:`report_figures.legend_below`).
 
 No MNE tags: every item is added without them (:func:`_untagged_report`) and the tag filter is
 hidden (:data:`REPORT_CSS`).
@@ -78,6 +82,7 @@ from eegformer_cli.explain.report_tables import (
     metric_notes_html,
     metrics_html,
     oof_table_html,
+    preprocessing_html,
     run_summary_html,
 )
 from eegformer_cli.explain.trust_report import add_trust_section
@@ -93,6 +98,11 @@ REPORT_CSS = """
 .eeg-note dt { font-weight: 600; margin-top: .35em; }
 .eeg-note dd { margin-left: 1.2em; margin-bottom: .1em; }
 .eeg-oof, .eeg-oof table, .eeg-oof th, .eeg-oof td { font-size: 13px; }
+/* tables wrap their cells to the page's width instead of running past its edge */
+table.table { max-width: 100%; }
+table.table th, table.table td { overflow-wrap: anywhere; }
+.bootstrap-table .fixed-table-container .table thead th .th-inner {
+  white-space: normal; overflow-wrap: anywhere; }
 """
 
 
@@ -248,6 +258,7 @@ def build_report(
     add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)
+    _add_preprocessing(report, config)
     _add_cross_validation(report, run_dir, metrics, history)
     if metrics is not None:  # without it, the cross-validation section says why
         add_trust_section(report, run_dir, metrics)
@@ -298,6 +309,30 @@ def _add_dataset(report, config: dict) -> None:
         f"<code>{html.escape(label_column)}</code>.</p>"
         + dataset_summary_html(read_manifest(data_dir), label_column),
         "Dataset summary",
+        section=section,
+    )
+
+
+def _add_preprocessing(report, config: dict) -> None:
+    """Every setting of the training data's ``preprocess.json``, the crop first."""
+    section = "Preprocessing"
+    settings_file = Path(config.get("data_dir") or "") / "preprocess.json"
+    if not settings_file.is_file():
+        _note(
+            report,
+            "Preprocessing settings",
+            f"The training data's preprocessing settings ({settings_file}) are not available, "
+            "so they cannot be listed here (model.pt keeps a copy: `eegformer predict` and "
+            "`explain` use it).",
+            section,
+        )
+        return
+    report.add_html(
+        f"<p>How the recordings became connectomes: <code>{html.escape(str(settings_file))}"
+        "</code>, every setting, the crop first (a new recording given to "
+        "<code>eegformer predict</code> is preprocessed the same way).</p>"
+        + preprocessing_html(_read_json(settings_file)),
+        "Preprocessing settings",
         section=section,
     )
 

@@ -615,3 +615,106 @@ def contrast_table_html(rows: list[dict]) -> str:
         ],
         table,
     )
+
+
+def _seconds(value) -> str:
+    return f"{value:g} s" if isinstance(value, int | float) else str(value)
+
+
+def _hertz(value) -> str:
+    return f"{value:g} Hz" if isinstance(value, int | float) else str(value)
+
+
+def _microvolts(value) -> str:
+    return "off" if value is None else f"{value * 1e6:g} uV peak-to-peak in a 3 s window"
+
+
+def _bands_text(spec) -> str:
+    """``"delta:2-4,theta:4-8,tbr:4-8/12-30"`` -> ``"delta 2-4 Hz, theta 4-8 Hz, tbr
+    4-8 Hz / 12-30 Hz"``."""
+    if not isinstance(spec, str):
+        return str(spec)
+    parts = []
+    for entry in spec.split(","):
+        name, _, ranges = entry.partition(":")
+        parts.append(f"{name} " + " / ".join(f"{r} Hz" for r in ranges.split("/")))
+    return ", ".join(parts)
+
+
+#: preprocess.json's ``settings``: key -> (label, value -> text), in the order the report lists
+#: them after the crop (a key not listed here is shown as it is, after these).
+PREPROCESS_SETTINGS = {
+    "preset": ("preset", str),
+    "sfreq": ("sampling rate after cleaning", _hertz),
+    "l_freq": ("high-pass edge (band-pass low edge)", _hertz),
+    "h_freq": ("low-pass edge (band-pass high edge)", _hertz),
+    "h_trans_bandwidth": (
+        "low-pass transition band",
+        lambda v: _hertz(v) if v != "auto" else "auto (MNE's rule)",
+    ),
+    "epoch_length": (
+        "segment length",
+        lambda v: "auto (from the shortest recording)" if v == "auto" else _seconds(v),
+    ),
+    "window_s": ("spectral window inside a segment", _seconds),
+    "flat_ptp_v": ("segment rejected when a channel is flat: below", _microvolts),
+    "absurd_ptp_v": ("segment rejected when a channel is absurd: above", _microvolts),
+    "ica": ("ICA + ICLabel artefact removal", lambda v: "on" if v else "off"),
+    "ica_n_components": ("ICA components", str),
+    "ica_random_state": ("ICA seed", str),
+    "ica_before_reference": (
+        "ICA fitted",
+        lambda v: "before the average reference" if v else "after the average reference",
+    ),
+    "bands": ("frequency bands (tokens)", _bands_text),
+    "channels": ("channels", lambda v: ", ".join(v) if isinstance(v, list) else str(v)),
+    "max_interpolated": ("most channels interpolated per recording", str),
+}
+#: Entries of preprocess.json beside ``settings`` that the section shows, with their labels
+#: (``settings``, ``bands``, ``channels``, ``band_edges_hz`` and ``versions`` repeat what is
+#: shown elsewhere; any other entry is shown as it is).
+PREPROCESS_RUN_ENTRIES = {
+    "epoch_length_s": ("segment length used", _seconds),
+    "inputs": ("inputs", lambda v: ", ".join(map(str, v)) if isinstance(v, list) else str(v)),
+    "participants_file": ("participants table", str),
+    "recordings_file": ("recordings table", str),
+    "counts": (
+        "recordings",
+        lambda v: (
+            ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in v.items())
+            if isinstance(v, dict)
+            else str(v)
+        ),
+    ),
+    "settings_hash": ("settings hash", str),
+}
+PREPROCESS_REPEATED = ("settings", "bands", "channels", "band_edges_hz", "versions")
+
+
+def preprocessing_html(document: dict) -> str:
+    """A preprocess folder's ``preprocess.json`` as one table: the crop first, then every
+    setting (:data:`PREPROCESS_SETTINGS` order, unknown ones after), the average reference
+    (always applied), then the run's other entries (inputs, tables, counts, hash)."""
+    settings = dict(document.get("settings") or {})
+    crop = settings.pop("crop_s", None)
+    rows = [
+        (
+            "crop",
+            html.escape(
+                f"the first {crop:g} s of every recording"
+                if isinstance(crop, int | float)
+                else "none: every recording analysed whole"
+            ),
+        )
+    ]
+    for key, (label, text) in PREPROCESS_SETTINGS.items():
+        if key in settings:
+            rows.append((label, html.escape(text(settings.pop(key)))))
+    rows += [(key, html.escape(str(value))) for key, value in settings.items()]
+    rows.append(("reference", "average of all channels (always)"))
+    for key, value in document.items():
+        if key in PREPROCESS_REPEATED:
+            continue
+        label, text = PREPROCESS_RUN_ENTRIES.get(key, (key, str))
+        rows.append((label, html.escape(text(value) if value is not None else "none")))
+    return _rows_html(rows)
