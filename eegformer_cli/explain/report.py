@@ -98,11 +98,14 @@ REPORT_CSS = """
 .eeg-note dt { font-weight: 600; margin-top: .35em; }
 .eeg-note dd { margin-left: 1.2em; margin-bottom: .1em; }
 .eeg-oof, .eeg-oof table, .eeg-oof th, .eeg-oof td { font-size: 13px; }
-/* tables wrap their cells to the page's width instead of running past its edge */
+/* tables wrap to the page's width instead of running past its edge: cells break between
+   words (a word longer than its column breaks too); the per-recording table, 11 columns of
+   class names and ids, also inside words, its sortable headers included */
 table.table { max-width: 100%; }
-table.table th, table.table td { overflow-wrap: anywhere; }
-.bootstrap-table .fixed-table-container .table thead th .th-inner {
-  white-space: normal; overflow-wrap: anywhere; }
+table.table td, table.table th { overflow-wrap: break-word; }
+.eeg-oof td { overflow-wrap: anywhere; }
+.eeg-oof .bootstrap-table .fixed-table-container .table thead th .th-inner {
+  white-space: normal; overflow-wrap: anywhere; padding-left: .3rem; }
 """
 
 

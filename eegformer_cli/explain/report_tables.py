@@ -594,7 +594,7 @@ def contrast_table_html(rows: list[dict]) -> str:
     table = [
         [
             row["band"],
-            f"{row['channel_a']}-{row['channel_b']}",
+            f"{row['channel_a']}\u2011{row['channel_b']}",  # a hyphen no line breaks at
             f"{row['value']:+.3g} (towards {second if row['value'] > 0 else first})",
             f"{row['coh_difference']:+.3g}",
             f"{row['wpli_difference']:+.3g}",
