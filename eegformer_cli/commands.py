@@ -69,6 +69,7 @@ def preprocess(
     scheduler: str | None = None,
     overwrite: bool = False,
     crop: float | None = None,
+    participant_pattern: str | None = None,
 ):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
 
@@ -111,6 +112,7 @@ def preprocess(
             n_jobs=n_jobs,
             strict=strict,
             overwrite=overwrite,
+            participant_pattern=participant_pattern,
         )
 
 
@@ -137,6 +139,7 @@ _TRAINING_SETTINGS = {
     "positive_label": None,
     "overwrite": False,
     "fold": None,
+    "split_by": "participant",
 }
 
 
@@ -169,6 +172,7 @@ def train(
     confounds: str | Sequence[str] | None = None,
     permutations: int = 0,
     permutation_model: str = "reference",
+    split_by: str = "participant",
 ) -> dict | None:
     """Cross-validate XAIguiFormer beside the reference models and write the final
     model file (``eegformer train``).
@@ -211,6 +215,7 @@ def train(
             "positive_label": positive_label,
             "overwrite": overwrite,
             "fold": fold,
+            "split_by": split_by,
         }
         given = [name for name, value in settings.items() if value != _TRAINING_SETTINGS[name]]
         if given:
@@ -272,6 +277,7 @@ def train(
         confounds=columns,
         permutations=permutations,
         permutation_model=permutation_model,
+        split_by=split_by,
     )
 
 

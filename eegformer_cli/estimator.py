@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.options import ESTIMATOR, document
 
@@ -49,8 +50,9 @@ def read_preprocessed(data_dir: str | os.PathLike):
     -------
     pandas.DataFrame
         The manifest's recordings with status ``ok``, in its order: ``recording_id``,
-        ``participant_id`` (the recording id where the manifest has none, as ``train``
-        counts it), ``connectome`` (the absolute path of its ``.npz``, read when needed),
+        ``participant_id`` (the recording id where the manifest has none, as ``train
+        --split-by recording`` counts it: a warning says how many, since groups from it are
+        then recording-wise), ``connectome`` (the absolute path of its ``.npz``, read when needed),
         ``n_segments`` (int), ``age`` (years, NaN = unknown), ``sex`` (``"M"``, ``"F"`` or
         NaN = unknown, as age), then every other manifest column (the participants and recordings tables'
         included, e.g. the labels) as text, None for ``n/a``. ``X`` for
@@ -74,6 +76,17 @@ def read_preprocessed(data_dir: str | os.PathLike):
             "no recording in the manifest has status ok",
             path=data_dir,
             hint="see the error column of manifest.tsv",
+        )
+    anonymous = [
+        row["recording_id"] for row in rows if is_missing((row.get("participant_id") or "").strip())
+    ]
+    if anonymous:
+        warn(
+            f"{len(anonymous)} of {len(rows)} recordings of {data_dir} have no participant id "
+            f"({', '.join(anonymous[:3])}{', ...' if len(anonymous) > 3 else ''}): their "
+            "participant_id is their recording id, so groups made from it are recording-wise "
+            "(two recordings of one person may fall on both sides); rerun eegformer preprocess "
+            "with --participant-pattern REGEX or a participant_id column in recordings.tsv"
         )
     table = []
     for row in rows:
@@ -178,7 +191,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
             Class labels (at least two classes).
         groups : array-like of shape (n_recordings,) | None
             Participant of each recording, for the inner validation split (default: ``X``'s
-            ``participant_id`` column, else one participant per recording).
+            ``participant_id`` column, else one participant per recording: recording-wise,
+            which a warning names).
 
         Returns
         -------
@@ -201,6 +215,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         config = self._train_config()
         table = _rows(X)
         recordings, channels, bands, edges = _recordings(table, groups, _labels(y, len(table)))
+        if groups is None:
+            _warn_without_participants(table)
         classes = np.unique(np.asarray(y))
         if len(classes) < 2:
             raise InputDataError(
@@ -345,6 +361,25 @@ def _rows(X):
             "connectivity matrices with its own number of segments, not a row of numbers"
         )
     return pd.DataFrame({CONNECTOME_COLUMN: entries})
+
+
+def _warn_without_participants(table) -> None:
+    """A warning naming ``groups`` when ``fit`` got none and ``table`` lacks the participant of
+    some recordings: each then counts as a participant of its own (recording-wise)."""
+    if "participant_id" in table.columns:
+        missing = sum(
+            value is None or (isinstance(value, float) and math.isnan(value))
+            for value in table["participant_id"]
+        )
+    else:
+        missing = len(table)
+    if missing:
+        warn(
+            f"fit without groups: {missing} of {len(table)} recordings have no participant_id, "
+            "so each counts as a participant of its own in the inner validation split "
+            "(recording-wise: one person's recordings may be on both sides of it); pass "
+            "groups=participant ids, or a participant_id column in X"
+        )
 
 
 def _labels(y, n: int) -> list[str]:

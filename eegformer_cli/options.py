@@ -210,6 +210,14 @@ PREPROCESS = Options(
         "remedy when train's shortcut audit flags duration_s or n_segments); a shorter "
         "recording fails [default: all of it].",
     ),
+    participant_pattern=Option(
+        "str | None",
+        "Regular expression searched in each file name whose first group is the "
+        "participant, for recordings of one person named alike: '^(.+)_\\d+' makes "
+        "Subject15_1.edf and Subject15_2.edf participant Subject15 (after recordings.tsv's "
+        "participant_id, before participants.tsv's ids; kept in preprocess.json, no setting) "
+        "[default: none: the tables' ids, else the BIDS sub- entity].",
+    ),
 )
 
 TRAIN = Options(
@@ -313,6 +321,13 @@ TRAIN = Options(
         "permuted between participants (same folds) and report each model's "
         "BAC p-value; 0 = off, 100 resolves p down to 0.0099. Resumable, spread "
         "by --n-jobs.",
+    ),
+    split_by=Option(
+        "str",
+        "What the splits keep apart: participant (each person's recordings on one side; "
+        "refused when a recording's participant is unknown) or recording (recordings without "
+        "a participant id count as participants of their own; the run and its report then say "
+        "recording-wise, as a person's recordings may be on both sides).",
     ),
     permutation_model=Option(
         "str",

@@ -25,6 +25,12 @@ def preprocess(
     crop: float | None = typer.Option(
         None, "--crop", metavar="SECONDS", help=PREPROCESS.help("crop")
     ),
+    participant_pattern: str | None = typer.Option(
+        None,
+        "--participant-pattern",
+        metavar="REGEX",
+        help=PREPROCESS.help("participant_pattern"),
+    ),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help=PREPROCESS.help("n_jobs")),
     strict: bool = typer.Option(False, help=PREPROCESS.help("strict")),
     overwrite: bool = typer.Option(False, "--overwrite", help=PREPROCESS.help("overwrite")),
@@ -72,6 +78,7 @@ def preprocess(
         scheduler=scheduler,
         overwrite=overwrite,
         crop=crop,
+        participant_pattern=participant_pattern,
     )
     console.log(
         f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "

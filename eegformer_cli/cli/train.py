@@ -30,8 +30,14 @@ def _verdict_panel(metrics: dict) -> Panel:
 
 def _summary_table(metrics: dict) -> Table:
     n_classes = len(metrics.get("labels") or [])
+    recording_wise = (metrics.get("scheme") or {}).get("unit") == "recording"
+    tested = (
+        "test recordings only, recording-wise: a person's recordings may be on both sides"
+        if recording_wise
+        else "test participants only"
+    )
     table = Table(
-        title=f"{metrics['n_folds']} fold(s), test participants only",
+        title=f"{metrics['n_folds']} fold(s), {tested}",
         caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), AUROC 0.50",
     )
     table.add_column("model")
@@ -190,6 +196,9 @@ def train(
     cv: int | None = typer.Option(None, "--cv", help=TRAIN.help("cv")),
     repeats: int | None = typer.Option(None, help=TRAIN.help("repeats")),
     holdout: float | None = typer.Option(None, help=TRAIN.help("holdout")),
+    split_by: str = typer.Option(
+        "participant", "--split-by", help=TRAIN.help("split_by"), rich_help_panel=RECIPE
+    ),
     splits: Path | None = typer.Option(
         None, "--splits", help=TRAIN.help("splits"), rich_help_panel=RECIPE
     ),
@@ -308,6 +317,7 @@ def train(
         confounds=confounds,
         permutations=permutations,
         permutation_model=permutation_model,
+        split_by=split_by,
     )
     if merge is not None:
         _report(metrics, merge, as_json)

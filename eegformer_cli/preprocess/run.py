@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -244,6 +245,7 @@ def run_preprocess(
     n_jobs: int = 1,
     strict: bool = False,
     overwrite: bool = False,
+    participant_pattern: str | None = None,
 ) -> PreprocessSummary:
     """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
 
@@ -255,6 +257,12 @@ def run_preprocess(
 
     ``overwrite``: allow ``out_dir`` to hold recordings preprocessed with other settings (their
     rows leave the manifest, so it never mixes settings); without it such a folder is refused.
+
+    ``participant_pattern``: a regular expression whose first group, searched in a file name,
+    is the recording's participant (:func:`metadata.participant_pattern`; after the
+    recordings table's ``participant_id``, before the names of the participants table). It is
+    kept in ``preprocess.json`` but is no setting (not in the settings hash): a rerun with
+    another pattern rewrites the manifest and nothing else.
 
     Raises
     ------
@@ -268,6 +276,7 @@ def run_preprocess(
     PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
     """
     worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
+    pattern = metadata.participant_pattern(participant_pattern)
     out_dir = Path(out_dir)
     participants_file = (
         Path(participants) if participants else metadata.find_participants_file(inputs)
@@ -276,7 +285,9 @@ def run_preprocess(
         Path(recordings_table) if recordings_table else metadata.find_recordings_file(inputs)
     )
     with recording_workers(n_jobs) as workers:
-        recordings = _gather_recordings(inputs, participants_file, recordings_file, workers)
+        recordings = _gather_recordings(
+            inputs, participants_file, recordings_file, workers, pattern
+        )
         resolved = _resolve_settings(
             settings, [rec.header for rec in recordings if rec.header.error is None]
         )
@@ -349,6 +360,7 @@ def run_preprocess(
                 inputs,
                 participants_file,
                 recordings_file,
+                participant_pattern,
             )
     _name_failures(rows, summary.manifest)
     first_error = _first_error(rows)
@@ -367,14 +379,20 @@ def run_preprocess(
 
 
 def _gather_recordings(
-    inputs, participants_file: Path | None, recordings_file: Path | None, workers: RecordingMap
+    inputs,
+    participants_file: Path | None,
+    recordings_file: Path | None,
+    workers: RecordingMap,
+    pattern: re.Pattern | None = None,
 ) -> list[_Recording]:
-    """Every input recording with its id, participant, metadata and header (in path order)."""
+    """Every input recording with its id, participant, metadata and header (in path order);
+    ``pattern``: the ``--participant-pattern`` (:func:`_named_participants`)."""
     paths = reading.find_recordings(inputs)
     participants_rows = metadata.load_participants(participants_file) if participants_file else {}
     recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
     table_root = recordings_file.parent if recordings_file else None
     _warn_shadowed_columns({"participants": participants_rows, "recordings": recordings_rows})
+    named = _named_participants(paths, pattern, participants_file, participants_rows)
     headers = {
         header.path: header
         for header in _with_progress(workers(_read_header, paths), len(paths), "reading headers")
@@ -382,11 +400,59 @@ def _gather_recordings(
     recordings = []
     for path, recording_id in zip(paths, reading.recording_ids(paths)):
         participant_id, merged = metadata.match_participant(
-            path, participants_rows, recordings_rows, table_root
+            path, participants_rows, recordings_rows, table_root, named.get(path)
         )
         recordings.append(_Recording(path, recording_id, participant_id, merged, headers[path]))
     _warn_unmatched(recordings, participants_file, participants_rows)
     return recordings
+
+
+def _named_participants(
+    paths: list[Path],
+    pattern: re.Pattern | None,
+    participants_file: Path | None,
+    participants_rows: dict,
+) -> dict[Path, str]:
+    """The participant ``pattern`` finds in each file name (:func:`metadata.participant_named_by`),
+    for the files it matches ({} without a pattern).
+
+    Raises UsageError when it matches no file name, InputDataError when it captures ids that
+    the participants table lacks (naming them); warns about the files it does not match.
+    """
+    if pattern is None:
+        return {}
+    named = {
+        path: found
+        for path in paths
+        if (found := metadata.participant_named_by(path, pattern)) is not None
+    }
+    if not named:
+        raise UsageError(
+            f"--participant-pattern {pattern.pattern!r} matches none of the {len(paths)} file "
+            f"names (e.g. {paths[0].name})",
+            hint="its first group (...) must capture the participant in names such as that",
+        )
+    if participants_file is not None:
+        lacking = sorted(set(named.values()) - set(participants_rows))
+        if lacking:
+            shown = ", ".join(lacking[:5]) + (", ..." if len(lacking) > 5 else "")
+            raise InputDataError(
+                f"--participant-pattern {pattern.pattern!r} captured {len(lacking)} "
+                f"participant id(s) that the participants table does not list: {shown}",
+                path=participants_file,
+                hint="change the pattern so it captures the table's ids, or add them to the table",
+            )
+    unmatched = [path.name for path in paths if path not in named]
+    if unmatched:
+        shown = ", ".join(unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
+        console.warn(
+            escape(
+                f"--participant-pattern {pattern.pattern!r} does not match {len(unmatched)} "
+                f"of {len(paths)} file names ({shown}); their participant comes from the "
+                "tables or the BIDS sub- entity, if any"
+            )
+        )
+    return named
 
 
 def _warn_shadowed_columns(tables: dict[str, dict]) -> None:
@@ -454,7 +520,20 @@ def _first_error(rows: list[dict]) -> str | None:
 def _warn_unmatched(
     recordings: list[_Recording], participants_file: Path | None, participants_rows: dict
 ) -> None:
-    """One warning for the recordings processed without a participants row."""
+    """One warning for the recordings without a participant id (``train`` refuses
+    participant-wise splits of them), one for those processed without a participants row."""
+    anonymous = [rec.path.name for rec in recordings if rec.participant_id is None]
+    if anonymous:
+        shown = ", ".join(anonymous[:3]) + (", ..." if len(anonymous) > 3 else "")
+        console.warn(
+            escape(
+                f"{len(anonymous)} of {len(recordings)} recordings have no participant id "
+                f"({shown}), so train cannot keep a person's recordings on one side of a split; "
+                "name them with --participant-pattern REGEX (e.g. '^(.+)_\\d+' for "
+                "Subject15_1.edf), a participant_id column in recordings.tsv, or BIDS sub- "
+                "file names"
+            )
+        )
     if participants_file is None:
         console.warn(
             "no participants table found (participants.tsv at the dataset root or "
@@ -696,6 +775,7 @@ def _write_outputs(
     inputs,
     participants_file: Path | None,
     recordings_file: Path | None,
+    participant_pattern: str | None,
 ) -> PreprocessSummary:
     """Write ``manifest.tsv`` (``earlier`` rows first, then this run's) and ``preprocess.json``
     (atomically); return the summary of this run's ``rows``."""
@@ -728,6 +808,7 @@ def _write_outputs(
             "inputs": input_names,
             "participants_file": None if participants_file is None else str(participants_file),
             "recordings_file": None if recordings_file is None else str(recordings_file),
+            "participant_pattern": participant_pattern,
             "counts": {
                 "recordings": summary.n_recordings,
                 "ok": summary.n_ok,

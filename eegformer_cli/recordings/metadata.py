@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from eegformer_cli.errors import InputDataError
+from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.recordings.reading import recording_suffix
 
 #: Spellings read as "unknown" in any column (compared in lower case, after stripping).
@@ -345,10 +345,45 @@ def _recordings_row(path: Path, recordings: dict, root: Path | None) -> dict | N
     return same_name[0] if len(same_name) == 1 else None
 
 
+def participant_pattern(text: str | None) -> re.Pattern | None:
+    """``preprocess --participant-pattern``: a regular expression searched in each recording's
+    file name (``Subject15_1.edf``) whose first group is the participant id (``^(.+)_\\d+``
+    gives ``Subject15``); None stays None.
+
+    Raises
+    ------
+    UsageError : not a regular expression, or one without a group.
+    """
+    if text is None:
+        return None
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise UsageError(
+            f"invalid --participant-pattern {text!r}: {exc}",
+            hint="a Python regular expression whose first group is the participant, "
+            "e.g. '^(.+)_\\d+' for Subject15_1.edf",
+        ) from None
+    if pattern.groups < 1:
+        raise UsageError(
+            f"invalid --participant-pattern {text!r}: it has no group (...) for the participant",
+            hint="e.g. '^(.+)_\\d+' for Subject15_1.edf",
+        )
+    return pattern
+
+
+def participant_named_by(path: Path, pattern: re.Pattern) -> str | None:
+    """The first group of ``pattern`` searched in ``path``'s file name; None when it does not
+    match or the group is empty."""
+    found = pattern.search(Path(path).name)
+    return found.group(1) if found and found.group(1) else None
+
+
 def _participant_from_name(path: Path, participants: dict) -> str | None:
-    """The participant id named by a file: its BIDS ``sub-<label>`` entity (ids with or without
-    the ``sub-`` prefix), else the longest id equal to the file name's stem or followed in it by
-    ``_`` or ``-``."""
+    """The participant id named by a file: the longest id of ``participants`` equal to the file
+    name's stem or followed in it by ``_`` or ``-``, else its BIDS ``sub-<label>`` entity (the
+    table's id with or without the ``sub-`` prefix; ``sub-<label>`` when the table lacks both,
+    or there is no table: the participant is known, its demographics are not)."""
     name = Path(path).name
     entity = _BIDS_SUBJECT.search(name)
     if entity:
@@ -360,11 +395,17 @@ def _participant_from_name(path: Path, participants: dict) -> str | None:
     matches = [
         pid for pid in participants if stem == pid or stem.startswith((pid + "_", pid + "-"))
     ]
-    return max(matches, key=len) if matches else None
+    if matches:
+        return max(matches, key=len)
+    return f"sub-{entity.group(1)}" if entity else None
 
 
 def match_participant(
-    path: Path, participants: dict, recordings: dict | None, root: Path | None
+    path: Path,
+    participants: dict,
+    recordings: dict | None,
+    root: Path | None,
+    named_id: str | None = None,
 ) -> tuple[str | None, dict]:
     """The participant id of a recording and its metadata.
 
@@ -374,18 +415,23 @@ def match_participant(
     participants : from :func:`load_participants` (may be empty).
     recordings : from :func:`load_recordings_table`, or None.
     root : the folder the recordings table's ``file`` paths are relative to (its folder).
+    named_id : the participant a ``--participant-pattern`` found in the file name
+        (:func:`participant_named_by`), or None.
 
     Returns
     -------
-    participant_id : from the recordings table if it lists the file, else from the file name
-        (see :func:`_participant_from_name`); None when neither names one. An id taken from the
-        recordings table may be missing from ``participants``: check ``id in participants``.
+    participant_id : the first of: the recordings table's ``participant_id`` for the file,
+        ``named_id``, the id the file name gives (:func:`_participant_from_name`: a
+        participants-table id, else the BIDS ``sub-`` entity); None when none names one. An
+        id may be missing from ``participants``: check ``id in participants``.
     metadata : the participant's row merged with the recording's row (recording values win);
         ``age`` and ``sex`` always present (None when unknown); empty-ish for no match.
     """
     recording_row = _recordings_row(path, recordings, root) if recordings else None
     listed_id = (recording_row or {}).get("participant_id")
     participant_id = None if is_missing(listed_id) else listed_id
+    if participant_id is None:
+        participant_id = named_id
     if participant_id is None:
         participant_id = _participant_from_name(path, participants)
     metadata: dict = {"age": None, "sex": None}

@@ -256,8 +256,9 @@ def _audit_folds(
     """The folds of the audit: the run's own, or for a holdout run a participant-wise
     ``config.cv``-fold CV of all participants (seed ``config.seed``), since one split gives
     no interval; the holdout split itself when the data are too few for that CV."""
+    wise = splits.unit_wise(scheme)
     if scheme.get("kind") != "holdout":
-        return folds, f"the run's {len(folds)} participant-wise folds"
+        return folds, f"the run's {len(folds)} {wise} folds"
     groups = np.array([rec.participant_id for rec in data.recordings])
     try:
         cv_folds = splits.cross_validation_folds(
@@ -266,7 +267,7 @@ def _audit_folds(
     except InputDataError:
         return folds, "the holdout split (too few participants for a CV: no interval)"
     return cv_folds, (
-        f"a participant-wise {config.cv}-fold CV of all participants (seed "
+        f"a {wise} {config.cv}-fold CV of all participants (seed "
         f"{config.seed}; the holdout split alone would give no interval)"
     )
 

@@ -14,7 +14,7 @@ Demographics as the model takes them: ``age`` float32 years (NaN = unknown), ``s
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ class RecordingInfo:
     """One usable recording of the manifest."""
 
     recording_id: str
-    participant_id: str  # the recording id when the manifest has none
+    participant_id: str  # the recording id when the manifest has none (TrainingData says so)
     label: str
     age: float  # years, NaN = unknown
     sex: float  # 0 = male, 1 = female, NaN = unknown
@@ -52,6 +52,9 @@ class TrainingData:
     bands: list[str]
     band_edges_hz: np.ndarray  # float64 (n_bands, 2)
     preprocess: dict  # DIR/preprocess.json as read
+    #: ids of the recordings whose participant the manifest does not know (their
+    #: ``participant_id`` is their recording id: splits of them are recording-wise)
+    without_participant: list[str] = field(default_factory=list)
 
     def label_indices(self, recordings: list[RecordingInfo] | None = None) -> np.ndarray:
         """int64 class index per recording (all recordings by default)."""
@@ -120,8 +123,21 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
             path=data_dir / output.SETTINGS_NAME,
             hint="rerun `eegformer preprocess` into this folder",
         )
+    known = {
+        row["recording_id"]
+        for row in ok_rows
+        if not metadata.is_missing((row.get("participant_id") or "").strip())
+    }
     return TrainingData(
-        data_dir, label_column, recordings, label_names, channels, bands, band_edges, preprocess
+        data_dir,
+        label_column,
+        recordings,
+        label_names,
+        channels,
+        bands,
+        band_edges,
+        preprocess,
+        [r.recording_id for r in recordings if r.recording_id not in known],
     )
 
 

@@ -127,11 +127,20 @@ def plan_run(
     config: TrainConfig,
     splits_file=None,
     positive_label: str | None = None,
+    split_by: str = "participant",
 ) -> RunPlan:
     """Read the data, fix the folds (made from the config, or read from ``splits_file``) and
     check every setting, so that nothing is created in the run folder for a run that cannot
-    start (UsageError / InputDataError)."""
+    start (UsageError / InputDataError). ``split_by``: ``train --split-by``
+    (:func:`splits.split_unit`: recordings without a participant are refused unless it is
+    ``"recording"``); the scheme's ``unit`` says what the splits keep apart."""
     data = load_training_data(data_dir, label_column)
+    unit = splits.split_unit(
+        data.without_participant,
+        len(data.recordings),
+        split_by,
+        data.data_dir / "manifest.tsv",
+    )
     groups = np.array([r.participant_id for r in data.recordings])
     labels = data.label_indices()
     if splits_file is not None:
@@ -159,6 +168,7 @@ def plan_run(
             "seed": config.seed,
             "val_fraction": config.val_fraction,
         }
+    scheme["unit"] = unit
     final = (
         None
         if scheme.get("kind") == "holdout"

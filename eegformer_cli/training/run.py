@@ -380,6 +380,7 @@ def run_training(
     confounds=(),
     permutations: int = 0,
     permutation_model: str = "reference",
+    split_by: str = "participant",
 ) -> dict | None:
     """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
 
@@ -394,7 +395,8 @@ def run_training(
     ``confounds``: manifest columns the shortcut audit (:mod:`audit`) checks beside the
     built-in nuisance variables; ``permutations``: refit the CV that many times on permuted
     labels, the null model being ``permutation_model`` (:mod:`permutation`). Both concern the
-    whole run (and ``train --merge``), not a fold job.
+    whole run (and ``train --merge``), not a fold job. ``split_by``: ``"recording"`` accepts
+    recordings without a participant id (:func:`splits.split_unit`).
 
     Steps: :func:`_plan_request` (nothing written for a run that cannot start),
     :func:`_claim_run_dir`, the shortcut audit, :func:`_finished_folds` (resume),
@@ -418,6 +420,7 @@ def run_training(
         confounds,
         permutations,
         permutation_model,
+        split_by,
     )
     run_dir = Path(run_dir)
     ensure_dir(run_dir)
@@ -473,6 +476,7 @@ def _plan_request(
     confounds,
     permutations: int,
     permutation_model: str,
+    split_by: str,
 ) -> tuple[RunPlan, audit.AuditPlan | None, list[splits.Fold]]:
     """Check :func:`run_training`'s arguments and plan the run before anything is written:
     (the plan, the shortcut audit's plan (None for a fold job), the folds this call trains).
@@ -483,7 +487,7 @@ def _plan_request(
             "--confounds and --permutations concern the whole run: give them to "
             "`eegformer train --merge RUN_DIR` once the --fold jobs are done"
         )
-    plan = plan_run(data_dir, label_column, config, splits_file, positive_label)
+    plan = plan_run(data_dir, label_column, config, splits_file, positive_label, split_by)
     if permutations:
         permutation.check_null_model_available(permutation_model, plan.data)
     audit_plan = (
@@ -866,6 +870,7 @@ class RunRequest:
     config: TrainConfig
     positive_label: str | None
     splits_file: Path | None  # None: the splits are remade from the config's seed
+    split_by: str  # "recording" for a recording-wise run, else "participant"
 
 
 def read_run_request(run_dir: str | Path) -> RunRequest:
@@ -898,6 +903,7 @@ def read_run_request(run_dir: str | Path) -> RunRequest:
         TrainConfig.from_dict(train_config),
         positive_label,
         splits_path if "from_file" in scheme else None,
+        scheme.get("unit", "participant"),
     )
 
 
@@ -946,4 +952,5 @@ def merge_run(
         confounds=confounds,
         permutations=permutations,
         permutation_model=permutation_model,
+        split_by=request.split_by,
     )

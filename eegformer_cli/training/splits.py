@@ -5,7 +5,9 @@ Every split is made on participants, never on recordings or segments: scikit-lea
 participant's recordings are always on one side, and the label proportions are kept as well
 as the groups allow (for one recording per participant it is a stratified k-fold on
 participants). A recording without a participant id counts as its own participant (the dataset
-loader gives it its recording id).
+loader gives it its recording id), which cannot keep a person's recordings together: a run
+with such recordings is refused unless recording-wise splits are asked for
+(:func:`split_unit`), and then the scheme's ``unit`` says ``recording``.
 
 Each fold has three disjoint participant sets: ``train`` (fit), ``val`` (model selection and
 early stop, an inner split of the outer training part) and ``test`` (never seen until the
@@ -29,10 +31,13 @@ import numpy as np
 from sklearn.model_selection import StratifiedGroupKFold
 
 from eegformer_cli.atomic import write_json
-from eegformer_cli.console import warn
-from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.console import log, warn
+from eegformer_cli.errors import InputDataError, UsageError, check_choice
 
 SPLITS_FORMAT = "eegformer-splits"
+#: What the splits keep on one side (``train --split-by``): every recording of a participant,
+#: or (when participants are unknown) only each recording.
+SPLIT_UNITS = ("participant", "recording")
 # what to do when an inner validation split has too few participants (after "use ...")
 VAL_FRACTION_REMEDY = "a larger val_fraction, up to 0.5, in a --config file, or a larger dataset"
 
@@ -63,6 +68,50 @@ class Fold:
         if self.seed is None:
             del record["seed"]
         return record
+
+
+def split_unit(without_participant: list[str], n_recordings: int, split_by: str, where) -> str:
+    """The unit of a run's splits: ``"participant"`` when every usable recording has a
+    participant id, ``"recording"`` when some do not (``without_participant``: their recording
+    ids, of ``n_recordings``) and ``split_by`` is ``"recording"``.
+
+    Raises InputDataError naming the ways out when recordings lack a participant and
+    ``split_by`` is ``"participant"`` (``where``: the manifest), UsageError for another
+    ``split_by``.
+    """
+    check_choice("--split-by", split_by, SPLIT_UNITS)
+    if not without_participant:
+        if split_by == "recording":
+            log(
+                "train: every recording has a participant id, so the splits keep each "
+                "participant's recordings together (participant-wise) all the same"
+            )
+        return "participant"
+    shown = ", ".join(without_participant[:3]) + (", ..." if len(without_participant) > 3 else "")
+    if split_by == "participant":
+        raise InputDataError(
+            f"{len(without_participant)} of {n_recordings} usable recordings have no "
+            f"participant id ({shown}), so participant-wise splits cannot keep a person's "
+            "recordings on one side",
+            path=where,
+            hint="rerun eegformer preprocess with --participant-pattern REGEX, a participant_id "
+            "column in recordings.tsv or file names participants.tsv lists; or pass "
+            "--split-by recording to accept recording-wise splits, whose scores may be "
+            "optimistic",
+        )
+    warn(
+        f"recording-wise splits: {len(without_participant)} of {n_recordings} recordings "
+        f"have no participant id ({shown}) and each counts as a participant of its own, so "
+        "two recordings of one person may be on both sides of a split and the scores may "
+        "be optimistic"
+    )
+    return "recording"
+
+
+def unit_wise(scheme: dict | None) -> str:
+    """``"participant-wise"`` or ``"recording-wise"``: the ``unit`` of a ``splits.json``
+    scheme (runs of earlier versions: participant)."""
+    return f"{(scheme or {}).get('unit', 'participant')}-wise"
 
 
 def _group_split(

@@ -5,6 +5,7 @@ One line per question, each ``(topic, text, tone)`` with tone ``good`` / ``neutr
 
 - score: the transformer's balanced accuracy, its 95 % interval over folds (corrected resampled
   t-test against chance, ``metrics["score"]``) and the chance level (1 / number of classes);
+  recording-wise splits (the scheme's ``unit``) are said there, as a warning;
 - one line per reference model of ``metrics["comparisons"]`` (older runs:
   ``[metrics["comparison"]]``): "not distinguishable from", "better than" or "worse than" it,
   from whether the paired 95 % interval holds 0;
@@ -44,6 +45,25 @@ def comparisons(metrics: dict) -> list[dict]:
     )
 
 
+def _above_chance(metrics: dict) -> bool:
+    """Whether the transformer's mean BAC is above chance: the interval's lower bound is, or
+    (no interval because every fold scored the same) that score is."""
+    labels = metrics.get("labels") or []
+    chance = 1 / len(labels) if labels else 0.5
+    score = metrics.get("score") or {}
+    mean = score.get("mean", metrics["models"]["xaiguiformer"]["mean"].get("bac"))
+    low = (score.get("ci95") or [None])[0]
+    if _known(low):
+        return low > chance
+    return _known(mean) and mean > chance and score.get("std") == 0
+
+
+def recording_wise(metrics: dict) -> bool:
+    """Whether the run's splits were recording-wise (``train --split-by recording`` with
+    recordings whose participant is unknown)."""
+    return (metrics.get("scheme") or {}).get("unit") == "recording"
+
+
 def score_line(metrics: dict) -> tuple[str, str, str]:
     labels = metrics.get("labels") or []
     chance = 1 / len(labels) if labels else 0.5
@@ -56,17 +76,19 @@ def score_line(metrics: dict) -> tuple[str, str, str]:
         if _known(low) and _known(high)
         else " (no interval: the folds agree, or too few)"
     )
-    # no interval because every fold scored the same: above chance when that score is
-    above = (
-        low > chance if _known(low) else (_known(mean) and mean > chance and score.get("std") == 0)
-    )
     text = (
         f"balanced accuracy {mean:.3f}{interval}, chance {chance:.2f} "
         f"({len(labels)} classes)"
         + (f"; AUROC {auroc:.3f}" if _known(auroc) else "")
         + f"; {metrics.get('n_folds')} test folds, out of fold"
     )
-    return "score", text, "good" if above else "neutral"
+    if recording_wise(metrics):
+        text += (
+            "; recording-wise splits (participants unknown): a person's recordings may be "
+            "on both sides, so the score may be optimistic"
+        )
+        return "score", text, "warn"
+    return "score", text, "good" if _above_chance(metrics) else "neutral"
 
 
 def comparison_line(comparison: dict) -> tuple[str, str, str]:
@@ -186,10 +208,12 @@ def verdict_lines(metrics: dict) -> list[tuple[str, str, str]]:
 
 
 def headline(metrics: dict) -> str:
-    """One sentence: above chance or not, against the references, shortcuts."""
+    """One sentence: above chance or not (on recording-wise splits, if so), against the
+    references, shortcuts."""
     lines = verdict_lines(metrics)
-    score = lines[0][2] == "good"
-    words = ["above chance" if score else "not shown to be above chance"]
+    words = ["above chance" if _above_chance(metrics) else "not shown to be above chance"]
+    if recording_wise(metrics):
+        words[0] += " on recording-wise splits"
     for topic, text, _ in lines:
         if topic == "reference":
             words.append(text.split(" (")[0])
