@@ -114,7 +114,7 @@ def _scheme_text(scheme: dict | None, n_folds: int | None) -> str:
         return f"{n_folds} folds from {html.escape(str(scheme.get('from_file', 'a splits file')))}"
     tested = "once" if repeats == 1 else f"{repeats} times"
     return (
-        f"participant-wise {k}-fold cross-validation, {repeats} repeat"
+        f"{scheme.get('unit', 'participant')}-wise {k}-fold cross-validation, {repeats} repeat"
         f"{'s' * (repeats != 1)} ({k * repeats} folds; every participant is tested "
         f"{tested}, by models that never saw them){inner}"
     )

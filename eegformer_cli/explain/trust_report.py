@@ -28,7 +28,7 @@ from eegformer_cli.training.permutation import describe_permutation_test
 SECTION = "Is the score real?"
 AUDIT_MEANING = (
     "Each variable below was given alone to a small model (a logistic regression) on the "
-    "same participant-wise folds as the models. A flagged variable predicts the label by "
+    "same folds as the models. A flagged variable predicts the label by "
     f"itself (AUROC >= {AUROC_FLAG} and beyond chance): the models' score may come from it "
     "rather than from the brain, so compare like with like (e.g. recordings cropped to the "
     "same length, sites or ages balanced) before trusting the score. A borderline variable "
