@@ -334,6 +334,7 @@ def explain(
     max_interpolated: int | None = None,
     device: str = "auto",
     strict: bool = False,
+    overwrite: bool = False,
 ):
     """Explain a trained model's predictions and write the files of ``eegformer explain``.
 
@@ -361,6 +362,7 @@ def explain(
         max_interpolated=max_interpolated,
         strict=strict,
         out=out,
+        overwrite=overwrite,
     )
 
 
@@ -371,6 +373,7 @@ def report(
     explanations: PathLike | None = None,
     out: PathLike | None = None,
     band: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write one self-contained HTML report of a training run (``eegformer report``).
 
@@ -381,17 +384,18 @@ def report(
 
     Raises
     ------
-    InputDataError, OutputError
-        ``run_dir`` is not a run folder (or the explanations are another model's); the file
-        cannot be written.
-    UsageError
-        ``band`` is not one of the explanations' bands.
+    UsageError, InputDataError, OutputError
+        ``out`` is a file eegformer did not write (without ``overwrite``), or ``band`` is not
+        one of the explanations' bands; ``run_dir`` is not a run folder (or the explanations
+        are another model's); the file cannot be written.
     """
     from eegformer_cli.explain.report import write_report
+    from eegformer_cli.ownership import claim_file
 
+    out = Path(out) if out is not None else Path(run_dir) / "report.html"
     return write_report(
         Path(run_dir),
         None if explanations is None else Path(explanations),
-        Path(out) if out is not None else Path(run_dir) / "report.html",
+        claim_file(out, overwrite),
         band=band,
     )

@@ -200,8 +200,9 @@ PREPROCESS = Options(
     ),
     overwrite=Option(
         "bool",
-        "OUT may hold recordings preprocessed with other settings: they "
-        "leave the manifest [default: off: refused].",
+        "OUT may hold recordings preprocessed with other settings (they "
+        "leave the manifest) or files eegformer did not write (they are kept) [default: "
+        "off: refused].",
     ),
     crop=Option(
         "float | None",
@@ -296,7 +297,11 @@ TRAIN = Options(
         "Folds trained side by side in this many CPU processes (-1: one per "
         "core); the results are the same as with 1.",
     ),
-    overwrite=Option("bool", "Replace a different run already in --out [default: off]."),
+    overwrite=Option(
+        "bool",
+        "Replace a different run already in --out (its files only), or write into a folder "
+        "holding files eegformer did not write (they are kept) [default: off: refused].",
+    ),
     fold=Option(
         "int | None",
         "Train only this fold of the splits (0-based; repeat r fold k is "
@@ -377,7 +382,11 @@ EXPLAIN = Options(
         "that did not train on them).",
     ),
     inputs=Option("path or list of paths", _INPUTS),
-    out=Option("path", "Output folder (created; files are replaced)."),
+    out=Option(
+        "path",
+        "Output folder (created; eegformer's files are replaced, a folder holding other "
+        "files is refused without --overwrite).",
+    ),
     target=Option(
         "str | None", "Class to explain, e.g. healthy [default: each recording's predicted class]."
     ),
@@ -404,6 +413,11 @@ EXPLAIN = Options(
         "Exit with code 6 (Python: raise PartialFailure) when a recording "
         "got a warning; every file is still written [default: off].",
     ),
+    overwrite=Option(
+        "bool",
+        "Write into an --out folder that holds files eegformer did not write (they are kept) "
+        "[default: off: refused].",
+    ),
 )
 
 REPORT = Options(
@@ -416,6 +430,11 @@ REPORT = Options(
         "str | None",
         "Band whose channel pairs the head plots show, e.g. theta [default: each chart's "
         "top band, the one with the largest |band importance|].",
+    ),
+    overwrite=Option(
+        "bool",
+        "Replace --out when it is a file eegformer did not write (a report it wrote is "
+        "always replaced) [default: off: refused].",
     ),
 )
 

@@ -296,6 +296,7 @@ class TrainedModel:
         max_interpolated: int | None = None,
         strict: bool = False,
         out: str | os.PathLike | None = None,
+        overwrite: bool = False,
     ) -> Explanations:
         """Explain each recording's prediction: the numbers ``eegformer explain`` writes.
 
@@ -328,6 +329,9 @@ class TrainedModel:
             Also write ``eegformer explain``'s files into this folder (created; the
             per-recording files of an earlier run's recordings that this one does not explain
             are removed). Default: nothing is written.
+        overwrite : bool
+            ``out`` may hold files eegformer did not write (they are kept); without it such a
+            folder is refused with a UsageError (:mod:`eegformer_cli.ownership`).
 
         Returns
         -------
@@ -342,10 +346,10 @@ class TrainedModel:
             ``method`` or ``n_steps``. The inputs as a whole are checked before ``out`` is
             touched.
         """
-        from eegformer_cli.atomic import ensure_dir
         from eegformer_cli.connectivity.artefacts import caution_rules
         from eegformer_cli.explain import export
         from eegformer_cli.explain.attributions import check_contrast, default_contrast
+        from eegformer_cli.ownership import claim_folder
 
         check_explain_options(method, n_steps)
         self._check_target(target)
@@ -358,7 +362,7 @@ class TrainedModel:
         items = self._inputs(given, age, sex, participants, max_interpolated)
         settings, earlier = None, []
         if out is not None:
-            out = ensure_dir(Path(out))
+            out = claim_folder(out, "explain", overwrite)
             settings = {
                 "model": str(self.path),
                 "target": target,

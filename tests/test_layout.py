@@ -4,9 +4,10 @@ upward arrow hidden in a function is still one a reader has to untangle.
 
 The layers, bottom first (:data:`LAYERS`); a module may import its own layer and those below:
 
-1. base (the package root, errors, atomic, console, versions, parallel, devices, provenance):
-   files, terminal, workers, torch devices, provenance rules on plain values; no EEG idea (the
-   root's public names are loaded by name when first used, not imported);
+1. base (the package root, errors, atomic, console, versions, parallel, devices, provenance,
+   ownership): files, terminal, workers, torch devices, provenance rules on plain values, which
+   outputs may be written over; no EEG idea (the root's public names are loaded by name when
+   first used, not imported);
 2. recordings: reading EEG files, channel names, cleaning, participants tables;
 3. connectivity: frequency bands and a cleaned recording's coherence/wPLI tokens;
 4. preprocess.output: the output folder's format (manifest, connectome files), below its
@@ -38,7 +39,17 @@ ROOT = "eegformer_cli"
 #: covers its submodules, the longest name that covers a module decides its layer, and
 #: ``eegformer_cli`` stands for the package root only.
 LAYERS = (
-    (ROOT, "errors", "atomic", "console", "versions", "parallel", "devices", "provenance"),
+    (
+        ROOT,
+        "errors",
+        "atomic",
+        "console",
+        "versions",
+        "parallel",
+        "devices",
+        "provenance",
+        "ownership",
+    ),
     ("recordings",),
     ("connectivity",),
     ("preprocess.output",),

@@ -30,7 +30,7 @@ from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.fit import lr_at_step, selection_improved
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 from eegformer_cli.training.reference import fit_reference
-from eegformer_cli.training.run import RUN_FILES, _clear_run, run_training
+from eegformer_cli.training.run import run_training
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
@@ -633,17 +633,6 @@ def test_reference_search_with_a_one_class_inner_split_stays_quiet():
     assert [str(w.message)[:80] for w in caught] == []
     assert np.isnan(search.cv_results_["mean_test_score"]).all()  # the case did occur
     assert list(search.classes_) == [0, 1]  # refit on both classes
-
-
-def test_overwrite_clears_every_file_of_the_earlier_run_and_nothing_else(tmp_path):
-    """--overwrite replaces a run: its report.html (report's default output) must not survive
-    to describe the old run beside the new one's files; the user's own files stay."""
-    for name in (*RUN_FILES, "notes.txt", "folds/0/state.pt"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("earlier run")
-    _clear_run(tmp_path)
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt"]
-    assert "report.html" in RUN_FILES
 
 
 def test_invalid_settings_leave_no_run_folder(synthetic_dir, tmp_path):

@@ -16,8 +16,9 @@ import typer
 
 import eegformer_cli
 from eegformer_cli import console
-from eegformer_cli.atomic import atomic_open, ensure_dir
+from eegformer_cli.atomic import atomic_open
 from eegformer_cli.errors import InputDataError
+from eegformer_cli.ownership import claim_folder
 
 #: Where a source checkout keeps the synthetic dataset (see sample_data/README.md).
 SAMPLE_DATA = Path(eegformer_cli.__file__).resolve().parents[1] / "sample_data"
@@ -57,6 +58,12 @@ def demo(
         "--n-jobs",
         help="Parallel jobs for preprocessing and (on the CPU) for the training folds.",
     ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Write into an --out folder holding files eegformer did not write (they are "
+        "kept), and give --overwrite to every step [default: off: refused].",
+    ),
 ) -> None:
     """Run preprocess, train, predict, explain and report on the bundled sample data.
 
@@ -76,10 +83,11 @@ def demo(
             path=data,
             hint="pass --data DIR",
         )
-    ensure_dir(out)
+    claim_folder(out, "demo", overwrite)
+    again = ["--overwrite"] if overwrite else []
     prep, run, explanations = out / "preprocessed", out / "run", out / "explanations"
     predictions, report = out / "predictions.csv", out / "report.html"
-    _run(app, ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs)])
+    _run(app, ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs), *again])
     from eegformer_cli.devices import resolve_device  # imports torch: not at --help
 
     # train's --n-jobs is for CPU training; on a GPU (train's auto device) the folds run there
@@ -97,6 +105,7 @@ def demo(
             "3",
             "--n-jobs",
             str(train_jobs),
+            *again,
         ],
     )
     # Predicting raw EDFs exercises the model file's stored preprocessing; these participants
@@ -116,8 +125,11 @@ def demo(
         stdout_file=predictions,
     )
     # the run folder: each recording explained by the fold model that did not train on it
-    _run(app, ["explain", str(run), str(prep), "--out", str(explanations)])
-    _run(app, ["report", str(run), "--explanations", str(explanations), "--out", str(report)])
+    _run(app, ["explain", str(run), str(prep), "--out", str(explanations), *again])
+    _run(
+        app,
+        ["report", str(run), "--explanations", str(explanations), "--out", str(report), *again],
+    )
     console.log("\n[bold green]Demo finished.[/bold green] Outputs:")
     for what, path in (
         ("connectomes + manifest", prep / "manifest.tsv"),

@@ -27,6 +27,7 @@ def explain(
     max_interpolated: int | None = typer.Option(None, help=EXPLAIN.help("max_interpolated")),
     device: str = typer.Option("auto", help=EXPLAIN.help("device")),
     strict: bool = typer.Option(False, "--strict", help=EXPLAIN.help("strict")),
+    overwrite: bool = typer.Option(False, "--overwrite", help=EXPLAIN.help("overwrite")),
 ) -> None:
     """Explain a trained model's predictions: band importance, attention and channel pairs.
 
@@ -70,8 +71,9 @@ def explain(
         ls recordings/*.edf | eegformer explain run/model.pt - --out explanations
 
     Exit codes: 0 all explained, 3 a recording failed (the others are written) or the input
-    does not match the model, 4 bad model file, 2 bad flags, 6 with --strict: a recording got
-    a warning (every file written).
+    does not match the model, 4 bad model file, 2 bad flags or an --out folder holding other
+    files than eegformer's (without --overwrite), 6 with --strict: a recording got a warning
+    (every file written).
     """
     commands.explain(
         model,
@@ -86,6 +88,7 @@ def explain(
         max_interpolated=max_interpolated,
         device=device,
         strict=strict,
+        overwrite=overwrite,
     )
 
 

@@ -56,8 +56,8 @@ def preprocess(
 
         eegformer preprocess archive/ --out prep --backend dask --scheduler tcp://10.0.0.5:8786
 
-    Exit codes: 0 done (failures listed in the manifest), 2 OUT holds other settings (without
-    --overwrite), 3 no usable recording,
+    Exit codes: 0 done (failures listed in the manifest), 2 OUT holds other settings or
+    files eegformer did not write (without --overwrite), 3 no usable recording,
     5 OUT locked or not writable, 6 a recording failed and --strict was given.
     """
     summary = commands.preprocess(

@@ -15,6 +15,7 @@ def report(
     explanations: Path | None = typer.Option(None, help=REPORT.help("explanations")),
     out: Path | None = typer.Option(None, "--out", help=REPORT.help("out")),
     band: str | None = typer.Option(None, "--band", help=REPORT.help("band")),
+    overwrite: bool = typer.Option(False, "--overwrite", help=REPORT.help("overwrite")),
 ) -> None:
     """Write one self-contained HTML report of a training run (figures embedded).
 
@@ -29,10 +30,17 @@ def report(
 
         eegformer report run --explanations explanations --out run/report.html
 
-    Exit codes: 0 written, 2 bad flags (a --band the explanations lack), 3 RUN_DIR is not a
-    run folder, 5 the file cannot be written.
+    Exit codes: 0 written, 2 bad flags (a --band the explanations lack) or --out is a file
+    eegformer did not write (without --overwrite), 3 RUN_DIR is not a run folder, 5 the file
+    cannot be written.
     """
-    typer.echo(str(commands.report(run_dir, explanations=explanations, out=out, band=band)))
+    typer.echo(
+        str(
+            commands.report(
+                run_dir, explanations=explanations, out=out, band=band, overwrite=overwrite
+            )
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -285,8 +285,10 @@ def train(
 
         eegformer train --merge run --permutations 100 --permutation-model xaiguiformer
 
-    Exit codes: 0 done, 2 bad flags or a different run in OUT, 3 unusable data (one class,
-    no labels), 5 OUT not writable or in use, 130 interrupted (rerun to resume).
+    Exit codes: 0 done, 2 bad flags, a different run in OUT or files eegformer did not write
+    (without --overwrite), 3 unusable data (one class, no labels, recordings without a
+    participant unless --split-by recording), 5 OUT not writable or in use, 130 interrupted
+    (rerun to resume).
     """
     if merge is not None:
         _reject_options_beside_merge(ctx)

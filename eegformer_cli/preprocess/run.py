@@ -32,7 +32,7 @@ from pathlib import Path
 import mne
 from rich.markup import escape
 
-from eegformer_cli import atomic, console
+from eegformer_cli import atomic, console, ownership
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
 from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure, UsageError
 from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
@@ -256,7 +256,8 @@ def run_preprocess(
     write ``manifest.tsv`` and ``preprocess.json``.
 
     ``overwrite``: allow ``out_dir`` to hold recordings preprocessed with other settings (their
-    rows leave the manifest, so it never mixes settings); without it such a folder is refused.
+    rows leave the manifest, so it never mixes settings), or files eegformer did not write
+    (:mod:`eegformer_cli.ownership`: they are kept); without it such a folder is refused.
 
     ``participant_pattern``: a regular expression whose first group, searched in a file name,
     is the recording's participant (:func:`metadata.participant_pattern`; after the
@@ -266,8 +267,8 @@ def run_preprocess(
 
     Raises
     ------
-    UsageError : ``out_dir`` holds recordings made with other settings and not ``overwrite``
-        (exit 2; nothing is changed).
+    UsageError : ``out_dir`` holds recordings made with other settings, or files eegformer
+        did not write, and not ``overwrite`` (exit 2; nothing is changed).
     InputDataError : no recording found, bad tables, too few common channels, or no recording
         could be preprocessed (exit 3; in the last case the manifest is written, unless that
         would drop an earlier run's ok recordings of other files: then ``out_dir`` is left
@@ -278,6 +279,7 @@ def run_preprocess(
     worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
     pattern = metadata.participant_pattern(participant_pattern)
     out_dir = Path(out_dir)
+    ownership.check_folder(out_dir, "preprocess", overwrite)  # before the headers are read
     participants_file = (
         Path(participants) if participants else metadata.find_participants_file(inputs)
     )
@@ -294,6 +296,7 @@ def run_preprocess(
         settings_hash = resolved.settings_hash()
 
         connectome_dir = out_dir / CONNECTOME_DIR
+        ownership.claim_folder(out_dir, "preprocess", overwrite)
         with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
             atomic.ensure_dir(connectome_dir)
             atomic.remove_stale_temporaries(out_dir)

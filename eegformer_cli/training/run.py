@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,11 +64,11 @@ from eegformer_cli.atomic import (
 from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
+from eegformer_cli.ownership import claim_folder, remove_outputs
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
 from eegformer_cli.training.config import TrainConfig, current_train_fields
-from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
 from eegformer_cli.training.folds import (
     REFERENCES,
@@ -133,7 +132,9 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
     """Create/claim the run folder: write config.json and splits.json, or check they match.
 
     A folder holding a different run is refused (UsageError) unless ``overwrite``, which
-    deletes the run's files (and only those) first.
+    deletes that run's files (:func:`_clear_run`: only those) first; a ``config.json`` that
+    is no run's (a folder eegformer did not make, claimed with ``overwrite``) is replaced and
+    nothing is deleted.
     """
     config_path = run_dir / "config.json"
     identity = _identity(plan)
@@ -152,7 +153,7 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
                 f"{run_dir} holds another run (different: {', '.join(changed)})",
                 hint="use --overwrite to replace it, or choose another --out",
             )
-        if previous != identity:
+        if previous is not None and previous != identity:
             _clear_run(run_dir)
     write_json(
         config_path,
@@ -175,11 +176,13 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
     splits.save_splits(run_dir / "splits.json", plan.scheme, plan.folds)
 
 
+#: The rest of a run's files (glob patterns below RUN_DIR): fold files, permutations.
+RUN_FILE_PATTERNS = ("folds/r*_f*.*", "folds/final.json", "permutations/*/[0-9]*.json")
+
+
 def _clear_run(run_dir: Path) -> None:
-    for name in RUN_FILES:
-        (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "folds", ignore_errors=True)
-    shutil.rmtree(run_dir / "permutations", ignore_errors=True)
+    """Delete an earlier run's files (:func:`ownership.remove_outputs`: no other file)."""
+    remove_outputs(run_dir, (*RUN_FILES, *RUN_FILE_PATTERNS))
 
 
 def _save_model(
@@ -423,6 +426,8 @@ def run_training(
         split_by,
     )
     run_dir = Path(run_dir)
+    if distributed.is_writer():
+        claim_folder(run_dir, "train", overwrite)
     ensure_dir(run_dir)
     with (
         distributed.process_group(plan.device),
