@@ -257,12 +257,12 @@ def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):
     from eegformer_cli.cli.train import _report
 
     _report(cv_run["metrics"], cv_run["run"], False)
-    err = capsys.readouterr().err
-    assert err.lstrip().startswith("╭") and "Verdict" in err.splitlines()[0]
+    out = capsys.readouterr().out  # a result: on stdout
+    assert out.lstrip().startswith("╭") and "Verdict" in out.splitlines()[0]
     for topic in ("score:", "reference:", "shortcuts:", "permutation test:", "calibration:"):
-        assert topic in err
-    assert err.index("Verdict") < err.index("test participants only")
-    assert "chance: BAC 0.50 (2 classes)" in err
+        assert topic in out
+    assert out.index("Verdict") < out.index("test participants only")
+    assert "chance: BAC 0.50 (2 classes)" in out
 
 
 def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(

@@ -141,7 +141,7 @@ def test_ctrl_c_then_kill_9_then_rerun_finishes_the_job(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert f"({len(after_kill)} already done)" in done.stderr
+    assert f"({len(after_kill)} already done)" in done.stdout
     final = finished(out)
     assert len(final) == N_RECORDINGS
     assert {name: final[name] for name in after_kill} == after_kill

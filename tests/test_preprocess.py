@@ -494,7 +494,7 @@ def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
         load_connectome(out / "connectomes" / file)  # complete, readable files only
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert f"({len(done)} already done)" in result.stderr
+    assert f"({len(done)} already done)" in result.stdout
     assert {
         f.name: f.stat().st_mtime_ns for f in (out / "connectomes").glob("*.npz") if f.name in done
     } == done

@@ -581,7 +581,7 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["n_folds"] == 3 and (run_dir / "model.pt").exists()
     assert metrics["complete"] is True and "incomplete" not in metrics
-    # the paired comparison with the reference: differences of the same folds, told on stderr
+    # the paired comparison with the reference: differences of the same folds, told on stdout
     comparison = metrics["comparison"]
     differences = [
         a["bac"] - b["bac"]
@@ -592,7 +592,7 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     ]
     assert comparison["mean_difference"] == pytest.approx(np.mean(differences))
     assert comparison["folds_better"] + comparison["folds_equal"] + comparison["folds_worse"] == 3
-    assert "xaiguiformer - logistic_regression, bac:" in done.stderr
+    assert "xaiguiformer - logistic_regression, bac:" in done.stdout
     # a folder started by an earlier version, whose config still names a retired setting with
     # the value that survives, resumes: nothing is retrained
     config_path = run_dir / "config.json"
@@ -801,7 +801,7 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
         resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)),
         n_jobs=2,
     )
-    for name in ("fold r0_f0", "fold r0_f1", "final model (all participants)"):
+    for name in ("fold r0_f0", "fold r0_f1", "final model"):
         assert [done for label, done in SeenProgress.seen if label == name] == [1, 2, 3], name
 
 

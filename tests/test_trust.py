@@ -273,9 +273,9 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     # merge adds permutations to the finished run: only the missing ones are computed, the
     # same numbers in this process as in the workers
     assert run_main("train", "--merge", run, "--permutations", "5") == 0
-    err = capsys.readouterr().err
-    assert "2 of 5 permutations to compute" in err and "permutation test (5 permutations" in err
-    assert "shortcut audit: flagged duration_s" in err
+    out, err = capsys.readouterr()
+    assert "2 of 5 permutations to compute" in err and "permutation test (5 permutations" in out
+    assert "shortcut audit: flagged duration_s" in out
     merged = json.loads((run / "metrics.json").read_text())["permutation_test"]
     assert merged["null"]["logistic_regression"][:3] == test["null"]["logistic_regression"]
     again = permutation.null_scores(plan, features, 1, "logistic_regression")

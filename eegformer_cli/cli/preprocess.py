@@ -80,13 +80,14 @@ def preprocess(
         crop=crop,
         participant_pattern=participant_pattern,
     )
-    console.log(
+    # the result, on stdout (progress and warnings went to stderr)
+    console.stdout.print(
         f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
         f"({summary.n_skipped} already done) of {summary.n_recordings} recordings"
     )
-    console.log(f"connectomes: {summary.out_dir / 'connectomes'}")
-    console.log(f"manifest: {summary.manifest}")
-    console.log(f"settings: {summary.settings_file}")
+    console.stdout.print(f"connectomes: {summary.out_dir / 'connectomes'}")
+    console.stdout.print(f"manifest: {summary.manifest}")
+    console.stdout.print(f"settings: {summary.settings_file}")
 
 
 def register(app: typer.Typer) -> None:

@@ -79,12 +79,15 @@ def _reject_options_beside_merge(ctx: typer.Context) -> None:
 
 
 def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
-    """The summary table on stderr (and JSON on stdout); nothing on torchrun processes other
-    than rank 0 (``metrics`` None: rank 0 reports)."""
+    """The summary: the verdict, the table of every model and what the comparisons, the
+    attention, the shortcut audit and the permutation test say, on stdout (a result, as
+    ``predict``'s rows), or with ``--json`` on stderr and the JSON alone on stdout; nothing on
+    torchrun processes other than rank 0 (``metrics`` None: rank 0 reports)."""
     if metrics is None:
         return
-    console.stderr.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
-    console.stderr.print(_summary_table(metrics))
+    shown = console.stderr if as_json else console.stdout
+    shown.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
+    shown.print(_summary_table(metrics))
     from eegformer_cli.training.verdict import comparisons
 
     if comparisons(metrics):
@@ -92,22 +95,22 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.training.metrics import describe_comparison
 
         for comparison in comparisons(metrics):
-            console.log(
+            shown.print(
                 describe_comparison(comparison, comparison["model"], comparison["reference"])
             )
     if metrics.get("attention"):
         from eegformer_cli.model.diagnostics import describe
 
-        console.log(describe(metrics["attention"], "out of fold"))
+        shown.print(describe(metrics["attention"], "out of fold"))
     if metrics.get("shortcut_audit"):
         from eegformer_cli.training.audit import describe_audit
 
-        console.log(describe_audit(metrics["shortcut_audit"]))
+        shown.print(describe_audit(metrics["shortcut_audit"]))
     if metrics.get("permutation_test"):
         from eegformer_cli.training.permutation import describe_permutation_test
 
-        console.log(describe_permutation_test(metrics["permutation_test"]))
-    console.log(f"run folder: {out} (model file: {out / 'model.pt'})")
+        shown.print(describe_permutation_test(metrics["permutation_test"]))
+    shown.print(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
         summary = {
             "run_dir": str(out),

@@ -708,7 +708,7 @@ def save_fold_model(run_dir: Path, plan: RunPlan, fold: splits.Fold, model) -> N
 
 
 #: The final model's name on the progress bar of a run on workers.
-FINAL_NAME = "final model (all participants)"
+FINAL_NAME = "final model"
 
 
 def _final_job(plan: RunPlan) -> FitResult:
