@@ -93,9 +93,28 @@ class PartialFailure(EegformerError):
     exit_code = 6
 
 
+def did_you_mean(value, allowed: Iterable) -> str:
+    """``"; did you mean 'condition'?"`` naming the allowed value closest to ``value``: one
+    that differs only in case, else :func:`difflib.get_close_matches`' best (case ignored);
+    ``""`` when none is close."""
+    import difflib
+
+    names = [str(a) for a in allowed]
+    text = str(value)
+    by_lower = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(text.lower(), list(by_lower), n=1, cutoff=0.6)
+    if text.lower() in by_lower:
+        close = [text.lower()]
+    return f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+
+
 def check_choice(name: str, value, allowed: Iterable) -> None:
-    """Raise :class:`UsageError` naming the parameter and listing allowed values (MNE style)."""
+    """Raise :class:`UsageError` naming the parameter and listing allowed values (MNE style),
+    with the closest one (:func:`did_you_mean`)."""
     allowed = list(allowed)
     if value not in allowed:
         listed = ", ".join(repr(a) for a in allowed)
-        raise UsageError(f"invalid value {value!r} for {name}; allowed values are {listed}")
+        raise UsageError(
+            f"invalid value {value!r} for {name}; allowed values are {listed}"
+            + did_you_mean(value, allowed)
+        )

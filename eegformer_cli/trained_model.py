@@ -18,7 +18,13 @@ from pathlib import Path
 from rich.markup import escape
 
 from eegformer_cli import console
-from eegformer_cli.errors import InputDataError, PartialFailure, RecordingError, UsageError
+from eegformer_cli.errors import (
+    InputDataError,
+    PartialFailure,
+    RecordingError,
+    UsageError,
+    did_you_mean,
+)
 
 #: Seed of the random interpolation points of ``gradient_shap`` (the other methods are
 #: deterministic); ``explain`` seeds with it before the first recording.
@@ -540,6 +546,7 @@ class TrainedModel:
         if target is not None and target not in self.classes:
             raise UsageError(
                 f"invalid --target {target!r}; the model's classes are {', '.join(self.classes)}"
+                + did_you_mean(target, self.classes)
             )
 
     # inputs and outcome -----------------------------------------------------------------

@@ -184,3 +184,23 @@ def test_a_dash_with_a_terminal_on_standard_input_is_refused():
     with pytest.raises(UsageError, match="nothing is piped in"):
         expand_stdin([Path("-")], Terminal())
     assert expand_stdin([Path("a.edf")], Terminal()) == [Path("a.edf")]
+
+
+def test_a_misspelt_column_or_choice_gets_a_did_you_mean(tmp_path, capsys):
+    from test_training import make_connectome_folder
+
+    from eegformer_cli.errors import check_choice, did_you_mean
+
+    data = make_connectome_folder(tmp_path / "prep", n_participants=12)
+    for flags, suggestion in (
+        (["--label-column", "Diagnosis"], "did you mean 'diagnosis'?"),
+        (["-l", "diagnosis", "--positive-label", "Patient"], "did you mean 'patient'?"),
+        (["-l", "diagnosis", "--confounds", "sexx"], "did you mean 'sex'?"),
+        (["-l", "diagnosis", "--split-by", "recordings"], "did you mean 'recording'?"),
+    ):
+        code, output = run_main(capsys, "train", data, "--out", tmp_path / "run", *flags)
+        assert code == UsageError.exit_code and suggestion in output, (flags, output)
+        assert len(output.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    with pytest.raises(UsageError, match="allowed values are 'default', 'paper'; did you mean"):
+        check_choice("preset", "defualt", ["default", "paper"])
+    assert did_you_mean("xyz", ["diagnosis", "age"]) == ""

@@ -117,7 +117,12 @@ def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_p
     assert len(warnings) == 1 and warnings[0].startswith(
         "warning: possible shortcut (borderline): duration_s"
     )
-    assert "--crop SECONDS" in warnings[0]
+    # the remedy names the number: the shortest recording's length, in whole seconds
+    shortest = min(float(f"{d:.1f}") for d in durations)
+    assert (
+        f"--crop {int(shortest)}` (the shortest recording's length, {shortest:g} s)"
+        in (warnings[0])
+    )
     assert audit.describe_audit(result).startswith("shortcut audit: borderline duration_s (AUROC")
 
 

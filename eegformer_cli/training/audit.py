@@ -52,6 +52,7 @@ run's seed instead, and says so.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,7 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from threadpoolctl import threadpool_limits
 
 from eegformer_cli.console import warn
-from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.errors import InputDataError, UsageError, did_you_mean
 from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
 from eegformer_cli.recordings.reading import input_folder
@@ -88,13 +89,24 @@ N_PERMUTATIONS = 99
 BOOKKEEPING_COLUMNS = ("status", "error", "connectome", "settings_hash")
 MISSING = "n/a"
 STATUS_ORDER = ("flagged", "borderline", "checked", "constant", "unknown", "not recorded")
-#: Variables whose shortcut is the recordings' length; the remedy offered for them.
+#: Variables whose shortcut is the recordings' length (:func:`length_remedy` for them).
 LENGTH_VARIABLES = ("duration_s", "n_segments")
-LENGTH_REMEDY = (
-    "remedy: compare like with like: `eegformer preprocess ... --crop SECONDS` "
-    "(at most the shortest recording's length) analyses the same length of every "
-    "recording; train again and see whether the score holds"
-)
+
+
+def length_remedy(durations: list[float] | None) -> str:
+    """The remedy offered for a length shortcut: crop every recording to the shortest one's
+    length, in whole seconds (``durations``: the recordings' analysed lengths, s, NaN =
+    unknown; without any, the rule instead of the number)."""
+    known = [value for value in durations or [] if math.isfinite(value)]
+    crop = (
+        f"--crop {math.floor(min(known))}` (the shortest recording's length, {min(known):g} s)"
+        if known
+        else "--crop SECONDS` (at most the shortest recording's length)"
+    )
+    return (
+        f"remedy: compare like with like: `eegformer preprocess ... {crop} analyses the same "
+        "length of every recording; train again and see whether the score holds"
+    )
 
 
 @dataclass(frozen=True)
@@ -155,8 +167,8 @@ def _check_confounds(columns: list[str], confounds: list[str], data: TrainingDat
             )
         if column not in available:
             raise UsageError(
-                f"--confounds column {column!r} is not in "
-                f"{data.data_dir / 'manifest.tsv'}; available columns are "
+                f"--confounds column {column!r} is not in {data.data_dir / 'manifest.tsv'}"
+                f"{did_you_mean(column, available)}; available columns are "
                 f"{', '.join(available)}"
             )
 
@@ -293,6 +305,7 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
         )
     )
     flagged = [entry for entry in entries if entry["status"] == "flagged"]
+    durations = next((v.values for v in plan.variables if v.name == "duration_s"), None)
     for entry in entries:
         if entry["status"] not in ("flagged", "borderline"):
             continue
@@ -303,7 +316,7 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
         )
         what = "shortcut: " if entry["status"] == "flagged" else "possible shortcut (borderline): "
         how = "alone predicts" if entry["status"] == "flagged" else "weakly predicts"
-        remedy = f"; {LENGTH_REMEDY}" if entry["name"] in LENGTH_VARIABLES else ""
+        remedy = f"; {length_remedy(durations)}" if entry["name"] in LENGTH_VARIABLES else ""
         warn(
             f"{what}{named} {how} {data.label_column!r} "
             f"({describe_figure(entry)}); the models may score on it rather than on the EEG "

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import Dataset
 
 from eegformer_cli.console import warn
-from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.errors import InputDataError, UsageError, did_you_mean
 from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
 
@@ -78,8 +78,8 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
             c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")
         ]
         raise UsageError(
-            f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}; "
-            f"available columns are {', '.join(columns)}",
+            f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}"
+            f"{did_you_mean(label_column, columns)}; available columns are {', '.join(columns)}",
             hint="check --label-column",
         )
     ok_rows = [row for row in rows if row.get("status") == "ok"]

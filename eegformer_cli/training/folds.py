@@ -20,7 +20,7 @@ from scipy.special import softmax
 
 from eegformer_cli import console
 from eegformer_cli.devices import resolve_device, resolve_precision
-from eegformer_cli.errors import UsageError
+from eegformer_cli.errors import UsageError, did_you_mean
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (
@@ -117,6 +117,7 @@ def _positive_label(label_names: list[str], positive_label: str | None) -> str |
         raise UsageError(
             f"invalid --positive-label {positive_label!r}; allowed values are "
             + ", ".join(repr(n) for n in label_names)
+            + did_you_mean(positive_label, label_names)
         )
     return positive_label
 
