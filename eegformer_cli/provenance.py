@@ -21,10 +21,21 @@ kind                when
 ``sampling_rate``   the recording's own sampling rate is more than :data:`FAR_FACTOR` times
                     outside the training recordings' range
 ``duration``        its length is, likewise
-``in_training_data`` the same signal (:func:`~eegformer_cli.recordings.reading.signal_sha256`)
-                    or the same participant id was in the model's training data: its prediction
-                    is optimistic, the run's ``oof_predictions.tsv`` has the honest ones
+``in_training_data`` the same signal (:func:`~eegformer_cli.recordings.reading.signal_sha256`),
+                    a copy of a training recording that was cropped, filtered or resampled (its
+                    connectivity fingerprint, :func:`fingerprint`), or the same participant id
+                    was in the model's training data: its prediction is optimistic, the run's
+                    ``oof_predictions.tsv`` has the honest ones
 ==================  ===========================================================================
+
+The connectivity fingerprint: a recording's mean coherence and wPLI of every channel pair and
+band, minus those of the model's training recordings, as a unit vector. A copy cropped to a
+third, band-passed or resampled keeps its original's (cosine 0.63 and above, 12 recordings of
+a resting-state dataset changed six ways each), while no two of that dataset's 84 people, nor
+two of one person's recordings of different conditions in another, come closer than 0.53
+(docs/benchmarks.md): :data:`FINGERPRINT_MATCH` lies between. The signal hash recognises
+an unchanged copy under any name; the fingerprint a changed one; neither recognises another
+recording of the same person, which only the participant id can.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+
+import numpy as np
 
 #: Kinds of warning, in the order they are listed.
 WARNING_KINDS = (
@@ -63,6 +76,60 @@ PROVENANCE_COLUMNS = (
     "warnings",
 )
 SEX_NAMES = {0.0: "M", 1.0: "F"}
+#: Cosine similarity of connectivity fingerprints from which a recording is taken for a copy of
+#: a training recording (module docstring).
+FINGERPRINT_MATCH = 0.6
+
+
+def connectivity_vector(coh: np.ndarray, wpli: np.ndarray) -> np.ndarray:
+    """(coh, wpli) float (n_segments, n_bands, C, C), or (n_bands, C, C) for a mean connectome
+    -> float64 (2 · n_bands · C(C-1)/2,): the means over segments of every band's upper
+    triangle, coherence then wPLI."""
+    rows, cols = np.triu_indices(coh.shape[-1], k=1)
+    means = [
+        (x if x.ndim == 3 else x.mean(axis=0, dtype=np.float64))[:, rows, cols].ravel()
+        for x in (coh, wpli)
+    ]
+    return np.concatenate(means).astype(np.float64)
+
+
+def fingerprint(coh: np.ndarray, wpli: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """A recording's connectivity fingerprint (module docstring): float32 unit vector, its
+    :func:`connectivity_vector` minus ``reference`` (that of the training mean connectome)."""
+    deviation = connectivity_vector(coh, wpli) - reference
+    norm = np.linalg.norm(deviation)
+    return (deviation / norm if norm > 0 else deviation).astype(np.float32)
+
+
+def training_fingerprints(arrays: Iterable[tuple], reference: dict) -> dict:
+    """``training_data``'s fingerprint entries: ``fingerprint_reference`` float32 (the
+    :func:`connectivity_vector` of ``reference``, ``{"coh", "wpli"}`` (n_bands, C, C), the
+    training mean connectome) and ``fingerprints`` float16 (n_recordings, n_features), one per
+    (coh, wpli) of ``arrays``, in the order of ``training_data["recordings"]``."""
+    centre = connectivity_vector(reference["coh"], reference["wpli"])
+    return {
+        "fingerprint_reference": centre.astype(np.float32),
+        "fingerprints": np.array(
+            [fingerprint(coh, wpli, centre) for coh, wpli in arrays], dtype=np.float16
+        ),
+    }
+
+
+def _copied_recording(item, training: dict) -> tuple[str, float] | None:
+    """(training recording id, similarity) when ``item``'s fingerprint matches one
+    (:data:`FINGERPRINT_MATCH`); None otherwise, or when the model file stores none."""
+    stored = training.get("fingerprints")
+    if stored is None or item.coh is None or not len(training["recordings"]):
+        return None
+    centre = np.asarray(training["fingerprint_reference"], dtype=np.float64)
+    prints = np.asarray(stored, dtype=np.float32)
+    if prints.shape[1] != len(centre):
+        return None
+    similarity = prints @ fingerprint(item.coh, item.wpli, centre)
+    best = int(np.argmax(similarity))
+    if similarity[best] < FINGERPRINT_MATCH:
+        return None
+    return training["recordings"][best], float(similarity[best])
 
 
 def _known(value) -> bool:
@@ -184,12 +251,18 @@ def _recording_warnings(item, training: dict) -> list[str]:
 
 
 def _membership_warning(item, training: dict, model_file: Path) -> list[str]:
-    """The ``in_training_data`` warning, or none: the same signal, else the same participant."""
+    """The ``in_training_data`` warning, or none: the same signal, else a copy of a training
+    recording (its fingerprint), else the same participant."""
     same_signal = training["signal_sha256"].get(item.signal_sha256 or "")
     if same_signal == item.recording_id:
         why = "the model was trained on this recording"
     elif same_signal is not None:
         why = f"the model was trained on this signal (training recording {same_signal})"
+    elif copied := _copied_recording(item, training):
+        why = (
+            f"its connectivity matches training recording {copied[0]}'s (fingerprint "
+            f"similarity {copied[1]:.2f}): a cropped, filtered or resampled copy of it?"
+        )
     elif item.participant_id is not None and item.participant_id in training["participants"]:
         why = (
             f"participant {item.participant_id} was in the training data (if this is another "

@@ -136,6 +136,72 @@ def test_a_training_recording_warns_raw_renamed_or_from_the_preprocess_folder(
     assert all(row["age_source"] in ("manifest", "none") for row in json_rows(output))
 
 
+def test_a_filtered_copy_of_a_training_recording_is_recognised_by_its_fingerprint(
+    sample_run, tmp_path, capsys
+):
+    """The signal hash misses a changed copy; its connectivity fingerprint, stored in
+    model.pt, does not, and the same change of a recording the model never saw raises
+    nothing (cropped copies: the test below, on real recordings)."""
+    from eegformer_cli.provenance import FINGERPRINT_MATCH
+
+    def change(raw):
+        raw.filter(2, 30, verbose="error")
+
+    seen = sample_run["seen"][0]
+    copy = edited_copy(EEG / f"{seen}_task-rest_eeg.edf", tmp_path / "copy.edf", change)
+    other = edited_copy(UNSEEN, tmp_path / "other.edf", change)
+    code, output = run_main(
+        capsys,
+        "predict",
+        sample_run["model"],
+        copy,
+        other,
+        "--age",
+        50,
+        "--sex",
+        "F",
+        "--format",
+        "json",
+    )
+    assert code == 0, output
+    rows = {row["recording_id"]: row for row in json_rows(output)}
+    warning = rows["copy"]["warnings"][0]
+    assert warning.startswith(
+        f"in_training_data: its connectivity matches training recording {seen}_task-rest_eeg's"
+    ), warning
+    similarity = float(warning.split("similarity ")[1].split(")")[0])
+    assert FINGERPRINT_MATCH <= similarity <= 1
+    assert not any(w.startswith("in_training_data") for w in rows["other"]["warnings"])
+
+
+def test_cropped_and_filtered_copies_of_real_recordings_keep_their_fingerprint(msu_dir):
+    """24 msu-schizophrenia recordings as a training set (15 s segments, as `preprocess`
+    chooses for them): a copy of eight, the middle 30 s of 60 band-passed 2-30 Hz, matches its
+    original above FINGERPRINT_MATCH, and no other recording's; no two originals match."""
+    import numpy as np
+
+    from eegformer_cli.preprocess.recording import preprocess_raw
+    from eegformer_cli.provenance import FINGERPRINT_MATCH, fingerprint, training_fingerprints
+    from eegformer_cli.recordings.reading import read_recording
+
+    settings = PreprocessSettings.from_preset("default", epoch_length=15.0)
+    paths = sorted((msu_dir / "eeg").glob("*.edf"))[:24]
+    originals = [preprocess_raw(read_recording(path, preload=True), settings) for path in paths]
+    reference = {
+        key: np.mean([getattr(c, key).mean(axis=0) for c in originals], axis=0)
+        for key in ("coh", "wpli")
+    }
+    stored = training_fingerprints(((c.coh, c.wpli) for c in originals), reference)
+    prints = stored["fingerprints"].astype(np.float32)
+    similarity = prints @ prints.T
+    assert np.max(similarity[~np.eye(len(paths), dtype=bool)]) < FINGERPRINT_MATCH
+    for index, path in list(enumerate(paths))[::3]:
+        raw = read_recording(path, preload=True).crop(15, 45).filter(2, 30, verbose="error")
+        copy = preprocess_raw(raw, settings)
+        matches = prints @ fingerprint(copy.coh, copy.wpli, stored["fingerprint_reference"])
+        assert np.argmax(matches) == index and matches[index] >= FINGERPRINT_MATCH, matches
+
+
 def test_unicode_file_names_give_distinct_readable_ids(sample_run, tmp_path, capsys):
     folder = tmp_path / "names"
     folder.mkdir()

@@ -252,3 +252,21 @@ def read_covariances(recording: RecordingInfo, channels: list[str]) -> np.ndarra
     """The band covariances of one recording's connectome (:func:`output.read_covariances`):
     float32 (n_covariance_bands, C, C), V^2, or None when its file has none."""
     return output.read_covariances(recording.connectome, len(channels), recording.recording_id)
+
+
+def recording_fingerprints(
+    data: TrainingData, recordings: list[RecordingInfo], reference: dict
+) -> dict[str, torch.Tensor]:
+    """The connectivity fingerprints of ``recordings`` against ``reference`` (the training
+    mean connectome, ``{"coh", "wpli"}`` (n_bands, C, C)), as ``model.pt``'s
+    ``training_data`` keeps them (:func:`provenance.training_fingerprints`, as tensors)."""
+    from eegformer_cli.provenance import training_fingerprints
+
+    dataset = ConnectomeDataset(
+        recordings, data.label_names, data.channels, data.bands, cache_bytes=0
+    )
+    arrays = (dataset.recording_arrays(r) for r in range(len(recordings)))
+    return {
+        key: torch.from_numpy(value)
+        for key, value in training_fingerprints(arrays, reference).items()
+    }

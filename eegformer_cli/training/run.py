@@ -69,6 +69,7 @@ from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
 from eegformer_cli.training.config import TrainConfig, current_train_fields
+from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, recording_fingerprints
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
 from eegformer_cli.training.folds import (
     REFERENCES,
@@ -195,7 +196,8 @@ def _save_model(
 ) -> None:
     """A model file (``model.pt``, ``folds/<name>.pt``): demographic scaling and the reference
     connectome from ``fit_recs``; ``training_data`` describes ``seen_recs``, every recording
-    that shaped the model (fit and epoch selection)."""
+    that shaped the model (fit and epoch selection), and for ``model.pt`` holds their
+    connectivity fingerprints (float16 tensors, :func:`provenance.training_fingerprints`)."""
     from eegformer_cli.provenance import describe_training_data
 
     data = plan.data
@@ -208,6 +210,9 @@ def _save_model(
         )
         stats = connectivity_stats(dataset.recording_arrays(r) for r in range(len(fit_recs)))
         reference = {"coh": stats["coh_mean"], "wpli": stats["wpli_mean"]}
+    training_data = describe_training_data(seen_recs, manifest, data.data_dir)
+    if trained_on != "fold":  # what predict recognises a changed copy of them by
+        training_data.update(recording_fingerprints(data, seen_recs, reference))
     save_model_file(
         path,
         model,
@@ -221,7 +226,7 @@ def _save_model(
         demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
         train_config=plan.config.to_dict(),
         trained_on=trained_on,
-        training_data=describe_training_data(seen_recs, manifest, data.data_dir),
+        training_data=training_data,
         reference_connectome=reference,
     )
 
