@@ -47,6 +47,8 @@ benchmarks: $(STAMP)
 	  --variants default,coarse_only,no_drofe > $(BENCH_OUT)/bench_accuracy.json
 	$(BIN)/python benchmarks/bench_permutations.py --out $(BENCH_OUT)/permutations \
 	  > $(BENCH_OUT)/bench_permutations.json
+	$(BIN)/python benchmarks/bench_fingerprint.py --out $(BENCH_OUT)/fingerprint \
+	  > $(BENCH_OUT)/bench_fingerprint.json
 
 sample-data: $(STAMP)
 	$(BIN)/eegformer simulate --out sample_data --overwrite
