@@ -86,6 +86,13 @@ def progress_bar(transient: bool = False) -> Progress | PlainProgress:
     return rich_progress(stderr, transient)
 
 
+def progress_lines() -> PlainProgress:
+    """The progress of a command whose results stream to stdout as they come (``predict``'s
+    rows): the plain lines of :class:`PlainProgress` when stderr is not a terminal, and nothing
+    on a terminal, where the rows show the progress and a bar would be drawn over them."""
+    return PlainProgress(silent=stderr.is_terminal)
+
+
 def rich_progress(on: Console, transient: bool = False) -> Progress:
     """The progress bar of :func:`progress_bar` on the console ``on``: description, bar,
     done/total, elapsed and remaining time, status."""
@@ -125,8 +132,9 @@ class PlainProgress:
     interval; the calls are those of :class:`rich.progress.Progress` that the commands use.
     """
 
-    def __init__(self, interval_s: float | None = None):
+    def __init__(self, interval_s: float | None = None, silent: bool = False):
         self.interval_s = PLAIN_PROGRESS_INTERVAL_S if interval_s is None else interval_s
+        self.silent = silent  # keeps count, prints nothing
         self._tasks: dict[int, _PlainTask] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
@@ -135,12 +143,14 @@ class PlainProgress:
         self._started = time.monotonic()
 
     def __enter__(self) -> PlainProgress:
-        self._thread.start()
+        if not self.silent:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def add_task(
         self, description: str, total: float | None = None, completed: float = 0, **fields

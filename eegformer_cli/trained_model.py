@@ -238,14 +238,18 @@ class TrainedModel:
             + list(provenance.PROVENANCE_COLUMNS)
         )
         rows, failures, warning_lines = [], [], _WarningLines()
-        for row in predict_recordings(self._bundle, items, self._device, self._precision, coverage):
-            if "error" in row:
-                failures.append(_print_failure(row["recording_id"], row["error"]))
-                continue
-            warning_lines.print(row["recording_id"], row["warnings"])
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
+        predicted = predict_recordings(self._bundle, items, self._device, self._precision, coverage)
+        with console.progress_lines() as progress:
+            task = progress.add_task("predict", total=len(items), status="")
+            for row in predicted:
+                progress.advance(task)
+                if "error" in row:
+                    failures.append(_print_failure(row["recording_id"], row["error"]))
+                    continue
+                warning_lines.print(row["recording_id"], row["warnings"])
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
         warning_lines.close()
         table = pd.DataFrame(rows, columns=columns)
         self._finish(

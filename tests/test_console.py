@@ -91,9 +91,17 @@ def test_without_a_terminal_long_steps_print_done_total_and_time_left(capsys):
     assert all("folds 4/4" not in line for line in lines)
 
 
-def test_progress_lines_are_plain_when_stderr_is_not_a_terminal():
+def test_progress_lines_are_plain_when_stderr_is_not_a_terminal(monkeypatch, capsys):
     assert not console.stderr.is_terminal  # under pytest
     assert isinstance(console.progress_bar(), PlainProgress)
+    assert not console.progress_lines().silent  # predict's lines, as every long step's
+    # on a terminal predict's rows are the progress: its lines stay silent
+    monkeypatch.setattr(type(console.stderr), "is_terminal", property(lambda self: True))
+    with console.progress_lines() as quiet:
+        quiet.interval_s = 0.01
+        quiet.add_task("predict", total=3, status="")
+        time.sleep(0.05)
+    assert quiet.silent and capsys.readouterr().err == ""
 
 
 def test_the_progress_bar_fits_80_columns():

@@ -431,7 +431,7 @@ def _named_participants(
     }
     if not named:
         raise UsageError(
-            f"--participant-pattern {pattern.pattern!r} matches none of the {len(paths)} file "
+            f"--participant-pattern '{pattern.pattern}' matches none of the {len(paths)} file "
             f"names (e.g. {paths[0].name})",
             hint="its first group (...) must capture the participant in names such as that",
         )
@@ -440,7 +440,7 @@ def _named_participants(
         if lacking:
             shown = ", ".join(lacking[:5]) + (", ..." if len(lacking) > 5 else "")
             raise InputDataError(
-                f"--participant-pattern {pattern.pattern!r} captured {len(lacking)} "
+                f"--participant-pattern '{pattern.pattern}' captured {len(lacking)} "
                 f"participant id(s) that the participants table does not list: {shown}",
                 path=participants_file,
                 hint="change the pattern so it captures the table's ids, or add them to the table",
@@ -450,7 +450,7 @@ def _named_participants(
         shown = ", ".join(unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
         console.warn(
             escape(
-                f"--participant-pattern {pattern.pattern!r} does not match {len(unmatched)} "
+                f"--participant-pattern '{pattern.pattern}' does not match {len(unmatched)} "
                 f"of {len(paths)} file names ({shown}); their participant comes from the "
                 "tables or the BIDS sub- entity, if any"
             )

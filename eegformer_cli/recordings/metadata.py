@@ -360,13 +360,13 @@ def participant_pattern(text: str | None) -> re.Pattern | None:
         pattern = re.compile(text)
     except re.error as exc:
         raise UsageError(
-            f"invalid --participant-pattern {text!r}: {exc}",
+            f"invalid --participant-pattern '{text}': {exc}",
             hint="a Python regular expression whose first group is the participant, "
             "e.g. '^(.+)_\\d+' for Subject15_1.edf",
         ) from None
     if pattern.groups < 1:
         raise UsageError(
-            f"invalid --participant-pattern {text!r}: it has no group (...) for the participant",
+            f"invalid --participant-pattern '{text}': it has no group (...) for the participant",
             hint="e.g. '^(.+)_\\d+' for Subject15_1.edf",
         )
     return pattern
