@@ -358,6 +358,7 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
     )
     assert code == 0, output
     assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == [
+        ".eegformer",  # the marker: explain made this folder
         "attention.csv",
         "attention_diagnostics.csv",
         "band_importance.csv",

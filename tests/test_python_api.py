@@ -31,7 +31,7 @@ SIGNATURES = {
     "TrainedModel.predict_proba": "(self, raw_or_paths, age=None, sex=None, **options)",
     "TrainedModel.explain": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
     "target=None, contrast=None, method='integrated_gradients', n_steps=128, "
-    "all_heads=False, max_interpolated=None, strict=False, out=None)",
+    "all_heads=False, max_interpolated=None, strict=False, out=None, overwrite=False)",
     "Explanations": "(recordings, band_importance, attention, attention_diagnostics, "
     "channel_pairs, contrast, per_recording)",
     "preprocess_raw": "(raw, settings='default', channels=None)",
@@ -46,22 +46,22 @@ SIGNATURES = {
     "commands.preprocess": "(inputs, out, *, participants=None, recordings=None, "
     "preset='default', channels=None, max_interpolated=None, bands=None, "
     "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
-    "backend='local', scheduler=None, overwrite=False, crop=None)",
+    "backend='local', scheduler=None, overwrite=False, crop=None, participant_pattern=None)",
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
     "config=None, cv=None, repeats=None, holdout=None, splits=None, "
     "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
     "device=None, precision=None, no_xai=False, frequency_encoding=None, "
     "positive_label=None, "
     "n_jobs=1, overwrite=False, fold=None, merge=None, confounds=None, "
-    "permutations=0, permutation_model='reference')",
+    "permutations=0, permutation_model='reference', split_by='participant')",
     "commands.predict": "(model, inputs, *, participants=None, age=None, sex=None, "
     "max_interpolated=None, device='auto', precision='auto', strict=False, "
     "on_row=None, coverage=None)",
     "commands.explain": "(model, inputs, out, *, target=None, contrast=None, "
     "method='integrated_gradients', "
     "n_steps=128, all_heads=False, participants=None, max_interpolated=None, "
-    "device='auto', strict=False)",
-    "commands.report": "(run_dir, *, explanations=None, out=None, band=None)",
+    "device='auto', strict=False, overwrite=False)",
+    "commands.report": "(run_dir, *, explanations=None, out=None, band=None, overwrite=False)",
 }
 CLASSES = ("TrainedModel", "PreprocessSettings", "Connectome")
 EXCEPTIONS = (
