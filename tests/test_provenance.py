@@ -253,9 +253,9 @@ def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run,
     )
     assert code == 0, output
     row = json_rows(output)[0]
-    assert row["warnings"][0] == (
+    assert row["warnings"][0] == (  # the file's BIDS sub- entity names its participant
         f"not_in_table: {table} does not list this recording (no "
-        "participant matched); age and sex unknown unless given by "
+        "row for sub-13); age and sex unknown unless given by "
         "--age / --sex"
     )
     # every training recording had an age: an unknown one is outside what the model saw
