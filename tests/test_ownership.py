@@ -23,7 +23,8 @@ from eegformer_cli.ownership import (
     is_report,
     recognised_kinds,
 )
-from eegformer_cli.training.run import RUN_FILES, _clear_run, run_training
+from eegformer_cli.training.run import run_training
+from eegformer_cli.training.run_folder import RUN_FILES, _clear_run
 
 NOTES = "my notes: do not lose\n"
 
