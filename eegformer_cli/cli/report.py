@@ -30,9 +30,9 @@ def report(
 
         eegformer report run --explanations explanations --out run/report.html
 
-    Exit codes: 0 written, 2 bad flags (a --band the explanations lack) or --out is a file
-    eegformer did not write (without --overwrite), 3 RUN_DIR is not a run folder, 5 the file
-    cannot be written.
+    Exit codes: 0 written, 2 bad flags (a --band the explanations lack) or an --out file that
+    is not a report eegformer wrote (without --overwrite), 3 RUN_DIR is not a run folder, 5
+    the file cannot be written.
     """
     typer.echo(
         str(
