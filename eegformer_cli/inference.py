@@ -310,7 +310,23 @@ def _preprocess_raw(
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
     _set_recorded(item, {key: getattr(connectome, key) for key in output.RECORDED})
+    item.signal_sha256 = _comparable_hash(bundle, recording, connectome.signal_sha256)
     return item
+
+
+def _comparable_hash(bundle, recording, signal_sha256: str) -> str:
+    """``signal_sha256``, or, for a model file whose training recordings were hashed by an
+    earlier version (channel by channel), ``recording``'s hash made that way: what the model's
+    training-data check (:mod:`eegformer_cli.provenance`) and ``explain``'s out-of-fold models
+    compare with. It reads the recording again, once per channel, in bounded memory."""
+    from eegformer_cli.recordings import reading
+
+    hashes = (bundle.training_data or {}).get("signal_sha256", {})
+    if not reading.needs_channel_major_hash(hashes):
+        return signal_sha256
+    if isinstance(recording, Path):
+        recording = reading.read_recording(recording, preload=not reading.reads_lazily(recording))
+    return reading.channel_major_sha256(recording)
 
 
 def raw_inputs(
