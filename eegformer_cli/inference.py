@@ -389,6 +389,8 @@ def _checked_age(age) -> float | None:
 # Settings that do not change a recording's tokens: the preset is only a name for the others,
 # and max_interpolated decides which recordings pass, not what their tokens are.
 _SETTINGS_NOT_COMPARED = ("preset", "max_interpolated", "channels", "bands")
+#: The resampling of settings stored before it was a setting (``PreprocessSettings.from_dict``).
+_EARLIER_RESAMPLING = {"resample_method": "fft"}
 
 
 def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
@@ -423,10 +425,11 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
             path=folder,
             hint=hint,
         )
-    settings = stored.get("settings", {})
+    # settings stored without a resampling method were made with MNE's FFT method
+    settings = {**_EARLIER_RESAMPLING, **stored.get("settings", {})}
     differences = [
         f"{key} {settings[key]!r} (model: {expected!r})"
-        for key, expected in bundle.preprocess_settings.items()
+        for key, expected in {**_EARLIER_RESAMPLING, **bundle.preprocess_settings}.items()
         if key not in _SETTINGS_NOT_COMPARED and key in settings and settings[key] != expected
     ]
     if differences:
