@@ -244,8 +244,8 @@ def preprocess_raw(
     Parameters
     ----------
     raw : mne.io.BaseRaw
-        The recording (any MNE reader, or made in memory). It is not modified; a Raw that is
-        not preloaded is loaded into a copy.
+        The recording (any MNE reader, or made in memory). It is not modified nor copied; a
+        Raw that is not preloaded is read from its file a chunk at a time (flat memory).
     settings : PreprocessSettings | str | dict
         The settings: a :class:`PreprocessSettings`, a preset name (``"default"`` or
         ``"paper"``), or a dict as :meth:`PreprocessSettings.to_dict` gives (a model's stored
