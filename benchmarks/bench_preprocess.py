@@ -1,6 +1,6 @@
-"""Preprocessing benchmark: throughput with 1 and 2 workers, and peak memory of one long recording.
+"""Preprocessing benchmark: throughput with 1 and 2 workers, and peak memory against length.
 
-Measures, and prints as JSON on stdout:
+Measures, and prints as JSON on stdout (``--parts`` chooses which):
 
 - ``throughput``: for each recording set (msu-schizophrenia from ../shared/data when present,
   and synthetic 19-channel 256 Hz EDF recordings), the wall time of
@@ -11,10 +11,24 @@ Measures, and prints as JSON on stdout:
 - ``peak_memory``: the peak resident memory (``ru_maxrss`` of a child process) of
   :func:`process_recording` on a synthetic 20-minute, 19-channel, 256 Hz EDF recording
   (target: < 1.5 GiB), next to the child's memory after the imports alone.
+- ``length_sweep``: the same, and the child's wall and CPU seconds per recording-minute, for
+  synthetic 19-channel, 256 Hz EDF recordings of ``--sweep-minutes`` (10 min, 2, 8 and 24 h):
+  peak memory must be flat in the length (24 h within 1.2x the 2-hour figure, under 1 GB).
+  With ``--baseline DIR`` (a checkout of another version, e.g. ``git worktree add
+  ../baseline 263a978``) the same children run that version's code too, alternating with this
+  one's (``--baseline-minutes``, ``--repeats`` each), so both see the same machine load.
+- ``four_nights``: ``run_preprocess`` with ``n_jobs`` 2 on four 8-hour recordings in a child
+  process, the summed RSS of it and its workers sampled every 0.2 s (target: < 2.5 GB).
+
+The long recordings are written to disk in 10-minute pieces (:func:`write_synthetic_edf`: a
+24-hour float64 array would take 3.4 GB) under ``--workdir`` (default: the system's temporary
+folder) and deleted after use (24 h at 19 channels and 256 Hz: 840 MB of EDF).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_preprocess.py [--synthetic 24 --minutes 10 --repeats 3] > result.json
+    .venv/bin/python benchmarks/bench_preprocess.py --parts length_sweep,four_nights \
+        --baseline ../baseline > long.json
 
 The machine is shared: run it when it is quiet, and record the CPU (``lscpu``) with the figures.
 """
@@ -27,12 +41,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import mne
 import numpy as np
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
+from stress_preprocess import tree_rss_bytes
 
 from eegformer_cli.recordings.channels import STANDARD_1020
 
@@ -55,27 +71,89 @@ print(json.dumps({"wall": wall, "cpu_main": cpu(resource.getrusage(resource.RUSA
 """
 
 PEAK_MEMORY_CHILD = """
-import re, resource, sys
+import re, resource, sys, time
 from pathlib import Path
+from threadpoolctl import threadpool_limits
 from eegformer_cli.preprocess import PreprocessSettings, process_recording
 status = Path("/proc/self/status").read_text()
 after_imports = int(re.search(r"VmRSS:\\s+(\\d+)", status).group(1))
-connectome = process_recording(sys.argv[1], PreprocessSettings.from_preset("default"))
+started, cpu_started = time.perf_counter(), time.process_time()
+with threadpool_limits(limits=1):  # one BLAS thread, as a preprocess worker
+    connectome = process_recording(sys.argv[1], PreprocessSettings.from_preset(sys.argv[2]))
+wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(after_imports, peak, connectome.coh.shape[0])
+print(after_imports, peak, connectome.coh.shape[0], wall, cpu)
 """
 
+#: EDF physical range (uV) of the synthetic recordings, and their record length (s).
+EDF_RANGE_UV = 500.0
+EDF_RECORD_S = 1
 
-def write_synthetic_edf(path: Path, minutes: float, seed: int, sfreq: float = 256.0) -> Path:
-    """A 19-channel recording (~20 uV noise plus a shared 10 Hz rhythm) saved as EDF."""
-    rng = np.random.default_rng(seed)
-    n_times = int(minutes * 60 * sfreq)
-    alpha = np.sin(2 * np.pi * 10 * np.arange(n_times) / sfreq)
-    data = rng.standard_normal((19, n_times)) + rng.uniform(0.5, 1.5, (19, 1)) * alpha
-    raw = mne.io.RawArray(
-        data * 1e-5, mne.create_info(list(STANDARD_1020), sfreq, "eeg"), verbose=False
+
+def write_synthetic_edf(
+    path: Path,
+    minutes: float,
+    seed: int,
+    sfreq: int = 256,
+    piece_s: int = 600,
+    noise: str = "normal",
+) -> Path:
+    """A 19-channel recording (~10 uV noise plus a shared 10 Hz rhythm of 5-15 uV) saved as EDF
+    (16 bits, 1 s records), generated and written ``piece_s`` seconds at a time so that a
+    recording of any length takes bounded memory to make. ``noise`` "laplace" gives
+    super-Gaussian sources, on which extended infomax ICA converges in a few iterations (on
+    Gaussian noise it runs to its iteration limit)."""
+    n_channels, per_record = len(STANDARD_1020), sfreq * EDF_RECORD_S
+    n_records = int(round(minutes * 60 / EDF_RECORD_S))
+
+    def field(value, width: int) -> bytes:
+        return str(value).ljust(width)[:width].encode("ascii")
+
+    header = b"".join(
+        [
+            field(0, 8),
+            field("X X X X", 80),
+            field("Startdate 01-JAN-2020 X X X", 80),
+            field("01.01.20", 8),
+            field("00.00.00", 8),
+            field(256 * (n_channels + 1), 8),
+            field("", 44),
+            field(n_records, 8),
+            field(EDF_RECORD_S, 8),
+            field(n_channels, 4),
+        ]
     )
-    mne.export.export_raw(path, raw, fmt="edf", overwrite=True, verbose=False)
+    signal_fields = [
+        ("label", 16),
+        ("", 80),
+        ("uV", 8),
+        (-EDF_RANGE_UV, 8),
+        (EDF_RANGE_UV, 8),
+        (-32768, 8),
+        (32767, 8),
+        ("", 80),
+        (per_record, 8),
+        ("", 32),
+    ]
+    for index, (value, width) in enumerate(signal_fields):
+        header += b"".join(field(name if index == 0 else value, width) for name in STANDARD_1020)
+    rng = np.random.default_rng(seed)
+    gains = rng.uniform(0.5, 1.5, (n_channels, 1))
+    with open(path, "wb") as handle:
+        handle.write(header)
+        for first in range(0, n_records, piece_s // EDF_RECORD_S):
+            records = min(piece_s // EDF_RECORD_S, n_records - first)
+            t = (first * per_record + np.arange(records * per_record)) / sfreq
+            draw = rng.laplace if noise == "laplace" else rng.normal
+            microvolts = 10 * draw(size=(n_channels, t.size)) + 10 * gains * np.sin(
+                2 * np.pi * 10 * t
+            )
+            digital = np.round((microvolts + EDF_RANGE_UV) / (2 * EDF_RANGE_UV) * 65535 - 32768)
+            digital = np.clip(digital, -32768, 32767).astype("<i2")
+            # (C, R*T) -> records of C signals of T samples each
+            handle.write(
+                digital.reshape(n_channels, records, per_record).transpose(1, 0, 2).tobytes()
+            )
     return path
 
 
@@ -147,36 +225,167 @@ def throughput(
     }
 
 
-def peak_memory(workdir: Path) -> dict:
-    path = write_synthetic_edf(workdir / "long_20min.edf", minutes=20, seed=99)
+def child_peak(path: Path, code_dir: Path = REPO, preset: str = "default") -> dict:
+    """:func:`process_recording` of ``path`` in a fresh process running the code of
+    ``code_dir`` (first on its PYTHONPATH): peak RSS, RSS after the imports, wall and CPU
+    seconds."""
+    environment = {**os.environ, "PYTHONPATH": str(code_dir), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", PEAK_MEMORY_CHILD, str(path)],
+        [sys.executable, "-c", PEAK_MEMORY_CHILD, str(path), preset],
         check=True,
         capture_output=True,
         text=True,
+        env=environment,
     )
-    after_imports_kib, peak_kib, n_segments = map(int, result.stdout.split())
+    after_imports_kib, peak_kib, n_segments, wall, cpu = result.stdout.split()
+    return {
+        "segments": int(n_segments),
+        "rss_after_imports_mib": round(int(after_imports_kib) / 1024, 1),
+        "peak_rss_mib": round(int(peak_kib) / 1024, 1),
+        "wall_s": round(float(wall), 2),
+        "cpu_s": round(float(cpu), 2),
+    }
+
+
+def peak_memory(workdir: Path) -> dict:
+    path = write_synthetic_edf(workdir / "long_20min.edf", minutes=20, seed=99)
+    try:
+        peak = child_peak(path)
+    finally:
+        path.unlink()
     return {
         "recording": "synthetic 20 min, 19 channels, 256 Hz (EDF)",
-        "segments": n_segments,
-        "rss_after_imports_mib": round(after_imports_kib / 1024, 1),
-        "peak_rss_mib": round(peak_kib / 1024, 1),
+        **{key: peak[key] for key in ("segments", "rss_after_imports_mib", "peak_rss_mib")},
         "target_mib": 1536,
     }
 
 
+def length_sweep(
+    workdir: Path,
+    minutes: list[float],
+    baseline: Path | None,
+    baseline_minutes: list[float],
+    repeats: int,
+    preset: str = "default",
+) -> list[dict]:
+    """Per length: peak RSS and seconds per recording-minute (wall and CPU) of this code, and of
+    ``baseline``'s for the lengths in ``baseline_minutes`` (alternating runs, medians), with
+    the preprocessing ``preset`` (``paper``: ICA, on Laplacian noise)."""
+    rows = []
+    for length in minutes:
+        path = write_synthetic_edf(
+            workdir / f"sweep_{length:g}min.edf",
+            minutes=length,
+            seed=7,
+            noise="laplace" if preset == "paper" else "normal",
+        )
+        codes = {"this": REPO}
+        if baseline is not None and length in baseline_minutes:
+            codes["baseline"] = baseline
+        try:
+            runs: dict[str, list[dict]] = {name: [] for name in codes}
+            for repeat in range(repeats if len(codes) > 1 else 1):
+                order = list(codes) if repeat % 2 == 0 else list(codes)[::-1]
+                for name in order:
+                    runs[name].append(child_peak(path, codes[name], preset))
+        finally:
+            path.unlink()
+        row = {"minutes": length, "preset": preset, "load_average": round(os.getloadavg()[0], 2)}
+        for name, samples in runs.items():
+            wall = float(np.median([r["wall_s"] for r in samples]))
+            cpu = float(np.median([r["cpu_s"] for r in samples]))
+            row[name] = {
+                "segments": samples[0]["segments"],
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in samples),
+                "rss_after_imports_mib": samples[0]["rss_after_imports_mib"],
+                "seconds_per_recording_minute": round(wall / length, 4),
+                "cpu_seconds_per_recording_minute": round(cpu / length, 4),
+                "wall_s_all": [r["wall_s"] for r in samples],
+                "cpu_s_all": [r["cpu_s"] for r in samples],
+            }
+        rows.append(row)
+        print(f"length sweep: {json.dumps(row)}", file=sys.stderr)
+    return rows
+
+
+FOUR_NIGHTS_CHILD = """
+import sys
+from pathlib import Path
+from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+summary = run_preprocess([Path(sys.argv[2])], Path(sys.argv[1]),
+                         PreprocessSettings.from_preset("default"), n_jobs=2)
+assert summary.n_error == 0
+"""
+
+
+def four_nights(workdir: Path, hours: float = 8.0, interval_s: float = 0.2) -> dict:
+    """``run_preprocess`` with ``n_jobs`` 2 on four recordings of ``hours``: the largest summed
+    RSS of the process and its workers (sampled every ``interval_s``), and the wall time."""
+    folder = workdir / "nights"
+    folder.mkdir()
+    try:
+        for seed in range(4):
+            write_synthetic_edf(folder / f"night{seed}.edf", minutes=hours * 60, seed=seed)
+        out = workdir / "nights-out"
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-c", FOUR_NIGHTS_CHILD, str(out), str(folder)],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        largest = 0
+        while process.poll() is None:
+            largest = max(largest, tree_rss_bytes(process.pid))
+            time.sleep(interval_s)
+        stderr = process.stderr.read()
+        if process.returncode != 0:
+            raise RuntimeError(f"four nights failed: {stderr[-2000:]}")
+        wall = time.monotonic() - started
+    finally:
+        for path in folder.glob("*.edf"):
+            path.unlink()
+    return {
+        "recordings": f"4 x {hours:g} h, 19 channels, 256 Hz (EDF)",
+        "n_jobs": 2,
+        "largest_summed_rss_mib": round(largest / 2**20, 1),
+        "target_mib": round(2.5e9 / 2**20, 1),  # 2.5 GB
+        "wall_s": round(wall, 1),
+        "seconds_per_recording_minute": round(wall / (4 * hours * 60), 4),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def minutes_list(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part]
+
+
+PARTS = ("throughput", "peak_memory", "length_sweep", "four_nights")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="throughput,peak_memory", help=", ".join(PARTS))
     parser.add_argument("--synthetic", type=int, default=24, help="synthetic recordings")
     parser.add_argument("--minutes", type=float, default=10.0, help="minutes per synthetic one")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per n_jobs (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per n_jobs / code (median)")
     parser.add_argument("--skip-msu", action="store_true", help="do not use msu-schizophrenia")
+    parser.add_argument("--sweep-minutes", type=minutes_list, default=[10, 120, 480, 1440])
+    parser.add_argument("--baseline", type=Path, help="another version's checkout to compare")
+    parser.add_argument("--baseline-minutes", type=minutes_list, default=[20, 120])
+    parser.add_argument("--workdir", type=Path, help="where the recordings are written")
+    parser.add_argument("--sweep-preset", default="default", help="default or paper (ICA)")
     args = parser.parse_args()
+    parts = [part for part in args.parts.split(",") if part]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown --parts {unknown}; choose from {', '.join(PARTS)}")
     mne.set_log_level("ERROR")
     report = {"machine": machine(), "load_average_before": os.getloadavg(), "throughput": []}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         workdir = Path(tmp)
-        if MSU.is_dir() and not args.skip_msu:
+        if "throughput" in parts and MSU.is_dir() and not args.skip_msu:
             report["throughput"].append(
                 throughput(
                     "msu-schizophrenia (84 x 1 min, 16 ch, 128 Hz)",
@@ -186,7 +395,7 @@ def main() -> None:
                     args.repeats,
                 )
             )
-        if args.synthetic:
+        if "throughput" in parts and args.synthetic:
             synthetic = workdir / "synthetic"
             synthetic.mkdir()
             for seed in range(args.synthetic):
@@ -200,7 +409,20 @@ def main() -> None:
                     args.repeats,
                 )
             )
-        report["peak_memory"] = peak_memory(workdir)
+        if "peak_memory" in parts:
+            report["peak_memory"] = peak_memory(workdir)
+        if "length_sweep" in parts:
+            sweep_lengths = sorted(set(args.sweep_minutes) | set(args.baseline_minutes))
+            report["length_sweep"] = length_sweep(
+                workdir,
+                sweep_lengths if args.baseline else args.sweep_minutes,
+                args.baseline,
+                args.baseline_minutes,
+                args.repeats,
+                args.sweep_preset,
+            )
+        if "four_nights" in parts:
+            report["four_nights"] = four_nights(workdir)
     report["load_average_after"] = os.getloadavg()
     json.dump(report, sys.stdout, indent=2)
     print()

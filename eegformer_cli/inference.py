@@ -310,7 +310,23 @@ def _preprocess_raw(
         return item
     item.coh, item.wpli = connectome.coh, connectome.wpli
     _set_recorded(item, {key: getattr(connectome, key) for key in output.RECORDED})
+    item.signal_sha256 = _comparable_hash(bundle, recording, connectome.signal_sha256)
     return item
+
+
+def _comparable_hash(bundle, recording, signal_sha256: str) -> str:
+    """``signal_sha256``, or, for a model file whose training recordings were hashed by an
+    earlier version (channel by channel), ``recording``'s hash made that way: what the model's
+    training-data check (:mod:`eegformer_cli.provenance`) and ``explain``'s out-of-fold models
+    compare with. It reads the recording again, once per channel, in bounded memory."""
+    from eegformer_cli.recordings import reading
+
+    hashes = (bundle.training_data or {}).get("signal_sha256", {})
+    if not reading.needs_channel_major_hash(hashes):
+        return signal_sha256
+    if isinstance(recording, Path):
+        recording = reading.read_recording(recording, preload=not reading.reads_lazily(recording))
+    return reading.channel_major_sha256(recording)
 
 
 def raw_inputs(
@@ -373,6 +389,8 @@ def _checked_age(age) -> float | None:
 # Settings that do not change a recording's tokens: the preset is only a name for the others,
 # and max_interpolated decides which recordings pass, not what their tokens are.
 _SETTINGS_NOT_COMPARED = ("preset", "max_interpolated", "channels", "bands")
+#: The resampling of settings stored before it was a setting (``PreprocessSettings.from_dict``).
+_EARLIER_RESAMPLING = {"resample_method": "fft"}
 
 
 def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
@@ -407,10 +425,11 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
             path=folder,
             hint=hint,
         )
-    settings = stored.get("settings", {})
+    # settings stored without a resampling method were made with MNE's FFT method
+    settings = {**_EARLIER_RESAMPLING, **stored.get("settings", {})}
     differences = [
         f"{key} {settings[key]!r} (model: {expected!r})"
-        for key, expected in bundle.preprocess_settings.items()
+        for key, expected in {**_EARLIER_RESAMPLING, **bundle.preprocess_settings}.items()
         if key not in _SETTINGS_NOT_COMPARED and key in settings and settings[key] != expected
     ]
     if differences:

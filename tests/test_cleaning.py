@@ -13,57 +13,90 @@ from eegformer_cli.recordings.channels import normalise_channels
 SFREQ = 128.0
 
 
-def sine_raw(freqs, seconds=60.0, sfreq=SFREQ, amplitude=1e-5):
-    """One channel per frequency, each a pure sine (volts)."""
+def sines(freqs, seconds=60.0, sfreq=SFREQ, amplitude=1e-5) -> np.ndarray:
+    """One channel per frequency, each a pure sine (volts): (n_freqs, n_times)."""
     t = np.arange(int(seconds * sfreq)) / sfreq
-    data = np.array([amplitude * np.sin(2 * np.pi * f * t) for f in freqs])
-    return mne.io.RawArray(
-        data, mne.create_info([f"s{i}" for i in range(len(freqs))], sfreq, "eeg"), verbose=False
-    )
+    return np.array([amplitude * np.sin(2 * np.pi * f * t) for f in freqs])
 
 
-def gain_db(before: mne.io.BaseRaw, after: mne.io.BaseRaw) -> np.ndarray:
+def gain_db(before: np.ndarray, after: np.ndarray, sfreq=SFREQ) -> np.ndarray:
     """Per-channel gain in dB, judged away from the edges."""
-    middle = slice(int(10 * SFREQ), int(50 * SFREQ))
-    return 20 * np.log10(
-        after.get_data()[:, middle].std(axis=1) / before.get_data()[:, middle].std(axis=1)
-    )
+    middle = slice(int(10 * sfreq), int(50 * sfreq))
+    return 20 * np.log10(after[:, middle].std(axis=1) / before[:, middle].std(axis=1))
 
 
 def test_bandpass_default_transition_removes_50_and_60_hz_line_noise():
-    raw = sine_raw([10, 40, 50, 60])
-    original = raw.get_data().copy()
-    gains = gain_db(raw, cleaning.bandpass(raw, 1, 45, cleaning.LINE_NOISE_H_TRANS_HZ))
+    data = sines([10, 40, 50, 60])
+    original = data.copy()
+    gains = gain_db(data, cleaning.bandpass(data, SFREQ, 1, 45, cleaning.LINE_NOISE_H_TRANS_HZ))
     np.testing.assert_allclose(gains[:2], 0, atol=0.1)  # 10 and 40 Hz pass
     assert gains[2] < -40 and gains[3] < -40  # 50 and 60 Hz line noise removed
-    np.testing.assert_array_equal(raw.get_data(), original)  # input untouched
+    np.testing.assert_array_equal(data, original)  # input untouched
+
+
+def test_bandpass_is_what_raw_filter_does():
+    data = np.random.default_rng(3).standard_normal((3, 3000)) * 1e-5
+    raw = mne.io.RawArray(data.copy(), mne.create_info(3, SFREQ, "eeg"), verbose=False)
+    raw.filter(1, 45, h_trans_bandwidth=5.0, verbose=False)
+    np.testing.assert_array_equal(cleaning.bandpass(data, SFREQ, 1, 45, 5.0), raw.get_data())
 
 
 def test_mne_automatic_transition_would_leave_50_hz_line_noise():
     """Why the default preset narrows the upper transition band: MNE's rule keeps 50 Hz."""
-    gains = gain_db(sine_raw([50]), cleaning.bandpass(sine_raw([50]), 1, 45, "auto"))
+    gains = gain_db(sines([50]), cleaning.bandpass(sines([50]), SFREQ, 1, 45, "auto"))
     assert gains[0] > -10
 
 
-def test_resample_returns_a_new_raw_at_the_rate():
-    raw = sine_raw([10], sfreq=500.0, seconds=10)
-    resampled = cleaning.resample(raw, SFREQ)
-    assert resampled.info["sfreq"] == SFREQ and raw.info["sfreq"] == 500.0
-    assert resampled.n_times == 10 * SFREQ
-    same = cleaning.resample(resampled, SFREQ)
-    assert same is not resampled and same.n_times == resampled.n_times
-
-
-def test_average_reference_zeroes_the_channel_mean():
-    rng = np.random.default_rng(0)
-    raw = mne.io.RawArray(
-        rng.standard_normal((4, 1000)) * 1e-5 + 3e-5,
-        mne.create_info(4, SFREQ, "eeg"),
-        verbose=False,
+@pytest.mark.parametrize("source_sfreq", [500.0, 256.0, 250.0, 199.99])
+def test_polyphase_resampling_keeps_the_band_and_removes_aliases(source_sfreq):
+    """10 and 40 Hz pass unchanged (within 0.3 %), 100 Hz (which would fold onto 28 Hz) is gone
+    (< -60 dB)."""
+    data = sines([10, 40, 100], seconds=60, sfreq=source_sfreq)
+    resampled = cleaning.resample(data, source_sfreq, SFREQ, "polyphase")
+    assert resampled.shape[1] == cleaning.resampled_length(
+        data.shape[1], source_sfreq, SFREQ, "polyphase"
     )
-    referenced = cleaning.average_reference(raw)
-    np.testing.assert_allclose(referenced.get_data().mean(axis=0), 0, atol=1e-20)
-    assert abs(raw.get_data().mean()) > 1e-5  # input untouched
+    assert abs(resampled.shape[1] - 60 * SFREQ) <= 1
+    middle = slice(1280, 60 * 128 - 1280)
+    expected = sines([10, 40], seconds=60)[:, middle]
+    np.testing.assert_allclose(resampled[:2, middle], expected, rtol=0, atol=3e-3 * 1e-5)
+    assert 20 * np.log10(resampled[2, middle].std() / data[2].std()) < -60
+
+
+def test_polyphase_resampling_of_a_chunk_equals_the_whole_away_from_its_edges():
+    data = np.random.default_rng(4).standard_normal((2, 50_000))
+    whole = cleaning.resample(data, 500.0, SFREQ, "polyphase")
+    up, down = cleaning.resample_factors(500.0, SFREQ)
+    assert (up, down) == (32, 125)
+    reach = cleaning.resample_reach(500.0, SFREQ)
+    start, stop = 125 * 100, 125 * 300  # a multiple of down: 3,200 and 9,600 at 128 Hz
+    part = cleaning.resample(data[:, start - 125 * 4 : stop + 125 * 4], 500.0, SFREQ, "polyphase")
+    assert reach < 125 * 4
+    np.testing.assert_allclose(part[:, 128 : 128 + 6400], whole[:, 3200:9600], rtol=0, atol=1e-12)
+
+
+def test_resampling_to_the_same_rate_is_no_copy_and_fft_is_mne_raw_resample():
+    data = sines([10], sfreq=500.0, seconds=10)
+    assert cleaning.resample(data, 500.0, 500.0, "polyphase") is data
+    raw = mne.io.RawArray(data.copy(), mne.create_info(1, 500.0, "eeg"), verbose=False)
+    np.testing.assert_array_equal(
+        cleaning.resample(data, 500.0, SFREQ, "fft"), raw.resample(SFREQ, verbose=False).get_data()
+    )
+
+
+def test_average_reference_is_mne_average_reference_leaving_bad_channels_alone():
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((4, 1000)) * 1e-5 + 3e-5
+    info = mne.create_info(4, SFREQ, "eeg")
+    info["bads"] = ["2"]
+    raw = mne.io.RawArray(data.copy(), info, verbose=False)
+    raw.set_eeg_reference("average", projection=False, verbose=False)
+    good = np.array([True, True, False, True])
+    referenced = cleaning.average_reference(data, good)
+    np.testing.assert_allclose(referenced, raw.get_data(), rtol=0, atol=1e-20)
+    np.testing.assert_allclose(referenced[good].mean(axis=0), 0, atol=1e-20)
+    np.testing.assert_array_equal(referenced[2], data[2])
+    assert abs(data.mean()) > 1e-5  # input untouched
 
 
 @pytest.mark.parametrize(
@@ -75,18 +108,36 @@ def test_auto_epoch_length(duration, expected):
 
 
 def test_segment_cuts_consecutive_windows_and_drops_the_tail():
-    raw = sine_raw([5, 7, 11], seconds=40)
-    segments, onsets = cleaning.segment(raw, 9.0)
+    data = sines([5, 7, 11], seconds=40)
+    segments, onsets = cleaning.segment(data, SFREQ, 9.0)
     assert segments.shape == (4, 3, 3, 384)  # 4 x 9 s in 40 s; 3 windows of 3 s; 3 channels
     np.testing.assert_allclose(onsets, [0, 9, 18, 27])
-    data = raw.get_data()
     start = int(18 * SFREQ) + 384  # segment 2, window 1
     np.testing.assert_array_equal(segments[2, 1], data[:, start : start + 384])
+    assert cleaning.segment(data[:, :700], SFREQ, 9.0)[0].shape == (0, 3, 3, 384)
 
 
-def test_segment_of_a_too_short_recording_is_a_recording_error():
+def test_a_recording_shorter_than_an_epoch_is_a_recording_error():
     with pytest.raises(RecordingError, match="too short: 5.0 s"):
-        cleaning.segment(sine_raw([10], seconds=5), 6.0)
+        cleaning.check_holds_an_epoch(5 * 128, SFREQ, 6.0)
+    cleaning.check_holds_an_epoch(6 * 128, SFREQ, 6.0)
+
+
+def test_crop_length_and_a_recording_too_short_for_it():
+    assert cleaning.crop_length(1000, SFREQ, 6.0) == 768
+    assert cleaning.crop_length(768, SFREQ, 6.0) == 768
+    with pytest.raises(RecordingError, match="too short for --crop 8: 6.0 s"):
+        cleaning.crop_length(768, SFREQ, 8.0)
+
+
+def test_ica_fits_on_the_whole_recording_up_to_30_minutes_and_on_30_blocks_beyond():
+    sfreq = 250.0
+    assert cleaning.ica_fit_spans(int(1800 * sfreq), sfreq) == [(0, 450_000)]
+    spans = cleaning.ica_fit_spans(int(8 * 3600 * sfreq), sfreq)
+    assert len(spans) == 30 and all(stop - start == 15_000 for start, stop in spans)  # 1 min
+    assert spans[0][0] == 0 and spans[-1][1] == 8 * 3600 * 250  # first to last minute
+    gaps = np.diff([start for start, _ in spans])
+    assert gaps.max() - gaps.min() <= 1  # evenly spread
 
 
 def test_reject_segments_flags_flat_and_absurd_channels_only():
@@ -111,9 +162,9 @@ def test_thresholds_keep_every_segment_of_real_recordings(msu_dir, eegmat_dir):
         eegmat_dir / "eeg" / "Subject09_1.edf",
     ):
         raw, _ = normalise_channels(mne.io.read_raw_edf(path, preload=True, verbose=False))
-        filtered = cleaning.bandpass(cleaning.resample(raw, SFREQ), 1, 45, 5.0)
-        segments, _ = cleaning.segment(filtered, 15.0)
-        keep, reasons = cleaning.reject_segments(segments, filtered.ch_names)
+        resampled = cleaning.resample(raw.get_data(), raw.info["sfreq"], SFREQ, "polyphase")
+        segments, _ = cleaning.segment(cleaning.bandpass(resampled, SFREQ, 1, 45, 5.0), SFREQ, 15.0)
+        keep, reasons = cleaning.reject_segments(segments, raw.ch_names)
         assert keep.all(), reasons
 
 
@@ -121,12 +172,15 @@ def test_ica_iclabel_is_reproducible_and_keeps_the_shape(eegmat_dir):
     raw, _ = normalise_channels(
         mne.io.read_raw_edf(eegmat_dir / "eeg" / "Subject00_2.edf", preload=True, verbose=False)
     )
-    raw = cleaning.average_reference(cleaning.bandpass(cleaning.resample(raw, SFREQ), 1, 45))
-    raw.crop(0, 30)
-    first, excluded = cleaning.run_ica_iclabel(raw, n_components=6, random_state=0)
-    second, _ = cleaning.run_ica_iclabel(raw, n_components=6, random_state=0)
-    assert first.get_data().shape == raw.get_data().shape
-    np.testing.assert_array_equal(first.get_data(), second.get_data())
+    data = cleaning.resample(raw.get_data(), raw.info["sfreq"], SFREQ, "polyphase")
+    data = cleaning.average_reference(cleaning.bandpass(data, SFREQ, 1, 45))[:, : 30 * 128]
+    info = mne.create_info(raw.ch_names, SFREQ, "eeg")
+    raw = mne.io.RawArray(data, info, verbose=False)
+    ica, excluded = cleaning.fit_ica_iclabel(raw, n_components=6, random_state=0)
+    again, _ = cleaning.fit_ica_iclabel(raw, n_components=6, random_state=0)
+    first = cleaning.apply_ica(ica, data, info)
+    assert first.shape == data.shape
+    np.testing.assert_array_equal(first, cleaning.apply_ica(again, data, info))
     assert set(excluded) <= {
         "muscle artifact",
         "eye blink",
@@ -135,4 +189,8 @@ def test_ica_iclabel_is_reproducible_and_keeps_the_shape(eegmat_dir):
         "channel noise",
     }
     # Removing components changes the data exactly when some were excluded.
-    assert np.allclose(first.get_data(), raw.get_data()) == (not excluded)
+    assert np.allclose(first, data) == (not excluded)
+    # one sample at a time: applied to a chunk, the chunk's samples of the whole
+    np.testing.assert_allclose(
+        cleaning.apply_ica(ica, data[:, 1000:2000], info), first[:, 1000:2000], rtol=1e-12
+    )

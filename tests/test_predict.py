@@ -190,6 +190,14 @@ def test_a_preprocess_folder_made_with_other_settings_is_refused(msu_run, tmp_pa
     # the same recordings given raw are preprocessed with the model's settings
     done = run_cli("predict", msu_run["model"], *edfs)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
+    # a folder of an earlier version (settings stored before the resampling method: FFT)
+    earlier = tmp_path / "earlier-version"
+    run_preprocess(edfs, earlier, PreprocessSettings.from_preset("default", epoch_length=15.0))
+    stored = json.loads((earlier / "preprocess.json").read_text())
+    del stored["settings"]["resample_method"]
+    (earlier / "preprocess.json").write_text(json.dumps(stored))
+    done = run_cli("predict", msu_run["model"], earlier)
+    assert done.returncode == 3 and "resample_method 'fft' (model: 'polyphase')" in done.stderr
 
 
 def _probabilities(done: subprocess.CompletedProcess) -> dict[str, float]:

@@ -22,7 +22,11 @@ from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.provenance import FAR_FACTOR, WARNING_KINDS, recording_warnings
-from eegformer_cli.recordings.reading import recording_id
+from eegformer_cli.recordings.reading import (
+    SIGNAL_HASH_PREFIX,
+    channel_major_sha256,
+    recording_id,
+)
 
 EEG = SAMPLE_DATA / "eeg"
 UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the sample run
@@ -320,6 +324,33 @@ def test_an_old_model_file_still_predicts_and_says_it_cannot_check(sample_run, t
     assert len(notes) == 1 and notes[0].startswith("warning: ")
     code, output = run_main(capsys, "predict", old, UNSEEN, "--strict")
     assert code == 6 and "could not be checked against it" in output
+
+
+def test_a_model_file_with_earlier_channel_major_hashes_still_recognises_its_recordings(
+    sample_run, tmp_path, capsys
+):
+    """A model file written before the hash was made in time order holds channel-major hashes:
+    a renamed training recording is still recognised (its hash is then made that way too)."""
+    bundle = torch.load(sample_run["model"], weights_only=True)
+    hashes = bundle["training_data"]["signal_sha256"]
+    assert all(value.startswith(SIGNAL_HASH_PREFIX) for value in hashes)
+    bundle["training_data"]["signal_sha256"] = {
+        channel_major_sha256(mne.io.read_raw_edf(EEG / f"{rid}.edf", verbose="error")): rid
+        for rid in hashes.values()
+    }
+    old = tmp_path / "old-hashes.pt"
+    torch.save(bundle, old)
+    seen = sample_run["seen"][0]
+    renamed = tmp_path / "anonymous.edf"
+    shutil.copyfile(EEG / f"{seen}_task-rest_eeg.edf", renamed)
+    code, output = run_main(capsys, "predict", old, renamed, UNSEEN, "--format", "json")
+    assert code == 0, output
+    rows = {row["recording_id"]: row for row in json_rows(output)}
+    assert rows["anonymous"]["warnings"][0].startswith(
+        f"in_training_data: the model was trained on this signal (training recording "
+        f"{seen}_task-rest_eeg)"
+    )
+    assert rows[UNSEEN.name.removesuffix(".edf")]["warnings"] == []
 
 
 def test_explain_rows_carry_provenance_and_the_report_says_where_explanations_come_from(

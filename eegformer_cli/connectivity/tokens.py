@@ -57,36 +57,50 @@ def _frequency_ranges(bands) -> list[tuple[float, float]]:
     return ranges
 
 
+class _Spectra:
+    """The multitaper set-up of windows of ``n_times`` samples at ``sfreq`` Hz: DPSS tapers,
+    their weights, and the FFT bins of each frequency range."""
+
+    def __init__(self, n_times: int, sfreq: float, ranges: list[tuple[float, float]]):
+        self.n_times = n_times
+        self.tapers, self.eigenvalues = dpss_windows(
+            n_times, HALF_BANDWIDTH, int(2 * HALF_BANDWIDTH), sym=False, low_bias=True
+        )
+        self.weights = np.sqrt(self.eigenvalues)[:, None]  # (K, 1)
+        freqs = rfftfreq(n_times, 1.0 / sfreq)
+        self.used = np.zeros(freqs.shape, dtype=bool)
+        for low, high in ranges:
+            self.used |= (freqs >= low) & (freqs <= high)
+        self.bins_per_range = [
+            np.flatnonzero((freqs[self.used] >= low) & (freqs[self.used] <= high))
+            for low, high in ranges
+        ]
+        empty = [r for r, bins in zip(ranges, self.bins_per_range) if bins.size == 0]
+        if empty:
+            raise ValueError(
+                f"no frequency bin of {n_times / sfreq:g} s windows lies in {empty} Hz"
+            )
+
+
 def _range_connectivity(
-    segments: np.ndarray, sfreq: float, ranges: list[tuple[float, float]]
+    segments: np.ndarray, spectra: _Spectra
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Coherence and wPLI per segment and frequency range, two float64 (S, n_ranges, C, C), and
-    the band-limited covariance of all segments per range, float64 (n_ranges, C, C) in V^2."""
-    n_segments, _, n_channels, n_times = segments.shape
-    tapers, eigenvalues = dpss_windows(
-        n_times, HALF_BANDWIDTH, int(2 * HALF_BANDWIDTH), sym=False, low_bias=True
-    )
-    weights = np.sqrt(eigenvalues)[:, None]  # (K, 1)
-    freqs = rfftfreq(n_times, 1.0 / sfreq)
-    used = np.zeros(freqs.shape, dtype=bool)
-    for low, high in ranges:
-        used |= (freqs >= low) & (freqs <= high)
-    bins_per_range = [
-        np.flatnonzero((freqs[used] >= low) & (freqs[used] <= high)) for low, high in ranges
-    ]
-    empty = [r for r, bins in zip(ranges, bins_per_range) if bins.size == 0]
-    if empty:
-        raise ValueError(f"no frequency bin of {n_times / sfreq:g} s windows lies in {empty} Hz")
-    coh = np.empty((n_segments, len(ranges), n_channels, n_channels))
+    the real cross-spectrum summed over the segments' windows and each range's bins, float64
+    (n_ranges, C, C)."""
+    n_segments, _, n_channels, _ = segments.shape
+    n_ranges = len(spectra.bins_per_range)
+    coh = np.empty((n_segments, n_ranges, n_channels, n_channels))
     wpli = np.empty_like(coh)
-    cospectrum = np.zeros((len(ranges), n_channels, n_channels))
+    cospectrum = np.zeros((n_ranges, n_channels, n_channels))
     for index, windows in enumerate(segments):
         centred = windows - windows.mean(axis=-1, keepdims=True)
         # (W, C, K, F): tapered spectra at the used bins, weighted. mne's constant factors
         # (2 / sum of squared weights, DC/Nyquist scaling) cancel in both measures.
-        spectra = rfft(centred[:, :, None, :] * tapers, axis=-1)[..., used] * weights
-        spectra = spectra.transpose(0, 3, 1, 2)  # (W, F, C, K)
-        csd = spectra @ spectra.conj().transpose(0, 1, 3, 2)  # (W, F, C, C)
+        tapered = rfft(centred[:, :, None, :] * spectra.tapers, axis=-1)
+        tapered = tapered[..., spectra.used] * spectra.weights
+        tapered = tapered.transpose(0, 3, 1, 2)  # (W, F, C, K)
+        csd = tapered @ tapered.conj().transpose(0, 1, 3, 2)  # (W, F, C, C)
         csd_sum = csd.sum(axis=0)
         power = np.diagonal(csd_sum, axis1=1, axis2=2).real  # (F, C)
         with np.errstate(divide="ignore", invalid="ignore"):  # a silent channel gives NaN
@@ -97,14 +111,11 @@ def _range_connectivity(
         wpli_per_bin = np.divide(
             numerator, denominator, out=np.zeros_like(numerator), where=denominator != 0
         )
-        for r, bins in enumerate(bins_per_range):
+        for r, bins in enumerate(spectra.bins_per_range):
             coh[index, r] = coh_per_bin[bins].mean(axis=0)
             wpli[index, r] = wpli_per_bin[bins].mean(axis=0)
             cospectrum[r] += csd_sum[bins].real.sum(axis=0)
-    # Parseval: a window's variance is sum over all bins |X|^2 / n_times per unit-energy taper;
-    # a positive bin stands for its negative twin too (x 2); tapers weighted by their eigenvalues
-    covariance = cospectrum * 2.0 / (n_times * eigenvalues.sum() * n_segments * segments.shape[1])
-    return _mirror_lower(coh), _mirror_lower(wpli), (covariance + covariance.swapaxes(-1, -2)) / 2
+    return _mirror_lower(coh), _mirror_lower(wpli), cospectrum
 
 
 def _mirror_lower(matrices: np.ndarray) -> np.ndarray:
@@ -126,6 +137,67 @@ def _assemble_tokens(by_range: np.ndarray, ranges, bands) -> np.ndarray:
         else:
             tokens.append(by_range[:, ranges.index(band.edges_hz)])
     return np.stack(tokens, axis=1).astype(np.float32)
+
+
+class TokenAccumulator:
+    """The tokens of a recording whose segments come a batch at a time (a long recording cleaned
+    chunk by chunk): coherence and wPLI per segment, stored as float32 as they come, and the
+    band covariances summed over every batch. The same numbers as :func:`recording_tokens` of
+    all the segments at once (the covariance's sums in another order: 1e-15 relative).
+
+    Parameters
+    ----------
+    sfreq : float
+        Sampling rate in Hz.
+    bands : sequence of Band | RatioBand
+        Token order.
+    max_segments : int
+        The most segments that will be added (storage is reserved for them; only the pages
+        written take memory).
+    n_channels, n_times : int
+        Channels of a segment, samples of a window.
+    """
+
+    def __init__(self, sfreq: float, bands, max_segments: int, n_channels: int, n_times: int):
+        self.bands = list(bands)
+        self.ranges = _frequency_ranges(self.bands)
+        self.spectra = _Spectra(n_times, float(sfreq), self.ranges)
+        shape = (max_segments, len(self.bands), n_channels, n_channels)
+        self.coh = np.empty(shape, dtype=np.float32)
+        self.wpli = np.empty(shape, dtype=np.float32)
+        self.cospectrum = np.zeros((len(self.ranges), n_channels, n_channels))
+        self.n_segments = self.n_windows = 0
+
+    def add(self, segments: np.ndarray) -> None:
+        """Add ``segments`` float (n_segments, n_windows, n_channels, n_times), volts."""
+        segments = np.asarray(segments, dtype=np.float64)
+        if len(segments) == 0:
+            return
+        coh, wpli, cospectrum = _range_connectivity(segments, self.spectra)
+        added = slice(self.n_segments, self.n_segments + len(segments))
+        self.coh[added] = _assemble_tokens(coh, self.ranges, self.bands)
+        self.wpli[added] = _assemble_tokens(wpli, self.ranges, self.bands)
+        self.cospectrum += cospectrum
+        self.n_segments += len(segments)
+        self.n_windows += len(segments) * segments.shape[1]
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(coh, wpli, covariance)`` of the segments added, as :func:`recording_tokens`
+        (coh and wpli are views of the reserved storage, not copies)."""
+        spectra = self.spectra
+        # Parseval: a window's variance is sum over all bins |X|^2 / n_times per unit-energy
+        # taper; a positive bin stands for its negative twin too (x 2); tapers weighted by their
+        # eigenvalues
+        covariance = (
+            self.cospectrum * 2.0 / (spectra.n_times * spectra.eigenvalues.sum() * self.n_windows)
+        )
+        covariance = (covariance + covariance.swapaxes(-1, -2)) / 2
+        rows = [self.ranges.index(band.edges_hz) for band in covariance_bands(self.bands)]
+        return (
+            self.coh[: self.n_segments],
+            self.wpli[: self.n_segments],
+            covariance[rows].astype(np.float32),
+        )
 
 
 def recording_tokens(
@@ -151,14 +223,10 @@ def recording_tokens(
         one per band that is not a ratio token (:func:`covariance_bands`), in token order.
     """
     segments = np.asarray(segments, dtype=np.float64)
-    ranges = _frequency_ranges(bands)
-    coh, wpli, covariance = _range_connectivity(segments, float(sfreq), ranges)
-    rows = [ranges.index(band.edges_hz) for band in covariance_bands(bands)]
-    return (
-        _assemble_tokens(coh, ranges, bands),
-        _assemble_tokens(wpli, ranges, bands),
-        covariance[rows].astype(np.float32),
-    )
+    n_segments, _, n_channels, n_times = segments.shape
+    accumulator = TokenAccumulator(sfreq, bands, n_segments, n_channels, n_times)
+    accumulator.add(segments)
+    return accumulator.result()
 
 
 def covariance_bands(bands) -> list:

@@ -165,8 +165,8 @@ class Connectome:
         )
         atomic.save_npz(
             path,
-            coh=self.coh.astype(np.float32),
-            wpli=self.wpli.astype(np.float32),
+            coh=np.asarray(self.coh, dtype=np.float32),  # no copy of a long recording's tokens
+            wpli=np.asarray(self.wpli, dtype=np.float32),
             channels=np.array(self.channels, dtype=str),
             bands=np.array(self.bands, dtype=str),
             band_edges_hz=np.asarray(self.band_edges_hz, dtype=np.float64),

@@ -1,10 +1,13 @@
 """One recording -> its connectome (nothing written).
 
-Read (any MNE format) -> keep the EEG channels under canonical 10-20 names -> give it the run's
-channels (interpolating at most ``max_interpolated`` missing ones) -> clean
-(:mod:`eegformer_cli.recordings.cleaning`) -> segment -> coherence and wPLI per band and segment
-and the band covariances (:mod:`eegformer_cli.connectivity.tokens`). :func:`process_recording`
-reads a file, :func:`process_raw` / :func:`preprocess_raw` take an ``mne.io.Raw`` held in memory.
+Read (any MNE format; lazily where the format allows) -> keep the EEG channels under canonical
+10-20 names -> give it the run's channels (interpolating at most ``max_interpolated`` missing
+ones) -> clean (:mod:`eegformer_cli.recordings.cleaning`) -> segment -> reject -> coherence and
+wPLI per band and segment and the band covariances (:mod:`eegformer_cli.connectivity.tokens`).
+A recording goes through all of it a chunk at a time (:mod:`eegformer_cli.recordings.chunks`),
+so memory stays flat in its length: only the tokens grow with it (23 kB per 30 s segment at 19
+channels and 8 bands). :func:`process_recording` reads a file, :func:`process_raw` /
+:func:`preprocess_raw` take an ``mne.io.Raw`` held in memory.
 """
 
 from __future__ import annotations
@@ -17,63 +20,23 @@ import mne
 import numpy as np
 
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names, check_bands_fit_rate
-from eegformer_cli.connectivity.tokens import covariance_bands, recording_tokens
+from eegformer_cli.connectivity.tokens import TokenAccumulator, covariance_bands
 from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.output import Connectome
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
-from eegformer_cli.recordings import cleaning, reading
+from eegformer_cli.recordings import chunks, cleaning, reading
 from eegformer_cli.recordings.channels import (
-    conform_channels,
-    normalise_channels,
+    canonical_names,
+    channel_layout,
     select_channel_set,
 )
 
 
-def clean_segments(
-    raw: mne.io.BaseRaw, settings: PreprocessSettings, epoch_length_s: float
-) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
-    """Clean a conformed recording (its first ``settings.crop_s`` seconds when set) and cut it
-    into kept segments.
-
-    Returns ``(segments (n_kept, n_windows, C, n_times) float64 volts, onsets_s (n_kept,),
-    n_rejected, ica_excluded_labels)``. Raises :class:`RecordingError` when no segment is kept.
-    Rejection is judged before the average reference (a flat channel stops being flat after
-    it); the tokens are computed on the referenced data.
-    """
-    filtered = cleaning.bandpass(
-        cleaning.resample(raw, settings.sfreq),
-        settings.l_freq,
-        settings.h_freq,
-        settings.h_trans_bandwidth,
-    )
-    if settings.crop_s is not None:  # after the filter: no edge effect at the cut
-        filtered = cleaning.crop(filtered, settings.crop_s)
-    excluded: list[str] = []
-    if settings.ica and settings.ica_before_reference:
-        filtered, excluded = cleaning.run_ica_iclabel(
-            filtered, settings.ica_n_components, settings.ica_random_state
-        )
-    referenced = cleaning.average_reference(filtered)
-    if settings.ica and not settings.ica_before_reference:
-        referenced, excluded = cleaning.run_ica_iclabel(
-            referenced, settings.ica_n_components, settings.ica_random_state
-        )
-    segments, onsets = cleaning.segment(referenced, epoch_length_s, settings.window_s)
-    unreferenced, _ = cleaning.segment(filtered, epoch_length_s, settings.window_s)
-    keep, reasons = cleaning.reject_segments(
-        unreferenced, raw.ch_names, settings.flat_ptp_v, settings.absurd_ptp_v
-    )
-    if not keep.any():
-        reason, _ = collections.Counter(reasons).most_common(1)[0]
-        raise RecordingError(
-            f"all {len(keep)} segments rejected ({reason})",
-            hint="check the recording; amplitudes are judged in volts",
-        )
-    return segments[keep], onsets[keep], int((~keep).sum()), excluded
-
-
 def process_recording(
-    path: str | Path, settings: PreprocessSettings, channels: Sequence[str] | None = None
+    path: str | Path,
+    settings: PreprocessSettings,
+    channels: Sequence[str] | None = None,
+    chunk_s: float = chunks.CHUNK_S,
 ) -> Connectome:
     """Connectome of one recording file (pure: reads ``path``, writes nothing).
 
@@ -85,6 +48,9 @@ def process_recording(
     channels : the channels to give the recording, in order (any spelling
         :func:`select_channel_set` accepts); default ``settings.channels``, or else the standard
         10-20 channels the recording has.
+    chunk_s : seconds of the cleaned recording processed at a time
+        (:class:`chunks.ChunkedRecording`); the tokens do not depend on it beyond float
+        rounding.
 
     Raises
     ------
@@ -92,8 +58,9 @@ def process_recording(
         too low for the bands, too short, or every segment rejected; one line, naming the file.
     """
     path = Path(path)
-    raw = reading.read_recording(path, preload=True)  # loaded, its values checked finite
-    return _process_loaded(raw, settings, channels, path)
+    # samples read chunk by chunk, unless the format cannot be read in spans
+    raw = reading.read_recording(path, preload=not reading.reads_lazily(path))
+    return _process(raw, settings, channels, path, chunk_s)
 
 
 def process_raw(
@@ -101,10 +68,12 @@ def process_raw(
     settings: PreprocessSettings,
     channels: Sequence[str] | None = None,
     path: str | Path | None = None,
+    chunk_s: float = chunks.CHUNK_S,
 ) -> Connectome:
     """Connectome of one recording already in memory (``raw`` is not modified; nothing is
     written). What :func:`process_recording` does after reading the file, so a Raw read from a
-    file gives the same numbers as the file (see :func:`preprocess_raw` for the parameters).
+    file gives the same numbers as the file (see :func:`preprocess_raw` for the parameters; a
+    Raw that is not loaded is read chunk by chunk, as a file).
 
     ``path``: the recording's file, named in errors (default: the file MNE read ``raw`` from,
     or ``"raw"`` for a recording made in memory).
@@ -114,29 +83,28 @@ def process_raw(
         if path is not None
         else Path(raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
     )
-    if not raw.preload:  # a copy: the caller's Raw stays as it was
-        raw = raw.copy().load_data(verbose="error")
-    reading.check_finite(raw, path)
-    return _process_loaded(raw, settings, channels, path)
+    return _process(raw, settings, channels, path, chunk_s)
 
 
-def _process_loaded(
-    raw: mne.io.BaseRaw, settings: PreprocessSettings, channels: Sequence[str] | None, path: Path
+def _process(
+    raw: mne.io.BaseRaw,
+    settings: PreprocessSettings,
+    channels: Sequence[str] | None,
+    path: Path,
+    chunk_s: float,
 ) -> Connectome:
-    """:func:`process_raw` of a loaded ``raw`` whose values are known to be finite (as
-    :func:`reading.read_recording` leaves a file's)."""
+    """:func:`process_raw` (``raw`` lazy or loaded)."""
+    signal_hash = reading.SignalHash()
     try:
-        source_sfreq, signal_sha256 = float(raw.info["sfreq"]), reading.signal_sha256(raw)
-        raw, _ = normalise_channels(raw, path=path)
+        source_sfreq = float(raw.info["sfreq"])
+        renamed = canonical_names(raw, path)
         requested = channels if channels is not None else settings.channels
         channels = select_channel_set(
-            [set(raw.ch_names)], None if requested is None else list(requested)
+            [set(renamed.values())], None if requested is None else list(requested)
         )
-        raw, interpolated = conform_channels(
-            raw, list(channels), settings.max_interpolated, path=path
-        )
-        check_bands_fit_rate(settings.bands, raw.info["sfreq"])
-        duration_s = raw.n_times / raw.info["sfreq"]
+        layout = channel_layout(raw, renamed, list(channels), settings.max_interpolated, path)
+        check_bands_fit_rate(settings.bands, source_sfreq)
+        duration_s = raw.n_times / source_sfreq
         epoch_length_s = (
             cleaning.auto_epoch_length(
                 min(duration_s, settings.crop_s or np.inf), settings.window_s
@@ -144,36 +112,121 @@ def _process_loaded(
             if settings.epoch_length == "auto"
             else float(settings.epoch_length)
         )
-        segments, onsets, n_rejected, excluded = clean_segments(raw, settings, epoch_length_s)
+        recording = chunks.ChunkedRecording(raw, layout, _cleaning(settings), path, chunk_s)
+        tokens = _clean_and_tokenise(recording, settings, epoch_length_s, signal_hash)
     except RecordingError as exc:
         if exc.path is None:
             exc.path = str(path)
         raise
-    coh, wpli, covariance = recording_tokens(segments, settings.sfreq, settings.bands)
-    if not (np.isfinite(coh).all() and np.isfinite(wpli).all()):
+    if not (np.isfinite(tokens.coh).all() and np.isfinite(tokens.wpli).all()):
         raise RecordingError(
             "connectivity is undefined: a channel carries no signal in some segment",
             path=path,
             hint="check for flat channels",
         )
     return Connectome(
-        coh=coh,
-        wpli=wpli,
+        coh=tokens.coh,
+        wpli=tokens.wpli,
         channels=list(channels),
         bands=band_names(settings.bands),
         band_edges_hz=band_edges_hz(settings.bands),
         sfreq=settings.sfreq,
-        segment_onsets_s=onsets,
+        segment_onsets_s=tokens.onsets_s,
         duration_s=duration_s,
         epoch_length_s=epoch_length_s,
-        channels_interpolated=list(interpolated),
-        n_segments_rejected=n_rejected,
-        ica_excluded=excluded,
+        channels_interpolated=list(layout.missing),
+        n_segments_rejected=tokens.n_rejected,
+        ica_excluded=tokens.ica_excluded,
         source_sfreq=source_sfreq,
-        signal_sha256=signal_sha256,
-        covariance=covariance,
+        signal_sha256=signal_hash.hexdigest(),
+        covariance=tokens.covariance,
         covariance_bands=band_names(covariance_bands(settings.bands)),
     )
+
+
+def _cleaning(settings: PreprocessSettings) -> chunks.Cleaning:
+    return chunks.Cleaning(
+        settings.sfreq,
+        settings.l_freq,
+        settings.h_freq,
+        settings.h_trans_bandwidth,
+        settings.resample_method,
+    )
+
+
+class _Tokens(
+    collections.namedtuple("_Tokens", "coh wpli covariance onsets_s n_rejected ica_excluded")
+):
+    """What :func:`_clean_and_tokenise` gives: the kept segments' coherence and wPLI float32
+    (S, B, C, C), the band covariances float32 (B', C, C), the kept segments' onsets (s), the
+    number of segments rejected and the ICLabel labels of the components removed."""
+
+
+def _clean_and_tokenise(
+    recording: chunks.ChunkedRecording,
+    settings: PreprocessSettings,
+    epoch_length_s: float,
+    signal_hash: reading.SignalHash,
+) -> _Tokens:
+    """Clean ``recording`` (its first ``settings.crop_s`` seconds when set) chunk by chunk, cut
+    it into segments, reject and tokenise them as they come; ``signal_hash`` gets every sample
+    of the recording, cropped or not.
+
+    Rejection is judged before the average reference (a flat channel stops being flat after
+    it); the tokens are computed on the referenced data. Raises :class:`RecordingError` when
+    the recording is too short or no segment is kept.
+    """
+    sfreq, window_s = settings.sfreq, settings.window_s
+    stop = recording.n_times
+    if settings.crop_s is not None:  # cropped after the filter: no edge effect at the cut
+        stop = cleaning.crop_length(recording.n_times, sfreq, settings.crop_s)
+    cleaning.check_holds_an_epoch(stop, sfreq, epoch_length_s, window_s)
+    ica, excluded = None, []
+    if settings.ica:
+        fit_on = recording.cleaned(
+            cleaning.ica_fit_spans(stop, sfreq), referenced=not settings.ica_before_reference
+        )
+        ica, excluded = cleaning.fit_ica_iclabel(
+            mne.io.RawArray(fit_on, recording.info, verbose=False),
+            settings.ica_n_components,
+            settings.ica_random_state,
+        )
+        del fit_on
+    n_windows, window_samples = cleaning.epoch_samples(epoch_length_s, sfreq, window_s)
+    epoch = n_windows * window_samples
+    accumulator = TokenAccumulator(
+        sfreq, settings.bands, stop // epoch, len(recording.layout.channels), window_samples
+    )
+    reader = chunks.SourceReader(recording.raw, recording.path, signal_hash)
+    onsets, reasons, n_rejected = [], collections.Counter(), 0
+    carried = np.zeros((2, len(recording.layout.channels), 0))  # the last chunk's partial epoch
+    carried_start = 0
+    for chunk in recording.chunks(
+        0, stop, reader, ica=ica, ica_before_reference=settings.ica_before_reference
+    ):
+        both = np.concatenate([carried, np.stack([chunk.filtered, chunk.referenced])], axis=2)
+        n_segments = both.shape[2] // epoch
+        unreferenced, chunk_onsets = cleaning.segment(both[0], sfreq, epoch_length_s, window_s)
+        keep, chunk_reasons = cleaning.reject_segments(
+            unreferenced, recording.layout.channels, settings.flat_ptp_v, settings.absurd_ptp_v
+        )
+        del unreferenced
+        referenced, _ = cleaning.segment(both[1], sfreq, epoch_length_s, window_s)
+        accumulator.add(referenced[keep])
+        onsets.append(carried_start / sfreq + chunk_onsets[keep])
+        reasons.update(chunk_reasons)
+        n_rejected += int((~keep).sum())
+        carried = both[:, :, n_segments * epoch :].copy()
+        carried_start += n_segments * epoch
+    reader.finish()
+    if accumulator.n_segments == 0:
+        reason, _ = reasons.most_common(1)[0]
+        raise RecordingError(
+            f"all {n_rejected} segments rejected ({reason})",
+            hint="check the recording; amplitudes are judged in volts",
+        )
+    coh, wpli, covariance = accumulator.result()
+    return _Tokens(coh, wpli, covariance, np.concatenate(onsets), n_rejected, excluded)
 
 
 def preprocess_raw(
@@ -191,8 +244,8 @@ def preprocess_raw(
     Parameters
     ----------
     raw : mne.io.BaseRaw
-        The recording (any MNE reader, or made in memory). It is not modified; a Raw that is
-        not preloaded is loaded into a copy.
+        The recording (any MNE reader, or made in memory). It is not modified nor copied; a
+        Raw that is not preloaded is read from its file a chunk at a time (flat memory).
     settings : PreprocessSettings | str | dict
         The settings: a :class:`PreprocessSettings`, a preset name (``"default"`` or
         ``"paper"``), or a dict as :meth:`PreprocessSettings.to_dict` gives (a model's stored

@@ -34,6 +34,10 @@ class PreprocessSettings:
     ----------
     preset : "default" or "paper" (what the other defaults came from).
     sfreq : sampling rate after cleaning, Hz (default 128: enough for bands up to 45 Hz).
+    resample_method : "polyphase" (local in time, so a long recording is cleaned chunk by
+        chunk) or "fft" (MNE's FFT method, the whole recording at once): settings stored
+        without it (preprocess folders and model files of earlier versions) read as "fft",
+        what those versions did, so a model preprocesses new recordings as its training data.
     l_freq, h_freq : band-pass edges, Hz.
     h_trans_bandwidth : upper transition band of the FIR band-pass, Hz, or "auto" (MNE's rule,
         the reference). The default 5 Hz puts 50 and 60 Hz line noise in the stop band.
@@ -60,6 +64,7 @@ class PreprocessSettings:
 
     preset: str = "default"
     sfreq: float = 128.0
+    resample_method: str = "polyphase"
     l_freq: float = 1.0
     h_freq: float = 45.0
     h_trans_bandwidth: float | str = cleaning.LINE_NOISE_H_TRANS_HZ
@@ -78,6 +83,7 @@ class PreprocessSettings:
 
     def __post_init__(self) -> None:
         check_choice("--preset", self.preset, PRESETS)
+        check_choice("resample_method", self.resample_method, cleaning.RESAMPLE_METHODS)
         numbers = {
             "--sfreq": self.sfreq,
             "l_freq": self.l_freq,
@@ -173,6 +179,7 @@ class PreprocessSettings:
     def from_dict(cls, data: dict) -> PreprocessSettings:
         """Inverse of :meth:`to_dict` (e.g. settings stored in ``preprocess.json`` or a model)."""
         data = dict(data)
+        data.setdefault("resample_method", "fft")  # stored before it was a setting
         data["bands"] = parse_bands(data["bands"])
         if data.get("channels") is not None:
             data["channels"] = tuple(data["channels"])

@@ -12,6 +12,7 @@ every recording exactly those channels (interpolating a few missing ones from th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -139,28 +140,17 @@ def _data_file(raw: mne.io.BaseRaw) -> str | None:
     return str(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
 
 
-def normalise_channels(
-    raw: mne.io.BaseRaw, path: Path | None = None
-) -> tuple[mne.io.BaseRaw, dict[str, str]]:
-    """Keep the EEG channels with 10-20/10-05 names, renamed to their canonical names.
-
-    Parameters
-    ----------
-    raw : the recording as read (preloaded or not; it is not modified).
-    path : the recording's file, named in errors (default: the file MNE read the data from,
-        which for BrainVision is the .eeg rather than the .vhdr).
-
-    Returns
-    -------
-    normalised : a new Raw holding only the recognised EEG channels (channel type ``eeg``),
-        renamed, in the recording's order.
-    renamed : ``{original name: canonical name}`` for the channels kept.
+def canonical_names(raw: mne.io.BaseRaw, path: Path | None = None) -> dict[str, str]:
+    """``{original name: canonical name}`` for the EEG channels of ``raw`` with 10-20/10-05
+    names, in the recording's order (reads the header only: ``raw`` is not copied).
 
     Raises
     ------
     RecordingError : two channels are the same electrode (``T3`` and ``T7``); the channel names
         follow a numbered cap layout (BioSemi/EGI); no channel name is a 10-20 electrode; fewer
-        than :data:`MIN_RECORDING_CHANNELS` are.
+        than :data:`MIN_RECORDING_CHANNELS` are. ``path`` is the recording's file named in them
+        (default: the file MNE read the data from, which for BrainVision is the .eeg rather
+        than the .vhdr).
     """
     path = path or _data_file(raw)
     eeg_names = [raw.ch_names[i] for i in mne.pick_types(raw.info, eeg=True, exclude=[])]
@@ -198,6 +188,30 @@ def normalise_channels(
             f"{MIN_RECORDING_CHANNELS} are needed",
             path=path,
         )
+    return renamed
+
+
+def normalise_channels(
+    raw: mne.io.BaseRaw, path: Path | None = None
+) -> tuple[mne.io.BaseRaw, dict[str, str]]:
+    """Keep the EEG channels with 10-20/10-05 names, renamed to their canonical names.
+
+    Parameters
+    ----------
+    raw : the recording as read (preloaded or not; it is not modified).
+    path : the recording's file, named in errors (see :func:`canonical_names`).
+
+    Returns
+    -------
+    normalised : a new Raw holding only the recognised EEG channels (channel type ``eeg``),
+        renamed, in the recording's order.
+    renamed : ``{original name: canonical name}`` for the channels kept.
+
+    Raises
+    ------
+    RecordingError : as :func:`canonical_names`.
+    """
+    renamed = canonical_names(raw, path)
     normalised = raw.copy().pick(list(renamed))
     normalised.rename_channels(renamed)
     normalised.set_channel_types(dict.fromkeys(normalised.ch_names, "eeg"), on_unit_change="ignore")
@@ -317,3 +331,94 @@ def conform_channels(
         conformed.interpolate_bads(reset_bads=True, origin="auto", verbose="error")
         conformed.info["bads"] = recorded_bads
     return conformed, missing
+
+
+@dataclass(frozen=True)
+class ChannelLayout:
+    """How a recording's samples become the run's channels, without reading them
+    (:func:`channel_layout`); :meth:`conform` applies it to a chunk of samples.
+
+    Attributes
+    ----------
+    channels : the run's canonical channel names, in order (C,).
+    rows : int (n_present,), the row in the recording (its channels as read) of each channel it
+        has, in ``channels`` order.
+    present : int (n_present,), the positions of those channels in ``channels``.
+    missing : the channels filled by interpolation, in ``channels`` order.
+    interpolation : float64 (n_missing, n_present), each missing channel as a weighted sum of
+        the present ones (MNE's spherical splines on the template montage).
+    bads : the channels the recording marks bad (left out of the average reference, as MNE
+        does).
+    """
+
+    channels: tuple[str, ...]
+    rows: np.ndarray
+    present: np.ndarray
+    missing: tuple[str, ...]
+    interpolation: np.ndarray
+    bads: tuple[str, ...]
+
+    def conform(self, samples: np.ndarray) -> np.ndarray:
+        """The run's channels float64 (C, n) from ``samples`` (n_recording_channels, n), the
+        recording's channels as read."""
+        present = samples[self.rows]
+        if not self.missing:
+            return present
+        out = np.empty((len(self.channels), samples.shape[1]))
+        out[self.present] = present
+        out[[self.channels.index(name) for name in self.missing]] = self.interpolation @ present
+        return out
+
+    def info(self, sfreq: float) -> mne.Info:
+        """An ``mne.Info`` of the run's channels at ``sfreq`` Hz: EEG, the template montage,
+        :attr:`bads` marked."""
+        info = mne.create_info(list(self.channels), sfreq, "eeg")
+        info.set_montage(MONTAGE_NAME, verbose="error")
+        info["bads"] = list(self.bads)
+        return info
+
+
+def channel_layout(
+    raw: mne.io.BaseRaw,
+    renamed: dict[str, str],
+    channels: list[str],
+    max_interpolated: int,
+    path: Path | None = None,
+) -> ChannelLayout:
+    """The :class:`ChannelLayout` giving a recording exactly ``channels``, reading no sample.
+
+    ``renamed``: :func:`canonical_names` of ``raw``. Missing channels are interpolated as
+    :func:`conform_channels` does (at most ``max_interpolated`` of them, else RecordingError):
+    its interpolation is linear in the present channels' samples, so it is found once, by
+    conforming an identity matrix (one sample per present channel), and applied to every chunk.
+    """
+    canonical_of = dict(renamed)
+    row_of = {
+        canonical_of[name]: index for index, name in enumerate(raw.ch_names) if name in canonical_of
+    }
+    missing = [name for name in channels if name not in row_of]
+    if len(missing) > max_interpolated:
+        raise RecordingError(
+            f"missing channels {', '.join(missing)} (allowed to interpolate at "
+            f"most {max_interpolated}; use --max-interpolated)",
+            path=path or _data_file(raw),
+        )
+    present = [name for name in channels if name in row_of]
+    interpolation = np.zeros((0, len(present)))
+    if missing:
+        identity = mne.io.RawArray(
+            np.eye(len(present)),
+            mne.create_info(present, raw.info["sfreq"], "eeg"),
+            verbose="error",
+        )
+        conformed, _ = conform_channels(identity, list(channels), max_interpolated)
+        interpolation = conformed.get_data(picks=missing)
+    bads = [canonical_of[name] for name in raw.info["bads"] if canonical_of.get(name) in channels]
+    return ChannelLayout(
+        channels=tuple(channels),
+        rows=np.array([row_of[name] for name in present], dtype=int),
+        present=np.array([channels.index(name) for name in present], dtype=int),
+        missing=tuple(missing),
+        interpolation=interpolation,
+        bads=tuple(bads),
+    )
