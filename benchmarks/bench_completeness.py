@@ -38,7 +38,8 @@ def relative_gap(
     n_steps: int,
     reference: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> float:
-    """|sum of pair attributions - refined logit change| / |change| for one recording, against
+    """|sum of pair (and interaction) attributions - refined logit change| / |change| for one
+    recording, against
     ``reference`` (coh, wPLI) (T, C, C) or zero connectivity (None)."""
     nan = torch.full((len(coh),), float("nan"))
     base = (
@@ -51,11 +52,12 @@ def relative_gap(
         target = int(output.logits_refined.mean(dim=0).argmax())
         at_base = model.forward_with_details(*base, nan, nan, target=output.target).logits_refined
     change = float((output.logits_refined - at_base)[:, target].mean())
-    coh_pairs, wpli_pairs = channel_pair_attributions(
+    coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
         model, coh, wpli, nan, nan, target, n_steps=n_steps, reference=reference
     )
     upper = np.triu_indices(coh.shape[-1], 1)
     total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())
+    total += 0.0 if interactions is None else float(interactions.sum())
     return abs(total - change) / abs(change)
 
 

@@ -94,6 +94,10 @@ class Explanations:
         attribution of ``logit(class_b) - logit(class_a)``, the mean over class_b's recordings
         minus the mean over class_a's, and the difference of their mean connectivity, strongest
         first, with each pair's artefact caution (empty without a contrast).
+    interactions : pandas.DataFrame
+        The kept interactions, as ``interactions.csv``: per recording and interaction the two
+        sides in words, the screen's class difference and gate, and the attribution of the
+        product (empty for a model that keeps none).
     per_recording : list of RecordingExplanation
         Each recording's arrays, as in its ``ID.npz``: ``band_importance`` (n_bands,) signed,
         absolute values summing to 1; ``attention_coarse`` / ``attention_refined`` (n_layers,
@@ -107,6 +111,7 @@ class Explanations:
     attention_diagnostics: object
     channel_pairs: object
     contrast: object
+    interactions: object
     per_recording: list
 
 
@@ -407,7 +412,7 @@ class TrainedModel:
                 f"explained {len(result.per_recording)} recording(s) in {out}: "
                 "ID.npz/.json, band_importance.csv, attention.csv, "
                 "attention_diagnostics.csv, channel_pairs.csv, contrast_pairs.csv, "
-                "recordings.csv, class_summary.json/.npz"
+                "interactions.csv, recordings.csv, class_summary.json/.npz"
             )
         self._finish(failures, warned, strict, "explained", result)
         return result

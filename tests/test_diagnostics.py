@@ -206,7 +206,7 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
             torch.zeros_like(coh), torch.zeros_like(wpli), age, sex, target=guiding
         ).logits_refined
     change = float((refined_logits - at_zero)[:, target].mean())
-    coh_pairs, wpli_pairs = channel_pair_attributions(bundle.model, coh, wpli, age, sex, target)
+    coh_pairs, wpli_pairs, _ = channel_pair_attributions(bundle.model, coh, wpli, age, sex, target)
     upper = np.triu_indices(coh.shape[-1], 1)
     total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())
     assert total == pytest.approx(change, rel=0.03)

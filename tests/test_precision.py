@@ -236,7 +236,7 @@ def test_paper_integrated_gradients_add_up(runs):
                 torch.zeros_like(coh), torch.zeros_like(wpli), age, sex, target=output.target
             ).logits_refined
         change = float((output.logits_refined - at_zero)[:, target].mean())
-        coh_pairs, wpli_pairs = channel_pair_attributions(
+        coh_pairs, wpli_pairs, _ = channel_pair_attributions(
             model, coh, wpli, age, sex, target, n_steps=32
         )
         total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())

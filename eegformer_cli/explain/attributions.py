@@ -25,6 +25,14 @@ band importance
     by the sum of its absolute values, so **their absolute values sum to 1** (all zeros when
     every attribution is exactly zero). With Integrated Gradients the undivided values add up
     to the logit's change from the reference.
+interactions
+    For a model with kept interactions (``model/interactions.py``: entry pairs, and entries
+    with age, that the training screen found acting together), each kept interaction's product
+    is an input of its own, attributed beside the entries with the reference connectome's
+    products as baseline: per kept interaction its attribution (logit units, mean over
+    segments), in words with what the screen measured (:mod:`.interactions`). What two
+    entries do together is there, not in their cells, and pairs and interactions add up to the
+    logit's change (Integrated Gradients).
 class contrast
     For two classes A and B (:func:`default_contrast`: a two-class model's other class and its
     positive class), the same captum attribution of ``logit(B) - logit(A)`` (the log-odds of B
@@ -66,6 +74,7 @@ import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -74,6 +83,7 @@ from torch import Tensor
 
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.explain import interactions as kept_interactions
 from eegformer_cli.model.diagnostics import (
     explicit_attention,
     mean_diagnostics,
@@ -105,7 +115,9 @@ class RecordingExplanation:
     logit units; ``n_segments`` S; ``attention_diagnostics`` the recording's summary from
     :func:`~eegformer_cli.model.diagnostics.recording_diagnostics`; ``explained_by`` which
     model(s): ``"model"`` (the model file given), ``"final_model"`` (a run folder's
-    ``model.pt``) or ``"out_of_fold: r0_f1 ..."`` (its fold models that did not train on it).
+    ``model.pt``) or ``"out_of_fold: r0_f1 ..."`` (its fold models that did not train on it);
+    ``interactions`` the kept interactions' rows (:mod:`.interactions`), None for a model
+    without.
     """
 
     recording_id: str
@@ -129,6 +141,7 @@ class RecordingExplanation:
     contrast_coh_pairs: np.ndarray | None = None
     contrast_wpli_pairs: np.ndarray | None = None
     true_class: str | None = None
+    interactions: list[dict] | None = None
 
 
 #: Every array of a :class:`RecordingExplanation`, in the order its ``ID.npz`` holds them: the
@@ -149,6 +162,33 @@ RECORDING_ARRAYS = (
     "mean_coh",
     "mean_wpli",
 )
+
+
+#: Arrays of a :class:`RecordingExplanation` indexed by token (the attention maps): a model
+#: with kept interactions has one more token than the bands, so these are padded when
+#: explanations by models with and without it are averaged (:func:`mean_over`).
+TOKEN_ARRAYS = ("attention_coarse", "attention_refined")
+
+
+def token_names(bands: Sequence[str], n_tokens: int) -> list[str]:
+    """Names of ``n_tokens`` attention tokens: the bands, then the interaction token."""
+    from eegformer_cli.model.interactions import INTERACTION_TOKEN
+
+    return [*bands, INTERACTION_TOKEN][:n_tokens]
+
+
+def mean_over(arrays: Sequence[np.ndarray], n_tokens: int | None = None) -> np.ndarray:
+    """The mean of ``arrays``; attention maps (..., T', T') of different token counts (or
+    fewer than ``n_tokens``) are padded with NaN to the largest and averaged where present,
+    so a token only some models have gets the mean of those (equal shapes: a plain mean)."""
+    size = max([a.shape[-1] for a in arrays] + [n_tokens or 0])
+    if all(a.shape[-1] == size for a in arrays):
+        return np.mean(arrays, axis=0)
+    padded = []
+    for a in arrays:
+        extra = size - a.shape[-1]
+        padded.append(np.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, extra)] * 2, constant_values=np.nan))
+    return np.nanmean(padded, axis=0)
 
 
 def normalise_signed(values: np.ndarray) -> np.ndarray:
@@ -238,6 +278,16 @@ def _captum_attribution(
     )
 
 
+class Attributions(NamedTuple):
+    """What :func:`channel_pair_attributions` returns: ``coh_pairs``, ``wpli_pairs`` float64
+    (T, C, C) symmetric (logit units), and ``interactions`` float64 (K,), the attribution of
+    each kept interaction's product (``model/interactions.py``; None for a model without)."""
+
+    coh_pairs: np.ndarray
+    wpli_pairs: np.ndarray
+    interactions: np.ndarray | None = None
+
+
 def channel_pair_attributions(
     model,
     coh: Tensor,
@@ -248,15 +298,18 @@ def channel_pair_attributions(
     method: str = "integrated_gradients",
     n_steps: int = DEFAULT_N_STEPS,
     reference: tuple[Tensor, Tensor] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> Attributions:
     """captum attribution of the ``target`` refined logit (a class index), or of
     ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
     contrast, module docs), to each input entry, against ``reference`` (coh, wPLI), each
     (T, C, C) on the model's device (None: zero connectivity).
 
-    Returns ``(coh_pairs, wpli_pairs)``, float64 (T, C, C) each, symmetric: entry (i, j) plus
-    entry (j, i) of the attribution, averaged over segments (module docs). Seeded by the caller
-    for ``gradient_shap`` (random interpolation points).
+    Returns :class:`Attributions`: the pairs, float64 (T, C, C) each, symmetric: entry (i, j)
+    plus entry (j, i) of the attribution, averaged over segments (module docs); for a model
+    with kept interactions, their products are inputs of their own (the reference's products
+    as their baseline), attributed beside the entries, so the entries' values hold only what
+    they do alone and the three parts add up to the logit's change. Seeded by the caller for
+    ``gradient_shap`` (random interpolation points).
     """
     check_choice("method", method, CAPTUM_METHODS)
     if n_steps < 1:
@@ -264,10 +317,17 @@ def channel_pair_attributions(
 
     with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
         guiding = model.forward_with_details(coh, wpli, age, sex).target
+        products = model.interaction_products(coh, wpli, age, sex)
 
-    def refined_logits(coh_in, wpli_in, age_in, sex_in, guiding_in):
+    def refined_logits(coh_in, wpli_in, *rest):
+        *products_in, age_in, sex_in, guiding_in = rest
         return model.forward_with_details(
-            coh_in, wpli_in, age_in, sex_in, target=guiding_in
+            coh_in,
+            wpli_in,
+            age_in,
+            sex_in,
+            target=guiding_in,
+            products=products_in[0] if products_in else None,
         ).logits_refined.float()
 
     if isinstance(target, tuple):  # one output column: the log-odds of b against a
@@ -295,10 +355,15 @@ def channel_pair_attributions(
                 r.to(x.dtype).expand_as(x).contiguous() for r, x in zip(reference, (coh, wpli))
             )
         )
-        coh_attr, wpli_attr = _captum_attribution(
+        inputs = (coh, wpli)
+        if products is not None:
+            with torch.no_grad():
+                baselines += (model.interaction_products(*baselines, age, sex),)
+            inputs += (products,)
+        attributed = _captum_attribution(
             method,
             explained,
-            (coh, wpli),
+            inputs,
             baselines,
             (age, sex, guiding),
             explained_target,
@@ -309,7 +374,10 @@ def channel_pair_attributions(
         mean = attr.detach().float().mean(dim=0)  # (T, C, C)
         return (mean + mean.transpose(-1, -2)).cpu().numpy().astype(np.float64)
 
-    return pairs(coh_attr), pairs(wpli_attr)
+    interactions = None
+    if products is not None:
+        interactions = attributed[2].detach().float().mean(dim=0).cpu().numpy().astype(np.float64)
+    return Attributions(pairs(attributed[0]), pairs(attributed[1]), interactions)
 
 
 def default_contrast(
@@ -402,13 +470,13 @@ def explain_recording(
             )
         )
         options = {"method": method, "n_steps": n_steps, "reference": baseline}
-        coh_pairs, wpli_pairs = channel_pair_attributions(
+        coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
             model, *tensors, target=target_index, **options
         )
-        contrasted = {}
+        contrasted, contrast_interactions = {}, None
         if contrast is not None:
             pair = tuple(list(label_names).index(name) for name in contrast)
-            contrast_coh, contrast_wpli = channel_pair_attributions(
+            contrast_coh, contrast_wpli, contrast_interactions = channel_pair_attributions(
                 model, *tensors, target=pair, **options
             )
             contrasted = {
@@ -432,6 +500,9 @@ def explain_recording(
         wpli_pairs=wpli_pairs,
         n_segments=n,
         attention_diagnostics=diagnostics,
+        interactions=kept_interactions.describe(
+            model, interactions, contrast_interactions if contrast is not None else None
+        ),
         mean_coh=np.asarray(coh, dtype=np.float64).mean(axis=0),
         mean_wpli=np.asarray(wpli, dtype=np.float64).mean(axis=0),
         **contrasted,
@@ -495,7 +566,7 @@ def mean_explanation(
     if len(explanations) == 1:
         return first
     means = {
-        field: np.mean([getattr(e, field) for e in explanations], axis=0)
+        field: mean_over([getattr(e, field) for e in explanations])
         for field in RECORDING_ARRAYS
         if getattr(first, field) is not None
     }
@@ -503,6 +574,7 @@ def mean_explanation(
     return dataclasses.replace(
         first,
         predicted=label_names[int(means["probabilities"].argmax())],
+        interactions=kept_interactions.merged([e.interactions for e in explanations]),
         attention_diagnostics={
             **mean_diagnostics([e.attention_diagnostics for e in explanations]),
             "n": first.attention_diagnostics.get("n"),
@@ -527,10 +599,14 @@ def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]
     :data:`MEAN_FIELDS` (unweighted mean over the class's recordings; the mean band importance
     is renormalised so its absolute values sum to 1 again)."""
     out = {}
+    n_tokens = max(e.attention_coarse.shape[-1] for e in explanations) if explanations else 0
     for name in sorted({e.target for e in explanations}):
         members = [e for e in explanations if e.target == name]
         means = {
-            field: np.mean([getattr(e, field) for e in members], axis=0) for field in MEAN_FIELDS
+            field: mean_over([getattr(e, field) for e in members], n_tokens)
+            if field in TOKEN_ARRAYS
+            else np.mean([getattr(e, field) for e in members], axis=0)
+            for field in MEAN_FIELDS
         }
         means["band_importance"] = normalise_signed(means["band_importance"])
         out[name] = {"n_recordings": len(members), **means}

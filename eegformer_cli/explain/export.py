@@ -21,11 +21,16 @@ file                           content
                                provenance
 ``band_importance.csv``        ``recording_id, participant_id, target, band, value``
 ``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head
-                               (mean|0..H-1), query_band, key_band, value``
+                               (mean|0..H-1), query_band, key_band, value`` (a model with kept
+                               interactions has one more token, ``interactions``, after the bands)
 ``attention_diagnostics.csv``  ``recording_id, target, pass, layer`` and each quantity of
                                :mod:`eegformer_cli.model.diagnostics`
 ``channel_pairs.csv``          ``recording_id, target, band, channel_a, channel_b, value, coh, wpli``
                                (each unordered pair once: channel_a before channel_b in model order)
+``interactions.csv``           the kept interactions (:mod:`~eegformer_cli.explain.interactions`):
+                               ``recording_id, target, interaction, side_a, side_b,
+                               class_difference, gate, value, contrast_value`` (no rows for a
+                               model that keeps none)
 ``contrast_pairs.csv``         the class contrast (:func:`contrast_rows`), strongest first:
                                ``class_a, class_b, grouped_by, band, channel_a, channel_b, value,
                                coh, wpli, coh_difference, wpli_difference, caution``
@@ -39,7 +44,7 @@ file                           content
                                strongest pairs)
 =============================  ====================================================================
 
-The four long-format tables (:data:`TABLES`) come from :func:`table_rows`, which the Python API
+The five long-format tables (:data:`TABLES`) come from :func:`table_rows`, which the Python API
 also turns into DataFrames (unrounded; the CSV files round to 6 significant digits), and so does
 the contrast's table (:func:`contrast_rows`).
 And ``recordings.csv``: one row per explained recording, as ``predict`` prints it (prediction,
@@ -61,12 +66,15 @@ import numpy as np
 from eegformer_cli.atomic import atomic_open, save_npz, write_json
 from eegformer_cli.connectivity.artefacts import pair_caution
 from eegformer_cli.errors import InputDataError
+from eegformer_cli.explain import interactions
 from eegformer_cli.explain.attributions import (
     CONTRAST_FIELDS,
+    GROUPED_BY,
     MEAN_FIELDS,
     RECORDING_ARRAYS,
     RecordingExplanation,
     pair_band_sums,
+    token_names,
     top_band,
 )
 from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES, mean_diagnostics
@@ -135,6 +143,8 @@ def write_recording(
         channels=np.array(channels),
         label_names=np.array(label_names),
         contrast_classes=np.array(e.contrast_classes or [], dtype=str),
+        interaction_names=np.array([r["interaction"] for r in e.interactions or []], dtype=str),
+        interaction_values=np.array([r["value"] for r in e.interactions or []], dtype=float),
     )
     write_json(
         out_dir / f"{e.recording_id}.json",
@@ -161,6 +171,7 @@ def write_recording(
                 channels,
                 cautions,
             ),
+            "interactions": e.interactions,
             "attention_diagnostics": e.attention_diagnostics,
             "settings": settings,
             "provenance": provenance,
@@ -234,6 +245,7 @@ def table_rows(
                 ):
                     per_head = maps[:, None] if maps.ndim == 3 else maps  # (L, H', T, T)
                     heads = ["mean"] if maps.ndim == 3 else list(range(maps.shape[1]))
+                    tokens = token_names(bands, maps.shape[-1])
                     for layer, head, query, key in np.ndindex(per_head.shape):
                         yield [
                             e.recording_id,
@@ -241,8 +253,8 @@ def table_rows(
                             pass_name,
                             layer,
                             heads[head],
-                            bands[query],
-                            bands[key],
+                            tokens[query],
+                            tokens[key],
                             float(per_head[layer, head, query, key]),
                         ]
 
@@ -286,11 +298,30 @@ def table_rows(
                 for i, j in zip(upper_i, upper_j)
             ),
         )
+    if name == "interactions":
+        return (
+            list(interactions.COLUMNS),
+            (
+                [
+                    e.recording_id,
+                    e.target,
+                    row["interaction"],
+                    interactions.side(row["a"]),
+                    interactions.side(row["b"]),
+                    row["class_difference"],
+                    row["gate"],
+                    row["value"],
+                    row["contrast_value"],
+                ]
+                for e in explanations
+                for row in e.interactions or []
+            ),
+        )
     raise ValueError(f"unknown table {name!r}")
 
 
 #: The long-format tables of ``explain``, each written as ``NAME.csv`` by :func:`write_tables`.
-TABLES = ("band_importance", "attention", "attention_diagnostics", "channel_pairs")
+TABLES = ("band_importance", "attention", "attention_diagnostics", "channel_pairs", "interactions")
 
 
 def contrast_rows(
@@ -441,8 +472,35 @@ def write_class_summary(
                 for c in classes
             },
             "contrast": _contrast_json(contrast, bands, channels, cautions),
+            "interactions": _interactions_json(explanations, contrast),
         },
     )
+
+
+def _interactions_json(
+    explanations: Sequence[RecordingExplanation], contrast: dict | None
+) -> dict | None:
+    """``class_summary.json``'s ``interactions``: per explained class the mean attribution of
+    each kept interaction over its recordings, and the class contrast's (None: the models
+    keep none)."""
+    if not any(e.interactions for e in explanations):
+        return None
+    groups: dict[str, list] = {}
+    for e in explanations:
+        groups.setdefault(e.target, []).append(e.interactions)
+    out = {"per_class": interactions.class_summary(groups), "contrast": None}
+    if contrast is not None and all(contrast["n_recordings"]):
+        by_truth = contrast["grouped_by"] == GROUPED_BY[0]
+        first, second = (
+            [
+                e.interactions
+                for e in explanations
+                if (e.true_class if by_truth else e.predicted) == name
+            ]
+            for name in contrast["classes"]
+        )
+        out["contrast"] = interactions.contrast_summary(first, second)
+    return out
 
 
 def _contrast_json(contrast: dict | None, bands, channels, cautions: dict) -> dict | None:

@@ -79,6 +79,7 @@ from eegformer_cli.explain.report_tables import (
     contrast_table_html,
     dataset_summary_html,
     explanations_source_html,
+    interactions_table_html,
     metric_notes_html,
     metrics_html,
     oof_table_html,
@@ -536,6 +537,12 @@ def _add_explanations(report, run_dir: Path, explanations_dir, band: str | None)
     )
     _add_attribution_figures(report, summary, settings, section, band)
     _add_contrast(report, summary, written.get("contrast"), settings, section, band)
+    if written.get("interactions"):
+        report.add_html(
+            interactions_table_html(written["interactions"], classes),
+            "Interactions the models use",
+            section=section,
+        )
     for k, name in enumerate(classes):
         _figure(
             report,

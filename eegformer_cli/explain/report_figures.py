@@ -228,9 +228,12 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
     every difference: each panel shows its departure from 1/T (or from the coarse pass) on a
     diverging scale of its own, symmetric about 0, with its colour bar.
     """
+    from eegformer_cli.explain.attributions import token_names
+
     if coarse.ndim == 4:
         coarse, refined = coarse.mean(axis=1), refined.mean(axis=1)
     n_layers, n_bands = coarse.shape[0], coarse.shape[-1]
+    bands = token_names(bands, n_bands)  # the interaction token, when the models have one
     uniform = 1.0 / n_bands
     fig, axes = plt.subplots(n_layers, 3, figsize=(11, 3.5 * n_layers), squeeze=False)
     for layer in range(n_layers):

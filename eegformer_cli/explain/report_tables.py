@@ -617,6 +617,47 @@ def contrast_table_html(rows: list[dict]) -> str:
     )
 
 
+def interactions_table_html(interactions: dict, classes: list[str]) -> str:
+    """The kept interactions (``class_summary.json``'s ``interactions``): each in words, how
+    much the two sides' correlation differs between the classes against the gate it beat,
+    the mean attribution of the product per explained class and, with a contrast, its push."""
+    per_class = {
+        name: {row["interaction"]: row for row in rows}
+        for name, rows in (interactions.get("per_class") or {}).items()
+    }
+    contrast = {row["interaction"]: row["value"] for row in interactions.get("contrast") or []}
+    rows = {}
+    for name in classes:
+        for key, row in per_class.get(name, {}).items():
+            rows.setdefault(key, row)
+    if not rows:
+        return "<p>The models keep no interaction.</p>"
+
+    def attribution(name: str, key: str) -> str:
+        row = per_class.get(name, {}).get(key)
+        return f"{row['value']:+.3g}" if row else "0"
+
+    table = [
+        [
+            *key.split(" x "),
+            f"{row['class_difference']:.2f} (gate {row['gate']:.2f})",
+            *(attribution(name, key) for name in classes),
+            *([f"{contrast.get(key, 0.0):+.3g}"] if contrast else []),
+        ]
+        for key, row in rows.items()
+    ]
+    return _table(
+        [
+            "side a",
+            "side b",
+            "how much their correlation differs between the classes (the gate it beat)",
+            *(f"attribution, class {name} (logit units)" for name in classes),
+            *(["class contrast (logit units)"] if contrast else []),
+        ],
+        table,
+    )
+
+
 def _seconds(value) -> str:
     return f"{value:g} s" if isinstance(value, int | float) else str(value)
 

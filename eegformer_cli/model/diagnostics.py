@@ -193,6 +193,8 @@ def recording_diagnostics(
     age/sex). Segments of several recordings share
     forwards of up to :data:`SEGMENTS_PER_BATCH` segments. Returns one summary per recording:
     ``{"n_bands": T, "uniform_entropy": ln T, "passes": {pass: {quantity: [per layer]}}}``
+    (T: the tokens the attention spreads over, the bands and the interaction token of a model
+    that has one)
     (None for a model without transformer layers: it has no attention).
     """
     if model.config.n_layers == 0:
@@ -220,7 +222,7 @@ def recording_diagnostics(
         name: {key: np.concatenate([p[name][key] for p in parts], axis=1) for key in parts[0][name]}
         for name in parts[0]
     }
-    n_bands = len(model.config.band_names)
+    n_bands = len(model.config.token_names())
     return [
         {
             "n_bands": n_bands,

@@ -17,6 +17,11 @@ from torch import Tensor, nn
 
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.model.explanation import one_pass_deeplift
+from eegformer_cli.model.interactions import (
+    INTERACTION_TOKEN,
+    InteractionToken,
+    parse_interactions,
+)
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (
     FREQUENCY_ENCODINGS,
@@ -174,6 +179,9 @@ class ModelConfig:
     channel_embedding: bool = False
     node_features: str = "coherence"
     guidance: str = "paper"
+    #: Data-derived: the interactions a fit's screen kept (``Interaction.to_dict()`` each;
+    #: ``model/interactions.py``); empty: no interaction path, the model of earlier versions.
+    interactions: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -232,6 +240,12 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
+        parse_interactions(self.interactions, self.band_names, self.channel_names)
+
+    def token_names(self) -> list[str]:
+        """The names of the transformer's tokens, in order: the bands, then
+        :data:`INTERACTION_TOKEN` when kept interactions give the model that token."""
+        return [*self.band_names, *([INTERACTION_TOKEN] if self.interactions else [])]
 
     @classmethod
     def preset(cls, name: str, **fields) -> ModelConfig:
@@ -301,7 +315,13 @@ class XAIguiFormer(nn.Module):
         super().__init__()
         config.validate()
         self.config = config
-        edges = torch.tensor(config.band_edges_hz, dtype=torch.float32)
+        interactions = parse_interactions(
+            config.interactions, config.band_names, config.channel_names
+        )
+        # the interaction token sits at the frequency origin (0, 0): no rotation of its own
+        edges = torch.tensor(
+            config.band_edges_hz + [(0.0, 0.0)] * bool(interactions), dtype=torch.float32
+        )
         self.tokenizer = ConnectomeTokenizer(
             config.n_channels,
             config.d_model,
@@ -334,6 +354,12 @@ class XAIguiFormer(nn.Module):
         self.differentiable_explanations = False
         self.register_buffer("age_mean", torch.tensor(float("nan")))
         self.register_buffer("age_std", torch.tensor(float("nan")))
+        # built last: without kept interactions the parameters are drawn as before
+        self.interaction_token = (
+            InteractionToken(interactions, config.band_names, config.channel_names, config.d_model)
+            if interactions
+            else None
+        )
 
     def describe(self) -> dict:
         """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
@@ -369,6 +395,11 @@ class XAIguiFormer(nn.Module):
             return drofe_paper_demographics(age, sex, self.age_mean)
         return drofe_default_demographics(age, sex, self.age_mean, self.age_std)
 
+    def age_z(self, age: Tensor, sex: Tensor) -> Tensor:
+        """(B,) z-scored age with the training statistics, unknown at 0 (the training mean):
+        what the interaction token multiplies entries by, whatever the frequency encoding."""
+        return drofe_default_demographics(age, sex, self.age_mean, self.age_std)[:, 0]
+
     def _check_inputs(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor) -> None:
         expected = (len(self.config.band_names), self.config.n_channels, self.config.n_channels)
         for name, value in (("coh", coh), ("wpli", wpli)):
@@ -388,13 +419,34 @@ class XAIguiFormer(nn.Module):
         output = self.forward_with_details(coh, wpli, age, sex)
         return output.logits_coarse, output.logits_refined
 
+    def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
+        """(B, K) float: the kept pairs' products the interaction token embeds, from the
+        connectivity the model is given (None without an interaction token)."""
+        if self.interaction_token is None:
+            return None
+        return self.interaction_token.products(coh, wpli, self.age_z(age, sex))
+
     def forward_with_details(
-        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, target: Tensor | None = None
+        self,
+        coh: Tensor,
+        wpli: Tensor,
+        age: Tensor,
+        sex: Tensor,
+        target: Tensor | None = None,
+        products: Tensor | None = None,
     ) -> ModelOutput:
-        """Full forward; ``target`` (B,) int64 picks the explained class (default: coarse argmax)."""
+        """Full forward; ``target`` (B,) int64 picks the explained class (default: coarse
+        argmax); ``products`` (B, K) replace the interaction products the model would form
+        from ``coh`` and ``wpli`` (:meth:`interaction_products`; what ``explain`` attributes
+        to beside the connectivity)."""
         self._check_inputs(coh, wpli, age, sex)
-        tokens = self.tokenizer(coh, wpli)
         demographics = self.encode_demographics(age, sex)
+        tokens = self.tokenizer(coh, wpli)
+        if self.interaction_token is not None:
+            if products is None:
+                products = self.interaction_products(coh, wpli, age, sex)
+            token = self.interaction_token.embed(products)
+            tokens = torch.cat((tokens, token[:, None]), dim=1)
         if not self.config.xai_refinement:
             coarse = self.encoder.run(tokens, demographics)
             return ModelOutput(

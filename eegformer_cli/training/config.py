@@ -104,6 +104,15 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"
     model: dict = field(default_factory=dict)
+    # the interaction screen (interaction_screen.py), inside every fit: entry pairs
+    # (``interactions``) and entries with age (``age_interactions``), at most
+    # ``interaction_max_pairs`` of each, gated by ``interaction_permutations`` label
+    # permutations at the null's ``interaction_null_quantile``
+    interactions: bool = False
+    age_interactions: bool = False
+    interaction_max_pairs: int = 10
+    interaction_permutations: int = 20
+    interaction_null_quantile: float = 1.0
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
@@ -162,6 +171,8 @@ _PRESET_VALUES = {
         "augmentation": "none",
         "segment_averaging": 0.5,
         "patience": 0,
+        "interactions": True,
+        "age_interactions": True,
         "model": {},
     },
 }
@@ -319,6 +330,9 @@ def validate(config: TrainConfig) -> None:
     _check_range("val_fraction", config.val_fraction, 0, 0.5, low_open=True)
     _check_range("cv", config.cv, 2, None)
     _check_range("repeats", config.repeats, 1, None)
+    _check_range("interaction_max_pairs", config.interaction_max_pairs, 1, None)
+    _check_range("interaction_permutations", config.interaction_permutations, 1, None)
+    _check_range("interaction_null_quantile", config.interaction_null_quantile, 0, 1, low_open=True)
     _check_range("seed", config.seed, 0, 2**32 - 1)  # NumPy's and torch's seed range
     if config.holdout != 0:  # 0 is the documented "no holdout": cross-validation
         _check_range("holdout", config.holdout, 0, 1, low_open=True, high_open=True)

@@ -33,6 +33,12 @@ from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.training import augment, distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, TrainingData
+from eegformer_cli.training.interaction_screen import (
+    ScreenResult,
+    entry_means,
+    entry_table,
+    screen_interactions,
+)
 from eegformer_cli.training.metrics import classification_metrics
 from eegformer_cli.training.model_file import demographic_stats
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
@@ -90,13 +96,17 @@ class FitResult:
     history: list[dict]
     best_epoch: int  # 1-based
     seconds: float
+    screen: dict | None = None  # the interaction screen's record (ScreenResult.summary())
 
 
-def build_model(data: TrainingData, config: TrainConfig, ages: np.ndarray):
+def build_model(
+    data: TrainingData, config: TrainConfig, ages: np.ndarray, interactions: list | None = None
+):
     """An XAIguiFormer for ``data`` with the config's model preset and overrides (inside a
     :class:`StandardisedModel` when ``config.input_standardisation``; its statistics are set
     by the caller); demographic scaling from the training recordings' ``ages`` (years, NaN =
-    unknown)."""
+    unknown); ``interactions`` the screen's kept :class:`Interaction` list (None or empty:
+    no interaction path)."""
     from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
     model_config = ModelConfig.preset(
@@ -107,6 +117,7 @@ def build_model(data: TrainingData, config: TrainConfig, ages: np.ndarray):
         n_classes=len(data.label_names),
         channel_names=data.channels,
         **config.model,
+        **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
     )
     model = XAIguiFormer(model_config)
     if config.input_standardisation:
@@ -218,7 +229,13 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
         if selection.patience_ran_out(config):
             break
     loop.model.load_state_dict(selection.state)
-    return FitResult(loop.model.eval(), history, selection.epoch, time.perf_counter() - start)
+    return FitResult(
+        loop.model.eval(),
+        history,
+        selection.epoch,
+        time.perf_counter() - start,
+        loop.screen and loop.screen.summary(),
+    )
 
 
 @dataclass
@@ -238,6 +255,7 @@ class _Loop:
     n_classes: int
     total_steps: int
     warmup_steps: int
+    screen: ScreenResult | None = None
     step: int = 0
 
 
@@ -255,7 +273,6 @@ def _setup(
     it fixes the numbers of a seed."""
     seed_everything(seed)
     rng = np.random.default_rng(seed)
-    model = build_model(data, config, np.array([r.age for r in train_recs]))
     train_set = ConnectomeDataset(
         train_recs,
         data.label_names,
@@ -265,10 +282,16 @@ def _setup(
         rng=rng,
     )
     val_set = ConnectomeDataset(val_recs, data.label_names, data.channels, data.bands)
+    ages = np.array([r.age for r in train_recs])
+    stats = None
     if config.input_standardisation:
-        model.set_stats(
-            connectivity_stats(train_set.recording_arrays(r) for r in range(len(train_recs)))
-        )
+        stats = connectivity_stats(train_set.recording_arrays(r) for r in range(len(train_recs)))
+    screen = screen_fit(data, train_set, stats, ages, config, seed)
+    # the model's parameters are drawn here, after the screen (which draws from a generator
+    # of its own), in the order of earlier versions: no kept pair gives their model
+    model = build_model(data, config, ages, screen and screen.kept)
+    if stats is not None:
+        model.set_stats(stats)
     model = model.to(device)
     train_model = distributed.wrap_for_training(model)
     generator = torch.Generator().manual_seed(seed)
@@ -309,6 +332,46 @@ def _setup(
         n_classes,
         total_steps=config.epochs * len(loader),
         warmup_steps=int(round(config.warmup_epochs * len(loader))),
+        screen=screen,
+    )
+
+
+def screen_fit(
+    data: TrainingData,
+    train_set: ConnectomeDataset,
+    stats: dict | None,
+    ages: np.ndarray,
+    config: TrainConfig,
+    seed: int,
+) -> ScreenResult | None:
+    """The interaction screen on a fit's training recordings (``interaction_screen.py``):
+    their mean standardised entries (raw entries without input standardisation), labels,
+    participants and z-scored ages; None when the config screens nothing."""
+    if not (config.interactions or config.age_interactions):
+        return None
+    identity = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
+    features = np.stack(
+        [
+            entry_means(*train_set.recording_arrays(r), stats or identity)
+            for r in range(len(train_set.recordings))
+        ]
+    )
+    demographics = demographic_stats(ages)
+    age_z = None
+    if demographics is not None:
+        age_z = np.nan_to_num((ages - demographics["age_mean"]) / demographics["age_std"])
+    return screen_interactions(
+        features,
+        train_set.labels,
+        np.array([r.participant_id for r in train_set.recordings]),
+        age_z,
+        entry_table(data.channels, data.bands),
+        max_pairs=config.interaction_max_pairs,
+        n_permutations=config.interaction_permutations,
+        null_quantile=config.interaction_null_quantile,
+        seed=seed,
+        pairs=config.interactions,
+        with_age=config.age_interactions,
     )
 
 

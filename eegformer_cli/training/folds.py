@@ -257,6 +257,7 @@ def run_fold(
         "fold": fold.fold,
         "best_epoch": fit.best_epoch,
         "seconds": fit.seconds,
+        "interaction_screen": fit.screen,
         "reference_C": chosen_c[REFERENCE_NAME],
         "references_C": chosen_c,
         "history": fit.history,

@@ -709,6 +709,7 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
                     "history": fit.history,
                     "best_epoch": fit.best_epoch,
                     "seconds": fit.seconds,
+                    "interaction_screen": fit.screen,
                     "train": fold.train,
                     "val": fold.val,
                 }

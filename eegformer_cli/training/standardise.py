@@ -95,6 +95,17 @@ class StandardisedModel(nn.Module):
         return self.model(*self._standardise(coh, wpli), age, sex)
 
     def forward_with_details(
-        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, target: Tensor | None = None
+        self,
+        coh: Tensor,
+        wpli: Tensor,
+        age: Tensor,
+        sex: Tensor,
+        target: Tensor | None = None,
+        products: Tensor | None = None,
     ):
-        return self.model.forward_with_details(*self._standardise(coh, wpli), age, sex, target)
+        return self.model.forward_with_details(
+            *self._standardise(coh, wpli), age, sex, target, products
+        )
+
+    def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
+        return self.model.interaction_products(*self._standardise(coh, wpli), age, sex)

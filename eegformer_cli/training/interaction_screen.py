@@ -1,0 +1,275 @@
+"""The interaction screen: which pairs of connectivity entries (or an entry and age) act together.
+
+A linear model, and a transformer trained by gradient descent on a few hundred people, cannot
+find a label caused by two couplings together (an XOR: neither coupling alone says anything
+about the label). Among 2,736 entries (8 bands x 171 channel pairs x coherence and wPLI) such an
+effect is a sparse parity, whose sample cost for gradient training grows with the input
+dimension. A second-order *screen* needs far fewer people: inside one class two entries that
+act together are correlated one way, inside the other the other way, so the difference of the
+within-class correlations finds the pair (the idea of GA2M's FAST interaction detection, Lou et
+al., KDD 2013, in the vectorised form the size here needs: the ``interpret`` package's
+``measure_interactions`` fits a model per pair and takes hours at 2,000+ features).
+
+:func:`screen_interactions` runs inside every fit, on that fit's training recordings only:
+
+1. features: each recording's mean over its segments of the standardised entries (the
+   model's input z-scores), :func:`entry_means`; entries are named by :class:`Entry`;
+2. score: ``|corr(a, b | class c) - corr(a, b | not c)|``, the largest over the classes c (one
+   against the rest; with two classes both contrasts are the same), for every entry pair
+   (:func:`top_pairs`, computed in row blocks so the P x P matrix never exists at once) and for
+   every entry with age (:func:`age_scores`; unknown ages at the training mean);
+3. gate: a candidate is kept only when its score beats the ``null_quantile`` quantile of the
+   largest score under ``n_permutations`` label permutations (the same statistic, labels
+   permuted as ``null_labels`` permutes them: within each participant when a participant's
+   recordings carry different labels, else between participants), from a generator of its
+   own; at most ``max_pairs`` entry pairs and ``max_pairs`` entry-age pairs, best first.
+
+A fit that keeps nothing builds today's model (the model's interaction path exists only for kept
+pairs). Cost: about P^2 n / 2 multiply-adds per statistic (P entries, n recordings), once for
+the data and once per permutation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from eegformer_cli.model.interactions import AGE, MEASURES, Entry, Interaction
+
+#: Mixed into the screen's permutation seed, apart from the run's other uses of its seed.
+SEED_TAG = 35_035
+#: Entries per row block of the pair scores: the block's float32 (512, P) score matrix is the
+#: memory bound (66 MB for 64 channels' 32,256 entries, 5.6 MB for 19 channels' 2,736).
+BLOCK_ROWS = 512
+
+
+@dataclass
+class ScreenResult:
+    """What one screen found: the kept interactions (entry pairs first, then entry-age, each
+    best first), the gates, and its cost."""
+
+    kept: list[Interaction]
+    pair_threshold: float | None  # None: entry pairs not screened
+    age_threshold: float | None  # None: entry-age pairs not screened (or no age known)
+    top_pair_score: float | None
+    top_age_score: float | None
+    n_recordings: int
+    n_entries: int
+    n_permutations: int
+    seconds: float
+
+    def summary(self) -> dict:
+        """JSON-ready record for a fold file."""
+        out = asdict(self)
+        out["kept"] = [k.to_dict() for k in self.kept]
+        return out
+
+
+def entry_table(channels: list[str], bands: list[str]) -> list[Entry]:
+    """Every entry of a connectome, in :func:`entry_means`' column order: measure, then band,
+    then channel pair (i < j, row-major upper triangle): 2 x F x C(C-1)/2 entries, the order of
+    ``reference.recording_features``."""
+    rows, cols = np.triu_indices(len(channels), k=1)
+    return [
+        Entry(measure, band, (channels[i], channels[j]))
+        for measure in MEASURES
+        for band in bands
+        for i, j in zip(rows, cols)
+    ]
+
+
+def entry_means(coh: np.ndarray, wpli: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+    """One recording's mean over segments of its standardised entries.
+
+    coh, wpli float32 (n_segments, F, C, C); ``stats`` the model's input statistics
+    (``standardise.connectivity_stats``: ``coh_mean``, ``coh_std``, ``wpli_mean``, ``wpli_std``,
+    each (F, C, C)). Returns float64 (2 F C(C-1)/2,) in :func:`entry_table`'s order.
+    """
+    rows, cols = np.triu_indices(coh.shape[-1], k=1)
+    parts = []
+    for name, values in (("coh", coh), ("wpli", wpli)):
+        mean = values.mean(axis=0, dtype=np.float64)
+        z = (mean - stats[f"{name}_mean"]) / stats[f"{name}_std"]
+        parts.append(z[:, rows, cols].ravel())
+    return np.concatenate(parts)
+
+
+def _within_class_z(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """The rows ``members`` of ``values`` (n, ...) z-scored over those rows and divided by
+    sqrt(n_members), so that ``z.T @ z`` is their correlation matrix (a constant column gives
+    zeros); float32."""
+    part = values[members].astype(np.float32)
+    centred = part - part.mean(axis=0)
+    norm = np.sqrt((centred**2).sum(axis=0))
+    return np.divide(centred, norm, out=np.zeros_like(centred), where=norm > 0)
+
+
+def contrast_factors(values: np.ndarray, labels: np.ndarray) -> list[tuple]:
+    """Per one-against-rest contrast (one for two classes, whose two contrasts give the same
+    statistic; one per class otherwise), two float32 factors ``(w, s)`` shaped like ``values``
+    (n, ...) with ``w.T @ s = corr_in - corr_out``: the class's within-class z-scores stacked
+    over the rest's, and the same with the rest's negated, so that one product gives the
+    difference of the two correlation matrices. float32: the scores are compared with a gate,
+    not summed."""
+    classes = np.unique(labels)
+    factors = []
+    for c in classes[:1] if len(classes) == 2 else classes:
+        inside = labels == c
+        z_in, z_out = _within_class_z(values, inside), _within_class_z(values, ~inside)
+        factors.append((np.concatenate([z_in, z_out]), np.concatenate([z_in, -z_out])))
+    return factors
+
+
+def _block_scores(factors: list[tuple], start: int, stop: int) -> np.ndarray:
+    """Scores of entries ``start:stop`` against entries ``start:`` (the matrix is symmetric,
+    so the rows' scores against earlier entries are known from earlier blocks): float32
+    (stop - start, P - start)."""
+    score = None
+    for w, s in factors:
+        difference = np.abs(w[:, start:stop].T @ s[:, start:])
+        score = difference if score is None else np.maximum(score, difference, out=score)
+    return score
+
+
+def largest_pair_score(factors: list[tuple], block_rows: int = BLOCK_ROWS) -> float:
+    """The largest screen score over all entry pairs (what the permutation null records), from
+    :func:`contrast_factors`. The diagonal scores 0 (1 - 1), so the largest entry of a block
+    is a pair's."""
+    n_features = factors[0][0].shape[1]
+    return float(
+        max(
+            _block_scores(factors, start, min(start + block_rows, n_features)).max()
+            for start in range(0, n_features, block_rows)
+        )
+    )
+
+
+def top_pairs(
+    factors: list[tuple], k: int, block_rows: int = BLOCK_ROWS
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` entry pairs (i < j) with the largest screen score, best first, from
+    :func:`contrast_factors` of the features (n, P).
+
+    Score of (i, j): the largest over the contrasts of ``|corr_in(i, j) - corr_out(i, j)|``.
+    Computed ``block_rows`` rows at a time, keeping the best ``k`` of each block: memory
+    (block_rows x P), never P x P. Returns (pairs int64 (k', 2), scores float64 (k',)),
+    k' = min(k, P(P-1)/2).
+    """
+    n_features = factors[0][0].shape[1]
+    best_pairs, best_scores = np.empty((0, 2), dtype=np.int64), np.empty(0)
+    for start in range(0, n_features - 1, block_rows):
+        stop = min(start + block_rows, n_features)
+        score = _block_scores(factors, start, stop)  # column c is entry start + c
+        score[np.tril_indices(stop - start)] = -1.0  # each pair once: j > i
+        flat = score.ravel()
+        take = min(k, flat.size)
+        top = np.argpartition(-flat, take - 1)[:take]
+        top = top[flat[top] >= 0]
+        rows, cols = np.divmod(top, n_features - start)
+        best_pairs = np.concatenate([best_pairs, np.stack([rows, cols], axis=1) + start])
+        best_scores = np.concatenate([best_scores, flat[top].astype(np.float64)])
+        if len(best_scores) > k:
+            keep = np.argpartition(-best_scores, k - 1)[:k]
+            best_pairs, best_scores = best_pairs[keep], best_scores[keep]
+    order = np.lexsort((best_pairs[:, 1], best_pairs[:, 0], -best_scores))
+    return best_pairs[order], best_scores[order]
+
+
+def age_scores(factors: list[tuple], age_factors: list[tuple]) -> np.ndarray:
+    """Screen score of every entry with age: the largest over the contrasts of
+    ``|corr_in(entry, age) - corr_out(entry, age)|``; float64 (P,). ``factors`` and
+    ``age_factors``: :func:`contrast_factors` of the features (n, P) and of the z-scored ages
+    (n,) (unknown ages at 0, the training mean) under the same labels."""
+    score = np.zeros(factors[0][0].shape[1])
+    for (w, _), (_, s_age) in zip(factors, age_factors):
+        np.maximum(score, np.abs(w.T @ s_age), out=score)
+    return score
+
+
+def permuted(labels: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One label permutation as ``null_labels`` permutes: among each participant's recordings
+    when some participant's recordings carry different labels, else the participants' labels
+    shuffled between participants (each participant's recordings keep one label)."""
+    order, first_index, inverse = np.unique(groups, return_index=True, return_inverse=True)
+    first = labels[first_index]  # each participant's first recording's label
+    if np.any(labels != first[inverse]):
+        shuffled = labels.copy()
+        for g in range(len(order)):
+            where = np.flatnonzero(inverse == g)
+            shuffled[where] = labels[rng.permutation(where)]
+        return shuffled
+    return rng.permutation(first)[inverse]
+
+
+def screen_interactions(
+    features: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    age_z: np.ndarray | None,
+    entries: list[Entry],
+    *,
+    max_pairs: int,
+    n_permutations: int,
+    null_quantile: float,
+    seed: int,
+    pairs: bool = True,
+    with_age: bool = True,
+) -> ScreenResult:
+    """Screen and gate (module docstring) on one fit's training recordings.
+
+    features float64 (n, P) (:func:`entry_means` per recording), labels int (n,), groups the
+    participant of each recording (n,), age_z (n,) z-scored ages with unknown at 0 (None: age
+    not known for anyone), entries the P :class:`Entry` of the columns. ``pairs`` /
+    ``with_age`` switch the two candidate sets. Deterministic in ``seed``.
+    """
+    start = time.perf_counter()
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    screen_age = with_age and age_z is not None and np.std(age_z) > 0
+    rng = np.random.default_rng([SEED_TAG, seed])
+    null_pair, null_age = [], []
+
+    def statistics(labels: np.ndarray) -> tuple[list, list | None]:
+        factors = contrast_factors(features, labels)
+        return factors, contrast_factors(age_z, labels) if screen_age else None
+
+    for _ in range(n_permutations if (pairs or screen_age) else 0):
+        factors, age_factors = statistics(permuted(labels, groups, rng))
+        if pairs:
+            null_pair.append(largest_pair_score(factors))
+        if screen_age:
+            null_age.append(age_scores(factors, age_factors).max())
+    factors, age_factors = statistics(labels)
+    kept: list[Interaction] = []
+    pair_threshold = age_threshold = top_pair = top_age = None
+    if pairs:
+        pair_threshold = float(np.quantile(null_pair, null_quantile))
+        found, scores = top_pairs(factors, max_pairs)
+        top_pair = float(scores[0])
+        kept += [
+            Interaction(entries[i], entries[j], float(s), pair_threshold)
+            for (i, j), s in zip(found, scores)
+            if s > pair_threshold
+        ]
+    if screen_age:
+        age_threshold = float(np.quantile(null_age, null_quantile))
+        scores = age_scores(factors, age_factors)
+        top_age = float(scores.max())
+        best = np.argsort(-scores, kind="stable")[:max_pairs]
+        kept += [
+            Interaction(entries[i], AGE, float(scores[i]), age_threshold)
+            for i in best
+            if scores[i] > age_threshold
+        ]
+    return ScreenResult(
+        kept,
+        pair_threshold,
+        age_threshold,
+        top_pair,
+        top_age,
+        len(labels),
+        features.shape[1],
+        n_permutations,
+        time.perf_counter() - start,
+    )
