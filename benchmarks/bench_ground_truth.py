@@ -8,19 +8,24 @@ fold, two side by side; no final model):
   oracle            logistic regression on the planted pairs' coherence in the planted bands,
                     with the interaction given (products; age for ``age``): the practical limit
   logistic_regression  the built-in reference (every fold of every run; reported from default's)
-  default           ``--preset default``
+  screen_l1         the interaction screen with default's settings, its kept products added
+                    to every entry, an L1 logistic regression: what the transformer adds to it
+  default           ``--preset default`` (both screens: entry pairs and entries with age)
+  no_interactions   ``--no-interactions`` (no screen of entry pairs)
+  no_age_interactions  ``--no-age-interactions`` (no screen of entries with age)
+  no_screens        both (the model of earlier versions)
   no_xai            ``--no-xai`` (coarse pass only)
   tokenizer_only    the tokenizer and head, no transformer layer
-  no_drofe          ``--frequency-encoding none`` (age scenario)
-  age_withheld      default on the same connectomes with every age set to n/a (age scenario)
+  no_drofe          ``--frequency-encoding none``
+  age_withheld      default on the same connectomes with every age set to n/a
 
 Per scenario at ``--n`` (default 300), so that the whole benchmark fits a working session on 2
-cores: linear default, no_xai, tokenizer_only; interaction default, tokenizer_only (does
-attention between band tokens carry the interaction); age default, no_drofe, age_withheld (does
-the age rotation carry the age effect); null default (``--variants`` runs any list instead).
-At ``--n-large`` participants (default 1000) only interaction and age run, with ``default`` and
-the ablation that answers each (tokenizer alone; without dRoFE). ``--skip-small`` runs only
-those, so two processes can share the work.
+cores: linear default, no_screens (the screens cost the linear case nothing); interaction
+default, no_interactions; age default, no_age_interactions; null default (``--variants`` runs
+any list instead). At ``--n-large`` participants (default 1000) interaction default, and age
+default, no_drofe and no_age_interactions (the paired differences the acceptance asks for).
+``--skip-small`` runs only those, so two processes can share the work. Each fold's kept
+interactions are reported, and in how many folds the planted one was kept first.
 
 Paired differences (variant minus default, and default minus the logistic regression) use the
 corrected resampled t-test over the same folds. The null scenario also runs the shortcut audit
@@ -31,7 +36,9 @@ Explanations (``--explain``): a model trained on 80 % of the linear / interactio
 (``train --holdout 0.2``) explains a fresh study of the same layout (other participants, same
 planted pairs): how often the planted band ranks first by |band importance| in recordings that
 carry the coupling, the AUROC of the planted cells' mean |channel-pair attribution| against
-every other (pair, band) cell, and the rank of the planted bands in mean |band importance|.
+every other (pair, band) cell, the rank of the planted bands in mean |band importance|, the
+share of recordings whose top 5 cells hold a planted one, and for the interaction study the
+kept interaction's attribution against every (band, pair) cell's.
 
 The acceptance seed is ACCEPTANCE_SEED: it confirms, it is never used to choose a design.
 Screen on other seeds (``--seed``).
@@ -67,28 +74,26 @@ ACCEPTANCE_SEED = 9692
 SPENT_ACCEPTANCE_SEEDS = (2711,)
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
-CONFIG_FILES = {
-    "tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
-    "no_pairs": "interactions = false\n",
-    "no_age_path": "age_interactions = false\n",
-    "no_interactions": "interactions = false\nage_interactions = false\n",
-}
+CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
 VARIANTS = {
     "default": [],
     "no_xai": ["--no-xai"],
     "no_drofe": ["--frequency-encoding", "none"],
+    "no_interactions": ["--no-interactions"],
+    "no_age_interactions": ["--no-age-interactions"],
+    "no_screens": ["--no-interactions", "--no-age-interactions"],
     "age_withheld": [],  # default on a copy of the data without ages
     **{name: ["--config", f"{{{name}_toml}}"] for name in CONFIG_FILES},
 }
 SMALL = {
-    "linear": ["default", "no_interactions", "no_xai", "tokenizer_only"],
-    "interaction": ["default", "no_pairs"],
-    "age": ["default", "no_drofe", "no_age_path", "age_withheld"],
+    "linear": ["default", "no_screens"],
+    "interaction": ["default", "no_interactions"],
+    "age": ["default", "no_age_interactions"],
     "null": ["default"],
 }
 LARGE = {
-    "interaction": ["default", "no_pairs"],
-    "age": ["default", "no_drofe", "no_age_path"],
+    "interaction": ["default"],
+    "age": ["default", "no_drofe", "no_age_interactions"],
 }
 
 

@@ -164,6 +164,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         patience: int | None = None,
         val_fraction: float | None = None,
         no_xai: bool = False,
+        no_interactions: bool = False,
+        no_age_interactions: bool = False,
         frequency_encoding: str | None = None,
         random_state: int = 0,
         device: str = "auto",
@@ -176,6 +178,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         self.patience = patience
         self.val_fraction = val_fraction
         self.no_xai = no_xai
+        self.no_interactions = no_interactions
+        self.no_age_interactions = no_age_interactions
         self.frequency_encoding = frequency_encoding
         self.random_state = random_state
         self.device = device
@@ -325,6 +329,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
                 "lr": self.lr,
                 "patience": self.patience,
                 "val_fraction": self.val_fraction,
+                "interactions": False if self.no_interactions else None,
+                "age_interactions": False if self.no_age_interactions else None,
                 "seed": self.random_state,
                 "device": self.device,
                 "model": model or None,

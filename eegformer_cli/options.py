@@ -275,6 +275,18 @@ TRAIN = Options(
     no_xai=Option(
         "bool", "Ablation: coarse pass only (no explanation-guided refinement) [default: off]."
     ),
+    no_interactions=Option(
+        "bool",
+        "Ablation: no screen of connectivity pairs whose correlation differs between the "
+        "classes, so no interaction token from them (the default preset screens; the paper "
+        "preset does not) [default: off].",
+    ),
+    no_age_interactions=Option(
+        "bool",
+        "Ablation: no screen of connectivity entries whose relation to age differs between "
+        "the classes, so no entry-times-age products (the default preset screens; the paper "
+        "preset does not) [default: off].",
+    ),
     frequency_encoding=Option(
         "str | None",
         "Ablation/option: "
@@ -458,6 +470,8 @@ ESTIMATOR = Options(
         "select the epoch " + preset_default("val_fraction") + ".",
     ),
     no_xai=TRAIN["no_xai"],
+    no_interactions=TRAIN["no_interactions"],
+    no_age_interactions=TRAIN["no_age_interactions"],
     frequency_encoding=TRAIN["frequency_encoding"],
     random_state=Option(
         "int",

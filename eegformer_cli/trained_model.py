@@ -94,15 +94,15 @@ class Explanations:
         attribution of ``logit(class_b) - logit(class_a)``, the mean over class_b's recordings
         minus the mean over class_a's, and the difference of their mean connectivity, strongest
         first, with each pair's artefact caution (empty without a contrast).
-    interactions : pandas.DataFrame
-        The kept interactions, as ``interactions.csv``: per recording and interaction the two
-        sides in words, the screen's class difference and gate, and the attribution of the
-        product (empty for a model that keeps none).
     per_recording : list of RecordingExplanation
         Each recording's arrays, as in its ``ID.npz``: ``band_importance`` (n_bands,) signed,
         absolute values summing to 1; ``attention_coarse`` / ``attention_refined`` (n_layers,
         n_bands, n_bands) (or with a heads axis); ``channel_pairs``, ``coh_pairs``,
         ``wpli_pairs`` (n_bands, n_channels, n_channels) in logit units; ``probabilities``.
+    interactions : pandas.DataFrame
+        The kept interactions, as ``interactions.csv``: per recording and interaction the two
+        sides in words, the screen's class difference and gate, and the attribution of the
+        product (empty for a model that keeps none).
     """
 
     recordings: object
@@ -111,8 +111,8 @@ class Explanations:
     attention_diagnostics: object
     channel_pairs: object
     contrast: object
-    interactions: object
     per_recording: list
+    interactions: object
 
 
 class TrainedModel:

@@ -64,7 +64,17 @@ def test_the_estimator_documents_its_parameters_as_train_does():
     documented = docstring_parameters(estimator)
     assert list(documented) == list(inspect.signature(estimator).parameters)
     train = docstring_parameters(commands.train)
-    shared = {"preset", "epochs", "batch_size", "lr", "patience", "no_xai", "frequency_encoding"}
+    shared = {
+        "preset",
+        "epochs",
+        "batch_size",
+        "lr",
+        "patience",
+        "no_xai",
+        "no_interactions",
+        "no_age_interactions",
+        "frequency_encoding",
+    }
     assert all(documented[name] == train[name] for name in shared)
 
 

@@ -33,12 +33,12 @@ SIGNATURES = {
     "target=None, contrast=None, method='integrated_gradients', n_steps=128, "
     "all_heads=False, max_interpolated=None, strict=False, out=None, overwrite=False)",
     "Explanations": "(recordings, band_importance, attention, attention_diagnostics, "
-    "channel_pairs, contrast, per_recording)",
+    "channel_pairs, contrast, per_recording, interactions)",
     "preprocess_raw": "(raw, settings='default', channels=None)",
     "load_connectome": "(path)",
     "XAIguiFormerClassifier": "(preset='default', config=None, epochs=None, batch_size=None, "
-    "lr=None, patience=None, val_fraction=None, no_xai=False, "
-    "frequency_encoding=None, random_state=0, device='auto')",
+    "lr=None, patience=None, val_fraction=None, no_xai=False, no_interactions=False, "
+    "no_age_interactions=False, frequency_encoding=None, random_state=0, device='auto')",
     "XAIguiFormerClassifier.fit": "(self, X, y, groups=None)",
     "XAIguiFormerClassifier.predict": "(self, X)",
     "XAIguiFormerClassifier.predict_proba": "(self, X)",
@@ -50,7 +50,8 @@ SIGNATURES = {
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
     "config=None, cv=None, repeats=None, holdout=None, splits=None, "
     "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
-    "device=None, precision=None, no_xai=False, frequency_encoding=None, "
+    "device=None, precision=None, no_xai=False, no_interactions=False, "
+    "no_age_interactions=False, frequency_encoding=None, "
     "positive_label=None, "
     "n_jobs=1, overwrite=False, fold=None, merge=None, confounds=None, "
     "permutations=0, permutation_model='reference', split_by='participant')",

@@ -219,6 +219,18 @@ def train(
     no_xai: bool = typer.Option(
         False, "--no-xai", help=TRAIN.help("no_xai"), rich_help_panel=ABLATIONS
     ),
+    no_interactions: bool = typer.Option(
+        False,
+        "--no-interactions",
+        help=TRAIN.help("no_interactions"),
+        rich_help_panel=ABLATIONS,
+    ),
+    no_age_interactions: bool = typer.Option(
+        False,
+        "--no-age-interactions",
+        help=TRAIN.help("no_age_interactions"),
+        rich_help_panel=ABLATIONS,
+    ),
     frequency_encoding: str | None = typer.Option(
         None,
         "--frequency-encoding",
@@ -313,6 +325,8 @@ def train(
         device=device,
         precision=precision,
         no_xai=no_xai,
+        no_interactions=no_interactions,
+        no_age_interactions=no_age_interactions,
         frequency_encoding=frequency_encoding,
         positive_label=positive_label,
         n_jobs=n_jobs,
