@@ -15,6 +15,7 @@ from test_training import BANDS, CHANNELS, make_connectome_folder, tiny_config
 from eegformer_cli.model.interactions import AGE, Entry, Interaction, entry_values
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training import interaction_screen as screen
+from eegformer_cli.training.config import TrainConfig, resolve_config
 from eegformer_cli.training.dataset import load_training_data
 from eegformer_cli.training.fit import fit_model
 from eegformer_cli.training.model_file import load_model_file
@@ -215,3 +216,17 @@ def test_a_fit_that_keeps_nothing_is_bit_for_bit_the_fit_without_the_screen(tmp_
             value, fits[1].model.state_dict()[name], rtol=0, atol=0, equal_nan=True
         )
     assert [h["val_loss"] for h in fits[0].history] == [h["val_loss"] for h in fits[1].history]
+
+
+def test_a_run_folder_of_an_earlier_version_resolves_to_its_model_without_interactions():
+    """config.json of an earlier version's default run has no interaction settings: a resumed
+    or merged run keeps that version's model (no screen), while a new default run screens."""
+    stored = TrainConfig.preset_config("default").to_dict()
+    assert stored["interactions"] and stored["age_interactions"]
+    for name in ("interactions", "age_interactions", "interaction_max_pairs"):
+        stored.pop(name)
+    earlier = TrainConfig.from_dict(stored)
+    assert not earlier.interactions and not earlier.age_interactions
+    assert not resolve_config("paper").interactions
+    flags = {"interactions": False, "age_interactions": None}
+    assert resolve_config("default", None, flags).age_interactions

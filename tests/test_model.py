@@ -535,9 +535,10 @@ def test_unknown_preset_and_fields_are_refused():
 
 
 def old_style_config(config: ModelConfig, **fields) -> dict:
-    """``config`` as an earlier version stored it: with its retired fields."""
+    """``config`` as an earlier version stored it: with its retired fields, without the
+    interactions (which earlier versions did not have)."""
     return {
-        **config.to_dict(),
+        **{k: v for k, v in config.to_dict().items() if k != "interactions"},
         "explainer": "deeplift",
         "explanation_impl": "one_pass",
         "attention_impl": "fused",
