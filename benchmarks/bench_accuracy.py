@@ -12,6 +12,8 @@ Variants:
   default         ``--preset default``, 5 folds x 3 repeats
   coarse_only     ``--preset default --no-xai`` (ablation: no explanation-guided refinement)
   no_drofe        ``--preset default --frequency-encoding none`` (ablation)
+  no_screens      ``--preset default --no-interactions --no-age-interactions``: without the
+                  interaction screens (the default model of earlier versions)
   tokenizer_only  the default tokenizer and head without transformer layers (``n_layers = 0``,
                   no refinement): what the transformer adds over the tokenizer and readout
   rose            ``default`` with RoSE (``spatial_encoding = "rose"``): the tokenizer's
@@ -55,6 +57,7 @@ VARIANTS = {
     "default": ["--preset", "default", *CV],
     "coarse_only": ["--preset", "default", *CV, "--no-xai"],
     "no_drofe": ["--preset", "default", *CV, "--frequency-encoding", "none"],
+    "no_screens": ["--preset", "default", *CV, "--no-interactions", "--no-age-interactions"],
     "tokenizer_only": ["--preset", "default", *CV],  # + a config file, see main()
     "rose": ["--preset", "default", *CV],  # + a config file, see main()
     "paper": ["--preset", "paper", "--cv", "5", "--repeats", "1"],
@@ -124,6 +127,25 @@ def attention_means(attention: dict | None) -> dict | None:
     }
 
 
+def kept_interactions(run_dir: Path) -> dict:
+    """What each fold's interaction screen kept (its fold record's ``interaction_screen``):
+    the number per fold, the folds keeping any, and each kept interaction's fold count."""
+    folds = sorted((run_dir / "folds").glob("r*_f*.json"))
+    kept = [
+        (json.loads(f.read_text()).get("interaction_screen") or {}).get("kept", []) for f in folds
+    ]
+    labels = [
+        " x ".join(" ".join(side) if isinstance(side, list) else side for side in (k["a"], k["b"]))
+        for fold in kept
+        for k in fold
+    ]
+    return {
+        "per_fold": [len(fold) for fold in kept],
+        "folds_keeping_any": sum(bool(fold) for fold in kept),
+        "counts": {label: labels.count(label) for label in sorted(set(labels))},
+    }
+
+
 def main() -> None:
     from eegformer_cli.training.metrics import compare_folds
 
@@ -184,6 +206,7 @@ def main() -> None:
                 label_column,
             )
             per_fold[name] = metrics["models"]["xaiguiformer"]["per_fold"]
+            run_dir = args.out / f"{name}-{args.dataset}-seed{args.seed}"
             results["variants"][name] = {
                 "command": command,
                 "wall_seconds": wall,
@@ -196,6 +219,7 @@ def main() -> None:
                 "vs_reference": metrics["comparison"],
                 "vs_references": metrics.get("comparisons") or [metrics["comparison"]],
                 "attention": attention_means(metrics.get("attention")),
+                "kept_interactions": kept_interactions(run_dir),
                 "load_average_end": os.getloadavg(),
             }
             references = ", ".join(
