@@ -16,6 +16,13 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from eegformer_cli.choices import (
+    DEFAULT_DEVICE,
+    DEFAULT_METHOD,
+    DEFAULT_N_STEPS,
+    DEFAULT_PRECISION,
+    DEFAULT_PRESET,
+)
 from eegformer_cli.errors import UsageError
 from eegformer_cli.options import EXPLAIN, PREDICT, PREPROCESS, REPORT, TRAIN, document
 
@@ -56,7 +63,7 @@ def preprocess(
     *,
     participants: PathLike | None = None,
     recordings: PathLike | None = None,
-    preset: str = "default",
+    preset: str = DEFAULT_PRESET,
     channels: str | Sequence[str] | None = None,
     max_interpolated: int | None = None,
     bands: str | None = None,
@@ -121,7 +128,7 @@ _TRAINING_SETTINGS = {
     "data_dir": None,
     "out": None,
     "label_column": None,
-    "preset": "default",
+    "preset": DEFAULT_PRESET,
     "config": None,
     "cv": None,
     "repeats": None,
@@ -151,7 +158,7 @@ def train(
     out: PathLike | None = None,
     label_column: str | None = None,
     *,
-    preset: str = "default",
+    preset: str = DEFAULT_PRESET,
     config: PathLike | None = None,
     cv: int | None = None,
     repeats: int | None = None,
@@ -298,8 +305,8 @@ def predict(
     age: float | None = None,
     sex: str | None = None,
     max_interpolated: int | None = None,
-    device: str = "auto",
-    precision: str = "auto",
+    device: str = DEFAULT_DEVICE,
+    precision: str = DEFAULT_PRECISION,
     strict: bool = False,
     on_row: Callable[[dict], None] | None = None,
     coverage: float | None = None,
@@ -335,12 +342,12 @@ def explain(
     *,
     target: str | None = None,
     contrast: Sequence[str] | None = None,
-    method: str = "integrated_gradients",
-    n_steps: int = 128,
+    method: str = DEFAULT_METHOD,
+    n_steps: int = DEFAULT_N_STEPS,
     all_heads: bool = False,
     participants: PathLike | None = None,
     max_interpolated: int | None = None,
-    device: str = "auto",
+    device: str = DEFAULT_DEVICE,
     strict: bool = False,
     overwrite: bool = False,
 ):

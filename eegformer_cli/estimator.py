@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_PRESET
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.options import ESTIMATOR, document
@@ -156,7 +157,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        preset: str = "default",
+        preset: str = DEFAULT_PRESET,
         config=None,
         epochs: int | None = None,
         batch_size: int | None = None,
@@ -168,7 +169,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         no_age_interactions: bool = False,
         frequency_encoding: str | None = None,
         random_state: int = 0,
-        device: str = "auto",
+        device: str = DEFAULT_DEVICE,
     ):
         self.preset = preset
         self.config = config

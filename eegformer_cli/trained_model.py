@@ -18,11 +18,20 @@ from pathlib import Path
 from rich.markup import escape
 
 from eegformer_cli import console
+from eegformer_cli.choices import (
+    CAPTUM_METHODS,
+    DEFAULT_DEVICE,
+    DEFAULT_METHOD,
+    DEFAULT_N_STEPS,
+    DEFAULT_PRECISION,
+    PRECISIONS,
+)
 from eegformer_cli.errors import (
     InputDataError,
     PartialFailure,
     RecordingError,
     UsageError,
+    check_choice,
     did_you_mean,
 )
 
@@ -32,7 +41,7 @@ EXPLAIN_SEED = 0
 
 
 def load_model(
-    path: str | os.PathLike, device: str = "auto", precision: str = "auto"
+    path: str | os.PathLike, device: str = DEFAULT_DEVICE, precision: str = DEFAULT_PRECISION
 ) -> TrainedModel:
     """Load a model file written by ``eegformer train`` (``RUN_DIR/model.pt``).
 
@@ -62,8 +71,7 @@ def load_model(
     UsageError
         An invalid ``device`` or ``precision``.
     """
-    from eegformer_cli.devices import PRECISIONS, resolve_device, resolve_precision
-    from eegformer_cli.errors import check_choice
+    from eegformer_cli.devices import resolve_device, resolve_precision
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)
@@ -305,8 +313,8 @@ class TrainedModel:
         participants=None,
         target: str | None = None,
         contrast: Sequence[str] | None = None,
-        method: str = "integrated_gradients",
-        n_steps: int = 128,
+        method: str = DEFAULT_METHOD,
+        n_steps: int = DEFAULT_N_STEPS,
         all_heads: bool = False,
         max_interpolated: int | None = None,
         strict: bool = False,
@@ -662,13 +670,11 @@ class TrainedModel:
 
 def check_explain_options(method: str, n_steps: int) -> None:
     """UsageError for an unknown captum ``method`` or ``n_steps`` < 1 (``--method``,
-    ``--n-steps``)."""
-    from eegformer_cli.errors import check_choice
-    from eegformer_cli.explain.attributions import CAPTUM_METHODS
-
+    ``--n-steps``): the one check of both, before a model file is read; the attributions
+    receive the checked values."""
     check_choice("--method", method, CAPTUM_METHODS)
     if n_steps < 1:
-        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 128")
+        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. {DEFAULT_N_STEPS}")
 
 
 def _as_list(raw_or_paths) -> list:

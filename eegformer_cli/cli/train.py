@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eegformer_cli import commands, console
+from eegformer_cli.choices import DEFAULT_PRESET
 from eegformer_cli.errors import UsageError
 from eegformer_cli.options import TRAIN
 
@@ -192,7 +193,7 @@ def train(
     label_column: str | None = typer.Option(
         None, "--label-column", "-l", help=TRAIN.help("label_column")
     ),
-    preset: str = typer.Option("default", help=TRAIN.help("preset"), rich_help_panel=RECIPE),
+    preset: str = typer.Option(DEFAULT_PRESET, help=TRAIN.help("preset"), rich_help_panel=RECIPE),
     config: Path | None = typer.Option(
         None, "--config", help=TRAIN.help("config"), rich_help_panel=RECIPE
     ),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from eegformer_cli.choices import FREQUENCY_ENCODING_BY_PRESET, FREQUENCY_ENCODINGS, PRESETS
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.model.explanation import one_pass_deeplift
 from eegformer_cli.model.interactions import (
@@ -24,7 +25,6 @@ from eegformer_cli.model.interactions import (
 )
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (
-    FREQUENCY_ENCODINGS,
     drofe_default_demographics,
     drofe_paper_demographics,
 )
@@ -36,8 +36,6 @@ from eegformer_cli.model.tokenizer import (
     ConnectomeTokenizer,
 )
 from eegformer_cli.model.transformer import GUIDANCES, AttentionTrace, BandTransformer
-
-PRESETS = ("paper", "default")
 
 #: Field values of each preset (the data-dependent fields n_channels, band_names, band_edges_hz,
 #: n_classes and channel_names are always given by the caller).
@@ -53,7 +51,7 @@ PRESET_FIELDS = {
         "dropout": 0.0,
         "norm": "timm_rms",
         "edges": "directed",
-        "frequency_encoding": "drofe_paper",
+        "frequency_encoding": FREQUENCY_ENCODING_BY_PRESET["paper"],
         "xai_refinement": True,
         "detach_explanations": False,
         "spatial_encoding": "none",
@@ -78,7 +76,7 @@ PRESET_FIELDS = {
         "dropout": 0.1,
         "norm": "rms",
         "edges": "undirected",
-        "frequency_encoding": "drofe_default",
+        "frequency_encoding": FREQUENCY_ENCODING_BY_PRESET["default"],
         "xai_refinement": True,
         "detach_explanations": True,
         "spatial_encoding": "none",

@@ -37,6 +37,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eegformer_cli.choices import (
+    DEFAULT_DEVICE,
+    DEFAULT_PRECISION,
+    DEFAULT_PRESET,
+    DEVICES,
+    PRECISIONS,
+    PRESETS,
+)
 from eegformer_cli.errors import UsageError, check_choice
 
 if sys.version_info >= (3, 11):
@@ -44,7 +52,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-PRESETS = ("default", "paper")
 AUGMENTATIONS = ("graphon", "none")
 CLASS_WEIGHTINGS = ("balanced", "none")
 SELECTION_METRICS = ("bac", "paper_bac")
@@ -68,7 +75,7 @@ class TrainConfig:
     **model)``), e.g. ``{"d_model": 64, "n_layers": 4}``.
     """
 
-    preset: str = "default"
+    preset: str = DEFAULT_PRESET
     # optimisation
     epochs: int = 60
     batch_size: int = 32
@@ -101,8 +108,8 @@ class TrainConfig:
     repeats: int = 1
     holdout: float = 0.0  # fraction in (0, 1) held out for test; 0: cross-validation
     seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
+    device: str = DEFAULT_DEVICE
+    precision: str = DEFAULT_PRECISION
     model: dict = field(default_factory=dict)
     # the interaction screen (interaction_screen.py), inside every fit: entry pairs
     # (``interactions``) and entries with age (``age_interactions``), at most
@@ -227,7 +234,7 @@ def load_toml(path: str | Path) -> dict:
 
 
 def resolve_config(
-    preset: str = "default",
+    preset: str = DEFAULT_PRESET,
     toml_path: str | Path | dict | None = None,
     overrides: dict | None = None,
 ) -> TrainConfig:
@@ -241,7 +248,7 @@ def resolve_config(
     else:
         file_values = load_toml(toml_path) if toml_path else {}
         source = f"config file {toml_path}" if toml_path else "config"
-    name = file_values.get("preset", preset) if preset == "default" else preset
+    name = file_values.get("preset", preset) if preset == DEFAULT_PRESET else preset
     config = TrainConfig.preset_config(name)
     config = apply_overrides(
         config, {k: v for k, v in file_values.items() if k != "preset"}, source=source
@@ -306,8 +313,7 @@ def _coerce(key: str, value, source: str):
 
 def validate(config: TrainConfig) -> None:
     """Check choices and ranges; raise UsageError naming the setting and what is allowed."""
-    from eegformer_cli.devices import DEVICES, PRECISIONS  # devices and the model load torch
-    from eegformer_cli.model.xaiguiformer import ModelConfig
+    from eegformer_cli.model.xaiguiformer import ModelConfig  # the model loads torch
 
     check_choice("preset", config.preset, PRESETS)
     check_choice("augmentation", config.augmentation, AUGMENTATIONS)
