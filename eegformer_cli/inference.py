@@ -181,7 +181,7 @@ def load_inputs(
 
     forced_age = _checked_age(age)
     forced_sex = _sex_code(sex) if sex is not None else None
-    _check_max_interpolated(max_interpolated)
+    settings = _raw_settings(bundle, max_interpolated)
     entries = [Path(entry) for entry in inputs]
     folders = {
         index: _checked_preprocess_folder(bundle, entry)
@@ -229,7 +229,7 @@ def load_inputs(
         if table is not None:
             item.table = str(table)
             item.table_lists_participant = participant_id in table_rows
-        return finish(_preprocess_raw(bundle, path, item, max_interpolated))
+        return finish(_preprocess_raw(bundle, settings, path, item))
 
     makers = []
     for index, entry in enumerate(entries):
@@ -261,9 +261,16 @@ def _known_label(bundle, row: dict) -> str | None:
     return str(value) if value is not None and str(value) in bundle.label_names else None
 
 
-def _check_max_interpolated(max_interpolated: int | None) -> None:
-    if max_interpolated is not None and max_interpolated < 0:
-        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
+def _raw_settings(bundle, max_interpolated: int | None):
+    """The model's preprocessing settings for raw recordings, with ``max_interpolated`` (None:
+    the model's) checked by :class:`~eegformer_cli.preprocess.settings.PreprocessSettings`, the
+    owner of that check (UsageError before any recording is read)."""
+    from eegformer_cli.preprocess.settings import PreprocessSettings
+
+    settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
+    if max_interpolated is None:
+        return settings
+    return dataclasses.replace(settings, max_interpolated=max_interpolated)
 
 
 def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
@@ -281,17 +288,12 @@ def _sex_code(sex) -> float:
     return code
 
 
-def _preprocess_raw(
-    bundle, recording, item: InputRecording, max_interpolated: int | None
-) -> InputRecording:
+def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputRecording:
     """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
-    preprocessed with the model's stored settings and channels, or with its ``error``."""
+    preprocessed with ``settings`` (:func:`_raw_settings`) and the model's channels, or with
+    its ``error``."""
     from eegformer_cli.preprocess.recording import process_raw, process_recording
-    from eegformer_cli.preprocess.settings import PreprocessSettings
 
-    settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
-    if max_interpolated is not None:
-        settings = dataclasses.replace(settings, max_interpolated=max_interpolated)
     try:
         if isinstance(recording, Path):
             connectome = process_recording(recording, settings, bundle.channels)
@@ -346,7 +348,7 @@ def raw_inputs(
     """
     from eegformer_cli.recordings import reading
 
-    _check_max_interpolated(max_interpolated)
+    settings = _raw_settings(bundle, max_interpolated)
     files = [Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None for raw in raws]
     named = [path for path in files if path is not None]
     file_ids = iter(reading.recording_ids(named) if named else [])
@@ -365,7 +367,7 @@ def raw_inputs(
         )
         return _finish(
             bundle,
-            _preprocess_raw(bundle, raws[index], item, max_interpolated),
+            _preprocess_raw(bundle, settings, raws[index], item),
             checked_ages[index],
             checked_sexes[index],
         )

@@ -25,7 +25,7 @@ COMMANDS = {
     "report": options.REPORT,
 }
 #: Options of the CLI alone (no Python parameter): the output format and Typer's context.
-CLI_ONLY = {"train": {"ctx", "as_json"}, "predict": {"output_format"}}
+CLI_ONLY = {"train": {"as_json"}, "predict": {"output_format"}}
 #: Parameters of Python alone: a callback for each row.
 API_ONLY = {"predict": {"on_row"}}
 

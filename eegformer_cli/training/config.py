@@ -341,7 +341,7 @@ def validate(config: TrainConfig) -> None:
     _check_range("interaction_null_quantile", config.interaction_null_quantile, 0, 1, low_open=True)
     _check_range("seed", config.seed, 0, 2**32 - 1)  # NumPy's and torch's seed range
     if config.holdout != 0:  # 0 is the documented "no holdout": cross-validation
-        _check_range("holdout", config.holdout, 0, 1, low_open=True, high_open=True)
+        check_holdout(config.holdout)
     for beta in config.betas:
         _check_range("betas", beta, 0, 1, high_open=True)
     allowed = {f.name for f in dataclasses.fields(ModelConfig)} - set(DATA_DERIVED_MODEL_FIELDS)
@@ -351,6 +351,19 @@ def validate(config: TrainConfig) -> None:
                 f"unknown model setting {key!r}; allowed model settings are "
                 + ", ".join(sorted(allowed))
             )
+
+
+def check_holdout(holdout: float, name: str = "holdout") -> None:
+    """UsageError unless ``holdout`` is a fraction in (0, 1): the share of participants held
+    out for test. ``name``: the setting as the caller's user spells it (``--holdout`` for the
+    flag, where 0 is no scheme at all; in a config, 0 means cross-validation and is not
+    checked)."""
+    if not (math.isfinite(holdout) and 0 < holdout < 1):
+        raise UsageError(
+            f"invalid value {holdout!r} for {name}; allowed range is (0, 1), "
+            "the fraction of participants held out for test",
+            hint="leave it out for cross-validation with --cv",
+        )
 
 
 def _check_range(name, value, low, high, low_open=False, high_open=False) -> None:
