@@ -215,7 +215,7 @@ def train(
     UsageError, InputDataError, OutputError
         As the CLI's exit codes 2, 3 and 5.
     """
-    from eegformer_cli.training.config import check_holdout, resolve_config
+    from eegformer_cli.training.config import ablation_flags, check_holdout, resolve_config
     from eegformer_cli.training.run import merge_run, run_training
 
     columns = _names(confounds) or []
@@ -223,16 +223,16 @@ def train(
         given = locals()  # every parameter of train, by name
         _refuse_settings_beside_merge({name: given[name] for name in _TRAINING_SETTINGS})
         return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
-    missing = [
-        name
-        for name, value in (
-            ("DATA_DIR", data_dir),
-            ("--out", out),
-            ("--label-column", label_column),
-        )
-        if value is None
-    ]
-    if missing:
+    if data_dir is None or out is None or label_column is None:
+        missing = [
+            name
+            for name, value in (
+                ("DATA_DIR", data_dir),
+                ("--out", out),
+                ("--label-column", label_column),
+            )
+            if value is None
+        ]
         raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
     if holdout is not None:  # the flag: 0 is no scheme (in a config it means CV)
         check_holdout(holdout, "--holdout")
@@ -240,11 +240,6 @@ def train(
         raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
     if splits is not None and (holdout is not None or cv is not None or repeats is not None):
         raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
-    model_overrides = {}
-    if no_xai:
-        model_overrides["xai_refinement"] = False
-    if frequency_encoding is not None:
-        model_overrides["frequency_encoding"] = frequency_encoding
     flags = {
         "cv": cv,
         "repeats": repeats,
@@ -256,9 +251,7 @@ def train(
         "seed": seed,
         "device": device,
         "precision": precision,
-        "interactions": False if no_interactions else None,
-        "age_interactions": False if no_age_interactions else None,
-        "model": model_overrides or None,
+        **ablation_flags(no_xai, no_interactions, no_age_interactions, frequency_encoding),
     }
     resolved = resolve_config(preset, config, flags)
     return run_training(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import sys
 import warnings
@@ -244,8 +245,8 @@ def run_preprocess(
     inputs: Sequence[str | Path],
     out_dir: str | Path,
     settings: PreprocessSettings,
-    participants: str | Path | None = None,
-    recordings_table: str | Path | None = None,
+    participants: str | os.PathLike | None = None,
+    recordings_table: str | os.PathLike | None = None,
     n_jobs: int = 1,
     strict: bool = False,
     overwrite: bool = False,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,7 +215,7 @@ def current_train_fields(stored: dict) -> dict:
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 
 
-def load_toml(path: str | Path) -> dict:
+def load_toml(path: str | os.PathLike) -> dict:
     """Read a TOML config file into a dict (top-level keys = TrainConfig fields, ``[model]`` table).
 
     Raises UsageError naming the file when it is missing or not valid TOML.
@@ -235,7 +236,7 @@ def load_toml(path: str | Path) -> dict:
 
 def resolve_config(
     preset: str = DEFAULT_PRESET,
-    toml_path: str | Path | dict | None = None,
+    toml_path: str | os.PathLike | dict | None = None,
     overrides: dict | None = None,
 ) -> TrainConfig:
     """Preset -> TOML file (or a dict of its keys) -> flag overrides, validated. ``None``
@@ -255,6 +256,24 @@ def resolve_config(
     )
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     return apply_overrides(config, flags, source="command line")
+
+
+def ablation_flags(
+    no_xai: bool, no_interactions: bool, no_age_interactions: bool, frequency_encoding: str | None
+) -> dict:
+    """The overrides (for :func:`resolve_config`; None: not given) of ``--no-xai``,
+    ``--no-interactions``, ``--no-age-interactions`` and ``--frequency-encoding``, as ``train``
+    and the estimator take them."""
+    model: dict[str, bool | str] = {}
+    if no_xai:
+        model["xai_refinement"] = False
+    if frequency_encoding is not None:
+        model["frequency_encoding"] = frequency_encoding
+    return {
+        "interactions": False if no_interactions else None,
+        "age_interactions": False if no_age_interactions else None,
+        "model": model or None,
+    }
 
 
 def apply_overrides(config: TrainConfig, values: dict, source: str) -> TrainConfig:
