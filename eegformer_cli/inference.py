@@ -177,8 +177,6 @@ def load_inputs(
     recording, a participants table that cannot be read, or a preprocess folder made with
     other channels, bands or preprocessing settings than the model's, InputDataError.
     """
-    from eegformer_cli.recordings import metadata, reading
-
     forced_age = _checked_age(age)
     forced_sex = _sex_code(sex) if sex is not None else None
     settings = _raw_settings(bundle, max_interpolated)
@@ -188,7 +186,48 @@ def load_inputs(
         for index, entry in enumerate(entries)
         if entry.is_dir() and (entry / output.MANIFEST_NAME).is_file()
     }
-    # each raw input's recordings, found once; a recording named by two inputs goes with the first
+    paths_of, ids = _raw_recordings(entries, folders)
+    table = _participants_table(
+        participants, [entry for index, entry in enumerate(entries) if index not in folders]
+    )
+    call = _Call(bundle, settings, forced_age, forced_sex, table, bool(participants), ids)
+    makers = []
+    for index, entry in enumerate(entries):
+        if index in folders:
+            makers += [functools.partial(_from_folder, call, entry, row) for row in folders[index]]
+        else:
+            makers += [functools.partial(_from_raw, call, path) for path in paths_of[index]]
+    return InputRecordings(makers)
+
+
+@dataclass
+class _Call:
+    """What the recordings of one :func:`load_inputs` call share: the model, the settings for
+    raw recordings, the checked ``--age`` / ``--sex`` (None: not given), the participants
+    table (given, or found beside the raw inputs) with its rows, and the raw recordings' ids."""
+
+    bundle: object
+    settings: object
+    age: float | None
+    sex: float | None
+    table: Path | None
+    table_given: bool
+    ids: dict[Path, str]
+    table_rows: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        from eegformer_cli.recordings import metadata
+
+        self.table_rows = metadata.load_participants(self.table) if self.table else {}
+
+
+def _raw_recordings(
+    entries: list[Path], folders: dict[int, list[dict]]
+) -> tuple[dict[int, list[Path]], dict[Path, str]]:
+    """Each raw input's recordings (by the input's index; a recording named by two inputs goes
+    with the first) and every raw recording's id."""
+    from eegformer_cli.recordings import reading
+
     paths_of: dict[int, list[Path]] = {}
     seen: set[Path] = set()
     for index, entry in enumerate(entries):
@@ -198,46 +237,46 @@ def load_inputs(
             ]
             seen.update(paths_of[index])
     paths = [path for found in paths_of.values() for path in found]
-    ids = dict(zip(paths, reading.recording_ids(paths))) if paths else {}
-    raw_inputs = [entry for index, entry in enumerate(entries) if index not in folders]
-    table = (
-        Path(participants)
-        if participants
-        else (metadata.find_participants_file(raw_inputs) if raw_inputs else None)
+    return paths_of, dict(zip(paths, reading.recording_ids(paths))) if paths else {}
+
+
+def _participants_table(participants, raw_inputs: list[Path]) -> Path | None:
+    """The participants table given, else the one found beside the raw inputs, as
+    ``preprocess`` finds it (None: none)."""
+    from eegformer_cli.recordings import metadata
+
+    if participants:
+        return Path(participants)
+    return metadata.find_participants_file(raw_inputs) if raw_inputs else None
+
+
+def _from_folder(call: _Call, folder: Path, row: dict) -> InputRecording:
+    """One manifest row of a checked preprocess folder, as an input (a participants table
+    given in the call replaces the manifest's demographics of the participants it lists)."""
+    item = _preprocessed_input(
+        call.bundle,
+        folder,
+        row,
+        call.table if call.table_given else None,
+        call.table_rows if call.table_given else {},
     )
-    table_rows = metadata.load_participants(table) if table else {}
+    return _finish(call.bundle, item, call.age, call.sex)
 
-    def finish(item: InputRecording) -> InputRecording:
-        return _finish(bundle, item, forced_age, forced_sex)
 
-    def from_folder(folder: Path, row: dict) -> InputRecording:
-        return finish(
-            _preprocessed_input(
-                bundle,
-                folder,
-                row,
-                table if participants else None,
-                table_rows if participants else {},
-            )
-        )
+def _from_raw(call: _Call, path: Path) -> InputRecording:
+    """One raw recording, matched to the participants table and preprocessed with the model's
+    settings, as an input."""
+    from eegformer_cli.recordings import metadata
 
-    def from_raw(path: Path) -> InputRecording:
-        participant_id, meta = metadata.match_participant(path, table_rows, None, None)
-        item = InputRecording(ids[path], participant_id, str(path), source_file=str(path))
-        item.label = _known_label(bundle, meta)
-        _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
-        if table is not None:
-            item.table = str(table)
-            item.table_lists_participant = participant_id in table_rows
-        return finish(_preprocess_raw(bundle, settings, path, item))
-
-    makers = []
-    for index, entry in enumerate(entries):
-        if index in folders:
-            makers += [functools.partial(from_folder, entry, row) for row in folders[index]]
-        else:
-            makers += [functools.partial(from_raw, path) for path in paths_of[index]]
-    return InputRecordings(makers)
+    participant_id, meta = metadata.match_participant(path, call.table_rows, None, None)
+    item = InputRecording(call.ids[path], participant_id, str(path), source_file=str(path))
+    item.label = _known_label(call.bundle, meta)
+    _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
+    if call.table is not None:
+        item.table = str(call.table)
+        item.table_lists_participant = participant_id in call.table_rows
+    item = _preprocess_raw(call.bundle, call.settings, path, item)
+    return _finish(call.bundle, item, call.age, call.sex)
 
 
 def _finish(bundle, item: InputRecording, age: float | None, sex: float | None) -> InputRecording:
