@@ -24,7 +24,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/eegformer demo --out $(DEMO_OUT)
 
-# Lint and format check first (seconds), then the suite.
+# Lint, format and type checks first, then the suite: ruff takes seconds, mypy (its files and
+# settings: pyproject.toml) about a minute without its cache (.mypy_cache), seconds with it.
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
@@ -32,6 +33,7 @@ LINTED := eegformer_cli tests benchmarks
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 # Every benchmark of docs/benchmarks.md, one JSON file each in $(BENCH_OUT) (about an hour on 2 cores;
 # run it on a quiet machine). The figures in docs/benchmarks.md are copied from such files.

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
+from eegformer_cli.choices import DEFAULT_N_STEPS
 from eegformer_cli.cli.app import main
-from eegformer_cli.explain.attributions import DEFAULT_N_STEPS
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.model_file import save_model_file

@@ -16,6 +16,13 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from eegformer_cli.choices import (
+    DEFAULT_DEVICE,
+    DEFAULT_METHOD,
+    DEFAULT_N_STEPS,
+    DEFAULT_PRECISION,
+    DEFAULT_PRESET,
+)
 from eegformer_cli.errors import UsageError
 from eegformer_cli.options import EXPLAIN, PREDICT, PREPROCESS, REPORT, TRAIN, document
 
@@ -56,7 +63,7 @@ def preprocess(
     *,
     participants: PathLike | None = None,
     recordings: PathLike | None = None,
-    preset: str = "default",
+    preset: str = DEFAULT_PRESET,
     channels: str | Sequence[str] | None = None,
     max_interpolated: int | None = None,
     bands: str | None = None,
@@ -85,7 +92,6 @@ def preprocess(
         As the CLI's exit codes 2, 3, 5 and 6.
     """
     from eegformer_cli.connectivity.bands import parse_bands
-    from eegformer_cli.parallel import preprocess_backend
     from eegformer_cli.preprocess.run import run_preprocess
     from eegformer_cli.preprocess.settings import PreprocessSettings
 
@@ -102,26 +108,27 @@ def preprocess(
     settings = PreprocessSettings.from_preset(
         preset, **{key: value for key, value in overrides.items() if value is not None}
     )
-    with preprocess_backend(backend, scheduler, n_jobs):
-        return run_preprocess(
-            _paths(inputs),
-            Path(out),
-            settings,
-            participants=participants,
-            recordings_table=recordings,
-            n_jobs=n_jobs,
-            strict=strict,
-            overwrite=overwrite,
-            participant_pattern=participant_pattern,
-        )
+    return run_preprocess(
+        _paths(inputs),
+        Path(out),
+        settings,
+        participants=participants,
+        recordings_table=recordings,
+        n_jobs=n_jobs,
+        strict=strict,
+        overwrite=overwrite,
+        participant_pattern=participant_pattern,
+        backend=backend,
+        scheduler=scheduler,
+    )
 
 
-#: ``train``'s settings that ``merge`` takes from the run folder instead, with their defaults.
+#: ``train``'s settings that ``merge`` takes from the run folder instead, with their defaults
+#: (the options, then the argument DATA_DIR, as the refusal names them).
 _TRAINING_SETTINGS = {
-    "data_dir": None,
     "out": None,
     "label_column": None,
-    "preset": "default",
+    "preset": DEFAULT_PRESET,
     "config": None,
     "cv": None,
     "repeats": None,
@@ -142,7 +149,23 @@ _TRAINING_SETTINGS = {
     "overwrite": False,
     "fold": None,
     "split_by": "participant",
+    "data_dir": None,
 }
+
+
+def _refuse_settings_beside_merge(settings: dict) -> None:
+    """UsageError naming the training settings given (not at their defaults) beside ``merge``,
+    as the CLI spells them: a merged run's settings come from its folder. The one check of it,
+    for the CLI and Python alike."""
+    given = [name for name in _TRAINING_SETTINGS if settings[name] != _TRAINING_SETTINGS[name]]
+    if given:
+        raise UsageError(
+            "--merge takes every training setting from RUN_DIR/config.json; remove "
+            + ", ".join(
+                name.upper() if name == "data_dir" else "--" + name.replace("_", "-")
+                for name in given
+            )
+        )
 
 
 @document(TRAIN)
@@ -151,7 +174,7 @@ def train(
     out: PathLike | None = None,
     label_column: str | None = None,
     *,
-    preset: str = "default",
+    preset: str = DEFAULT_PRESET,
     config: PathLike | None = None,
     cv: int | None = None,
     repeats: int | None = None,
@@ -192,70 +215,31 @@ def train(
     UsageError, InputDataError, OutputError
         As the CLI's exit codes 2, 3 and 5.
     """
-    from eegformer_cli.training.config import resolve_config
+    from eegformer_cli.training.config import ablation_flags, check_holdout, resolve_config
     from eegformer_cli.training.run import merge_run, run_training
 
     columns = _names(confounds) or []
     if merge is not None:
-        settings = {
-            "data_dir": data_dir,
-            "out": out,
-            "label_column": label_column,
-            "preset": preset,
-            "config": config,
-            "cv": cv,
-            "repeats": repeats,
-            "holdout": holdout,
-            "splits": splits,
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "lr": lr,
-            "patience": patience,
-            "seed": seed,
-            "device": device,
-            "precision": precision,
-            "no_xai": no_xai,
-            "no_interactions": no_interactions,
-            "no_age_interactions": no_age_interactions,
-            "frequency_encoding": frequency_encoding,
-            "positive_label": positive_label,
-            "overwrite": overwrite,
-            "fold": fold,
-            "split_by": split_by,
-        }
-        given = [name for name, value in settings.items() if value != _TRAINING_SETTINGS[name]]
-        if given:
-            raise UsageError(
-                "--merge takes every training setting from RUN_DIR/config.json; "
-                "remove " + ", ".join(given)
-            )
+        given = locals()  # every parameter of train, by name
+        _refuse_settings_beside_merge({name: given[name] for name in _TRAINING_SETTINGS})
         return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
-    missing = [
-        name
-        for name, value in (
-            ("DATA_DIR", data_dir),
-            ("--out", out),
-            ("--label-column", label_column),
-        )
-        if value is None
-    ]
-    if missing:
+    if data_dir is None or out is None or label_column is None:
+        missing = [
+            name
+            for name, value in (
+                ("DATA_DIR", data_dir),
+                ("--out", out),
+                ("--label-column", label_column),
+            )
+            if value is None
+        ]
         raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
-    if holdout is not None and not 0 < holdout < 1:
-        raise UsageError(
-            f"invalid value {holdout:g} for --holdout; allowed range is (0, 1), "
-            "the fraction of participants held out for test",
-            hint="leave --holdout out for cross-validation (--cv)",
-        )
+    if holdout is not None:  # the flag: 0 is no scheme (in a config it means CV)
+        check_holdout(holdout, "--holdout")
     if holdout is not None and (cv is not None or repeats is not None):
         raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
     if splits is not None and (holdout is not None or cv is not None or repeats is not None):
         raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
-    model_overrides = {}
-    if no_xai:
-        model_overrides["xai_refinement"] = False
-    if frequency_encoding is not None:
-        model_overrides["frequency_encoding"] = frequency_encoding
     flags = {
         "cv": cv,
         "repeats": repeats,
@@ -267,9 +251,7 @@ def train(
         "seed": seed,
         "device": device,
         "precision": precision,
-        "interactions": False if no_interactions else None,
-        "age_interactions": False if no_age_interactions else None,
-        "model": model_overrides or None,
+        **ablation_flags(no_xai, no_interactions, no_age_interactions, frequency_encoding),
     }
     resolved = resolve_config(preset, config, flags)
     return run_training(
@@ -298,8 +280,8 @@ def predict(
     age: float | None = None,
     sex: str | None = None,
     max_interpolated: int | None = None,
-    device: str = "auto",
-    precision: str = "auto",
+    device: str = DEFAULT_DEVICE,
+    precision: str = DEFAULT_PRECISION,
     strict: bool = False,
     on_row: Callable[[dict], None] | None = None,
     coverage: float | None = None,
@@ -335,12 +317,12 @@ def explain(
     *,
     target: str | None = None,
     contrast: Sequence[str] | None = None,
-    method: str = "integrated_gradients",
-    n_steps: int = 128,
+    method: str = DEFAULT_METHOD,
+    n_steps: int = DEFAULT_N_STEPS,
     all_heads: bool = False,
     participants: PathLike | None = None,
     max_interpolated: int | None = None,
-    device: str = "auto",
+    device: str = DEFAULT_DEVICE,
     strict: bool = False,
     overwrite: bool = False,
 ):

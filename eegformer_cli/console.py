@@ -24,6 +24,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -154,9 +155,10 @@ class PlainProgress:
 
     def add_task(
         self, description: str, total: float | None = None, completed: float = 0, **fields
-    ) -> int:
+    ) -> TaskID:
+        """A new task's id: Rich's task id type, so one caller drives either kind of bar."""
         with self._lock:
-            task_id = next(self._ids)
+            task_id = TaskID(next(self._ids))
             self._tasks[task_id] = _PlainTask(
                 description,
                 total,
@@ -169,7 +171,7 @@ class PlainProgress:
 
     def update(
         self,
-        task_id: int,
+        task_id: TaskID,
         *,
         completed: float | None = None,
         advance: float | None = None,
@@ -192,10 +194,10 @@ class PlainProgress:
             if "status" in fields:
                 task.status = str(fields["status"])
 
-    def advance(self, task_id: int, advance: float = 1) -> None:
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
 
-    def remove_task(self, task_id: int) -> None:
+    def remove_task(self, task_id: TaskID) -> None:
         with self._lock:
             self._tasks.pop(task_id, None)
 

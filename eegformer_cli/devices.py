@@ -15,12 +15,9 @@ import random
 import numpy as np
 import torch
 
+from eegformer_cli.choices import DEVICES, PRECISIONS
 from eegformer_cli.errors import UsageError, check_choice
 
-#: ``--device`` choices: ``auto`` is cuda when available, else cpu (:func:`resolve_device`).
-DEVICES = ("auto", "cpu", "cuda")
-#: ``--precision`` choices: ``auto`` resolves per preset and device (:func:`resolve_precision`).
-PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 #: Autocast dtype of each ``--precision`` (float32: no autocast).
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 

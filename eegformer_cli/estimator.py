@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_PRESET
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.options import ESTIMATOR, document
@@ -156,7 +157,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        preset: str = "default",
+        preset: str = DEFAULT_PRESET,
         config=None,
         epochs: int | None = None,
         batch_size: int | None = None,
@@ -168,7 +169,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         no_age_interactions: bool = False,
         frequency_encoding: str | None = None,
         random_state: int = 0,
-        device: str = "auto",
+        device: str = DEFAULT_DEVICE,
     ):
         self.preset = preset
         self.config = config
@@ -309,17 +310,12 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
 
     def _train_config(self):
         """The resolved ``TrainConfig``: preset -> ``config`` -> the other parameters."""
-        from eegformer_cli.training.config import resolve_config
+        from eegformer_cli.training.config import ablation_flags, resolve_config
 
         if self.config is not None and not isinstance(self.config, (str, os.PathLike, dict)):
             raise UsageError(
                 f"invalid config {self.config!r}; give a TOML file or a dict of training settings"
             )
-        model = {}
-        if self.no_xai:
-            model["xai_refinement"] = False
-        if self.frequency_encoding is not None:
-            model["frequency_encoding"] = self.frequency_encoding
         return resolve_config(
             self.preset,
             self.config,
@@ -329,11 +325,14 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
                 "lr": self.lr,
                 "patience": self.patience,
                 "val_fraction": self.val_fraction,
-                "interactions": False if self.no_interactions else None,
-                "age_interactions": False if self.no_age_interactions else None,
                 "seed": self.random_state,
                 "device": self.device,
-                "model": model or None,
+                **ablation_flags(
+                    self.no_xai,
+                    self.no_interactions,
+                    self.no_age_interactions,
+                    self.frequency_encoding,
+                ),
             },
         )
 

@@ -177,18 +177,57 @@ def load_inputs(
     recording, a participants table that cannot be read, or a preprocess folder made with
     other channels, bands or preprocessing settings than the model's, InputDataError.
     """
-    from eegformer_cli.recordings import metadata, reading
-
     forced_age = _checked_age(age)
     forced_sex = _sex_code(sex) if sex is not None else None
-    _check_max_interpolated(max_interpolated)
+    settings = _raw_settings(bundle, max_interpolated)
     entries = [Path(entry) for entry in inputs]
     folders = {
         index: _checked_preprocess_folder(bundle, entry)
         for index, entry in enumerate(entries)
         if entry.is_dir() and (entry / output.MANIFEST_NAME).is_file()
     }
-    # each raw input's recordings, found once; a recording named by two inputs goes with the first
+    paths_of, ids = _raw_recordings(entries, folders)
+    table = _participants_table(
+        participants, [entry for index, entry in enumerate(entries) if index not in folders]
+    )
+    call = _Call(bundle, settings, forced_age, forced_sex, table, bool(participants), ids)
+    makers = []
+    for index, entry in enumerate(entries):
+        if index in folders:
+            makers += [functools.partial(_from_folder, call, entry, row) for row in folders[index]]
+        else:
+            makers += [functools.partial(_from_raw, call, path) for path in paths_of[index]]
+    return InputRecordings(makers)
+
+
+@dataclass
+class _Call:
+    """What the recordings of one :func:`load_inputs` call share: the model, the settings for
+    raw recordings, the checked ``--age`` / ``--sex`` (None: not given), the participants
+    table (given, or found beside the raw inputs) with its rows, and the raw recordings' ids."""
+
+    bundle: object
+    settings: object
+    age: float | None
+    sex: float | None
+    table: Path | None
+    table_given: bool
+    ids: dict[Path, str]
+    table_rows: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        from eegformer_cli.recordings import metadata
+
+        self.table_rows = metadata.load_participants(self.table) if self.table else {}
+
+
+def _raw_recordings(
+    entries: list[Path], folders: dict[int, list[dict]]
+) -> tuple[dict[int, list[Path]], dict[Path, str]]:
+    """Each raw input's recordings (by the input's index; a recording named by two inputs goes
+    with the first) and every raw recording's id."""
+    from eegformer_cli.recordings import reading
+
     paths_of: dict[int, list[Path]] = {}
     seen: set[Path] = set()
     for index, entry in enumerate(entries):
@@ -198,46 +237,46 @@ def load_inputs(
             ]
             seen.update(paths_of[index])
     paths = [path for found in paths_of.values() for path in found]
-    ids = dict(zip(paths, reading.recording_ids(paths))) if paths else {}
-    raw_inputs = [entry for index, entry in enumerate(entries) if index not in folders]
-    table = (
-        Path(participants)
-        if participants
-        else (metadata.find_participants_file(raw_inputs) if raw_inputs else None)
+    return paths_of, dict(zip(paths, reading.recording_ids(paths))) if paths else {}
+
+
+def _participants_table(participants, raw_inputs: list[Path]) -> Path | None:
+    """The participants table given, else the one found beside the raw inputs, as
+    ``preprocess`` finds it (None: none)."""
+    from eegformer_cli.recordings import metadata
+
+    if participants:
+        return Path(participants)
+    return metadata.find_participants_file(raw_inputs) if raw_inputs else None
+
+
+def _from_folder(call: _Call, folder: Path, row: dict) -> InputRecording:
+    """One manifest row of a checked preprocess folder, as an input (a participants table
+    given in the call replaces the manifest's demographics of the participants it lists)."""
+    item = _preprocessed_input(
+        call.bundle,
+        folder,
+        row,
+        call.table if call.table_given else None,
+        call.table_rows if call.table_given else {},
     )
-    table_rows = metadata.load_participants(table) if table else {}
+    return _finish(call.bundle, item, call.age, call.sex)
 
-    def finish(item: InputRecording) -> InputRecording:
-        return _finish(bundle, item, forced_age, forced_sex)
 
-    def from_folder(folder: Path, row: dict) -> InputRecording:
-        return finish(
-            _preprocessed_input(
-                bundle,
-                folder,
-                row,
-                table if participants else None,
-                table_rows if participants else {},
-            )
-        )
+def _from_raw(call: _Call, path: Path) -> InputRecording:
+    """One raw recording, matched to the participants table and preprocessed with the model's
+    settings, as an input."""
+    from eegformer_cli.recordings import metadata
 
-    def from_raw(path: Path) -> InputRecording:
-        participant_id, meta = metadata.match_participant(path, table_rows, None, None)
-        item = InputRecording(ids[path], participant_id, str(path), source_file=str(path))
-        item.label = _known_label(bundle, meta)
-        _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
-        if table is not None:
-            item.table = str(table)
-            item.table_lists_participant = participant_id in table_rows
-        return finish(_preprocess_raw(bundle, path, item, max_interpolated))
-
-    makers = []
-    for index, entry in enumerate(entries):
-        if index in folders:
-            makers += [functools.partial(from_folder, entry, row) for row in folders[index]]
-        else:
-            makers += [functools.partial(from_raw, path) for path in paths_of[index]]
-    return InputRecordings(makers)
+    participant_id, meta = metadata.match_participant(path, call.table_rows, None, None)
+    item = InputRecording(call.ids[path], participant_id, str(path), source_file=str(path))
+    item.label = _known_label(call.bundle, meta)
+    _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
+    if call.table is not None:
+        item.table = str(call.table)
+        item.table_lists_participant = participant_id in call.table_rows
+    item = _preprocess_raw(call.bundle, call.settings, path, item)
+    return _finish(call.bundle, item, call.age, call.sex)
 
 
 def _finish(bundle, item: InputRecording, age: float | None, sex: float | None) -> InputRecording:
@@ -261,9 +300,16 @@ def _known_label(bundle, row: dict) -> str | None:
     return str(value) if value is not None and str(value) in bundle.label_names else None
 
 
-def _check_max_interpolated(max_interpolated: int | None) -> None:
-    if max_interpolated is not None and max_interpolated < 0:
-        raise UsageError(f"invalid --max-interpolated {max_interpolated}; it must be >= 0")
+def _raw_settings(bundle, max_interpolated: int | None):
+    """The model's preprocessing settings for raw recordings, with ``max_interpolated`` (None:
+    the model's) checked by :class:`~eegformer_cli.preprocess.settings.PreprocessSettings`, the
+    owner of that check (UsageError before any recording is read)."""
+    from eegformer_cli.preprocess.settings import PreprocessSettings
+
+    settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
+    if max_interpolated is None:
+        return settings
+    return dataclasses.replace(settings, max_interpolated=max_interpolated)
 
 
 def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
@@ -281,17 +327,12 @@ def _sex_code(sex) -> float:
     return code
 
 
-def _preprocess_raw(
-    bundle, recording, item: InputRecording, max_interpolated: int | None
-) -> InputRecording:
+def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputRecording:
     """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
-    preprocessed with the model's stored settings and channels, or with its ``error``."""
+    preprocessed with ``settings`` (:func:`_raw_settings`) and the model's channels, or with
+    its ``error``."""
     from eegformer_cli.preprocess.recording import process_raw, process_recording
-    from eegformer_cli.preprocess.settings import PreprocessSettings
 
-    settings = PreprocessSettings.from_dict(bundle.preprocess_settings)
-    if max_interpolated is not None:
-        settings = dataclasses.replace(settings, max_interpolated=max_interpolated)
     try:
         if isinstance(recording, Path):
             connectome = process_recording(recording, settings, bundle.channels)
@@ -346,7 +387,7 @@ def raw_inputs(
     """
     from eegformer_cli.recordings import reading
 
-    _check_max_interpolated(max_interpolated)
+    settings = _raw_settings(bundle, max_interpolated)
     files = [Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None for raw in raws]
     named = [path for path in files if path is not None]
     file_ids = iter(reading.recording_ids(named) if named else [])
@@ -365,7 +406,7 @@ def raw_inputs(
         )
         return _finish(
             bundle,
-            _preprocess_raw(bundle, raws[index], item, max_interpolated),
+            _preprocess_raw(bundle, settings, raws[index], item),
             checked_ages[index],
             checked_sexes[index],
         )

@@ -7,23 +7,27 @@ function's (or class's) docstring from the same table, so the CLI and the API ca
 an option differently. The texts spell options as the CLI does (``--n-jobs``); in Python that
 is the keyword ``n_jobs``. Options of the CLI alone (``--format``, ``--json``) stay in ``cli/``.
 
-Lists of choices are the tuples that check them, read as literals from their module's source
-(:func:`choices`): those modules import torch, which neither ``--help`` nor
-``import eegformer_cli.commands`` should wait for (about 2 s).
+Lists of choices are the tuples that check them, from :mod:`eegformer_cli.choices` (torch-free:
+neither ``--help`` nor ``import eegformer_cli.commands`` should wait for torch, about 2 s).
 """
 
 from __future__ import annotations
 
-import ast
 import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 
-from eegformer_cli.training.config import PRESETS, TrainConfig
+from eegformer_cli.choices import (
+    CAPTUM_METHODS,
+    DEVICES,
+    FREQUENCY_ENCODING_BY_PRESET,
+    FREQUENCY_ENCODINGS,
+    PRECISIONS,
+    PRESETS,
+)
+from eegformer_cli.training.config import TrainConfig
 
-PACKAGE = Path(__file__).resolve().parent
 #: Width of the generated docstring lines, indentation included.
 DOC_WIDTH = 92
 
@@ -42,21 +46,6 @@ class Options(dict):
     def help(self, name: str) -> str:
         """The option's text for Typer's ``help=`` (rich markup: ``[`` escaped)."""
         return self[name].text.replace("[", "\\[")
-
-
-def choices(module: str, name: str) -> tuple[str, ...]:
-    """The tuple of choices ``name`` of ``module``, read from the module's source without
-    importing it; ``module`` is a path below the package without ``.py``, e.g. ``"model/rotary"``.
-
-    Raises LookupError when the module assigns no ``name`` at its top level (e.g. the tuple
-    moved to another module).
-    """
-    source = PACKAGE / f"{module}.py"
-    for node in ast.parse(source.read_text(encoding="utf-8")).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == name and node.value is not None:
-            return tuple(ast.literal_eval(node.value))
-    raise LookupError(f"{source} defines no {name}")
 
 
 def one_of(values: tuple[str, ...]) -> str:
@@ -116,11 +105,8 @@ def document(table: Options):
     return decorate
 
 
-_DEVICES = one_of(choices("devices", "DEVICES"))
-_PRECISIONS = one_of(choices("devices", "PRECISIONS"))
-#: The model presets' frequency encodings (``ModelConfig.preset``; tests/test_cli_messages.py
-#: checks them against the presets, which load torch).
-FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_paper"}
+_DEVICES = one_of(DEVICES)
+_PRECISIONS = one_of(PRECISIONS)
 
 _INPUTS = (
     "Recordings (files or folders) or preprocess output folders; - reads paths from "
@@ -290,7 +276,7 @@ TRAIN = Options(
     frequency_encoding=Option(
         "str | None",
         "Ablation/option: "
-        + one_of(choices("model/rotary", "FREQUENCY_ENCODINGS"))
+        + one_of(FREQUENCY_ENCODINGS)
         + " (none: no dRoFE) [default: "
         + "; ".join(
             f"{encoding} ({name} preset)" for name, encoding in FREQUENCY_ENCODING_BY_PRESET.items()
@@ -411,9 +397,7 @@ EXPLAIN = Options(
     ),
     method=Option(
         "str",
-        "captum method for channel pairs: "
-        + one_of(choices("explain/attributions", "CAPTUM_METHODS"))
-        + ".",
+        "captum method for channel pairs: " + one_of(CAPTUM_METHODS) + ".",
     ),
     n_steps=Option("int", "Integrated Gradients steps (gradient_shap samples)."),
     all_heads=Option("bool", "Keep every attention head [default: mean over heads]."),

@@ -27,6 +27,7 @@ files, with or without ``overwrite``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from eegformer_cli.atomic import TMP_PREFIX, ensure_dir, write_json
@@ -103,7 +104,7 @@ def _foreign_entries(folder: Path) -> list[str]:
     return found
 
 
-def check_folder(folder: str | Path, kind: str, overwrite: bool = False) -> list[str]:
+def check_folder(folder: str | os.PathLike, kind: str, overwrite: bool = False) -> list[str]:
     """Whether ``kind`` (a command of :data:`KINDS`) may write into ``folder``, by the rules of
     the module docstring, without writing anything; returns the kinds of eegformer output it
     holds already.
@@ -138,7 +139,7 @@ def check_folder(folder: str | Path, kind: str, overwrite: bool = False) -> list
     return kinds
 
 
-def claim_folder(folder: str | Path, kind: str, overwrite: bool = False) -> Path:
+def claim_folder(folder: str | os.PathLike, kind: str, overwrite: bool = False) -> Path:
     """:func:`check_folder`, then create ``folder`` if needed and mark it as ``kind``'s output
     (a rerun, or a command interrupted at any later point, finds it its own); returns it.
 
@@ -172,7 +173,7 @@ def is_report(path: str | Path) -> bool:
     return False
 
 
-def claim_file(path: str | Path, overwrite: bool = False) -> Path:
+def claim_file(path: str | os.PathLike, overwrite: bool = False) -> Path:
     """``report``'s output file: ``path`` when it does not exist, is a report eegformer wrote
     (:func:`is_report`) or ``overwrite`` is given.
 

@@ -106,11 +106,11 @@ def _start_training_worker(queue=None) -> None:
 
 
 @contextlib.contextmanager
-def preprocess_backend(backend: str, scheduler: str | None, n_jobs: int) -> Iterator[None]:
+def preprocess_backend(backend: str, scheduler: str | None, n_workers: int) -> Iterator[None]:
     """Run the enclosed ``preprocess`` on ``backend`` ("local" or "dask").
 
     ``scheduler``: a Dask scheduler address (only with "dask"; None starts a local cluster of
-    ``n_jobs`` workers, closed on exit). Raises UsageError for an unknown backend, an address
+    ``n_workers`` workers, a count (:func:`worker_count`), closed on exit). Raises UsageError for an unknown backend, an address
     without the dask backend, a missing dask installation or an unreachable scheduler.
     """
     check_choice("--backend", backend, BACKENDS)
@@ -119,7 +119,6 @@ def preprocess_backend(backend: str, scheduler: str | None, n_jobs: int) -> Iter
             raise UsageError("--scheduler needs --backend dask")
         yield
         return
-    n_workers = worker_count(n_jobs)
     try:
         import distributed
         from joblib import parallel_config

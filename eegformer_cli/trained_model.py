@@ -18,11 +18,20 @@ from pathlib import Path
 from rich.markup import escape
 
 from eegformer_cli import console
+from eegformer_cli.choices import (
+    CAPTUM_METHODS,
+    DEFAULT_DEVICE,
+    DEFAULT_METHOD,
+    DEFAULT_N_STEPS,
+    DEFAULT_PRECISION,
+    PRECISIONS,
+)
 from eegformer_cli.errors import (
     InputDataError,
     PartialFailure,
     RecordingError,
     UsageError,
+    check_choice,
     did_you_mean,
 )
 
@@ -32,7 +41,7 @@ EXPLAIN_SEED = 0
 
 
 def load_model(
-    path: str | os.PathLike, device: str = "auto", precision: str = "auto"
+    path: str | os.PathLike, device: str = DEFAULT_DEVICE, precision: str = DEFAULT_PRECISION
 ) -> TrainedModel:
     """Load a model file written by ``eegformer train`` (``RUN_DIR/model.pt``).
 
@@ -62,8 +71,7 @@ def load_model(
     UsageError
         An invalid ``device`` or ``precision``.
     """
-    from eegformer_cli.devices import PRECISIONS, resolve_device, resolve_precision
-    from eegformer_cli.errors import check_choice
+    from eegformer_cli.devices import resolve_device, resolve_precision
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)
@@ -305,8 +313,8 @@ class TrainedModel:
         participants=None,
         target: str | None = None,
         contrast: Sequence[str] | None = None,
-        method: str = "integrated_gradients",
-        n_steps: int = 128,
+        method: str = DEFAULT_METHOD,
+        n_steps: int = DEFAULT_N_STEPS,
         all_heads: bool = False,
         max_interpolated: int | None = None,
         strict: bool = False,
@@ -361,10 +369,7 @@ class TrainedModel:
             ``method`` or ``n_steps``. The inputs as a whole are checked before ``out`` is
             touched.
         """
-        from eegformer_cli.connectivity.artefacts import caution_rules
-        from eegformer_cli.explain import export
         from eegformer_cli.explain.attributions import check_contrast, default_contrast
-        from eegformer_cli.ownership import claim_folder
 
         check_explain_options(method, n_steps)
         self._check_target(target)
@@ -373,77 +378,62 @@ class TrainedModel:
             if contrast is None
             else check_contrast(contrast, self.classes)
         )
+        options = _ExplainOptions(target, contrast, method, n_steps, all_heads)
         given = _as_list(raw_or_paths)
         items = self._inputs(given, age, sex, participants, max_interpolated)
-        settings, earlier = None, []
-        if out is not None:
-            out = claim_folder(out, "explain", overwrite)
-            settings = {
-                "model": str(self.path),
-                "target": target,
-                "method": method,
-                "n_steps": n_steps,
-                "all_heads": all_heads,
-                "device": str(self._device),
-                "band_importance": "channel-pair attributions summed per band, abs-sum 1",
-                "top_band": "the band with the largest |band importance|",
-                "contrast": None if contrast is None else list(contrast),
-                "artefact_caution": caution_rules(self.preprocess_settings.bands, self.channels),
-                "baseline": self._bundle.reference["description"],
-                "inputs": [_described(e) for e in given],
-                "model_trained_on": self._bundle.trained_on,
-                "run_dir": None if self.run_dir is None else str(self.run_dir),
-            }
-            earlier = export.earlier_recordings(out)
-        result, failures, warned = self._explain(
-            items, target, contrast, method, n_steps, all_heads, strict, out, settings
-        )
-        if out is not None:
-            explained = {e.recording_id for e in result.per_recording}
-            left_over = [rid for rid in earlier if rid not in explained]
-            removed = export.remove_recordings(out, left_over)
-            if removed:
-                console.log(
-                    f"explain: removed {removed} files of {len(left_over)} recordings "
-                    f"that an earlier run explained into {out} and this one did not "
-                    "(ID.npz/.json)"
-                )
-            console.log(
-                f"explained {len(result.per_recording)} recording(s) in {out}: "
-                "ID.npz/.json, band_importance.csv, attention.csv, "
-                "attention_diagnostics.csv, channel_pairs.csv, contrast_pairs.csv, "
-                "interactions.csv, recordings.csv, class_summary.json/.npz"
-            )
+        folder = None if out is None else self._out_folder(out, overwrite, options, given)
+        result, failures, warned = self._explain(items, options, strict, folder)
+        if folder is not None:
+            _tidy_out_folder(folder, result)
         self._finish(failures, warned, strict, "explained", result)
         return result
 
+    def _out_folder(
+        self, out: str | os.PathLike, overwrite: bool, options: _ExplainOptions, given: list
+    ) -> _OutFolder:
+        """``out`` claimed for ``explain`` (:mod:`eegformer_cli.ownership`), with the settings
+        its JSON files record and the recordings an earlier run explained into it."""
+        from eegformer_cli.connectivity.artefacts import caution_rules
+        from eegformer_cli.explain import export
+        from eegformer_cli.ownership import claim_folder
+
+        path = claim_folder(out, "explain", overwrite)
+        settings = {
+            "model": str(self.path),
+            "target": options.target,
+            "method": options.method,
+            "n_steps": options.n_steps,
+            "all_heads": options.all_heads,
+            "device": str(self._device),
+            "band_importance": "channel-pair attributions summed per band, abs-sum 1",
+            "top_band": "the band with the largest |band importance|",
+            "contrast": None if options.contrast is None else list(options.contrast),
+            "artefact_caution": caution_rules(self.preprocess_settings.bands, self.channels),
+            "baseline": self._bundle.reference["description"],
+            "inputs": [_described(e) for e in given],
+            "model_trained_on": self._bundle.trained_on,
+            "run_dir": None if self.run_dir is None else str(self.run_dir),
+        }
+        return _OutFolder(path, settings, export.earlier_recordings(path))
+
     def _explain(
-        self,
-        items,
-        target,
-        contrast,
-        method,
-        n_steps,
-        all_heads,
-        strict,
-        out: Path | None,
-        settings: dict | None = None,
+        self, items, options: _ExplainOptions, strict: bool, folder: _OutFolder | None
     ) -> tuple[Explanations, list, list[str]]:
-        """The explanations of ``items`` (:class:`~eegformer_cli.inference.InputRecordings`;
-        options already checked): ``(explanations, failures (id, error), ids of recordings with
-        warnings)``. With ``out``, each recording's files are written as it is explained and
-        the tables at the end (``settings`` go into the JSON files)."""
+        """The explanations of ``items`` (:class:`~eegformer_cli.inference.InputRecordings`):
+        ``(explanations, failures (id, error), ids of recordings with warnings)``. With
+        ``folder``, each recording's files are written as it is explained and the tables at
+        the end."""
         from eegformer_cli import provenance
         from eegformer_cli.devices import seed_everything
-        from eegformer_cli.explain import attributions, export
+        from eegformer_cli.explain import export
         from eegformer_cli.explain.out_of_fold import OutOfFoldModels
 
         self._note_unchecked(strict)
-        bundle = self._bundle
         chooser = (
-            None if self.run_dir is None else OutOfFoldModels(self.run_dir, bundle, self._device)
+            None
+            if self.run_dir is None
+            else OutOfFoldModels(self.run_dir, self._bundle, self._device)
         )
-        own = [(bundle.model, (bundle.reference["coh"], bundle.reference["wpli"]))]
         seed_everything(EXPLAIN_SEED)
         explanations, provenance_rows, failures = [], [], []
         warning_lines = _WarningLines()
@@ -452,45 +442,19 @@ class TrainedModel:
             for item in items:  # a raw recording is preprocessed here
                 bar.update(task, status=item.recording_id)
                 if item.error is None:
-                    models, explained_by = (
-                        (own, "model") if chooser is None else chooser.models_for(item)
-                    )
-                    if explained_by.startswith("out_of_fold"):  # the prediction is honest
-                        item.warnings = [
-                            w for w in item.warnings if not w.startswith("in_training_data:")
-                        ]
-                    explanation = attributions.explain_with_models(
-                        models,
-                        item.coh,
-                        item.wpli,
-                        item.age,
-                        item.sex,
-                        bundle.label_names,
-                        recording_id=item.recording_id,
-                        participant_id=item.participant_id,
-                        target=target,
-                        contrast=contrast,
-                        method=method,
-                        n_steps=n_steps,
-                        all_heads=all_heads,
-                        device=self._device,
-                    )
-                    explanation.explained_by = explained_by
-                    explanation.true_class = item.label
-                    if explained_by == "model":  # the final model: as predict gives it
-                        _recalibrate(explanation, bundle)
+                    explanation = self._explain_recording(item, options, chooser)
                     warning_lines.print(item.recording_id, item.warnings)
                     provenance_rows.append(
                         {"recording_id": item.recording_id, **provenance.row_fields(item)}
                     )
-                    if out is not None:
+                    if folder is not None:
                         export.write_recording(
-                            out,
+                            folder.path,
                             explanation,
-                            bundle.bands,
-                            bundle.channels,
-                            bundle.label_names,
-                            settings,
+                            self._bundle.bands,
+                            self._bundle.channels,
+                            self._bundle.label_names,
+                            folder.settings,
                             provenance_rows[-1],
                         )
                     explanations.append(explanation)
@@ -498,33 +462,77 @@ class TrainedModel:
                     failures.append(_print_failure(item.recording_id, item.error))
                 bar.advance(task)
         warning_lines.close()
-        if out is not None:
-            contrasted = attributions.class_contrast(explanations)
-            export.write_tables(
-                out,
-                explanations,
-                bundle.bands,
-                bundle.channels,
-                contrasted,
-                settings["artefact_caution"],
-            )
-            export.write_recordings_table(out, explanations, provenance_rows, bundle.label_names)
-            export.write_class_summary(
-                out,
-                attributions.class_means(explanations),
-                bundle.bands,
-                bundle.channels,
-                bundle.label_names,
-                settings,
-                [e.recording_id for e in explanations],
-                dict(failures),
-                explanations,
-                contrasted,
-            )
+        if folder is not None:
+            self._write_tables(folder, explanations, provenance_rows, failures)
         return (
             self._explanations(explanations, provenance_rows),
             failures,
             [row["recording_id"] for row in provenance_rows if row["warnings"]],
+        )
+
+    def _explain_recording(self, item, options: _ExplainOptions, chooser):
+        """One usable recording's :class:`RecordingExplanation`, by the final model or, for a
+        run's own recording (``chooser``: the run's fold models), out of fold."""
+        from eegformer_cli.explain import attributions
+
+        bundle = self._bundle
+        own = [(bundle.model, (bundle.reference["coh"], bundle.reference["wpli"]))]
+        models, explained_by = (own, "model") if chooser is None else chooser.models_for(item)
+        if explained_by.startswith("out_of_fold"):  # the prediction is honest
+            item.warnings = [w for w in item.warnings if not w.startswith("in_training_data:")]
+        explanation = attributions.explain_with_models(
+            models,
+            item.coh,
+            item.wpli,
+            item.age,
+            item.sex,
+            bundle.label_names,
+            recording_id=item.recording_id,
+            participant_id=item.participant_id,
+            target=options.target,
+            contrast=options.contrast,
+            method=options.method,
+            n_steps=options.n_steps,
+            all_heads=options.all_heads,
+            device=self._device,
+        )
+        explanation.explained_by = explained_by
+        explanation.true_class = item.label
+        if explained_by == "model":  # the final model: as predict gives it
+            _recalibrate(explanation, bundle)
+        return explanation
+
+    def _write_tables(
+        self, folder: _OutFolder, explanations: list, provenance_rows: list[dict], failures: list
+    ) -> None:
+        """``explain``'s tables, recordings.csv and the class summary, once every recording
+        is explained."""
+        from eegformer_cli.explain import attributions, export
+
+        bundle = self._bundle
+        contrasted = attributions.class_contrast(explanations)
+        export.write_tables(
+            folder.path,
+            explanations,
+            bundle.bands,
+            bundle.channels,
+            contrasted,
+            folder.settings["artefact_caution"],
+        )
+        export.write_recordings_table(
+            folder.path, explanations, provenance_rows, bundle.label_names
+        )
+        export.write_class_summary(
+            folder.path,
+            attributions.class_means(explanations),
+            bundle.bands,
+            bundle.channels,
+            bundle.label_names,
+            folder.settings,
+            [e.recording_id for e in explanations],
+            dict(failures),
+            explanations,
+            contrasted,
         )
 
     def _explanations(self, explanations: list, provenance_rows: list[dict]) -> Explanations:
@@ -537,13 +545,13 @@ class TrainedModel:
         for name in export.TABLES:
             columns, rows = export.table_rows(name, explanations, self.bands, self.channels)
             tables[name] = pd.DataFrame(list(rows), columns=columns)
-        columns, rows = export.contrast_rows(
+        contrast_columns, contrast_rows = export.contrast_rows(
             attributions.class_contrast(explanations),
             self.bands,
             self.channels,
             caution_rules(self.preprocess_settings.bands, self.channels),
         )
-        tables["contrast"] = pd.DataFrame(rows, columns=columns)
+        tables["contrast"] = pd.DataFrame(contrast_rows, columns=contrast_columns)
         recordings = pd.DataFrame(
             export.recording_rows(explanations, provenance_rows, self.classes),
             columns=export.recording_columns(self.classes),
@@ -662,13 +670,54 @@ class TrainedModel:
 
 def check_explain_options(method: str, n_steps: int) -> None:
     """UsageError for an unknown captum ``method`` or ``n_steps`` < 1 (``--method``,
-    ``--n-steps``)."""
-    from eegformer_cli.errors import check_choice
-    from eegformer_cli.explain.attributions import CAPTUM_METHODS
-
+    ``--n-steps``): the one check of both, before a model file is read; the attributions
+    receive the checked values."""
     check_choice("--method", method, CAPTUM_METHODS)
     if n_steps < 1:
-        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. 128")
+        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. {DEFAULT_N_STEPS}")
+
+
+@dataclass(frozen=True)
+class _ExplainOptions:
+    """What one ``explain`` call explains and how (checked by :meth:`TrainedModel.explain`)."""
+
+    target: str | None
+    contrast: tuple[str, str] | None
+    method: str
+    n_steps: int
+    all_heads: bool
+
+
+@dataclass(frozen=True)
+class _OutFolder:
+    """``explain``'s output folder (claimed), the settings its JSON files record, and the
+    recordings an earlier run explained into it."""
+
+    path: Path
+    settings: dict
+    earlier: list[str]
+
+
+def _tidy_out_folder(folder: _OutFolder, result: Explanations) -> None:
+    """Remove the files of the recordings an earlier run explained into ``folder`` and this one
+    did not (so the folder describes one run), and say what is there (stderr)."""
+    from eegformer_cli.explain import export
+
+    explained = {e.recording_id for e in result.per_recording}
+    left_over = [rid for rid in folder.earlier if rid not in explained]
+    removed = export.remove_recordings(folder.path, left_over)
+    if removed:
+        console.log(
+            f"explain: removed {removed} files of {len(left_over)} recordings "
+            f"that an earlier run explained into {folder.path} and this one did not "
+            "(ID.npz/.json)"
+        )
+    console.log(
+        f"explained {len(result.per_recording)} recording(s) in {folder.path}: "
+        "ID.npz/.json, band_importance.csv, attention.csv, "
+        "attention_diagnostics.csv, channel_pairs.csv, contrast_pairs.csv, "
+        "interactions.csv, recordings.csv, class_summary.json/.npz"
+    )
 
 
 def _as_list(raw_or_paths) -> list:

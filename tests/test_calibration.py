@@ -74,6 +74,39 @@ def test_recalibration_undoes_overconfidence_and_is_kept_only_when_it_helps():
     assert calibration.recalibrate(few, probabilities[:3]) is not None
 
 
+def test_the_temperature_is_scikit_learn_s():
+    """Our temperature fit and scikit-learn's CalibratedClassifierCV(method="temperature"),
+    fitted on the same stored probabilities (a pass-through classifier, frozen), agree: the
+    reason calibration.py keeps its own (see the comment there) is not a different result."""
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.frozen import FrozenEstimator
+
+    class Stored(ClassifierMixin, BaseEstimator):
+        def fit(self, X, y):
+            self.classes_ = np.unique(y)
+            return self
+
+        def predict_proba(self, X):
+            return np.asarray(X)
+
+        def predict(self, X):
+            return self.classes_[np.asarray(X).argmax(axis=1)]
+
+    for n_classes, power in ((2, 3.0), (3, 0.5)):
+        probabilities, labels = calibrated_draws(300, 4, n_classes=n_classes)
+        distorted = sharpen(probabilities, power)
+        ours = calibration.fit_recalibration("temperature", labels, distorted, None)
+        theirs = CalibratedClassifierCV(
+            FrozenEstimator(Stored().fit(distorted, labels)), method="temperature"
+        ).fit(distorted, labels)
+        beta = float(theirs.calibrated_classifiers_[0].calibrators[0].beta_)
+        assert ours["params"]["temperature"] == pytest.approx(1 / beta, rel=1e-3)
+        assert np.allclose(
+            calibration.recalibrate(ours, distorted), theirs.predict_proba(distorted), atol=1e-4
+        )
+
+
 def test_split_conformal_sets_reach_their_coverage_on_fresh_recordings():
     calib, calib_labels = calibrated_draws(400, 4)
     fresh, fresh_labels = calibrated_draws(4000, 5)

@@ -23,8 +23,8 @@ from eegformer_cli.training.config import PRESETS
 
 
 def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
+    from eegformer_cli.choices import FREQUENCY_ENCODING_BY_PRESET
     from eegformer_cli.model.xaiguiformer import ModelConfig
-    from eegformer_cli.options import FREQUENCY_ENCODING_BY_PRESET
 
     command = typer.main.get_command(app).commands["train"]
     for param in command.params:

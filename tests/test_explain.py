@@ -17,8 +17,9 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
+from eegformer_cli.choices import CAPTUM_METHODS
 from eegformer_cli.cli.app import main
-from eegformer_cli.explain.attributions import CAPTUM_METHODS, class_means, explain_recording
+from eegformer_cli.explain.attributions import class_means, explain_recording
 from eegformer_cli.inference import load_inputs, predict_recordings
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training.model_file import load_model_file

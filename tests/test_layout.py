@@ -4,10 +4,12 @@ upward arrow hidden in a function is still one a reader has to untangle.
 
 The layers, bottom first (:data:`LAYERS`); a module may import its own layer and those below:
 
-1. base (the package root, errors, atomic, console, versions, parallel, devices, provenance,
-   ownership): files, terminal, workers, torch devices, provenance rules on plain values, which
-   outputs may be written over; no EEG idea (the root's public names are loaded by name when
-   first used, not imported);
+1. base (the package root, choices, errors, atomic, console, versions, parallel, devices,
+   provenance, ownership): files, terminal, workers, torch devices, provenance rules on plain
+   values, which outputs may be written over; no EEG idea (the root's public names are loaded by
+   name when first used, not imported); ``choices`` holds the user-facing choice tuples and
+   defaults as plain values, imported by every layer that checks or documents them (the model,
+   the attributions, ``options`` and ``cli/``), so it sits at the bottom and imports nothing;
 2. recordings: reading EEG files, channel names, cleaning, participants tables;
 3. connectivity: frequency bands and a cleaned recording's coherence/wPLI tokens;
 4. preprocess.output: the output folder's format (manifest, connectome files), below its
@@ -41,6 +43,7 @@ ROOT = "eegformer_cli"
 LAYERS = (
     (
         ROOT,
+        "choices",
         "errors",
         "atomic",
         "console",

@@ -397,7 +397,13 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
     with pytest.raises(UsageError, match="needs n_bands"):
         ConnectomeTokenizer(
-            len(CHANNELS), 8, 0, "rms", "undirected", 0.0, readout="channel_flatten_per_band"
+            n_channels=len(CHANNELS),
+            dim=8,
+            n_layers=0,
+            norm="rms",
+            edges="undirected",
+            dropout=0.0,
+            readout="channel_flatten_per_band",
         )
 
 

@@ -25,7 +25,7 @@ COMMANDS = {
     "report": options.REPORT,
 }
 #: Options of the CLI alone (no Python parameter): the output format and Typer's context.
-CLI_ONLY = {"train": {"ctx", "as_json"}, "predict": {"output_format"}}
+CLI_ONLY = {"train": {"as_json"}, "predict": {"output_format"}}
 #: Parameters of Python alone: a callback for each row.
 API_ONLY = {"predict": {"on_row"}}
 
@@ -87,18 +87,23 @@ def test_an_undocumented_parameter_is_refused():
 
 
 def test_choice_lists_are_the_package_s_tuples():
-    from eegformer_cli.devices import DEVICES, PRECISIONS
-    from eegformer_cli.explain.attributions import CAPTUM_METHODS
-    from eegformer_cli.model.rotary import FREQUENCY_ENCODINGS
+    from eegformer_cli import devices
+    from eegformer_cli.choices import (
+        CAPTUM_METHODS,
+        DEVICES,
+        FREQUENCY_ENCODING_BY_PRESET,
+        FREQUENCY_ENCODINGS,
+        PRECISIONS,
+        PRESETS,
+    )
     from eegformer_cli.model.xaiguiformer import ModelConfig
-    from eegformer_cli.training.config import PRESETS
 
-    assert options.choices("model/rotary", "FREQUENCY_ENCODINGS") == FREQUENCY_ENCODINGS
-    assert options.choices("explain/attributions", "CAPTUM_METHODS") == CAPTUM_METHODS
-    assert options.choices("devices", "DEVICES") == DEVICES
-    assert options.choices("devices", "PRECISIONS") == PRECISIONS
     assert options.one_of(FREQUENCY_ENCODINGS) in options.TRAIN["frequency_encoding"].text
     assert options.one_of(CAPTUM_METHODS) in options.EXPLAIN["method"].text
+    assert options.one_of(DEVICES) in options.PREDICT["device"].text
+    assert options.one_of(PRECISIONS) in options.PREDICT["precision"].text
+    with pytest.raises(eegformer_cli.UsageError, match="'auto', 'cpu', 'cuda'"):
+        devices.resolve_device("tpu")  # the device check lists the same tuple
     # the preset-dependent default of --frequency-encoding is the presets' own value
     assert {
         name: ModelConfig.preset(
@@ -110,9 +115,7 @@ def test_choice_lists_are_the_package_s_tuples():
             channel_names=["C3", "C4"],
         ).frequency_encoding
         for name in PRESETS
-    } == options.FREQUENCY_ENCODING_BY_PRESET
-    with pytest.raises(LookupError, match="defines no NOTHING"):
-        options.choices("model/rotary", "NOTHING")
+    } == FREQUENCY_ENCODING_BY_PRESET
 
 
 def test_no_help_mentions_data_beside_the_repository_and_its_examples_parse(capsys, monkeypatch):

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands
+from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.cli.arguments import expand_stdin
 from eegformer_cli.options import EXPLAIN
 
@@ -19,13 +20,12 @@ def explain(
     contrast: tuple[str, str] | None = typer.Option(
         None, "--contrast", metavar="A B", help=EXPLAIN.help("contrast")
     ),
-    method: str = typer.Option("integrated_gradients", help=EXPLAIN.help("method")),
-    # 128: attributions.DEFAULT_N_STEPS (not imported here: it loads torch)
-    n_steps: int = typer.Option(128, help=EXPLAIN.help("n_steps")),
+    method: str = typer.Option(DEFAULT_METHOD, help=EXPLAIN.help("method")),
+    n_steps: int = typer.Option(DEFAULT_N_STEPS, help=EXPLAIN.help("n_steps")),
     all_heads: bool = typer.Option(False, "--all-heads", help=EXPLAIN.help("all_heads")),
     participants: Path | None = typer.Option(None, help=EXPLAIN.help("participants")),
     max_interpolated: int | None = typer.Option(None, help=EXPLAIN.help("max_interpolated")),
-    device: str = typer.Option("auto", help=EXPLAIN.help("device")),
+    device: str = typer.Option(DEFAULT_DEVICE, help=EXPLAIN.help("device")),
     strict: bool = typer.Option(False, "--strict", help=EXPLAIN.help("strict")),
     overwrite: bool = typer.Option(False, "--overwrite", help=EXPLAIN.help("overwrite")),
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands, provenance
+from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_PRECISION
 from eegformer_cli.cli.arguments import expand_stdin
 from eegformer_cli.errors import EegformerError, check_choice
 from eegformer_cli.options import PREDICT
@@ -25,8 +26,8 @@ def predict(
     sex: str | None = typer.Option(None, help=PREDICT.help("sex")),
     max_interpolated: int | None = typer.Option(None, help=PREDICT.help("max_interpolated")),
     output_format: str = typer.Option("csv", "--format", help="csv, json (one list) or jsonl."),
-    device: str = typer.Option("auto", help=PREDICT.help("device")),
-    precision: str = typer.Option("auto", help=PREDICT.help("precision")),
+    device: str = typer.Option(DEFAULT_DEVICE, help=PREDICT.help("device")),
+    precision: str = typer.Option(DEFAULT_PRECISION, help=PREDICT.help("precision")),
     coverage: float | None = typer.Option(
         None, "--coverage", metavar="SHARE", help=PREDICT.help("coverage")
     ),

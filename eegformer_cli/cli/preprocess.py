@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands, console
+from eegformer_cli.choices import DEFAULT_PRESET
 from eegformer_cli.options import PREPROCESS
 
 
@@ -15,7 +16,7 @@ def preprocess(
     out: Path = typer.Option(..., "--out", "-o", help=PREPROCESS.help("out")),
     participants: Path | None = typer.Option(None, help=PREPROCESS.help("participants")),
     recordings: Path | None = typer.Option(None, help=PREPROCESS.help("recordings")),
-    preset: str = typer.Option("default", help=PREPROCESS.help("preset")),
+    preset: str = typer.Option(DEFAULT_PRESET, help=PREPROCESS.help("preset")),
     channels: str | None = typer.Option(None, help=PREPROCESS.help("channels")),
     max_interpolated: int | None = typer.Option(None, help=PREPROCESS.help("max_interpolated")),
     bands: str | None = typer.Option(None, help=PREPROCESS.help("bands")),

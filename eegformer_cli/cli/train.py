@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from eegformer_cli import commands, console
-from eegformer_cli.errors import UsageError
+from eegformer_cli.choices import DEFAULT_PRESET
 from eegformer_cli.options import TRAIN
 
 
@@ -52,30 +52,6 @@ def _summary_table(metrics: dict) -> Table:
             )
         table.add_row(model, *cells)
     return table
-
-
-#: What --merge takes beside RUN_DIR: not training settings (those come from RUN_DIR), but
-#: what is done with the finished run (the audit's columns, the permutation test, its workers).
-MERGE_OPTIONS = ("merge", "as_json", "confounds", "permutations", "permutation_model", "n_jobs")
-
-
-def _reject_options_beside_merge(ctx: typer.Context) -> None:
-    """UsageError naming what was given beside --merge (its settings come from RUN_DIR)."""
-    given = [
-        name
-        for name in ctx.params
-        if name not in MERGE_OPTIONS
-        and getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
-    ]
-    if given:
-        raise UsageError(
-            "--merge takes every training setting from RUN_DIR/config.json; "
-            "remove "
-            + ", ".join(
-                name.upper() if name == "data_dir" else "--" + name.replace("_", "-")
-                for name in given
-            )
-        )
 
 
 def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
@@ -186,13 +162,12 @@ RECIPE, ABLATIONS, TRUST, COMPUTE = (
 
 
 def train(
-    ctx: typer.Context,
     data_dir: Path | None = typer.Argument(None, metavar="DATA_DIR", help=TRAIN.help("data_dir")),
     out: Path | None = typer.Option(None, "--out", "-o", help=TRAIN.help("out")),
     label_column: str | None = typer.Option(
         None, "--label-column", "-l", help=TRAIN.help("label_column")
     ),
-    preset: str = typer.Option("default", help=TRAIN.help("preset"), rich_help_panel=RECIPE),
+    preset: str = typer.Option(DEFAULT_PRESET, help=TRAIN.help("preset"), rich_help_panel=RECIPE),
     config: Path | None = typer.Option(
         None, "--config", help=TRAIN.help("config"), rich_help_panel=RECIPE
     ),
@@ -305,8 +280,6 @@ def train(
     participant unless --split-by recording), 5 OUT not writable or in use, 130 interrupted
     (rerun to resume).
     """
-    if merge is not None:
-        _reject_options_beside_merge(ctx)
     metrics = commands.train(
         data_dir,
         out,

@@ -10,7 +10,7 @@ the explained class's logit compared with the typical training recording", a neg
 the refined pass (the model's own DeepLIFT against a zero token) is the model's and unchanged.
 
 channel-pair attributions
-    A captum attribution (:data:`CAPTUM_METHODS`; Integrated Gradients by default, the
+    A captum attribution (``choices.CAPTUM_METHODS``; Integrated Gradients by default, the
     reference connectome as baseline, ``n_steps`` Gauss-Legendre steps) of the explained
     class's refined logit with respect to the raw coh and wPLI inputs, (S, T, C, C) each.
     Combined: ``pair[t, i, j] = coh[t, i, j] + coh[t, j, i] + wpli[t, i, j] + wpli[t, j, i]``,
@@ -81,6 +81,7 @@ import torch
 from scipy.special import softmax
 from torch import Tensor
 
+from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.explain import interactions as kept_interactions
@@ -92,13 +93,6 @@ from eegformer_cli.model.diagnostics import (
 from eegformer_cli.model.explanation import differentiable_explanations
 from eegformer_cli.model.predict import recording_logits
 
-#: captum method names accepted by :func:`channel_pair_attributions` (``--method``).
-CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
-#: Default number of Integrated Gradients steps (and Gradient SHAP samples): where the
-#: completeness gap |sum(attr) - (logit(x) - logit(reference))| / |logit(x) - logit(reference)|
-#: is below 1 % for every measured recording, at about 0.5 s for a 60 s recording on a 2-core
-#: CPU (docs/benchmarks.md).
-DEFAULT_N_STEPS = 128
 #: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
 ROWS_PER_FORWARD = 512
 
@@ -295,7 +289,7 @@ def channel_pair_attributions(
     age: Tensor,
     sex: Tensor,
     target: int | tuple[int, int],
-    method: str = "integrated_gradients",
+    method: str = DEFAULT_METHOD,
     n_steps: int = DEFAULT_N_STEPS,
     reference: tuple[Tensor, Tensor] | None = None,
 ) -> Attributions:
@@ -309,12 +303,10 @@ def channel_pair_attributions(
     with kept interactions, their products are inputs of their own (the reference's products
     as their baseline), attributed beside the entries, so the entries' values hold only what
     they do alone and the three parts add up to the logit's change. Seeded by the caller for
-    ``gradient_shap`` (random interpolation points).
+    ``gradient_shap`` (random interpolation points). ``method`` (one of
+    ``choices.CAPTUM_METHODS``) and ``n_steps`` (>= 1) come checked from the entry point
+    (``trained_model.check_explain_options``).
     """
-    check_choice("method", method, CAPTUM_METHODS)
-    if n_steps < 1:
-        raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. {DEFAULT_N_STEPS}")
-
     with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
         guiding = model.forward_with_details(coh, wpli, age, sex).target
         products = model.interaction_products(coh, wpli, age, sex)
@@ -419,7 +411,7 @@ def explain_recording(
     participant_id: str | None = None,
     target: str | None = None,
     contrast: Sequence[str] | None = None,
-    method: str = "integrated_gradients",
+    method: str = DEFAULT_METHOD,
     n_steps: int = DEFAULT_N_STEPS,
     all_heads: bool = False,
     device: torch.device | str = "cpu",

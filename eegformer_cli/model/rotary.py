@@ -31,6 +31,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from eegformer_cli.choices import FREQUENCY_ENCODINGS
 from eegformer_cli.errors import UsageError, check_choice
 
 #: Default dRoFE: base of the geometric frequency schedule (radians per Hz run from 1 down to 1/100).
@@ -235,8 +236,6 @@ def drofe_default_angles(
 # ----------------------------------------------------------------------------------------------
 # the thin module one transformer layer uses
 # ----------------------------------------------------------------------------------------------
-
-FREQUENCY_ENCODINGS = ("drofe_paper", "drofe_default", "none")
 
 
 class BandRotaryEncoding(nn.Module):

@@ -246,6 +246,7 @@ class ConnectomeTokenizer(nn.Module):
 
     def __init__(
         self,
+        *,
         n_channels: int,
         dim: int,
         n_layers: int,
@@ -288,7 +289,7 @@ class ConnectomeTokenizer(nn.Module):
                     hint="set ModelConfig.channel_names",
                 )
             self.spatial = ElectrodeSelfAttention(
-                dim, n_heads, electrode_positions_cm(channel_names), norm
+                dim, n_heads, positions_cm=electrode_positions_cm(channel_names), norm=norm
             )
         self.readout = readout
         if readout == "mean":

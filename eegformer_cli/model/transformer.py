@@ -124,6 +124,7 @@ class RotaryAttention(nn.Module):
 
     def __init__(
         self,
+        *,
         dim: int,
         n_heads: int,
         rotary: BandRotaryEncoding,
@@ -206,6 +207,7 @@ class PostNormLayer(nn.Module):
 
     def __init__(
         self,
+        *,
         dim: int,
         n_heads: int,
         mlp_ratio: float,
@@ -216,7 +218,9 @@ class PostNormLayer(nn.Module):
         guidance: str = "paper",
     ):
         super().__init__()
-        self.attn = RotaryAttention(dim, n_heads, rotary, dropout, guidance)
+        self.attn = RotaryAttention(
+            dim=dim, n_heads=n_heads, rotary=rotary, dropout=dropout, guidance=guidance
+        )
         self.scale1 = LayerScale(dim, layerscale_init)
         self.norm1 = make_norm(norm, dim, eps=TRANSFORMER_NORM_EPS)
         self.ffn = GegluMLP(dim, int(dim * mlp_ratio), dim, dropout)
@@ -258,6 +262,7 @@ class BandTransformer(nn.Module):
 
     def __init__(
         self,
+        *,
         dim: int,
         n_heads: int,
         n_layers: int,
@@ -274,14 +279,14 @@ class BandTransformer(nn.Module):
         head_dim = dim // n_heads
         self.layers = nn.ModuleList(
             PostNormLayer(
-                dim,
-                n_heads,
-                mlp_ratio,
-                layerscale_init,
-                norm,
-                BandRotaryEncoding(frequency_encoding, head_dim, band_edges_hz),
-                dropout,
-                guidance,
+                dim=dim,
+                n_heads=n_heads,
+                mlp_ratio=mlp_ratio,
+                layerscale_init=layerscale_init,
+                norm=norm,
+                rotary=BandRotaryEncoding(frequency_encoding, head_dim, band_edges_hz),
+                dropout=dropout,
+                guidance=guidance,
             )
             for _ in range(n_layers)
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from eegformer_cli.choices import FREQUENCY_ENCODING_BY_PRESET, FREQUENCY_ENCODINGS, PRESETS
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.model.explanation import one_pass_deeplift
 from eegformer_cli.model.interactions import (
@@ -24,7 +25,6 @@ from eegformer_cli.model.interactions import (
 )
 from eegformer_cli.model.layers import NORMS
 from eegformer_cli.model.rotary import (
-    FREQUENCY_ENCODINGS,
     drofe_default_demographics,
     drofe_paper_demographics,
 )
@@ -36,8 +36,6 @@ from eegformer_cli.model.tokenizer import (
     ConnectomeTokenizer,
 )
 from eegformer_cli.model.transformer import GUIDANCES, AttentionTrace, BandTransformer
-
-PRESETS = ("paper", "default")
 
 #: Field values of each preset (the data-dependent fields n_channels, band_names, band_edges_hz,
 #: n_classes and channel_names are always given by the caller).
@@ -53,7 +51,7 @@ PRESET_FIELDS = {
         "dropout": 0.0,
         "norm": "timm_rms",
         "edges": "directed",
-        "frequency_encoding": "drofe_paper",
+        "frequency_encoding": FREQUENCY_ENCODING_BY_PRESET["paper"],
         "xai_refinement": True,
         "detach_explanations": False,
         "spatial_encoding": "none",
@@ -78,7 +76,7 @@ PRESET_FIELDS = {
         "dropout": 0.1,
         "norm": "rms",
         "edges": "undirected",
-        "frequency_encoding": "drofe_default",
+        "frequency_encoding": FREQUENCY_ENCODING_BY_PRESET["default"],
         "xai_refinement": True,
         "detach_explanations": True,
         "spatial_encoding": "none",
@@ -323,32 +321,32 @@ class XAIguiFormer(nn.Module):
             config.band_edges_hz + [(0.0, 0.0)] * bool(interactions), dtype=torch.float32
         )
         self.tokenizer = ConnectomeTokenizer(
-            config.n_channels,
-            config.d_model,
-            config.n_gnn_layers,
-            config.norm,
-            config.edges,
-            config.dropout,
-            config.spatial_encoding,
-            config.channel_names,
-            config.n_heads,
-            config.readout,
-            config.channel_embedding,
-            config.node_features,
-            len(config.band_names),
+            n_channels=config.n_channels,
+            dim=config.d_model,
+            n_layers=config.n_gnn_layers,
+            norm=config.norm,
+            edges=config.edges,
+            dropout=config.dropout,
+            spatial_encoding=config.spatial_encoding,
+            channel_names=config.channel_names,
+            n_heads=config.n_heads,
+            readout=config.readout,
+            channel_embedding=config.channel_embedding,
+            node_features=config.node_features,
+            n_bands=len(config.band_names),
         )
         self.encoder = BandTransformer(
-            config.d_model,
-            config.n_heads,
-            config.n_layers,
-            config.n_classes,
-            config.mlp_ratio,
-            config.layerscale_init,
-            config.norm,
-            config.frequency_encoding,
-            edges,
-            config.dropout,
-            config.guidance,
+            dim=config.d_model,
+            n_heads=config.n_heads,
+            n_layers=config.n_layers,
+            n_classes=config.n_classes,
+            mlp_ratio=config.mlp_ratio,
+            layerscale_init=config.layerscale_init,
+            norm=config.norm,
+            frequency_encoding=config.frequency_encoding,
+            band_edges_hz=edges,
+            dropout=config.dropout,
+            guidance=config.guidance,
         )
         #: set by :func:`~eegformer_cli.model.explanation.differentiable_explanations`
         self.differentiable_explanations = False
@@ -356,7 +354,12 @@ class XAIguiFormer(nn.Module):
         self.register_buffer("age_std", torch.tensor(float("nan")))
         # built last: without kept interactions the parameters are drawn as before
         self.interaction_token = (
-            InteractionToken(interactions, config.band_names, config.channel_names, config.d_model)
+            InteractionToken(
+                interactions,
+                band_names=config.band_names,
+                channel_names=config.channel_names,
+                dim=config.d_model,
+            )
             if interactions
             else None
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import sys
 import warnings
@@ -35,7 +36,11 @@ from rich.markup import escape
 from eegformer_cli import atomic, console, ownership
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
 from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure, UsageError
-from eegformer_cli.parallel import leave_interrupts_to_the_parent, worker_count
+from eegformer_cli.parallel import (
+    leave_interrupts_to_the_parent,
+    preprocess_backend,
+    worker_count,
+)
 from eegformer_cli.preprocess.output import (
     CONNECTOME_DIR,
     MANIFEST_ERRORS,
@@ -59,15 +64,16 @@ RecordingMap = Callable[[Callable, Iterable], Iterator]
 
 
 @contextlib.contextmanager
-def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
-    """A ``map(func, items)`` over ``n_jobs`` workers, yielding results in completion order.
+def recording_workers(n_workers: int) -> Iterator[RecordingMap]:
+    """A ``map(func, items)`` over ``n_workers`` workers (a count, :func:`parallel.worker_count`
+    of ``--n-jobs``), yielding results in completion order.
 
     The one place where recordings are spread over workers; ``func`` must be picklable
     (module level). Entered once per run, so the header pass and the processing share it:
 
     - a joblib backend chosen with ``joblib.parallel_config`` (e.g. Dask, see
       :mod:`eegformer_cli.parallel`): joblib's ``Parallel`` on it;
-    - ``n_jobs`` 1: this process;
+    - one worker: this process;
     - Linux: a ``multiprocessing`` pool of *forked* workers. Why not joblib's own pool (loky):
       loky starts every worker as a fresh interpreter that imports numpy, SciPy, MNE and this
       package again (about 1.5 s of CPU each); on a dataset of 84 one-minute recordings (about
@@ -83,20 +89,19 @@ def recording_workers(n_jobs: int) -> Iterator[RecordingMap]:
     from joblib._parallel_backends import LokyBackend
     from joblib.parallel import get_active_backend
 
-    workers = worker_count(n_jobs)
     joblib_default = isinstance(get_active_backend()[0], LokyBackend)
-    if joblib_default and workers == 1:
+    if joblib_default and n_workers == 1:
         yield lambda func, items: map(func, items)
     elif joblib_default and sys.platform == "linux":
         _import_worker_modules()
         with multiprocessing.get_context("fork").Pool(
-            workers, initializer=leave_interrupts_to_the_parent
+            n_workers, initializer=leave_interrupts_to_the_parent
         ) as pool:
             yield lambda func, items: pool.imap_unordered(func, items)
     else:
         # initializer: used by joblib's local process pool, ignored by the Dask backend
         parallel = Parallel(
-            n_jobs=n_jobs,
+            n_jobs=n_workers,
             return_as="generator_unordered",
             initializer=leave_interrupts_to_the_parent,
         )
@@ -240,132 +245,174 @@ def run_preprocess(
     inputs: Sequence[str | Path],
     out_dir: str | Path,
     settings: PreprocessSettings,
-    participants: str | Path | None = None,
-    recordings_table: str | Path | None = None,
+    participants: str | os.PathLike | None = None,
+    recordings_table: str | os.PathLike | None = None,
     n_jobs: int = 1,
     strict: bool = False,
     overwrite: bool = False,
     participant_pattern: str | None = None,
+    backend: str = "local",
+    scheduler: str | None = None,
 ) -> PreprocessSummary:
     """Preprocess every recording under ``inputs`` into ``out_dir`` (see the module docstring).
 
-    Steps: find recordings and their metadata -> read their headers (unreadable files become
-    error rows) -> choose the channel set and the epoch length -> lock ``out_dir`` -> skip
-    recordings done before with the same settings and an unchanged source file -> process the
-    rest with ``n_jobs`` workers, each connectome saved atomically as soon as it is ready ->
-    write ``manifest.tsv`` and ``preprocess.json``.
+    Steps: find recordings and their metadata -> read their headers (unreadable: error rows)
+    -> choose the channels and epoch length -> lock ``out_dir`` (:func:`_update_folder`) ->
+    skip recordings done before with the same settings from an unchanged file -> process the
+    rest, each connectome saved atomically when ready -> ``manifest.tsv``, ``preprocess.json``.
 
+    ``n_jobs`` (-1: one per core; counted here, once), ``backend``, ``scheduler``: the
+    workers and where they run (:func:`parallel.preprocess_backend`).
     ``overwrite``: allow ``out_dir`` to hold recordings preprocessed with other settings (their
     rows leave the manifest, so it never mixes settings), or files eegformer did not write
     (:mod:`eegformer_cli.ownership`: they are kept); without it such a folder is refused.
-
     ``participant_pattern``: a regular expression whose first group, searched in a file name,
     is the recording's participant (:func:`metadata.participant_pattern`; after the
-    recordings table's ``participant_id``, before the names of the participants table). It is
-    kept in ``preprocess.json`` but is no setting (not in the settings hash): a rerun with
-    another pattern rewrites the manifest and nothing else.
+    recordings table's ``participant_id``, before the names of the participants table); kept
+    in ``preprocess.json``, no setting (a rerun with another one rewrites only the manifest).
 
     Raises
     ------
     UsageError : ``out_dir`` holds recordings made with other settings, or files eegformer
         did not write, and not ``overwrite`` (exit 2; nothing is changed).
     InputDataError : no recording found, bad tables, too few common channels, or no recording
-        could be preprocessed (exit 3; in the last case the manifest is written, unless that
-        would drop an earlier run's ok recordings of other files: then ``out_dir`` is left
-        as it was).
+        could be preprocessed (exit 3; the manifest is written, unless that would drop an
+        earlier run's ok recordings of other files: then ``out_dir`` is left as it was).
     OutputError : ``out_dir`` not writable or in use by another run (exit 5).
     PartialFailure : ``strict`` and at least one recording failed (exit 6; outputs written).
     """
-    worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
+    n_workers = worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
     pattern = metadata.participant_pattern(participant_pattern)
     out_dir = Path(out_dir)
     ownership.check_folder(out_dir, "preprocess", overwrite)  # before the headers are read
-    participants_file = (
-        Path(participants) if participants else metadata.find_participants_file(inputs)
-    )
-    recordings_file = (
-        Path(recordings_table) if recordings_table else metadata.find_recordings_file(inputs)
-    )
-    with recording_workers(n_jobs) as workers:
+    sources = _Sources.find(inputs, participants, recordings_table, participant_pattern)
+    with preprocess_backend(backend, scheduler, n_workers), recording_workers(n_workers) as workers:
         recordings = _gather_recordings(
-            inputs, participants_file, recordings_file, workers, pattern
+            inputs, sources.participants_file, sources.recordings_file, workers, pattern
         )
         resolved = _resolve_settings(
             settings, [rec.header for rec in recordings if rec.header.error is None]
         )
-        settings_hash = resolved.settings_hash()
-
-        connectome_dir = out_dir / CONNECTOME_DIR
         ownership.claim_folder(out_dir, "preprocess", overwrite)
         with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
-            atomic.ensure_dir(connectome_dir)
-            atomic.remove_stale_temporaries(out_dir)
-            atomic.remove_stale_temporaries(connectome_dir)
-            previous_rows = _read_earlier_manifest(out_dir)
-            if not overwrite and any(rec.header.error is None for rec in recordings):
-                # (with no readable recording the settings are not this run's choice: the
-                # failures are said below, the folder left as it was)
-                _refuse_other_settings(out_dir, previous_rows, resolved)
-            _avoid_earlier_ids(recordings, previous_rows, out_dir)
-            fields_by_id = {
-                rec.recording_id: {"status": "error", "error": rec.header.error}
-                for rec in recordings
-                if rec.header.error
-            }
-            tasks = []
-            for rec in recordings:
-                if rec.header.error is None:
-                    task = _task_for(rec, connectome_dir, resolved)
-                    done = _finished_fields(task, settings_hash)
-                    if done is None:
-                        tasks.append(task)
-                    else:
-                        fields_by_id[rec.recording_id] = done
-            n_skipped = sum(1 for rec in recordings if rec.header.error is None) - len(tasks)
-            if n_skipped:
-                console.log(f"preprocess: {n_skipped} recordings already done with these settings")
-            fields_by_id.update(
-                _with_progress(workers(_process_and_save, tasks), len(tasks), "preprocess")
-            )
-            rows = [
-                _manifest_row(rec, fields_by_id[rec.recording_id], settings_hash)
-                for rec in recordings
-            ]
-            current_ids = {row["recording_id"] for row in rows}
-            if not any(row["status"] == "ok" for row in rows) and any(
-                row.get("status") == "ok"
-                and row.get("recording_id") not in current_ids
-                and row.get("settings_hash") != settings_hash
-                for row in previous_rows
-            ):
-                # a run that made nothing must not drop an earlier run's ok recordings of other
-                # files (this run's settings differ, e.g. no channels from unreadable headers)
-                raise InputDataError(
-                    f"no recording could be preprocessed; first error: {_first_error(rows)}; "
-                    f"{out_dir} is left as the earlier run wrote it"
-                )
-            for row in rows:  # a connectome from earlier settings must not outlive a failure now
-                if row["status"] == "error":
-                    (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
-            earlier = _earlier_rows(
-                out_dir,
-                previous_rows,
-                current_ids,
-                {str(rec.path.resolve()) for rec in recordings},
-                settings_hash,
-            )
-            summary = _write_outputs(
-                out_dir,
-                rows,
-                earlier,
-                resolved,
-                n_skipped,
-                inputs,
-                participants_file,
-                recordings_file,
-                participant_pattern,
+            rows, summary = _update_folder(
+                out_dir, recordings, resolved, workers, overwrite, sources
             )
     _name_failures(rows, summary.manifest)
+    _raise_for_failures(rows, summary, strict)
+    return summary
+
+
+@dataclass(frozen=True)
+class _Sources:
+    """Where a run's recordings and their metadata come from (``preprocess.json`` keeps it)."""
+
+    inputs: Sequence[str | Path]
+    participants_file: Path | None
+    recordings_file: Path | None
+    participant_pattern: str | None
+
+    @classmethod
+    def find(cls, inputs, participants, recordings_table, participant_pattern) -> _Sources:
+        """The tables given, else those found beside the inputs (:mod:`metadata`)."""
+        return cls(
+            inputs,
+            Path(participants) if participants else metadata.find_participants_file(inputs),
+            Path(recordings_table) if recordings_table else metadata.find_recordings_file(inputs),
+            participant_pattern,
+        )
+
+
+def _update_folder(
+    out_dir: Path,
+    recordings: list[_Recording],
+    settings: PreprocessSettings,
+    workers: RecordingMap,
+    overwrite: bool,
+    sources: _Sources,
+) -> tuple[list[dict], PreprocessSummary]:
+    """Under the folder's lock: process the recordings not done before with ``settings``, then
+    write ``manifest.tsv`` (the earlier runs' rows kept, :func:`_earlier_rows`, then this run's)
+    and ``preprocess.json``. Returns this run's manifest rows and the summary."""
+    connectome_dir = out_dir / CONNECTOME_DIR
+    atomic.ensure_dir(connectome_dir)
+    atomic.remove_stale_temporaries(out_dir)
+    atomic.remove_stale_temporaries(connectome_dir)
+    previous_rows = _read_earlier_manifest(out_dir)
+    if not overwrite and any(rec.header.error is None for rec in recordings):
+        # (with no readable recording the settings are not this run's choice: the
+        # failures are said below, the folder left as it was)
+        _refuse_other_settings(out_dir, previous_rows, settings)
+    _avoid_earlier_ids(recordings, previous_rows, out_dir)
+    settings_hash = settings.settings_hash()
+    tasks, fields_by_id = _plan_tasks(recordings, connectome_dir, settings, settings_hash)
+    n_skipped = sum(1 for rec in recordings if rec.header.error is None) - len(tasks)
+    if n_skipped:
+        console.log(f"preprocess: {n_skipped} recordings already done with these settings")
+    fields_by_id.update(_with_progress(workers(_process_and_save, tasks), len(tasks), "preprocess"))
+    rows = [_manifest_row(rec, fields_by_id[rec.recording_id], settings_hash) for rec in recordings]
+    _keep_earlier_work_when_nothing_was_made(rows, previous_rows, settings_hash, out_dir)
+    for row in rows:  # a connectome from earlier settings must not outlive a failure now
+        if row["status"] == "error":
+            (connectome_dir / f"{row['recording_id']}.npz").unlink(missing_ok=True)
+    earlier = _earlier_rows(
+        out_dir,
+        previous_rows,
+        {row["recording_id"] for row in rows},
+        {str(rec.path.resolve()) for rec in recordings},
+        settings_hash,
+    )
+    return rows, _write_outputs(out_dir, rows, earlier, settings, n_skipped, sources)
+
+
+def _plan_tasks(
+    recordings: list[_Recording],
+    connectome_dir: Path,
+    settings: PreprocessSettings,
+    settings_hash: str,
+) -> tuple[list[_Task], dict[str, dict]]:
+    """The recordings to process, as tasks, and the manifest fields of the others by recording
+    id: an unreadable header's error, or what a recording made before with these settings from
+    the same source file recorded (:func:`_finished_fields`)."""
+    fields_by_id = {
+        rec.recording_id: {"status": "error", "error": rec.header.error}
+        for rec in recordings
+        if rec.header.error
+    }
+    tasks = []
+    for rec in recordings:
+        if rec.header.error is None:
+            task = _task_for(rec, connectome_dir, settings)
+            done = _finished_fields(task, settings_hash)
+            if done is None:
+                tasks.append(task)
+            else:
+                fields_by_id[rec.recording_id] = done
+    return tasks, fields_by_id
+
+
+def _keep_earlier_work_when_nothing_was_made(
+    rows: list[dict], previous_rows: list[dict], settings_hash: str, out_dir: Path
+) -> None:
+    """InputDataError, before anything is written, when no recording of this run could be
+    preprocessed and writing its manifest would drop an earlier run's ok recordings of other
+    files (this run's settings differ, e.g. no channels from unreadable headers)."""
+    current_ids = {row["recording_id"] for row in rows}
+    if not any(row["status"] == "ok" for row in rows) and any(
+        row.get("status") == "ok"
+        and row.get("recording_id") not in current_ids
+        and row.get("settings_hash") != settings_hash
+        for row in previous_rows
+    ):
+        raise InputDataError(
+            f"no recording could be preprocessed; first error: {_first_error(rows)}; "
+            f"{out_dir} is left as the earlier run wrote it"
+        )
+
+
+def _raise_for_failures(rows: list[dict], summary: PreprocessSummary, strict: bool) -> None:
+    """InputDataError when no recording could be preprocessed; with ``strict``,
+    PartialFailure when one failed (the outputs are written either way)."""
     first_error = _first_error(rows)
     if summary.n_ok == 0:
         raise InputDataError(
@@ -378,7 +425,6 @@ def run_preprocess(
             f"(--strict); first error: {first_error}; see all errors in "
             f"{summary.manifest}"
         )
-    return summary
 
 
 def _gather_recordings(
@@ -775,10 +821,7 @@ def _write_outputs(
     earlier: list[dict],
     settings: PreprocessSettings,
     n_skipped: int,
-    inputs,
-    participants_file: Path | None,
-    recordings_file: Path | None,
-    participant_pattern: str | None,
+    sources: _Sources,
 ) -> PreprocessSummary:
     """Write ``manifest.tsv`` (``earlier`` rows first, then this run's) and ``preprocess.json``
     (atomically); return the summary of this run's ``rows``."""
@@ -794,7 +837,7 @@ def _write_outputs(
         manifest=out_dir / MANIFEST_NAME,
         settings_file=out_dir / SETTINGS_NAME,
     )
-    input_names = [str(Path(path).absolute()) for path in inputs]  # as audit.py reads them
+    input_names = [str(Path(path).absolute()) for path in sources.inputs]  # as audit.py reads
     if earlier:
         previous = (read_settings_file(out_dir) or {}).get("inputs", [])
         input_names = list(dict.fromkeys([*previous, *input_names]))
@@ -809,9 +852,9 @@ def _write_outputs(
             "band_edges_hz": band_edges_hz(settings.bands),
             "epoch_length_s": settings.epoch_length,
             "inputs": input_names,
-            "participants_file": None if participants_file is None else str(participants_file),
-            "recordings_file": None if recordings_file is None else str(recordings_file),
-            "participant_pattern": participant_pattern,
+            "participants_file": _path_text(sources.participants_file),
+            "recordings_file": _path_text(sources.recordings_file),
+            "participant_pattern": sources.participant_pattern,
             "counts": {
                 "recordings": summary.n_recordings,
                 "ok": summary.n_ok,
@@ -823,6 +866,10 @@ def _write_outputs(
         },
     )
     return summary
+
+
+def _path_text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _manifest_row(rec: _Recording, fields: dict, settings_hash: str) -> dict:

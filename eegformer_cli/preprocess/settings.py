@@ -13,6 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from eegformer_cli.choices import DEFAULT_PRESET, PRESETS
 from eegformer_cli.connectivity.bands import (
     BAND_PRESETS,
     bands_to_spec,
@@ -21,9 +22,6 @@ from eegformer_cli.connectivity.bands import (
 )
 from eegformer_cli.errors import RecordingError, UsageError, check_choice
 from eegformer_cli.recordings import cleaning
-
-#: The presets ``--preset`` accepts.
-PRESETS = ("default", "paper")
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class PreprocessSettings:
         hashes) of folders made without it are unchanged.
     """
 
-    preset: str = "default"
+    preset: str = DEFAULT_PRESET
     sfreq: float = 128.0
     resample_method: str = "polyphase"
     l_freq: float = 1.0

@@ -33,10 +33,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eegformer_cli.choices import (
+    DEFAULT_DEVICE,
+    DEFAULT_PRECISION,
+    DEFAULT_PRESET,
+    DEVICES,
+    PRECISIONS,
+    PRESETS,
+)
 from eegformer_cli.errors import UsageError, check_choice
 
 if sys.version_info >= (3, 11):
@@ -44,7 +53,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-PRESETS = ("default", "paper")
 AUGMENTATIONS = ("graphon", "none")
 CLASS_WEIGHTINGS = ("balanced", "none")
 SELECTION_METRICS = ("bac", "paper_bac")
@@ -68,7 +76,7 @@ class TrainConfig:
     **model)``), e.g. ``{"d_model": 64, "n_layers": 4}``.
     """
 
-    preset: str = "default"
+    preset: str = DEFAULT_PRESET
     # optimisation
     epochs: int = 60
     batch_size: int = 32
@@ -101,8 +109,8 @@ class TrainConfig:
     repeats: int = 1
     holdout: float = 0.0  # fraction in (0, 1) held out for test; 0: cross-validation
     seed: int = 0
-    device: str = "auto"
-    precision: str = "auto"
+    device: str = DEFAULT_DEVICE
+    precision: str = DEFAULT_PRECISION
     model: dict = field(default_factory=dict)
     # the interaction screen (interaction_screen.py), inside every fit: entry pairs
     # (``interactions``) and entries with age (``age_interactions``), at most
@@ -207,7 +215,7 @@ def current_train_fields(stored: dict) -> dict:
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 
 
-def load_toml(path: str | Path) -> dict:
+def load_toml(path: str | os.PathLike) -> dict:
     """Read a TOML config file into a dict (top-level keys = TrainConfig fields, ``[model]`` table).
 
     Raises UsageError naming the file when it is missing or not valid TOML.
@@ -227,8 +235,8 @@ def load_toml(path: str | Path) -> dict:
 
 
 def resolve_config(
-    preset: str = "default",
-    toml_path: str | Path | dict | None = None,
+    preset: str = DEFAULT_PRESET,
+    toml_path: str | os.PathLike | dict | None = None,
     overrides: dict | None = None,
 ) -> TrainConfig:
     """Preset -> TOML file (or a dict of its keys) -> flag overrides, validated. ``None``
@@ -241,13 +249,31 @@ def resolve_config(
     else:
         file_values = load_toml(toml_path) if toml_path else {}
         source = f"config file {toml_path}" if toml_path else "config"
-    name = file_values.get("preset", preset) if preset == "default" else preset
+    name = file_values.get("preset", preset) if preset == DEFAULT_PRESET else preset
     config = TrainConfig.preset_config(name)
     config = apply_overrides(
         config, {k: v for k, v in file_values.items() if k != "preset"}, source=source
     )
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     return apply_overrides(config, flags, source="command line")
+
+
+def ablation_flags(
+    no_xai: bool, no_interactions: bool, no_age_interactions: bool, frequency_encoding: str | None
+) -> dict:
+    """The overrides (for :func:`resolve_config`; None: not given) of ``--no-xai``,
+    ``--no-interactions``, ``--no-age-interactions`` and ``--frequency-encoding``, as ``train``
+    and the estimator take them."""
+    model: dict[str, bool | str] = {}
+    if no_xai:
+        model["xai_refinement"] = False
+    if frequency_encoding is not None:
+        model["frequency_encoding"] = frequency_encoding
+    return {
+        "interactions": False if no_interactions else None,
+        "age_interactions": False if no_age_interactions else None,
+        "model": model or None,
+    }
 
 
 def apply_overrides(config: TrainConfig, values: dict, source: str) -> TrainConfig:
@@ -306,8 +332,7 @@ def _coerce(key: str, value, source: str):
 
 def validate(config: TrainConfig) -> None:
     """Check choices and ranges; raise UsageError naming the setting and what is allowed."""
-    from eegformer_cli.devices import DEVICES, PRECISIONS  # devices and the model load torch
-    from eegformer_cli.model.xaiguiformer import ModelConfig
+    from eegformer_cli.model.xaiguiformer import ModelConfig  # the model loads torch
 
     check_choice("preset", config.preset, PRESETS)
     check_choice("augmentation", config.augmentation, AUGMENTATIONS)
@@ -335,7 +360,7 @@ def validate(config: TrainConfig) -> None:
     _check_range("interaction_null_quantile", config.interaction_null_quantile, 0, 1, low_open=True)
     _check_range("seed", config.seed, 0, 2**32 - 1)  # NumPy's and torch's seed range
     if config.holdout != 0:  # 0 is the documented "no holdout": cross-validation
-        _check_range("holdout", config.holdout, 0, 1, low_open=True, high_open=True)
+        check_holdout(config.holdout)
     for beta in config.betas:
         _check_range("betas", beta, 0, 1, high_open=True)
     allowed = {f.name for f in dataclasses.fields(ModelConfig)} - set(DATA_DERIVED_MODEL_FIELDS)
@@ -345,6 +370,19 @@ def validate(config: TrainConfig) -> None:
                 f"unknown model setting {key!r}; allowed model settings are "
                 + ", ".join(sorted(allowed))
             )
+
+
+def check_holdout(holdout: float, name: str = "holdout") -> None:
+    """UsageError unless ``holdout`` is a fraction in (0, 1): the share of participants held
+    out for test. ``name``: the setting as the caller's user spells it (``--holdout`` for the
+    flag, where 0 is no scheme at all; in a config, 0 means cross-validation and is not
+    checked)."""
+    if not (math.isfinite(holdout) and 0 < holdout < 1):
+        raise UsageError(
+            f"invalid value {holdout!r} for {name}; allowed range is (0, 1), "
+            "the fraction of participants held out for test",
+            hint="leave it out for cross-validation with --cv",
+        )
 
 
 def _check_range(name, value, low, high, low_open=False, high_open=False) -> None:

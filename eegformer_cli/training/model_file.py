@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -175,7 +176,7 @@ def _plain(value):
     return value
 
 
-def load_model_file(path: str | Path, device: str | torch.device = "cpu") -> ModelBundle:
+def load_model_file(path: str | os.PathLike, device: str | torch.device = "cpu") -> ModelBundle:
     """Load and validate a model file; the model is rebuilt from its config, in eval mode.
 
     Raises ModelFileError (exit 4) naming the file when it is missing, corrupt or truncated,

@@ -1,0 +1,36 @@
+"""The values a user chooses from, and the defaults they get, as plain Python values: presets,
+``--device``, ``--precision``, ``--frequency-encoding``, ``--method`` and ``--n-steps``.
+
+Defined here once, without importing torch or any other package module, so that the CLI's
+help (:mod:`eegformer_cli.options`, ``cli/``) and the modules that check and use the values
+(:mod:`eegformer_cli.devices`, the model, the attributions, the entry points' signatures) import
+the same objects, and ``eegformer --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+#: The presets of ``preprocess``, ``train`` and the model (each has its own settings per name).
+PRESETS = ("default", "paper")
+DEFAULT_PRESET = "default"
+
+#: ``--device`` choices: ``auto`` is cuda when available, else cpu (``devices.resolve_device``).
+DEVICES = ("auto", "cpu", "cuda")
+DEFAULT_DEVICE = "auto"
+#: ``--precision`` choices: ``auto`` resolves per preset and device
+#: (``devices.resolve_precision``).
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_PRECISION = "auto"
+
+#: ``--frequency-encoding`` choices (``model/rotary.py`` describes each).
+FREQUENCY_ENCODINGS = ("drofe_paper", "drofe_default", "none")
+#: Each model preset's frequency encoding (``--frequency-encoding``'s default).
+FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_paper"}
+
+#: captum methods of ``explain --method`` (``explain/attributions.py``).
+CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
+DEFAULT_METHOD = "integrated_gradients"
+#: Default number of Integrated Gradients steps (and Gradient SHAP samples): where the
+#: completeness gap |sum(attr) - (logit(x) - logit(reference))| / |logit(x) - logit(reference)|
+#: is below 1 % for every measured recording, at about 0.5 s for a 60 s recording on a 2-core
+#: CPU (docs/benchmarks.md).
+DEFAULT_N_STEPS = 128
