@@ -222,7 +222,8 @@ def train(
     if merge is not None:
         given = locals()  # every parameter of train, by name
         _refuse_settings_beside_merge({name: given[name] for name in _TRAINING_SETTINGS})
-        return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
+        merged = merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
+        return None if merged is None else merged.to_dict()
     if data_dir is None or out is None or label_column is None:
         missing = [
             name
@@ -254,7 +255,7 @@ def train(
         **ablation_flags(no_xai, no_interactions, no_age_interactions, frequency_encoding),
     }
     resolved = resolve_config(preset, config, flags)
-    return run_training(
+    result = run_training(
         Path(data_dir),
         Path(out),
         label_column,
@@ -269,6 +270,7 @@ def train(
         permutation_model=permutation_model,
         split_by=split_by,
     )
+    return result if result is None or isinstance(result, dict) else result.to_dict()
 
 
 @document(PREDICT)

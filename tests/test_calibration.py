@@ -14,6 +14,7 @@ from test_training import make_connectome_folder, run_main, tiny_config
 
 from eegformer_cli.training import calibration, conformal, verdict
 from eegformer_cli.training.folds import default_positive_label, is_control_label
+from eegformer_cli.training.run_metrics import RunMetrics
 
 
 def calibrated_draws(n: int, seed: int, n_classes: int = 2):
@@ -133,7 +134,7 @@ def test_control_like_labels_are_the_negative_class_by_default():
     assert is_control_label("Healthy_Control") and not is_control_label("schizophrenia")
 
 
-def metrics_of(**changes) -> dict:
+def metrics_of(**changes) -> RunMetrics:
     """A metrics.json of a run, as ``verdict`` reads it."""
     base = {
         "labels": ["control", "patient"],
@@ -148,7 +149,7 @@ def metrics_of(**changes) -> dict:
             "ci95": [-0.072, 0.105],
         },
     }
-    return {**base, **changes}
+    return RunMetrics.from_dict({**base, **changes})
 
 
 def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():

@@ -182,7 +182,7 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
         resolve_config("default", None, {"cv": 3, "device": "cpu"}),
         n_jobs=2,
     )
-    attention = metrics["attention"]["passes"]
+    attention = metrics.attention["passes"]
     coarse, refined = attention["coarse"]["entropy"][0], attention["refined"]["entropy"][0]
     assert refined < coarse - 0.1, (coarse, refined)
     assert attention["refined"]["logit_change_uniform"][0] > 0.02

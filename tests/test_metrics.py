@@ -17,6 +17,12 @@ from eegformer_cli.training.metrics import (
     paper_balanced_accuracy,
     summarise_folds,
 )
+from eegformer_cli.training.run_metrics import Comparison
+
+
+def compared(comparison: dict, model: str, reference: str) -> Comparison:
+    """:func:`compare_folds`'s dict as metrics.json keeps a run's comparison."""
+    return Comparison.from_dict({"model": model, "reference": reference, **comparison})
 
 
 def test_binary_metrics_use_the_positive_class():
@@ -84,7 +90,7 @@ def test_paired_comparison_is_the_t_interval_widened_for_overlapping_training_se
     assert corrected["p_value"] > naive["p_value"]
     assert corrected["folds_better"] == (differences > 0).sum()
     assert corrected["folds_better"] + corrected["folds_worse"] + corrected["folds_equal"] == 15
-    line = describe_comparison(corrected, "xaiguiformer", "logistic_regression")
+    line = describe_comparison(compared(corrected, "xaiguiformer", "logistic_regression"))
     assert f"{corrected['mean_difference']:+.3f}" in line and "95 % CI" in line
 
 
@@ -94,7 +100,7 @@ def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval()
     comparison = compare_folds(model, reference, 0.25, metric="auroc")
     assert comparison["n_folds"] == 1 and comparison["mean_difference"] == pytest.approx(0.1)
     assert np.isnan(comparison["ci95"]).all() and np.isnan(comparison["p_value"])
-    assert "CI" not in describe_comparison(comparison, "a", "b")
+    assert "CI" not in describe_comparison(compared(comparison, "a", "b"))
     # the same difference on every fold (up to rounding) gives no interval, not p = 1e-16
     same = compare_folds(
         [{"bac": 0.7}, {"bac": 0.9}, {"bac": 0.8}],
@@ -112,7 +118,7 @@ def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
     comparison = compare_folds(model, reference, test_train_ratio=0.5)  # 3-fold CV
     assert comparison["ci95"] == [-1.0, 1.0] and comparison["ci95_clipped"]
     assert "clipped to the possible range: too few folds" in describe_comparison(
-        comparison, "xaiguiformer", "logistic_regression"
+        compared(comparison, "xaiguiformer", "logistic_regression")
     )
     # an interval inside the range is left as it is
     narrow = compare_folds(
@@ -121,4 +127,4 @@ def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
         0.5,
     )
     assert not narrow["ci95_clipped"] and -1 < narrow["ci95"][0] < narrow["ci95"][1] < 1
-    assert "clipped" not in describe_comparison(narrow, "a", "b")
+    assert "clipped" not in describe_comparison(compared(narrow, "a", "b"))

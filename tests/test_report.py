@@ -571,6 +571,7 @@ def test_legends_sit_under_the_plots_over_no_data():
         roc_pr_figure,
     )
     from eegformer_cli.explain.trust_report import null_distribution_figure
+    from eegformer_cli.training.run_metrics import Calibration, PermutationTest
 
     rng = np.random.default_rng(0)
     test = {  # a null around chance and observed scores inside it, as the run had
@@ -606,12 +607,12 @@ def test_legends_sit_under_the_plots_over_no_data():
     ]
     calibration = {"models": {"xaiguiformer": {"bins": bins, "ece": 0.1, "target": "P(b)"}}}
     figures = [
-        null_distribution_figure(test),
+        null_distribution_figure(PermutationTest.from_dict(test)),
         training_curves_figure(history),
         attention_entropy_figure(history, 2.079),
         band_importance_figure(rng.normal(size=(2, 8)), ["x", "y"], list("abcdefgh")),
         roc_pr_figure(predictions, ["a", "b"], "b"),
-        reliability_figure(calibration),
+        reliability_figure(Calibration.from_dict(calibration)),
     ]
     for fig in figures:
         fig.canvas.draw()
@@ -630,6 +631,7 @@ def test_legends_sit_under_the_plots_over_no_data():
 def test_calibration_counts_name_predictions_and_recordings():
     from eegformer_cli.explain.calibration_report import calibration_table_html, predictions_of
     from eegformer_cli.training.oof_calibration import summarise
+    from eegformer_cli.training.run_metrics import Calibration
 
     assert predictions_of(156, 52) == "156 predictions of 52 recordings"
     assert predictions_of(52, 52) == "52 predictions, one per recording"
@@ -649,7 +651,7 @@ def test_calibration_counts_name_predictions_and_recordings():
     calibration, sets, _ = summarise(rows, ["a", "b"], "b")
     summary = calibration["models"]["xaiguiformer"]
     assert summary["n"] == 156 and summary["n_recordings"] == 52
-    table = calibration_table_html(calibration)
+    table = calibration_table_html(Calibration.from_dict(calibration))
     assert "156 predictions of 52 recordings" in table and ">156<" not in table
     assert sets["n"] == 52  # the prediction sets: one per recording
 

@@ -439,7 +439,7 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     oof_a = (tmp_path / "a" / "oof_predictions.tsv").read_text()
     assert oof_a == (tmp_path / "b" / "oof_predictions.tsv").read_text()
     assert oof_a == (tmp_path / "c" / "oof_predictions.tsv").read_text()
-    assert a["models"] == b["models"] == c["models"]
+    assert a.models == b.models == c.models
     weights_a, weights_c = (
         torch.load(tmp_path / run / "model.pt", weights_only=False)["state_dict"]
         for run in ("a", "c")
@@ -760,7 +760,7 @@ def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
     metrics = run_training(
         synthetic_dir, tmp_path / "run", "diagnosis", tiny_config(holdout=0.25, device="cuda")
     )
-    assert metrics["models"]["xaiguiformer"]["mean"]["bac"] is not None
+    assert metrics.transformer.mean.bac is not None
     bundle = load_model_file(tmp_path / "run" / "model.pt", "cuda")
     assert next(bundle.model.parameters()).is_cuda
     config = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -923,8 +923,8 @@ def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_
         old, tmp_path / "run", "diagnosis", tiny_config(epochs=1, holdout=0.25, val_fraction=0.25)
     )
     assert "hold no band covariances" in capsys.readouterr().err
-    assert list(metrics["models"]) == ["xaiguiformer", "logistic_regression"]
-    assert [c["reference"] for c in metrics["comparisons"]] == ["logistic_regression"]
+    assert list(metrics.models) == ["xaiguiformer", "logistic_regression"]
+    assert [c.reference for c in metrics.comparisons] == ["logistic_regression"]
     assert (
         run_main(
             "train",

@@ -21,6 +21,7 @@ from eegformer_cli.training.dataset import RecordingInfo, TrainingData
 from eegformer_cli.training.folds import plan_run, reference_features
 from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME
 from eegformer_cli.training.run import run_training
+from eegformer_cli.training.run_metrics import AuditVariable, RunMetrics, ShortcutAudit
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 
@@ -42,11 +43,12 @@ def set_column(root: Path, column: str, values: list) -> Path:
 
 
 def audit_of(root: Path, label_column: str = "diagnosis", confounds=(), **settings) -> dict:
+    """The shortcut audit of ``root``, as metrics.json holds it."""
     plan = plan_run(root, label_column, tiny_config(**settings))
     return audit.run_audit(
         audit.plan_audit(plan.data, plan.folds, plan.scheme, plan.config, confounds),
         plan.positive_label,
-    )
+    ).to_dict()
 
 
 def entry(result: dict, name: str) -> dict:
@@ -123,7 +125,9 @@ def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_p
         f"--crop {int(shortest)}` (the shortest recording's length, {shortest:g} s)"
         in (warnings[0])
     )
-    assert audit.describe_audit(result).startswith("shortcut audit: borderline duration_s (AUROC")
+    assert audit.describe_audit(ShortcutAudit.from_dict(result)).startswith(
+        "shortcut audit: borderline duration_s (AUROC"
+    )
 
 
 def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_path, capsys):
@@ -172,7 +176,7 @@ def test_confounds_are_audited_as_categories_with_three_classes(tmp_path):
     assert site["auroc"]["mean"] == 1.0  # macro one-vs-rest AUROC
     assert site["bac"]["mean"] == 1.0 and scanner["bac"]["mean"] < 0.6  # chance is 1/3
     assert [e["name"] for e in result["variables"]].count("age") == 1
-    assert "a: 9 x site-0; b: 9 x site-1" in audit.describe_by_class(site)
+    assert "a: 9 x site-0; b: 9 x site-1" in audit.describe_by_class(AuditVariable.from_dict(site))
 
 
 def test_a_holdout_run_is_audited_on_a_cv_of_all_participants(tmp_path):
@@ -255,13 +259,15 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     run = tmp_path / "run"
     config = tiny_config(cv=3)
     metrics = run_training(root, run, "diagnosis", config, permutations=3, n_jobs=2)
-    assert metrics["shortcut_audit"]["flagged"] == ["duration_s"]
-    test = metrics["permutation_test"]
-    assert test["n_permutations"] == 3 and test["null_model"] == REFERENCE_NAME
+    assert metrics.shortcut_audit.flagged == ["duration_s"]
+    test = metrics.permutation_test
+    assert test.n_permutations == 3 and test.null_model == REFERENCE_NAME
     assert set(permutation.NULL_MODELS.values()) == {MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME}
-    assert test["models"]["xaiguiformer"]["null_from"] == "logistic_regression"
-    assert json.loads((run / "metrics.json").read_text())["permutation_test"] == test
-    assert metrics["complete"] is True and "incomplete" not in metrics  # the test is done
+    assert test.models["xaiguiformer"].null_from == "logistic_regression"
+    written = json.loads((run / "metrics.json").read_text())
+    assert written["permutation_test"] == test.to_dict()
+    assert written["complete"] is True and "incomplete" not in written  # the test is done
+    test = written["permutation_test"]
     files = sorted((run / "permutations" / "logistic_regression").glob("*.json"))
     assert [f.name for f in files] == ["00000.json", "00001.json", "00002.json"]
     # the test refits exactly the run's reference: on the real labels it gets the run's BAC
@@ -270,10 +276,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     refit = permutation.refit_scores(
         plan, features, [r.label for r in plan.data.recordings], "logistic_regression"
     )
-    assert (
-        refit["bac"]["logistic_regression"]
-        == metrics["models"]["logistic_regression"]["mean"]["bac"]
-    )
+    assert refit["bac"]["logistic_regression"] == metrics.models["logistic_regression"].mean.bac
     capsys.readouterr()
     # merge adds permutations to the finished run: only the missing ones are computed, the
     # same numbers in this process as in the workers
@@ -287,7 +290,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert again["bac"] == json.loads(files[1].read_text())["bac"]
     assert merged["models"]["logistic_regression"]["p_value"] == null_labels.p_value(
         merged["null"]["logistic_regression"],
-        metrics["models"]["logistic_regression"]["mean"]["bac"],
+        metrics.models["logistic_regression"].mean.bac,
     )
     # the full null: both models retrained on each permutation, each against its own null;
     # the reference refit inside it is the same as the reference-only null's
@@ -326,11 +329,11 @@ def observed_and_p(root: Path, run_dir: Path, n_permutations: int, **settings) -
     observed = permutation.refit_scores(
         plan, features, [r.label for r in plan.data.recordings], "logistic_regression"
     )["bac"]["logistic_regression"]
-    metrics = {"models": {"logistic_regression": {"mean": {"bac": observed}}}}
+    metrics = RunMetrics.from_dict({"models": {"logistic_regression": {"mean": {"bac": observed}}}})
     result = permutation.run_permutation_test(
         run_dir, plan, features, metrics, n_permutations, "reference", 2
     )
-    return observed, result["permutation_test"]["models"]["logistic_regression"]["p_value"]
+    return observed, result.permutation_test.models["logistic_regression"].p_value
 
 
 def test_permutation_p_value_is_small_on_sample_data(tmp_path):

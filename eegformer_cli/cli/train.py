@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.panel import Panel
@@ -14,8 +15,11 @@ from eegformer_cli import commands, console
 from eegformer_cli.choices import DEFAULT_PRESET
 from eegformer_cli.options import TRAIN
 
+if TYPE_CHECKING:
+    from eegformer_cli.training.run_metrics import Calibration, RunMetrics, ShortcutAudit
 
-def _verdict_panel(metrics: dict) -> Panel:
+
+def _verdict_panel(metrics: RunMetrics) -> Panel:
     """The verdict box that opens the summary (:mod:`eegformer_cli.training.verdict`)."""
     from eegformer_cli.training.verdict import headline, verdict_lines
 
@@ -28,25 +32,24 @@ def _verdict_panel(metrics: dict) -> Panel:
     return Panel(text, title="Verdict", expand=False)
 
 
-def _summary_table(metrics: dict) -> Table:
-    n_classes = len(metrics.get("labels") or [])
-    recording_wise = (metrics.get("scheme") or {}).get("unit") == "recording"
+def _summary_table(metrics: RunMetrics) -> Table:
+    n_classes = len(metrics.labels)
     tested = (
         "test recordings only, recording-wise: a person's recordings may be on both sides"
-        if recording_wise
+        if metrics.recording_wise
         else "test participants only"
     )
     table = Table(
-        title=f"{metrics['n_folds']} fold(s), {tested}",
+        title=f"{metrics.n_folds} fold(s), {tested}",
         caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), AUROC 0.50",
     )
     table.add_column("model")
     for name in ("BAC", "AUROC", "AUC-PR"):
         table.add_column(name, justify="right")
-    for model, values in metrics["models"].items():
+    for model, values in metrics.models.items():
         cells = []
         for key in ("bac", "auroc", "auc_pr"):
-            mean, std = values["mean"][key], values["std"][key]
+            mean, std = getattr(values.mean, key), getattr(values.std, key)
             cells.append(
                 "n/a" if mean is None else f"{mean:.3f}" + ("" if std is None else f" ± {std:.3f}")
             )
@@ -54,7 +57,7 @@ def _summary_table(metrics: dict) -> Table:
     return table
 
 
-def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
+def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
     """The summary: the verdict, the table of every model and what the comparisons, the
     attention, the shortcut audit and the permutation test say, on stdout (a result, as
     ``predict``'s rows), or with ``--json`` on stderr and the JSON alone on stdout; nothing on
@@ -64,92 +67,91 @@ def _report(metrics: dict | None, out: Path, as_json: bool) -> None:
     shown = console.stderr if as_json else console.stdout
     shown.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
     shown.print(_summary_table(metrics))
-    from eegformer_cli.training.verdict import comparisons
-
-    if comparisons(metrics):
+    if metrics.all_comparisons:
         # imported here: scikit-learn, not at every command's start-up
         from eegformer_cli.training.metrics import describe_comparison
 
-        for comparison in comparisons(metrics):
-            shown.print(
-                describe_comparison(comparison, comparison["model"], comparison["reference"])
-            )
-    if metrics.get("attention"):
+        for comparison in metrics.all_comparisons:
+            shown.print(describe_comparison(comparison))
+    if metrics.attention:
         from eegformer_cli.model.diagnostics import describe
 
-        shown.print(describe(metrics["attention"], "out of fold"))
-    if metrics.get("shortcut_audit"):
+        shown.print(describe(metrics.attention, "out of fold"))
+    if metrics.shortcut_audit:
         from eegformer_cli.training.audit import describe_audit
 
-        shown.print(describe_audit(metrics["shortcut_audit"]))
-    if metrics.get("permutation_test"):
+        shown.print(describe_audit(metrics.shortcut_audit))
+    if metrics.permutation_test:
         from eegformer_cli.training.permutation import describe_permutation_test
 
-        shown.print(describe_permutation_test(metrics["permutation_test"]))
+        shown.print(describe_permutation_test(metrics.permutation_test))
     shown.print(f"run folder: {out} (model file: {out / 'model.pt'})")
     if as_json:
-        summary = {
-            "run_dir": str(out),
-            "model_file": str(out / "model.pt"),
-            "preset": metrics["preset"],
-            "scheme": metrics["scheme"],
-            "n_folds": metrics["n_folds"],
-            "cv_seconds": metrics["cv_seconds"],
-            "labels": metrics["labels"],
-            "positive_label": metrics["positive_label"],
-            "models": {
-                name: {"mean": values["mean"], "std": values["std"]}
-                for name, values in metrics["models"].items()
-            },
-            "comparison": metrics.get("comparison"),
-            "comparisons": comparisons(metrics),
-            "score": metrics.get("score"),
-            "calibration": _calibration_summary(metrics.get("calibration")),
-            "prediction_sets": metrics.get("prediction_sets"),
-            "attention": {
-                key: value
-                for key, value in (metrics.get("attention") or {}).items()
-                if key != "per_fold"
-            }
-            or None,
-            "shortcut_audit": _audit_summary(metrics.get("shortcut_audit")),
-            "permutation_test": _without_null(metrics.get("permutation_test")),
-        }
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(json.dumps(_json_summary(metrics, out), indent=2))
 
 
-def _audit_summary(audit: dict | None) -> dict | None:
+def _json_summary(metrics: RunMetrics, out: Path) -> dict:
+    """``--json``'s summary: metrics.json without the per-fold figures, reliability bins,
+    null values and attention per fold (metrics.json has them)."""
+
+    def part(record):
+        return None if record is None else record.to_dict()
+
+    attention = {key: v for key, v in (metrics.attention or {}).items() if key != "per_fold"}
+    test = part(metrics.permutation_test)
+    return {
+        "run_dir": str(out),
+        "model_file": str(out / "model.pt"),
+        "preset": metrics.preset,
+        "scheme": metrics.scheme,
+        "n_folds": metrics.n_folds,
+        "cv_seconds": metrics.cv_seconds,
+        "labels": metrics.labels,
+        "positive_label": metrics.positive_label,
+        "models": {
+            name: {"mean": values.mean.to_dict(), "std": values.std.to_dict()}
+            for name, values in metrics.models.items()
+        },
+        "comparison": part(metrics.comparison),
+        "comparisons": [c.to_dict() for c in metrics.all_comparisons],
+        "score": part(metrics.score),
+        "calibration": _calibration_summary(metrics.calibration),
+        "prediction_sets": part(metrics.prediction_sets),
+        "attention": attention or None,
+        "shortcut_audit": _audit_summary(metrics.shortcut_audit),
+        "permutation_test": None if test is None else {k: test[k] for k in test if k != "null"},
+    }
+
+
+def _audit_summary(audit: ShortcutAudit | None) -> dict | None:
     """The shortcut audit for ``--json``: what was flagged, and each variable's status and
     mean AUROC (metrics.json has the folds and intervals)."""
     if audit is None:
         return None
     return {
-        "flagged": audit["flagged"],
+        "flagged": audit.flagged,
         "variables": {
-            entry["name"]: {"status": entry["status"], "auroc": (entry["auroc"] or {}).get("mean")}
-            for entry in audit["variables"]
+            entry.name: {"status": entry.status, "auroc": entry.auroc and entry.auroc.mean}
+            for entry in audit.variables
         },
     }
 
 
-def _calibration_summary(calibration: dict | None) -> dict | None:
+def _calibration_summary(calibration: Calibration | None) -> dict | None:
     """The calibration for ``--json`` without the reliability bins (metrics.json has them)."""
     if calibration is None:
         return None
 
-    def figures(summary):
-        return {k: v for k, v in summary.items() if k != "bins"} if summary else summary
+    def without_bins(summary):
+        return (
+            None if summary is None else {k: v for k, v in summary.to_dict().items() if k != "bins"}
+        )
 
-    recalibration = calibration.get("recalibration") or {}
+    recalibration = calibration.recalibration
     return {
-        "models": {name: figures(s) for name, s in calibration["models"].items()},
-        "recalibration": {**recalibration, "after": figures(recalibration.get("after"))},
+        "models": {name: without_bins(s) for name, s in calibration.models.items()},
+        "recalibration": {**recalibration.to_dict(), "after": without_bins(recalibration.after)},
     }
-
-
-def _without_null(test: dict | None) -> dict | None:
-    """The permutation test for ``--json`` without its null values (they are in metrics.json)."""
-    return None if test is None else {k: v for k, v in test.items() if k != "null"}
 
 
 #: The panels of ``train --help`` beyond the essentials (data, output, folds, seed, jobs).
@@ -280,7 +282,7 @@ def train(
     participant unless --split-by recording), 5 OUT not writable or in use, 130 interrupted
     (rerun to resume).
     """
-    metrics = commands.train(
+    result = commands.train(
         data_dir,
         out,
         label_column,
@@ -312,15 +314,22 @@ def train(
         split_by=split_by,
     )
     if merge is not None:
-        _report(metrics, merge, as_json)
+        _report(_typed(result), merge, as_json)
         return
-    if fold is not None:  # metrics: this fold's result (None on torchrun ranks other than 0)
-        if metrics is not None:
+    if fold is not None:  # this fold's result (None on torchrun ranks other than 0)
+        if result is not None:
             console.log(f"fold {fold} done; when every fold is done: eegformer train --merge {out}")
             if as_json:
-                typer.echo(json.dumps(metrics["metrics"], indent=2))
+                typer.echo(json.dumps(result["metrics"], indent=2))
         return
-    _report(metrics, out, as_json)
+    _report(_typed(result), out, as_json)
+
+
+def _typed(metrics: dict | None) -> RunMetrics | None:
+    """``commands.train``'s metrics.json dict as the typed metrics (None stays None)."""
+    from eegformer_cli.training.run_metrics import RunMetrics
+
+    return None if metrics is None else RunMetrics.from_dict(metrics)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,12 @@ import numpy as np
 
 from eegformer_cli.explain.report_figures import legend_below
 from eegformer_cli.training.calibration import describe_recalibration
+from eegformer_cli.training.run_metrics import (
+    Calibration,
+    CalibrationSummary,
+    PredictionSets,
+    RunMetrics,
+)
 from eegformer_cli.training.verdict import headline, verdict_lines
 
 SECTION = "How far to trust a probability"
@@ -54,12 +60,12 @@ SETS_MEANING = (
 )
 
 
-def verdict_html(metrics: dict) -> str:
+def verdict_html(metrics: RunMetrics) -> str:
     """The verdict box: a headline and one row per question, coloured by tone; first, when
     metrics.json says the run is incomplete, why."""
     lines = verdict_lines(metrics)
-    if metrics.get("complete") is False:
-        lines = [("incomplete run", metrics.get("incomplete") or "incomplete run", "warn"), *lines]
+    if metrics.complete is False:
+        lines = [("incomplete run", metrics.incomplete or "incomplete run", "warn"), *lines]
     rows = "".join(
         f'<tr><th scope="row">{html.escape(topic)}</th>'
         f'<td class="eeg-{tone}">{html.escape(text)}</td></tr>'
@@ -72,7 +78,7 @@ def verdict_html(metrics: dict) -> str:
     )
 
 
-def add_verdict(report, metrics: dict | None) -> None:
+def add_verdict(report, metrics: RunMetrics | None) -> None:
     """The report's first item (an :class:`mne.Report`)."""
     report.add_custom_css(VERDICT_CSS)
     body = (
@@ -84,9 +90,9 @@ def add_verdict(report, metrics: dict | None) -> None:
     report.add_html(body, "Verdict", section="Verdict")
 
 
-def add_calibration_section(report, metrics: dict) -> None:
+def add_calibration_section(report, metrics: RunMetrics) -> None:
     """The calibration table, reliability diagram and prediction-set coverage of ``metrics``."""
-    calibration = metrics.get("calibration")
+    calibration = metrics.calibration
     if not calibration:
         report.add_html(
             "<p>No calibration figures: an earlier eegformer trained this run; "
@@ -103,7 +109,7 @@ def add_calibration_section(report, metrics: dict) -> None:
     figure = reliability_figure(calibration)
     report.add_figure(figure, "Reliability diagram", section=SECTION, image_format="png")
     plt.close(figure)
-    sets = metrics.get("prediction_sets")
+    sets = metrics.prediction_sets
     if sets:
         report.add_html(
             f"<p>{html.escape(SETS_MEANING)}</p>" + prediction_sets_html(sets),
@@ -127,18 +133,21 @@ def predictions_of(n_predictions: int, n_recordings: int | None) -> str:
     return f"{n_predictions} predictions of {n_recordings} recordings"
 
 
-def calibration_table_html(calibration: dict) -> str:
+def _curves(calibration: Calibration, recalibrated: str) -> list[tuple[str, CalibrationSummary]]:
+    """(name, summary) per model, then the transformer recalibrated (named ``recalibrated``,
+    where ``{method}`` stands for the method) when ``predict`` recalibrates."""
+    rows = list(calibration.models.items())
+    after = calibration.recalibration.after
+    if after:
+        rows.append((recalibrated.format(method=calibration.recalibration.method), after))
+    return rows
+
+
+def calibration_table_html(calibration: Calibration) -> str:
     """One row per model (and the transformer after recalibration, cross-fitted), then what
     ``predict`` does."""
-    rows = [(name, summary) for name, summary in calibration["models"].items()]
-    recalibration = calibration.get("recalibration") or {}
-    if recalibration.get("after"):
-        rows.append(
-            (
-                f"xaiguiformer, recalibrated ({recalibration['method']}; cross-fitted)",
-                recalibration["after"],
-            )
-        )
+    rows = _curves(calibration, "xaiguiformer, recalibrated ({method}; cross-fitted)")
+    recalibration = calibration.recalibration
     head = "".join(
         f"<th>{h}</th>"
         for h in (
@@ -158,21 +167,21 @@ def calibration_table_html(calibration: dict) -> str:
             f"<td>{html.escape(str(c))}</td>"
             for c in (
                 name,
-                s["target"],
-                _number(s["brier"]),
-                _number(s["log_loss"]),
-                _number(s["ece"]),
-                _number(s["slope"], ".2f"),
-                _number(s["intercept"], "+.2f"),
-                predictions_of(s["n"], s.get("n_recordings")),
+                s.target,
+                _number(s.brier),
+                _number(s.log_loss),
+                _number(s.ece),
+                _number(s.slope, ".2f"),
+                _number(s.intercept, "+.2f"),
+                predictions_of(s.n, s.n_recordings),
             )
         )
         + "</tr>"
         for name, s in rows
     )
     what = (
-        f"<p><b>predict</b>: {html.escape(describe_recalibration(recalibration))}"
-        f" &mdash; {html.escape(recalibration.get('reason', ''))}.</p>"
+        f"<p><b>predict</b>: {html.escape(describe_recalibration(recalibration.to_dict()))}"
+        f" &mdash; {html.escape(recalibration.reason)}.</p>"
     )
     return (
         f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
@@ -180,7 +189,7 @@ def calibration_table_html(calibration: dict) -> str:
     )
 
 
-def prediction_sets_html(sets: dict) -> str:
+def prediction_sets_html(sets: PredictionSets) -> str:
     """One row per coverage level: target, empirical coverage, mean set size, share of sets
     holding more than one class."""
     head = "".join(
@@ -188,28 +197,25 @@ def prediction_sets_html(sets: dict) -> str:
         for h in ("target coverage", "empirical coverage", "mean set size", "more than one class")
     )
     body = "".join(
-        f"<tr><td>{level['coverage']:.0%}</td><td>{level['empirical_coverage']:.1%}</td>"
-        f"<td>{level['mean_size']:.2f}</td><td>{level['share_ambiguous']:.0%}</td></tr>"
-        for level in sets.get("levels", [])
+        f"<tr><td>{level.coverage:.0%}</td><td>{level.empirical_coverage:.1%}</td>"
+        f"<td>{level.mean_size:.2f}</td><td>{level.share_ambiguous:.0%}</td></tr>"
+        for level in sets.levels
     )
     if not body:
         body = '<tr><td colspan="4">too few recordings for any level</td></tr>'
     return (
-        f"<p>{html.escape(sets['method'])}; {sets['n']} recordings.</p>"
+        f"<p>{html.escape(sets.method)}; {sets.n} recordings.</p>"
         f'<table class="table table-sm" id="eeg-prediction-sets"><thead><tr>{head}</tr>'
         f"</thead><tbody>{body}</tbody></table>"
     )
 
 
-def reliability_figure(calibration: dict):
+def reliability_figure(calibration: Calibration):
     """Observed frequency against mean stated probability per bin, one line per model (and the
     recalibrated transformer), marker area by the bin's predictions; the diagonal is perfect
     calibration. Below: how many out-of-fold predictions each bin holds; the legend under
     both, over no data."""
-    curves = list(calibration["models"].items())
-    recalibration = calibration.get("recalibration") or {}
-    if recalibration.get("after"):
-        curves.append(("xaiguiformer, recalibrated (cross-fitted)", recalibration["after"]))
+    curves = _curves(calibration, "xaiguiformer, recalibrated (cross-fitted)")
     fig, (ax, ax_count) = plt.subplots(
         2,
         1,
@@ -221,22 +227,22 @@ def reliability_figure(calibration: dict):
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", label="perfectly calibrated")
     width = 0.1 / (len(curves) + 1)
     for k, (name, summary) in enumerate(curves):
-        bins = summary["bins"]
+        bins = summary.bins
         if not bins:
             continue
-        x = [b["mean_predicted"] for b in bins]
-        y = [b["observed"] for b in bins]
-        n = np.array([b["n"] for b in bins], dtype=float)
-        line = ax.plot(x, y, marker="o", label=f"{name}: ECE {_number(summary['ece'])}")[0]
+        x = [b.mean_predicted for b in bins]
+        y = [b.observed for b in bins]
+        n = np.array([b.n for b in bins], dtype=float)
+        line = ax.plot(x, y, marker="o", label=f"{name}: ECE {_number(summary.ece)}")[0]
         ax.scatter(x, y, s=20 + 180 * n / n.max(), color=line.get_color(), alpha=0.35)
         ax_count.bar(
-            [b["lower"] + (k + 0.5) * width for b in bins],
+            [b.lower + (k + 0.5) * width for b in bins],
             n,
             width=width,
             color=line.get_color(),
             align="edge",
         )
-    target = curves[0][1]["target"] if curves else "probability"
+    target = curves[0][1].target if curves else "probability"
     ax.set(
         ylabel="observed frequency",
         xlim=(0, 1),

@@ -14,11 +14,11 @@ and participant are those of a training recording.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from eegformer_cli import console
-from eegformer_cli.training.metrics import MODEL_NAME
+from eegformer_cli.training import run_folder
+from eegformer_cli.training.run_metrics import MODEL_NAME
 
 
 class OutOfFoldModels:
@@ -30,7 +30,7 @@ class OutOfFoldModels:
 
     def __init__(self, run_dir: Path, bundle, device):
         self.run_dir, self.bundle, self.device = Path(run_dir), bundle, device
-        self._folds = _test_folds(self.run_dir / "oof_predictions.tsv")
+        self._folds = _test_folds(self.run_dir)
         self._loaded: dict[str, object] = {}
         training = bundle.training_data or {}
         self._by_hash = dict(training.get("signal_sha256", {}))
@@ -39,7 +39,7 @@ class OutOfFoldModels:
                 name
                 for _, names in self._folds.values()
                 for name in names
-                if not (self.run_dir / "folds" / f"{name}.pt").is_file()
+                if not run_folder.fold_model_path(self.run_dir, name).is_file()
             }
         )
         if missing:
@@ -76,7 +76,7 @@ class OutOfFoldModels:
         from eegformer_cli.training.model_file import load_model_file
 
         if name not in self._loaded:
-            fold = load_model_file(self.run_dir / "folds" / f"{name}.pt", self.device)
+            fold = load_model_file(run_folder.fold_model_path(self.run_dir, name), self.device)
             self._loaded[name] = (fold.model, _reference(fold))
         return self._loaded[name]
 
@@ -85,16 +85,13 @@ def _reference(bundle) -> tuple:
     return bundle.reference["coh"], bundle.reference["wpli"]
 
 
-def _test_folds(oof_path: Path) -> dict[str, tuple[str, list[str]]]:
+def _test_folds(run_dir: Path) -> dict[str, tuple[str, list[str]]]:
     """recording id -> (participant id, the names of the folds (``r{repeat}_f{fold}``) that
     tested it with XAIguiFormer), from ``oof_predictions.tsv`` (empty when there is none)."""
-    if not oof_path.is_file():
-        return {}
     folds: dict[str, tuple[str, list[str]]] = {}
-    with open(oof_path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle, delimiter="\t"):
-            if row["model"] == MODEL_NAME:
-                folds.setdefault(row["recording_id"], (row["participant_id"], []))[1].append(
-                    f"r{row['repeat']}_f{row['fold']}"
-                )
+    for row in run_folder.read_oof_predictions(run_dir):
+        if row["model"] == MODEL_NAME:
+            folds.setdefault(row["recording_id"], (row["participant_id"], []))[1].append(
+                f"r{row['repeat']}_f{row['fold']}"
+            )
     return folds

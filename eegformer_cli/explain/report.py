@@ -46,7 +46,6 @@ alone) and the tables and notes in :mod:`report_tables` (plain data in, HTML out
 
 from __future__ import annotations
 
-import csv
 import html
 import json
 import tempfile
@@ -88,8 +87,9 @@ from eegformer_cli.explain.report_tables import (
 )
 from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
-from eegformer_cli.training import verdict
+from eegformer_cli.training import run_folder
 from eegformer_cli.training.metrics import describe_comparison
+from eegformer_cli.training.run_metrics import RunMetrics
 
 #: Styles added to MNE's page: the tag filter hidden (the report has no tags), the notes boxed.
 REPORT_CSS = """
@@ -113,11 +113,6 @@ table.table td, table.table th { overflow-wrap: break-word; }
 # ----------------------------------------------------------------------------- reading
 
 
-def _read_tsv(path: Path) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle, delimiter="\t"))
-
-
 def _read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -127,39 +122,12 @@ def _read_json(path: Path):
         ) from None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    try:
-        return [
-            json.loads(line)
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
-    except ValueError as exc:
-        raise InputDataError(
-            f"unreadable JSON lines ({exc})", path=path, hint="rerun the command that wrote it"
-        ) from None
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-# ----------------------------------------------------------------------------- notes
-
-
-# ----------------------------------------------------------------------------- figures
-
-
 # ----------------------------------------------------------------------------- report
 
 
 def _check_run_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise InputDataError(
-            "not a run folder (no config.json)",
-            path=run_dir,
-            hint="pass the --out folder of `eegformer train`",
-        )
+    run_folder.read_config(run_dir)  # InputDataError when it is not a run folder
     return run_dir
 
 
@@ -169,7 +137,7 @@ def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
     dataset's explanations beside another's metrics."""
     from eegformer_cli.explain.export import load_class_summary
 
-    config = _read_json(run_dir / "config.json")
+    config = run_folder.read_config(run_dir)
     summary = load_class_summary(explanations_dir)
     model = config.get("model_config", {})
     expected = {
@@ -251,13 +219,10 @@ def build_report(
     """An :class:`mne.Report` of the run (module docs); ``band``: the band the head plots
     show (None: each chart's top band). Raises InputDataError when ``run_dir`` is not a run
     folder (no ``config.json``)."""
-    run_dir = _check_run_dir(run_dir)
-    config = _read_json(run_dir / "config.json")
-    metrics_file, history_file = run_dir / "metrics.json", run_dir / "history.jsonl"
-    metrics = _read_json(metrics_file) if metrics_file.is_file() else None
-    history = (
-        _read_jsonl(history_file) if history_file.is_file() and history_file.stat().st_size else []
-    )
+    run_dir = Path(run_dir)
+    config = run_folder.read_config(run_dir)
+    metrics = run_folder.read_metrics(run_dir)
+    history = run_folder.read_history(run_dir)
     report = _untagged_report(report_title(config))
     add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
@@ -282,11 +247,9 @@ def _figure(report, fig, title: str, section: str, caption: str | None = None) -
     plt.close(fig)
 
 
-def _add_run_summary(report, run_dir: Path, config: dict, metrics: dict | None) -> None:
-    splits_file = run_dir / "splits.json"
-    scheme = (metrics or {}).get("scheme") or (
-        _read_json(splits_file).get("scheme") if splits_file.is_file() else None
-    )
+def _add_run_summary(report, run_dir: Path, config: dict, metrics: RunMetrics | None) -> None:
+    planned = None if metrics and metrics.scheme else run_folder.read_planned_folds(run_dir)
+    scheme = metrics.scheme if metrics and metrics.scheme else planned and planned[0]
     report.add_html(
         run_summary_html(run_dir, config, metrics, scheme),
         "Which run this is",
@@ -341,9 +304,10 @@ def _add_preprocessing(report, config: dict) -> None:
     )
 
 
-def _add_cross_validation(report, run_dir: Path, metrics: dict | None, history: list[dict]) -> None:
+def _add_cross_validation(
+    report, run_dir: Path, metrics: RunMetrics | None, history: list[dict]
+) -> None:
     section = "Cross-validation"
-    oof_file = run_dir / "oof_predictions.tsv"
     if metrics is None:
         why = (
             "incomplete run: no metrics.json (the training did not finish); rerun the same "
@@ -356,13 +320,10 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None, history: 
     if incomplete:
         console.warn(f"{run_dir}: {incomplete}")
         _note(report, "Incomplete run", incomplete, section)
-    labels = [str(label) for label in metrics.get("labels", [])]
-    comparisons = verdict.comparisons(metrics)
+    labels = [str(label) for label in metrics.labels]
     paired = "".join(
-        "<p>Paired over the same folds: "
-        + html.escape(describe_comparison(comparison, comparison["model"], comparison["reference"]))
-        + ".</p>"
-        for comparison in comparisons
+        "<p>Paired over the same folds: " + html.escape(describe_comparison(comparison)) + ".</p>"
+        for comparison in metrics.all_comparisons
     )
     chance = (
         f" Chance level: bac {1 / len(labels):.2f} ({len(labels)} classes), auroc 0.50."
@@ -376,23 +337,21 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None, history: 
         section=section,
     )
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)
-    matrix = metrics.get("models", {}).get("xaiguiformer", {}).get("confusion_matrix")
+    matrix = metrics.transformer.confusion_matrix
     if matrix is not None:
         _figure(
             report,
-            confusion_matrix_figure(matrix, labels, n_folds=metrics.get("n_folds")),
+            confusion_matrix_figure(matrix, labels, n_folds=metrics.n_folds),
             "Confusion matrix",
             section,
         )
-    if oof_file.is_file():
-        fold_means = {
-            name: model.get("mean", {}) for name, model in metrics.get("models", {}).items()
-        }
-        predictions = _read_oof(oof_file)
+    if run_folder.has_oof_predictions(run_dir):
+        fold_means = {name: model.mean for name, model in metrics.models.items()}
+        predictions = run_folder.read_oof_predictions(run_dir)
         try:
-            figure = roc_pr_figure(predictions, labels, metrics.get("positive_label"), fold_means)
+            figure = roc_pr_figure(predictions, labels, metrics.positive_label, fold_means)
         except (KeyError, TypeError, ValueError) as exc:  # a truncated or edited table
-            raise _damaged(oof_file, exc) from None
+            raise run_folder.damaged_oof_predictions(run_dir, exc) from None
         _figure(
             report,
             figure,
@@ -406,40 +365,26 @@ def _add_cross_validation(report, run_dir: Path, metrics: dict | None, history: 
         )
 
 
-def _damaged(oof_file: Path, exc: Exception) -> InputDataError:
-    return InputDataError(
-        f"damaged out-of-fold predictions ({type(exc).__name__}: {exc})",
-        path=oof_file,
-        hint="rerun the same `eegformer train` command",
-    )
-
-
-def _read_oof(oof_file: Path) -> list[dict]:
-    try:
-        return _read_tsv(oof_file)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _damaged(oof_file, exc) from None
-
-
-def _add_predictions_and_curves(report, run_dir: Path, metrics: dict, history: list[dict]) -> None:
+def _add_predictions_and_curves(
+    report, run_dir: Path, metrics: RunMetrics, history: list[dict]
+) -> None:
     """Every recording's out-of-fold prediction and the training curves, after the verdict's
     evidence (metrics, audit, calibration)."""
     section = "Per-recording predictions and training"
-    oof_file = run_dir / "oof_predictions.tsv"
-    labels = [str(label) for label in metrics.get("labels", [])]
-    if oof_file.is_file():
+    labels = [str(label) for label in metrics.labels]
+    if run_folder.has_oof_predictions(run_dir):
         try:
-            table = oof_table_html(_read_oof(oof_file), labels)
+            table = oof_table_html(run_folder.read_oof_predictions(run_dir), labels)
         except (KeyError, TypeError, ValueError) as exc:
-            raise _damaged(oof_file, exc) from None
+            raise run_folder.damaged_oof_predictions(run_dir, exc) from None
         report.add_html(table, "Per-recording out-of-fold predictions", section=section)
     if history:
         _figure(report, training_curves_figure(history), "Training curves per fold", section)
 
 
-def _add_attention(report, metrics: dict | None, history: list[dict]) -> None:
+def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> None:
     section = "Attention"
-    attention = (metrics or {}).get("attention")
+    attention = metrics.attention if metrics else None
     if not attention:
         _note(
             report,
@@ -475,21 +420,21 @@ def _add_attention(report, metrics: dict | None, history: list[dict]) -> None:
         )
 
 
-def _incomplete_run(run_dir: Path, metrics: dict) -> str | None:
+def _incomplete_run(run_dir: Path, metrics: RunMetrics) -> str | None:
     """Why the run's metrics are not the whole run (metrics.json's own ``incomplete``; for a
     run of an earlier version, fewer folds than ``splits.json`` plans or no final model
     file), or None."""
-    if metrics.get("complete") is False:
-        return str(metrics.get("incomplete") or "incomplete run")
-    splits_file = run_dir / "splits.json"
-    planned = len(_read_json(splits_file).get("folds", [])) if splits_file.is_file() else None
-    finished = metrics.get("n_folds")
+    if metrics.complete is False:
+        return str(metrics.incomplete or "incomplete run")
+    splits = run_folder.read_planned_folds(run_dir)
+    planned = len(splits[1]) if splits else None
+    finished = metrics.n_folds
     if planned and finished is not None and finished < planned:
         return (
             f"incomplete run: {finished} of {planned} folds finished, so the metrics cover "
             "only those; rerun the same `eegformer train` command to finish it"
         )
-    if not (run_dir / "model.pt").is_file():
+    if not run_folder.has_final_model(run_dir):
         return (
             "incomplete run: no model.pt (the final model was not trained); rerun the same "
             "`eegformer train` command to finish it"

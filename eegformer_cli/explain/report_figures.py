@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from eegformer_cli.training.run_metrics import MeanScores
+
 #: Channel pairs drawn per class on the head (strongest by |value|).
 HEAD_PAIRS = 20
 
@@ -69,7 +71,7 @@ def roc_pr_figure(
     predictions: list[dict],
     labels: list[str],
     positive_label: str | None,
-    fold_means: dict[str, dict] | None = None,
+    fold_means: dict[str, MeanScores] | None = None,
 ):
     """ROC and precision-recall curves per model from ``oof_predictions.tsv`` rows (two
     classes: of ``positive_label``; more classes: one-vs-rest of each class, XAIguiFormer).
@@ -102,14 +104,14 @@ def roc_pr_figure(
             continue
         fpr, tpr, _ = roc_curve(truth, score)
         precision, recall, _ = precision_recall_curve(truth, score)
-        mean = means.get(name, {})
+        mean = means.get(name)
         auroc, ap = roc_auc_score(truth, score), average_precision_score(truth, score)
-        ax_roc.plot(fpr, tpr, label=_curve_legend(name, "AUC", auroc, mean.get("auroc")))
+        ax_roc.plot(fpr, tpr, label=_curve_legend(name, "AUC", auroc, mean and mean.auroc))
         ax_pr.plot(
             recall,
             precision,
             drawstyle="steps-post",
-            label=_curve_legend(name, "AP", ap, mean.get("auc_pr")),
+            label=_curve_legend(name, "AP", ap, mean and mean.auc_pr),
         )
     ax_roc.plot([0, 1], [0, 1], color="grey", linestyle=":")
     of = "" if positive_label is None else f" ({positive_label} = positive)"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eegformer_cli.training import verdict
+from eegformer_cli.training import run_folder
+from eegformer_cli.training.run_metrics import RunMetrics
 
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
 
@@ -68,18 +69,16 @@ def dataset_summary_html(manifest: list[dict], label_column: str) -> str:
     return "\n".join(parts)
 
 
-def metrics_html(metrics: dict) -> str:
+def metrics_html(metrics: RunMetrics) -> str:
     """HTML table: mean +- std of :data:`METRICS` per model in ``metrics.json``."""
     rows = []
-    for name, model in metrics.get("models", {}).items():
-        mean, std = model.get("mean", {}), model.get("std", {})
+    for name, model in metrics.models.items():
+        cells = [(getattr(model.mean, m), getattr(model.std, m)) for m in METRICS]
         rows.append(
             [name]
             + [
-                "n/a"
-                if mean.get(m) is None
-                else f"{mean[m]:.3f}" + ("" if std.get(m) is None else f" +- {std[m]:.3f}")
-                for m in METRICS
+                "n/a" if mean is None else f"{mean:.3f}" + ("" if std is None else f" +- {std:.3f}")
+                for mean, std in cells
             ]
         )
     return _table(["model"] + list(METRICS), rows)
@@ -120,18 +119,20 @@ def _scheme_text(scheme: dict | None, n_folds: int | None) -> str:
     )
 
 
-def run_summary_html(run_dir: Path, config: dict, metrics: dict | None, scheme: dict | None) -> str:
+def run_summary_html(
+    run_dir: Path, config: dict, metrics: RunMetrics | None, scheme: dict | None
+) -> str:
     """Which run made this report: preset, epochs, evaluation, seed, classes and positive
     class, data, model, final model, device and versions (from ``config.json``, and
     ``metrics.json`` / ``splits.json`` when there)."""
     train, model = config.get("train_config", {}), config.get("model_config", {})
-    finished = run_dir / "metrics.json"
+    finished = run_folder.metrics_time(run_dir)
     when = (
         "not finished (no metrics.json)"
-        if not finished.is_file()
-        else datetime.datetime.fromtimestamp(
-            finished.stat().st_mtime, datetime.timezone.utc
-        ).strftime("%Y-%m-%d %H:%M UTC")
+        if finished is None
+        else datetime.datetime.fromtimestamp(finished, datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"
+        )
     )
     metric = train.get("selection_metric", "score")
     # runs of earlier versions may have selected over every epoch ("best")
@@ -157,7 +158,7 @@ def run_summary_html(run_dir: Path, config: dict, metrics: dict | None, scheme: 
         ("run folder", html.escape(str(run_dir.resolve()))),
         ("finished", html.escape(when)),
         ("preset", f"<code>{html.escape(str(config.get('preset', train.get('preset'))))}</code>"),
-        ("evaluation", _scheme_text(scheme, (metrics or {}).get("n_folds"))),
+        ("evaluation", _scheme_text(scheme, metrics.n_folds if metrics else None)),
         (
             "training",
             html.escape(
@@ -205,16 +206,12 @@ def run_summary_html(run_dir: Path, config: dict, metrics: dict | None, scheme: 
     return _rows_html(rows)
 
 
-def metric_notes_html(metrics: dict) -> str:
+def metric_notes_html(metrics: RunMetrics) -> str:
     """A plain-language box: what each metric, the spread and the paired interval mean, with
     this run's chance levels."""
-    labels = [str(label) for label in metrics.get("labels", [])]
-    positive = metrics.get("positive_label")
-    n_folds = metrics.get("n_folds")
-    matrix = np.asarray(
-        metrics.get("models", {}).get("xaiguiformer", {}).get("confusion_matrix") or [[0]],
-        dtype=float,
-    )
+    labels = [str(label) for label in metrics.labels]
+    positive, n_folds = metrics.positive_label, metrics.n_folds
+    matrix = np.asarray(metrics.transformer.confusion_matrix or [[0]], dtype=float)
     share = (
         matrix[labels.index(positive)].sum() / matrix.sum()
         if positive in labels and matrix.sum()
@@ -222,11 +219,10 @@ def metric_notes_html(metrics: dict) -> str:
     )
     auc_pr_chance = "" if share is None else f" (chance here: {share:.2f}, the share of {positive})"
     of_positive = "" if positive is None else f" of the positive class ({positive})"
-    comparisons = verdict.comparisons(metrics)
     clipped = (
         " Here it reached past the possible range and was clipped to it: too few folds "
         "for an informative interval."
-        if any(c.get("ci95_clipped") for c in comparisons)
+        if any(c.ci95_clipped for c in metrics.all_comparisons)
         else ""
     )
     items = [

@@ -24,6 +24,7 @@ from eegformer_cli.training.audit import (
     describe_figure,
 )
 from eegformer_cli.training.permutation import describe_permutation_test
+from eegformer_cli.training.run_metrics import PermutationTest, RunMetrics, ShortcutAudit
 
 SECTION = "Is the score real?"
 AUDIT_MEANING = (
@@ -43,10 +44,10 @@ PERMUTATION_MEANING = (
 )
 
 
-def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
+def add_trust_section(report, run_dir: Path, metrics: RunMetrics) -> None:
     """Add the section to ``report`` (an :class:`mne.Report`) from the run's ``metrics``
     (``RUN_DIR/metrics.json``; ``run_dir`` is named in the commands that add what is missing)."""
-    audit, test = metrics.get("shortcut_audit"), metrics.get("permutation_test")
+    audit, test = metrics.shortcut_audit, metrics.permutation_test
     if audit is None:
         body = (
             "<p>This run has no shortcut audit (it was trained before eegformer had one): "
@@ -55,7 +56,7 @@ def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
     else:
         body = (
             f"<p>{html.escape(AUDIT_MEANING)}</p><p>Folds: "
-            f"{html.escape(audit['folds'])}; interval: {html.escape(audit['interval'])}.</p>"
+            f"{html.escape(audit.folds)}; interval: {html.escape(audit.interval)}.</p>"
             + audit_table_html(audit)
         )
     report.add_html(body, "Shortcut audit", section=SECTION)
@@ -81,7 +82,7 @@ def add_trust_section(report, run_dir: Path, metrics: dict) -> None:
     plt.close(figure)
 
 
-def audit_table_html(audit: dict) -> str:
+def audit_table_html(audit: ShortcutAudit) -> str:
     """HTML table of the audited variables in the audit's order (flagged first), flagged and
     borderline rows highlighted, each with the reason for its status."""
     head = "".join(
@@ -89,18 +90,17 @@ def audit_table_html(audit: dict) -> str:
         for name in ("variable", "meaning", "status", "why", "per class", "AUROC, BAC (alone)")
     )
     rows = []
-    for entry in audit["variables"]:
-        figure = describe_figure(entry) if entry["auroc"] else ""
+    for entry in audit.variables:
         cells = [
-            entry["name"],
-            entry["description"],
-            entry["status"],
-            entry.get("reason") or "",
+            entry.name,
+            entry.description,
+            entry.status,
+            entry.reason or "",
             describe_by_class(entry),
-            figure,
+            describe_figure(entry),
         ]
         style = {"flagged": ' class="table-warning"', "borderline": ' class="table-info"'}.get(
-            entry["status"], ""
+            entry.status, ""
         )
         rows.append(
             f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
@@ -111,27 +111,27 @@ def audit_table_html(audit: dict) -> str:
     )
 
 
-def null_distribution_figure(test: dict):
+def null_distribution_figure(test: PermutationTest):
     """Histogram of the null BAC (one per null model computed) with a line at each model's
     observed BAC, labelled with its p-value; the legend below the plot, over no bar."""
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
-    values = np.concatenate([np.asarray(v, dtype=float) for v in test["null"].values()])
+    values = np.concatenate([np.asarray(v, dtype=float) for v in test.null.values()])
     bins = np.linspace(min(values.min(), 0.0), 1.0, 41)
-    for name, null in test["null"].items():
+    for name, null in test.null.items():
         ax.hist(null, bins=bins, alpha=0.5, label=f"null: {name} on permuted labels")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, (name, model) in enumerate(test["models"].items()):
+    for k, (name, model) in enumerate(test.models.items()):
         ax.axvline(
-            model["observed_bac"],
+            model.observed_bac,
             color=colours[(k + 2) % len(colours)],
             linewidth=2,
-            label=f"{name}: BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}"
-            + ("" if model["null_from"] == name else f" (vs the {model['null_from']} null)"),
+            label=f"{name}: BAC {model.observed_bac:.3f}, p = {model.p_value:.2g}"
+            + ("" if model.null_from == name else f" (vs the {model.null_from} null)"),
         )
     ax.set(
         xlabel="balanced accuracy (mean over folds)",
         ylabel="permutations",
-        title=f"{test['n_permutations']} permutations ({test['permuted']})",
+        title=f"{test.n_permutations} permutations ({test.permuted})",
     )
     legend_below(fig, ax)
     return fig

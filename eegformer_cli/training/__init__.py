@@ -11,8 +11,10 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.reference`  logistic regression on the same tokens and folds
 - :mod:`~eegformer_cli.training.fit`        one model: epoch loop, selection, evaluation
 - :mod:`~eegformer_cli.training.folds`      a run's plan (data, splits, settings) and one fold
-- :mod:`~eegformer_cli.training.run`        the run folder, folds here or on workers, summaries,
-                                           final model, resume, ``--fold`` jobs and ``--merge``
+- :mod:`~eegformer_cli.training.run`        folds here or on workers, summaries, final model,
+                                           resume, ``--fold`` jobs and ``--merge``
+- :mod:`~eegformer_cli.training.run_folder` the run folder: every file read and written there
+- :mod:`~eegformer_cli.training.run_metrics` ``metrics.json`` as typed dataclasses
 - :mod:`~eegformer_cli.training.model_file` the self-describing model file ``model.pt``
 - :mod:`~eegformer_cli.training.distributed` several processes under ``torchrun`` (DDP, gloo/nccl)
 - :mod:`~eegformer_cli.training.audit`      shortcut audit: each nuisance variable alone vs the label

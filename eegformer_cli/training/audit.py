@@ -75,6 +75,7 @@ from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.metrics import against_chance, classification_metrics
 from eegformer_cli.training.null_labels import p_value, permuted_labels
+from eegformer_cli.training.run_metrics import AuditVariable, ShortcutAudit
 
 if TYPE_CHECKING:  # the report imports this module's words without torch (dataset.py's)
     from eegformer_cli.training.dataset import TrainingData
@@ -288,56 +289,57 @@ def _audit_folds(
 # the audit
 
 
-def run_audit(plan: AuditPlan, positive_label: str | None) -> dict:
+def run_audit(plan: AuditPlan, positive_label: str | None) -> ShortcutAudit:
     """Check every variable of ``plan``; warn (one line each) about the flagged ones and
-    return the ``metrics.json`` entry ``shortcut_audit`` (module docstring; NaN where a
-    figure is undefined, the caller turns them into nulls)."""
+    return the ``metrics.json`` entry ``shortcut_audit`` (module docstring; None where a
+    figure is undefined)."""
     data = plan.data
     labels = data.label_indices()
     positive = None if positive_label is None else data.label_names.index(positive_label)
     # one BLAS thread: 3-4x faster for these tiny fits than OpenBLAS's threads (measured)
     with threadpool_limits(limits=1):
-        entries = [_audit_variable(variable, plan, labels, positive) for variable in plan.variables]
+        entries = [
+            AuditVariable.from_dict(_audit_variable(variable, plan, labels, positive))
+            for variable in plan.variables
+        ]
     entries.sort(
         key=lambda e: (
-            STATUS_ORDER.index(e["status"]),
-            -np.nan_to_num(e["auroc"]["mean"] if e["auroc"] else 0.0),
+            STATUS_ORDER.index(e.status),
+            -(e.auroc.mean or 0.0) if e.auroc else 0.0,
         )
     )
-    flagged = [entry for entry in entries if entry["status"] == "flagged"]
+    flagged = [entry for entry in entries if entry.status == "flagged"]
     durations = next((v.values for v in plan.variables if v.name == "duration_s"), None)
     for entry in entries:
-        if entry["status"] not in ("flagged", "borderline"):
+        if entry.status not in ("flagged", "borderline"):
             continue
         named = (
-            entry["name"]
-            if entry["description"] == entry["name"]
-            else f"{entry['name']} ({entry['description']})"
+            entry.name if entry.description == entry.name else f"{entry.name} ({entry.description})"
         )
-        what = "shortcut: " if entry["status"] == "flagged" else "possible shortcut (borderline): "
-        how = "alone predicts" if entry["status"] == "flagged" else "weakly predicts"
-        remedy = f"; {length_remedy(durations)}" if entry["name"] in LENGTH_VARIABLES else ""
+        what = "shortcut: " if entry.status == "flagged" else "possible shortcut (borderline): "
+        how = "alone predicts" if entry.status == "flagged" else "weakly predicts"
+        remedy = f"; {length_remedy(durations)}" if entry.name in LENGTH_VARIABLES else ""
         warn(
             f"{what}{named} {how} {data.label_column!r} "
             f"({describe_figure(entry)}); the models may score on it rather than on the EEG "
             f"(see shortcut_audit in metrics.json and the report){remedy}"
         )
-    return {
-        "folds": plan.folds_description,
-        "n_folds": len(plan.folds),
-        "model": "class-balanced logistic regression on the variable alone, fit on each "
+    return ShortcutAudit(
+        folds=plan.folds_description,
+        n_folds=len(plan.folds),
+        model="class-balanced logistic regression on the variable alone, fit on each "
         "fold's train + val participants, scored per recording on its test "
         "participants",
-        "interval": "95 % corrected resampled t-test over folds against chance (Nadeau & "
+        interval="95 % corrected resampled t-test over folds against chance (Nadeau & "
         "Bengio 2003), as the model comparison; n/a when every fold gives the same "
         f"value (then a permutation test, {N_PERMUTATIONS} permutations)",
-        "rule": f"flagged when AUROC >= {AUROC_FLAG} and the interval's lower bound is above 0.5 "
+        rule=f"flagged when AUROC >= {AUROC_FLAG} and the interval's lower bound is above 0.5 "
         f"(or, with no interval, the permutation p < {SIGNIFICANCE}); borderline when "
         f"beyond chance so but AUROC < {AUROC_FLAG}; checked otherwise",
-        "flagged": [entry["name"] for entry in flagged],
-        "borderline": [entry["name"] for entry in entries if entry["status"] == "borderline"],
-        "variables": entries,
-    }
+        flagged=[entry.name for entry in flagged],
+        borderline=[entry.name for entry in entries if entry.status == "borderline"],
+        variables=entries,
+    )
 
 
 def _audit_variable(
@@ -473,12 +475,12 @@ def _fold_metric(
         model = _one_variable_model(variable.kind).fit(x[fit], labels[fit])
         probabilities[:] = 0.0
         probabilities[:, model.classes_] = model.predict_proba(x[test])
-    metrics = classification_metrics(labels[test], probabilities, positive)
+    scores = classification_metrics(labels[test], probabilities, positive)
     return {
         "repeat": fold.repeat,
         "fold": fold.fold,
-        "bac": metrics["bac"],
-        "auroc": metrics["auroc"],
+        "bac": scores["bac"],
+        "auroc": scores["auroc"],
     }
 
 
@@ -520,34 +522,36 @@ def _by_class(variable: Variable, label_names: list[str], labels: np.ndarray) ->
 # words for people
 
 
-def describe_figure(entry: dict) -> str:
+def describe_figure(entry: AuditVariable) -> str:
     """``"AUROC 0.71, 95 % CI 0.58 to 0.84; BAC 0.66"``, or ``"AUROC 1.00 on all 5 folds,
     permutation p = 0.01; BAC 1.00"`` when the folds agree (no interval), from an audited
     variable (NaN or None where unknown)."""
-    auroc, bac = entry["auroc"], entry["bac"]
+    auroc, bac = entry.auroc, entry.bac
+    if auroc is None or bac is None:
+        return ""
 
     def number(value) -> str:
         return "n/a" if value is None or not np.isfinite(value) else f"{value:.2f}"
 
-    low, high = auroc["ci95"]
+    low, high = auroc.ci95
     if low is not None and np.isfinite(low):
         how = f", 95 % CI {number(low)} to {number(high)}"
     else:
-        folds = f"all {auroc['n_folds']} folds" if auroc["n_folds"] > 1 else "1 fold"
+        folds = f"all {auroc.n_folds} folds" if (auroc.n_folds or 0) > 1 else "1 fold"
         how = (
-            f" on {folds}, permutation p = {auroc['p_value']:.2g}"
-            if auroc["test"].startswith("permutation")
+            f" on {folds}, permutation p = {auroc.p_value:.2g}"
+            if (auroc.test or "").startswith("permutation")
             else f" on {folds}, no interval"
         )
-    return f"AUROC {number(auroc['mean'])}{how}; BAC {number(bac['mean'])}"
+    return f"AUROC {number(auroc.mean)}{how}; BAC {number(bac.mean)}"
 
 
-def describe_by_class(entry: dict) -> str:
+def describe_by_class(entry: AuditVariable) -> str:
     """``"rest: 182 (170-182); arithmetic: 62 (62-62)"`` (numeric: median (min-max)) or
     ``"healthy: 10 x F, 29 x M; ..."`` (categorical), from an audited variable."""
     parts = []
-    for name, summary in (entry.get("by_class") or {}).items():
-        if entry["kind"] == "numeric":
+    for name, summary in (entry.by_class or {}).items():
+        if entry.kind == "numeric":
             text = (
                 "n/a"
                 if "median" not in summary
@@ -561,22 +565,18 @@ def describe_by_class(entry: dict) -> str:
     return "; ".join(parts)
 
 
-def describe_audit(audit: dict) -> str:
+def describe_audit(audit: ShortcutAudit) -> str:
     """One line for ``train``'s summary: the flagged variables with their figures, then the
     others by status."""
     graded = []
     for status in ("flagged", "borderline"):
-        parts = [
-            f"{e['name']} ({describe_figure(e)})"
-            for e in audit["variables"]
-            if e["status"] == status
-        ]
+        parts = [f"{e.name} ({describe_figure(e)})" for e in audit.variables if e.status == status]
         if parts:
             graded.append(f"{status} " + ", ".join(parts))
     flagged = "; ".join(graded) or "no variable predicts the label alone"
     others = [
-        f"{status} " + ", ".join(e["name"] for e in audit["variables"] if e["status"] == status)
+        f"{status} " + ", ".join(e.name for e in audit.variables if e.status == status)
         for status in STATUS_ORDER[2:]
-        if any(e["status"] == status for e in audit["variables"])
+        if any(e.status == status for e in audit.variables)
     ]
     return "shortcut audit: " + "; ".join([flagged, *others])

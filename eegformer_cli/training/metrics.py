@@ -39,12 +39,12 @@ from sklearn.metrics import (
 )
 from sklearn.preprocessing import label_binarize
 
-#: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
-#: logistic-regression reference and (when the connectome files hold band covariances) the
-#: tangent-space reference.
-MODEL_NAME = "xaiguiformer"
-REFERENCE_NAME = "logistic_regression"
-TANGENT_SPACE_NAME = "tangent_space"
+# the models' names belong to metrics.json's format; imported from here by the code computing them
+from eegformer_cli.training.run_metrics import MODEL_NAME as MODEL_NAME
+from eegformer_cli.training.run_metrics import REFERENCE_NAME as REFERENCE_NAME
+from eegformer_cli.training.run_metrics import TANGENT_SPACE_NAME as TANGENT_SPACE_NAME
+from eegformer_cli.training.run_metrics import Comparison
+
 SCALAR_METRICS = ("bac", "auroc", "auc_pr", "accuracy", "paper_bac")
 
 
@@ -218,29 +218,31 @@ def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: floa
     }
 
 
-def describe_comparison(comparison: dict, model: str, reference: str) -> str:
-    """One line for people, from :func:`compare_folds`'s dict (NaN or None where unknown):
-    ``"xaiguiformer - logistic_regression, bac: -0.029 (95 % CI -0.081 to +0.023, ...)"``."""
+def describe_comparison(comparison: Comparison) -> str:
+    """One line for people, from a run's comparison (:func:`compare_folds`'s figures, None
+    where unknown): ``"xaiguiformer - logistic_regression, bac: -0.029 (95 % CI -0.081 to
+    +0.023, ...)"``."""
 
     def known(value) -> bool:
         return value is not None and not np.isnan(value)
 
-    mean, (low, high) = comparison["mean_difference"], comparison["ci95"]
+    mean, (low, high) = comparison.mean_difference, comparison.ci95
+    model, reference, metric = comparison.model, comparison.reference, comparison.metric
     if not known(mean):
-        return f"{model} - {reference}, {comparison['metric']}: no fold to compare"
+        return f"{model} - {reference}, {metric}: no fold to compare"
     clipped = (
         ", clipped to the possible range: too few folds for an informative interval"
-        if comparison.get("ci95_clipped")
+        if comparison.ci95_clipped
         else ""
     )
     interval = (
         f" (95 % CI {low:+.3f} to {high:+.3f}{clipped}, p = "
-        f"{comparison['p_value']:.2g}, corrected resampled t-test)"
+        f"{comparison.p_value:.2g}, corrected resampled t-test)"
         if known(low)
         else ""
     )
     return (
-        f"{model} - {reference}, {comparison['metric']}: {mean:+.3f}{interval}; better on "
-        f"{comparison['folds_better']}, equal on {comparison['folds_equal']}, worse on "
-        f"{comparison['folds_worse']} of {comparison['n_folds']} folds"
+        f"{model} - {reference}, {metric}: {mean:+.3f}{interval}; better on "
+        f"{comparison.folds_better}, equal on {comparison.folds_equal}, worse on "
+        f"{comparison.folds_worse} of {comparison.n_folds} folds"
     )

@@ -48,7 +48,7 @@ def per_recording(
 def summarise(
     oof_rows: list[dict], label_names: list[str], positive_label: str | None
 ) -> tuple[dict, dict, dict]:
-    """(``metrics["calibration"]``, ``metrics["prediction_sets"]``, the model file's entry)
+    """(metrics.json's ``calibration``, its ``prediction_sets``, the model file's entry)
     from the out-of-fold rows of every model (``oof_predictions.tsv``'s rows)."""
     positive = None if positive_label is None else label_names.index(positive_label)
     models = {}

@@ -37,16 +37,16 @@ larger N) computes only the missing ones. ``--n-jobs`` spreads permutations over
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from eegformer_cli import console
-from eegformer_cli.atomic import ensure_dir, write_json
 from eegformer_cli.errors import UsageError, check_choice
 from eegformer_cli.parallel import process_pool
+from eegformer_cli.training import run_folder
 from eegformer_cli.training.metrics import (
     MODEL_NAME,
     REFERENCE_NAME,
@@ -54,6 +54,7 @@ from eegformer_cli.training.metrics import (
     classification_metrics,
 )
 from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
+from eegformer_cli.training.run_metrics import NullComparison, PermutationTest, RunMetrics
 
 #: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name.
 NULL_MODELS = {
@@ -61,7 +62,6 @@ NULL_MODELS = {
     "tangent_space": TANGENT_SPACE_NAME,
     "xaiguiformer": MODEL_NAME,
 }
-FOLDER = "permutations"
 
 
 def check_settings(n_permutations: int, null_model: str) -> None:
@@ -135,7 +135,7 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model:
     for fold in plan.folds:
         if null_model == MODEL_NAME:
             result, _ = run_fold(relabelled, fold, features)
-            bac = {name: metrics["bac"] for name, metrics in result["metrics"].items()}
+            bac = {name: scores["bac"] for name, scores in result["metrics"].items()}
         else:
             bac = {null_model: _reference_bac(relabelled, fold, features, null_model)}
         per_fold.append({"repeat": fold.repeat, "fold": fold.fold, "bac": bac})
@@ -172,7 +172,7 @@ def run_permutation_test(
     run_dir: Path,
     plan,
     features: dict[str, dict],
-    metrics: dict,
+    metrics: RunMetrics,
     n_permutations: int,
     null_model: str,
     n_workers: int,
@@ -184,12 +184,7 @@ def run_permutation_test(
     BAC of each model is its ``mean.bac``).
     """
     model_name = NULL_MODELS[null_model]
-    folder = ensure_dir(Path(run_dir) / FOLDER / model_name)
-    results = {}
-    for index in range(n_permutations):
-        path = _result_path(folder, index)
-        if path.is_file():
-            results[index] = json.loads(path.read_text(encoding="utf-8"))
+    results = run_folder.read_permutation_results(run_dir, model_name, n_permutations)
     pending = [index for index in range(n_permutations) if index not in results]
     if pending:
         console.log(
@@ -201,70 +196,66 @@ def run_permutation_test(
         jobs = [(plan, features, index, model_name) for index in pending]
         finished = map(_null_job, jobs) if pool is None else pool.imap_unordered(_null_job, jobs)
         for result in finished:
-            write_json(_result_path(folder, result["index"]), result)
+            run_folder.write_permutation_result(run_dir, model_name, result)
             results[result["index"]] = result
             bar.advance(task)
-    metrics = {
-        **metrics,
-        "permutation_test": summarise(
-            [results[index] for index in range(n_permutations)],
-            metrics,
-            model_name,
-            describe_scheme(plan.data),
-            plan.config.seed,
-        ),
-    }
-    write_json(Path(run_dir) / "metrics.json", metrics)
+    test = summarise(
+        [results[index] for index in range(n_permutations)],
+        metrics,
+        model_name,
+        describe_scheme(plan.data),
+        plan.config.seed,
+    )
+    metrics = replace(metrics, permutation_test=test)
+    run_folder.write_metrics(run_dir, metrics)
     return metrics
 
 
-def _result_path(folder: Path, index: int) -> Path:
-    return folder / f"{index:05d}.json"
-
-
-def summarise(results: list[dict], metrics: dict, null_model: str, scheme: str, seed: int) -> dict:
+def summarise(
+    results: list[dict], metrics: RunMetrics, null_model: str, scheme: str, seed: int
+) -> PermutationTest:
     """``metrics.json``'s ``permutation_test`` from the permutations' results (in index order):
     per model its observed BAC, its p-value and which model's null it is measured against."""
     null = {name: [result["bac"][name] for result in results] for name in results[0]["bac"]}
     n = len(results)
     models = {}
-    for name, values in metrics["models"].items():
-        observed = values["mean"]["bac"]
+    for name, values in metrics.models.items():
+        observed = values.mean.bac
         null_from = name if name in null else null_model
-        models[name] = {
-            "observed_bac": observed,
-            "p_value": p_value(null[null_from], observed),
-            "null_from": null_from,
-            "null_mean": float(np.mean(null[null_from])),
-            "null_std": float(np.std(null[null_from], ddof=1)) if n > 1 else None,
-        }
-    return {
-        "n_permutations": n,
-        "null_model": null_model,
-        "metric": "bac",
-        "permuted": scheme,
-        "seed": seed,
-        "p_value_rule": "(1 + null values >= observed) / (1 + n_permutations)",
-        "seconds": float(sum(result["seconds"] for result in results)),
-        "models": models,
-        "null": null,
-    }
+        models[name] = NullComparison(
+            observed_bac=observed,
+            p_value=p_value(null[null_from], observed),
+            null_from=null_from,
+            null_mean=float(np.mean(null[null_from])),
+            null_std=float(np.std(null[null_from], ddof=1)) if n > 1 else None,
+        )
+    return PermutationTest(
+        n_permutations=n,
+        null_model=null_model,
+        metric="bac",
+        permuted=scheme,
+        seed=seed,
+        p_value_rule="(1 + null values >= observed) / (1 + n_permutations)",
+        seconds=float(sum(result["seconds"] for result in results)),
+        models=models,
+        null=null,
+    )
 
 
-def describe_permutation_test(test: dict) -> str:
+def describe_permutation_test(test: PermutationTest) -> str:
     """One line for people: ``"permutation test (100 permutations, ...): xaiguiformer BAC
     0.884, p = 0.0099 (against the logistic_regression null); ..."``."""
     parts = []
-    for name, model in test["models"].items():
+    for name, model in test.models.items():
         against = (
             ""
-            if model["null_from"] == name
-            else f" (against the {model['null_from']} null, an approximation)"
+            if model.null_from == name
+            else f" (against the {model.null_from} null, an approximation)"
         )
-        parts.append(f"{name} BAC {model['observed_bac']:.3f}, p = {model['p_value']:.2g}{against}")
-    n = test["n_permutations"]
+        parts.append(f"{name} BAC {model.observed_bac:.3f}, p = {model.p_value:.2g}{against}")
+    n = test.n_permutations
     return (
-        f"permutation test ({n} permutations, {test['permuted']}, null model "
-        f"{test['null_model']} refit on each; smallest possible p {1 / (n + 1):.2g}): "
+        f"permutation test ({n} permutations, {test.permuted}, null model "
+        f"{test.null_model} refit on each; smallest possible p {1 / (n + 1):.2g}): "
         + "; ".join(parts)
     )

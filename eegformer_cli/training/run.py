@@ -45,21 +45,27 @@ side by side but never alongside a whole run or a merge.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from eegformer_cli import console
-from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries, write_json, write_text
+from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.ownership import claim_folder
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.preprocess.output import read_manifest
-from eegformer_cli.training import audit, distributed, oof_calibration, permutation, splits
+from eegformer_cli.training import (
+    audit,
+    distributed,
+    oof_calibration,
+    permutation,
+    run_folder,
+    splits,
+)
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, recording_fingerprints
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
@@ -80,6 +86,7 @@ from eegformer_cli.training.metrics import (
 )
 from eegformer_cli.training.model_file import add_calibration, demographic_stats, save_model_file
 from eegformer_cli.training.run_folder import prepare_run_dir, run_folder_lock
+from eegformer_cli.training.run_metrics import RunMetrics
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 
 
@@ -128,29 +135,19 @@ def _save_model(
     )
 
 
-def _nan_to_none(value):
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nan_to_none(v) for v in value]
-    return value
-
-
 def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | None = None) -> dict:
     """metrics.json's first entries: ``{"complete": False, "incomplete": why}`` while folds
     are missing (``n_finished`` of the plan's), ``model.pt`` is not written or ``pending``
-    names a step still to come; else ``{"complete": True}``."""
+    names a step still to come; else ``{"complete": True, "incomplete": None}``."""
     missing = []
     if n_finished < len(plan.folds):
         missing.append(f"{n_finished} of {len(plan.folds)} folds finished")
-    if not (run_dir / "model.pt").is_file():
+    if not run_folder.has_final_model(run_dir):
         missing.append("no final model (model.pt) yet")
     if pending:
         missing.append(pending)
     if not missing:
-        return {"complete": True}
+        return {"complete": True, "incomplete": None}
     return {
         "complete": False,
         "incomplete": "incomplete run: "
@@ -167,7 +164,7 @@ def write_summaries(
     final_history: list[dict] | None = None,
     extra: dict | None = None,
     pending: str | None = None,
-) -> dict:
+) -> RunMetrics:
     """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
 
     ``extra``: more top-level entries of metrics.json (``shortcut_audit``). First, whether
@@ -178,32 +175,16 @@ def write_summaries(
     when it exists."""
     history = [record for result in results for record in result["history"]]
     history += final_history or []
-    write_text(
-        run_dir / "history.jsonl", "".join(json.dumps(_nan_to_none(r)) + "\n" for r in history)
-    )
+    run_folder.write_history(run_dir, history)
     label_names = plan.data.label_names
     # the references every fold has (folds of an earlier version, or a folder without band
     # covariances, have only the logistic regression)
     names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]]
-    columns = [
-        "model",
-        "repeat",
-        "fold",
-        "recording_id",
-        "participant_id",
-        "label",
-        "predicted",
-    ] + [f"prob_{name}" for name in label_names]
-    lines = ["\t".join(columns)]
-    for result in results:
-        for row in result["oof"]:
-            if row["model"] in names:
-                lines.append(
-                    "\t".join(
-                        repr(row[c]) if isinstance(row[c], float) else str(row[c]) for c in columns
-                    )
-                )
-    write_text(run_dir / "oof_predictions.tsv", "\n".join(lines) + "\n")
+    run_folder.write_oof_predictions(
+        run_dir,
+        label_names,
+        [row for result in results for row in result["oof"] if row["model"] in names],
+    )
     models = {}
     for name in names:
         per_fold = [
@@ -224,32 +205,35 @@ def write_summaries(
     calibration, prediction_sets, model_entry = oof_calibration.summarise(
         oof_rows, label_names, plan.positive_label
     )
-    metrics = {
-        **completeness(run_dir, plan, len(results), pending),
-        "labels": label_names,
-        "positive_label": plan.positive_label,
-        "label_column": plan.data.label_column,
-        "scheme": plan.scheme,
-        "preset": plan.config.preset,
-        "n_folds": len(results),
-        "cv_seconds": float(sum(r["seconds"] for r in results)),
-        "models": models,
-        "comparison": comparisons[0],
-        "comparisons": comparisons,
-        "score": {
-            "model": MODEL_NAME,
-            "metric": "bac",
-            "chance": 1 / len(label_names),
-            **against_chance(models[MODEL_NAME]["per_fold"], "bac", 1 / len(label_names), ratio),
-        },
-        "calibration": calibration,
-        "prediction_sets": prediction_sets,
-        "attention": _attention_out_of_fold(results),
-        **(extra or {}),
-    }
-    metrics = _nan_to_none(metrics)
-    write_json(run_dir / "metrics.json", metrics)
-    if (run_dir / "model.pt").is_file():
+    metrics = RunMetrics.from_dict(
+        {
+            **completeness(run_dir, plan, len(results), pending),
+            "labels": label_names,
+            "positive_label": plan.positive_label,
+            "label_column": plan.data.label_column,
+            "scheme": plan.scheme,
+            "preset": plan.config.preset,
+            "n_folds": len(results),
+            "cv_seconds": float(sum(r["seconds"] for r in results)),
+            "models": models,
+            "comparison": comparisons[0],
+            "comparisons": comparisons,
+            "score": {
+                "model": MODEL_NAME,
+                "metric": "bac",
+                "chance": 1 / len(label_names),
+                **against_chance(
+                    models[MODEL_NAME]["per_fold"], "bac", 1 / len(label_names), ratio
+                ),
+            },
+            "calibration": calibration,
+            "prediction_sets": prediction_sets,
+            "attention": _attention_out_of_fold(results),
+            **(extra or {}),
+        }
+    )
+    run_folder.write_metrics(run_dir, metrics)
+    if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)
     return metrics
 
@@ -286,8 +270,8 @@ def run_training(
     permutations: int = 0,
     permutation_model: str = "reference",
     split_by: str = "participant",
-) -> dict | None:
-    """The whole ``eegformer train``; returns the metrics dict (also in ``metrics.json``).
+) -> RunMetrics | dict | None:
+    """The whole ``eegformer train``; returns its metrics (also in ``metrics.json``).
 
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
     ``train --merge``; see :func:`merge_run`) and return its result (``folds/<name>.json``).
@@ -340,7 +324,7 @@ def run_training(
         if writer:
             _claim_run_dir(run_dir, plan, fold_index, overwrite, positive_label)
         extra = (
-            {"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label)}
+            {"shortcut_audit": audit.run_audit(audit_plan, plan.positive_label).to_dict()}
             if writer and audit_plan is not None
             else None
         )
@@ -364,9 +348,9 @@ def run_training(
             metrics = permutation.run_permutation_test(
                 run_dir, plan, features, metrics, permutations, permutation_model, n_workers
             )
-            metrics.pop("incomplete", None)  # the test is done; "complete" stays first
-            metrics.update(completeness(run_dir, plan, len(results)))
-            write_json(run_dir / "metrics.json", metrics)
+            # the test is done ("complete" stays first)
+            metrics = replace(metrics, **completeness(run_dir, plan, len(results)))
+            run_folder.write_metrics(run_dir, metrics)
         return metrics
 
 
@@ -427,7 +411,7 @@ def _claim_run_dir(
     """On the writing process: clear stale temporaries (not in a fold job: fold jobs run side
     by side), :func:`prepare_run_dir`, and say which class is the positive one when it was not
     given."""
-    folds_dir = ensure_dir(run_dir / "folds")
+    folds_dir = ensure_dir(run_dir / run_folder.FOLDS)
     if fold_index is None:
         remove_stale_temporaries(run_dir)
         remove_stale_temporaries(folds_dir)
@@ -450,9 +434,10 @@ def _finished_folds(run_dir: Path, plan: RunPlan, folds: list[splits.Fold]) -> d
     holdout = plan.scheme.get("kind") == "holdout"
     results = {}
     for fold in folds:
-        fold_file = run_dir / "folds" / f"{fold.name}.json"
-        if fold_file.exists() and (not holdout or (run_dir / "model.pt").exists()):
-            results[fold.name] = json.loads(fold_file.read_text(encoding="utf-8"))
+        if run_folder.has_fold_record(run_dir, fold.name) and (
+            not holdout or run_folder.has_final_model(run_dir)
+        ):
+            results[fold.name] = run_folder.read_fold_record(run_dir, fold.name)
     if results:
         console.log(
             f"train: {len(results)} of {len(folds)} folds already finished in "
@@ -504,7 +489,7 @@ def _train_models(
             return None
         if train_final:
             return _write_final(run_dir, plan, _final_model(plan, final_job, bar, shown))
-    return None if holdout else _final_history(run_dir)
+    return None if holdout else run_folder.read_final_history(run_dir)
 
 
 def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: dict, model) -> None:
@@ -523,7 +508,7 @@ def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: dict, mo
             "holdout",
             recordings_of(plan.data, fold.train + fold.val),
         )
-    write_json(run_dir / "folds" / f"{fold.name}.json", _nan_to_none(result))
+    run_folder.write_fold_record(run_dir, fold.name, result)
 
 
 def _log_fold(fold: splits.Fold, result: dict) -> None:
@@ -600,7 +585,7 @@ def save_fold_model(run_dir: Path, plan: RunPlan, fold: splits.Fold, model) -> N
     ``explain RUN_DIR`` explains the fold's test recordings with), written before the fold's
     result file, so a finished fold always has it."""
     _save_model(
-        run_dir / "folds" / f"{fold.name}.pt",
+        run_folder.fold_model_path(run_dir, fold.name),
         model,
         plan,
         recordings_of(plan.data, fold.train),
@@ -702,18 +687,16 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
     """``folds/final.json`` and ``model.pt`` of the final model; returns its history."""
     fold = plan.final
     if distributed.is_writer():
-        write_json(
-            run_dir / "folds" / "final.json",
-            _nan_to_none(
-                {
-                    "history": fit.history,
-                    "best_epoch": fit.best_epoch,
-                    "seconds": fit.seconds,
-                    "interaction_screen": fit.screen,
-                    "train": fold.train,
-                    "val": fold.val,
-                }
-            ),
+        run_folder.write_final_record(
+            run_dir,
+            {
+                "history": fit.history,
+                "best_epoch": fit.best_epoch,
+                "seconds": fit.seconds,
+                "interaction_screen": fit.screen,
+                "train": fold.train,
+                "val": fold.val,
+            },
         )
         seen = recordings_of(plan.data, fold.train) + recordings_of(plan.data, fold.val)
         _save_model(run_dir / "model.pt", fit.model, plan, seen, "all", seen)
@@ -721,11 +704,6 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
         f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> {run_dir / 'model.pt'}"
     )
     return fit.history
-
-
-def _final_history(run_dir: Path) -> list[dict] | None:
-    path = run_dir / "folds" / "final.json"
-    return json.loads(path.read_text(encoding="utf-8"))["history"] if path.exists() else None
 
 
 def folds_to_run(
@@ -770,23 +748,15 @@ def read_run_request(run_dir: str | Path) -> RunRequest:
     Raises InputDataError naming the file when RUN_DIR is not a ``train`` run folder.
     """
     run_dir = Path(run_dir)
-    config_path, splits_path = run_dir / "config.json", run_dir / "splits.json"
-    try:
-        stored = json.loads(config_path.read_text(encoding="utf-8"))
-        data_dir, label_column = Path(stored["data_dir"]), stored["label_column"]
-        train_config, positive_label = stored["train_config"], stored["positive_label"]
-    except FileNotFoundError:
+    request = run_folder.read_run_request(run_dir)
+    if request is None:
         raise InputDataError(
             "no config.json: not a train run folder",
             path=run_dir,
             hint="pass the --out folder of the `eegformer train --fold` jobs",
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise InputDataError(
-            "unreadable config.json",
-            path=config_path,
-            hint="rerun the fold jobs into a fresh folder",
-        ) from None
+        )
+    data_dir, label_column, train_config, positive_label = request
+    splits_path = run_dir / run_folder.SPLITS
     scheme, _ = splits.load_splits(splits_path)
     return RunRequest(
         data_dir,
@@ -800,11 +770,11 @@ def read_run_request(run_dir: str | Path) -> RunRequest:
 
 def missing_fold_indices(run_dir: str | Path) -> list[int]:
     """Indices (``--fold`` values) of the folds of ``splits.json`` without a result file."""
-    _, folds = splits.load_splits(Path(run_dir) / "splits.json")
+    _, folds = splits.load_splits(Path(run_dir) / run_folder.SPLITS)
     return [
         index
         for index, fold in enumerate(folds)
-        if not (Path(run_dir) / "folds" / f"{fold.name}.json").is_file()
+        if not run_folder.has_fold_record(run_dir, fold.name)
     ]
 
 
@@ -814,13 +784,13 @@ def merge_run(
     permutations: int = 0,
     permutation_model: str = "reference",
     n_jobs: int = 1,
-) -> dict | None:
+) -> RunMetrics | None:
     """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs (or add the
     shortcut audit's ``confounds`` or a permutation test to a finished run).
 
     ``confounds``, ``permutations``, ``permutation_model`` and ``n_jobs``: as
     :func:`run_training`'s (they are not part of the run's
-    identity). Returns the metrics dict (also written to ``metrics.json``; None on torchrun
+    identity). Returns the metrics (also written to ``metrics.json``; None on torchrun
     processes other than rank 0). Raises InputDataError when RUN_DIR is not a run folder,
     UsageError when folds are missing, OutputError when a fold job still runs.
     """

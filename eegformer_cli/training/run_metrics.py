@@ -1,0 +1,377 @@
+"""``metrics.json`` as a typed object: :class:`RunMetrics` and its parts, read and written by
+:mod:`run_folder` only; every other module reads their attributes.
+
+The tree (each class's fields are its JSON keys, in the file's order):
+
+- :class:`RunMetrics`: ``complete`` / ``incomplete`` (why not, while folds, the final model
+  or the permutation test are missing), ``labels``, ``positive_label``, ``label_column``,
+  ``scheme`` (``splits.json``'s, a dict: :mod:`splits` owns its keys), ``preset``,
+  ``n_folds``, ``cv_seconds``, then
+- ``models``: model name (:data:`MODEL_NAME` and the references) -> :class:`ModelScores`:
+  ``per_fold`` (:class:`FoldScores`), ``mean`` and ``std`` over folds (:class:`MeanScores`)
+  and the summed confusion matrix (rows true class, columns predicted, label order);
+- ``comparison`` (the first of) ``comparisons``: :class:`Comparison`, the transformer paired
+  with each reference over the same folds (:func:`metrics.compare_folds`);
+- ``score``: :class:`Score`, the transformer's BAC against chance (:func:`metrics.against_chance`);
+- ``calibration``: :class:`Calibration` (:class:`CalibrationSummary` per model, reliability
+  :class:`ReliabilityBin` s, the :class:`Recalibration` ``predict`` applies);
+- ``prediction_sets``: :class:`PredictionSets` (:class:`CoverageLevel` per level);
+- ``attention``: the out-of-fold attention diagnostics, a dict (null without them): its keys
+  are :func:`model.diagnostics.mean_diagnostics`'s, per pass and layer, plus ``scope`` and
+  ``per_fold``; they stay a dict, owned and read by :mod:`model.diagnostics` and the report's
+  attention table;
+- ``shortcut_audit``: :class:`ShortcutAudit` (:mod:`audit`), one :class:`AuditVariable` per
+  variable; a variable's ``by_class`` (class -> level counts or median/min/max) and
+  ``per_fold`` (repeat, fold, bac, auroc) stay dicts;
+- ``permutation_test``: :class:`PermutationTest` (:mod:`permutation`), a
+  :class:`NullComparison` per model and the null values per null model.
+
+Earlier versions' files load: a key they lack is None (``complete``: None, not known;
+``comparisons``: None, use :attr:`RunMetrics.all_comparisons`), and keys this version does not
+know are kept (``unknown_keys``) and written back after the known ones. Writing gives today's
+file exactly: keys in this order, ``OPTIONAL`` keys left out when None, NaN as null.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, TypeVar
+
+#: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
+#: logistic-regression reference and (when the connectome files hold band covariances) the
+#: tangent-space reference.
+MODEL_NAME = "xaiguiformer"
+REFERENCE_NAME = "logistic_regression"
+TANGENT_SPACE_NAME = "tangent_space"
+
+
+def nan_to_none(value):
+    """``value`` with every non-finite float (in lists and dicts too) replaced by None: JSON
+    has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [nan_to_none(v) for v in value]
+    return value
+
+
+def _load(hint, value):
+    """``value`` (parsed JSON) as the type ``hint`` says: records from dicts, in lists, in
+    dicts, or None."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _load(next(a for a in args if a is not type(None)), value)
+    if origin is list and args and isinstance(value, list):
+        return [_load(args[0], v) for v in value]
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {k: _load(args[1], v) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Record) and isinstance(value, dict):
+        return hint.from_dict(value)
+    return nan_to_none(value)
+
+
+def _dump(value):
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, list | tuple):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return nan_to_none(value)
+
+
+R = TypeVar("R", bound="Record")
+
+
+@dataclass
+class Record:
+    """A part of ``metrics.json``: a dataclass whose fields are its keys (module docstring);
+    ``unknown_keys``: the keys of the file this version does not know, kept as read."""
+
+    #: Keys left out of the file when None (absent in some runs, or in earlier versions).
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+    unknown_keys: dict = field(default_factory=dict, repr=False, compare=False, kw_only=True)
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict) -> R:
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in fields(cls)} - {"unknown_keys"}
+        return cls(
+            **{k: _load(hints[k], v) for k, v in data.items() if k in names},
+            unknown_keys={k: v for k, v in data.items() if k not in names},
+        )
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "unknown_keys" or (value is None and f.name in self.OPTIONAL):
+                continue
+            out[f.name] = _dump(value)
+        return {**out, **self.unknown_keys}
+
+
+@dataclass
+class FoldScores(Record):
+    """One model on one fold's test recordings (:func:`metrics.classification_metrics`)."""
+
+    repeat: int | None = None
+    fold: int | None = None
+    bac: float | None = None
+    paper_bac: float | None = None
+    auroc: float | None = None
+    auc_pr: float | None = None
+    accuracy: float | None = None
+    n: int | None = None
+    confusion_matrix: list[list[int]] | None = None
+
+
+@dataclass
+class MeanScores(Record):
+    """Mean (or sample std) over folds of each scalar metric; None where undefined."""
+
+    bac: float | None = None
+    auroc: float | None = None
+    auc_pr: float | None = None
+    accuracy: float | None = None
+    paper_bac: float | None = None
+
+
+@dataclass
+class ModelScores(Record):
+    per_fold: list[FoldScores] = field(default_factory=list)
+    mean: MeanScores = field(default_factory=MeanScores)
+    std: MeanScores = field(default_factory=MeanScores)
+    confusion_matrix: list[list[int]] | None = None
+
+
+@dataclass
+class Comparison(Record):
+    """``model`` - ``reference`` on the same folds (difference of ``metric``, paired)."""
+
+    OPTIONAL = ("model", "reference", "ci95_clipped")
+    model: str | None = None
+    reference: str | None = None
+    metric: str = "bac"
+    n_folds: int | None = None
+    mean_difference: float | None = None
+    std_difference: float | None = None
+    folds_better: int | None = None
+    folds_equal: int | None = None
+    folds_worse: int | None = None
+    ci95: list[float | None] = field(default_factory=lambda: [None, None])
+    ci95_clipped: bool | None = None
+    p_value: float | None = None
+    test: str | None = None
+
+
+@dataclass
+class ChanceTest(Record):
+    """A metric's mean over folds tested against chance (:func:`metrics.against_chance`)."""
+
+    mean: float | None = None
+    std: float | None = None
+    ci95: list[float | None] = field(default_factory=lambda: [None, None])
+    p_value: float | None = None
+    n_folds: int | None = None
+    test: str | None = None
+
+
+@dataclass
+class Score(Record):
+    """The transformer's score: :class:`ChanceTest` of ``metric`` with what it is of."""
+
+    model: str = MODEL_NAME
+    metric: str = "bac"
+    chance: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    ci95: list[float | None] = field(default_factory=lambda: [None, None])
+    p_value: float | None = None
+    n_folds: int | None = None
+    test: str | None = None
+
+
+@dataclass
+class ReliabilityBin(Record):
+    lower: float | None = None
+    upper: float | None = None
+    n: int = 0
+    mean_predicted: float | None = None
+    observed: float | None = None
+
+
+@dataclass
+class CalibrationSummary(Record):
+    """:func:`calibration.calibration_summary` of one model's out-of-fold probabilities;
+    ``n`` counts predictions, ``n_recordings`` (None in earlier versions) recordings."""
+
+    OPTIONAL = ("n_recordings",)
+    target: str | None = None
+    n: int = 0
+    brier: float | None = None
+    log_loss: float | None = None
+    ece: float | None = None
+    slope: float | None = None
+    intercept: float | None = None
+    bins: list[ReliabilityBin] = field(default_factory=list)
+    n_recordings: int | None = None
+
+
+@dataclass
+class Recalibration(Record):
+    """What ``predict`` does to the probabilities (:func:`calibration.choose_recalibration`):
+    ``params`` and ``cross_fitted_log_loss`` (method -> nats) stay dicts."""
+
+    method: str = "none"
+    params: dict = field(default_factory=dict)
+    cross_fitted_log_loss: dict = field(default_factory=dict)
+    n: int | None = None
+    reason: str = ""
+    after: CalibrationSummary | None = None
+
+
+@dataclass
+class Calibration(Record):
+    bins: str | None = None
+    models: dict[str, CalibrationSummary] = field(default_factory=dict)
+    recalibration: Recalibration = field(default_factory=Recalibration)
+
+
+@dataclass
+class CoverageLevel(Record):
+    coverage: float = 0.0
+    empirical_coverage: float | None = None
+    mean_size: float | None = None
+    share_ambiguous: float | None = None
+
+
+@dataclass
+class PredictionSets(Record):
+    """:func:`conformal.coverage_out_of_fold`: levels the recordings cannot give are absent."""
+
+    method: str = ""
+    n: int = 0
+    levels: list[CoverageLevel] = field(default_factory=list)
+
+
+@dataclass
+class AuditVariable(Record):
+    """One variable of the shortcut audit (:mod:`audit`): ``status`` flagged, borderline,
+    checked, constant, unknown or not recorded; ``bac`` / ``auroc`` None unless checked."""
+
+    name: str = ""
+    description: str = ""
+    kind: str | None = None
+    source: str | None = None
+    status: str = "checked"
+    reason: str | None = None
+    by_class: dict | None = None
+    bac: ChanceTest | None = None
+    auroc: ChanceTest | None = None
+    per_fold: list[dict] | None = None
+
+
+@dataclass
+class ShortcutAudit(Record):
+    folds: str = ""
+    n_folds: int | None = None
+    model: str = ""
+    interval: str = ""
+    rule: str = ""
+    flagged: list[str] = field(default_factory=list)
+    borderline: list[str] = field(default_factory=list)
+    variables: list[AuditVariable] = field(default_factory=list)
+
+
+@dataclass
+class NullComparison(Record):
+    """A model's observed BAC against the null of ``null_from`` (its own when computed)."""
+
+    observed_bac: float | None = None
+    p_value: float | None = None
+    null_from: str = ""
+    null_mean: float | None = None
+    null_std: float | None = None
+
+
+@dataclass
+class PermutationTest(Record):
+    """``null``: null model -> its BAC on each permutation, in index order."""
+
+    n_permutations: int = 0
+    null_model: str = ""
+    metric: str = "bac"
+    permuted: str = ""
+    seed: int | None = None
+    p_value_rule: str = ""
+    seconds: float | None = None
+    models: dict[str, NullComparison] = field(default_factory=dict)
+    null: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class RunMetrics(Record):
+    """``metrics.json`` (module docstring)."""
+
+    OPTIONAL = (
+        "complete",
+        "incomplete",
+        "preset",
+        "scheme",
+        "comparison",
+        "comparisons",
+        "score",
+        "calibration",
+        "prediction_sets",
+        "shortcut_audit",
+        "permutation_test",
+    )
+    complete: bool | None = None
+    incomplete: str | None = None
+    labels: list[str] = field(default_factory=list)
+    positive_label: str | None = None
+    label_column: str | None = None
+    scheme: dict | None = None
+    preset: str | None = None
+    n_folds: int | None = None
+    cv_seconds: float | None = None
+    models: dict[str, ModelScores] = field(default_factory=dict)
+    comparison: Comparison | None = None
+    comparisons: list[Comparison] | None = None
+    score: Score | None = None
+    calibration: Calibration | None = None
+    prediction_sets: PredictionSets | None = None
+    attention: dict | None = None
+    shortcut_audit: ShortcutAudit | None = None
+    permutation_test: PermutationTest | None = None
+
+    @property
+    def transformer(self) -> ModelScores:
+        """The scores of XAIguiFormer (:data:`MODEL_NAME`)."""
+        return self.models[MODEL_NAME]
+
+    @property
+    def all_comparisons(self) -> list[Comparison]:
+        """Every comparison with a reference model, the logistic regression's first (an
+        earlier version's file has the one ``comparison`` only)."""
+        if self.comparisons:
+            return self.comparisons
+        return [self.comparison] if self.comparison else []
+
+    @property
+    def recording_wise(self) -> bool:
+        """Whether the splits were recording-wise (``train --split-by recording``)."""
+        return (self.scheme or {}).get("unit") == "recording"
+
+    @property
+    def chance(self) -> float:
+        """Balanced accuracy by chance: 1 / number of classes (0.5 when they are unknown)."""
+        return 1 / len(self.labels) if self.labels else 0.5

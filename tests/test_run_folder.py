@@ -1,0 +1,144 @@
+"""The run folder's one owner (training/run_folder.py, with the typed metrics.json of
+training/run_metrics.py): a run folder written by an earlier version (tests/data) still loads,
+writes its metrics.json back byte for byte, reports and merges; metrics.json of older shapes
+loads; no other module opens the run's tables and JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_layout import PACKAGE, module_name
+from test_training import make_connectome_folder, run_main
+
+from eegformer_cli.training import run_folder
+from eegformer_cli.training.run_metrics import MODEL_NAME, RunMetrics
+from eegformer_cli.training.verdict import headline, verdict_lines
+
+#: A run folder written by commit 40b91a5 (its README says how).
+EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
+
+
+def test_an_earlier_metrics_json_is_written_back_byte_for_byte(tmp_path):
+    metrics = run_folder.read_metrics(EARLIER_RUN)
+    assert metrics.complete is True and metrics.n_folds == 2
+    assert metrics.transformer.mean.bac == pytest.approx(0.8)
+    assert [c.reference for c in metrics.all_comparisons] == [
+        "logistic_regression",
+        "tangent_space",
+    ]
+    assert metrics.shortcut_audit.variables[0].auroc.n_folds == 2
+    assert metrics.permutation_test.models[MODEL_NAME].p_value == pytest.approx(0.25)
+    assert metrics.calibration.recalibration.after.bins[0].n >= 1
+    run_folder.write_metrics(tmp_path, metrics)
+    written = (tmp_path / "metrics.json").read_bytes()
+    assert written == (EARLIER_RUN / "metrics.json").read_bytes()
+
+
+def test_metrics_of_older_shapes_load_and_give_a_verdict():
+    """An earlier version's metrics.json: one ``comparison`` and no ``comparisons``, no
+    ``complete``, no score, calibration, audit or tangent space; unknown keys are kept."""
+    data = json.loads((EARLIER_RUN / "metrics.json").read_text())
+    for key in ("comparisons", "complete", "score", "calibration", "prediction_sets"):
+        del data[key]
+    for key in ("shortcut_audit", "permutation_test", "attention"):
+        del data[key]
+    del data["models"]["tangent_space"]
+    data["comparison"].pop("ci95_clipped")
+    data["a_later_key"] = {"kept": True}
+    metrics = RunMetrics.from_dict(data)
+    assert metrics.complete is None and metrics.score is None and metrics.attention is None
+    assert [c.reference for c in metrics.all_comparisons] == ["logistic_regression"]
+    assert list(metrics.models) == [MODEL_NAME, "logistic_regression"]
+    # nothing lost, nothing added but the attention this version always writes (null)
+    assert metrics.to_dict() == {**data, "attention": None}
+    topics = [topic for topic, _, _ in verdict_lines(metrics)]
+    assert topics == ["score", "reference", "shortcuts", "permutation test", "calibration"]
+    assert headline(metrics).startswith("XAIguiFormer: ")
+
+
+def test_a_non_finite_figure_is_written_as_null(tmp_path):
+    data = json.loads((EARLIER_RUN / "metrics.json").read_text())
+    data["models"][MODEL_NAME]["std"]["bac"] = float("nan")
+    metrics = RunMetrics.from_dict(data)
+    assert metrics.transformer.std.bac is None
+    run_folder.write_metrics(tmp_path, metrics)
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["models"][MODEL_NAME]["std"]["bac"] is None
+
+
+@pytest.fixture
+def earlier_run(tmp_path) -> Path:
+    """A copy of the earlier run folder whose config.json names a fresh copy of its data."""
+    prep = make_connectome_folder(tmp_path / "prep", n_participants=20)
+    run = tmp_path / "run"
+    shutil.copytree(EARLIER_RUN, run)
+    text = (run / "config.json").read_text().replace('"/data/prep"', json.dumps(str(prep)))
+    (run / "config.json").write_text(text)
+    return run
+
+
+def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
+    report = tmp_path / "report.html"
+    assert run_main("report", earlier_run, "--out", report) == 0
+    page = report.read_text(encoding="utf-8")
+    assert "permutation test" in page and "Shortcut audit" in page
+    assert "0.800" in page  # the transformer's mean BAC in the metrics table
+    before = json.loads((earlier_run / "metrics.json").read_text())
+    for fold in (earlier_run / "folds").glob("r*_f*.json"):  # as an earlier version wrote them
+        record = json.loads(fold.read_text())
+        del record["interaction_screen"]
+        fold.write_text(json.dumps(record))
+    assert run_main("train", "--merge", earlier_run) == 0
+    after = json.loads((earlier_run / "metrics.json").read_text())
+    # the merge recomputes every summary from the fold records, and adds no permutation test
+    # unless asked: the same figures
+    for entry in (before, after):
+        entry.pop("permutation_test", None)
+    assert after == before
+    assert run_folder.read_oof_predictions(earlier_run)[0]["model"] == MODEL_NAME
+
+
+def test_only_the_run_folders_owner_opens_its_files():
+    """No module but run_folder.py names a run file in a path (``/ "metrics.json"``, ``/
+    "folds"``) or reads a TSV (csv with a tab); model files keep their own owner
+    (training/model_file.py)."""
+    patterns = (
+        '/ "metrics.json"',
+        '/ "oof_predictions.tsv"',
+        '/ "config.json"',
+        '/ "history.jsonl"',
+        '/ "splits.json"',
+        '/ "folds"',
+        '"final.json"',
+        'delimiter="\\t"',
+    )
+    opening = {
+        module_name(p)
+        for p in PACKAGE.rglob("*.py")
+        if any(pattern in p.read_text(encoding="utf-8") for pattern in patterns)
+    }
+    # the demo's last lines and predict's in-training-data warning name a file, opening none;
+    # the preprocess output's owner reads its own table (manifest.tsv)
+    others = {
+        "eegformer_cli.cli.demo",
+        "eegformer_cli.provenance",
+        "eegformer_cli.preprocess.output",
+    }
+    assert opening - others == {"eegformer_cli.training.run_folder"}
+
+
+def test_metrics_are_read_by_attribute_outside_their_owner():
+    """No ``metrics["..."]`` or ``metrics.get(`` outside the owner's (de)serialisation."""
+    owners = {"eegformer_cli.training.run_metrics", "eegformer_cli.training.run_folder"}
+    reading = {
+        module_name(p)
+        for p in PACKAGE.rglob("*.py")
+        if any(
+            pattern in p.read_text(encoding="utf-8")
+            for pattern in ('metrics["', "metrics['", "metrics.get(")
+        )
+    }
+    assert reading <= owners
