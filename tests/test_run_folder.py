@@ -97,7 +97,7 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
     # unless asked: the same figures
     for entry in (before, after):
         entry.pop("permutation_test", None)
-    assert after == before
+    assert json.dumps(after) == json.dumps(before)  # the same keys in the same order too
     assert run_folder.read_oof_predictions(earlier_run)[0]["model"] == MODEL_NAME
 
 

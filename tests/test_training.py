@@ -456,8 +456,8 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     assert without_times("a") == without_times("c")
     assert (tmp_path / "a" / "model.pt").exists()  # retrained on everybody after the CV
     # the task is learnable and both models are reported on the same folds
-    assert a["models"]["xaiguiformer"]["mean"]["bac"] >= 0.75
-    assert len(a["models"]["logistic_regression"]["per_fold"]) == 3
+    assert a.transformer.mean.bac >= 0.75
+    assert len(a.models["logistic_regression"].per_fold) == 3
     history = [
         json.loads(line) for line in (tmp_path / "a" / "history.jsonl").read_text().splitlines()
     ]
@@ -478,7 +478,7 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
         assert set(record["attention"]) == {"coarse", "refined"}
         assert 0 <= record["attention"]["refined"]["entropy"][0] <= np.log(len(BANDS)) + 1e-6
         assert "logit_change_uniform" not in record["attention"]["coarse"]  # no ablation per epoch
-    attention = a["attention"]
+    attention = a.attention
     assert attention["n_bands"] == len(BANDS) and len(attention["per_fold"]) == 3
     assert {
         "entropy",
@@ -488,7 +488,7 @@ def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
         "logit_change_uniform",
         "flips_identity",
     } <= set(attention["passes"]["refined"])
-    assert a["attention"] == c["attention"]  # reproducible, workers included
+    assert a.attention == c.attention  # reproducible, workers included
     splits = json.loads((tmp_path / "a" / "splits.json").read_text())
     tested = sorted(p for fold in splits["folds"] for p in fold["test"])
     assert tested == sorted(f"sub-{p:02d}" for p in range(24))
