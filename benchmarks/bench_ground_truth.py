@@ -304,7 +304,7 @@ def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list[dict], l
         pipeline = make_pipeline(
             StandardScaler(),
             LogisticRegression(
-                penalty="l1", solver="liblinear", class_weight="balanced", max_iter=5000
+                l1_ratio=1.0, solver="liblinear", class_weight="balanced", max_iter=5000
             ),
         )
         search = search_logistic_c(
