@@ -1,4 +1,4 @@
-"""Atomic file writes and a directory lock.
+"""Atomic file writes, the JSON reader that pairs with them, and a directory lock.
 
 Every output is written to a temporary file in the same folder and renamed over the final
 name with :func:`os.replace`, so a reader (or a rerun after a crash) never sees a half-written
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eegformer_cli.errors import OutputError
+from eegformer_cli.errors import InputDataError, OutputError
 
 TMP_PREFIX = ".tmp-"
 
@@ -92,6 +92,17 @@ def write_bytes(path: str | Path, data: bytes) -> None:
 def write_json(path: str | Path, obj) -> None:
     """Write ``obj`` as indented JSON (NaN written as ``null``-safe via ``default=str``)."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def read_json(path: str | Path):
+    """The JSON in ``path`` (as :func:`write_json` writes it); InputDataError naming the file
+    when it is damaged."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError: a damaged file
+        raise InputDataError(
+            f"unreadable JSON ({exc})", path=path, hint="rerun the command that wrote it"
+        ) from None
 
 
 def _json_default(obj):

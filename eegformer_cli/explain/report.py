@@ -57,7 +57,7 @@ matplotlib.use("Agg")  # before pyplot (report_figures chooses it too; either ma
 import matplotlib.pyplot as plt
 
 from eegformer_cli import console
-from eegformer_cli.atomic import ensure_dir, write_bytes
+from eegformer_cli.atomic import ensure_dir, read_json, write_bytes
 from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_choice
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.report_figures import (
@@ -108,18 +108,6 @@ table.table td, table.table th { overflow-wrap: break-word; }
 .eeg-oof .bootstrap-table .fixed-table-container .table thead th .th-inner {
   white-space: normal; overflow-wrap: anywhere; padding-left: .3rem; }
 """
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError: a damaged file
-        raise InputDataError(
-            f"unreadable JSON ({exc})", path=path, hint="rerun the command that wrote it"
-        ) from None
 
 
 # ----------------------------------------------------------------------------- report
@@ -298,7 +286,7 @@ def _add_preprocessing(report, config: dict) -> None:
         f"<p>How the recordings became connectomes: <code>{html.escape(str(settings_file))}"
         "</code>, every setting, the crop first (a new recording given to "
         "<code>eegformer predict</code> is preprocessed the same way).</p>"
-        + preprocessing_html(_read_json(settings_file)),
+        + preprocessing_html(read_json(settings_file)),
         "Preprocessing settings",
         section=section,
     )
@@ -466,7 +454,7 @@ def _add_explanations(report, run_dir: Path, explanations_dir, band: str | None)
         return
     from eegformer_cli.explain.export import read_recordings_table
 
-    written = _read_json(folder / "class_summary.json")
+    written = read_json(folder / "class_summary.json")
     settings = written.get("settings", {})
     report.add_html(
         explanations_source_html(

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eegformer_cli.atomic import DirectoryLock, ensure_dir, write_json, write_text
+from eegformer_cli.atomic import DirectoryLock, ensure_dir, read_json, write_json, write_text
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.ownership import remove_outputs
 from eegformer_cli.training import splits
@@ -177,16 +177,6 @@ def run_folder_lock(run_dir: Path, fold_index: int | None) -> Iterator[None]:
 # reading and writing the run's files
 
 
-def _read_json(path: Path):
-    """The JSON in ``path``; InputDataError naming it when it is damaged."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError: a damaged file
-        raise InputDataError(
-            f"unreadable JSON ({exc})", path=path, hint="rerun the command that wrote it"
-        ) from None
-
-
 def is_run_folder(run_dir: str | Path) -> bool:
     """Whether ``run_dir`` holds a run's ``config.json``."""
     return (Path(run_dir) / CONFIG).is_file()
@@ -202,7 +192,7 @@ def read_config(run_dir: str | Path) -> dict:
             path=run_dir,
             hint="pass the --out folder of `eegformer train`",
         )
-    config = _read_json(path)
+    config = read_json(path)
     if not isinstance(config, dict):
         raise InputDataError(
             "unreadable config.json", path=path, hint="rerun the command that wrote it"
@@ -251,7 +241,7 @@ def read_metrics(run_dir: str | Path) -> RunMetrics | None:
     path = Path(run_dir) / METRICS
     if not path.is_file():
         return None
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
         raise InputDataError(
             "not a metrics.json written by eegformer train (no models)",
@@ -352,7 +342,7 @@ def write_fold_record(run_dir: str | Path, name: str, result: dict) -> None:
 
 
 def read_fold_record(run_dir: str | Path, name: str) -> dict:
-    return _read_json(_fold_record_path(run_dir, name))
+    return read_json(_fold_record_path(run_dir, name))
 
 
 def write_final_record(run_dir: str | Path, record: dict) -> None:
@@ -363,7 +353,7 @@ def write_final_record(run_dir: str | Path, record: dict) -> None:
 def read_final_history(run_dir: str | Path) -> list[dict] | None:
     """The final model's epoch records from ``folds/final.json``, None without one."""
     path = Path(run_dir) / FOLDS / FINAL
-    return _read_json(path)["history"] if path.is_file() else None
+    return read_json(path)["history"] if path.is_file() else None
 
 
 def _permutation_path(run_dir: str | Path, null_model: str, index: int) -> Path:
@@ -373,7 +363,7 @@ def _permutation_path(run_dir: str | Path, null_model: str, index: int) -> Path:
 def read_permutation_results(run_dir: str | Path, null_model: str, n: int) -> dict[int, dict]:
     """Index -> result of the permutations ``0 .. n - 1`` of ``null_model`` already on disk."""
     paths = {index: _permutation_path(run_dir, null_model, index) for index in range(n)}
-    return {index: _read_json(path) for index, path in paths.items() if path.is_file()}
+    return {index: read_json(path) for index, path in paths.items() if path.is_file()}
 
 
 def write_permutation_result(run_dir: str | Path, null_model: str, result: dict) -> None:
