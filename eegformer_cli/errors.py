@@ -26,7 +26,7 @@ one ``warning: ...`` line on stderr (:func:`eegformer_cli.console.warnings_on_st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -91,6 +91,12 @@ class OutputError(EegformerError):
 
 class PartialFailure(EegformerError):
     exit_code = 6
+
+
+def first_few(items: Sequence[str], n: int = 3) -> str:
+    """The first ``n`` of ``items`` joined by commas, ``, ...`` after them when there are more:
+    how a message names a list it cannot show whole."""
+    return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
 
 
 def did_you_mean(value, allowed: Iterable) -> str:

@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 
 from eegformer_cli.atomic import TMP_PREFIX, ensure_dir, write_json
-from eegformer_cli.errors import UsageError
+from eegformer_cli.errors import UsageError, first_few
 
 #: The marker file of a folder eegformer made: ``{"made_by": "eegformer", "contents": [kinds]}``.
 MARKER = ".eegformer"
@@ -125,10 +125,7 @@ def check_folder(folder: str | os.PathLike, kind: str, overwrite: bool = False) 
         what = (
             f"an eegformer {' and '.join(kinds)} output"
             if kinds
-            else "files eegformer did not write ("
-            + ", ".join(foreign[:SHOWN])
-            + (", ..." if len(foreign) > SHOWN else "")
-            + ")"
+            else f"files eegformer did not write ({first_few(foreign, SHOWN)})"
         )
         raise UsageError(
             f"{folder} holds {what}; eegformer {kind} writes only into a new or empty "

@@ -35,7 +35,13 @@ from rich.markup import escape
 
 from eegformer_cli import atomic, console, ownership
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
-from eegformer_cli.errors import EegformerError, InputDataError, PartialFailure, UsageError
+from eegformer_cli.errors import (
+    EegformerError,
+    InputDataError,
+    PartialFailure,
+    UsageError,
+    first_few,
+)
 from eegformer_cli.parallel import (
     leave_interrupts_to_the_parent,
     preprocess_backend,
@@ -484,7 +490,7 @@ def _named_participants(
     if participants_file is not None:
         lacking = sorted(set(named.values()) - set(participants_rows))
         if lacking:
-            shown = ", ".join(lacking[:5]) + (", ..." if len(lacking) > 5 else "")
+            shown = first_few(lacking, 5)
             raise InputDataError(
                 f"--participant-pattern '{pattern.pattern}' captured {len(lacking)} "
                 f"participant id(s) that the participants table does not list: {shown}",
@@ -493,7 +499,7 @@ def _named_participants(
             )
     unmatched = [path.name for path in paths if path not in named]
     if unmatched:
-        shown = ", ".join(unmatched[:3]) + (", ..." if len(unmatched) > 3 else "")
+        shown = first_few(unmatched)
         console.warn(
             escape(
                 f"--participant-pattern '{pattern.pattern}' does not match {len(unmatched)} "
@@ -573,7 +579,7 @@ def _warn_unmatched(
     participant-wise splits of them), one for those processed without a participants row."""
     anonymous = [rec.path.name for rec in recordings if rec.participant_id is None]
     if anonymous:
-        shown = ", ".join(anonymous[:3]) + (", ..." if len(anonymous) > 3 else "")
+        shown = first_few(anonymous)
         console.warn(
             escape(
                 f"{len(anonymous)} of {len(recordings)} recordings have no participant id "
@@ -595,7 +601,7 @@ def _warn_unmatched(
         if rec.participant_id is None or rec.participant_id not in participants_rows
     ]
     if unmatched:
-        shown = ", ".join(unmatched[:5]) + (", ..." if len(unmatched) > 5 else "")
+        shown = first_few(unmatched, 5)
         console.warn(
             f"{len(unmatched)} recordings have no row in {participants_file} ({shown}); "
             "their demographics are n/a"
@@ -651,7 +657,7 @@ def _warn_channels_dropped_for_a_few(readable: list[_Header], channels: list[str
     if not dropped:
         return
     lacking = [header.path.name for header in readable if not set(dropped) <= header.channels]
-    shown = ", ".join(lacking[:3]) + (", ..." if len(lacking) > 3 else "")
+    shown = first_few(lacking)
     console.warn(
         f"{', '.join(dropped)} left out of every recording because {len(lacking)} of "
         f"{len(readable)} lack them ({shown}); to keep them, pass --channels with them: "

@@ -32,7 +32,7 @@ from sklearn.model_selection import StratifiedGroupKFold
 
 from eegformer_cli.atomic import write_json
 from eegformer_cli.console import log, warn
-from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.errors import InputDataError, UsageError, check_choice, first_few
 
 SPLITS_FORMAT = "eegformer-splits"
 #: What the splits keep on one side (``train --split-by``): every recording of a participant,
@@ -87,7 +87,7 @@ def split_unit(without_participant: list[str], n_recordings: int, split_by: str,
                 "participant's recordings together (participant-wise) all the same"
             )
         return "participant"
-    shown = ", ".join(without_participant[:3]) + (", ..." if len(without_participant) > 3 else "")
+    shown = first_few(without_participant)
     if split_by == "participant":
         raise InputDataError(
             f"{len(without_participant)} of {n_recordings} usable recordings have no "
