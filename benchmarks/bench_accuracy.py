@@ -147,7 +147,7 @@ def kept_interactions(run_dir: Path) -> dict:
 
 
 def main() -> None:
-    from eegformer_cli.training.metrics import compare_folds
+    from eegformer_cli.evaluation.metrics import compare_folds
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and JSON")

@@ -18,8 +18,8 @@ expected calibration error, Brier score and log-loss before and after recalibrat
 ``predict`` applies it: only when the inner cross-fitting found that it helps), after each
 recalibration forced (fitted on the inner out-of-fold probabilities whatever the inner
 choice: what the rule guards against or gives up), and the empirical coverage and size of the
-prediction sets (:mod:`eegformer_cli.training.calibration`
-and :mod:`~eegformer_cli.training.conformal` define them).
+prediction sets (:mod:`eegformer_cli.evaluation.calibration`
+and :mod:`~eegformer_cli.evaluation.conformal` define them).
 
 Usage (from the repository root):
   python benchmarks/bench_calibration.py --data PREP --label-column diagnosis --out OUT
@@ -108,11 +108,11 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true")
     args = parser.parse_args()
 
-    from eegformer_cli.training import calibration, conformal
+    from eegformer_cli.evaluation import calibration, conformal
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
     from eegformer_cli.training.dataset import load_training_data
     from eegformer_cli.training.folds import default_positive_label
-    from eegformer_cli.training.run import run_training
     from eegformer_cli.training.splits import cross_validation_folds
 
     start = time.perf_counter()

@@ -245,8 +245,8 @@ def synthetic_study(root: Path, n_channels: int, n_participants: int = 24) -> Pa
 def cv_seconds(data: Path, device: torch.device, quick: bool) -> float:
     """Wall seconds of ``train`` (default preset) on ``data``: 5 folds and the final model
     (``--quick``: 2 folds, 1 epoch)."""
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import run_training
 
     flags = {"device": device.type, "cv": 2 if quick else 5}
     if quick:

@@ -193,9 +193,9 @@ def fold_results(run_dir: Path) -> list[dict]:
 
 def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list[dict]:
     """The oracle's metrics per fold, on the run's own splits."""
+    from eegformer_cli.evaluation.metrics import classification_metrics
     from eegformer_cli.preprocess import load_connectome
     from eegformer_cli.scenarios import LABELS, oracle_features, oracle_model
-    from eegformer_cli.training.metrics import classification_metrics
     from eegformer_cli.training.splits import load_splits
 
     with open(prep / "manifest.tsv", newline="") as handle:
@@ -274,12 +274,12 @@ def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list[dict], l
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    from eegformer_cli.evaluation.metrics import classification_metrics
+    from eegformer_cli.evaluation.reference import reference_probabilities, search_logistic_c
     from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
     from eegformer_cli.training.fit import screen_fit, seed_of
     from eegformer_cli.training.interaction_screen import entry_table
-    from eegformer_cli.training.metrics import classification_metrics
     from eegformer_cli.training.model_file import demographic_stats
-    from eegformer_cli.training.reference import reference_probabilities, search_logistic_c
     from eegformer_cli.training.splits import load_splits
     from eegformer_cli.training.standardise import connectivity_stats
 
@@ -324,7 +324,7 @@ def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list[dict], l
 
 
 def summary(per_fold: list[dict]) -> dict:
-    from eegformer_cli.training.metrics import summarise_folds
+    from eegformer_cli.evaluation.metrics import summarise_folds
 
     summarised = summarise_folds(per_fold)
     return {
@@ -336,7 +336,7 @@ def summary(per_fold: list[dict]) -> dict:
 
 
 def paired(a: list[dict], b: list[dict]) -> dict:
-    from eegformer_cli.training.metrics import compare_folds
+    from eegformer_cli.evaluation.metrics import compare_folds
 
     c = compare_folds(a, b, 1 / (CV_FOLDS - 1))
     return {
@@ -350,8 +350,8 @@ def paired(a: list[dict], b: list[dict]) -> dict:
 def evaluate_scenario(
     out: Path, scenario: str, n: int, seed: int, variants: list[str], n_jobs: int, log: Path
 ) -> dict:
+    from eegformer_cli.evaluation.metrics import against_chance
     from eegformer_cli.scenarios import ground_truth_path, read_ground_truth
-    from eegformer_cli.training.metrics import against_chance
 
     data, prep = study(out, scenario, n, seed, seed, n_jobs, log)
     truth = read_ground_truth(ground_truth_path(data))

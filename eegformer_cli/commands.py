@@ -215,8 +215,8 @@ def train(
     UsageError, InputDataError, OutputError
         As the CLI's exit codes 2, 3 and 5.
     """
+    from eegformer_cli.experiment.run import merge_run, run_training
     from eegformer_cli.training.config import ablation_flags, check_holdout, resolve_config
-    from eegformer_cli.training.run import merge_run, run_training
 
     columns = _names(confounds) or []
     if merge is not None:

@@ -87,11 +87,11 @@ def predict_recordings(
     (fitted by ``train`` on the out-of-fold probabilities, when it lowered their log-loss) is
     applied to the probabilities. ``coverage``: add ``prediction_set``, the classes (a list, in
     label order) of the split-conformal set of that coverage
-    (:mod:`~eegformer_cli.training.conformal`, calibrated on the run's out-of-fold
+    (:mod:`~eegformer_cli.evaluation.conformal`, calibrated on the run's out-of-fold
     probabilities stored in the model file; :func:`check_coverage` first).
     A recording with an ``error`` yields ``{"recording_id", "participant_id", "error"}``.
     """
-    from eegformer_cli.training.calibration import recalibrate
+    from eegformer_cli.evaluation.calibration import recalibrate
 
     for item in items:
         row = {"recording_id": item.recording_id, "participant_id": item.participant_id}
@@ -113,7 +113,7 @@ def predict_recordings(
 def check_coverage(bundle, coverage: float) -> None:
     """UsageError unless ``bundle``'s out-of-fold calibration set can give ``coverage``
     (a model file without one: written before eegformer kept it)."""
-    from eegformer_cli.training.conformal import check_coverage as check
+    from eegformer_cli.evaluation.conformal import check_coverage as check
 
     check(coverage, len((bundle.conformal or {}).get("labels", [])))
 
@@ -121,7 +121,7 @@ def check_coverage(bundle, coverage: float) -> None:
 def prediction_set(bundle, probabilities: np.ndarray, coverage: float) -> list[str]:
     """The classes of one recording's split-conformal set: ``probabilities`` (K,) as
     ``predict`` gives them (recalibrated)."""
-    from eegformer_cli.training.conformal import prediction_sets
+    from eegformer_cli.evaluation.conformal import prediction_sets
 
     sets = prediction_sets(
         bundle.conformal["probabilities"],

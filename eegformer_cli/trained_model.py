@@ -754,7 +754,7 @@ def _recalibrate(explanation, bundle) -> None:
     file's recalibration, so ``explain`` and ``predict`` report the same numbers for a new
     recording; the explained class stays the network's own argmax. Out-of-fold explanations
     keep the fold models' raw probabilities, which are the run's out-of-fold predictions."""
-    from eegformer_cli.training.calibration import recalibrate
+    from eegformer_cli.evaluation.calibration import recalibrate
 
     explanation.probabilities = recalibrate(bundle.recalibration, explanation.probabilities[None])[
         0

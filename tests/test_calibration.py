@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from test_training import make_connectome_folder, run_main, tiny_config
 
-from eegformer_cli.training import calibration, conformal, verdict
+from eegformer_cli.evaluation import calibration, conformal
+from eegformer_cli.evaluation.run_metrics import RunMetrics
+from eegformer_cli.experiment import verdict
 from eegformer_cli.training.folds import default_positive_label, is_control_label
-from eegformer_cli.training.run_metrics import RunMetrics
 
 
 def calibrated_draws(n: int, seed: int, n_classes: int = 2):
@@ -202,7 +203,7 @@ def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
 @pytest.fixture(scope="module")
 def cv_run(tmp_path_factory) -> dict:
     """A 3-fold CV of a tiny model on 30 synthetic participants (their labels learnable)."""
-    from eegformer_cli.training.run import run_training
+    from eegformer_cli.experiment.run import run_training
 
     root = tmp_path_factory.mktemp("calibration")
     prep = make_connectome_folder(root / "prep", n_participants=30)

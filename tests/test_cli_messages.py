@@ -61,7 +61,7 @@ def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
 
 
 def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, tmp_path, capsys):
-    from eegformer_cli.training.run import read_run_request, run_training
+    from eegformer_cli.experiment.run import read_run_request, run_training
 
     run = build_sample_run(tmp_path_factory)
     rerun = tmp_path / "run"

@@ -124,10 +124,10 @@ def test_class_contrast_groups_by_true_class_when_every_one_is_known():
 def linear_study(tmp_path_factory) -> dict:
     """A ``simulate --scenario linear`` study (24 people, 30 s each; patient <=> two couplings
     planted in one band), preprocessed and a tiny model trained (holdout, 15 epochs)."""
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
     from eegformer_cli.scenarios import ground_truth_path, read_ground_truth, simulate_scenario
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import run_training
 
     root = tmp_path_factory.mktemp("linear")
     study, prep, run = root / "study", root / "prep", root / "run"

@@ -162,10 +162,10 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
     and a logit change of ~3e-5 here."""
     from conftest import SAMPLE_DATA
 
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
     from eegformer_cli.training.config import resolve_config
     from eegformer_cli.training.model_file import load_model_file
-    from eegformer_cli.training.run import run_training
 
     prep, run_dir = tmp_path / "prep", tmp_path / "run"
     run_preprocess(

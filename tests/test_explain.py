@@ -34,9 +34,9 @@ N_CHANNELS = 6
 def build_sample_run(tmp_path_factory) -> dict:
     """12 sample recordings preprocessed and a tiny model trained (25 % holdout), built once
     per test session and worker (test_report.py uses it too)."""
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import run_training
 
     root = tmp_path_factory.getbasetemp() / "explain-sample-run"
     prep, run_dir = root / "prep", root / "run"
@@ -409,9 +409,9 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
 
 
 def test_explain_on_msu_recordings_with_a_model_trained_on_msu(msu_dir, tmp_path, capsys):
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import run_training
 
     rows = list(csv.DictReader(open(msu_dir / "participants.tsv"), delimiter="\t"))
     chosen = [r["participant_id"] for r in rows if r["diagnosis"] == "healthy"][:3] + [

@@ -12,6 +12,7 @@ import pytest
 import torch
 from test_training import BANDS, CHANNELS, make_connectome_folder, tiny_config
 
+from eegformer_cli.experiment.run import run_training
 from eegformer_cli.model.interactions import AGE, Entry, Interaction, entry_values
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training import interaction_screen as screen
@@ -19,7 +20,6 @@ from eegformer_cli.training.config import TrainConfig, resolve_config
 from eegformer_cli.training.dataset import load_training_data
 from eegformer_cli.training.fit import fit_model
 from eegformer_cli.training.model_file import load_model_file
-from eegformer_cli.training.run import run_training
 
 #: The planted entries: coherence of C3-P4 in theta, wPLI of F4-C4 in beta.
 PLANTED = (Entry("coh", "theta", ("C3", "P4")), Entry("wpli", "beta", ("F4", "C4")))

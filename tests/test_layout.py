@@ -16,15 +16,22 @@ The layers, bottom first (:data:`LAYERS`); a module may import its own layer and
    writer and all its readers so that it is read and written in one module;
 5. preprocess: recordings -> an output folder (settings, one recording, a whole run);
 6. model: the network and its forward over whole recordings; it knows no files;
-7. training: a preprocess folder -> folds, metrics, a run folder and model files;
-8. options: every option's text, once (it reads the training presets), for the estimator's
-   docstring, the commands' docstrings and the CLI's help;
-9. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
-10. explain: attributions, explanation files and the report, from model files and run folders;
-11. trained_model: the Python API's model object, predicting (9) and explaining (10);
-12. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
-13. commands: the function behind each command;
-14. cli, __main__: arguments, exit codes and the terminal.
+7. evaluation: judging predictions (metrics and their typed ``metrics.json``, calibration,
+   conformal sets, the two reference models) on arrays, with no network and no run folder: every
+   fit scores itself with them, so they sit below fitting;
+8. training: fitting (config, data, splits, the epoch loop, one fold, model files): a preprocess
+   folder -> fitted models and their scores;
+9. experiment: a ``train`` run and its judgement (the run, its run folder, the shortcut audit,
+   the permutation test and its null labels, the verdict): it calls the fold runner of
+   ``training`` (the permutation test refits every fold), so it sits above fitting;
+10. options: every option's text, once (it reads the training presets), for the estimator's
+    docstring, the commands' docstrings and the CLI's help;
+11. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
+12. explain: attributions, explanation files and the report, from model files and run folders;
+13. trained_model: the Python API's model object, predicting (11) and explaining (12);
+14. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
+15. commands: the function behind each command;
+16. cli, __main__: arguments, exit codes and the terminal.
 """
 
 from __future__ import annotations
@@ -58,7 +65,9 @@ LAYERS = (
     ("preprocess.output",),
     ("preprocess",),
     ("model",),
+    ("evaluation",),
     ("training",),
+    ("experiment",),
     ("options",),
     ("inference", "estimator"),
     ("explain",),
@@ -149,7 +158,7 @@ def test_the_cycle_finder_finds_a_cycle_and_accepts_a_tree():
 
 def test_no_import_cycle_inside_the_package():
     graph = package_imports()
-    assert {"eegformer_cli.training.run", "eegformer_cli.model.xaiguiformer"} <= graph.keys()
+    assert {"eegformer_cli.experiment.run", "eegformer_cli.model.xaiguiformer"} <= graph.keys()
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
@@ -166,6 +175,19 @@ def test_the_layer_rule_finds_an_upward_import():
     output, run = "eegformer_cli.preprocess.output", "eegformer_cli.preprocess.run"
     assert layer_of(output) < layer_of(run) and layer_of("eegformer_cli.errors") == 0
     assert upward_imports({output: {run}, run: {output}}) == [f"{output} -> {run}"]
+
+
+def test_fitting_sits_between_the_scores_and_the_run_that_judges_it():
+    """Fitting and judging are two rooms: every fit scores itself with ``evaluation`` (below),
+    and the run's judgement (``experiment``, above) refits through ``training``'s fold runner."""
+    fit, folds = "eegformer_cli.training.fit", "eegformer_cli.training.folds"
+    metrics, permutation = (
+        "eegformer_cli.evaluation.metrics",
+        "eegformer_cli.experiment.permutation",
+    )
+    assert layer_of(metrics) < layer_of(fit) == layer_of(folds) < layer_of(permutation)
+    graph = package_imports()
+    assert metrics in graph[fit] and folds in graph[permutation]
 
 
 def test_no_module_imports_a_higher_layer():

@@ -10,14 +10,14 @@ import pytest
 from scipy import stats
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from eegformer_cli.training.metrics import (
+from eegformer_cli.evaluation.metrics import (
     classification_metrics,
     compare_folds,
     describe_comparison,
     paper_balanced_accuracy,
     summarise_folds,
 )
-from eegformer_cli.training.run_metrics import Comparison
+from eegformer_cli.evaluation.run_metrics import Comparison
 
 
 def compared(comparison: dict, model: str, reference: str) -> Comparison:

@@ -69,8 +69,8 @@ def test_attributions_add_up_to_the_logit_change_from_the_reference():
 @pytest.fixture(scope="module")
 def cv_run(tmp_path_factory):
     """A tiny 3-fold x 2-repeat CV run on the sample run's 12 preprocessed recordings."""
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import run_training
 
     prep = build_sample_run(tmp_path_factory)["prep"]
     run_dir = tmp_path_factory.mktemp("oof") / "run"

@@ -15,6 +15,8 @@ from test_explain import SAMPLE_DATA, build_sample_run, run_main
 from test_training import make_connectome_folder, tiny_config
 
 from eegformer_cli.errors import UsageError
+from eegformer_cli.experiment.run import run_training
+from eegformer_cli.experiment.run_folder import RUN_FILES, _clear_run
 from eegformer_cli.ownership import (
     MARKER,
     check_folder,
@@ -23,8 +25,6 @@ from eegformer_cli.ownership import (
     is_report,
     recognised_kinds,
 )
-from eegformer_cli.training.run import run_training
-from eegformer_cli.training.run_folder import RUN_FILES, _clear_run
 
 NOTES = "my notes: do not lose\n"
 
@@ -105,7 +105,7 @@ def test_folders_of_earlier_versions_are_recognised_and_resume(tmp_path_factory,
     shutil.copytree(build_sample_run(tmp_path_factory)["run"], run)
     (run / MARKER).unlink()
     assert recognised_kinds(run) == ["train"]
-    from eegformer_cli.training.run import read_run_request
+    from eegformer_cli.experiment.run import read_run_request
 
     request = read_run_request(run)
     capsys.readouterr()

@@ -130,8 +130,8 @@ def test_recording_wise_splits_when_asked_say_so_everywhere(study, capsys):
     assert metrics["scheme"]["unit"] == "recording"
     assert json.loads((run / "splits.json").read_text())["scheme"]["unit"] == "recording"
     assert "recording-wise" in metrics["shortcut_audit"]["folds"]
-    from eegformer_cli.training.run_metrics import RunMetrics
-    from eegformer_cli.training.verdict import headline, verdict_lines
+    from eegformer_cli.evaluation.run_metrics import RunMetrics
+    from eegformer_cli.experiment.verdict import headline, verdict_lines
 
     assert "recording-wise" in headline(RunMetrics.from_dict(metrics))
     topic, text, tone = verdict_lines(RunMetrics.from_dict(metrics))[0]

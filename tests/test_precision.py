@@ -49,8 +49,8 @@ LEAST_PEAK_LOGIT = {"default": 1.0, "paper": 1000.0}
 def build_paper_run(tmp_path_factory, prep: Path) -> Path:
     """A small ``paper``-preset model (its dRoFE, norms and LayerScale; d 32, 2 layers) trained
     on the sample run's recordings (25 % holdout), once per session and worker."""
+    from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.run import run_training
 
     run_dir = tmp_path_factory.getbasetemp() / "precision-paper-run"
     if not (run_dir / "model.pt").is_file():

@@ -15,9 +15,9 @@ from pathlib import Path
 import mne
 import pytest
 
+from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.config import resolve_config
-from eegformer_cli.training.run import run_training
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 N_PER_CLASS = 8

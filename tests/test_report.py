@@ -564,6 +564,7 @@ def test_report_band_option_and_its_errors(report_file, tmp_path_factory, tmp_pa
 
 
 def test_legends_sit_under_the_plots_over_no_data():
+    from eegformer_cli.evaluation.run_metrics import Calibration, PermutationTest
     from eegformer_cli.explain.calibration_report import reliability_figure
     from eegformer_cli.explain.report_figures import (
         attention_entropy_figure,
@@ -571,7 +572,6 @@ def test_legends_sit_under_the_plots_over_no_data():
         roc_pr_figure,
     )
     from eegformer_cli.explain.trust_report import null_distribution_figure
-    from eegformer_cli.training.run_metrics import Calibration, PermutationTest
 
     rng = np.random.default_rng(0)
     test = {  # a null around chance and observed scores inside it, as the run had
@@ -629,9 +629,9 @@ def test_legends_sit_under_the_plots_over_no_data():
 
 
 def test_calibration_counts_name_predictions_and_recordings():
+    from eegformer_cli.evaluation.oof_calibration import summarise
+    from eegformer_cli.evaluation.run_metrics import Calibration
     from eegformer_cli.explain.calibration_report import calibration_table_html, predictions_of
-    from eegformer_cli.training.oof_calibration import summarise
-    from eegformer_cli.training.run_metrics import Calibration
 
     assert predictions_of(156, 52) == "156 predictions of 52 recordings"
     assert predictions_of(52, 52) == "52 predictions, one per recording"

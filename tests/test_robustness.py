@@ -41,9 +41,9 @@ import pytest
 import torch
 
 from eegformer_cli import simulate
+from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, load_connectome, run_preprocess
 from eegformer_cli.training.config import resolve_config
-from eegformer_cli.training.run import run_training
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 SEED = 11

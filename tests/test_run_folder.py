@@ -1,5 +1,5 @@
-"""The run folder's one owner (training/run_folder.py, with the typed metrics.json of
-training/run_metrics.py): a run folder written by an earlier version (tests/data) still loads,
+"""The run folder's one owner (experiment/run_folder.py, with the typed metrics.json of
+evaluation/run_metrics.py): a run folder written by an earlier version (tests/data) still loads,
 writes its metrics.json back byte for byte, reports and merges; metrics.json of older shapes
 loads; no other module opens the run's tables and JSON."""
 
@@ -13,9 +13,9 @@ import pytest
 from test_layout import PACKAGE, module_name
 from test_training import make_connectome_folder, run_main
 
-from eegformer_cli.training import run_folder
-from eegformer_cli.training.run_metrics import MODEL_NAME, RunMetrics
-from eegformer_cli.training.verdict import headline, verdict_lines
+from eegformer_cli.evaluation.run_metrics import MODEL_NAME, RunMetrics
+from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.verdict import headline, verdict_lines
 
 #: A run folder written by commit 40b91a5 (its README says how).
 EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
@@ -127,12 +127,12 @@ def test_only_the_run_folders_owner_opens_its_files():
         "eegformer_cli.provenance",
         "eegformer_cli.preprocess.output",
     }
-    assert opening - others == {"eegformer_cli.training.run_folder"}
+    assert opening - others == {"eegformer_cli.experiment.run_folder"}
 
 
 def test_metrics_are_read_by_attribute_outside_their_owner():
     """No ``metrics["..."]`` or ``metrics.get(`` outside the owner's (de)serialisation."""
-    owners = {"eegformer_cli.training.run_metrics", "eegformer_cli.training.run_folder"}
+    owners = {"eegformer_cli.evaluation.run_metrics", "eegformer_cli.experiment.run_folder"}
     reading = {
         module_name(p)
         for p in PACKAGE.rglob("*.py")

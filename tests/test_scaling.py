@@ -23,11 +23,11 @@ from eegformer_cli import parallel
 from eegformer_cli.atomic import DirectoryLock, write_json, write_text
 from eegformer_cli.cli.app import main
 from eegformer_cli.errors import OutputError, UsageError
+from eegformer_cli.experiment.run import merge_run, run_training
 from eegformer_cli.preprocess import Connectome, PreprocessSettings, run_preprocess
 from eegformer_cli.training import distributed
 from eegformer_cli.training.config import resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
-from eegformer_cli.training.run import merge_run, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_RECORDINGS = sorted((REPO / "sample_data" / "eeg").glob("*.edf"))[:4]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from eegformer_cli.errors import InputDataError, UsageError
-from eegformer_cli.training import reference, splits
+from eegformer_cli.evaluation import reference
+from eegformer_cli.training import splits
 
 
 def _recordings(n_participants=30, recordings_per_participant=(1, 3), seed=0):

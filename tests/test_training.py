@@ -23,14 +23,14 @@ import torch
 from conftest import SAMPLE_DATA
 
 from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
+from eegformer_cli.evaluation.reference import fit_reference
+from eegformer_cli.experiment.run import run_training
 from eegformer_cli.model.xaiguiformer import ModelConfig
 from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.fit import lr_at_step, selection_improved
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
-from eegformer_cli.training.reference import fit_reference
-from eegformer_cli.training.run import run_training
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
@@ -865,10 +865,10 @@ def pyriemann_probabilities(prep: Path, fold: dict, seed: int, labels: list[str]
 
 
 def test_tangent_space_reference_is_pyriemanns_pipeline_on_the_same_folds(sample_run):
-    from eegformer_cli.training import permutation
+    from eegformer_cli.experiment import permutation
+    from eegformer_cli.experiment.run import read_run_request
     from eegformer_cli.training.fit import fold_seed
     from eegformer_cli.training.folds import plan_run, reference_features
-    from eegformer_cli.training.run import read_run_request
 
     run = sample_run["run"]
     metrics = json.loads((run / "metrics.json").read_text())

@@ -1,5 +1,5 @@
-"""Is the score real? The shortcut audit (training/audit.py), the permutation test
-(training/permutation.py), their train options and their report section.
+"""Is the score real? The shortcut audit (experiment/audit.py), the permutation test
+(experiment/permutation.py), their train options and their report section.
 
 Synthetic ``preprocess`` folders (tests/test_training.py's, a learnable coherence difference)
 get nuisance columns that do or do not carry the label; the permutation test's small p-value
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from test_training import make_connectome_folder, run_main, tiny_config  # tests/ is on sys.path
 
-from eegformer_cli.training import audit, null_labels, permutation
+from eegformer_cli.evaluation.metrics import MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME
+from eegformer_cli.evaluation.run_metrics import AuditVariable, RunMetrics, ShortcutAudit
+from eegformer_cli.experiment import audit, null_labels, permutation
+from eegformer_cli.experiment.run import run_training
 from eegformer_cli.training.dataset import RecordingInfo, TrainingData
 from eegformer_cli.training.folds import plan_run, reference_features
-from eegformer_cli.training.metrics import MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME
-from eegformer_cli.training.run import run_training
-from eegformer_cli.training.run_metrics import AuditVariable, RunMetrics, ShortcutAudit
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 

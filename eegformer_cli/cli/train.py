@@ -16,12 +16,12 @@ from eegformer_cli.choices import DEFAULT_PRESET
 from eegformer_cli.options import TRAIN
 
 if TYPE_CHECKING:
-    from eegformer_cli.training.run_metrics import Calibration, RunMetrics, ShortcutAudit
+    from eegformer_cli.evaluation.run_metrics import Calibration, RunMetrics, ShortcutAudit
 
 
 def _verdict_panel(metrics: RunMetrics) -> Panel:
-    """The verdict box that opens the summary (:mod:`eegformer_cli.training.verdict`)."""
-    from eegformer_cli.training.verdict import headline, verdict_lines
+    """The verdict box that opens the summary (:mod:`eegformer_cli.experiment.verdict`)."""
+    from eegformer_cli.experiment.verdict import headline, verdict_lines
 
     colour = {"good": "green", "warn": "yellow", "neutral": "default"}
     text = Text(headline(metrics) + "\n", style="bold")
@@ -69,7 +69,7 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
     shown.print(_summary_table(metrics))
     if metrics.all_comparisons:
         # imported here: scikit-learn, not at every command's start-up
-        from eegformer_cli.training.metrics import describe_comparison
+        from eegformer_cli.evaluation.metrics import describe_comparison
 
         for comparison in metrics.all_comparisons:
             shown.print(describe_comparison(comparison))
@@ -78,11 +78,11 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
 
         shown.print(describe(metrics.attention, "out of fold"))
     if metrics.shortcut_audit:
-        from eegformer_cli.training.audit import describe_audit
+        from eegformer_cli.experiment.audit import describe_audit
 
         shown.print(describe_audit(metrics.shortcut_audit))
     if metrics.permutation_test:
-        from eegformer_cli.training.permutation import describe_permutation_test
+        from eegformer_cli.experiment.permutation import describe_permutation_test
 
         shown.print(describe_permutation_test(metrics.permutation_test))
     shown.print(f"run folder: {out} (model file: {out / 'model.pt'})")
@@ -327,7 +327,7 @@ def train(
 
 def _typed(metrics: dict | None) -> RunMetrics | None:
     """``commands.train``'s metrics.json dict as the typed metrics (None stays None)."""
-    from eegformer_cli.training.run_metrics import RunMetrics
+    from eegformer_cli.evaluation.run_metrics import RunMetrics
 
     return None if metrics is None else RunMetrics.from_dict(metrics)
 

@@ -1,11 +1,11 @@
 """The report's verdict box and its section "How far to trust a probability": calibration and
 prediction sets.
 
-From ``metrics.json``: the verdict (:mod:`eegformer_cli.training.verdict`) as the report's first
-item; ``calibration`` (:mod:`eegformer_cli.training.calibration`: Brier score, expected
+From ``metrics.json``: the verdict (:mod:`eegformer_cli.experiment.verdict`) as the report's first
+item; ``calibration`` (:mod:`eegformer_cli.evaluation.calibration`: Brier score, expected
 calibration error, calibration slope and intercept of each model's out-of-fold probabilities,
 and the recalibration ``predict`` applies) as a table and a reliability diagram; and
-``prediction_sets`` (:mod:`eegformer_cli.training.conformal`) as a table of the empirical
+``prediction_sets`` (:mod:`eegformer_cli.evaluation.conformal`) as a table of the empirical
 coverage of the split-conformal sets at each level. A run without them gets a line saying why.
 """
 
@@ -19,15 +19,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from eegformer_cli.explain.report_figures import legend_below
-from eegformer_cli.training.calibration import describe_recalibration
-from eegformer_cli.training.run_metrics import (
+from eegformer_cli.evaluation.calibration import describe_recalibration
+from eegformer_cli.evaluation.run_metrics import (
     Calibration,
     CalibrationSummary,
     PredictionSets,
     RunMetrics,
 )
-from eegformer_cli.training.verdict import headline, verdict_lines
+from eegformer_cli.experiment.verdict import headline, verdict_lines
+from eegformer_cli.explain.report_figures import legend_below
 
 SECTION = "How far to trust a probability"
 VERDICT_CSS = """

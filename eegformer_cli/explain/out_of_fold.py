@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from eegformer_cli import console
-from eegformer_cli.training import run_folder
-from eegformer_cli.training.run_metrics import MODEL_NAME
+from eegformer_cli.evaluation.run_metrics import MODEL_NAME
+from eegformer_cli.experiment import run_folder
 
 
 class OutOfFoldModels:

@@ -59,6 +59,9 @@ import matplotlib.pyplot as plt
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, read_json, write_bytes
 from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_choice
+from eegformer_cli.evaluation.metrics import describe_comparison
+from eegformer_cli.evaluation.run_metrics import RunMetrics
+from eegformer_cli.experiment import run_folder
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
 from eegformer_cli.explain.report_figures import (
     attention_entropy_figure,
@@ -87,9 +90,6 @@ from eegformer_cli.explain.report_tables import (
 )
 from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
-from eegformer_cli.training import run_folder
-from eegformer_cli.training.metrics import describe_comparison
-from eegformer_cli.training.run_metrics import RunMetrics
 
 #: Styles added to MNE's page: the tag filter hidden (the report has no tags), the notes boxed.
 REPORT_CSS = """

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from eegformer_cli.training.run_metrics import MeanScores
+from eegformer_cli.evaluation.run_metrics import MeanScores
 
 #: Channel pairs drawn per class on the head (strongest by |value|).
 HEAD_PAIRS = 20

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eegformer_cli.training import run_folder
-from eegformer_cli.training.run_metrics import RunMetrics
+from eegformer_cli.evaluation.run_metrics import RunMetrics
+from eegformer_cli.experiment import run_folder
 
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
 

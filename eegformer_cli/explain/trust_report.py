@@ -1,7 +1,7 @@
 """The report's section "Is the score real?": the shortcut audit and the permutation test.
 
-From ``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.training.audit`) and
-``permutation_test`` (:mod:`eegformer_cli.training.permutation`): a table of the nuisance
+From ``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.experiment.audit`) and
+``permutation_test`` (:mod:`eegformer_cli.experiment.permutation`): a table of the nuisance
 variables (flagged first) with a sentence on what a flag means, and a histogram of the null
 BAC with each model's observed BAC. A run without them gets a line saying how to add them.
 """
@@ -17,14 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from eegformer_cli.explain.report_figures import legend_below
-from eegformer_cli.training.audit import (
+from eegformer_cli.evaluation.run_metrics import PermutationTest, RunMetrics, ShortcutAudit
+from eegformer_cli.experiment.audit import (
     AUROC_FLAG,
     describe_by_class,
     describe_figure,
 )
-from eegformer_cli.training.permutation import describe_permutation_test
-from eegformer_cli.training.run_metrics import PermutationTest, RunMetrics, ShortcutAudit
+from eegformer_cli.experiment.permutation import describe_permutation_test
+from eegformer_cli.explain.report_figures import legend_below
 
 SECTION = "Is the score real?"
 AUDIT_MEANING = (

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.errors import UsageError
+from eegformer_cli.evaluation.metrics import classification_metrics
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.training import augment, distributed, splits
@@ -39,7 +40,6 @@ from eegformer_cli.training.interaction_screen import (
     entry_table,
     screen_interactions,
 )
-from eegformer_cli.training.metrics import classification_metrics
 from eegformer_cli.training.model_file import demographic_stats
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 

@@ -21,6 +21,18 @@ from scipy.special import softmax
 from eegformer_cli import console
 from eegformer_cli.devices import resolve_device, resolve_precision
 from eegformer_cli.errors import UsageError, did_you_mean
+from eegformer_cli.evaluation.metrics import (
+    MODEL_NAME,
+    REFERENCE_NAME,
+    TANGENT_SPACE_NAME,
+    classification_metrics,
+)
+from eegformer_cli.evaluation.reference import (
+    fit_reference,
+    recording_features,
+    reference_probabilities,
+)
+from eegformer_cli.evaluation.tangent_space import fit_tangent_space, shrunk_covariances
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (
@@ -31,18 +43,6 @@ from eegformer_cli.training.dataset import (
     read_covariances,
 )
 from eegformer_cli.training.fit import attention_summary, build_model, evaluate, fit_model, seed_of
-from eegformer_cli.training.metrics import (
-    MODEL_NAME,
-    REFERENCE_NAME,
-    TANGENT_SPACE_NAME,
-    classification_metrics,
-)
-from eegformer_cli.training.reference import (
-    fit_reference,
-    recording_features,
-    reference_probabilities,
-)
-from eegformer_cli.training.tangent_space import fit_tangent_space, shrunk_covariances
 
 #: Each reference model: the function fitting it on a training part (inputs, labels, groups,
 #: seed), in the order of metrics.json.

@@ -68,14 +68,14 @@ from threadpoolctl import threadpool_limits
 
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError, did_you_mean
+from eegformer_cli.evaluation.metrics import against_chance, classification_metrics
+from eegformer_cli.evaluation.run_metrics import AuditVariable, ShortcutAudit
+from eegformer_cli.experiment.null_labels import p_value, permuted_labels
 from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
 from eegformer_cli.recordings.reading import input_folder
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
-from eegformer_cli.training.metrics import against_chance, classification_metrics
-from eegformer_cli.training.null_labels import p_value, permuted_labels
-from eegformer_cli.training.run_metrics import AuditVariable, ShortcutAudit
 
 if TYPE_CHECKING:  # the report imports this module's words without torch (dataset.py's)
     from eegformer_cli.training.dataset import TrainingData

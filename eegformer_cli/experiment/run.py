@@ -54,18 +54,21 @@ import numpy as np
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.evaluation import oof_calibration
+from eegformer_cli.evaluation.metrics import (
+    MODEL_NAME,
+    against_chance,
+    compare_folds,
+    summarise_folds,
+)
+from eegformer_cli.evaluation.run_metrics import RunMetrics
+from eegformer_cli.experiment import audit, permutation, run_folder
+from eegformer_cli.experiment.run_folder import prepare_run_dir, run_folder_lock
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.ownership import claim_folder
 from eegformer_cli.parallel import process_pool, report_progress, worker_count
 from eegformer_cli.preprocess.output import read_manifest
-from eegformer_cli.training import (
-    audit,
-    distributed,
-    oof_calibration,
-    permutation,
-    run_folder,
-    splits,
-)
+from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, recording_fingerprints
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
@@ -78,15 +81,7 @@ from eegformer_cli.training.folds import (
     reference_features,
     run_fold,
 )
-from eegformer_cli.training.metrics import (
-    MODEL_NAME,
-    against_chance,
-    compare_folds,
-    summarise_folds,
-)
 from eegformer_cli.training.model_file import add_calibration, demographic_stats, save_model_file
-from eegformer_cli.training.run_folder import prepare_run_dir, run_folder_lock
-from eegformer_cli.training.run_metrics import RunMetrics
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 
 

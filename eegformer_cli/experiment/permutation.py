@@ -45,16 +45,16 @@ import numpy as np
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError, check_choice
-from eegformer_cli.parallel import process_pool
-from eegformer_cli.training import run_folder
-from eegformer_cli.training.metrics import (
+from eegformer_cli.evaluation.metrics import (
     MODEL_NAME,
     REFERENCE_NAME,
     TANGENT_SPACE_NAME,
     classification_metrics,
 )
-from eegformer_cli.training.null_labels import describe_scheme, p_value, permuted_labels
-from eegformer_cli.training.run_metrics import NullComparison, PermutationTest, RunMetrics
+from eegformer_cli.evaluation.run_metrics import NullComparison, PermutationTest, RunMetrics
+from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.null_labels import describe_scheme, p_value, permuted_labels
+from eegformer_cli.parallel import process_pool
 
 #: ``--permutation-model`` choice -> the model refit on permuted labels: its metrics.json name.
 NULL_MODELS = {
@@ -120,7 +120,7 @@ def null_scores(plan, features: dict[str, dict], index: int, null_model: str) ->
 def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model: str) -> dict:
     """The BAC of the models refit on the run's folds with ``labels`` (one per recording of
     ``plan.data``) instead of the real ones: ``{"bac": {model: mean over folds}, "per_fold":
-    [...]}``. ``null_model`` :data:`~eegformer_cli.training.metrics.MODEL_NAME` retrains both
+    [...]}``. ``null_model`` :data:`~eegformer_cli.evaluation.metrics.MODEL_NAME` retrains both
     models exactly as the run's folds do; else that reference alone is refit. With the real
     labels this is the run's own BAC."""
     from eegformer_cli.training.folds import run_fold  # torch: only when training

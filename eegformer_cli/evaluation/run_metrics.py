@@ -1,5 +1,5 @@
 """``metrics.json`` as a typed object: :class:`RunMetrics` and its parts, read and written by
-:mod:`run_folder` only; every other module reads their attributes.
+:mod:`~eegformer_cli.experiment.run_folder` only; every other module reads their attributes.
 
 The tree (each class's fields are its JSON keys, in the file's order):
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from eegformer_cli.training import calibration, conformal
-from eegformer_cli.training.metrics import MODEL_NAME
+from eegformer_cli.evaluation import calibration, conformal
+from eegformer_cli.evaluation.metrics import MODEL_NAME
 
 
 def _arrays(rows: list[dict], label_names: list[str]):

@@ -13,7 +13,7 @@ One line per question, each ``(topic, text, tone)`` with tone ``good`` / ``neutr
 - calibration: the out-of-fold expected calibration error and Brier score, what ``predict``
   does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets.
 
-A :class:`~eegformer_cli.training.run_metrics.RunMetrics` in, plain text out: no torch, no
+A :class:`~eegformer_cli.evaluation.run_metrics.RunMetrics` in, plain text out: no torch, no
 scikit-learn.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-from eegformer_cli.training.run_metrics import Comparison, RunMetrics
+from eegformer_cli.evaluation.run_metrics import Comparison, RunMetrics
 
 #: How a reference model is named in a sentence ("not distinguishable from ...").
 REFERENCE_NAMES = {

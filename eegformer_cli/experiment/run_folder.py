@@ -1,5 +1,5 @@
 """A train run folder: its files, in the one module that reads and writes them (with its
-typed ``metrics.json``, :mod:`run_metrics`); what identifies the run it holds, claiming it for
+typed ``metrics.json``, :mod:`~eegformer_cli.evaluation.run_metrics`); what identifies the run it holds, claiming it for
 a run (:func:`prepare_run_dir`: resume, refuse another run, or replace it with
 ``--overwrite``), which files are the run's (the only ones replacing it deletes) and its lock.
 
@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING
 
 from eegformer_cli.atomic import DirectoryLock, ensure_dir, read_json, write_json, write_text
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.evaluation.run_metrics import RunMetrics, nan_to_none
 from eegformer_cli.ownership import remove_outputs
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import current_train_fields
-from eegformer_cli.training.run_metrics import RunMetrics, nan_to_none
 from eegformer_cli.versions import package_versions
 
 if TYPE_CHECKING:  # folds imports torch, which reading a run folder does not need

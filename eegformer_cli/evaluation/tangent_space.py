@@ -27,7 +27,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from eegformer_cli.training.reference import balanced_logistic_regression, search_logistic_c
+from eegformer_cli.evaluation.reference import balanced_logistic_regression, search_logistic_c
 
 SHRINKAGE = 0.1
 
