@@ -1,0 +1,158 @@
+"""A run's summaries, rewritten from its fold results after every fold and at the end:
+``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` (each model's scores per fold
+and over folds, the comparisons with the references, the score against chance, the out-of-fold
+calibration and prediction sets, attention), and whether the run is complete.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eegformer_cli.evaluation import oof_calibration
+from eegformer_cli.evaluation.metrics import (
+    MODEL_NAME,
+    against_chance,
+    compare_folds,
+    summarise_folds,
+)
+from eegformer_cli.evaluation.run_metrics import RunMetrics
+from eegformer_cli.experiment import run_folder
+from eegformer_cli.model.diagnostics import mean_diagnostics
+from eegformer_cli.training import splits
+from eegformer_cli.training.folds import REFERENCES, RunPlan
+from eegformer_cli.training.model_file import add_calibration
+
+
+def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | None = None) -> dict:
+    """metrics.json's first entries: ``{"complete": False, "incomplete": why}`` while folds
+    are missing (``n_finished`` of the plan's), ``model.pt`` is not written or ``pending``
+    names a step still to come; else ``{"complete": True, "incomplete": None}``."""
+    missing = []
+    if n_finished < len(plan.folds):
+        missing.append(f"{n_finished} of {len(plan.folds)} folds finished")
+    if not run_folder.has_final_model(run_dir):
+        missing.append("no final model (model.pt) yet")
+    if pending:
+        missing.append(pending)
+    if not missing:
+        return {"complete": True, "incomplete": None}
+    return {
+        "complete": False,
+        "incomplete": "incomplete run: "
+        + "; ".join(missing)
+        + ", so these metrics are not the whole run's; rerun the same `eegformer train` "
+        "command (or `eegformer train --merge` after --fold jobs) to finish it",
+    }
+
+
+def write_summaries(
+    run_dir: Path,
+    plan: RunPlan,
+    results: list[dict],
+    final_history: list[dict] | None = None,
+    extra: dict | None = None,
+    pending: str | None = None,
+) -> RunMetrics:
+    """history.jsonl, oof_predictions.tsv and metrics.json from the fold results; returns metrics.
+
+    ``extra``: more top-level entries of metrics.json (``shortcut_audit``). First, whether
+    the run is complete (:func:`completeness`; ``pending``: a step still to come). Beside the
+    models' metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval
+    against chance) and the out-of-fold calibration and prediction-set coverage
+    (:mod:`oof_calibration`), whose recalibration and calibration set go into ``model.pt``
+    when it exists."""
+    history = [record for result in results for record in result["history"]]
+    history += final_history or []
+    run_folder.write_history(run_dir, history)
+    label_names = plan.data.label_names
+    # the references every fold has (folds of an earlier version, or a folder without band
+    # covariances, have only the logistic regression)
+    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]]
+    run_folder.write_oof_predictions(
+        run_dir,
+        label_names,
+        [row for result in results for row in result["oof"] if row["model"] in names],
+    )
+    ratio = splits.test_train_ratio(plan.folds)
+    models, comparisons = _models_and_comparisons(results, names, ratio)
+    oof_rows = [row for result in results for row in result["oof"]]
+    calibration, prediction_sets, model_entry = oof_calibration.summarise(
+        oof_rows, label_names, plan.positive_label
+    )
+    metrics = RunMetrics.from_dict(
+        {
+            **completeness(run_dir, plan, len(results), pending),
+            "labels": label_names,
+            "positive_label": plan.positive_label,
+            "label_column": plan.data.label_column,
+            "scheme": plan.scheme,
+            "preset": plan.config.preset,
+            "n_folds": len(results),
+            "cv_seconds": float(sum(r["seconds"] for r in results)),
+            "models": models,
+            "comparison": comparisons[0],
+            "comparisons": comparisons,
+            "score": _score(models, len(label_names), ratio),
+            "calibration": calibration,
+            "prediction_sets": prediction_sets,
+            "attention": _attention_out_of_fold(results),
+            **(extra or {}),
+        }
+    )
+    run_folder.write_metrics(run_dir, metrics)
+    if run_folder.has_final_model(run_dir):
+        add_calibration(run_dir / "model.pt", model_entry)
+    return metrics
+
+
+def _models_and_comparisons(
+    results: list[dict], names: list[str], ratio: float
+) -> tuple[dict[str, dict], list[dict]]:
+    """metrics.json's ``models`` (each model's per-fold metrics and their summary over folds,
+    for the model names ``names``) and ``comparisons`` (the transformer against each reference,
+    paired over folds; ``ratio``: the folds' test/train size ratio)."""
+    models = {}
+    for name in names:
+        per_fold = [
+            {"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]} for r in results
+        ]
+        models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
+    comparisons = [
+        {
+            "model": MODEL_NAME,
+            "reference": name,
+            **compare_folds(models[MODEL_NAME]["per_fold"], models[name]["per_fold"], ratio),
+        }
+        for name in models
+        if name != MODEL_NAME
+    ]
+    return models, comparisons
+
+
+def _score(models: dict[str, dict], n_classes: int, ratio: float) -> dict:
+    """metrics.json's ``score``: the transformer's mean BAC over folds, its 95 % interval and
+    its test against chance (1 / ``n_classes``)."""
+    return {
+        "model": MODEL_NAME,
+        "metric": "bac",
+        "chance": 1 / n_classes,
+        **against_chance(models[MODEL_NAME]["per_fold"], "bac", 1 / n_classes, ratio),
+    }
+
+
+def _attention_out_of_fold(results: list[dict]) -> dict | None:
+    """The folds' attention summaries (test recordings) and their mean over folds; None when
+    no fold has one (a run folder of an earlier version)."""
+    per_fold = [
+        {"repeat": r["repeat"], "fold": r["fold"], **r["attention"]}
+        for r in results
+        if r.get("attention")
+    ]
+    mean = mean_diagnostics([r["attention"] for r in results if r.get("attention")])
+    if mean is None:
+        return None
+    return {
+        "scope": "test recordings of every fold: mean over a fold's recordings, then over folds",
+        **mean,
+        "per_fold": per_fold,
+    }
