@@ -59,6 +59,7 @@ import pickle
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -68,6 +69,9 @@ from eegformer_cli.atomic import write_bytes
 from eegformer_cli.errors import EegformerError, ModelFileError, UsageError
 from eegformer_cli.training.standardise import StandardisedModel
 from eegformer_cli.versions import package_versions
+
+if TYPE_CHECKING:
+    from eegformer_cli.model.xaiguiformer import ModelConfig
 
 FORMAT_NAME = "eegformer-model"
 FORMAT_VERSION = 1
@@ -185,9 +189,32 @@ def load_model_file(path: str | os.PathLike, device: str | torch.device = "cpu")
     written by an earlier version loads without its retired fields
     (``xaiguiformer.current_model_fields``).
     """
-    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer, current_model_fields
+    from eegformer_cli.model.xaiguiformer import current_model_fields
 
     path = Path(path)
+    bundle = _read_bundle(path)
+    if isinstance(bundle.get("model_config"), dict):
+        try:  # a config of an earlier version: retired fields, experimental variants
+            current_model_fields(bundle["model_config"])
+        except UsageError as exc:
+            raise ModelFileError(str(exc), path=path, hint=exc.hint) from None
+    try:
+        result, config = _rebuild(path, bundle, device)
+    except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
+        reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())
+        raise ModelFileError(
+            f"model file is incomplete or inconsistent: {reason[:200]}",
+            path=path,
+            hint="retrain with this eegformer version",
+        ) from None
+    if len(result.label_names) != config.n_classes or len(result.channels) != config.n_channels:
+        raise ModelFileError("label names or channels do not match the model's config", path=path)
+    return result
+
+
+def _read_bundle(path: Path) -> dict:
+    """The dict a model file holds, once it is known to be an eegformer model file of a format
+    version this version reads; ModelFileError naming the file otherwise."""
     if not path.is_file():
         raise ModelFileError("model file not found", path=path, hint="pass RUN_DIR/model.pt")
     with open(path, "rb") as handle:  # torch.save writes a zip archive; a .json, .tsv, ... is not
@@ -234,48 +261,44 @@ def load_model_file(path: str | os.PathLike, device: str | torch.device = "cpu")
             hint="use the eegformer version that wrote it "
             f"({bundle.get('eegformer_version', 'unknown')}) or retrain",
         )
-    if isinstance(bundle.get("model_config"), dict):
-        try:  # a config of an earlier version: retired fields, experimental variants
-            current_model_fields(bundle["model_config"])
-        except UsageError as exc:
-            raise ModelFileError(str(exc), path=path, hint=exc.hint) from None
-    try:
-        config = ModelConfig.from_dict(bundle["model_config"])
-        model = XAIguiFormer(config)
-        if bundle["input_standardisation"]:
-            model = StandardisedModel(model)
-        model.load_state_dict(bundle["state_dict"])
-        result = ModelBundle(
-            path=path,
-            model=model.to(device).eval(),
-            model_config=bundle["model_config"],
-            label_names=[str(n) for n in bundle["label_names"]],
-            label_column=str(bundle["label_column"]),
-            positive_label=bundle["positive_label"],
-            channels=[str(c) for c in bundle["channels"]],
-            bands=[str(b) for b in bundle["bands"]],
-            band_edges_hz=np.asarray(bundle["band_edges_hz"], dtype=np.float64),
-            preprocess_settings=dict(bundle["preprocess_settings"]),
-            demographic_stats=bundle["demographic_stats"],
-            train_config=bundle["train_config"],
-            trained_on=str(bundle["trained_on"]),
-            eegformer_version=str(bundle["eegformer_version"]),
-            versions=dict(bundle["versions"]),
-            training_data=bundle.get("training_data"),
-            recalibration=bundle.get("recalibration"),
-            conformal=bundle.get("conformal"),
-        )
-        result.reference = reference_connectome(bundle.get("reference_connectome"), model)
-    except (KeyError, TypeError, ValueError, RuntimeError, EegformerError) as exc:
-        reason = exc.one_line() if isinstance(exc, EegformerError) else " ".join(str(exc).split())
-        raise ModelFileError(
-            f"model file is incomplete or inconsistent: {reason[:200]}",
-            path=path,
-            hint="retrain with this eegformer version",
-        ) from None
-    if len(result.label_names) != config.n_classes or len(result.channels) != config.n_channels:
-        raise ModelFileError("label names or channels do not match the model's config", path=path)
-    return result
+    return bundle
+
+
+def _rebuild(
+    path: Path, bundle: dict, device: str | torch.device
+) -> tuple[ModelBundle, ModelConfig]:
+    """The model of a checked model file's ``bundle``, rebuilt from its config with its weights
+    loaded, in a :class:`ModelBundle`, and the config. A file whose contents do not fit raises
+    KeyError, TypeError, ValueError, RuntimeError or an EegformerError."""
+    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
+
+    config = ModelConfig.from_dict(bundle["model_config"])
+    model = XAIguiFormer(config)
+    if bundle["input_standardisation"]:
+        model = StandardisedModel(model)
+    model.load_state_dict(bundle["state_dict"])
+    result = ModelBundle(
+        path=path,
+        model=model.to(device).eval(),
+        model_config=bundle["model_config"],
+        label_names=[str(n) for n in bundle["label_names"]],
+        label_column=str(bundle["label_column"]),
+        positive_label=bundle["positive_label"],
+        channels=[str(c) for c in bundle["channels"]],
+        bands=[str(b) for b in bundle["bands"]],
+        band_edges_hz=np.asarray(bundle["band_edges_hz"], dtype=np.float64),
+        preprocess_settings=dict(bundle["preprocess_settings"]),
+        demographic_stats=bundle["demographic_stats"],
+        train_config=bundle["train_config"],
+        trained_on=str(bundle["trained_on"]),
+        eegformer_version=str(bundle["eegformer_version"]),
+        versions=dict(bundle["versions"]),
+        training_data=bundle.get("training_data"),
+        recalibration=bundle.get("recalibration"),
+        conformal=bundle.get("conformal"),
+    )
+    result.reference = reference_connectome(bundle.get("reference_connectome"), model)
+    return result, config
 
 
 def reference_connectome(stored: dict | None, model: torch.nn.Module) -> dict:
