@@ -54,6 +54,8 @@ from eegformer_cli.preprocess.output import (
     MANIFEST_NAME,
     MANIFEST_TRAILING_COLUMNS,
     SETTINGS_NAME,
+    Connectome,
+    TokenFiles,
     load_record,
     manifest_rows,
     read_settings_file,
@@ -180,24 +182,45 @@ def _process_and_save(task: _Task) -> tuple[str, dict]:
 
     ``fields`` are the recording's processing columns of the manifest. A bad recording never
     raises: its error becomes ``{"status": "error", "error": ...}`` so the others go on. One
-    BLAS/OpenMP thread per worker, so that ``n_jobs`` workers use ``n_jobs`` cores.
+    BLAS/OpenMP thread per worker, so that ``n_jobs`` workers use ``n_jobs`` cores. The tokens
+    go to temporary files beside the connectome file as they are computed
+    (:class:`TokenFiles`), so memory stays flat in the recording's length.
     """
+    with TokenFiles(task.out_file) as token_files:
+        connectome = _process_into(task, token_files)
+        if isinstance(connectome, str):
+            return task.recording_id, {"status": "error", "error": connectome}
+        fields = _processing_fields(connectome)
+        connectome.record = {
+            "settings_hash": PreprocessSettings.from_dict(task.settings).settings_hash(),
+            "source_size": task.source_size,
+            "source_mtime_ns": task.source_mtime_ns,
+            "fields": fields,
+        }
+        token_files.save(connectome, task.out_file)
+    return task.recording_id, fields
+
+
+def _process_into(task: _Task, token_files: TokenFiles) -> Connectome | str:
+    """The connectome of ``task``'s recording, its tokens in ``token_files``, or the one-line
+    error that makes it a failed row (a bug included: it must not stop the other recordings)."""
     from threadpoolctl import threadpool_limits
 
     settings = PreprocessSettings.from_dict(task.settings)
     try:
         with threadpool_limits(limits=1), warnings.catch_warnings(), mne.use_log_level("error"):
             warnings.simplefilter("ignore")
-            connectome = process_recording(task.path, settings)
+            return process_recording(task.path, settings, token_store=token_files)
     except EegformerError as exc:
-        return task.recording_id, {"status": "error", "error": exc.one_line()}
+        return exc.one_line()
     except Exception as exc:  # a bug must not stop the other recordings; it is reported
         message = " ".join(str(exc).split()) or type(exc).__name__
-        return task.recording_id, {
-            "status": "error",
-            "error": f"{task.path}: internal error: {type(exc).__name__}: {message}",
-        }
-    fields = {
+        return f"{task.path}: internal error: {type(exc).__name__}: {message}"
+
+
+def _processing_fields(connectome: Connectome) -> dict:
+    """The recording's processing columns of the manifest."""
+    return {
         "status": "ok",
         "error": None,
         "n_segments": connectome.n_segments,
@@ -208,14 +231,6 @@ def _process_and_save(task: _Task) -> tuple[str, dict]:
         "channels_interpolated": ",".join(connectome.channels_interpolated),
         "signal_sha256": connectome.signal_sha256,
     }
-    connectome.record = {
-        "settings_hash": settings.settings_hash(),
-        "source_size": task.source_size,
-        "source_mtime_ns": task.source_mtime_ns,
-        "fields": fields,
-    }
-    connectome.save(task.out_file)
-    return task.recording_id, fields
 
 
 # The run.
