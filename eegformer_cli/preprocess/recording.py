@@ -21,20 +21,12 @@ import mne
 import numpy as np
 
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names, check_bands_fit_rate
-from eegformer_cli.connectivity.tokens import (
-    TokenAccumulator,
-    TokenArrays,
-    covariance_bands,
-)
+from eegformer_cli.connectivity.tokens import TokenAccumulator, TokenArrays, covariance_bands
 from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
 from eegformer_cli.recordings import chunks, cleaning, reading
-from eegformer_cli.recordings.channels import (
-    canonical_names,
-    channel_layout,
-    select_channel_set,
-)
+from eegformer_cli.recordings.channels import canonical_names, channel_layout, select_channel_set
 
 #: Where a recording's coherence and wPLI rows can go (:class:`TokenAccumulator`'s ``store``).
 TokenStore = TokenArrays | TokenFiles
@@ -199,17 +191,7 @@ def _clean_and_tokenise(
     if settings.crop_s is not None:  # cropped after the filter: no edge effect at the cut
         stop = cleaning.crop_length(recording.n_times, sfreq, settings.crop_s)
     cleaning.check_holds_an_epoch(stop, sfreq, epoch_length_s, window_s)
-    ica, excluded = None, []
-    if settings.ica:
-        fit_on = recording.cleaned(
-            cleaning.ica_fit_spans(stop, sfreq), referenced=not settings.ica_before_reference
-        )
-        ica, excluded = cleaning.fit_ica_iclabel(
-            mne.io.RawArray(fit_on, recording.info, verbose=False),
-            settings.ica_n_components,
-            settings.ica_random_state,
-        )
-        del fit_on
+    ica, excluded = _fit_ica(recording, settings, stop) if settings.ica else (None, [])
     n_windows, window_samples = cleaning.epoch_samples(epoch_length_s, sfreq, window_s)
     epoch = n_windows * window_samples
     accumulator = TokenAccumulator(
@@ -251,6 +233,22 @@ def _clean_and_tokenise(
     coh, wpli, covariance = accumulator.result()
     return _Tokens(
         coh, wpli, covariance, np.concatenate(onsets), n_rejected, excluded, accumulator.finite
+    )
+
+
+def _fit_ica(
+    recording: chunks.ChunkedRecording, settings: PreprocessSettings, stop: int
+) -> tuple[mne.preprocessing.ICA, list[str]]:
+    """The ICA of ``recording``'s first ``stop`` cleaned samples (the whole up to 30 minutes,
+    else blocks spread over it: :func:`cleaning.ica_fit_spans`) and the ICLabel labels of the
+    components it removes (:func:`cleaning.fit_ica_iclabel`)."""
+    fit_on = recording.cleaned(
+        cleaning.ica_fit_spans(stop, settings.sfreq), referenced=not settings.ica_before_reference
+    )
+    return cleaning.fit_ica_iclabel(
+        mne.io.RawArray(fit_on, recording.info, verbose=False),
+        settings.ica_n_components,
+        settings.ica_random_state,
     )
 
 
