@@ -237,6 +237,7 @@ def child_peak(path: Path, code_dir: Path = REPO, preset: str = "default") -> di
     environment = {**os.environ, "PYTHONPATH": str(code_dir), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-c", PEAK_MEMORY_CHILD, str(path), preset],
+        cwd=code_dir,  # ``python -c`` puts its folder before PYTHONPATH on the path
         check=True,
         capture_output=True,
         text=True,
