@@ -9,7 +9,8 @@ Measures, and prints as JSON on stdout (``--parts`` chooses which):
   seconds per recording-minute, the speed-up (target: >= 1.7), and the CPU time of the main
   process and of the workers.
 - ``peak_memory``: the peak resident memory (``ru_maxrss`` of a child process) of
-  :func:`process_recording` on a synthetic 20-minute, 19-channel, 256 Hz EDF recording
+  ``eegformer preprocess`` of one synthetic 20-minute, 19-channel, 256 Hz EDF recording with
+  one worker (:func:`run_preprocess`, the connectome file written)
   (target: < 1.5 GiB), next to the child's memory after the imports alone.
 - ``length_sweep``: the same, and the child's wall and CPU seconds per recording-minute, for
   synthetic 19-channel, 256 Hz EDF recordings of ``--sweep-minutes`` (10 min, 2, 8 and 24 h):
@@ -71,18 +72,21 @@ print(json.dumps({"wall": wall, "cpu_main": cpu(resource.getrusage(resource.RUSA
 """
 
 PEAK_MEMORY_CHILD = """
-import re, resource, sys, time
+import csv, re, resource, sys, tempfile, time
 from pathlib import Path
-from threadpoolctl import threadpool_limits
-from eegformer_cli.preprocess import PreprocessSettings, process_recording
+from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 status = Path("/proc/self/status").read_text()
 after_imports = int(re.search(r"VmRSS:\\s+(\\d+)", status).group(1))
+source = Path(sys.argv[1])
 started, cpu_started = time.perf_counter(), time.process_time()
-with threadpool_limits(limits=1):  # one BLAS thread, as a preprocess worker
-    connectome = process_recording(sys.argv[1], PreprocessSettings.from_preset(sys.argv[2]))
-wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+with tempfile.TemporaryDirectory(dir=source.parent) as out:  # one worker: this process
+    run_preprocess([source], Path(out), PreprocessSettings.from_preset(sys.argv[2]), n_jobs=1)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    with open(Path(out) / "manifest.tsv", newline="") as handle:
+        row = next(csv.DictReader(handle, delimiter="\\t"))
+assert row["status"] == "ok", row["error"]
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(after_imports, peak, connectome.coh.shape[0], wall, cpu)
+print(after_imports, peak, row["n_segments"], wall, cpu)
 """
 
 #: EDF physical range (uV) of the synthetic recordings, and their record length (s).
@@ -226,12 +230,14 @@ def throughput(
 
 
 def child_peak(path: Path, code_dir: Path = REPO, preset: str = "default") -> dict:
-    """:func:`process_recording` of ``path`` in a fresh process running the code of
-    ``code_dir`` (first on its PYTHONPATH): peak RSS, RSS after the imports, wall and CPU
-    seconds."""
+    """``eegformer preprocess`` of ``path`` alone with one worker (:func:`run_preprocess`
+    ``n_jobs=1``: the recording processed and its connectome file written, in this process) in
+    a fresh process running the code of ``code_dir`` (first on its PYTHONPATH): peak RSS, RSS
+    after the imports, wall and CPU seconds."""
     environment = {**os.environ, "PYTHONPATH": str(code_dir), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-c", PEAK_MEMORY_CHILD, str(path), preset],
+        cwd=code_dir,  # ``python -c`` puts its folder before PYTHONPATH on the path
         check=True,
         capture_output=True,
         text=True,

@@ -3,8 +3,8 @@ pieces every local worker pool shares (``--n-jobs``, signal handling in workers,
 pool of ``train --n-jobs``: folds, the final model and permutations).
 
 ``preprocess`` spreads recordings over workers in one place
-(:func:`eegformer_cli.preprocess.run.recording_workers`). :func:`preprocess_backend` chooses where
-for the duration of a run:
+(:func:`eegformer_cli.preprocess.workers.recording_workers`). :func:`preprocess_backend` chooses
+where for the duration of a run:
 
 - ``local`` (default): ``--n-jobs`` worker processes on this machine (forked on Linux, joblib's
   loky pool elsewhere);

@@ -4,6 +4,7 @@ hash is made in the same pass."""
 from __future__ import annotations
 
 import hashlib
+import zipfile
 
 import mne
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from test_preprocess import ica_friendly_raw, synthetic_raw, write_edf
 
 from eegformer_cli.errors import RecordingError
-from eegformer_cli.preprocess import PreprocessSettings, process_recording
+from eegformer_cli.preprocess import PreprocessSettings, output, process_recording
 from eegformer_cli.preprocess.recording import process_raw
 from eegformer_cli.recordings import chunks, cleaning, reading
 from eegformer_cli.recordings.channels import STANDARD_1020, canonical_names, channel_layout
@@ -168,3 +169,59 @@ def test_a_compressed_fif_is_loaded_whole_and_gives_the_tokens_of_its_uncompress
     plain = process_recording(tmp_path / "rec_raw.fif", settings, chunk_s=30.0)
     compressed = process_recording(tmp_path / "rec_raw.fif.gz", settings, chunk_s=30.0)
     assert_same_tokens(plain, compressed)
+
+
+def _members(path) -> dict[str, bytes]:
+    """The ``.npy`` members of an ``.npz``, their bytes as stored (decompressed)."""
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def test_tokens_streamed_to_files_give_the_file_of_the_tokens_held_in_memory(tmp_path):
+    """A recording forced into many chunks: its tokens written to temporary files as they come
+    (what ``eegformer preprocess`` does) give a connectome file whose members are byte for byte
+    those of the tokens held in memory and of ``np.savez_compressed`` (the format of earlier
+    versions), and the temporary files are gone."""
+    path = write_edf(synthetic_raw(seconds=300.0, sfreq=256.0), tmp_path / "rec.edf")
+    settings = PreprocessSettings.from_preset("default", epoch_length=15.0)
+    in_memory = process_recording(path, settings, chunk_s=40.0)
+    out = tmp_path / "out" / "rec.npz"
+    with output.TokenFiles(out) as token_files:
+        streamed = process_recording(path, settings, chunk_s=40.0, token_store=token_files)
+        assert isinstance(streamed.coh, np.memmap) and token_files.n_segments == 20
+        token_files.save(streamed, out)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["rec.npz"]
+    in_memory.save(tmp_path / "memory.npz")
+    np.savez_compressed(tmp_path / "savez.npz", **in_memory._members())
+    assert _members(out) == _members(tmp_path / "memory.npz") == _members(tmp_path / "savez.npz")
+    assert_same_tokens(in_memory, output.load_connectome(out))
+
+
+def test_a_failure_while_the_tokens_stream_or_the_file_is_written_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """A recording that fails half-way (its tokens partly written) and a connectome file whose
+    writing fails half-way (after its token members) leave no file behind, temporary or not."""
+    raw = synthetic_raw(seconds=300.0, sfreq=256.0)
+    data = raw.get_data()
+    data[4, int(200 * 256) :] = np.nan  # read in the last chunks, after tokens were written
+    path = write_edf(raw, tmp_path / "rec.edf")
+    out = tmp_path / "out" / "rec.npz"
+    settings = PreprocessSettings.from_preset("default", epoch_length=15.0)
+    nan_path = tmp_path / "nan_raw.fif"
+    mne.io.RawArray(data, raw.info, verbose=False).save(nan_path, verbose=False)
+    with pytest.raises(RecordingError, match="NaN"), output.TokenFiles(out) as token_files:
+        process_recording(nan_path, settings, chunk_s=40.0, token_store=token_files)
+    assert token_files.n_segments > 0 and list(out.parent.iterdir()) == []
+
+    written = []
+
+    def failing_write_array(member, array, **kwargs):
+        written.append(array)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np.lib.format, "write_array", failing_write_array)
+    with pytest.raises(OSError, match="No space"), output.TokenFiles(out) as token_files:
+        connectome = process_recording(path, settings, chunk_s=40.0, token_store=token_files)
+        token_files.save(connectome, out)
+    assert len(written) == 1 and list(out.parent.iterdir()) == []

@@ -139,11 +139,36 @@ def _assemble_tokens(by_range: np.ndarray, ranges, bands) -> np.ndarray:
     return np.stack(tokens, axis=1).astype(np.float32)
 
 
+class TokenArrays:
+    """Coherence and wPLI rows of a recording kept in memory: float32 storage reserved for
+    ``max_segments`` segments of ``n_bands`` x ``n_channels`` x ``n_channels`` (only the pages
+    written take memory). What :class:`TokenAccumulator` stores its rows in unless it is given
+    another store with the same two methods (e.g. one that writes them to files)."""
+
+    def __init__(self, max_segments: int, n_bands: int, n_channels: int):
+        shape = (max_segments, n_bands, n_channels, n_channels)
+        self.coh = np.empty(shape, dtype=np.float32)
+        self.wpli = np.empty(shape, dtype=np.float32)
+        self.n_segments = 0
+
+    def append(self, coh: np.ndarray, wpli: np.ndarray) -> None:
+        """Store the float32 (n, B, C, C) rows of ``n`` more segments."""
+        added = slice(self.n_segments, self.n_segments + len(coh))
+        self.coh[added] = coh
+        self.wpli[added] = wpli
+        self.n_segments += len(coh)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(coh, wpli)`` of the rows stored (views of the reserved storage, not copies)."""
+        return self.coh[: self.n_segments], self.wpli[: self.n_segments]
+
+
 class TokenAccumulator:
     """The tokens of a recording whose segments come a batch at a time (a long recording cleaned
-    chunk by chunk): coherence and wPLI per segment, stored as float32 as they come, and the
-    band covariances summed over every batch. The same numbers as :func:`recording_tokens` of
-    all the segments at once (the covariance's sums in another order: 1e-15 relative).
+    chunk by chunk): coherence and wPLI per segment, handed as float32 to ``store`` as they
+    come, and the band covariances summed over every batch. The same numbers as
+    :func:`recording_tokens` of all the segments at once (the covariance's sums in another
+    order: 1e-15 relative).
 
     Parameters
     ----------
@@ -152,21 +177,30 @@ class TokenAccumulator:
     bands : sequence of Band | RatioBand
         Token order.
     max_segments : int
-        The most segments that will be added (storage is reserved for them; only the pages
-        written take memory).
+        The most segments that will be added (the default store reserves storage for them).
     n_channels, n_times : int
         Channels of a segment, samples of a window.
+    store : TokenArrays-like | None
+        Where the rows go (``append(coh, wpli)``, ``arrays()``); default a :class:`TokenArrays`.
+
+    Attributes
+    ----------
+    finite : bool
+        Whether every coherence and wPLI value added is finite (a silent channel gives NaN).
     """
 
-    def __init__(self, sfreq: float, bands, max_segments: int, n_channels: int, n_times: int):
+    def __init__(
+        self, sfreq: float, bands, max_segments: int, n_channels: int, n_times: int, store=None
+    ):
         self.bands = list(bands)
         self.ranges = _frequency_ranges(self.bands)
         self.spectra = _Spectra(n_times, float(sfreq), self.ranges)
-        shape = (max_segments, len(self.bands), n_channels, n_channels)
-        self.coh = np.empty(shape, dtype=np.float32)
-        self.wpli = np.empty(shape, dtype=np.float32)
+        self.store = (
+            TokenArrays(max_segments, len(self.bands), n_channels) if store is None else store
+        )
         self.cospectrum = np.zeros((len(self.ranges), n_channels, n_channels))
         self.n_segments = self.n_windows = 0
+        self.finite = True
 
     def add(self, segments: np.ndarray) -> None:
         """Add ``segments`` float (n_segments, n_windows, n_channels, n_times), volts."""
@@ -174,16 +208,17 @@ class TokenAccumulator:
         if len(segments) == 0:
             return
         coh, wpli, cospectrum = _range_connectivity(segments, self.spectra)
-        added = slice(self.n_segments, self.n_segments + len(segments))
-        self.coh[added] = _assemble_tokens(coh, self.ranges, self.bands)
-        self.wpli[added] = _assemble_tokens(wpli, self.ranges, self.bands)
+        coh = _assemble_tokens(coh, self.ranges, self.bands)
+        wpli = _assemble_tokens(wpli, self.ranges, self.bands)
+        self.finite = self.finite and bool(np.isfinite(coh).all() and np.isfinite(wpli).all())
+        self.store.append(coh, wpli)
         self.cospectrum += cospectrum
         self.n_segments += len(segments)
         self.n_windows += len(segments) * segments.shape[1]
 
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(coh, wpli, covariance)`` of the segments added, as :func:`recording_tokens`
-        (coh and wpli are views of the reserved storage, not copies)."""
+        (coh and wpli as the store gives them: views of the reserved storage by default)."""
         spectra = self.spectra
         # Parseval: a window's variance is sum over all bins |X|^2 / n_times per unit-energy
         # taper; a positive bin stands for its negative twin too (x 2); tapers weighted by their
@@ -193,11 +228,8 @@ class TokenAccumulator:
         )
         covariance = (covariance + covariance.swapaxes(-1, -2)) / 2
         rows = [self.ranges.index(band.edges_hz) for band in covariance_bands(self.bands)]
-        return (
-            self.coh[: self.n_segments],
-            self.wpli[: self.n_segments],
-            covariance[rows].astype(np.float32),
-        )
+        coh, wpli = self.store.arrays()
+        return coh, wpli, covariance[rows].astype(np.float32)
 
 
 def recording_tokens(

@@ -1,4 +1,4 @@
-"""Recordings -> connectome tokens, in four modules that follow the data:
+"""Recordings -> connectome tokens, in modules that follow the data:
 
 - :mod:`~eegformer_cli.preprocess.settings`: :class:`PreprocessSettings`, everything that
   decides a connectome's numbers (stored in every output folder and model file);
@@ -8,8 +8,13 @@
 - :mod:`~eegformer_cli.preprocess.recording`: one recording -> its connectome, from a file
   (:func:`process_recording`) or an ``mne.io.Raw`` in memory (:func:`process_raw`,
   :func:`preprocess_raw`);
-- :mod:`~eegformer_cli.preprocess.run`: a whole input -> an output folder (workers, resume,
-  recording ids, the manifest): :func:`run_preprocess`, the ``eegformer preprocess`` command.
+- :mod:`~eegformer_cli.preprocess.run`: a whole input -> an output folder (the manifest,
+  ``preprocess.json``): :func:`run_preprocess`, the ``eegformer preprocess`` command, with
+  :mod:`~eegformer_cli.preprocess.inputs` (the input recordings, their ids, participants and
+  headers, the run's channels and epoch length), :mod:`~eegformer_cli.preprocess.workers`
+  (recordings spread over workers, each saving its connectome) and
+  :mod:`~eegformer_cli.preprocess.earlier_runs` (resume, ids and manifest rows of earlier runs
+  into the folder).
 
 The names below are importable from this package, as they were when it was one module; each is
 imported with its module on first use (PEP 562), so reading a connectome file does not import
@@ -33,7 +38,7 @@ _MODULES = {
     "MANIFEST_NAME": "output",
     "SETTINGS_NAME": "output",
     "PreprocessSummary": "run",
-    "recording_workers": "run",
+    "recording_workers": "workers",
     "run_preprocess": "run",
 }
 __all__ = sorted(_MODULES)

@@ -52,6 +52,7 @@ import csv
 import io
 import json
 import math
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from eegformer_cli import atomic
-from eegformer_cli.errors import InputDataError
+from eegformer_cli.errors import InputDataError, OutputError
 
 #: The output folder's parts.
 CONNECTOME_DIR = "connectomes"
@@ -155,6 +156,10 @@ class Connectome:
 
     def save(self, path: str | Path) -> None:
         """Write an ``.npz`` atomically (the keys of the module's table)."""
+        _write_npz(Path(path), self._members(), {})
+
+    def _members(self) -> dict[str, np.ndarray]:
+        """The arrays of the file, by key, in the file's order."""
         covariance = (
             {}
             if self.covariance is None
@@ -163,8 +168,7 @@ class Connectome:
                 "covariance_bands": np.array(self.covariance_bands, dtype=str),
             }
         )
-        atomic.save_npz(
-            path,
+        return dict(
             coh=np.asarray(self.coh, dtype=np.float32),  # no copy of a long recording's tokens
             wpli=np.asarray(self.wpli, dtype=np.float32),
             channels=np.array(self.channels, dtype=str),
@@ -182,6 +186,104 @@ class Connectome:
             signal_sha256=np.array(self.signal_sha256),
             **covariance,
         )
+
+
+class TokenFiles:
+    """Coherence and wPLI rows of one recording written, as they are computed, to two
+    temporary files beside its connectome file, so that a long recording's tokens are never
+    all in memory (a 24-hour recording's are 64 MiB).
+
+    A context manager: the files (``.tmp-`` names) are removed on leaving the block, or by the
+    next run into the folder after a kill (``atomic.remove_stale_temporaries``). The store
+    :class:`connectivity.tokens.TokenAccumulator` writes to (``append``, ``arrays``);
+    :meth:`save` writes the connectome file, copying the rows from the files in blocks.
+
+    Parameters
+    ----------
+    out_file : the connectome file the rows are for; the temporary files go in its folder.
+    """
+
+    def __init__(self, out_file: str | Path):
+        self.out_file = Path(out_file)
+        self.paths: dict[str, Path] = {}
+        self._handles: dict = {}
+        self.n_segments = 0
+        self._row_shape: tuple[int, ...] = ()
+
+    def __enter__(self) -> TokenFiles:
+        folder = atomic.ensure_dir(self.out_file.parent)
+        try:
+            for key in _TOKEN_KEYS:
+                handle = tempfile.NamedTemporaryFile(
+                    "wb", prefix=f"{atomic.TMP_PREFIX}{self.out_file.name}.{key}.", dir=folder
+                )
+                self._handles[key], self.paths[key] = handle, Path(handle.name)
+        except OSError as exc:
+            self.__exit__()
+            raise OutputError(f"cannot write: {exc.strerror}", path=self.out_file) from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles.values():
+            handle.close()  # removes the file
+        self._handles.clear()
+
+    def append(self, coh: np.ndarray, wpli: np.ndarray) -> None:
+        """Write the float32 (n, B, C, C) rows of ``n`` more segments."""
+        for key, rows in zip(_TOKEN_KEYS, (coh, wpli)):
+            self._handles[key].write(np.ascontiguousarray(rows, dtype=np.float32).tobytes())
+        self._row_shape = tuple(coh.shape[1:])
+        self.n_segments += len(coh)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(coh, wpli)`` float32 (S, B, C, C) of the rows written, mapped read-only from the
+        files (np.memmap: read from disk where they are used)."""
+        shape = (self.n_segments, *self._row_shape)
+        mapped = []
+        for key in _TOKEN_KEYS:
+            self._handles[key].flush()
+            mapped.append(np.memmap(self.paths[key], dtype=np.float32, mode="r", shape=shape))
+        return mapped[0], mapped[1]
+
+    def save(self, connectome: Connectome, path: str | Path) -> None:
+        """Write ``connectome`` (whose ``coh`` and ``wpli`` are :meth:`arrays`) as
+        :meth:`Connectome.save` does, its token members copied from the files in blocks."""
+        members = connectome._members()
+        for key in _TOKEN_KEYS:
+            if members[key].shape != (self.n_segments, *self._row_shape):
+                raise ValueError(f"connectome {key} is not the {key} of these files")
+        _write_npz(Path(path), members, self.paths)
+
+
+#: The members of a connectome file that grow with the recording's length.
+_TOKEN_KEYS = ("coh", "wpli")
+#: Bytes copied at a time from a token file into a connectome file.
+_COPY_BYTES = 1 << 20
+
+
+def _write_npz(path: Path, members: dict[str, np.ndarray], copied_from: dict[str, Path]) -> None:
+    """Write ``members`` as a compressed ``.npz``, atomically: the file ``np.savez_compressed``
+    writes (the same ``.npy`` members, deflated). The members named in ``copied_from`` take
+    their header from the array (its shape and dtype) and their bytes from that file, read in
+    blocks (the array's raw C-order bytes, as :class:`TokenFiles` writes them)."""
+    with (
+        atomic.atomic_open(path, "wb") as handle,
+        zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as archive,
+    ):
+        for key, value in members.items():
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                if key not in copied_from:
+                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+                    continue
+                header = np.lib.format.header_data_from_array_1_0(value)
+                np.lib.format.write_array_header_1_0(member, header)
+                with open(copied_from[key], "rb") as source:
+                    copied = 0
+                    while block := source.read(_COPY_BYTES):
+                        member.write(block)
+                        copied += len(block)
+                if copied != value.nbytes:
+                    raise ValueError(f"{copied_from[key]} holds {copied} bytes, not {value.nbytes}")
 
 
 def load_connectome(path: str | Path) -> Connectome:

@@ -6,8 +6,9 @@ ones) -> clean (:mod:`eegformer_cli.recordings.cleaning`) -> segment -> reject -
 wPLI per band and segment and the band covariances (:mod:`eegformer_cli.connectivity.tokens`).
 A recording goes through all of it a chunk at a time (:mod:`eegformer_cli.recordings.chunks`),
 so memory stays flat in its length: only the tokens grow with it (23 kB per 30 s segment at 19
-channels and 8 bands). :func:`process_recording` reads a file, :func:`process_raw` /
-:func:`preprocess_raw` take an ``mne.io.Raw`` held in memory.
+channels and 8 bands), and ``eegformer preprocess`` writes them to files as they come
+(``token_store``, :class:`output.TokenFiles`). :func:`process_recording` reads a file,
+:func:`process_raw` / :func:`preprocess_raw` take an ``mne.io.Raw`` held in memory.
 """
 
 from __future__ import annotations
@@ -20,16 +21,15 @@ import mne
 import numpy as np
 
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names, check_bands_fit_rate
-from eegformer_cli.connectivity.tokens import TokenAccumulator, covariance_bands
+from eegformer_cli.connectivity.tokens import TokenAccumulator, TokenArrays, covariance_bands
 from eegformer_cli.errors import RecordingError, UsageError
-from eegformer_cli.preprocess.output import Connectome
+from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
 from eegformer_cli.recordings import chunks, cleaning, reading
-from eegformer_cli.recordings.channels import (
-    canonical_names,
-    channel_layout,
-    select_channel_set,
-)
+from eegformer_cli.recordings.channels import canonical_names, channel_layout, select_channel_set
+
+#: Where a recording's coherence and wPLI rows can go (:class:`TokenAccumulator`'s ``store``).
+TokenStore = TokenArrays | TokenFiles
 
 
 def process_recording(
@@ -37,8 +37,10 @@ def process_recording(
     settings: PreprocessSettings,
     channels: Sequence[str] | None = None,
     chunk_s: float = chunks.CHUNK_S,
+    token_store: TokenStore | None = None,
 ) -> Connectome:
-    """Connectome of one recording file (pure: reads ``path``, writes nothing).
+    """Connectome of one recording file (reads ``path``; writes nothing but what
+    ``token_store`` writes).
 
     Parameters
     ----------
@@ -51,6 +53,10 @@ def process_recording(
     chunk_s : seconds of the cleaned recording processed at a time
         (:class:`chunks.ChunkedRecording`); the tokens do not depend on it beyond float
         rounding.
+    token_store : where the coherence and wPLI rows go as they are computed, and where the
+        Connectome's ``coh`` and ``wpli`` come from (:class:`TokenFiles`: temporary files
+        beside the output file, so a long recording's tokens are never all in memory); default
+        memory.
 
     Raises
     ------
@@ -60,7 +66,7 @@ def process_recording(
     path = Path(path)
     # samples read chunk by chunk, unless the format cannot be read in spans
     raw = reading.read_recording(path, preload=not reading.reads_lazily(path))
-    return _process(raw, settings, channels, path, chunk_s)
+    return _process(raw, settings, channels, path, chunk_s, token_store)
 
 
 def process_raw(
@@ -83,7 +89,7 @@ def process_raw(
         if path is not None
         else Path(raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
     )
-    return _process(raw, settings, channels, path, chunk_s)
+    return _process(raw, settings, channels, path, chunk_s, None)
 
 
 def _process(
@@ -92,8 +98,9 @@ def _process(
     channels: Sequence[str] | None,
     path: Path,
     chunk_s: float,
+    token_store: TokenStore | None,
 ) -> Connectome:
-    """:func:`process_raw` (``raw`` lazy or loaded)."""
+    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``."""
     signal_hash = reading.SignalHash()
     try:
         source_sfreq = float(raw.info["sfreq"])
@@ -113,12 +120,12 @@ def _process(
             else float(settings.epoch_length)
         )
         recording = chunks.ChunkedRecording(raw, layout, _cleaning(settings), path, chunk_s)
-        tokens = _clean_and_tokenise(recording, settings, epoch_length_s, signal_hash)
+        tokens = _clean_and_tokenise(recording, settings, epoch_length_s, signal_hash, token_store)
     except RecordingError as exc:
         if exc.path is None:
             exc.path = str(path)
         raise
-    if not (np.isfinite(tokens.coh).all() and np.isfinite(tokens.wpli).all()):
+    if not tokens.finite:
         raise RecordingError(
             "connectivity is undefined: a channel carries no signal in some segment",
             path=path,
@@ -155,11 +162,12 @@ def _cleaning(settings: PreprocessSettings) -> chunks.Cleaning:
 
 
 class _Tokens(
-    collections.namedtuple("_Tokens", "coh wpli covariance onsets_s n_rejected ica_excluded")
+    collections.namedtuple("_Tokens", "coh wpli covariance onsets_s n_rejected ica_excluded finite")
 ):
     """What :func:`_clean_and_tokenise` gives: the kept segments' coherence and wPLI float32
     (S, B, C, C), the band covariances float32 (B', C, C), the kept segments' onsets (s), the
-    number of segments rejected and the ICLabel labels of the components removed."""
+    number of segments rejected, the ICLabel labels of the components removed and whether
+    every coherence and wPLI value is finite."""
 
 
 def _clean_and_tokenise(
@@ -167,10 +175,12 @@ def _clean_and_tokenise(
     settings: PreprocessSettings,
     epoch_length_s: float,
     signal_hash: reading.SignalHash,
+    token_store: TokenStore | None,
 ) -> _Tokens:
     """Clean ``recording`` (its first ``settings.crop_s`` seconds when set) chunk by chunk, cut
     it into segments, reject and tokenise them as they come; ``signal_hash`` gets every sample
-    of the recording, cropped or not.
+    of the recording, cropped or not; the coherence and wPLI rows go to ``token_store``
+    (default memory).
 
     Rejection is judged before the average reference (a flat channel stops being flat after
     it); the tokens are computed on the referenced data. Raises :class:`RecordingError` when
@@ -181,21 +191,16 @@ def _clean_and_tokenise(
     if settings.crop_s is not None:  # cropped after the filter: no edge effect at the cut
         stop = cleaning.crop_length(recording.n_times, sfreq, settings.crop_s)
     cleaning.check_holds_an_epoch(stop, sfreq, epoch_length_s, window_s)
-    ica, excluded = None, []
-    if settings.ica:
-        fit_on = recording.cleaned(
-            cleaning.ica_fit_spans(stop, sfreq), referenced=not settings.ica_before_reference
-        )
-        ica, excluded = cleaning.fit_ica_iclabel(
-            mne.io.RawArray(fit_on, recording.info, verbose=False),
-            settings.ica_n_components,
-            settings.ica_random_state,
-        )
-        del fit_on
+    ica, excluded = _fit_ica(recording, settings, stop) if settings.ica else (None, [])
     n_windows, window_samples = cleaning.epoch_samples(epoch_length_s, sfreq, window_s)
     epoch = n_windows * window_samples
     accumulator = TokenAccumulator(
-        sfreq, settings.bands, stop // epoch, len(recording.layout.channels), window_samples
+        sfreq,
+        settings.bands,
+        stop // epoch,
+        len(recording.layout.channels),
+        window_samples,
+        token_store,
     )
     reader = chunks.SourceReader(recording.raw, recording.path, signal_hash)
     onsets, reasons, n_rejected = [], collections.Counter(), 0
@@ -226,7 +231,25 @@ def _clean_and_tokenise(
             hint="check the recording; amplitudes are judged in volts",
         )
     coh, wpli, covariance = accumulator.result()
-    return _Tokens(coh, wpli, covariance, np.concatenate(onsets), n_rejected, excluded)
+    return _Tokens(
+        coh, wpli, covariance, np.concatenate(onsets), n_rejected, excluded, accumulator.finite
+    )
+
+
+def _fit_ica(
+    recording: chunks.ChunkedRecording, settings: PreprocessSettings, stop: int
+) -> tuple[mne.preprocessing.ICA, list[str]]:
+    """The ICA of ``recording``'s first ``stop`` cleaned samples (the whole up to 30 minutes,
+    else blocks spread over it: :func:`cleaning.ica_fit_spans`) and the ICLabel labels of the
+    components it removes (:func:`cleaning.fit_ica_iclabel`)."""
+    fit_on = recording.cleaned(
+        cleaning.ica_fit_spans(stop, settings.sfreq), referenced=not settings.ica_before_reference
+    )
+    return cleaning.fit_ica_iclabel(
+        mne.io.RawArray(fit_on, recording.info, verbose=False),
+        settings.ica_n_components,
+        settings.ica_random_state,
+    )
 
 
 def preprocess_raw(
