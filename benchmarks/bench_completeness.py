@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
-from eegformer_cli.explain.attributions import channel_pair_attributions
+from eegformer_cli.explain.segment_attributions import channel_pair_attributions
 from eegformer_cli.training.model_file import load_model_file
 
 

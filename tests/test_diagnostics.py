@@ -11,7 +11,7 @@ import torch
 from test_model import BANDS, connectome_batch, perturb, small_config
 from tolerance import assert_float32_close
 
-from eegformer_cli.explain.attributions import channel_pair_attributions
+from eegformer_cli.explain.segment_attributions import channel_pair_attributions
 from eegformer_cli.model import XAIguiFormer
 from eegformer_cli.model.diagnostics import (
     attention_entropy,

@@ -23,7 +23,7 @@ from test_training import run_main
 
 from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import UsageError
-from eegformer_cli.explain.attributions import channel_pair_attributions
+from eegformer_cli.explain.segment_attributions import channel_pair_attributions
 from eegformer_cli.inference import load_inputs
 from eegformer_cli.model.explanation import differentiable_explanations
 from eegformer_cli.model.layers import TimmRmsNorm

@@ -28,7 +28,7 @@ from eegformer_cli.experiment.run import run_training
 from eegformer_cli.model.xaiguiformer import ModelConfig
 from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
-from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
+from eegformer_cli.training.dataset import ConnectomeDataset, RecordingCache, load_training_data
 from eegformer_cli.training.fit import lr_at_step, selection_improved
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 
@@ -366,9 +366,30 @@ def test_dataset_indexes_segments_and_bounds_its_cache(synthetic_dir):
     assert int(item["recording"]) == 2 and int(item["label"]) == 0  # sub-02: control
     for i in range(len(dataset)):
         dataset[i]
-    assert len(dataset._cache) == 3 and dataset._cached_bytes <= 3 * one_recording
+    assert len(dataset.cache._arrays) == 3 and dataset.cache._bytes <= 3 * one_recording
     unknown_age = next(r for r in data.recordings if r.recording_id == "sub-00_rest")
     assert np.isnan(unknown_age.age) and unknown_age.sex == 1.0
+
+
+def test_datasets_sharing_a_cache_are_bounded_together(synthetic_dir):
+    data = load_training_data(synthetic_dir, "diagnosis")
+    one_recording = 2 * 2 * len(BANDS) * len(CHANNELS) ** 2 * 4
+    cache = RecordingCache(3 * one_recording)
+    first, second = (
+        ConnectomeDataset(part, data.label_names, data.channels, data.bands, cache=cache)
+        for part in (data.recordings[:12], data.recordings[12:])
+    )
+    for dataset in (first, second, first):
+        for i in range(len(dataset)):
+            dataset[i]
+    assert len(cache._arrays) == 3 and cache._bytes <= 3 * one_recording
+    # what a dataset reads through the shared cache is its own recording's
+    own = ConnectomeDataset(data.recordings[12:], data.label_names, data.channels, data.bands)
+    for r in range(len(second.recordings)):
+        assert all(
+            np.array_equal(a, b)
+            for a, b in zip(second.recording_arrays(r), own.recording_arrays(r))
+        )
 
 
 def test_segment_averaging_means_segments_of_the_same_recording_only(synthetic_dir):

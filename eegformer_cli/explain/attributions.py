@@ -74,27 +74,22 @@ import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
 from scipy.special import softmax
-from torch import Tensor
 
 from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.explain import interactions as kept_interactions
-from eegformer_cli.model.diagnostics import (
-    explicit_attention,
-    mean_diagnostics,
-    recording_diagnostics,
+from eegformer_cli.explain.segment_attributions import (
+    attention_maps,
+    channel_pair_attributions,
+    exact_segment_mean,
 )
-from eegformer_cli.model.explanation import differentiable_explanations
+from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.predict import recording_logits
-
-#: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
-ROWS_PER_FORWARD = 512
 
 
 @dataclass
@@ -211,167 +206,6 @@ def band_totals(coh_pairs: np.ndarray, wpli_pairs: np.ndarray) -> np.ndarray:
     return normalise_signed(pair_band_sums(coh_pairs + wpli_pairs))
 
 
-def attention_maps(
-    model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, all_heads: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(coarse, refined, logits): attention float64 (L, T, T), or (L, H, T, T) with
-    ``all_heads``, averaged over segments; ``logits`` float64 (S, K) refined logits."""
-    with torch.no_grad(), explicit_attention(model):
-        output = model.forward_with_details(coh, wpli, age, sex)
-
-    def stack(layers: list) -> np.ndarray:
-        n_bands, n_heads = coh.shape[1], model.config.n_heads
-        maps = (
-            torch.stack([layer.weights.float().mean(dim=0) for layer in layers])
-            if layers
-            else coh.new_zeros((0, n_heads, n_bands, n_bands))
-        )  # (L, H, T, T)
-        return (maps if all_heads else maps.mean(dim=1)).cpu().numpy().astype(np.float64)
-
-    return (
-        stack(output.attention_coarse),
-        stack(output.attention_refined),
-        output.logits_refined.float().cpu().numpy().astype(np.float64),
-    )
-
-
-def _captum_attribution(
-    method: str,
-    forward,
-    inputs: tuple[Tensor, Tensor],
-    baselines: tuple[Tensor, Tensor],
-    extra: tuple[Tensor, ...],
-    target: int,
-    n_steps: int,
-):
-    import captum.attr as ca
-
-    if method == "integrated_gradients":
-        return ca.IntegratedGradients(forward).attribute(
-            inputs,
-            baselines=baselines,
-            target=target,
-            additional_forward_args=extra,
-            n_steps=n_steps,
-            internal_batch_size=ROWS_PER_FORWARD,
-        )
-    if method == "saliency":  # |gradient|: unsigned, so pairs are sums of magnitudes
-        return ca.Saliency(forward).attribute(inputs, target=target, additional_forward_args=extra)
-    if method == "input_x_gradient":
-        return ca.InputXGradient(forward).attribute(
-            inputs, target=target, additional_forward_args=extra
-        )
-    # gradient_shap: expected gradients between the baseline and the input, n_steps samples
-    return ca.GradientShap(forward).attribute(
-        inputs,
-        baselines=tuple(b[:1] for b in baselines),
-        target=target,
-        additional_forward_args=extra,
-        n_samples=n_steps,
-        stdevs=0.0,
-    )
-
-
-class Attributions(NamedTuple):
-    """What :func:`channel_pair_attributions` returns: ``coh_pairs``, ``wpli_pairs`` float64
-    (T, C, C) symmetric (logit units), and ``interactions`` float64 (K,), the attribution of
-    each kept interaction's product (``model/interactions.py``; None for a model without)."""
-
-    coh_pairs: np.ndarray
-    wpli_pairs: np.ndarray
-    interactions: np.ndarray | None = None
-
-
-def channel_pair_attributions(
-    model,
-    coh: Tensor,
-    wpli: Tensor,
-    age: Tensor,
-    sex: Tensor,
-    target: int | tuple[int, int],
-    method: str = DEFAULT_METHOD,
-    n_steps: int = DEFAULT_N_STEPS,
-    reference: tuple[Tensor, Tensor] | None = None,
-) -> Attributions:
-    """captum attribution of the ``target`` refined logit (a class index), or of
-    ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
-    contrast, module docs), to each input entry, against ``reference`` (coh, wPLI), each
-    (T, C, C) on the model's device (None: zero connectivity).
-
-    Returns :class:`Attributions`: the pairs, float64 (T, C, C) each, symmetric: entry (i, j)
-    plus entry (j, i) of the attribution, averaged over segments (module docs); for a model
-    with kept interactions, their products are inputs of their own (the reference's products
-    as their baseline), attributed beside the entries, so the entries' values hold only what
-    they do alone and the three parts add up to the logit's change. Seeded by the caller for
-    ``gradient_shap`` (random interpolation points). ``method`` (one of
-    ``choices.CAPTUM_METHODS``) and ``n_steps`` (>= 1) come checked from the entry point
-    (``trained_model.check_explain_options``).
-    """
-    with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
-        guiding = model.forward_with_details(coh, wpli, age, sex).target
-        products = model.interaction_products(coh, wpli, age, sex)
-
-    def refined_logits(coh_in, wpli_in, *rest):
-        *products_in, age_in, sex_in, guiding_in = rest
-        return model.forward_with_details(
-            coh_in,
-            wpli_in,
-            age_in,
-            sex_in,
-            target=guiding_in,
-            products=products_in[0] if products_in else None,
-        ).logits_refined.float()
-
-    if isinstance(target, tuple):  # one output column: the log-odds of b against a
-        first, second = target
-
-        def explained(*args):
-            logits = refined_logits(*args)
-            return (logits[:, second] - logits[:, first]).unsqueeze(1)
-
-        explained_target = 0
-    else:
-        explained, explained_target = refined_logits, target
-
-    # The refined pass follows the explanation, so the gradient must follow it too (a
-    # second-order backward, which the fused attention kernel does not have), and the
-    # explained class stays the input's along the whole path: where the coarse argmax would
-    # flip between the baseline and the input, the refined logit would jump, and a jump has
-    # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
-    # recording's logit change lost that way).
-    with differentiable_explanations(model), explicit_attention(model):
-        baselines = (
-            (torch.zeros_like(coh), torch.zeros_like(wpli))
-            if reference is None
-            else tuple(
-                r.to(x.dtype).expand_as(x).contiguous() for r, x in zip(reference, (coh, wpli))
-            )
-        )
-        inputs = (coh, wpli)
-        if products is not None:
-            with torch.no_grad():
-                baselines += (model.interaction_products(*baselines, age, sex),)
-            inputs += (products,)
-        attributed = _captum_attribution(
-            method,
-            explained,
-            inputs,
-            baselines,
-            (age, sex, guiding),
-            explained_target,
-            n_steps,
-        )
-
-    def pairs(attr: Tensor) -> np.ndarray:
-        mean = attr.detach().float().mean(dim=0)  # (T, C, C)
-        return (mean + mean.transpose(-1, -2)).cpu().numpy().astype(np.float64)
-
-    interactions = None
-    if products is not None:
-        interactions = attributed[2].detach().float().mean(dim=0).cpu().numpy().astype(np.float64)
-    return Attributions(pairs(attributed[0]), pairs(attributed[1]), interactions)
-
-
 def default_contrast(
     label_names: Sequence[str], positive_label: str | None = None
 ) -> tuple[str, str] | None:
@@ -426,41 +260,26 @@ def explain_recording(
     too, or None (no contrast); ``reference`` the reference connectome (coh, wPLI) float32
     (T, C, C) the attributions are against (None: zero connectivity).
     """
-    if target is not None and target not in label_names:
-        raise UsageError(
-            f"invalid --target {target!r}; the model's classes are "
-            f"{', '.join(map(repr, label_names))}"
-        )
-    contrast = None if contrast is None else check_contrast(contrast, label_names)
-    if coh.ndim != 4 or coh.shape[0] == 0:
-        raise InputDataError(
-            f"{recording_id}: connectivity has shape {coh.shape}; "
-            "expected (segments >= 1, bands, channels, channels)"
-        )
+    contrast = _checked_inputs(coh, label_names, recording_id, target, contrast)
     device = torch.device(device)
     model.eval()
     n = coh.shape[0]
     tensors = (
-        torch.as_tensor(coh, dtype=torch.float32, device=device),
-        torch.as_tensor(wpli, dtype=torch.float32, device=device),
-        torch.full((n,), float(age), dtype=torch.float32, device=device),
-        torch.full((n,), float(sex), dtype=torch.float32, device=device),
+        *(torch.as_tensor(x, dtype=torch.float32, device=device) for x in (coh, wpli)),
+        *(torch.full((n,), float(v), dtype=torch.float32, device=device) for v in (age, sex)),
     )
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
         coarse, refined, logits = attention_maps(model, *tensors, all_heads=all_heads)
-        mean_logits = logits.mean(axis=0)
-        probabilities = softmax(mean_logits)
+        probabilities = softmax(logits.mean(axis=0))
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
-        baseline = (
-            None
-            if reference is None
-            else tuple(
+        baseline = None
+        if reference is not None:
+            baseline = tuple(
                 torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device)
                 for r in reference
             )
-        )
         options = {"method": method, "n_steps": n_steps, "reference": baseline}
         coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
             model, *tensors, target=target_index, **options
@@ -471,12 +290,7 @@ def explain_recording(
             contrast_coh, contrast_wpli, contrast_interactions = channel_pair_attributions(
                 model, *tensors, target=pair, **options
             )
-            contrasted = {
-                "contrast_classes": contrast,
-                "contrast_pairs": contrast_coh + contrast_wpli,
-                "contrast_coh_pairs": contrast_coh,
-                "contrast_wpli_pairs": contrast_wpli,
-            }
+            contrasted = _contrast_fields(contrast, contrast_coh, contrast_wpli)
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id,
@@ -492,13 +306,48 @@ def explain_recording(
         wpli_pairs=wpli_pairs,
         n_segments=n,
         attention_diagnostics=diagnostics,
-        interactions=kept_interactions.describe(
-            model, interactions, contrast_interactions if contrast is not None else None
-        ),
-        mean_coh=np.asarray(coh, dtype=np.float64).mean(axis=0),
-        mean_wpli=np.asarray(wpli, dtype=np.float64).mean(axis=0),
+        interactions=kept_interactions.describe(model, interactions, contrast_interactions),
+        mean_coh=exact_segment_mean(coh),
+        mean_wpli=exact_segment_mean(wpli),
         **contrasted,
     )
+
+
+def _checked_inputs(
+    coh: np.ndarray,
+    label_names: Sequence[str],
+    recording_id: str,
+    target: str | None,
+    contrast: Sequence[str] | None,
+) -> tuple[str, str] | None:
+    """The checked contrast (:func:`check_contrast`; None stays None), after a UsageError for a
+    ``target`` that is not a class of the model; then InputDataError for connectivity that is
+    not (segments >= 1, bands, channels, channels)."""
+    if target is not None and target not in label_names:
+        raise UsageError(
+            f"invalid --target {target!r}; the model's classes are "
+            f"{', '.join(map(repr, label_names))}"
+        )
+    checked = None if contrast is None else check_contrast(contrast, label_names)
+    if coh.ndim != 4 or coh.shape[0] == 0:
+        raise InputDataError(
+            f"{recording_id}: connectivity has shape {coh.shape}; "
+            "expected (segments >= 1, bands, channels, channels)"
+        )
+    return checked
+
+
+def _contrast_fields(
+    contrast: tuple[str, str], coh_pairs: np.ndarray, wpli_pairs: np.ndarray
+) -> dict:
+    """The contrast's fields of a :class:`RecordingExplanation`: the classes (A, B) and the
+    attributions of ``logit(B) - logit(A)``, float64 (T, C, C) each."""
+    return {
+        "contrast_classes": contrast,
+        "contrast_pairs": coh_pairs + wpli_pairs,
+        "contrast_coh_pairs": coh_pairs,
+        "contrast_wpli_pairs": wpli_pairs,
+    }
 
 
 def explain_with_models(

@@ -2,7 +2,7 @@
 recording's logit.
 
 A model whose training screen kept interactions (``model/interactions.py``) forms their
-products itself; ``attributions.channel_pair_attributions`` attributes the explained logit to
+products itself; ``segment_attributions.channel_pair_attributions`` attributes the explained logit to
 each product beside the connectivity entries. This module turns those numbers into rows a
 person can read and a program can join: one dict per kept interaction,
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ from torch import Tensor
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import check_choice
 from eegformer_cli.model.precision import float32_forward
-from eegformer_cli.model.predict import SEGMENTS_PER_BATCH
+from eegformer_cli.model.predict import segment_batches
 from eegformer_cli.model.transformer import PASSES, RotaryAttention
 
 #: What :func:`replaced_attention` puts in place of a layer's softmax weights.
@@ -184,38 +184,34 @@ def _ablations(
 
 
 def recording_diagnostics(
-    model, recordings: Sequence[tuple], device: torch.device, ablations: bool = True
+    model, recordings: Iterable[tuple], device: torch.device, ablations: bool = True
 ) -> list[dict]:
     """Per recording, the mean over its segments of every quantity, per pass and layer.
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` as for
     :func:`~eegformer_cli.model.predict.recording_logits` (float32 numpy (S, T, C, C), scalar
-    age/sex). Segments of several recordings share
-    forwards of up to :data:`SEGMENTS_PER_BATCH` segments. Returns one summary per recording:
+    age/sex), read one at a time (a generator may load them lazily). Segments of several
+    recordings share forwards of up to
+    :data:`~eegformer_cli.model.predict.SEGMENTS_PER_BATCH` segments
+    (:func:`~eegformer_cli.model.predict.segment_batches`); only the per-segment quantities
+    (float64, a few per layer and segment) are kept, not the connectivity. Returns one summary
+    per recording:
     ``{"n_bands": T, "uniform_entropy": ln T, "passes": {pass: {quantity: [per layer]}}}``
     (T: the tokens the attention spreads over, the bands and the interaction token of a model
     that has one)
     (None for a model without transformer layers: it has no attention).
     """
     if model.config.n_layers == 0:
-        return [None] * len(recordings)
+        return [None for _ in recordings]
     model.eval()
-    counts = [len(r[0]) for r in recordings]
-    bounds = np.cumsum([0] + counts)
-    arrays = [np.concatenate([r[i] for r in recordings]) for i in (0, 1)]
-    demographics = [
-        np.repeat([float(r[i]) for r in recordings], counts).astype(np.float32) for i in (2, 3)
-    ]
+    counts: list[int] = []
     parts = []
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
-        for start in range(0, bounds[-1], SEGMENTS_PER_BATCH):
-            part = slice(start, start + SEGMENTS_PER_BATCH)
+        for batch in segment_batches(recordings, counts):
             parts.append(
                 segment_diagnostics(
-                    model,
-                    *(torch.from_numpy(a[part]).to(device) for a in arrays + demographics),
-                    ablations=ablations,
+                    model, *(torch.from_numpy(a).to(device) for a in batch), ablations=ablations
                 )
             )
     per_segment = {
@@ -234,7 +230,7 @@ def recording_diagnostics(
                 for name, quantities in per_segment.items()
             },
         }
-        for lo, hi in itertools.pairwise(bounds)
+        for lo, hi in itertools.pairwise(np.cumsum([0] + counts))
     ]
 
 

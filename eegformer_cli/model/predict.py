@@ -10,7 +10,7 @@ axis=1)``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -22,33 +22,63 @@ from eegformer_cli.devices import autocast, one_cpu_thread
 SEGMENTS_PER_BATCH = 256
 
 
+def segment_batches(
+    recordings: Iterable[tuple], counts: list[int], size: int = SEGMENTS_PER_BATCH
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """The segments of ``recordings`` in order, ``size`` at a time (the last batch may be
+    shorter): ``(coh, wpli, age, sex)`` float32 numpy, (n, T, C, C) and (n,), the batches the
+    recordings' concatenation would give, without concatenating them.
+
+    ``recordings``: tuples ``(coh, wpli, age, sex)`` as for :func:`recording_logits`, read one
+    at a time (a generator may load them lazily). A batch within one recording is a view of its
+    arrays; one across recordings a copy of its parts. ``counts`` gets each recording's segment
+    count appended as it is read.
+    """
+    pending: list[tuple] = []  # (coh, wpli, age, sex) parts of the batch being filled
+    filled = 0
+    for coh, wpli, age, sex in recordings:
+        counts.append(len(coh))
+        start = 0
+        while start < len(coh):
+            part = slice(start, start + size - filled)
+            n = len(coh[part])
+            pending.append(
+                (coh[part], wpli[part], *(np.full(n, float(v), np.float32) for v in (age, sex)))
+            )
+            filled, start = filled + n, start + n
+            if filled == size:
+                yield _joined(pending)
+                pending, filled = [], 0
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(parts: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One batch from its parts (the parts themselves when there is one: no copy)."""
+    if len(parts) == 1:
+        return parts[0]
+    coh, wpli, age, sex = (np.concatenate(column) for column in zip(*parts))
+    return coh, wpli, age, sex
+
+
 def recording_logits(
-    model, recordings: Sequence[tuple], device: torch.device, precision: str = "float32"
+    model, recordings: Iterable[tuple], device: torch.device, precision: str = "float32"
 ) -> np.ndarray:
     """Mean refined logits per recording: float64 (n_recordings, n_classes), the model run in
     ``precision`` (resolved: ``devices.resolve_precision``).
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` with coh/wpli float32 numpy
     (n_segments, n_bands, C, C) and scalar age/sex. Segments of several recordings share
-    forwards of up to :data:`SEGMENTS_PER_BATCH` segments; the model runs in eval mode.
+    forwards of up to :data:`SEGMENTS_PER_BATCH` segments (:func:`segment_batches`: one batch
+    in memory beside the recordings); the model runs in eval mode.
     """
     model.eval()
-    counts = [len(r[0]) for r in recordings]
-    coh = np.concatenate([r[0] for r in recordings])
-    wpli = np.concatenate([r[1] for r in recordings])
-    age = np.repeat([float(r[2]) for r in recordings], counts).astype(np.float32)
-    sex = np.repeat([float(r[3]) for r in recordings], counts).astype(np.float32)
+    counts: list[int] = []
     chunks = []
     with torch.no_grad(), one_cpu_thread():
-        for start in range(0, len(coh), SEGMENTS_PER_BATCH):
-            part = slice(start, start + SEGMENTS_PER_BATCH)
+        for batch in segment_batches(recordings, counts):
             with autocast(device, precision):
-                _, refined = model(
-                    torch.from_numpy(coh[part]).to(device),
-                    torch.from_numpy(wpli[part]).to(device),
-                    torch.from_numpy(age[part]).to(device),
-                    torch.from_numpy(sex[part]).to(device),
-                )
+                _, refined = model(*(torch.from_numpy(a).to(device) for a in batch))
             chunks.append(refined.float().cpu().numpy().astype(np.float64))
     logits = np.concatenate(chunks)
     bounds = np.cumsum([0] + counts)

@@ -70,44 +70,8 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     InputDataError when no recording has a label or only one class remains.
     """
     data_dir = Path(data_dir).resolve()
-    rows = output.read_manifest(data_dir)
-    if not rows:
-        raise InputDataError("manifest.tsv has no recordings", path=data_dir)
-    if label_column not in rows[0]:
-        columns = [
-            c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")
-        ]
-        raise UsageError(
-            f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}"
-            f"{did_you_mean(label_column, columns)}; available columns are {', '.join(columns)}",
-            hint="check --label-column",
-        )
-    ok_rows = [row for row in rows if row.get("status") == "ok"]
-    if not ok_rows:
-        raise InputDataError(
-            "no recording in the manifest has status ok",
-            path=data_dir,
-            hint="see the error column of manifest.tsv",
-        )
-    unlabeled = [
-        row["recording_id"] for row in ok_rows if metadata.is_missing(row.get(label_column))
-    ]
-    if unlabeled and len(unlabeled) == len(ok_rows):
-        raise InputDataError(
-            f"every recording has a missing {label_column!r} label",
-            path=data_dir / "manifest.tsv",
-            hint="fill the label column",
-        )
-    if unlabeled:
-        shown = ", ".join(unlabeled[:10]) + (" ..." if len(unlabeled) > 10 else "")
-        warn(
-            f"{len(unlabeled)} recording(s) without a {label_column!r} label are left out: {shown}"
-        )
-    recordings = [
-        _recording_info(data_dir, row, label_column)
-        for row in ok_rows
-        if row["recording_id"] not in set(unlabeled)
-    ]
+    ok_rows, labelled = _labelled_rows(data_dir, label_column)
+    recordings = [_recording_info(data_dir, row, label_column) for row in labelled]
     label_names = sorted({r.label for r in recordings})
     if len(label_names) < 2:
         raise InputDataError(
@@ -141,6 +105,45 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     )
 
 
+def _labelled_rows(data_dir: Path, label_column: str) -> tuple[list[dict], list[dict]]:
+    """The manifest's rows with status ``ok``, and those of them with a ``label_column``
+    label (:func:`load_training_data`'s errors and warning)."""
+    rows = output.read_manifest(data_dir)
+    if not rows:
+        raise InputDataError("manifest.tsv has no recordings", path=data_dir)
+    if label_column not in rows[0]:
+        columns = [
+            c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")
+        ]
+        raise UsageError(
+            f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}"
+            f"{did_you_mean(label_column, columns)}; available columns are {', '.join(columns)}",
+            hint="check --label-column",
+        )
+    ok_rows = [row for row in rows if row.get("status") == "ok"]
+    if not ok_rows:
+        raise InputDataError(
+            "no recording in the manifest has status ok",
+            path=data_dir,
+            hint="see the error column of manifest.tsv",
+        )
+    unlabeled = [
+        row["recording_id"] for row in ok_rows if metadata.is_missing(row.get(label_column))
+    ]
+    if unlabeled and len(unlabeled) == len(ok_rows):
+        raise InputDataError(
+            f"every recording has a missing {label_column!r} label",
+            path=data_dir / "manifest.tsv",
+            hint="fill the label column",
+        )
+    if unlabeled:
+        shown = ", ".join(unlabeled[:10]) + (" ..." if len(unlabeled) > 10 else "")
+        warn(
+            f"{len(unlabeled)} recording(s) without a {label_column!r} label are left out: {shown}"
+        )
+    return ok_rows, [row for row in ok_rows if row["recording_id"] not in set(unlabeled)]
+
+
 def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingInfo:
     participant = (row.get("participant_id") or "").strip()
     if metadata.is_missing(participant):
@@ -163,12 +166,45 @@ def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingIn
     )
 
 
+#: Memory of the recording cache that a fit's training and validation sets share (bytes).
+CACHE_BYTES = 512 * 2**20
+
+
+class RecordingCache:
+    """The most recently used recordings' (coh, wpli) arrays, at most ``max_bytes`` of them
+    (beside the one being read), keyed by recording id: one may be shared by the datasets of a
+    fit, so their recordings are bounded together, not per dataset."""
+
+    def __init__(self, max_bytes: int = CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self._arrays: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, rec: RecordingInfo, channels: list[str], bands: list[str]) -> tuple:
+        """(coh, wpli) float32 (n_segments, n_bands, C, C) of ``rec``, read when not cached."""
+        if rec.recording_id in self._arrays:
+            self._arrays.move_to_end(rec.recording_id)
+            return self._arrays[rec.recording_id]
+        arrays = output.read_tokens(
+            rec.connectome, channels, bands, rec.n_segments, rec.recording_id
+        )
+        size = arrays[0].nbytes + arrays[1].nbytes
+        while self._arrays and self._bytes + size > self.max_bytes:
+            _, old = self._arrays.popitem(last=False)
+            self._bytes -= old[0].nbytes + old[1].nbytes
+        self._arrays[rec.recording_id] = arrays
+        self._bytes += size
+        return arrays
+
+
 class ConnectomeDataset(Dataset):
     """Segments of a list of recordings, read lazily from their connectome files.
 
     Item ``i`` is a dict of tensors: ``coh``, ``wpli`` float32 (n_bands, C, C), ``age``,
     ``sex`` float32 scalars, ``label`` int64 scalar, ``recording`` int64 scalar (index into
-    ``recordings``). ``cache_bytes`` bounds the memory of the recording cache (default 512 MiB).
+    ``recordings``). ``cache`` keeps the recordings read (a :class:`RecordingCache` that other
+    datasets may share); without one, the dataset has its own of ``cache_bytes`` (default
+    :data:`CACHE_BYTES`).
 
     ``segment_averaging`` (training augmentation, probability in [0, 1]): with this probability
     an item is the mean of its segment and a random subset of the *same recording's* other
@@ -184,9 +220,10 @@ class ConnectomeDataset(Dataset):
         label_names: list[str],
         channels: list[str],
         bands: list[str],
-        cache_bytes: int = 512 * 2**20,
+        cache_bytes: int = CACHE_BYTES,
         segment_averaging: float = 0.0,
         rng: np.random.Generator | None = None,
+        cache: RecordingCache | None = None,
     ):
         self.recordings = list(recordings)
         self.channels = list(channels)
@@ -197,11 +234,9 @@ class ConnectomeDataset(Dataset):
             [(r, s) for r, rec in enumerate(self.recordings) for s in range(rec.n_segments)],
             dtype=np.int64,
         ).reshape(-1, 2)
-        self.cache_bytes = cache_bytes
+        self.cache = cache if cache is not None else RecordingCache(cache_bytes)
         self.segment_averaging = segment_averaging
         self.rng = rng if rng is not None else np.random.default_rng(0)
-        self._cache: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._cached_bytes = 0
 
     def __len__(self) -> int:
         return len(self.index)
@@ -232,20 +267,7 @@ class ConnectomeDataset(Dataset):
 
     def recording_arrays(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(coh, wpli) float32 (n_segments, n_bands, C, C) of recording ``r`` (cached)."""
-        if r in self._cache:
-            self._cache.move_to_end(r)
-            return self._cache[r]
-        rec = self.recordings[r]
-        arrays = output.read_tokens(
-            rec.connectome, self.channels, self.bands, rec.n_segments, rec.recording_id
-        )
-        size = arrays[0].nbytes + arrays[1].nbytes
-        while self._cache and self._cached_bytes + size > self.cache_bytes:
-            _, old = self._cache.popitem(last=False)
-            self._cached_bytes -= old[0].nbytes + old[1].nbytes
-        self._cache[r] = arrays
-        self._cached_bytes += size
-        return arrays
+        return self.cache.get(self.recordings[r], self.channels, self.bands)
 
 
 def read_covariances(recording: RecordingInfo, channels: list[str]) -> np.ndarray | None:

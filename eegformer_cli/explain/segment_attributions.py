@@ -1,0 +1,257 @@
+"""The model's passes over one recording's segments, batch by batch, averaged over the segments:
+the attention maps and refined logits (:func:`attention_maps`) and the captum attributions of a
+refined logit to the coh and wPLI entries (:func:`channel_pair_attributions`), what
+:mod:`.attributions` makes a recording's explanation of.
+
+Segments go through the model :data:`SEGMENTS_PER_EXPLANATION` at a time, so the memory these
+passes need does not grow with the recording's length (a 24-hour recording has thousands of
+segments). A recording of at most that many segments is one batch, computed exactly as a pass
+over all its segments; a longer one gives each batch's mean weighted by its share of the
+segments (:class:`SegmentMean`), equal to the mean over all segments up to float rounding
+(about 1e-7 relative: float32 means of float32 values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
+from eegformer_cli.model.diagnostics import explicit_attention
+from eegformer_cli.model.explanation import differentiable_explanations
+
+#: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
+ROWS_PER_FORWARD = 512
+#: Segments per batch of :func:`attention_maps` and :func:`channel_pair_attributions` (with
+#: ``n_steps`` Integrated Gradients steps, captum runs ``ROWS_PER_FORWARD // segments`` steps
+#: per forward: two here).
+SEGMENTS_PER_EXPLANATION = 256
+
+
+def segment_slices(n_segments: int) -> Iterator[slice]:
+    """Consecutive slices of at most :data:`SEGMENTS_PER_EXPLANATION` segments covering
+    ``n_segments``."""
+    for start in range(0, n_segments, SEGMENTS_PER_EXPLANATION):
+        yield slice(start, min(start + SEGMENTS_PER_EXPLANATION, n_segments))
+
+
+class SegmentMean:
+    """The mean over a recording's ``n_segments`` segments from the means of its batches: a
+    batch of all the segments gives its mean as it is (same dtype, same numbers); smaller ones
+    are weighted by ``batch size / n_segments`` and summed in float64."""
+
+    def __init__(self, n_segments: int):
+        self.n_segments = n_segments
+        self.value: np.ndarray | None = None
+
+    def add(self, batch_mean: np.ndarray, batch_size: int) -> None:
+        """Add one batch's mean (any shape) over its ``batch_size`` segments."""
+        if batch_size == self.n_segments:
+            self.value = batch_mean
+            return
+        part = batch_mean.astype(np.float64) * (batch_size / self.n_segments)
+        self.value = part if self.value is None else self.value + part
+
+
+def exact_segment_mean(values: np.ndarray) -> np.ndarray:
+    """float64 mean over axis 0 of float32 ``values`` (S, ...), equal to
+    ``values.astype(float64).mean(axis=0)`` without a float64 copy of the whole array: a running
+    sum segment by segment, the order NumPy sums along a leading axis."""
+    total = np.zeros(values.shape[1:], dtype=np.float64)
+    for segment in values:
+        total += segment
+    return total / len(values)
+
+
+def attention_maps(
+    model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, all_heads: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coarse, refined, logits): attention float64 (L, T, T), or (L, H, T, T) with
+    ``all_heads``, averaged over segments; ``logits`` float64 (S, K) refined logits. Inputs as
+    ``model.forward_with_details`` (coh, wpli (S, T, C, C); age, sex (S,)), run in batches."""
+    coarse, refined = SegmentMean(len(coh)), SegmentMean(len(coh))
+    logits = []
+    n_bands, n_heads = coh.shape[1], model.config.n_heads
+
+    def batch_mean(layers: list) -> np.ndarray:
+        maps = (
+            torch.stack([layer.weights.float().mean(dim=0) for layer in layers])
+            if layers
+            else coh.new_zeros((0, n_heads, n_bands, n_bands))
+        )  # (L, H, T, T)
+        return (maps if all_heads else maps.mean(dim=1)).cpu().numpy().astype(np.float64)
+
+    for part in segment_slices(len(coh)):
+        inputs = (coh[part], wpli[part], age[part], sex[part])
+        with torch.no_grad(), explicit_attention(model):
+            output = model.forward_with_details(*inputs)
+        coarse.add(batch_mean(output.attention_coarse), len(inputs[0]))
+        refined.add(batch_mean(output.attention_refined), len(inputs[0]))
+        logits.append(output.logits_refined.float().cpu().numpy().astype(np.float64))
+    assert coarse.value is not None and refined.value is not None  # S >= 1
+    return coarse.value, refined.value, np.concatenate(logits)
+
+
+def _captum_attribution(
+    method: str,
+    forward,
+    inputs: tuple[Tensor, ...],
+    baselines: tuple[Tensor, ...],
+    extra: tuple[Tensor, ...],
+    target: int,
+    n_steps: int,
+):
+    import captum.attr as ca
+
+    if method == "integrated_gradients":
+        return ca.IntegratedGradients(forward).attribute(
+            inputs,
+            baselines=baselines,
+            target=target,
+            additional_forward_args=extra,
+            n_steps=n_steps,
+            internal_batch_size=ROWS_PER_FORWARD,
+        )
+    if method == "saliency":  # |gradient|: unsigned, so pairs are sums of magnitudes
+        return ca.Saliency(forward).attribute(inputs, target=target, additional_forward_args=extra)
+    if method == "input_x_gradient":
+        return ca.InputXGradient(forward).attribute(
+            inputs, target=target, additional_forward_args=extra
+        )
+    # gradient_shap: expected gradients between the baseline and the input, n_steps samples
+    return ca.GradientShap(forward).attribute(
+        inputs,
+        baselines=tuple(b[:1] for b in baselines),
+        target=target,
+        additional_forward_args=extra,
+        n_samples=n_steps,
+        stdevs=0.0,
+    )
+
+
+class Attributions(NamedTuple):
+    """What :func:`channel_pair_attributions` returns: ``coh_pairs``, ``wpli_pairs`` float64
+    (T, C, C) symmetric (logit units), and ``interactions`` float64 (K,), the attribution of
+    each kept interaction's product (``model/interactions.py``; None for a model without)."""
+
+    coh_pairs: np.ndarray
+    wpli_pairs: np.ndarray
+    interactions: np.ndarray | None = None
+
+
+def _explained_output(model, target: int | tuple[int, int]) -> tuple:
+    """(forward, output column) captum attributes: the refined logits and column ``target``,
+    or for a pair ``(a, b)`` the one column ``logit(b) - logit(a)``. The forward takes
+    ``(coh, wpli, [products,] age, sex, guiding class)``."""
+
+    def refined_logits(coh_in, wpli_in, *rest):
+        *products_in, age_in, sex_in, guiding_in = rest
+        return model.forward_with_details(
+            coh_in,
+            wpli_in,
+            age_in,
+            sex_in,
+            target=guiding_in,
+            products=products_in[0] if products_in else None,
+        ).logits_refined.float()
+
+    if not isinstance(target, tuple):
+        return refined_logits, target
+    first, second = target
+
+    def contrast(*args):
+        logits = refined_logits(*args)
+        return (logits[:, second] - logits[:, first]).unsqueeze(1)
+
+    return contrast, 0
+
+
+def channel_pair_attributions(
+    model,
+    coh: Tensor,
+    wpli: Tensor,
+    age: Tensor,
+    sex: Tensor,
+    target: int | tuple[int, int],
+    method: str = DEFAULT_METHOD,
+    n_steps: int = DEFAULT_N_STEPS,
+    reference: tuple[Tensor, Tensor] | None = None,
+) -> Attributions:
+    """captum attribution of the ``target`` refined logit (a class index), or of
+    ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
+    contrast, :mod:`.attributions`), to each input entry, against ``reference`` (coh, wPLI),
+    each (T, C, C) on the model's device (None: zero connectivity).
+
+    Returns :class:`Attributions`: the pairs, float64 (T, C, C) each, symmetric: entry (i, j)
+    plus entry (j, i) of the attribution, averaged over segments (:mod:`.attributions`); for a
+    model with kept interactions, their products are inputs of their own (the reference's
+    products as their baseline), attributed beside the entries, so the entries' values hold
+    only what they do alone and the three parts add up to the logit's change. Seeded by the
+    caller for ``gradient_shap`` (random interpolation points, drawn batch by batch). ``method``
+    (one of ``choices.CAPTUM_METHODS``) and ``n_steps`` (>= 1) come checked from the entry
+    point (``trained_model.check_explain_options``).
+    """
+    means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
+    for part in segment_slices(len(coh)):
+        batch = (coh[part], wpli[part], age[part], sex[part])
+        attributed = _batch_attributions(model, batch, target, method, n_steps, reference)
+        for mean, attribution in zip(means, attributed):
+            mean.add(attribution.detach().float().mean(dim=0).cpu().numpy(), len(batch[0]))
+
+    def pairs(mean: np.ndarray) -> np.ndarray:
+        return (mean + np.swapaxes(mean, -1, -2)).astype(np.float64)
+
+    coh_pairs, wpli_pairs, interactions = (mean.value for mean in means)
+    assert coh_pairs is not None and wpli_pairs is not None  # S >= 1
+    return Attributions(
+        pairs(coh_pairs),
+        pairs(wpli_pairs),
+        None if interactions is None else interactions.astype(np.float64),
+    )
+
+
+def _batch_attributions(
+    model, batch: tuple[Tensor, ...], target, method: str, n_steps: int, reference
+) -> tuple[Tensor, ...]:
+    """The captum attributions of one batch of segments (:func:`channel_pair_attributions`):
+    coh and wPLI (B, T, C, C), and the kept interactions' products (B, K) when the model has
+    them."""
+    coh, wpli, age, sex = batch
+    with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
+        guiding = model.forward_with_details(coh, wpli, age, sex).target
+        products = model.interaction_products(coh, wpli, age, sex)
+    explained, explained_target = _explained_output(model, target)
+    # The refined pass follows the explanation, so the gradient must follow it too (a
+    # second-order backward, which the fused attention kernel does not have), and the
+    # explained class stays the input's along the whole path: where the coarse argmax would
+    # flip between the baseline and the input, the refined logit would jump, and a jump has
+    # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
+    # recording's logit change lost that way).
+    with differentiable_explanations(model), explicit_attention(model):
+        baselines: tuple[Tensor, ...] = (
+            (torch.zeros_like(coh), torch.zeros_like(wpli))
+            if reference is None
+            else tuple(
+                r.to(x.dtype).expand_as(x).contiguous() for r, x in zip(reference, (coh, wpli))
+            )
+        )
+        inputs: tuple[Tensor, ...] = (coh, wpli)
+        if products is not None:
+            with torch.no_grad():
+                baselines += (model.interaction_products(*baselines, age, sex),)
+            inputs += (products,)
+        return tuple(
+            _captum_attribution(
+                method,
+                explained,
+                inputs,
+                baselines,
+                (age, sex, guiding),
+                explained_target,
+                n_steps,
+            )
+        )
