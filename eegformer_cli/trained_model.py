@@ -507,7 +507,7 @@ class TrainedModel:
     ) -> None:
         """``explain``'s tables, recordings.csv and the class summary, once every recording
         is explained."""
-        from eegformer_cli.explain import attributions, export
+        from eegformer_cli.explain import attributions, class_summary, export
 
         bundle = self._bundle
         contrasted = attributions.class_contrast(explanations)
@@ -522,7 +522,7 @@ class TrainedModel:
         export.write_recordings_table(
             folder.path, explanations, provenance_rows, bundle.label_names
         )
-        export.write_class_summary(
+        class_summary.write_class_summary(
             folder.path,
             attributions.class_means(explanations),
             bundle.bands,

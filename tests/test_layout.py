@@ -196,12 +196,13 @@ def test_no_module_imports_a_higher_layer():
 
 
 def test_npz_files_are_opened_by_their_formats_owners_only():
-    """np.load appears in preprocess/output.py (connectome files) and explain/export.py (its
-    class summary) only: every other module reads those files through them."""
+    """np.load appears in preprocess/output.py (connectome files) and
+    explain/class_summary.py (the class summary) only: every other module reads those files
+    through them."""
     loading = {
         module_name(p) for p in PACKAGE.rglob("*.py") if "np.load(" in p.read_text(encoding="utf-8")
     }
-    assert loading == {"eegformer_cli.preprocess.output", "eegformer_cli.explain.export"}
+    assert loading == {"eegformer_cli.preprocess.output", "eegformer_cli.explain.class_summary"}
 
 
 def test_no_module_is_longer_than_max_lines():

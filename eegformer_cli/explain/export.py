@@ -36,13 +36,17 @@ file                           content
                                coh, wpli, coh_difference, wpli_difference, caution``
 ``class_summary.npz``          per explained class (``classes`` (K',), ``n_recordings`` (K',)),
                                the class means stacked on a first axis: ``band_importance``
-                               (K', T), ...; the contrast's maps (:data:`CONTRAST_ARRAYS`)
+                               (K', T), ...; the contrast's maps
+                               (:data:`~eegformer_cli.explain.class_summary.CONTRAST_ARRAYS`)
 ``class_summary.json``         settings (with the artefact rule, ``artefact_caution``), bands,
                                channels, labels, recordings, failures, per class its count, mean
                                band importance, top band, strongest pairs, attention diagnostics,
                                and the ``contrast`` (classes, grouping, counts, per band, top band,
                                strongest pairs)
 =============================  ====================================================================
+
+This module writes every file but the class summary, which :mod:`.class_summary` writes and
+reads back.
 
 The five long-format tables (:data:`TABLES`) come from :func:`table_rows`, which the Python API
 also turns into DataFrames (unrounded; the CSV files round to 6 significant digits), and so does
@@ -57,7 +61,6 @@ from __future__ import annotations
 
 import csv
 import json
-import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -65,27 +68,19 @@ import numpy as np
 
 from eegformer_cli.atomic import atomic_open, save_npz, write_json
 from eegformer_cli.connectivity.artefacts import pair_caution
-from eegformer_cli.errors import InputDataError
 from eegformer_cli.explain import interactions
 from eegformer_cli.explain.attributions import (
-    CONTRAST_FIELDS,
-    GROUPED_BY,
-    MEAN_FIELDS,
     RECORDING_ARRAYS,
     RecordingExplanation,
     pair_band_sums,
     token_names,
     top_band,
 )
-from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES, mean_diagnostics
+from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES
 from eegformer_cli.provenance import PROVENANCE_COLUMNS, flat_row
 
 #: How many channel pairs the JSON summaries list (strongest by absolute value).
 TOP_PAIRS = 10
-#: The contrast's arrays in ``class_summary.npz``: the maps of
-#: :data:`~eegformer_cli.explain.attributions.CONTRAST_FIELDS` (T, C, C), ``contrast_band``
-#: (T,), ``contrast_classes`` (2,) and ``contrast_n_recordings`` (2,).
-CONTRAST_ARRAYS = (*CONTRAST_FIELDS, "contrast_band")
 
 
 def strongest_pairs(
@@ -163,7 +158,7 @@ def write_recording(
             ),
             "contrast": None
             if e.contrast_pairs is None
-            else _contrast_summary(
+            else contrast_entry(
                 list(e.contrast_classes),
                 e.contrast_pairs,
                 pair_band_sums(e.contrast_pairs),
@@ -179,21 +174,16 @@ def write_recording(
     )
 
 
-#: What a contrast's values mean, in its JSON entries: one recording's, and the classes'.
+#: What a contrast's values mean, in one recording's JSON (the classes': in
+#: :mod:`.class_summary`).
 CONTRAST_MEANING = (
     "attribution of logit({b}) - logit({a}) (the log-odds of {b} against {a}): > 0 the pair's "
     "connectivity pushes the recording towards {b} compared with the reference connectome, "
     "< 0 towards {a}"
 )
-CLASS_CONTRAST_MEANING = (
-    "mean over {b}'s recordings minus mean over {a}'s of the attribution of logit({b}) - "
-    "logit({a}): how far the log-odds of {b} move when the pair's connectivity goes from "
-    "{a}'s to {b}'s; > 0 {b}'s connectivity (against {a}'s) pushes towards {b}, < 0 towards "
-    "{a}; coh_difference and wpli_difference say whether it is higher or lower in {b}"
-)
 
 
-def _contrast_summary(
+def contrast_entry(
     classes: list[str],
     pairs: np.ndarray,
     per_band: np.ndarray,
@@ -226,102 +216,139 @@ def table_rows(
     """``(columns, rows)`` of the long-format table ``name`` (:data:`TABLES`), values unrounded
     (floats as computed, None for a quantity a recording lacks): what ``NAME.csv`` holds, and
     what the Python API returns as a DataFrame."""
-    if name == "band_importance":
-        return (
-            ["recording_id", "participant_id", "target", "band", "value"],
-            (
-                [e.recording_id, e.participant_id or "n/a", e.target, band, float(value)]
-                for e in explanations
-                for band, value in zip(bands, e.band_importance)
-            ),
-        )
-    if name == "attention":
-
-        def attention():
-            for e in explanations:
-                for pass_name, maps in (
-                    ("coarse", e.attention_coarse),
-                    ("refined", e.attention_refined),
-                ):
-                    per_head = maps[:, None] if maps.ndim == 3 else maps  # (L, H', T, T)
-                    heads = ["mean"] if maps.ndim == 3 else list(range(maps.shape[1]))
-                    tokens = token_names(bands, maps.shape[-1])
-                    for layer, head, query, key in np.ndindex(per_head.shape):
-                        yield [
-                            e.recording_id,
-                            e.target,
-                            pass_name,
-                            layer,
-                            heads[head],
-                            tokens[query],
-                            tokens[key],
-                            float(per_head[layer, head, query, key]),
-                        ]
-
-        return (
-            ["recording_id", "target", "pass", "layer", "head", "query_band", "key_band", "value"],
-            attention(),
-        )
-    if name == "attention_diagnostics":
-        quantities = TRACE_QUANTITIES + ABLATION_QUANTITIES
-
-        def diagnostics():
-            for e in explanations:
-                for pass_name, values in (e.attention_diagnostics or {}).get("passes", {}).items():
-                    for layer in range(len(values["entropy"])):
-                        yield [
-                            e.recording_id,
-                            e.target,
-                            pass_name,
-                            layer,
-                            *(float(values[q][layer]) if q in values else None for q in quantities),
-                        ]
-
-        return ["recording_id", "target", "pass", "layer", *quantities], diagnostics()
-    if name == "channel_pairs":
-        upper_i, upper_j = np.triu_indices(len(channels), 1)
-        return (
-            ["recording_id", "target", "band", "channel_a", "channel_b", "value", "coh", "wpli"],
-            (
-                [
-                    e.recording_id,
-                    e.target,
-                    band,
-                    channels[i],
-                    channels[j],
-                    float(e.channel_pairs[b, i, j]),
-                    float(e.coh_pairs[b, i, j]),
-                    float(e.wpli_pairs[b, i, j]),
-                ]
-                for e in explanations
-                for b, band in enumerate(bands)
-                for i, j in zip(upper_i, upper_j)
-            ),
-        )
-    if name == "interactions":
-        return (
-            list(interactions.COLUMNS),
-            (
-                [
-                    e.recording_id,
-                    e.target,
-                    row["interaction"],
-                    interactions.side(row["a"]),
-                    interactions.side(row["b"]),
-                    row["class_difference"],
-                    row["gate"],
-                    row["value"],
-                    row["contrast_value"],
-                ]
-                for e in explanations
-                for row in e.interactions or []
-            ),
-        )
-    raise ValueError(f"unknown table {name!r}")
+    if name not in _TABLE_ROWS:
+        raise ValueError(f"unknown table {name!r}")
+    return _TABLE_ROWS[name](explanations, bands, channels)
 
 
+def _band_importance_rows(
+    explanations: Sequence[RecordingExplanation], bands: Sequence[str], channels: Sequence[str]
+) -> tuple[list[str], Iterator[list]]:
+    """``band_importance.csv``: one row per recording and band."""
+    return (
+        ["recording_id", "participant_id", "target", "band", "value"],
+        (
+            [e.recording_id, e.participant_id or "n/a", e.target, band, float(value)]
+            for e in explanations
+            for band, value in zip(bands, e.band_importance)
+        ),
+    )
+
+
+def _attention_rows(
+    explanations: Sequence[RecordingExplanation], bands: Sequence[str], channels: Sequence[str]
+) -> tuple[list[str], Iterator[list]]:
+    """``attention.csv``: one row per recording, pass, layer, head (``mean`` for maps
+    averaged over heads), query token and key token."""
+
+    def rows():
+        for e in explanations:
+            for pass_name, maps in (
+                ("coarse", e.attention_coarse),
+                ("refined", e.attention_refined),
+            ):
+                per_head = maps[:, None] if maps.ndim == 3 else maps  # (L, H', T, T)
+                heads = ["mean"] if maps.ndim == 3 else list(range(maps.shape[1]))
+                tokens = token_names(bands, maps.shape[-1])
+                for layer, head, query, key in np.ndindex(per_head.shape):
+                    yield [
+                        e.recording_id,
+                        e.target,
+                        pass_name,
+                        layer,
+                        heads[head],
+                        tokens[query],
+                        tokens[key],
+                        float(per_head[layer, head, query, key]),
+                    ]
+
+    return (
+        ["recording_id", "target", "pass", "layer", "head", "query_band", "key_band", "value"],
+        rows(),
+    )
+
+
+def _attention_diagnostics_rows(
+    explanations: Sequence[RecordingExplanation], bands: Sequence[str], channels: Sequence[str]
+) -> tuple[list[str], Iterator[list]]:
+    """``attention_diagnostics.csv``: one row per recording, pass and layer, each quantity of
+    :mod:`eegformer_cli.model.diagnostics` (None where the recording lacks it)."""
+    quantities = TRACE_QUANTITIES + ABLATION_QUANTITIES
+
+    def rows():
+        for e in explanations:
+            for pass_name, values in (e.attention_diagnostics or {}).get("passes", {}).items():
+                for layer in range(len(values["entropy"])):
+                    yield [
+                        e.recording_id,
+                        e.target,
+                        pass_name,
+                        layer,
+                        *(float(values[q][layer]) if q in values else None for q in quantities),
+                    ]
+
+    return ["recording_id", "target", "pass", "layer", *quantities], rows()
+
+
+def _channel_pair_rows(
+    explanations: Sequence[RecordingExplanation], bands: Sequence[str], channels: Sequence[str]
+) -> tuple[list[str], Iterator[list]]:
+    """``channel_pairs.csv``: one row per recording, band and unordered channel pair."""
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    return (
+        ["recording_id", "target", "band", "channel_a", "channel_b", "value", "coh", "wpli"],
+        (
+            [
+                e.recording_id,
+                e.target,
+                band,
+                channels[i],
+                channels[j],
+                float(e.channel_pairs[b, i, j]),
+                float(e.coh_pairs[b, i, j]),
+                float(e.wpli_pairs[b, i, j]),
+            ]
+            for e in explanations
+            for b, band in enumerate(bands)
+            for i, j in zip(upper_i, upper_j)
+        ),
+    )
+
+
+def _interaction_rows(
+    explanations: Sequence[RecordingExplanation], bands: Sequence[str], channels: Sequence[str]
+) -> tuple[list[str], Iterator[list]]:
+    """``interactions.csv``: one row per recording and kept interaction."""
+    return (
+        list(interactions.COLUMNS),
+        (
+            [
+                e.recording_id,
+                e.target,
+                row["interaction"],
+                interactions.side(row["a"]),
+                interactions.side(row["b"]),
+                row["class_difference"],
+                row["gate"],
+                row["value"],
+                row["contrast_value"],
+            ]
+            for e in explanations
+            for row in e.interactions or []
+        ),
+    )
+
+
+#: Each long-format table's ``(columns, rows)`` builder, by name.
+_TABLE_ROWS = {
+    "band_importance": _band_importance_rows,
+    "attention": _attention_rows,
+    "attention_diagnostics": _attention_diagnostics_rows,
+    "channel_pairs": _channel_pair_rows,
+    "interactions": _interaction_rows,
+}
 #: The long-format tables of ``explain``, each written as ``NAME.csv`` by :func:`write_tables`.
-TABLES = ("band_importance", "attention", "attention_diagnostics", "channel_pairs", "interactions")
+TABLES = tuple(_TABLE_ROWS)
 
 
 def contrast_rows(
@@ -410,119 +437,6 @@ def write_tables(
     _write_csv(
         out_dir / "contrast_pairs.csv", *contrast_rows(contrast, bands, channels, cautions or {})
     )
-
-
-def write_class_summary(
-    out_dir: Path,
-    means: dict[str, dict],
-    bands: Sequence[str],
-    channels: Sequence[str],
-    label_names: Sequence[str],
-    settings: dict,
-    recordings: Sequence[str],
-    failures: dict[str, str],
-    explanations: Sequence[RecordingExplanation] = (),
-    contrast: dict | None = None,
-) -> None:
-    """``class_summary.npz`` and ``class_summary.json`` from
-    :func:`~eegformer_cli.explain.attributions.class_means` output (and, per class, the mean
-    attention diagnostics of ``explanations``) and the class ``contrast``
-    (:func:`~eegformer_cli.explain.attributions.class_contrast`, None: none)."""
-    classes = list(means)
-    cautions = settings.get("artefact_caution") or {}
-    arrays = (
-        {field: np.stack([means[c][field] for c in classes]) for field in MEAN_FIELDS}
-        if classes
-        else {}
-    )
-    if contrast is not None:
-        arrays["contrast_classes"] = np.array(contrast["classes"], dtype=str)
-        arrays["contrast_n_recordings"] = np.array(contrast["n_recordings"], dtype=np.int64)
-        arrays.update({key: contrast[key] for key in CONTRAST_ARRAYS if key in contrast})
-    save_npz(
-        out_dir / "class_summary.npz",
-        classes=np.array(classes, dtype=str),
-        n_recordings=np.array([means[c]["n_recordings"] for c in classes], dtype=np.int64),
-        bands=np.array(bands),
-        channels=np.array(channels),
-        label_names=np.array(label_names),
-        **arrays,
-    )
-    write_json(
-        out_dir / "class_summary.json",
-        {
-            "settings": settings,
-            "bands": list(bands),
-            "channels": list(channels),
-            "label_names": list(label_names),
-            "recordings": list(recordings),
-            "failures": dict(failures),
-            "classes": {
-                c: {
-                    "n_recordings": means[c]["n_recordings"],
-                    "band_importance": dict(zip(bands, map(float, means[c]["band_importance"]))),
-                    "top_band": bands[top_band(means[c]["band_importance"])],
-                    "strongest_channel_pairs": strongest_pairs(
-                        means[c]["channel_pairs"], bands, channels, cautions=cautions
-                    ),
-                    "attention_diagnostics": mean_diagnostics(
-                        [e.attention_diagnostics for e in explanations if e.target == c]
-                    ),
-                }
-                for c in classes
-            },
-            "contrast": _contrast_json(contrast, bands, channels, cautions),
-            "interactions": _interactions_json(explanations, contrast),
-        },
-    )
-
-
-def _interactions_json(
-    explanations: Sequence[RecordingExplanation], contrast: dict | None
-) -> dict | None:
-    """``class_summary.json``'s ``interactions``: per explained class the mean attribution of
-    each kept interaction over its recordings, and the class contrast's (None: the models
-    keep none)."""
-    if not any(e.interactions for e in explanations):
-        return None
-    groups: dict[str, list] = {}
-    for e in explanations:
-        groups.setdefault(e.target, []).append(e.interactions)
-    out = {"per_class": interactions.class_summary(groups), "contrast": None}
-    if contrast is not None and all(contrast["n_recordings"]):
-        by_truth = contrast["grouped_by"] == GROUPED_BY[0]
-        first, second = (
-            [
-                e.interactions
-                for e in explanations
-                if (e.true_class if by_truth else e.predicted) == name
-            ]
-            for name in contrast["classes"]
-        )
-        out["contrast"] = interactions.contrast_summary(first, second)
-    return out
-
-
-def _contrast_json(contrast: dict | None, bands, channels, cautions: dict) -> dict | None:
-    """``class_summary.json``'s ``contrast``: classes, grouping and counts, and (both groups
-    non-empty) per band, top band and strongest pairs."""
-    if contrast is None:
-        return None
-    head = {key: contrast[key] for key in ("classes", "grouped_by", "n_recordings")}
-    if "contrast_pairs" not in contrast:
-        return {**head, "missing": "a group has no recording, so the classes cannot be compared"}
-    return {
-        **head,
-        **_contrast_summary(
-            contrast["classes"],
-            contrast["contrast_pairs"],
-            contrast["contrast_band"],
-            bands,
-            channels,
-            cautions,
-            CLASS_CONTRAST_MEANING,
-        ),
-    }
 
 
 def recording_columns(label_names: Sequence[str]) -> list[str]:
@@ -617,21 +531,3 @@ def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> int:
                 path.unlink()
                 removed += 1
     return removed
-
-
-def load_class_summary(folder: str | Path) -> dict:
-    """Read ``class_summary.npz`` back: ``{"classes": [...], "bands": [...], "channels": [...],
-    "n_recordings": (K',), <field>: (K', ...) arrays}`` and the contrast's arrays when it has
-    them (``contrast_classes`` a list; what the report draws)."""
-    path = Path(folder) / "class_summary.npz"
-    try:
-        with np.load(path) as data:
-            out = {key: data[key] for key in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # truncated or damaged
-        raise InputDataError(
-            f"cannot read the class summary: {exc}", path=path, hint="rerun `eegformer explain`"
-        ) from None
-    for key in ("classes", "bands", "channels", "label_names", "contrast_classes"):
-        if key in out:
-            out[key] = [str(v) for v in out[key]]
-    return out

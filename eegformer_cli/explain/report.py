@@ -123,7 +123,7 @@ def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
     """Raise InputDataError when ``explanations_dir`` explains another model than the run's
     (other classes, bands or channels than its ``config.json``): a report must not put one
     dataset's explanations beside another's metrics."""
-    from eegformer_cli.explain.export import load_class_summary
+    from eegformer_cli.explain.class_summary import load_class_summary
 
     config = run_folder.read_config(run_dir)
     summary = load_class_summary(explanations_dir)
@@ -431,7 +431,7 @@ def _incomplete_run(run_dir: Path, metrics: RunMetrics) -> str | None:
 
 
 def _add_explanations(report, run_dir: Path, explanations_dir, band: str | None) -> None:
-    from eegformer_cli.explain.export import load_class_summary
+    from eegformer_cli.explain.class_summary import load_class_summary
 
     section = "Explanations"
     if explanations_dir is None:
@@ -632,7 +632,7 @@ def write_report(
             raise UsageError(
                 "--band chooses the band of the explanation figures: give --explanations too"
             )
-        from eegformer_cli.explain.export import load_class_summary
+        from eegformer_cli.explain.class_summary import load_class_summary
 
         check_choice("--band", band, tuple(load_class_summary(explanations_dir)["bands"]))
     out = Path(out)

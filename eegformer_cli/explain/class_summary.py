@@ -1,0 +1,200 @@
+"""``class_summary.npz`` and ``class_summary.json`` of an ``eegformer explain`` folder: the
+per-class means and the class contrast, written (atomically) and read back.
+
+The npz holds the explained classes (``classes`` (K',), ``n_recordings`` (K',)), the class
+means of :data:`~eegformer_cli.explain.attributions.MEAN_FIELDS` stacked on a first axis
+(``band_importance`` (K', T), ...) and the contrast's arrays (:data:`CONTRAST_ARRAYS`); the
+JSON the settings, bands, channels, labels, recordings, failures, per class its count, mean
+band importance, top band, strongest pairs and attention diagnostics, the ``contrast`` and the
+kept ``interactions``. The rest of the folder is :mod:`.export`'s.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from eegformer_cli.atomic import save_npz, write_json
+from eegformer_cli.errors import InputDataError
+from eegformer_cli.explain import interactions
+from eegformer_cli.explain.attributions import (
+    CONTRAST_FIELDS,
+    GROUPED_BY,
+    MEAN_FIELDS,
+    RecordingExplanation,
+    top_band,
+)
+from eegformer_cli.explain.export import contrast_entry, strongest_pairs
+from eegformer_cli.model.diagnostics import mean_diagnostics
+
+#: The contrast's arrays in ``class_summary.npz``: the maps of
+#: :data:`~eegformer_cli.explain.attributions.CONTRAST_FIELDS` (T, C, C), ``contrast_band``
+#: (T,), ``contrast_classes`` (2,) and ``contrast_n_recordings`` (2,).
+CONTRAST_ARRAYS = (*CONTRAST_FIELDS, "contrast_band")
+#: What the class contrast's values mean, in ``class_summary.json`` (``{a}``, ``{b}``: the
+#: classes; one recording's contrast: :data:`.export.CONTRAST_MEANING`).
+CLASS_CONTRAST_MEANING = (
+    "mean over {b}'s recordings minus mean over {a}'s of the attribution of logit({b}) - "
+    "logit({a}): how far the log-odds of {b} move when the pair's connectivity goes from "
+    "{a}'s to {b}'s; > 0 {b}'s connectivity (against {a}'s) pushes towards {b}, < 0 towards "
+    "{a}; coh_difference and wpli_difference say whether it is higher or lower in {b}"
+)
+
+
+def write_class_summary(
+    out_dir: Path,
+    means: dict[str, dict],
+    bands: Sequence[str],
+    channels: Sequence[str],
+    label_names: Sequence[str],
+    settings: dict,
+    recordings: Sequence[str],
+    failures: dict[str, str],
+    explanations: Sequence[RecordingExplanation] = (),
+    contrast: dict | None = None,
+) -> None:
+    """``class_summary.npz`` and ``class_summary.json`` from
+    :func:`~eegformer_cli.explain.attributions.class_means` output (and, per class, the mean
+    attention diagnostics of ``explanations``) and the class ``contrast``
+    (:func:`~eegformer_cli.explain.attributions.class_contrast`, None: none)."""
+    classes = list(means)
+    cautions = settings.get("artefact_caution") or {}
+    save_npz(
+        out_dir / "class_summary.npz",
+        classes=np.array(classes, dtype=str),
+        n_recordings=np.array([means[c]["n_recordings"] for c in classes], dtype=np.int64),
+        bands=np.array(bands),
+        channels=np.array(channels),
+        label_names=np.array(label_names),
+        **_summary_arrays(means, contrast),
+    )
+    write_json(
+        out_dir / "class_summary.json",
+        {
+            "settings": settings,
+            "bands": list(bands),
+            "channels": list(channels),
+            "label_names": list(label_names),
+            "recordings": list(recordings),
+            "failures": dict(failures),
+            "classes": {
+                c: _class_json(
+                    means[c],
+                    [e.attention_diagnostics for e in explanations if e.target == c],
+                    bands,
+                    channels,
+                    cautions,
+                )
+                for c in classes
+            },
+            "contrast": _contrast_json(contrast, bands, channels, cautions),
+            "interactions": _interactions_json(explanations, contrast),
+        },
+    )
+
+
+def _summary_arrays(means: dict[str, dict], contrast: dict | None) -> dict[str, np.ndarray]:
+    """``class_summary.npz``'s arrays beside the names and counts: the class means of
+    :data:`~eegformer_cli.explain.attributions.MEAN_FIELDS` stacked (K', ...) and the
+    contrast's classes, counts and maps (:data:`CONTRAST_ARRAYS`)."""
+    classes = list(means)
+    arrays = (
+        {field: np.stack([means[c][field] for c in classes]) for field in MEAN_FIELDS}
+        if classes
+        else {}
+    )
+    if contrast is not None:
+        arrays["contrast_classes"] = np.array(contrast["classes"], dtype=str)
+        arrays["contrast_n_recordings"] = np.array(contrast["n_recordings"], dtype=np.int64)
+        arrays.update({key: contrast[key] for key in CONTRAST_ARRAYS if key in contrast})
+    return arrays
+
+
+def _class_json(
+    mean: dict,
+    diagnostics: list,
+    bands: Sequence[str],
+    channels: Sequence[str],
+    cautions: dict,
+) -> dict:
+    """One class's entry of ``class_summary.json``'s ``classes``: its count, mean band
+    importance and top band, strongest pairs and the mean of its recordings' attention
+    ``diagnostics``."""
+    return {
+        "n_recordings": mean["n_recordings"],
+        "band_importance": dict(zip(bands, map(float, mean["band_importance"]))),
+        "top_band": bands[top_band(mean["band_importance"])],
+        "strongest_channel_pairs": strongest_pairs(
+            mean["channel_pairs"], bands, channels, cautions=cautions
+        ),
+        "attention_diagnostics": mean_diagnostics(diagnostics),
+    }
+
+
+def _interactions_json(
+    explanations: Sequence[RecordingExplanation], contrast: dict | None
+) -> dict | None:
+    """``class_summary.json``'s ``interactions``: per explained class the mean attribution of
+    each kept interaction over its recordings, and the class contrast's (None: the models
+    keep none)."""
+    if not any(e.interactions for e in explanations):
+        return None
+    groups: dict[str, list] = {}
+    for e in explanations:
+        groups.setdefault(e.target, []).append(e.interactions)
+    out = {"per_class": interactions.class_summary(groups), "contrast": None}
+    if contrast is not None and all(contrast["n_recordings"]):
+        by_truth = contrast["grouped_by"] == GROUPED_BY[0]
+        first, second = (
+            [
+                e.interactions
+                for e in explanations
+                if (e.true_class if by_truth else e.predicted) == name
+            ]
+            for name in contrast["classes"]
+        )
+        out["contrast"] = interactions.contrast_summary(first, second)
+    return out
+
+
+def _contrast_json(contrast: dict | None, bands, channels, cautions: dict) -> dict | None:
+    """``class_summary.json``'s ``contrast``: classes, grouping and counts, and (both groups
+    non-empty) per band, top band and strongest pairs."""
+    if contrast is None:
+        return None
+    head = {key: contrast[key] for key in ("classes", "grouped_by", "n_recordings")}
+    if "contrast_pairs" not in contrast:
+        return {**head, "missing": "a group has no recording, so the classes cannot be compared"}
+    return {
+        **head,
+        **contrast_entry(
+            contrast["classes"],
+            contrast["contrast_pairs"],
+            contrast["contrast_band"],
+            bands,
+            channels,
+            cautions,
+            CLASS_CONTRAST_MEANING,
+        ),
+    }
+
+
+def load_class_summary(folder: str | Path) -> dict:
+    """Read ``class_summary.npz`` back: ``{"classes": [...], "bands": [...], "channels": [...],
+    "n_recordings": (K',), <field>: (K', ...) arrays}`` and the contrast's arrays when it has
+    them (``contrast_classes`` a list; what the report draws)."""
+    path = Path(folder) / "class_summary.npz"
+    try:
+        with np.load(path) as data:
+            out = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # truncated or damaged
+        raise InputDataError(
+            f"cannot read the class summary: {exc}", path=path, hint="rerun `eegformer explain`"
+        ) from None
+    for key in ("classes", "bands", "channels", "label_names", "contrast_classes"):
+        if key in out:
+            out[key] = [str(v) for v in out[key]]
+    return out
