@@ -33,15 +33,19 @@ Verdict (first): the score with its interval, the comparison with every referenc
    that artefacts can fake dashed and named, coarse versus refined attention per layer as
    differences from uniform attention.
 
-Tables wrap their cells to the page's width (:data:`REPORT_CSS`); legends sit under their
+Tables wrap their cells to the page's width (:data:`.report_page.REPORT_CSS`); legends sit under their
 plots, over no data (:func:`report_figures.legend_below`).
 
-No MNE tags: every item is added without them (:func:`_untagged_report`) and the tag filter is
-hidden (:data:`REPORT_CSS`).
+No MNE tags: every item is added without them (:func:`.report_page.untagged_report`) and the
+tag filter is hidden (:data:`.report_page.REPORT_CSS`).
 
-This module reads the run folder and assembles the sections; the figures are in
-:mod:`report_figures` (plain data in, a matplotlib figure out, so each can be tested and reused
-alone) and the tables and notes in :mod:`report_tables` (plain data in, HTML out).
+This module reads the run folder and assembles the sections from the run's files (0 to 4);
+each other section has a module of its own: the verdict and calibration
+(:mod:`.calibration_report`), "Is the score real?" (:mod:`.trust_report`) and the explanations
+(:mod:`.explanations_report`, its words and tables in :mod:`.explanation_notes`). The figures
+are in :mod:`.report_figures` (plain data in, a matplotlib figure out, so each can be tested
+and reused alone), the run's tables and notes in :mod:`.report_tables` (plain data in, HTML
+out) and the page (no tags, its styles, a note, a figure) in :mod:`.report_page`.
 """
 
 from __future__ import annotations
@@ -51,11 +55,6 @@ import json
 import tempfile
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # before pyplot (report_figures chooses it too; either may come first)
-import matplotlib.pyplot as plt
-
 from eegformer_cli import console
 from eegformer_cli.atomic import ensure_dir, read_json, write_bytes
 from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_choice
@@ -63,25 +62,20 @@ from eegformer_cli.evaluation.metrics import describe_comparison
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
+from eegformer_cli.explain.explanations_report import (
+    add_explanations_section,
+    check_explanations_match,
+)
 from eegformer_cli.explain.report_figures import (
     attention_entropy_figure,
-    attention_figure,
-    band_importance_figure,
     confusion_matrix_figure,
-    connectivity_head_figure,
-    contrast_figure,
     roc_pr_figure,
     training_curves_figure,
 )
+from eegformer_cli.explain.report_page import add_figure, add_note, untagged_report
 from eegformer_cli.explain.report_tables import (
     attention_diagnostics_html,
-    band_importance_note,
-    caution_note,
-    contrast_note,
-    contrast_table_html,
     dataset_summary_html,
-    explanations_source_html,
-    interactions_table_html,
     metric_notes_html,
     metrics_html,
     oof_table_html,
@@ -91,25 +85,6 @@ from eegformer_cli.explain.report_tables import (
 from eegformer_cli.explain.trust_report import add_trust_section
 from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
 
-#: Styles added to MNE's page: the tag filter hidden (the report has no tags), the notes boxed.
-REPORT_CSS = """
-#filter-by-tags-dropdown-menu { display: none !important; }
-.eeg-note { background: #f3f6fb; border-left: 4px solid #4a6fa5; padding: .6em 1em;
-            margin: .8em 0; font-size: .92em; }
-.eeg-note dt { font-weight: 600; margin-top: .35em; }
-.eeg-note dd { margin-left: 1.2em; margin-bottom: .1em; }
-.eeg-oof, .eeg-oof table, .eeg-oof th, .eeg-oof td { font-size: 13px; }
-/* tables wrap to the page's width instead of running past its edge: cells break between
-   words (a word longer than its column breaks too); the per-recording table, 11 columns of
-   class names and ids, also inside words, its sortable headers included */
-table.table { max-width: 100%; }
-table.table td, table.table th { overflow-wrap: break-word; }
-.eeg-oof td { overflow-wrap: anywhere; }
-.eeg-oof .bootstrap-table .fixed-table-container .table thead th .th-inner {
-  white-space: normal; overflow-wrap: anywhere; padding-left: .3rem; }
-"""
-
-
 # ----------------------------------------------------------------------------- report
 
 
@@ -117,38 +92,6 @@ def _check_run_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     run_folder.read_config(run_dir)  # InputDataError when it is not a run folder
     return run_dir
-
-
-def _check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
-    """Raise InputDataError when ``explanations_dir`` explains another model than the run's
-    (other classes, bands or channels than its ``config.json``): a report must not put one
-    dataset's explanations beside another's metrics."""
-    from eegformer_cli.explain.class_summary import load_class_summary
-
-    config = run_folder.read_config(run_dir)
-    summary = load_class_summary(explanations_dir)
-    model = config.get("model_config", {})
-    expected = {
-        "classes": config.get("labels"),
-        "bands": model.get("band_names"),
-        "channels": model.get("channel_names"),
-    }
-    explained = {
-        "classes": summary["label_names"],
-        "bands": summary["bands"],
-        "channels": summary["channels"],
-    }
-    differing = [
-        f"{key} {explained[key]} (run: {expected[key]})"
-        for key in expected
-        if expected[key] is not None and list(expected[key]) != explained[key]
-    ]
-    if differing:
-        raise InputDataError(
-            "explains another model than this run's: " + "; ".join(differing),
-            path=explanations_dir,
-            hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`",
-        )
 
 
 def report_title(config: dict) -> str:
@@ -184,23 +127,6 @@ def _dataset_name(path: Path) -> str:
     return folder.name
 
 
-def _untagged_report(title: str):
-    """An :class:`mne.Report` whose items carry no tags unless given: MNE's defaults
-    ("custom-html", "custom-figure") only add badges and a tag filter, which say nothing here."""
-    import mne
-
-    class UntaggedReport(mne.Report):
-        def add_html(self, html, title, *, tags=(), **kwargs):
-            return super().add_html(html, title, tags=tags, **kwargs)
-
-        def add_figure(self, fig, title, *, tags=(), **kwargs):
-            return super().add_figure(fig, title, tags=tags, **kwargs)
-
-    report = UntaggedReport(title=title, verbose="error")
-    report.add_custom_css(REPORT_CSS)
-    return report
-
-
 def build_report(
     run_dir: str | Path, explanations_dir: str | Path | None = None, band: str | None = None
 ):
@@ -211,7 +137,7 @@ def build_report(
     config = run_folder.read_config(run_dir)
     metrics = run_folder.read_metrics(run_dir)
     history = run_folder.read_history(run_dir)
-    report = _untagged_report(report_title(config))
+    report = untagged_report(report_title(config))
     add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)
@@ -222,17 +148,8 @@ def build_report(
         add_calibration_section(report, metrics)
         _add_predictions_and_curves(report, run_dir, metrics, history)
     _add_attention(report, metrics, history)
-    _add_explanations(report, run_dir, explanations_dir, band)
+    add_explanations_section(report, run_dir, explanations_dir, band)
     return report
-
-
-def _note(report, title: str, text: str, section: str) -> None:
-    report.add_html(f"<p>{html.escape(text)}</p>", title, section=section)
-
-
-def _figure(report, fig, title: str, section: str, caption: str | None = None) -> None:
-    report.add_figure(fig, title, section=section, image_format="png", caption=caption)
-    plt.close(fig)
 
 
 def _add_run_summary(report, run_dir: Path, config: dict, metrics: RunMetrics | None) -> None:
@@ -250,7 +167,7 @@ def _add_dataset(report, config: dict) -> None:
     data_dir = Path(config.get("data_dir") or "")
     manifest = data_dir / MANIFEST_NAME
     if not manifest.is_file():
-        _note(
+        add_note(
             report,
             "Dataset summary",
             f"The training data's manifest ({manifest}) is not "
@@ -273,7 +190,7 @@ def _add_preprocessing(report, config: dict) -> None:
     section = "Preprocessing"
     settings_file = Path(config.get("data_dir") or "") / "preprocess.json"
     if not settings_file.is_file():
-        _note(
+        add_note(
             report,
             "Preprocessing settings",
             f"The training data's preprocessing settings ({settings_file}) are not available, "
@@ -302,12 +219,12 @@ def _add_cross_validation(
             "`eegformer train` command, or `eegformer train --merge` after `--fold` jobs"
         )
         console.warn(f"{run_dir}: {why}")
-        _note(report, "Metrics", why, section)
+        add_note(report, "Metrics", why, section)
         return
     incomplete = _incomplete_run(run_dir, metrics)
     if incomplete:
         console.warn(f"{run_dir}: {incomplete}")
-        _note(report, "Incomplete run", incomplete, section)
+        add_note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.labels]
     paired = "".join(
         "<p>Paired over the same folds: " + html.escape(describe_comparison(comparison)) + ".</p>"
@@ -327,7 +244,7 @@ def _add_cross_validation(
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)
     matrix = metrics.transformer.confusion_matrix
     if matrix is not None:
-        _figure(
+        add_figure(
             report,
             confusion_matrix_figure(matrix, labels, n_folds=metrics.n_folds),
             "Confusion matrix",
@@ -340,7 +257,7 @@ def _add_cross_validation(
             figure = roc_pr_figure(predictions, labels, metrics.positive_label, fold_means)
         except (KeyError, TypeError, ValueError) as exc:  # a truncated or edited table
             raise run_folder.damaged_oof_predictions(run_dir, exc) from None
-        _figure(
+        add_figure(
             report,
             figure,
             "ROC and precision-recall curves",
@@ -367,14 +284,14 @@ def _add_predictions_and_curves(
             raise run_folder.damaged_oof_predictions(run_dir, exc) from None
         report.add_html(table, "Per-recording out-of-fold predictions", section=section)
     if history:
-        _figure(report, training_curves_figure(history), "Training curves per fold", section)
+        add_figure(report, training_curves_figure(history), "Training curves per fold", section)
 
 
 def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> None:
     section = "Attention"
     attention = metrics.attention if metrics else None
     if not attention:
-        _note(
+        add_note(
             report,
             "What attention does",
             "No attention diagnostics: the run has no "
@@ -400,7 +317,7 @@ def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> N
         section=section,
     )
     if any(h.get("attention") for h in history):
-        _figure(
+        add_figure(
             report,
             attention_entropy_figure(history, attention["uniform_entropy"]),
             "Attention entropy per epoch",
@@ -430,178 +347,6 @@ def _incomplete_run(run_dir: Path, metrics: RunMetrics) -> str | None:
     return None
 
 
-def _add_explanations(report, run_dir: Path, explanations_dir, band: str | None) -> None:
-    from eegformer_cli.explain.class_summary import load_class_summary
-
-    section = "Explanations"
-    if explanations_dir is None:
-        _note(
-            report,
-            "How to add explanations",
-            "No explanations: no --explanations folder was given. Run "
-            f"`eegformer explain {run_dir} "
-            "DATA --out EXPLANATIONS` (the run folder: its recordings explained out of "
-            "fold) and then `eegformer report "
-            f"{run_dir} --explanations EXPLANATIONS`.",
-            section,
-        )
-        return
-    folder = Path(explanations_dir)
-    summary = load_class_summary(folder)
-    classes, bands, _channels = summary["classes"], summary["bands"], summary["channels"]
-    if not classes:
-        _note(report, "Explanations", f"{folder} holds no explained recording.", section)
-        return
-    from eegformer_cli.explain.export import read_recordings_table
-
-    written = read_json(folder / "class_summary.json")
-    settings = written.get("settings", {})
-    report.add_html(
-        explanations_source_html(
-            run_dir,
-            folder,
-            settings,
-            read_recordings_table(folder),
-            classes,
-            [int(n) for n in summary["n_recordings"]],
-        ),
-        "About the explanations",
-        section=section,
-    )
-    _add_attribution_figures(report, summary, settings, section, band)
-    _add_contrast(report, summary, written.get("contrast"), settings, section, band)
-    if written.get("interactions"):
-        report.add_html(
-            interactions_table_html(written["interactions"], classes),
-            "Interactions the models use",
-            section=section,
-        )
-    for k, name in enumerate(classes):
-        _figure(
-            report,
-            attention_figure(
-                summary["attention_coarse"][k],
-                summary["attention_refined"][k],
-                bands,
-                f"Attention, class {name} (mean over its recordings)",
-            ),
-            f"Coarse vs refined attention: {name}",
-            section,
-        )
-
-
-def _add_attribution_figures(
-    report, summary: dict, settings: dict, section: str, band: str | None
-) -> None:
-    """Band importance and the channel pairs on the head, each said against the reference
-    connectome the explanations used (``settings["baseline"]``); the head shows each class's
-    top band of the chart, or ``band``."""
-    classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
-    reference = str(settings.get("baseline") or "zero connectivity")
-    _figure(
-        report,
-        band_importance_figure(summary["band_importance"], classes, bands, reference),
-        "Band importance per class",
-        section,
-        caption=band_importance_note(reference),
-    )
-    which = (
-        f"the band {band} (chosen with --band)"
-        if band is not None
-        else "the class's top band (the outlined bar of the band-importance chart: the "
-        "largest |band importance|; `eegformer report --band NAME` shows another)"
-    )
-    _figure(
-        report,
-        connectivity_head_figure(
-            summary["channel_pairs"],
-            classes,
-            bands,
-            channels,
-            band_importance=summary["band_importance"],
-            band=band,
-            cautions=settings.get("artefact_caution"),
-            reference=reference,
-        ),
-        "Strongest channel-pair attributions",
-        section,
-        caption=(
-            "Each line joins two sensors (montage positions, seen from above, nose up, "
-            "left hemisphere on the left) whose connectivity (coherence + wPLI) in "
-            f"{which} the explained-class logit depends on most (captum "
-            f"attribution against {reference}): red raises the class's logit compared "
-            "with it, blue lowers it; thicker is stronger. Each class on its own colour "
-            "scale (its colour bar gives the values, logit units). " + caution_note(settings)
-        ),
-    )
-
-
-def _add_contrast(
-    report,
-    summary: dict,
-    contrast: dict | None,
-    settings: dict,
-    section: str,
-    band: str | None,
-) -> None:
-    """The class contrast (figure and table of its strongest pairs) beside the per-class
-    attributions, or a note on why there is none."""
-    from eegformer_cli.explain.export import TOP_PAIRS, contrast_rows
-
-    title = "Class contrast"
-    if contrast is None:
-        _note(
-            report,
-            title,
-            "No class contrast: the model has more than two classes and explain was not asked "
-            "for one, or an earlier eegformer wrote these explanations. `eegformer explain "
-            "... --contrast A B` compares two classes.",
-            section,
-        )
-        return
-    first, second = contrast["classes"]
-    if "contrast_pairs" not in summary:
-        counts = ", ".join(
-            f"{c} {n}" for c, n in zip(contrast["classes"], contrast["n_recordings"])
-        )
-        _note(
-            report,
-            title,
-            f"No class contrast of {second} against {first}: grouped by "
-            f"{contrast['grouped_by']}, a class has no recording ({counts}).",
-            section,
-        )
-        return
-    cautions = settings.get("artefact_caution") or {}
-    _figure(
-        report,
-        contrast_figure(
-            summary["contrast_pairs"],
-            summary["contrast_band"],
-            summary["coh_difference"] + summary["wpli_difference"],
-            [first, second],
-            summary["bands"],
-            summary["channels"],
-            band=band,
-            cautions=cautions,
-        ),
-        f"Class contrast: {second} against {first}",
-        section,
-        caption=contrast_note(contrast, settings) + " " + caution_note(settings),
-    )
-    columns, rows = contrast_rows(
-        {**summary, "classes": [first, second], "grouped_by": contrast["grouped_by"]},
-        summary["bands"],
-        summary["channels"],
-        cautions,
-    )
-    report.add_html(
-        contrast_table_html([dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]),
-        f"Class contrast: the {TOP_PAIRS} strongest pairs",
-        section=section,
-    )
-
-
 def write_report(
     run_dir: str | Path,
     explanations_dir: str | Path | None,
@@ -626,7 +371,7 @@ def write_report(
             hint="pass the --out folder of `eegformer explain`",
         )
     if explanations_dir is not None:
-        _check_explanations_match(Path(run_dir), Path(explanations_dir))
+        check_explanations_match(Path(run_dir), Path(explanations_dir))
     if band is not None:
         if explanations_dir is None:
             raise UsageError(

@@ -1,0 +1,308 @@
+"""The report's "Explanations" section in words and tables: where the explanations come from
+(which model, which recordings, whether the model trained on them), the captions of its
+figures (band importance, artefact cautions, the class contrast) and the tables of the
+contrast's strongest pairs and of the kept interactions. Each a function of plain data (the
+explain folder's settings, rows and summaries) returning an HTML string (values escaped);
+:mod:`.explanations_report` puts them on the page.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from eegformer_cli.explain.report_tables import table_html
+
+
+def explanations_source_html(
+    run_dir: Path,
+    folder: Path,
+    settings: dict,
+    recordings: list[dict] | None,
+    classes: list[str],
+    counts: list[int],
+) -> str:
+    """Which model and recordings the explanations come from, whether those recordings were
+    the model's training data (``recordings.csv`` of ``explain``: its ``in_training_data``
+    warnings), what the per-class means average over, and classes of one recording."""
+    out_of_fold = [
+        row
+        for row in recordings or []
+        if str(row.get("explained_by", "")).startswith("out_of_fold")
+    ]
+    parts = [_source_sentence(run_dir, folder, settings)]
+    if out_of_fold:
+        parts.append(out_of_fold_html(out_of_fold, len(recordings)))
+        recordings = [row for row in recordings if row not in out_of_fold]
+    training_data = _training_data_sentence(recordings, bool(out_of_fold))
+    if training_data is not None:
+        parts.append(training_data)
+    parts += _class_means_sentences(settings, classes, counts)
+    return "<p>" + "</p><p>".join(parts) + "</p>"
+
+
+def _source_sentence(run_dir: Path, folder: Path, settings: dict) -> str:
+    """Which folder the explanations are in, which model (the run's own, its fold models, or
+    another model file) explained them, and on which inputs."""
+    model = Path(str(settings.get("model", "")))
+    own = (run_dir / "model.pt").resolve() == model.resolve() if settings.get("model") else False
+    trained_on = settings.get("model_trained_on")
+    which = {
+        "all": "the final model, retrained on all participants of the run",
+        "holdout": "the holdout model, trained on the run's training participants",
+    }.get(trained_on, "a model file")
+    if settings.get("run_dir"):
+        which = (
+            "the run folder: its fold models for the run's own recordings, its final "
+            "model for the others"
+        )
+    return (
+        f"From <code>{html.escape(str(folder))}</code>: "
+        f"<code>eegformer explain</code> with {html.escape(which)} "
+        + (
+            "(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
+            if own and settings.get("run_dir")
+            else "(this run's <code>model.pt</code>)"
+            if own
+            else f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
+            "classes, bands and channels)"
+        )
+        + (
+            f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
+            if settings.get("inputs")
+            else ""
+        )
+        + "."
+    )
+
+
+def _training_data_sentence(recordings: list[dict] | None, beside_out_of_fold: bool) -> str | None:
+    """Whether the ``recordings`` not explained out of fold were the model's training data
+    (their ``in_training_data`` warnings); None when there are none; ``beside_out_of_fold``:
+    others were explained out of fold."""
+    if recordings is None:
+        return (
+            "This explain output predates the record of which recordings were the "
+            "model's training data, so that is not known here."
+        )
+    if not recordings:
+        return None
+    seen = [row for row in recordings if "in_training_data:" in (row.get("warnings") or "")]
+    if seen and len(seen) == len(recordings):
+        every = (
+            "The explained recording was"
+            if len(seen) == 1
+            else f"All {len(recordings)} explained recordings were"
+        )
+        return (
+            f"<b>{every} in the training data of this model</b> (explain was run "
+            "on the model's own training "
+            "recordings): the explanations show what the model relies on for "
+            "recordings it was fitted to, not evidence of what generalises to new "
+            "people; its predictions on them are optimistic (the honest ones are "
+            "the out-of-fold predictions above)."
+        )
+    if seen:
+        return (
+            f"<b>{len(seen)} of the {len(recordings)} explained recordings were in "
+            "the training data of this model</b>; their explanations describe "
+            "recordings the model was fitted to."
+        )
+    return (
+        f"None of the {len(recordings)} "
+        + ("other " if beside_out_of_fold else "")
+        + "explained recordings was in "
+        "the training data of this model."
+    )
+
+
+def _class_means_sentences(settings: dict, classes: list[str], counts: list[int]) -> list[str]:
+    """Which class each recording is explained for (``settings["target"]``, else its
+    predicted class), the recordings per class (``counts``), and the classes of one
+    recording only."""
+    target = settings.get("target")
+    sentences = [
+        "Each recording is explained for "
+        + (
+            f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
+            "recordings"
+            if target
+            else "its <b>predicted</b> class, so the class means below group recordings by what the "
+            "model predicted, not by their true class"
+        )
+        + ": "
+        + html.escape(
+            ", ".join(f"{c} {n} recording{'s' * (n != 1)}" for c, n in zip(classes, counts))
+        )
+        + "."
+    ]
+    single = [c for c, n in zip(classes, counts) if n == 1]
+    if single:
+        sentences.append(
+            f"<b>{html.escape(', '.join(single))}: one recording only</b>, so its "
+            "'mean' is that one recording's explanation, not a pattern of the class."
+        )
+    return sentences
+
+
+def out_of_fold_html(rows: list[dict], n_recordings: int) -> str:
+    """What it means that ``rows`` (of ``recordings.csv``) were explained out of fold."""
+    repeats = max(len(str(row["explained_by"]).split()) - 1 for row in rows)
+    every = (
+        "Every explained recording was"
+        if len(rows) == n_recordings
+        else f"{len(rows)} of the {n_recordings} explained recordings were"
+    )
+    return (
+        f"<b>{every} explained out of fold</b>: by the fold model"
+        + (f"s (one per repeat, {repeats}; their mean)" if repeats > 1 else "")
+        + " of this run that did not train on the person, so these explanations, and the "
+        "class means below, describe people the model never saw, and their probabilities "
+        "are the out-of-fold ones (<code>explained_by</code> in recordings.csv names the "
+        "folds). Each fold model's attributions are against its own training recordings' "
+        "mean connectome."
+    )
+
+
+def band_importance_note(reference: str) -> str:
+    """The band-importance figure's caption, for explanations against ``reference``."""
+    return (
+        "Each bar is the explained class's attribution (captum, Integrated Gradients by "
+        "default) to a band's connectivity, summed over its channel pairs, averaged over the "
+        "class's recordings and scaled so that the absolute values sum to 1 (the share each "
+        f"band carries). It is measured against {reference}: positive, the band's "
+        "connectivity raises the class's logit compared with that reference (the typical "
+        "training recording); negative, it lowers it. Before scaling the bars add up to the "
+        "logit's change from the reference (completeness), so sign and size both mean "
+        "something. The refined pass itself is guided by another explanation (the model's "
+        "DeepLIFT against a zero token), which this does not show."
+    )
+
+
+def caution_note(settings: dict) -> str:
+    """What the dashed pairs mean: the artefact rule of the explanations' ``settings``
+    (``artefact_caution``), or that these explanations predate it."""
+    rules = settings.get("artefact_caution")
+    if rules is None:
+        return (
+            "These explanations predate the artefact cautions: rerun `eegformer explain` to "
+            "get pairs that eye movements or muscle can fake dashed."
+        )
+    if not rules:
+        return "No band and channel of this model are prone to eye or muscle artefacts."
+    kinds = "; ".join(
+        f"{kind}: {', '.join(rule['channels'])} in {', '.join(rule['bands'])}"
+        for kind, rule in rules.items()
+    )
+    return (
+        "Dashed: pairs with an end that artefacts reach in that band, whose connectivity "
+        f"(and so attribution) an artefact can fake rather than the brain ({kinds}); read "
+        "them with caution (ICA, `eegformer preprocess --ica`, removes much of both)."
+    )
+
+
+def contrast_note(contrast: dict, settings: dict) -> str:
+    """The contrast figure's caption: what its values are, which recordings it compares."""
+    first, second = contrast["classes"]
+    n_first, n_second = contrast["n_recordings"]
+    reference = str(settings.get("baseline") or "zero connectivity")
+    return (
+        f"How {second} differs from {first}, on one scale. For each recording, the attribution "
+        f"(captum, against {reference}) of logit({second}) - logit({first}), the log-odds of "
+        f"{second} against {first}, to each pair's connectivity; then the mean over the "
+        f"{n_second} recordings of {second} minus the mean over the {n_first} of {first}, "
+        f"grouped by {contrast['grouped_by']}"
+        + (
+            " (the recordings' true classes were not all known)"
+            if contrast["grouped_by"] == "predicted class"
+            else ""
+        )
+        + f": how far the log-odds of {second} move when the pair's connectivity goes from "
+        f"{first}'s to {second}'s. Red: {second}'s connectivity pushes towards {second} (the "
+        f"difference helps tell the classes apart); blue: towards {first}. The bars add up to "
+        f"about the difference between the groups' mean log-odds of {second}. The left head "
+        f"and the table say whether each pair is more or less connected in {second}: the "
+        "connectivity itself, not the model."
+    )
+
+
+def _direction(coh: float, wpli: float) -> str:
+    if coh > 0 and wpli > 0:
+        return "higher"
+    if coh < 0 and wpli < 0:
+        return "lower"
+    return f"coherence {'higher' if coh > 0 else 'lower'}, wPLI {'higher' if wpli > 0 else 'lower'}"
+
+
+def contrast_table_html(rows: list[dict]) -> str:
+    """The contrast's strongest pairs (rows of ``contrast_pairs.csv`` as dicts): band, pair,
+    the push in logit units, the connectivity difference (class_b minus class_a) and the
+    artefact caution."""
+    if not rows:
+        return "<p>No pair.</p>"
+    first, second = rows[0]["class_a"], rows[0]["class_b"]
+    table = [
+        [
+            row["band"],
+            f"{row['channel_a']}\u2011{row['channel_b']}",  # a hyphen no line breaks at
+            f"{row['value']:+.3g} (towards {second if row['value'] > 0 else first})",
+            f"{row['coh_difference']:+.3g}",
+            f"{row['wpli_difference']:+.3g}",
+            _direction(row["coh_difference"], row["wpli_difference"]),
+            row["caution"] or "",
+        ]
+        for row in rows
+    ]
+    return table_html(
+        [
+            "band",
+            "pair",
+            f"push of {second}'s connectivity (logit units)",
+            f"coherence, {second} - {first}",
+            f"wPLI, {second} - {first}",
+            f"connectivity in {second}",
+            "caution (artefacts)",
+        ],
+        table,
+    )
+
+
+def interactions_table_html(interactions: dict, classes: list[str]) -> str:
+    """The kept interactions (``class_summary.json``'s ``interactions``): each in words, how
+    much the two sides' correlation differs between the classes against the gate it beat,
+    the mean attribution of the product per explained class and, with a contrast, its push."""
+    per_class = {
+        name: {row["interaction"]: row for row in rows}
+        for name, rows in (interactions.get("per_class") or {}).items()
+    }
+    contrast = {row["interaction"]: row["value"] for row in interactions.get("contrast") or []}
+    rows = {}
+    for name in classes:
+        for key, row in per_class.get(name, {}).items():
+            rows.setdefault(key, row)
+    if not rows:
+        return "<p>The models keep no interaction.</p>"
+
+    def attribution(name: str, key: str) -> str:
+        row = per_class.get(name, {}).get(key)
+        return f"{row['value']:+.3g}" if row else "0"
+
+    table = [
+        [
+            *key.split(" x "),
+            f"{row['class_difference']:.2f} (gate {row['gate']:.2f})",
+            *(attribution(name, key) for name in classes),
+            *([f"{contrast.get(key, 0.0):+.3g}"] if contrast else []),
+        ]
+        for key, row in rows.items()
+    ]
+    return table_html(
+        [
+            "side a",
+            "side b",
+            "how much their correlation differs between the classes (the gate it beat)",
+            *(f"attribution, class {name} (logit units)" for name in classes),
+            *(["class contrast (logit units)"] if contrast else []),
+        ],
+        table,
+    )

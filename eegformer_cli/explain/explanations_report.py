@@ -1,0 +1,237 @@
+"""The report's section "Explanations", from an ``eegformer explain`` folder: which model and
+recordings they come from, band importance per class, the strongest channel pairs on the
+head, the class contrast (figure and its strongest pairs), the kept interactions and coarse
+versus refined attention per class; and the check that the folder explains the run's model
+(its classes, bands and channels). The words and tables are :mod:`.explanation_notes`'s, the
+figures :mod:`.report_figures`'.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eegformer_cli.atomic import read_json
+from eegformer_cli.errors import InputDataError
+from eegformer_cli.experiment import run_folder
+from eegformer_cli.explain.explanation_notes import (
+    band_importance_note,
+    caution_note,
+    contrast_note,
+    contrast_table_html,
+    explanations_source_html,
+    interactions_table_html,
+)
+from eegformer_cli.explain.report_figures import (
+    attention_figure,
+    band_importance_figure,
+    connectivity_head_figure,
+    contrast_figure,
+)
+from eegformer_cli.explain.report_page import add_figure, add_note
+
+
+def check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
+    """Raise InputDataError when ``explanations_dir`` explains another model than the run's
+    (other classes, bands or channels than its ``config.json``): a report must not put one
+    dataset's explanations beside another's metrics."""
+    from eegformer_cli.explain.class_summary import load_class_summary
+
+    config = run_folder.read_config(run_dir)
+    summary = load_class_summary(explanations_dir)
+    model = config.get("model_config", {})
+    expected = {
+        "classes": config.get("labels"),
+        "bands": model.get("band_names"),
+        "channels": model.get("channel_names"),
+    }
+    explained = {
+        "classes": summary["label_names"],
+        "bands": summary["bands"],
+        "channels": summary["channels"],
+    }
+    differing = [
+        f"{key} {explained[key]} (run: {expected[key]})"
+        for key in expected
+        if expected[key] is not None and list(expected[key]) != explained[key]
+    ]
+    if differing:
+        raise InputDataError(
+            "explains another model than this run's: " + "; ".join(differing),
+            path=explanations_dir,
+            hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`",
+        )
+
+
+def add_explanations_section(report, run_dir: Path, explanations_dir, band: str | None) -> None:
+    """Add the section to ``report`` (an :class:`mne.Report`) from ``explanations_dir`` (None:
+    a note on how to add it); ``band``: the band the head plots show (None: each chart's top
+    band)."""
+    from eegformer_cli.explain.class_summary import load_class_summary
+
+    section = "Explanations"
+    if explanations_dir is None:
+        add_note(
+            report,
+            "How to add explanations",
+            "No explanations: no --explanations folder was given. Run "
+            f"`eegformer explain {run_dir} "
+            "DATA --out EXPLANATIONS` (the run folder: its recordings explained out of "
+            "fold) and then `eegformer report "
+            f"{run_dir} --explanations EXPLANATIONS`.",
+            section,
+        )
+        return
+    folder = Path(explanations_dir)
+    summary = load_class_summary(folder)
+    classes, bands, _channels = summary["classes"], summary["bands"], summary["channels"]
+    if not classes:
+        add_note(report, "Explanations", f"{folder} holds no explained recording.", section)
+        return
+    from eegformer_cli.explain.export import read_recordings_table
+
+    written = read_json(folder / "class_summary.json")
+    settings = written.get("settings", {})
+    report.add_html(
+        explanations_source_html(
+            run_dir,
+            folder,
+            settings,
+            read_recordings_table(folder),
+            classes,
+            [int(n) for n in summary["n_recordings"]],
+        ),
+        "About the explanations",
+        section=section,
+    )
+    _add_attribution_figures(report, summary, settings, section, band)
+    _add_contrast(report, summary, written.get("contrast"), settings, section, band)
+    if written.get("interactions"):
+        report.add_html(
+            interactions_table_html(written["interactions"], classes),
+            "Interactions the models use",
+            section=section,
+        )
+    for k, name in enumerate(classes):
+        add_figure(
+            report,
+            attention_figure(
+                summary["attention_coarse"][k],
+                summary["attention_refined"][k],
+                bands,
+                f"Attention, class {name} (mean over its recordings)",
+            ),
+            f"Coarse vs refined attention: {name}",
+            section,
+        )
+
+
+def _add_attribution_figures(
+    report, summary: dict, settings: dict, section: str, band: str | None
+) -> None:
+    """Band importance and the channel pairs on the head, each said against the reference
+    connectome the explanations used (``settings["baseline"]``); the head shows each class's
+    top band of the chart, or ``band``."""
+    classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
+    reference = str(settings.get("baseline") or "zero connectivity")
+    add_figure(
+        report,
+        band_importance_figure(summary["band_importance"], classes, bands, reference),
+        "Band importance per class",
+        section,
+        caption=band_importance_note(reference),
+    )
+    which = (
+        f"the band {band} (chosen with --band)"
+        if band is not None
+        else "the class's top band (the outlined bar of the band-importance chart: the "
+        "largest |band importance|; `eegformer report --band NAME` shows another)"
+    )
+    add_figure(
+        report,
+        connectivity_head_figure(
+            summary["channel_pairs"],
+            classes,
+            bands,
+            channels,
+            band_importance=summary["band_importance"],
+            band=band,
+            cautions=settings.get("artefact_caution"),
+            reference=reference,
+        ),
+        "Strongest channel-pair attributions",
+        section,
+        caption=(
+            "Each line joins two sensors (montage positions, seen from above, nose up, "
+            "left hemisphere on the left) whose connectivity (coherence + wPLI) in "
+            f"{which} the explained-class logit depends on most (captum "
+            f"attribution against {reference}): red raises the class's logit compared "
+            "with it, blue lowers it; thicker is stronger. Each class on its own colour "
+            "scale (its colour bar gives the values, logit units). " + caution_note(settings)
+        ),
+    )
+
+
+def _add_contrast(
+    report,
+    summary: dict,
+    contrast: dict | None,
+    settings: dict,
+    section: str,
+    band: str | None,
+) -> None:
+    """The class contrast (figure and table of its strongest pairs) beside the per-class
+    attributions, or a note on why there is none."""
+    from eegformer_cli.explain.export import TOP_PAIRS, contrast_rows
+
+    title = "Class contrast"
+    if contrast is None:
+        add_note(
+            report,
+            title,
+            "No class contrast: the model has more than two classes and explain was not asked "
+            "for one, or an earlier eegformer wrote these explanations. `eegformer explain "
+            "... --contrast A B` compares two classes.",
+            section,
+        )
+        return
+    first, second = contrast["classes"]
+    if "contrast_pairs" not in summary:
+        counts = ", ".join(
+            f"{c} {n}" for c, n in zip(contrast["classes"], contrast["n_recordings"])
+        )
+        add_note(
+            report,
+            title,
+            f"No class contrast of {second} against {first}: grouped by "
+            f"{contrast['grouped_by']}, a class has no recording ({counts}).",
+            section,
+        )
+        return
+    cautions = settings.get("artefact_caution") or {}
+    add_figure(
+        report,
+        contrast_figure(
+            summary["contrast_pairs"],
+            summary["contrast_band"],
+            summary["coh_difference"] + summary["wpli_difference"],
+            [first, second],
+            summary["bands"],
+            summary["channels"],
+            band=band,
+            cautions=cautions,
+        ),
+        f"Class contrast: {second} against {first}",
+        section,
+        caption=contrast_note(contrast, settings) + " " + caution_note(settings),
+    )
+    columns, rows = contrast_rows(
+        {**summary, "classes": [first, second], "grouped_by": contrast["grouped_by"]},
+        summary["bands"],
+        summary["channels"],
+        cautions,
+    )
+    report.add_html(
+        contrast_table_html([dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]),
+        f"Class contrast: the {TOP_PAIRS} strongest pairs",
+        section=section,
+    )

@@ -1,0 +1,59 @@
+"""The report's page: an :class:`mne.Report` whose items carry no tags, with the report's
+styles (:data:`REPORT_CSS`), and the two items every section adds besides its own HTML: a
+one-paragraph note and a figure (embedded as PNG, then closed).
+"""
+
+from __future__ import annotations
+
+import html
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot (report_figures chooses it too; either may come first)
+import matplotlib.pyplot as plt
+
+#: Styles added to MNE's page: the tag filter hidden (the report has no tags), the notes boxed.
+REPORT_CSS = """
+#filter-by-tags-dropdown-menu { display: none !important; }
+.eeg-note { background: #f3f6fb; border-left: 4px solid #4a6fa5; padding: .6em 1em;
+            margin: .8em 0; font-size: .92em; }
+.eeg-note dt { font-weight: 600; margin-top: .35em; }
+.eeg-note dd { margin-left: 1.2em; margin-bottom: .1em; }
+.eeg-oof, .eeg-oof table, .eeg-oof th, .eeg-oof td { font-size: 13px; }
+/* tables wrap to the page's width instead of running past its edge: cells break between
+   words (a word longer than its column breaks too); the per-recording table, 11 columns of
+   class names and ids, also inside words, its sortable headers included */
+table.table { max-width: 100%; }
+table.table td, table.table th { overflow-wrap: break-word; }
+.eeg-oof td { overflow-wrap: anywhere; }
+.eeg-oof .bootstrap-table .fixed-table-container .table thead th .th-inner {
+  white-space: normal; overflow-wrap: anywhere; padding-left: .3rem; }
+"""
+
+
+def untagged_report(title: str):
+    """An :class:`mne.Report` whose items carry no tags unless given: MNE's defaults
+    ("custom-html", "custom-figure") only add badges and a tag filter, which say nothing here."""
+    import mne
+
+    class UntaggedReport(mne.Report):
+        def add_html(self, html, title, *, tags=(), **kwargs):
+            return super().add_html(html, title, tags=tags, **kwargs)
+
+        def add_figure(self, fig, title, *, tags=(), **kwargs):
+            return super().add_figure(fig, title, tags=tags, **kwargs)
+
+    report = UntaggedReport(title=title, verbose="error")
+    report.add_custom_css(REPORT_CSS)
+    return report
+
+
+def add_note(report, title: str, text: str, section: str) -> None:
+    """Add ``text`` (escaped) to ``report`` as one paragraph titled ``title`` in ``section``."""
+    report.add_html(f"<p>{html.escape(text)}</p>", title, section=section)
+
+
+def add_figure(report, fig, title: str, section: str, caption: str | None = None) -> None:
+    """Add the matplotlib figure ``fig`` to ``report`` (PNG) and close it."""
+    report.add_figure(fig, title, section=section, image_format="png", caption=caption)
+    plt.close(fig)
