@@ -83,7 +83,7 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         return
     folder = Path(explanations_dir)
     summary = load_class_summary(folder)
-    classes, bands, _channels = summary["classes"], summary["bands"], summary["channels"]
+    classes = summary["classes"]
     if not classes:
         add_note(report, "Explanations", f"{folder} holds no explained recording.", section)
         return
@@ -111,13 +111,18 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
             "Interactions the models use",
             section=section,
         )
-    for k, name in enumerate(classes):
+    _add_attention_figures(report, summary, section)
+
+
+def _add_attention_figures(report, summary: dict, section: str) -> None:
+    """Coarse versus refined attention, one figure per explained class (its mean)."""
+    for k, name in enumerate(summary["classes"]):
         add_figure(
             report,
             attention_figure(
                 summary["attention_coarse"][k],
                 summary["attention_refined"][k],
-                bands,
+                summary["bands"],
                 f"Attention, class {name} (mean over its recordings)",
             ),
             f"Coarse vs refined attention: {name}",

@@ -395,6 +395,32 @@ def connectivity_head_figure(
     return fig
 
 
+def _contrast_band_bars(ax, contrast_band: np.ndarray, bands: list[str], classes: list[str]):
+    """The contrast's sum per band (``contrast_band`` (T,), logit units) as bars on ``ax``: red
+    towards the second class, blue towards the first, the top band (largest |value|)
+    outlined."""
+    from eegformer_cli.explain.attributions import top_band
+
+    first, second = classes
+    x = np.arange(len(bands))
+    top = top_band(contrast_band)
+    ax.bar(
+        x,
+        contrast_band,
+        color=np.where(np.asarray(contrast_band) >= 0, "tab:red", "tab:blue"),
+        edgecolor=["black" if t == top else "none" for t in range(len(bands))],
+        linewidth=1.5,
+    )
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(x, bands)
+    ax.set_ylabel("logit units", fontsize=8)
+    ax.set_title(
+        f"Per band (pairs summed): > 0 {second}'s connectivity, against {first}'s, pushes "
+        f"towards {second}; < 0 towards {first}. Outlined: the top band",
+        fontsize=9,
+    )
+
+
 def contrast_figure(
     contrast_pairs: np.ndarray,
     contrast_band: np.ndarray,
@@ -417,29 +443,11 @@ def contrast_figure(
     pushes towards B; blue, towards A), one diverging scale for both directions. Dashed: pairs
     that artefacts can fake in that band (``cautions``)."""
     from eegformer_cli.connectivity.artefacts import caution_masks
-    from eegformer_cli.explain.attributions import top_band
 
     first, second = classes
     fig = plt.figure(figsize=_inches(10.5, 10.0))
     grid = fig.add_gridspec(2, 2, height_ratios=[0.75, 1], hspace=0.45, wspace=0.1)
-    ax_bar = fig.add_subplot(grid[0, :])
-    x = np.arange(len(bands))
-    top = top_band(contrast_band)
-    ax_bar.bar(
-        x,
-        contrast_band,
-        color=np.where(np.asarray(contrast_band) >= 0, "tab:red", "tab:blue"),
-        edgecolor=["black" if t == top else "none" for t in range(len(bands))],
-        linewidth=1.5,
-    )
-    ax_bar.axhline(0, color="black", linewidth=0.8)
-    ax_bar.set_xticks(x, bands)
-    ax_bar.set_ylabel("logit units", fontsize=8)
-    ax_bar.set_title(
-        f"Per band (pairs summed): > 0 {second}'s connectivity, against {first}'s, pushes "
-        f"towards {second}; < 0 towards {first}. Outlined: the top band",
-        fontsize=9,
-    )
+    _contrast_band_bars(fig.add_subplot(grid[0, :]), contrast_band, bands, classes)
     upper_i, upper_j = np.triu_indices(len(channels), 1)
     shown = shown_band(contrast_band, bands, band)
     values = contrast_pairs[shown, upper_i, upper_j]

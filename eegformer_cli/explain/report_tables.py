@@ -129,77 +129,24 @@ def run_summary_html(
     class, data, model, final model, device and versions (from ``config.json``, and
     ``metrics.json`` / ``splits.json`` when there)."""
     train, model = config.get("train_config", {}), config.get("model_config", {})
-    finished = run_folder.metrics_time(run_dir)
-    when = (
-        "not finished (no metrics.json)"
-        if finished is None
-        else datetime.datetime.fromtimestamp(finished, datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"
-        )
-    )
-    metric = train.get("selection_metric", "score")
-    # runs of earlier versions may have selected over every epoch ("best")
-    selection = (
-        f"the epoch with the best validation {metric} is kept"
-        if train.get("selection") == "best"
-        else f"the epoch with the best validation {metric} in the second half of training is kept"
-    )
-    patience = train.get("patience") or 0
-    labels = [str(label) for label in config.get("labels", [])]
-    positive = config.get("positive_label")
-    n_participants = config.get("n_participants")
-    holdout = (scheme or {}).get("kind") == "holdout"
-    final = (
-        "the holdout model: trained on the training part, evaluated on the held-out participants"
-        if holdout
-        else f"retrained after the cross-validation on all {n_participants} participants (its "
-        "predictions on them are not out of fold: the figures below come from the fold "
-        "models)"
-    )
     versions = config.get("versions", {})
     rows = [
         ("run folder", html.escape(str(run_dir.resolve()))),
-        ("finished", html.escape(when)),
+        ("finished", html.escape(_finished_text(run_dir))),
         ("preset", f"<code>{html.escape(str(config.get('preset', train.get('preset'))))}</code>"),
         ("evaluation", _scheme_text(scheme, metrics.n_folds if metrics else None)),
-        (
-            "training",
-            html.escape(
-                f"up to {train.get('epochs')} epochs ({selection}; early stop "
-                f"{'after ' + str(patience) + ' epochs without improvement' if patience else 'off'}), "
-                f"batch of {train.get('batch_size')} segments, peak learning rate {train.get('lr')}, "
-                f"weight decay {train.get('weight_decay')}"
-            ),
-        ),
+        ("training", html.escape(_training_text(train))),
         ("seed", html.escape(str(train.get("seed")))),
-        (
-            "classes",
-            html.escape(f"{', '.join(labels)} (column {config.get('label_column')})")
-            + (
-                ""
-                if positive is None
-                else f"; positive class for AUROC and AUC-PR: <b>{html.escape(str(positive))}</b>"
-            ),
-        ),
+        ("classes", _classes_html(config)),
         (
             "data",
             html.escape(
                 f"{config.get('data_dir')}: {config.get('n_recordings')} "
-                f"recordings of {n_participants} participants"
+                f"recordings of {config.get('n_participants')} participants"
             ),
         ),
-        (
-            "model",
-            html.escape(
-                f"XAIguiFormer, d_model {model.get('d_model')}, {model.get('n_layers')} layer(s), "
-                f"{model.get('n_heads')} heads, explanation-guided refinement "
-                f"{'on' if model.get('xai_refinement', True) else 'off'}, frequency encoding "
-                f"{model.get('frequency_encoding')}; beside it a logistic regression on the same "
-                "tokens and, when the folder holds band covariances, pyRiemann's tangent space of "
-                "them + a logistic regression"
-            ),
-        ),
-        ("model.pt", html.escape(final)),
+        ("model", html.escape(_model_text(model))),
+        ("model.pt", html.escape(_final_model_text(scheme, config.get("n_participants")))),
         ("device", html.escape(str(config.get("device")))),
         (
             "versions",
@@ -209,17 +156,79 @@ def run_summary_html(
     return _rows_html(rows)
 
 
+def _finished_text(run_dir: Path) -> str:
+    """When the run wrote its ``metrics.json`` (UTC, to the minute), or that it did not."""
+    finished = run_folder.metrics_time(run_dir)
+    if finished is None:
+        return "not finished (no metrics.json)"
+    return datetime.datetime.fromtimestamp(finished, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"
+    )
+
+
+def _training_text(train: dict) -> str:
+    """The training settings of ``config.json``'s ``train_config`` in words: epochs, which
+    epoch is kept, early stop, batch, learning rate and weight decay."""
+    metric = train.get("selection_metric", "score")
+    # runs of earlier versions may have selected over every epoch ("best")
+    selection = (
+        f"the epoch with the best validation {metric} is kept"
+        if train.get("selection") == "best"
+        else f"the epoch with the best validation {metric} in the second half of training is kept"
+    )
+    patience = train.get("patience") or 0
+    return (
+        f"up to {train.get('epochs')} epochs ({selection}; early stop "
+        f"{'after ' + str(patience) + ' epochs without improvement' if patience else 'off'}), "
+        f"batch of {train.get('batch_size')} segments, peak learning rate {train.get('lr')}, "
+        f"weight decay {train.get('weight_decay')}"
+    )
+
+
+def _classes_html(config: dict) -> str:
+    """The run's classes and label column, and its positive class when it has one."""
+    labels = [str(label) for label in config.get("labels", [])]
+    positive = config.get("positive_label")
+    return html.escape(f"{', '.join(labels)} (column {config.get('label_column')})") + (
+        ""
+        if positive is None
+        else f"; positive class for AUROC and AUC-PR: <b>{html.escape(str(positive))}</b>"
+    )
+
+
+def _model_text(model: dict) -> str:
+    """``config.json``'s ``model_config`` in words, and the reference models beside it."""
+    return (
+        f"XAIguiFormer, d_model {model.get('d_model')}, {model.get('n_layers')} layer(s), "
+        f"{model.get('n_heads')} heads, explanation-guided refinement "
+        f"{'on' if model.get('xai_refinement', True) else 'off'}, frequency encoding "
+        f"{model.get('frequency_encoding')}; beside it a logistic regression on the same "
+        "tokens and, when the folder holds band covariances, pyRiemann's tangent space of "
+        "them + a logistic regression"
+    )
+
+
+def _final_model_text(scheme: dict | None, n_participants) -> str:
+    """What ``model.pt`` is: the holdout model, or the model retrained on all
+    ``n_participants`` after the cross-validation."""
+    if (scheme or {}).get("kind") == "holdout":
+        return (
+            "the holdout model: trained on the training part, evaluated on the held-out "
+            "participants"
+        )
+    return (
+        f"retrained after the cross-validation on all {n_participants} participants (its "
+        "predictions on them are not out of fold: the figures below come from the fold "
+        "models)"
+    )
+
+
 def metric_notes_html(metrics: RunMetrics) -> str:
     """A plain-language box: what each metric, the spread and the paired interval mean, with
     this run's chance levels."""
     labels = [str(label) for label in metrics.labels]
     positive, n_folds = metrics.positive_label, metrics.n_folds
-    matrix = np.asarray(metrics.transformer.confusion_matrix or [[0]], dtype=float)
-    share = (
-        matrix[labels.index(positive)].sum() / matrix.sum()
-        if positive in labels and matrix.sum()
-        else None
-    )
+    share = _positive_share(metrics)
     auc_pr_chance = "" if share is None else f" (chance here: {share:.2f}, the share of {positive})"
     of_positive = "" if positive is None else f" of the positive class ({positive})"
     clipped = (
@@ -273,12 +282,79 @@ def metric_notes_html(metrics: RunMetrics) -> str:
     return f'<div class="eeg-note"><dl>{body}</dl></div>'
 
 
+def _positive_share(metrics: RunMetrics) -> float | None:
+    """The positive class's share of the recordings (rows of the transformer's confusion
+    matrix): the chance level of AUC-PR; None without a positive class or a matrix."""
+    labels = [str(label) for label in metrics.labels]
+    positive = metrics.positive_label
+    matrix = np.asarray(metrics.transformer.confusion_matrix or [[0]], dtype=float)
+    return (
+        matrix[labels.index(positive)].sum() / matrix.sum()
+        if positive in labels and matrix.sum()
+        else None
+    )
+
+
 def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
 #: The references' columns in the out-of-fold table: short name -> model name.
 REFERENCE_COLUMNS = {"LR": "logistic_regression", "TS": "tangent_space"}
+
+
+def _oof_summary(rows: list[dict], labels: list[str]) -> tuple[str, float, int]:
+    """One model's out-of-fold ``rows`` of one recording: the class of highest mean
+    probability, the mean probability of the true class, and how many rows were wrong."""
+    mean_probs = {label: _mean([float(r[f"prob_{label}"]) for r in rows]) for label in labels}
+    return (
+        max(mean_probs, key=mean_probs.get),
+        mean_probs.get(rows[0]["label"], np.nan),
+        sum(r["predicted"] != r["label"] for r in rows),
+    )
+
+
+def _oof_rows(
+    model_rows: dict[str, list[dict]], references: list[dict[str, list[dict]]], labels: list[str]
+) -> list[tuple]:
+    """The per-recording table's rows, most often wrong first, then least sure of the true
+    class: ``(wrong, P(true), recording, participant, true class, predicted, folds,
+    [(predicted, P(true), wrong) per reference])`` from XAIguiFormer's ``model_rows`` and each
+    reference's (recording id -> its rows)."""
+    table = []
+    for recording_id, rows in model_rows.items():
+        predicted, p_true, wrong = _oof_summary(rows, labels)
+        reference = [
+            _oof_summary(ref_rows[recording_id], labels)
+            if recording_id in ref_rows
+            else ("n/a", np.nan, 0)
+            for ref_rows in references
+        ]
+        folds = ", ".join(f"r{r['repeat']} f{r['fold']}" for r in rows)
+        table.append(
+            (
+                wrong,
+                p_true,
+                recording_id,
+                rows[0]["participant_id"],
+                rows[0]["label"],
+                predicted,
+                folds,
+                reference,
+            )
+        )
+    table.sort(key=lambda t: (-t[0], t[1], t[2]))
+    return table
+
+
+def _oof_row_html(row: tuple) -> str:
+    """One row of :func:`_oof_rows` as HTML, tinted when XAIguiFormer was ever wrong."""
+    wrong, p_true, recording_id, participant, label, predicted, folds, refs = row
+    cells = [recording_id, participant, label, predicted, f"{p_true:.3f}", wrong, folds]
+    for ref in refs:
+        cells += [ref[0], "n/a" if np.isnan(ref[1]) else f"{ref[1]:.3f}"]
+    tint = ' class="table-danger"' if wrong else ""
+    return f"<tr{tint}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
 
 
 def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
@@ -295,36 +371,7 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
     references = {
         short: by_model[name] for short, name in REFERENCE_COLUMNS.items() if name in by_model
     }
-
-    def summary(rows: list[dict]) -> tuple[str, float, int]:
-        mean_probs = {label: _mean([float(r[f"prob_{label}"]) for r in rows]) for label in labels}
-        return (
-            max(mean_probs, key=mean_probs.get),
-            mean_probs.get(rows[0]["label"], np.nan),
-            sum(r["predicted"] != r["label"] for r in rows),
-        )
-
-    table = []
-    for recording_id, rows in model_rows.items():
-        predicted, p_true, wrong = summary(rows)
-        reference = [
-            summary(ref_rows[recording_id]) if recording_id in ref_rows else ("n/a", np.nan, 0)
-            for ref_rows in references.values()
-        ]
-        folds = ", ".join(f"r{r['repeat']} f{r['fold']}" for r in rows)
-        table.append(
-            (
-                wrong,
-                p_true,
-                recording_id,
-                rows[0]["participant_id"],
-                rows[0]["label"],
-                predicted,
-                folds,
-                reference,
-            )
-        )
-    table.sort(key=lambda t: (-t[0], t[1], t[2]))
+    table = _oof_rows(model_rows, list(references.values()), labels)
     repeats = max((len(rows) for rows in model_rows.values()), default=1)
     header = [
         "recording",
@@ -336,15 +383,7 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
         "test fold",
     ] + [f"{short} {what}" for short in references for what in ("predicted", "P(true)")]
     head = "".join(f'<th data-sortable="true">{html.escape(h)}</th>' for h in header)
-    body = []
-    for wrong, p_true, recording_id, participant, label, predicted, folds, refs in table:
-        cells = [recording_id, participant, label, predicted, f"{p_true:.3f}", wrong, folds]
-        for ref in refs:
-            cells += [ref[0], "n/a" if np.isnan(ref[1]) else f"{ref[1]:.3f}"]
-        tint = ' class="table-danger"' if wrong else ""
-        body.append(
-            f"<tr{tint}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
-        )
+    body = [_oof_row_html(row) for row in table]
     n_wrong = sum(t[0] > 0 for t in table)
     return (
         f"<p>{len(table)} recordings, {n_wrong} misclassified by XAIguiFormer at least once "
