@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "load_model": "eegformer_cli.trained_model",
     "TrainedModel": "eegformer_cli.trained_model",
-    "Explanations": "eegformer_cli.trained_model",
+    "Explanations": "eegformer_cli.explanations",
     "preprocess_raw": "eegformer_cli.preprocess.recording",
     "PreprocessSettings": "eegformer_cli.preprocess.settings",
     "Connectome": "eegformer_cli.preprocess.output",

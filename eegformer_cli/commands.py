@@ -216,7 +216,7 @@ def train(
         As the CLI's exit codes 2, 3 and 5.
     """
     from eegformer_cli.experiment.run import merge_run, run_training
-    from eegformer_cli.training.config import ablation_flags, check_holdout, resolve_config
+    from eegformer_cli.training.config import ablation_flags, resolve_config
 
     columns = _names(confounds) or []
     if merge is not None:
@@ -225,22 +225,8 @@ def train(
         merged = merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
         return None if merged is None else merged.to_dict()
     if data_dir is None or out is None or label_column is None:
-        missing = [
-            name
-            for name, value in (
-                ("DATA_DIR", data_dir),
-                ("--out", out),
-                ("--label-column", label_column),
-            )
-            if value is None
-        ]
-        raise UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
-    if holdout is not None:  # the flag: 0 is no scheme (in a config it means CV)
-        check_holdout(holdout, "--holdout")
-    if holdout is not None and (cv is not None or repeats is not None):
-        raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
-    if splits is not None and (holdout is not None or cv is not None or repeats is not None):
-        raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
+        raise _missing(data_dir, out, label_column)
+    _check_scheme(cv, repeats, holdout, splits)
     flags = {
         "cv": cv,
         "repeats": repeats,
@@ -254,12 +240,11 @@ def train(
         "precision": precision,
         **ablation_flags(no_xai, no_interactions, no_age_interactions, frequency_encoding),
     }
-    resolved = resolve_config(preset, config, flags)
     result = run_training(
         Path(data_dir),
         Path(out),
         label_column,
-        resolved,
+        resolve_config(preset, config, flags),
         splits_file=splits,
         positive_label=positive_label,
         overwrite=overwrite,
@@ -271,6 +256,38 @@ def train(
         split_by=split_by,
     )
     return result if result is None or isinstance(result, dict) else result.to_dict()
+
+
+def _missing(
+    data_dir: PathLike | None, out: PathLike | None, label_column: str | None
+) -> UsageError:
+    """The UsageError naming what a training run (not ``--merge``) misses of DATA_DIR,
+    ``--out`` and ``--label-column``."""
+    missing = [
+        name
+        for name, value in (
+            ("DATA_DIR", data_dir),
+            ("--out", out),
+            ("--label-column", label_column),
+        )
+        if value is None
+    ]
+    return UsageError(f"missing {', '.join(missing)} (needed unless --merge RUN_DIR is given)")
+
+
+def _check_scheme(
+    cv: int | None, repeats: int | None, holdout: float | None, splits: PathLike | None
+) -> None:
+    """UsageError for a ``--holdout`` out of range or for two validation schemes at once
+    (``--cv``/``--repeats``, ``--holdout``, ``--splits``)."""
+    from eegformer_cli.training.config import check_holdout
+
+    if holdout is not None:  # the flag: 0 is no scheme (in a config it means CV)
+        check_holdout(holdout, "--holdout")
+    if holdout is not None and (cv is not None or repeats is not None):
+        raise UsageError("--holdout cannot be combined with --cv/--repeats; choose one scheme")
+    if splits is not None and (holdout is not None or cv is not None or repeats is not None):
+        raise UsageError("--splits replaces --cv/--repeats/--holdout; give only --splits")
 
 
 @document(PREDICT)

@@ -67,8 +67,6 @@ def read_preprocessed(data_dir: str | os.PathLike):
     import pandas as pd
 
     from eegformer_cli.preprocess import output
-    from eegformer_cli.provenance import SEX_NAMES
-    from eegformer_cli.recordings.metadata import is_missing
 
     data_dir = Path(data_dir).resolve()
     rows = [row for row in output.read_manifest(data_dir) if row.get("status") == "ok"]
@@ -78,6 +76,15 @@ def read_preprocessed(data_dir: str | os.PathLike):
             path=data_dir,
             hint="see the error column of manifest.tsv",
         )
+    _warn_anonymous(rows, data_dir)
+    return pd.DataFrame([_recording_record(row, data_dir) for row in rows])
+
+
+def _warn_anonymous(rows: list[dict], data_dir: Path) -> None:
+    """A warning naming the manifest ``rows`` without a participant id (their recording id
+    stands in, so groups made from it are recording-wise)."""
+    from eegformer_cli.recordings.metadata import is_missing
+
     anonymous = [
         row["recording_id"] for row in rows if is_missing((row.get("participant_id") or "").strip())
     ]
@@ -89,26 +96,32 @@ def read_preprocessed(data_dir: str | os.PathLike):
             "(two recordings of one person may fall on both sides); rerun eegformer preprocess "
             "with --participant-pattern REGEX or a participant_id column in recordings.tsv"
         )
-    table = []
-    for row in rows:
-        participant = (row.get("participant_id") or "").strip()
-        record = {
-            "recording_id": row["recording_id"],
-            "participant_id": row["recording_id"] if is_missing(participant) else participant,
-            CONNECTOME_COLUMN: output.connectome_path(data_dir, row),
-            "n_segments": int(float(row["n_segments"])),
-            "age": output.age_value(row.get("age")),
-            "sex": SEX_NAMES.get(output.sex_value(row.get("sex"))) or math.nan,
+
+
+def _recording_record(row: dict, data_dir: Path) -> dict:
+    """One manifest row as :func:`read_preprocessed`'s record: the estimator's columns first
+    (typed), then the manifest's other columns as text (None for ``n/a``)."""
+    from eegformer_cli.preprocess import output
+    from eegformer_cli.provenance import SEX_NAMES
+    from eegformer_cli.recordings.metadata import is_missing
+
+    participant = (row.get("participant_id") or "").strip()
+    record = {
+        "recording_id": row["recording_id"],
+        "participant_id": row["recording_id"] if is_missing(participant) else participant,
+        CONNECTOME_COLUMN: output.connectome_path(data_dir, row),
+        "n_segments": int(float(row["n_segments"])),
+        "age": output.age_value(row.get("age")),
+        "sex": SEX_NAMES.get(output.sex_value(row.get("sex"))) or math.nan,
+    }
+    record.update(
+        {
+            key: None if is_missing(value) else value
+            for key, value in row.items()
+            if key not in record
         }
-        record.update(
-            {
-                key: None if is_missing(value) else value
-                for key, value in row.items()
-                if key not in record
-            }
-        )
-        table.append(record)
-    return pd.DataFrame(table)
+    )
+    return record
 
 
 @document(ESTIMATOR)
@@ -214,39 +227,17 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
             Invalid settings (named as ``train`` names them).
         """
         from eegformer_cli.devices import resolve_device, resolve_precision
-        from eegformer_cli.training import splits
-        from eegformer_cli.training.fit import deterministic_algorithms, fit_model
 
         config = self._train_config()
         table = _rows(X)
         recordings, channels, bands, edges = _recordings(table, groups, _labels(y, len(table)))
         if groups is None:
             _warn_without_participants(table)
-        classes = np.unique(np.asarray(y))
-        if len(classes) < 2:
-            raise InputDataError(
-                f"y has only one class ({classes[0]!r}); a classifier needs at least two"
-            )
+        classes = _classes(y)
         data = _training_data(recordings, [str(c) for c in classes], channels, bands, edges)
-        participants = np.array([r.participant_id for r in recordings])
-        train_ids, val_ids = splits.inner_validation_split(
-            participants,
-            data.label_indices(),
-            config.val_fraction,
-            self.random_state,
-            where=f"X ({len(set(participants))} participants)",
-        )
+        train_ids, val_ids = self._inner_split(data, recordings, config)
         device = resolve_device(config.device)
-        with deterministic_algorithms(device):
-            fit = fit_model(
-                data,
-                [r for r in recordings if r.participant_id in set(train_ids)],
-                [r for r in recordings if r.participant_id in set(val_ids)],
-                config,
-                device,
-                self.random_state,
-                {"repeat": 0, "fold": 0},
-            )
+        fit = self._fit_model(data, recordings, set(train_ids), set(val_ids), config, device)
         self.classes_ = classes
         self.model_ = fit.model
         self.history_ = fit.history
@@ -257,6 +248,37 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         self._device = device
         self._precision = resolve_precision(config.precision, device, config.preset)
         return self
+
+    def _inner_split(self, data, recordings: list, config):
+        """The participant-wise inner validation split of ``recordings`` (stratified on the
+        label, seeded with ``random_state``): ``(train participant ids, validation ids)``."""
+        from eegformer_cli.training import splits
+
+        participants = np.array([r.participant_id for r in recordings])
+        return splits.inner_validation_split(
+            participants,
+            data.label_indices(),
+            config.val_fraction,
+            self.random_state,
+            where=f"X ({len(set(participants))} participants)",
+        )
+
+    def _fit_model(self, data, recordings: list, train_ids: set, val_ids: set, config, device):
+        """The epoch loop of one ``train`` fold on the recordings of the ``train_ids``
+        participants, selecting the epoch on those of ``val_ids`` (seeded with
+        ``random_state``)."""
+        from eegformer_cli.training.fit import deterministic_algorithms, fit_model
+
+        with deterministic_algorithms(device):
+            return fit_model(
+                data,
+                [r for r in recordings if r.participant_id in train_ids],
+                [r for r in recordings if r.participant_id in val_ids],
+                config,
+                device,
+                self.random_state,
+                {"repeat": 0, "fold": 0},
+            )
 
     def predict_proba(self, X):
         """Class probabilities per recording: softmax of the segment-mean refined logits (as
@@ -385,6 +407,16 @@ def _warn_without_participants(table) -> None:
             "(recording-wise: one person's recordings may be on both sides of it); pass "
             "groups=participant ids, or a participant_id column in X"
         )
+
+
+def _classes(y) -> np.ndarray:
+    """The sorted class labels of ``y``; InputDataError for fewer than two."""
+    classes = np.unique(np.asarray(y))
+    if len(classes) < 2:
+        raise InputDataError(
+            f"y has only one class ({classes[0]!r}); a classifier needs at least two"
+        )
+    return classes
 
 
 def _labels(y, n: int) -> list[str]:

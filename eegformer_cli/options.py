@@ -69,7 +69,8 @@ def preset_default(field: str) -> str:
 
 def document(table: Options):
     """Decorator: insert the numpydoc Parameters section of ``table`` into the docstring, in
-    the order of the signature, before its first section (Returns, Raises, ...) or at its end.
+    the order of the signature, before its first section (Returns, Raises, ...) or at its end,
+    indented as those sections (a method's by 8 spaces).
 
     Raises TypeError when a parameter has no entry or an entry no parameter, so an option
     cannot go undocumented.
@@ -82,23 +83,24 @@ def document(table: Options):
                 f"{obj.__qualname__}: parameters {sorted(set(names) ^ set(table))} "
                 "are documented in eegformer_cli.options or in the signature, not both"
             )
-        lines = ["    Parameters", "    ----------"]
+        doc = obj.__doc__
+        heading = re.search(r"^( *)\w[\w ]*\n *-{3,}\n", doc, re.M)
+        indent = heading.group(1) if heading else " " * 4  # a method's sections: 8 spaces
+        lines = [f"{indent}Parameters", f"{indent}----------"]
         for name in names:
-            lines.append(f"    {name} : {table[name].type}")
+            lines.append(f"{indent}{name} : {table[name].type}")
             lines += textwrap.wrap(
                 table[name].text,
                 DOC_WIDTH,
-                initial_indent=" " * 8,
-                subsequent_indent=" " * 8,
+                initial_indent=indent + " " * 4,
+                subsequent_indent=indent + " " * 4,
                 break_on_hyphens=False,
             )
         section = "\n".join(lines) + "\n\n"
-        doc = obj.__doc__
-        heading = re.search(r"^ *\w[\w ]*\n *-{3,}\n", doc, re.M)
         obj.__doc__ = (
             doc[: heading.start()] + section + doc[heading.start() :]
             if heading
-            else doc.rstrip() + "\n\n" + section + "    "
+            else doc.rstrip() + "\n\n" + section + indent
         )
         return obj
 

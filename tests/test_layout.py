@@ -28,7 +28,9 @@ The layers, bottom first (:data:`LAYERS`); a module may import its own layer and
     docstring, the commands' docstrings and the CLI's help;
 11. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
 12. explain: attributions, explanation files and the report, from model files and run folders;
-13. trained_model: the Python API's model object, predicting (11) and explaining (12);
+13. trained_model, explanations, outcomes: the Python API's model object, predicting (11) and
+    explaining (12), what its ``explain`` returns and does, and what its calls report about
+    their recordings (warnings, failures, the exception at the end);
 14. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
 15. commands: the function behind each command;
 16. cli, __main__: arguments, exit codes and the terminal.
@@ -71,7 +73,7 @@ LAYERS = (
     ("options",),
     ("inference", "estimator"),
     ("explain",),
-    ("trained_model",),
+    ("trained_model", "explanations", "outcomes"),
     ("simulate", "scenarios"),
     ("commands",),
     ("cli", "__main__"),

@@ -88,26 +88,7 @@ def demo(
     prep, run, explanations = out / "preprocessed", out / "run", out / "explanations"
     predictions, report = out / "predictions.csv", out / "report.html"
     _run(app, ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs), *again])
-    from eegformer_cli.devices import resolve_device  # imports torch: not at --help
-
-    # train's --n-jobs is for CPU training; on a GPU (train's auto device) the folds run there
-    train_jobs = n_jobs if resolve_device("auto").type == "cpu" else 1
-    _run(
-        app,
-        [
-            "train",
-            str(prep),
-            "--out",
-            str(run),
-            "--label-column",
-            "diagnosis",
-            "--cv",
-            "3",
-            "--n-jobs",
-            str(train_jobs),
-            *again,
-        ],
-    )
+    _run(app, _train_args(prep, run, n_jobs, again))
     # Predicting raw EDFs exercises the model file's stored preprocessing; these participants
     # were seen in training (each row's warning says so), so read the cross-validated
     # run/oof_predictions.tsv (and the report's per-recording table) for accuracy.
@@ -130,6 +111,33 @@ def demo(
         app,
         ["report", str(run), "--explanations", str(explanations), "--out", str(report), *again],
     )
+    _print_outputs(prep, run, predictions, explanations, report)
+
+
+def _train_args(prep: Path, run: Path, n_jobs: int, again: list[str]) -> list[str]:
+    """The demo's ``train`` arguments: 3-fold CV of ``prep`` into ``run``, ``n_jobs`` folds at
+    once on the CPU."""
+    from eegformer_cli.devices import resolve_device  # imports torch: not at --help
+
+    # train's --n-jobs is for CPU training; on a GPU (train's auto device) the folds run there
+    train_jobs = n_jobs if resolve_device("auto").type == "cpu" else 1
+    return [
+        "train",
+        str(prep),
+        "--out",
+        str(run),
+        "--label-column",
+        "diagnosis",
+        "--cv",
+        "3",
+        "--n-jobs",
+        str(train_jobs),
+        *again,
+    ]
+
+
+def _print_outputs(prep: Path, run: Path, predictions: Path, explanations: Path, report: Path):
+    """The closing lines: where each of the demo's outputs is."""
     console.log("\n[bold green]Demo finished.[/bold green] Outputs:")
     for what, path in (
         ("connectomes + manifest", prep / "manifest.tsv"),

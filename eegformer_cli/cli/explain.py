@@ -75,21 +75,8 @@ def explain(
     files than eegformer's (without --overwrite), 6 with --strict: a recording got a warning
     (every file written).
     """
-    commands.explain(
-        model,
-        expand_stdin(inputs),
-        out,
-        target=target,
-        contrast=contrast,
-        method=method,
-        n_steps=n_steps,
-        all_heads=all_heads,
-        participants=participants,
-        max_interpolated=max_interpolated,
-        device=device,
-        strict=strict,
-        overwrite=overwrite,
-    )
+    options = dict(locals())  # first: the parameters alone, each named as commands.explain's
+    commands.explain(**{**options, "inputs": expand_stdin(inputs)})
 
 
 def register(app: typer.Typer) -> None:

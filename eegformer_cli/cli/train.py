@@ -282,37 +282,16 @@ def train(
     participant unless --split-by recording), 5 OUT not writable or in use, 130 interrupted
     (rerun to resume).
     """
-    result = commands.train(
-        data_dir,
-        out,
-        label_column,
-        preset=preset,
-        config=config,
-        cv=cv,
-        repeats=repeats,
-        holdout=holdout,
-        splits=splits,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        patience=patience,
-        seed=seed,
-        device=device,
-        precision=precision,
-        no_xai=no_xai,
-        no_interactions=no_interactions,
-        no_age_interactions=no_age_interactions,
-        frequency_encoding=frequency_encoding,
-        positive_label=positive_label,
-        n_jobs=n_jobs,
-        overwrite=overwrite,
-        fold=fold,
-        merge=merge,
-        confounds=confounds,
-        permutations=permutations,
-        permutation_model=permutation_model,
-        split_by=split_by,
-    )
+    options = dict(locals())  # first: the parameters alone, each named as commands.train's
+    del options["as_json"]  # --json: the CLI's own
+    _print_result(commands.train(**options), out, fold, merge, as_json)
+
+
+def _print_result(
+    result: dict | None, out: Path | None, fold: int | None, merge: Path | None, as_json: bool
+) -> None:
+    """What ``train`` prints: the summary of a run or a merged run, or a fold's line (and its
+    metrics with ``--json``) when ``--fold`` ran one fold."""
     if merge is not None:
         _report(_typed(result), merge, as_json)
         return
