@@ -148,6 +148,7 @@ def kept_interactions(run_dir: Path) -> dict:
 
 def main() -> None:
     from eegformer_cli.evaluation.metrics import compare_folds
+    from eegformer_cli.evaluation.run_metrics import FoldScores
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs and JSON")
@@ -205,7 +206,9 @@ def main() -> None:
                 name,
                 label_column,
             )
-            per_fold[name] = metrics["models"]["xaiguiformer"]["per_fold"]
+            per_fold[name] = [
+                FoldScores.from_dict(fold) for fold in metrics["models"]["xaiguiformer"]["per_fold"]
+            ]
             run_dir = args.out / f"{name}-{args.dataset}-seed{args.seed}"
             results["variants"][name] = {
                 "command": command,

@@ -184,14 +184,17 @@ def cross_validate(prep: Path, run_dir: Path, variant: str, n_jobs: int, log: Pa
     return time.time() - started
 
 
-def fold_results(run_dir: Path) -> list[dict]:
-    results = [
-        json.loads(p.read_text()) for p in (run_dir / "folds").glob("*.json") if p.stem != "final"
-    ]
-    return sorted(results, key=lambda r: (r["repeat"], r["fold"]))
+def fold_results(run_dir: Path) -> list:
+    """The run's fold records (:class:`~eegformer_cli.training.fold_record.FoldRecord`), in
+    fold order."""
+    from eegformer_cli.experiment.run_folder import read_fold_record
+
+    names = [p.stem for p in (run_dir / "folds").glob("*.json") if p.stem != "final"]
+    results = [read_fold_record(run_dir, name) for name in names]
+    return sorted(results, key=lambda r: (r.repeat, r.fold))
 
 
-def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list[dict]:
+def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list:
     """The oracle's metrics per fold, on the run's own splits."""
     from eegformer_cli.evaluation.metrics import classification_metrics
     from eegformer_cli.preprocess import load_connectome
@@ -263,7 +266,7 @@ def _screen_design(dataset, stats: dict, demographics: dict, kept: list, index: 
     return np.column_stack([x, *products]) if products else x
 
 
-def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list[dict], list[list[str]]]:
+def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list, list[list[str]]]:
     """The "screen + L1 logistic" row, per fold on the run's own splits: on the fold's training
     part (train + val participants, as the references), the recording means of the entries
     standardised as the model does, the same interaction screen the model runs (``config``'s
@@ -323,7 +326,7 @@ def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list[dict], l
     return out, kept_per_fold
 
 
-def summary(per_fold: list[dict]) -> dict:
+def summary(per_fold: list) -> dict:
     from eegformer_cli.evaluation.metrics import summarise_folds
 
     summarised = summarise_folds(per_fold)
@@ -331,11 +334,11 @@ def summary(per_fold: list[dict]) -> dict:
         "bac": summarised["mean"]["bac"],
         "bac_std": summarised["std"]["bac"],
         "auroc": summarised["mean"]["auroc"],
-        "per_fold_bac": [round(float(m["bac"]), 4) for m in per_fold],
+        "per_fold_bac": [round(float(m.bac), 4) for m in per_fold],
     }
 
 
-def paired(a: list[dict], b: list[dict]) -> dict:
+def paired(a: list, b: list) -> dict:
     from eegformer_cli.evaluation.metrics import compare_folds
 
     c = compare_folds(a, b, 1 / (CV_FOLDS - 1))
@@ -370,15 +373,15 @@ def evaluate_scenario(
         run_dir = out / "runs" / f"{prep.name}-{variant}"
         result["seconds"][variant] = round(cross_validate(source, run_dir, variant, n_jobs, log), 1)
         folds = fold_results(run_dir)
-        per_fold[variant] = [f["metrics"]["xaiguiformer"] for f in folds]
+        per_fold[variant] = [f.metrics["xaiguiformer"] for f in folds]
         if variant == "default":
-            per_fold["logistic_regression"] = [f["metrics"]["logistic_regression"] for f in folds]
+            per_fold["logistic_regression"] = [f.metrics["logistic_regression"] for f in folds]
             per_fold["oracle"] = oracle_per_fold(truth, prep, run_dir)
             per_fold["screen_l1"], result["screen_l1_kept"] = screen_l1_per_fold(
                 prep, run_dir, screen_settings()
             )
             result["kept_by_default"] = [
-                (f.get("interaction_screen") or {}).get("kept", []) for f in folds
+                (f.interaction_screen or {}).get("kept", []) for f in folds
             ]
             result["planted_first_in_folds"] = planted_first(truth, result["kept_by_default"])
     for name, folds in per_fold.items():

@@ -17,7 +17,7 @@ from eegformer_cli.evaluation.metrics import (
     paper_balanced_accuracy,
     summarise_folds,
 )
-from eegformer_cli.evaluation.run_metrics import Comparison
+from eegformer_cli.evaluation.run_metrics import Comparison, FoldScores
 
 
 def compared(comparison: dict, model: str, reference: str) -> Comparison:
@@ -30,15 +30,15 @@ def test_binary_metrics_use_the_positive_class():
     p1 = np.array([0.1, 0.6, 0.2, 0.8, 0.4])
     probs = np.stack([1 - p1, p1], axis=1)
     m = classification_metrics(y, probs, positive_index=1)
-    assert m["bac"] == pytest.approx((2 / 3 + 1 / 2) / 2)
-    assert m["paper_bac"] == pytest.approx(m["bac"])  # equal for two classes
-    assert m["auroc"] == pytest.approx(roc_auc_score(y, p1))
-    assert m["auc_pr"] == pytest.approx(average_precision_score(y, p1))
-    assert m["confusion_matrix"] == [[2, 1], [1, 1]]
+    assert m.bac == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert m.paper_bac == pytest.approx(m.bac)  # equal for two classes
+    assert m.auroc == pytest.approx(roc_auc_score(y, p1))
+    assert m.auc_pr == pytest.approx(average_precision_score(y, p1))
+    assert m.confusion_matrix == [[2, 1], [1, 1]]
     # positive class 0: AUC-PR of class 0's probability, not of class 1
     m0 = classification_metrics(y, probs, positive_index=0)
-    assert m0["auc_pr"] == pytest.approx(average_precision_score(y == 0, 1 - p1))
-    assert m0["auc_pr"] != pytest.approx(m["auc_pr"])
+    assert m0.auc_pr == pytest.approx(average_precision_score(y == 0, 1 - p1))
+    assert m0.auc_pr != pytest.approx(m.auc_pr)
 
 
 def test_three_classes_sklearn_bac_vs_paper_bac():
@@ -46,11 +46,11 @@ def test_three_classes_sklearn_bac_vs_paper_bac():
     predicted = np.array([0, 1, 1, 1, 0, 2])
     probs = np.eye(3)[predicted] * 0.7 + 0.1
     m = classification_metrics(y, probs, positive_index=None)
-    assert m["bac"] == pytest.approx((0.5 + 1 + 0.5) / 3)
+    assert m.bac == pytest.approx((0.5 + 1 + 0.5) / 3)
     # the official code's "BAC" is inflated for 3 classes (chance 0.5)
-    assert m["paper_bac"] > m["bac"]
-    assert m["paper_bac"] == pytest.approx(paper_balanced_accuracy(np.array(m["confusion_matrix"])))
-    assert m["auroc"] == pytest.approx(roc_auc_score(y, probs, multi_class="ovr"))
+    assert m.paper_bac > m.bac
+    assert m.paper_bac == pytest.approx(paper_balanced_accuracy(np.array(m.confusion_matrix)))
+    assert m.auroc == pytest.approx(roc_auc_score(y, probs, multi_class="ovr"))
 
 
 def test_chance_level_of_paper_bac_is_one_half():
@@ -62,24 +62,24 @@ def test_chance_level_of_paper_bac_is_one_half():
 @pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")
 def test_undefined_auroc_is_nan_and_skipped_in_summary():
     one_class = classification_metrics(np.array([1, 1]), np.array([[0.2, 0.8], [0.6, 0.4]]), 1)
-    assert math.isnan(one_class["auroc"])
+    assert math.isnan(one_class.auroc)
     full = classification_metrics(np.array([0, 1]), np.array([[0.8, 0.2], [0.3, 0.7]]), 1)
     summary = summarise_folds([one_class, full])
     assert summary["mean"]["auroc"] == pytest.approx(1.0)
     assert math.isnan(summary["std"]["auroc"])  # one defined value: no spread
-    assert summary["mean"]["bac"] == pytest.approx((one_class["bac"] + full["bac"]) / 2)
-    assert summary["std"]["bac"] == pytest.approx(np.std([one_class["bac"], full["bac"]], ddof=1))
+    assert summary["mean"]["bac"] == pytest.approx((one_class.bac + full.bac) / 2)
+    assert summary["std"]["bac"] == pytest.approx(np.std([one_class.bac, full.bac], ddof=1))
     assert (
         summary["confusion_matrix"]
-        == (np.array(one_class["confusion_matrix"]) + np.array(full["confusion_matrix"])).tolist()
+        == (np.array(one_class.confusion_matrix) + np.array(full.confusion_matrix)).tolist()
     )
 
 
 def test_paired_comparison_is_the_t_interval_widened_for_overlapping_training_sets():
     rng = np.random.default_rng(0)
-    model = [{"bac": value} for value in rng.uniform(0.7, 1.0, 15)]
-    reference = [{"bac": value} for value in rng.uniform(0.7, 1.0, 15)]
-    differences = np.array([a["bac"] - b["bac"] for a, b in zip(model, reference)])
+    model = [FoldScores(bac=value) for value in rng.uniform(0.7, 1.0, 15)]
+    reference = [FoldScores(bac=value) for value in rng.uniform(0.7, 1.0, 15)]
+    differences = np.array([a.bac - b.bac for a, b in zip(model, reference)])
     naive = compare_folds(model, reference, test_train_ratio=0.0)
     expected = stats.ttest_1samp(differences, 0.0)  # independent folds: scipy's one-sample t
     assert naive["ci95"] == pytest.approx(list(expected.confidence_interval()))
@@ -95,16 +95,16 @@ def test_paired_comparison_is_the_t_interval_widened_for_overlapping_training_se
 
 
 def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval():
-    model = [{"auroc": 0.9}, {"auroc": float("nan")}]
-    reference = [{"auroc": 0.8}, {"auroc": 0.7}]
+    model = [FoldScores(auroc=0.9), FoldScores(auroc=float("nan"))]
+    reference = [FoldScores(auroc=0.8), FoldScores(auroc=0.7)]
     comparison = compare_folds(model, reference, 0.25, metric="auroc")
     assert comparison["n_folds"] == 1 and comparison["mean_difference"] == pytest.approx(0.1)
     assert np.isnan(comparison["ci95"]).all() and np.isnan(comparison["p_value"])
     assert "CI" not in describe_comparison(compared(comparison, "a", "b"))
     # the same difference on every fold (up to rounding) gives no interval, not p = 1e-16
     same = compare_folds(
-        [{"bac": 0.7}, {"bac": 0.9}, {"bac": 0.8}],
-        [{"bac": 0.7667}, {"bac": 0.9667}, {"bac": 0.8667}],
+        [FoldScores(bac=0.7), FoldScores(bac=0.9), FoldScores(bac=0.8)],
+        [FoldScores(bac=0.7667), FoldScores(bac=0.9667), FoldScores(bac=0.8667)],
         1.0,
     )
     assert 0 < same["std_difference"] < 1e-12 and np.isnan(same["p_value"])
@@ -113,8 +113,8 @@ def test_paired_comparison_skips_undefined_folds_and_needs_two_for_an_interval()
 def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
     """Three folds (the issue's case: -1.004 to +0.866): a difference of two values in [0, 1]
     lies in [-1, 1], so the interval is clipped there and the line says why."""
-    model = [{"bac": 0.5}, {"bac": 1.0}, {"bac": 0.55}]
-    reference = [{"bac": 1.0}, {"bac": 0.5}, {"bac": 0.95}]
+    model = [FoldScores(bac=0.5), FoldScores(bac=1.0), FoldScores(bac=0.55)]
+    reference = [FoldScores(bac=1.0), FoldScores(bac=0.5), FoldScores(bac=0.95)]
     comparison = compare_folds(model, reference, test_train_ratio=0.5)  # 3-fold CV
     assert comparison["ci95"] == [-1.0, 1.0] and comparison["ci95_clipped"]
     assert "clipped to the possible range: too few folds" in describe_comparison(
@@ -122,8 +122,8 @@ def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
     )
     # an interval inside the range is left as it is
     narrow = compare_folds(
-        [{"bac": 0.8}, {"bac": 0.9}, {"bac": 0.85}],
-        [{"bac": 0.75}, {"bac": 0.9}, {"bac": 0.8}],
+        [FoldScores(bac=0.8), FoldScores(bac=0.9), FoldScores(bac=0.85)],
+        [FoldScores(bac=0.75), FoldScores(bac=0.9), FoldScores(bac=0.8)],
         0.5,
     )
     assert not narrow["ci95_clipped"] and -1 < narrow["ci95"][0] < narrow["ci95"][1] < 1

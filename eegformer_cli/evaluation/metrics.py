@@ -43,20 +43,21 @@ from sklearn.preprocessing import label_binarize
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME as MODEL_NAME
 from eegformer_cli.evaluation.run_metrics import REFERENCE_NAME as REFERENCE_NAME
 from eegformer_cli.evaluation.run_metrics import TANGENT_SPACE_NAME as TANGENT_SPACE_NAME
-from eegformer_cli.evaluation.run_metrics import Comparison
+from eegformer_cli.evaluation.run_metrics import Comparison, FoldScores
 
 SCALAR_METRICS = ("bac", "auroc", "auc_pr", "accuracy", "paper_bac")
 
 
 def classification_metrics(
     y_true: np.ndarray, probabilities: np.ndarray, positive_index: int | None
-) -> dict:
+) -> FoldScores:
     """Metrics of one set of per-recording predictions.
 
     ``y_true`` int (n,) class indices; ``probabilities`` float (n, K) rows summing to 1;
     ``positive_index`` the positive class for two classes (None -> the last class; ignored
     for more classes).
-    Returns ``{"bac", "paper_bac", "auroc", "auc_pr", "accuracy", "n", "confusion_matrix"}``.
+    Returns their :class:`FoldScores` (``bac``, ``paper_bac``, ``auroc``, ``auc_pr``,
+    ``accuracy``, ``n``, ``confusion_matrix``; NaN where undefined; no ``repeat``/``fold``).
     scikit-learn's warnings about a class missing from ``y_true`` (a small validation or test
     set) are not shown: :func:`splits.warn_missing_classes` says once, before the first fold,
     which sets lack a class and what that means.
@@ -66,7 +67,7 @@ def classification_metrics(
         return _classification_metrics(y_true, probabilities, positive_index)
 
 
-def _classification_metrics(y_true, probabilities, positive_index) -> dict:
+def _classification_metrics(y_true, probabilities, positive_index) -> FoldScores:
     y_true = np.asarray(y_true, dtype=int)
     probabilities = np.asarray(probabilities, dtype=float)
     n_classes = probabilities.shape[1]
@@ -75,15 +76,15 @@ def _classification_metrics(y_true, probabilities, positive_index) -> dict:
     classes = np.arange(n_classes)
     predicted = probabilities.argmax(axis=1)
     matrix = confusion_matrix(y_true, predicted, labels=classes)
-    return {
-        "bac": float(balanced_accuracy_score(y_true, predicted)),
-        "paper_bac": paper_balanced_accuracy(matrix),
-        "auroc": _auroc(y_true, probabilities, positive_index),
-        "auc_pr": _auc_pr(y_true, probabilities, positive_index),
-        "accuracy": float(accuracy_score(y_true, predicted)),
-        "n": len(y_true),
-        "confusion_matrix": matrix.tolist(),
-    }
+    return FoldScores(
+        bac=float(balanced_accuracy_score(y_true, predicted)),
+        paper_bac=paper_balanced_accuracy(matrix),
+        auroc=_auroc(y_true, probabilities, positive_index),
+        auc_pr=_auc_pr(y_true, probabilities, positive_index),
+        accuracy=float(accuracy_score(y_true, predicted)),
+        n=len(y_true),
+        confusion_matrix=matrix.tolist(),
+    )
 
 
 def paper_balanced_accuracy(matrix: np.ndarray) -> float:
@@ -131,30 +132,35 @@ def _auc_pr(y_true, probabilities, positive_index) -> float:
     return float(average_precision_score(onehot, probabilities, average="macro"))
 
 
-def summarise_folds(per_fold: list[dict]) -> dict:
-    """``{"mean": {...}, "std": {...}, "confusion_matrix": summed}`` over folds' metric dicts.
+def _values(per_fold: list[FoldScores], metric: str) -> np.ndarray:
+    """``metric`` (a field of :class:`FoldScores`) of each fold, float, NaN where undefined."""
+    return np.array([getattr(fold, metric) for fold in per_fold], dtype=float)
+
+
+def summarise_folds(per_fold: list[FoldScores]) -> dict:
+    """``{"mean": {...}, "std": {...}, "confusion_matrix": summed}`` over folds' scores.
 
     NaN values are skipped; std is the sample standard deviation (NaN with one value).
     """
     mean, std = {}, {}
     for name in SCALAR_METRICS:
-        values = np.array([fold[name] for fold in per_fold], dtype=float)
+        values = _values(per_fold, name)
         values = values[~np.isnan(values)]
         mean[name] = float(values.mean()) if len(values) else float("nan")
         std[name] = float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-    matrix = np.sum([np.asarray(fold["confusion_matrix"]) for fold in per_fold], axis=0)
+    matrix = np.sum([np.asarray(fold.confusion_matrix) for fold in per_fold], axis=0)
     return {"mean": mean, "std": std, "confusion_matrix": matrix.tolist()}
 
 
 def compare_folds(
-    per_fold: list[dict],
-    per_fold_reference: list[dict],
+    per_fold: list[FoldScores],
+    per_fold_reference: list[FoldScores],
     test_train_ratio: float,
     metric: str = "bac",
 ) -> dict:
     """Paired comparison of a model with a reference on the same folds.
 
-    ``per_fold`` / ``per_fold_reference``: the folds' metric dicts in the same fold order;
+    ``per_fold`` / ``per_fold_reference``: the folds' scores in the same fold order;
     ``test_train_ratio``: test participants / training participants of a fold (``1 / (k - 1)``
     for k-fold CV); folds where either value is NaN are left out.
     Returns ``{"metric", "n_folds", "mean_difference", "std_difference", "folds_better",
@@ -164,8 +170,7 @@ def compare_folds(
     pass for certainty); ``ci95`` is clipped to the possible range [-1, 1] (``ci95_clipped``
     True when it reached past it: too few folds for an informative interval).
     """
-    model = np.array([fold[metric] for fold in per_fold], dtype=float)
-    reference = np.array([fold[metric] for fold in per_fold_reference], dtype=float)
+    model, reference = _values(per_fold, metric), _values(per_fold_reference, metric)
     differences = (model - reference)[~(np.isnan(model) | np.isnan(reference))]
     n = len(differences)
     mean = float(differences.mean()) if n else float("nan")
@@ -193,7 +198,7 @@ def compare_folds(
     }
 
 
-def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: float) -> dict:
+def against_chance(per_fold: list[FoldScores], metric: str, chance: float, ratio: float) -> dict:
     """Mean, spread and 95 % interval over folds of ``metric``, tested against ``chance``.
 
     The interval is :func:`compare_folds`'s for the paired difference from a "model" that
@@ -202,9 +207,9 @@ def against_chance(per_fold: list[dict], metric: str, chance: float, ratio: floa
     ``ratio``: test participants / training participants of a fold. The metric lies in
     [0, 1], and so does the interval (clipped to it).
     """
-    chance_folds = [{metric: chance} for _ in per_fold]
+    chance_folds = [FoldScores(**{metric: chance}) for _ in per_fold]
     comparison = compare_folds(per_fold, chance_folds, ratio, metric)
-    values = np.array([fold[metric] for fold in per_fold], dtype=float)
+    values = _values(per_fold, metric)
     values = values[np.isfinite(values)]
     mean, std = comparison["mean_difference"] + chance, comparison["std_difference"]
     low, high = comparison["ci95"]

@@ -120,8 +120,10 @@ class Record:
 
 @dataclass
 class FoldScores(Record):
-    """One model on one fold's test recordings (:func:`metrics.classification_metrics`)."""
+    """One model on one fold's test recordings (:func:`metrics.classification_metrics`);
+    ``repeat`` and ``fold`` are left out where the fold's record holds them."""
 
+    OPTIONAL = ("repeat", "fold")
     repeat: int | None = None
     fold: int | None = None
     bac: float | None = None

@@ -69,7 +69,7 @@ from threadpoolctl import threadpool_limits
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError, did_you_mean
 from eegformer_cli.evaluation.metrics import against_chance, classification_metrics
-from eegformer_cli.evaluation.run_metrics import AuditVariable, ShortcutAudit
+from eegformer_cli.evaluation.run_metrics import AuditVariable, FoldScores, ShortcutAudit
 from eegformer_cli.experiment.null_labels import p_value, permuted_labels
 from eegformer_cli.preprocess import output
 from eegformer_cli.recordings import metadata
@@ -392,7 +392,9 @@ def _audit_variable(
         "reason": _reason(status, auroc, candidate),
         "bac": bac,
         "auroc": auroc,
-        "per_fold": per_fold,
+        "per_fold": [
+            {"repeat": f.repeat, "fold": f.fold, "bac": f.bac, "auroc": f.auroc} for f in per_fold
+        ],
     }
 
 
@@ -430,7 +432,7 @@ def _permutation_p_value(
         per_fold = _fold_metrics(
             variable, plan, np.array([index[label] for label in labels]), positive
         )
-        values = [fold["auroc"] for fold in per_fold if np.isfinite(fold["auroc"])]
+        values = [fold.auroc for fold in per_fold if np.isfinite(fold.auroc)]
         # undefined when every test fold lacks a class: counted as reaching (conservative)
         null.append(np.mean(values) if values else np.inf)
     return p_value(null, observed)
@@ -438,7 +440,7 @@ def _permutation_p_value(
 
 def _fold_metrics(
     variable: Variable, plan: AuditPlan, labels: np.ndarray, positive: int | None
-) -> list[dict]:
+) -> list[FoldScores]:
     """BAC and AUROC of the one-variable model on each fold's test recordings."""
     participants = np.array([rec.participant_id for rec in plan.data.recordings])
     n_classes = len(plan.data.label_names)
@@ -465,7 +467,7 @@ def _fold_metric(
     labels: np.ndarray,
     positive: int | None,
     n_classes: int,
-) -> dict:
+) -> FoldScores:
     """BAC and AUROC of the one-variable model fit on ``fold``'s training part, on its test
     recordings (chance probabilities when the training part holds one class)."""
     fit = np.isin(participants, fold.train + fold.val)
@@ -476,12 +478,7 @@ def _fold_metric(
         probabilities[:] = 0.0
         probabilities[:, model.classes_] = model.predict_proba(x[test])
     scores = classification_metrics(labels[test], probabilities, positive)
-    return {
-        "repeat": fold.repeat,
-        "fold": fold.fold,
-        "bac": scores["bac"],
-        "auroc": scores["auroc"],
-    }
+    return FoldScores(repeat=fold.repeat, fold=fold.fold, bac=scores.bac, auroc=scores.auroc)
 
 
 def _one_variable_model(kind: str):

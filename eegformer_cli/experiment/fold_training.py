@@ -20,6 +20,7 @@ from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, recording_fingerprints
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
+from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.folds import RunPlan, recordings_of, run_fold
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
@@ -29,7 +30,7 @@ def train_models(
     run_dir: Path,
     plan: RunPlan,
     folds: list[splits.Fold],
-    results: dict[str, dict],
+    results: dict[str, FoldRecord],
     features: dict[str, dict],
     n_workers: int,
     fold_index: int | None,
@@ -71,7 +72,7 @@ def train_models(
     return None if holdout else run_folder.read_final_history(run_dir)
 
 
-def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: dict, model) -> None:
+def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: FoldRecord, model) -> None:
     """On the writing process: a finished fold's model file (unless its worker saved it;
     ``model.pt`` too for a holdout), then its result file ``folds/<name>.json``."""
     if not distributed.is_writer():
@@ -90,15 +91,15 @@ def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: dict, mo
     run_folder.write_fold_record(run_dir, fold.name, result)
 
 
-def _log_fold(fold: splits.Fold, result: dict) -> None:
+def _log_fold(fold: splits.Fold, record: FoldRecord) -> None:
     """One line per finished fold: the BAC of each model, the selected epoch, the time."""
-    m = result["metrics"]
+    m = record.metrics
     references = ", ".join(
-        f"{name.replace('_', ' ')} {m[name]['bac']:.3f}" for name in m if name != MODEL_NAME
+        f"{name.replace('_', ' ')} {m[name].bac:.3f}" for name in m if name != MODEL_NAME
     )
     console.log(
-        f"fold {fold.name}: BAC {m[MODEL_NAME]['bac']:.3f} ({references}), "
-        f"best epoch {result['best_epoch']}, {result['seconds']:.0f} s"
+        f"fold {fold.name}: BAC {m[MODEL_NAME].bac:.3f} ({references}), "
+        f"best epoch {record.best_epoch}, {record.seconds:.0f} s"
     )
 
 
@@ -113,7 +114,7 @@ def _final_model(plan: RunPlan, final_job, bar, shown) -> FitResult:
     return fit
 
 
-def in_fold_order(results: dict[str, dict], folds: list[splits.Fold]) -> list[dict]:
+def in_fold_order(results: dict[str, FoldRecord], folds: list[splits.Fold]) -> list[FoldRecord]:
     """The finished folds' results in the order of the splits (whatever order they ended in)."""
     return [results[fold.name] for fold in folds if fold.name in results]
 
@@ -147,7 +148,7 @@ def _folds_on_workers(
     return ((by_name[name], result, None) for name, result in finished)
 
 
-def _fold_job(job: tuple) -> tuple[str, dict]:
+def _fold_job(job: tuple) -> tuple[str, FoldRecord]:
     """One fold in a worker process: (plan, fold, features, run_dir) -> (fold name, result);
     the fold's model file is written here, each epoch reported to the parent's bar."""
     plan, fold, features, run_dir = job

@@ -135,7 +135,7 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model:
     for fold in plan.folds:
         if null_model == MODEL_NAME:
             result, _ = run_fold(relabelled, fold, features)
-            bac = {name: scores["bac"] for name, scores in result["metrics"].items()}
+            bac = {name: scores.bac for name, scores in result.metrics.items()}
         else:
             bac = {null_model: _reference_bac(relabelled, fold, features, null_model)}
         per_fold.append({"repeat": fold.repeat, "fold": fold.fold, "bac": bac})
@@ -155,7 +155,7 @@ def _reference_bac(plan, fold, features: dict[str, dict], name: str) -> float:
 
     _, probabilities = fit_fold_reference(plan, fold, features, name)
     test_labels = plan.data.label_indices(recordings_of(plan.data, fold.test))
-    return classification_metrics(test_labels, probabilities, None)["bac"]
+    return classification_metrics(test_labels, probabilities, None).bac
 
 
 def _null_job(job: tuple) -> dict:

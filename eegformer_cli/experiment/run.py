@@ -61,6 +61,7 @@ from eegformer_cli.parallel import worker_count
 from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.fit import deterministic_algorithms
+from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.folds import RunPlan, is_control_label, plan_run, reference_features
 
 
@@ -152,7 +153,7 @@ def _run_in_folder(
         run_dir, plan, job.folds, results, features, job.n_workers, job.fold_index, extra
     )
     if job.fold_index is not None:
-        return results[job.folds[0].name] if writer else None
+        return results[job.folds[0].name].to_dict() if writer else None
     pending = "the permutation test not finished" if job.permutations else None
     metrics = (
         write_summaries(
@@ -245,8 +246,10 @@ def _claim_run_dir(
         )
 
 
-def _finished_folds(run_dir: Path, plan: RunPlan, folds: list[splits.Fold]) -> dict[str, dict]:
-    """Fold name -> result of the ``folds`` an earlier, interrupted run (or a ``--fold`` job)
+def _finished_folds(
+    run_dir: Path, plan: RunPlan, folds: list[splits.Fold]
+) -> dict[str, FoldRecord]:
+    """Fold name -> record of the ``folds`` an earlier, interrupted run (or a ``--fold`` job)
     finished: those with ``folds/<name>.json`` (and, for a holdout, ``model.pt``)."""
     holdout = plan.scheme.get("kind") == "holdout"
     results = {}

@@ -13,7 +13,8 @@ The layout of ``RUN_DIR`` (every file written atomically):
   a run folder;
 - ``splits.json``: the scheme and every fold's participants; its format belongs to
   :mod:`splits` (``train --splits`` reads one from anywhere), which this module calls;
-- ``folds/<r{repeat}_f{fold}>.json``: a finished fold's record (:func:`write_fold_record`):
+- ``folds/<r{repeat}_f{fold}>.json``: a finished fold's record
+  (:class:`~eegformer_cli.training.fold_record.FoldRecord`, :func:`write_fold_record`):
   its ``metrics`` per model, out-of-fold rows ``oof``, ``history``, ``best_epoch``,
   ``seconds``, ``attention`` and ``interaction_screen`` (:mod:`interaction_screen`'s
   ``ScreenResult.summary``, null when the config screens nothing; an earlier version's records
@@ -48,6 +49,7 @@ from eegformer_cli.evaluation.run_metrics import RunMetrics, nan_to_none
 from eegformer_cli.ownership import remove_outputs
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import current_train_fields
+from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.versions import package_versions
 
 if TYPE_CHECKING:  # folds imports torch, which reading a run folder does not need
@@ -336,13 +338,13 @@ def has_fold_record(run_dir: str | Path, name: str) -> bool:
     return _fold_record_path(run_dir, name).is_file()
 
 
-def write_fold_record(run_dir: str | Path, name: str, result: dict) -> None:
-    """``folds/<name>.json``: a finished fold's result (module docstring; NaN as null)."""
-    write_json(_fold_record_path(run_dir, name), nan_to_none(result))
+def write_fold_record(run_dir: str | Path, name: str, record: FoldRecord) -> None:
+    """``folds/<name>.json``: a finished fold's record (module docstring; NaN as null)."""
+    write_json(_fold_record_path(run_dir, name), record.to_dict())
 
 
-def read_fold_record(run_dir: str | Path, name: str) -> dict:
-    return read_json(_fold_record_path(run_dir, name))
+def read_fold_record(run_dir: str | Path, name: str) -> FoldRecord:
+    return FoldRecord.from_dict(read_json(_fold_record_path(run_dir, name)))
 
 
 def write_final_record(run_dir: str | Path, record: dict) -> None:

@@ -15,10 +15,11 @@ from eegformer_cli.evaluation.metrics import (
     compare_folds,
     summarise_folds,
 )
-from eegformer_cli.evaluation.run_metrics import RunMetrics
+from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
+from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.folds import REFERENCES, RunPlan
 from eegformer_cli.training.model_file import add_calibration
 
@@ -48,7 +49,7 @@ def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | N
 def write_summaries(
     run_dir: Path,
     plan: RunPlan,
-    results: list[dict],
+    results: list[FoldRecord],
     final_history: list[dict] | None = None,
     extra: dict | None = None,
     pending: str | None = None,
@@ -61,21 +62,22 @@ def write_summaries(
     against chance) and the out-of-fold calibration and prediction-set coverage
     (:mod:`oof_calibration`), whose recalibration and calibration set go into ``model.pt``
     when it exists."""
-    history = [record for result in results for record in result["history"]]
+    history = [record for result in results for record in result.history]
     history += final_history or []
     run_folder.write_history(run_dir, history)
     label_names = plan.data.label_names
     # the references every fold has (folds of an earlier version, or a folder without band
     # covariances, have only the logistic regression)
-    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r["metrics"] for r in results)]]
+    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r.metrics for r in results)]]
     run_folder.write_oof_predictions(
         run_dir,
         label_names,
-        [row for result in results for row in result["oof"] if row["model"] in names],
+        [row for result in results for row in result.oof if row["model"] in names],
     )
     ratio = splits.test_train_ratio(plan.folds)
-    models, comparisons = _models_and_comparisons(results, names, ratio)
-    oof_rows = [row for result in results for row in result["oof"]]
+    per_fold = {name: [r.scores(name) for r in results] for name in names}
+    models, comparisons = _models_and_comparisons(per_fold, ratio)
+    oof_rows = [row for result in results for row in result.oof]
     calibration, prediction_sets, model_entry = oof_calibration.summarise(
         oof_rows, label_names, plan.positive_label
     )
@@ -88,11 +90,11 @@ def write_summaries(
             "scheme": plan.scheme,
             "preset": plan.config.preset,
             "n_folds": len(results),
-            "cv_seconds": float(sum(r["seconds"] for r in results)),
+            "cv_seconds": float(sum(r.seconds for r in results)),
             "models": models,
             "comparison": comparisons[0],
             "comparisons": comparisons,
-            "score": _score(models, len(label_names), ratio),
+            "score": _score(per_fold[MODEL_NAME], len(label_names), ratio),
             "calibration": calibration,
             "prediction_sets": prediction_sets,
             "attention": _attention_out_of_fold(results),
@@ -106,49 +108,45 @@ def write_summaries(
 
 
 def _models_and_comparisons(
-    results: list[dict], names: list[str], ratio: float
+    per_fold: dict[str, list[FoldScores]], ratio: float
 ) -> tuple[dict[str, dict], list[dict]]:
-    """metrics.json's ``models`` (each model's per-fold metrics and their summary over folds,
-    for the model names ``names``) and ``comparisons`` (the transformer against each reference,
-    paired over folds; ``ratio``: the folds' test/train size ratio)."""
-    models = {}
-    for name in names:
-        per_fold = [
-            {"repeat": r["repeat"], "fold": r["fold"], **r["metrics"][name]} for r in results
-        ]
-        models[name] = {"per_fold": per_fold, **summarise_folds(per_fold)}
+    """metrics.json's ``models`` (each model's per-fold scores, ``per_fold``: model name ->
+    its :class:`FoldScores` in fold order, and their summary over folds) and
+    ``comparisons`` (the transformer against each reference, paired over folds; ``ratio``:
+    the folds' test/train size ratio)."""
+    models = {
+        name: {"per_fold": [s.to_dict() for s in scores], **summarise_folds(scores)}
+        for name, scores in per_fold.items()
+    }
     comparisons = [
         {
             "model": MODEL_NAME,
             "reference": name,
-            **compare_folds(models[MODEL_NAME]["per_fold"], models[name]["per_fold"], ratio),
+            **compare_folds(per_fold[MODEL_NAME], per_fold[name], ratio),
         }
-        for name in models
+        for name in per_fold
         if name != MODEL_NAME
     ]
     return models, comparisons
 
 
-def _score(models: dict[str, dict], n_classes: int, ratio: float) -> dict:
-    """metrics.json's ``score``: the transformer's mean BAC over folds, its 95 % interval and
-    its test against chance (1 / ``n_classes``)."""
+def _score(per_fold: list[FoldScores], n_classes: int, ratio: float) -> dict:
+    """metrics.json's ``score``: the transformer's mean BAC over its folds (``per_fold``, its
+    :class:`FoldScores`), its 95 % interval and its test against chance
+    (1 / ``n_classes``)."""
     return {
         "model": MODEL_NAME,
         "metric": "bac",
         "chance": 1 / n_classes,
-        **against_chance(models[MODEL_NAME]["per_fold"], "bac", 1 / n_classes, ratio),
+        **against_chance(per_fold, "bac", 1 / n_classes, ratio),
     }
 
 
-def _attention_out_of_fold(results: list[dict]) -> dict | None:
+def _attention_out_of_fold(results: list[FoldRecord]) -> dict | None:
     """The folds' attention summaries (test recordings) and their mean over folds; None when
     no fold has one (a run folder of an earlier version)."""
-    per_fold = [
-        {"repeat": r["repeat"], "fold": r["fold"], **r["attention"]}
-        for r in results
-        if r.get("attention")
-    ]
-    mean = mean_diagnostics([r["attention"] for r in results if r.get("attention")])
+    per_fold = [{"repeat": r.repeat, "fold": r.fold, **r.attention} for r in results if r.attention]
+    mean = mean_diagnostics([r.attention for r in results if r.attention])
     if mean is None:
         return None
     return {

@@ -223,13 +223,13 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             "epoch": epoch + 1,
             "train_loss": float(np.mean(losses)) if losses else None,
             "val_loss": val_loss,
-            "val_bac": scores["bac"],
+            "val_bac": scores.bac,
             "lr": lr if losses else None,
             "seconds": time.perf_counter() - epoch_start,
             "attention": attention and attention["passes"],
         }
         history.append(record)
-        selection.update(config, epoch, scores[config.selection_metric], loop.model)
+        selection.update(config, epoch, getattr(scores, config.selection_metric), loop.model)
         if on_epoch is not None:
             on_epoch(record)
         if selection.patience_ran_out(config):

@@ -43,6 +43,7 @@ from eegformer_cli.training.dataset import (
     read_covariances,
 )
 from eegformer_cli.training.fit import attention_summary, build_model, evaluate, fit_model, seed_of
+from eegformer_cli.training.fold_record import FoldRecord
 
 #: Each reference model: the function fitting it on a training part (inputs, labels, groups,
 #: seed), in the order of metrics.json.
@@ -221,11 +222,11 @@ def _oof_rows(
 
 def run_fold(
     plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.ndarray]], on_epoch=None
-) -> tuple[dict, torch.nn.Module]:
+) -> tuple[FoldRecord, torch.nn.Module]:
     """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
     :func:`reference_features`).
 
-    Returns the fold's result dict (what ``folds/<name>.json`` holds) and the selected model.
+    Returns the fold's record (what ``folds/<name>.json`` holds) and the selected model.
     """
     data, config = plan.data, plan.config
     train_recs, val_recs = recordings_of(data, fold.train), recordings_of(data, fold.val)
@@ -252,27 +253,27 @@ def run_fold(
     for name in features:
         reference, probabilities[name] = fit_fold_reference(plan, fold, features, name)
         chosen_c[name] = chosen_regularisation(reference)
-    result = {
-        "repeat": fold.repeat,
-        "fold": fold.fold,
-        "best_epoch": fit.best_epoch,
-        "seconds": fit.seconds,
-        "interaction_screen": fit.screen,
-        "reference_C": chosen_c[REFERENCE_NAME],
-        "references_C": chosen_c,
-        "history": fit.history,
-        "attention": attention_summary(fit.model, test_set, plan.device, ablations=True),
-        "oof": [
+    record = FoldRecord(
+        repeat=fold.repeat,
+        fold=fold.fold,
+        best_epoch=fit.best_epoch,
+        seconds=fit.seconds,
+        interaction_screen=fit.screen,
+        reference_C=chosen_c[REFERENCE_NAME],
+        references_C=chosen_c,
+        history=fit.history,
+        attention=attention_summary(fit.model, test_set, plan.device, ablations=True),
+        oof=[
             row
             for name, probs in probabilities.items()
             for row in _oof_rows(name, fold, test_recs, probs, data.label_names)
         ],
-        "metrics": {
+        metrics={
             name: classification_metrics(y_test, probs, positive)
             for name, probs in probabilities.items()
         },
-    }
-    return result, fit.model
+    )
+    return record, fit.model
 
 
 def chosen_regularisation(reference) -> float:
