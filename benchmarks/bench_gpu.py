@@ -261,11 +261,7 @@ def cv_seconds(data: Path, device: torch.device, quick: bool) -> float:
 def measure(device: torch.device, size: dict, cv_data: Path | None, quick: bool) -> list:
     """Rows (quantity, value, unit) of the table."""
     rows = []
-    half = (
-        resolve_precision("auto", torch.device("cuda"), "default")
-        if device.type == "cuda"
-        else "bfloat16"
-    )
+    half = "float16" if device.type == "cuda" and not torch.cuda.is_bf16_supported() else "bfloat16"
     paper_inputs = make_inputs(size["paper_batch"], size["channels"], str(device))
     paper = {}
     for precision in ("float32", half):
@@ -291,7 +287,7 @@ def measure(device: torch.device, size: dict, cv_data: Path | None, quick: bool)
         ("default", default_inputs, 8, {}),
         ("paper", paper_inputs, len(BANDS), size["paper_model"]),
     ):
-        precision = resolve_precision("auto", device, preset)
+        precision = resolve_precision("auto")
         xai = step_seconds(
             build(preset, size["channels"], n_bands, device, **fields),
             inputs,

@@ -16,8 +16,7 @@ DEFAULT_PRESET = "default"
 #: ``--device`` choices: ``auto`` is cuda when available, else cpu (``devices.resolve_device``).
 DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_DEVICE = "auto"
-#: ``--precision`` choices: ``auto`` resolves per preset and device
-#: (``devices.resolve_precision``).
+#: ``--precision`` choices: ``auto`` is float32 (``devices.resolve_precision`` says why).
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_PRECISION = "auto"
 

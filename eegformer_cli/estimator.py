@@ -246,7 +246,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         self.channels_, self.bands_ = channels, bands
         self.config_ = config.to_dict()
         self._device = device
-        self._precision = resolve_precision(config.precision, device, config.preset)
+        self._precision = resolve_precision(config.precision)
         return self
 
     def _inner_split(self, data, recordings: list, config):

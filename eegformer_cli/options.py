@@ -257,8 +257,8 @@ TRAIN = Options(
     precision=Option(
         "str | None",
         f"{_PRECISIONS} (mixed precision; attention, norms and "
-        "explanations stay float32); auto: bfloat16 for the default preset on "
-        "CUDA, else float32; recorded in config.json [default: auto].",
+        "explanations stay float32); auto: float32 (bfloat16 gained no speed "
+        "on an H100 at this model's sizes); recorded in config.json [default: auto].",
     ),
     no_xai=Option(
         "bool", "Ablation: coarse pass only (no explanation-guided refinement) [default: off]."
@@ -353,8 +353,7 @@ PREDICT = Options(
     device=Option("str", _DEVICE),
     precision=Option(
         "str",
-        f"{_PRECISIONS} (mixed precision); auto: bfloat16 for a "
-        "default-preset model on CUDA, else float32.",
+        f"{_PRECISIONS} (mixed precision); auto: float32.",
     ),
     strict=Option(
         "bool",

@@ -62,9 +62,9 @@ def leave_interrupts_to_the_parent() -> None:
 def process_pool(n_workers: int, progress: bool = False):
     """A pool of ``n_workers`` processes for ``train --n-jobs``, or None for fewer than 2.
 
-    Forked on Linux (workers start with this process's imports in milliseconds; create the
-    pool before a progress bar's thread exists, and draw the bar after), spawned elsewhere (no
-    safe fork). Each worker runs torch on one thread, as a fold does in the parent, so the
+    Forked on Linux without a CUDA device (workers start with this process's imports in
+    milliseconds; create the pool before a progress bar's thread exists, and draw the bar
+    after), spawned elsewhere (:func:`start_method`). Each worker runs torch on one thread, as a fold does in the parent, so the
     numbers are the same as in this process; the pool is terminated on leaving, also on
     Ctrl-C (what the workers finished is on disk). With ``progress`` the pool has a queue
     (``pool.progress``) that its workers' :func:`report_progress` messages arrive on.
@@ -74,13 +74,29 @@ def process_pool(n_workers: int, progress: bool = False):
         return
     import multiprocessing
 
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    context = multiprocessing.get_context(start_method())
     # inherited by the workers; a SimpleQueue writes each message before put returns, so a
     # worker's messages precede whatever the parent sends after the worker's result
     queue = context.SimpleQueue() if progress else None
     with context.Pool(n_workers, initializer=_start_training_worker, initargs=(queue,)) as pool:
         pool.progress = queue
         yield pool
+
+
+def start_method() -> str:
+    """How :func:`process_pool` starts its workers: "fork" on Linux when torch sees no CUDA
+    device, "spawn" otherwise.
+
+    A fork is safe only before autograd has started its per-device threads. Where a CUDA
+    device exists, the first backward pass in this process starts them (also for CPU tensors:
+    an earlier fit in the same Python session or notebook), and every backward in a forked
+    worker then fails ("Unable to handle autograd's threading in combination with fork-based
+    multiprocessing"; seen on an H100, docs/benchmarks.md); a forked worker cannot use CUDA once this
+    process has, either. Spawned workers import torch anew, a few seconds each. macOS and
+    Windows have no safe fork."""
+    import torch
+
+    return "fork" if sys.platform == "linux" and not torch.cuda.is_available() else "spawn"
 
 
 #: In a worker of :func:`process_pool`: where :func:`report_progress` puts its messages.

@@ -43,8 +43,8 @@ def load_model(
     device : str
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda"``.
     precision : str
-        What :meth:`TrainedModel.predict` runs the model in: ``"auto"`` (bfloat16 for a
-        ``default``-preset model on CUDA, else float32), ``"float32"``, ``"bfloat16"`` or
+        What :meth:`TrainedModel.predict` runs the model in: ``"auto"`` (float32),
+        ``"float32"``, ``"bfloat16"`` or
         ``"float16"`` (mixed precision; attention, norms and explanations stay float32).
         Explanations always run in float32.
 
@@ -69,10 +69,7 @@ def load_model(
     run_dir = Path(path) if Path(path).is_dir() else None
     model_file = Path(path) / "model.pt" if run_dir is not None else path
     bundle = load_model_file(model_file, torch_device)
-    preset = bundle.train_config.get("preset", "default")
-    return TrainedModel(
-        bundle, torch_device, resolve_precision(precision, torch_device, preset), run_dir
-    )
+    return TrainedModel(bundle, torch_device, resolve_precision(precision), run_dir)
 
 
 def check_explain_options(method: str, n_steps: int) -> None:

@@ -28,6 +28,7 @@ from eegformer_cli.inference import load_inputs
 from eegformer_cli.model.explanation import differentiable_explanations
 from eegformer_cli.model.layers import TimmRmsNorm
 from eegformer_cli.model.precision import policy_off
+from eegformer_cli.model.transformer import RotaryAttention
 from eegformer_cli.training.model_file import load_model_file
 
 #: Largest change bfloat16 autocast may make, against float32 (measured on the fixture models:
@@ -155,12 +156,35 @@ def test_bfloat16_inference_stays_close_to_float32(runs, preset, device):
         assert (e_half - e_full).norm() / e_full.norm() < TOLERANCE["explanation"]
 
 
+@contextlib.contextmanager
+def dropout_off(model):
+    """Train mode with every dropout probability 0 (``nn.Dropout`` and the attention's own).
+
+    A seed gives the same masks in float32 and bfloat16 on the CPU, not on CUDA: its dropout
+    kernels (``nn.Dropout``, the fused attention's) draw per dtype, so the two passes of
+    ``default`` (dropout 0.1) dropped different units and their losses differed by 6.5 % on an
+    H100. The step compares precisions, so it runs without dropout on every device."""
+    saved = [(m, m.p) for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    saved_attention = [(m, m.dropout) for m in model.modules() if isinstance(m, RotaryAttention)]
+    for m, _ in saved:
+        m.p = 0.0
+    for m, _ in saved_attention:
+        m.dropout = 0.0
+    try:
+        yield
+    finally:
+        for m, p in saved:
+            m.p = p
+        for m, p in saved_attention:
+            m.dropout = p
+
+
 def training_step(model, inputs, labels, half: bool):
-    """Loss and every parameter's gradient (flattened, float64) of one step, train mode."""
+    """Loss and every parameter's gradient (flattened, float64) of one step, train mode
+    without dropout."""
     model.train()
     model.zero_grad(set_to_none=True)
-    torch.manual_seed(0)  # the same dropout masks
-    with bf16(half, labels.device.type):
+    with dropout_off(model), bf16(half, labels.device.type):
         coarse, refined = model(*inputs)
     loss = 0.3 * F.cross_entropy(coarse.float(), labels) + 0.7 * F.cross_entropy(
         refined.float(), labels
@@ -245,12 +269,10 @@ def test_paper_integrated_gradients_add_up(runs):
 
 
 def test_precision_resolution_and_the_run_config(runs):
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_precision("auto", cpu, "default") == "float32"
-    assert resolve_precision("auto", cuda, "paper") == "float32"
-    assert resolve_precision("bfloat16", cpu, "paper") == "bfloat16"
+    assert resolve_precision("auto") == "float32"  # on every device and preset
+    assert resolve_precision("bfloat16") == "bfloat16"
     with pytest.raises(UsageError, match="'float64' for --precision"):
-        resolve_precision("float64", cpu, "default")
+        resolve_precision("float64")
     config = json.loads((runs["paper"] / "config.json").read_text(encoding="utf-8"))
     assert config["precision"] == "float32" and config["train_config"]["precision"] == "auto"
 

@@ -451,6 +451,25 @@ def test_label_problems_are_input_errors(tmp_path):
 # whole runs
 
 
+def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypatch):
+    """Where torch sees a CUDA device the pool spawns its workers (a forked worker's backward
+    fails once this process has run one there); spawned workers give the numbers of one
+    process, as forked ones do."""
+    from eegformer_cli import parallel
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert parallel.start_method() == "spawn"
+    monkeypatch.undo()
+    monkeypatch.setattr(parallel, "start_method", lambda: "spawn")
+    config = tiny_config(cv=2)
+    one = run_training(synthetic_dir, tmp_path / "one", "diagnosis", config)
+    spawned = run_training(synthetic_dir, tmp_path / "spawned", "diagnosis", config, n_jobs=2)
+    assert (tmp_path / "one" / "oof_predictions.tsv").read_text() == (
+        tmp_path / "spawned" / "oof_predictions.tsv"
+    ).read_text()
+    assert one.models == spawned.models
+
+
 def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     config = tiny_config(cv=3)
     a = run_training(synthetic_dir, tmp_path / "a", "diagnosis", config)
@@ -778,15 +797,19 @@ def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, syntheti
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
+    half = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
     metrics = run_training(
-        synthetic_dir, tmp_path / "run", "diagnosis", tiny_config(holdout=0.25, device="cuda")
+        synthetic_dir,
+        tmp_path / "run",
+        "diagnosis",
+        tiny_config(holdout=0.25, device="cuda", precision=half),
     )
     assert metrics.transformer.mean.bac is not None
     bundle = load_model_file(tmp_path / "run" / "model.pt", "cuda")
     assert next(bundle.model.parameters()).is_cuda
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["device"] == "cuda"
-    assert config["precision"] == ("bfloat16" if torch.cuda.is_bf16_supported() else "float16")
+    assert config["precision"] == half
 
 
 def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatch):

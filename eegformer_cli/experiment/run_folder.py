@@ -138,7 +138,7 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
             "labels": plan.data.label_names,
             "positive_label": plan.positive_label,
             "device": plan.device.type,
-            "precision": resolve_precision(plan.config.precision, plan.device, plan.config.preset),
+            "precision": resolve_precision(plan.config.precision),
             "n_recordings": len(plan.data.recordings),
             "n_participants": len({r.participant_id for r in plan.data.recordings}),
             "versions": package_versions(),

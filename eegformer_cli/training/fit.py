@@ -306,7 +306,7 @@ def _setup(
     n_classes = len(data.label_names)
     weight = _class_weight(train_set, n_classes, config, device)
     optimizer = _optimiser(model, config)
-    precision = resolve_precision(config.precision, device, config.preset)
+    precision = resolve_precision(config.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "float16")
     return _Loop(
         model,

@@ -245,7 +245,7 @@ def run_fold(
     positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
     y_test = test_set.labels
-    precision = resolve_precision(config.precision, plan.device, config.preset)
+    precision = resolve_precision(config.precision)
     probabilities = {
         MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision), axis=1)
     }
