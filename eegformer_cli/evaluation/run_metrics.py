@@ -41,11 +41,13 @@ from dataclasses import dataclass, field, fields
 from typing import ClassVar, TypeVar
 
 #: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
-#: logistic-regression reference and (when the connectome files hold band covariances) the
-#: tangent-space reference.
+#: logistic-regression reference, (when the connectome files hold band covariances) the
+#: tangent-space reference, and (when the model has one) XAIguiFormer's own linear path alone,
+#: without the transformer's residual.
 MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
 TANGENT_SPACE_NAME = "tangent_space"
+LINEAR_PATH_NAME = "linear_path"
 
 
 def nan_to_none(value):

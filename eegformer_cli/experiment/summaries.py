@@ -10,6 +10,7 @@ from pathlib import Path
 
 from eegformer_cli.evaluation import oof_calibration
 from eegformer_cli.evaluation.metrics import (
+    LINEAR_PATH_NAME,
     MODEL_NAME,
     against_chance,
     compare_folds,
@@ -67,8 +68,9 @@ def write_summaries(
     run_folder.write_history(run_dir, history)
     label_names = plan.data.label_names
     # the references every fold has (folds of an earlier version, or a folder without band
-    # covariances, have only the logistic regression)
-    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r.metrics for r in results)]]
+    # covariances, have only the logistic regression), then the model's linear path alone
+    others = [*REFERENCES, LINEAR_PATH_NAME]
+    names = [MODEL_NAME, *[n for n in others if all(n in r.metrics for r in results)]]
     run_folder.write_oof_predictions(
         run_dir,
         label_names,

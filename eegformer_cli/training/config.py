@@ -55,7 +55,13 @@ else:  # pragma: no cover - Python 3.10
 
 AUGMENTATIONS = ("graphon", "none")
 CLASS_WEIGHTINGS = ("balanced", "none")
-SELECTION_METRICS = ("bac", "paper_bac")
+SELECTION_METRICS = ("bac", "paper_bac", "log_loss")
+#: The linear path's penalty (``linear_fit.py``): the reference's L2, L1, or the better of the
+#: two by its inner CV.
+LINEAR_PENALTIES = ("l2", "l1", "auto")
+#: Whether the transformer's residual is kept (``residual.py``): chosen on validation, never
+#: trained, always kept.
+RESIDUAL_MODES = ("auto", "off", "on")
 
 # Fields of ModelConfig that come from the data, not from the user.
 DATA_DERIVED_MODEL_FIELDS = (
@@ -64,6 +70,8 @@ DATA_DERIVED_MODEL_FIELDS = (
     "band_edges_hz",
     "n_classes",
     "channel_names",
+    "linear_path",
+    "residual_kept",
 )
 
 
@@ -121,6 +129,13 @@ class TrainConfig:
     interaction_max_pairs: int = 10
     interaction_permutations: int = 20
     interaction_null_quantile: float = 1.0
+    # the linear path (linear_fit.py, residual.py): fitted first and convexly with
+    # ``linear_penalty``; the transformer trained on its residual and kept (``residual``
+    # "auto") only when validation cross-entropy improves by more than ``residual_margin``
+    linear_path: bool = False
+    linear_penalty: str = "l2"
+    residual: str = "auto"
+    residual_margin: float = 0.0
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
@@ -181,6 +196,9 @@ _PRESET_VALUES = {
         "patience": 0,
         "interactions": True,
         "age_interactions": True,
+        "linear_path": True,
+        "linear_penalty": "auto",
+        "selection_metric": "log_loss",
         "model": {},
     },
 }
@@ -338,6 +356,14 @@ def validate(config: TrainConfig) -> None:
     check_choice("augmentation", config.augmentation, AUGMENTATIONS)
     check_choice("class_weighting", config.class_weighting, CLASS_WEIGHTINGS)
     check_choice("selection_metric", config.selection_metric, SELECTION_METRICS)
+    check_choice("linear_penalty", config.linear_penalty, LINEAR_PENALTIES)
+    check_choice("residual", config.residual, RESIDUAL_MODES)
+    _check_range("residual_margin", config.residual_margin, 0, None)
+    if config.residual != "auto" and not config.linear_path:
+        raise UsageError(
+            f"residual={config.residual!r} needs linear_path = true (without a linear path "
+            "the transformer is the whole model)"
+        )
     check_choice("device", config.device, DEVICES)
     check_choice("precision", config.precision, PRECISIONS)
     _check_range("epochs", config.epochs, 1, None)
