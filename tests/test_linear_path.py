@@ -158,28 +158,73 @@ def test_the_l2_path_with_nothing_kept_is_the_built_in_reference(linear_study, t
     assert all(f["history"] == [] for f in folds)  # the transformer was not trained
 
 
-def test_a_linear_effect_keeps_no_residual_and_the_model_file_round_trips(linear_study, tmp_path):
-    config = resolve_config("default", None, SETTINGS)
-    run_training(linear_study, tmp_path / "run", "diagnosis", config)
-    folds = [json.loads(p.read_text()) for p in (tmp_path / "run" / "folds").glob("r*.json")]
+@pytest.fixture(scope="module")
+def linear_run(linear_study, tmp_path_factory):
+    """The default preset (its transformer trained on the residual) on the linear study."""
+    run_dir = tmp_path_factory.mktemp("linear-run") / "run"
+    run_training(linear_study, run_dir, "diagnosis", resolve_config("default", None, SETTINGS))
+    return run_dir
+
+
+def test_a_linear_effect_keeps_no_residual_and_the_model_file_round_trips(linear_study, linear_run):
+    folds = [json.loads(p.read_text()) for p in (linear_run / "folds").glob("r*.json")]
     assert len(folds) == 5
     records = [f["linear_path"] for f in folds]
     assert all(r["residual_val_loss"] is not None for r in records)  # it was trained
     assert sum(r["residual"] for r in records) <= 1, records
-    raw = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
+    metrics = json.loads((linear_run / "metrics.json").read_text())
+    assert metrics["linear_path"]["residual_kept"] == sum(r["residual"] for r in records)
+    raw = torch.load(linear_run / "model.pt", weights_only=True)
     assert {"model.linear.weight", "model.linear.bias"} <= set(raw["state_dict"])
-    bundle = load_model_file(tmp_path / "run" / "model.pt")
+    bundle = load_model_file(linear_run / "model.pt")
     assert bundle.model.config.linear_path
-    data = load_training_data(linear_study, "diagnosis")
-    dataset = ConnectomeDataset(data.recordings[:4], data.label_names, data.channels, data.bands)
-    coh, wpli = (torch.from_numpy(a) for a in dataset.recording_arrays(0))
-    age, sex = (
-        torch.full((len(coh),), float(getattr(data.recordings[0], k))) for k in ("age", "sex")
-    )
+    assert torch.count_nonzero(bundle.model.linear.weight) > 0
+    coh, wpli, age, sex = recording_tensors(linear_study, 0)
     with torch.no_grad():
-        features = bundle.model.linear_features(coh, wpli, age, sex)
-        linear = bundle.model.linear(features)
+        linear = bundle.model.linear(bundle.model.linear_features(coh, wpli, age, sex))
         _, refined = bundle.model(coh, wpli, age, sex)
     if not bundle.model.config.residual_kept:
         np.testing.assert_allclose(refined.numpy(), linear.numpy(), rtol=1e-6)
-    assert torch.count_nonzero(bundle.model.linear.weight) > 0
+
+
+def recording_tensors(prep, index: int) -> tuple[torch.Tensor, ...]:
+    """(coh, wpli, age, sex) of recording ``index`` of ``prep``: (S, T, C, C) and (S,)."""
+    data = load_training_data(prep, "diagnosis")
+    dataset = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands)
+    coh, wpli = (torch.from_numpy(a) for a in dataset.recording_arrays(index))
+    rec = data.recordings[index]
+    return coh, wpli, *(torch.full((len(coh),), float(getattr(rec, k))) for k in ("age", "sex"))
+
+
+@pytest.mark.parametrize("residual_kept", [False, True])
+def test_the_paths_share_the_logit_and_the_attributions_add_up(
+    linear_study, linear_run, residual_kept
+):
+    """explain splits the explained logit's change into the linear path's exact part and the
+    transformer's; the pair and interaction attributions of the whole model add up to it."""
+    from eegformer_cli.explain.attributions import explain_recording
+
+    bundle = load_model_file(linear_run / "model.pt")
+    bundle.model.config.residual_kept = residual_kept
+    coh, wpli, age, sex = recording_tensors(linear_study, 3)
+    explanation = explain_recording(
+        bundle.model,
+        coh.numpy(),
+        wpli.numpy(),
+        float(age[0]),
+        float(sex[0]),
+        bundle.label_names,
+        recording_id="r",
+        contrast=bundle.label_names,
+        reference=(bundle.reference["coh"], bundle.reference["wpli"]),
+    )
+    for output in ("target", "contrast"):
+        shares = explanation.paths[output]
+        assert shares["linear"] + shares["transformer"] == pytest.approx(shares["total"])
+        assert shares["linear"] != 0
+        if not residual_kept:
+            assert shares["transformer"] == pytest.approx(0, abs=1e-5)
+    upper = np.triu_indices(coh.shape[-1], 1)
+    summed = explanation.channel_pairs[:, upper[0], upper[1]].sum()
+    total = explanation.paths["target"]["total"]
+    assert summed == pytest.approx(total, rel=0.01, abs=1e-4)  # completeness

@@ -337,6 +337,7 @@ class RunMetrics(Record):
         "prediction_sets",
         "shortcut_audit",
         "permutation_test",
+        "linear_path",
     )
     complete: bool | None = None
     incomplete: str | None = None
@@ -356,6 +357,9 @@ class RunMetrics(Record):
     attention: dict | None = None
     shortcut_audit: ShortcutAudit | None = None
     permutation_test: PermutationTest | None = None
+    #: the model's linear path over the folds (``summaries.linear_path_summary``): None
+    #: without one
+    linear_path: dict | None = None
 
     @property
     def transformer(self) -> ModelScores:

@@ -6,7 +6,10 @@ calibration and prediction sets, attention), and whether the run is complete.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from eegformer_cli.evaluation import oof_calibration
 from eegformer_cli.evaluation.metrics import (
@@ -100,6 +103,7 @@ def write_summaries(
             "calibration": calibration,
             "prediction_sets": prediction_sets,
             "attention": _attention_out_of_fold(results),
+            "linear_path": linear_path_summary(results),
             **(extra or {}),
         }
     )
@@ -107,6 +111,25 @@ def write_summaries(
     if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)
     return metrics
+
+
+def linear_path_summary(results: list[FoldRecord]) -> dict | None:
+    """metrics.json's ``linear_path``: over the folds with one, how many kept the
+    transformer's residual, which penalties and strengths the inner CV chose, how many
+    features (and products) the path kept, and its fit's time; None without a linear path."""
+    records = [r.linear_path for r in results if r.linear_path]
+    if not records:
+        return None
+    return {
+        "n_folds": len(records),
+        "residual_kept": sum(bool(r["residual"]) for r in records),
+        "penalties": dict(Counter(r["penalty"] for r in records)),
+        "C": [r["C"] for r in records],
+        "n_features": records[0]["n_features"],
+        "n_nonzero": [r["n_nonzero"] for r in records],
+        "n_products_nonzero": [r["n_products_nonzero"] for r in records],
+        "seconds": float(np.mean([r["seconds"] for r in records])),
+    }
 
 
 def _models_and_comparisons(
