@@ -232,14 +232,18 @@ class CalibrationSummary(Record):
 @dataclass
 class Recalibration(Record):
     """What ``predict`` does to the probabilities (:func:`calibration.choose_recalibration`):
-    ``params`` and ``cross_fitted_log_loss`` (method -> nats) stay dicts."""
+    ``params`` and ``cross_fitted_log_loss`` (method -> nats) stay dicts; ``rows`` the model
+    whose out-of-fold rows it was fitted on (``oof_calibration.summarise``; None in an earlier
+    version's file: the transformer's)."""
 
+    OPTIONAL = ("rows",)
     method: str = "none"
     params: dict = field(default_factory=dict)
     cross_fitted_log_loss: dict = field(default_factory=dict)
     n: int | None = None
     reason: str = ""
     after: CalibrationSummary | None = None
+    rows: str | None = None
 
 
 @dataclass

@@ -25,7 +25,7 @@ from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.folds import REFERENCES, RunPlan
-from eegformer_cli.training.model_file import add_calibration
+from eegformer_cli.training.model_file import add_calibration, is_linear_path_alone
 
 
 def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | None = None) -> dict:
@@ -84,7 +84,7 @@ def write_summaries(
     models, comparisons = _models_and_comparisons(per_fold, ratio)
     oof_rows = [row for result in results for row in result.oof]
     calibration, prediction_sets, model_entry = oof_calibration.summarise(
-        oof_rows, label_names, plan.positive_label
+        oof_rows, label_names, plan.positive_label, _shipped(run_dir, names)
     )
     metrics = RunMetrics.from_dict(
         {
@@ -111,6 +111,16 @@ def write_summaries(
     if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)
     return metrics
+
+
+def _shipped(run_dir: Path, names: list[str]) -> str:
+    """Whose out-of-fold rows describe the model that ships (``model.pt``), for its
+    recalibration and prediction sets: the linear path alone's when its residual was not kept
+    (every fold scored the linear path alone too), else the transformer's."""
+    model = Path(run_dir) / "model.pt"
+    if LINEAR_PATH_NAME in names and model.is_file() and is_linear_path_alone(model):
+        return LINEAR_PATH_NAME
+    return MODEL_NAME
 
 
 def linear_path_summary(results: list[FoldRecord]) -> dict | None:

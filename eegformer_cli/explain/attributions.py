@@ -278,25 +278,19 @@ def explain_recording(
         probabilities = softmax(logits.mean(axis=0))
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
-        baseline = None
-        if reference is not None:
-            baseline = tuple(
-                torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device)
-                for r in reference
-            )
+        baseline = _reference_tensors(reference, device)
         options = {"method": method, "n_steps": n_steps, "reference": baseline}
         coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
             model, *tensors, target=target_index, **options
         )
         contrasted, contrast_interactions = {}, None
-        paths = {"target": path_logit_changes(model, *tensors, target_index, baseline)}
-        if contrast is not None:
-            pair = tuple(list(label_names).index(name) for name in contrast)
+        pair = None if contrast is None else tuple(list(label_names).index(c) for c in contrast)
+        if pair is not None:
             contrast_coh, contrast_wpli, contrast_interactions = channel_pair_attributions(
                 model, *tensors, target=pair, **options
             )
             contrasted = _contrast_fields(contrast, contrast_coh, contrast_wpli)
-            paths["contrast"] = path_logit_changes(model, *tensors, pair, baseline)
+        paths = _paths(model, tensors, target_index, pair, baseline)
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id,
@@ -313,7 +307,7 @@ def explain_recording(
         n_segments=n,
         attention_diagnostics=diagnostics,
         interactions=kept_interactions.describe(model, interactions, contrast_interactions),
-        paths=paths if paths["target"] is not None else None,
+        paths=paths,
         mean_coh=exact_segment_mean(coh),
         mean_wpli=exact_segment_mean(wpli),
         **contrasted,
@@ -401,6 +395,26 @@ def explain_with_models(
         ],
         label_names,
     )
+
+
+def _reference_tensors(reference, device: torch.device) -> tuple | None:
+    """The reference connectome (coh, wPLI) as float32 tensors on ``device`` (None stays)."""
+    if reference is None:
+        return None
+    return tuple(
+        torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in reference
+    )
+
+
+def _paths(model, tensors: tuple, target: int, pair: tuple | None, baseline) -> dict | None:
+    """:attr:`RecordingExplanation.paths` of the explained class and (``pair``) the contrast;
+    None for a model without a linear path."""
+    paths = {"target": path_logit_changes(model, *tensors, target, baseline)}
+    if paths["target"] is None:
+        return None
+    if pair is not None:
+        paths["contrast"] = path_logit_changes(model, *tensors, pair, baseline)
+    return paths
 
 
 def _mean_paths(paths: Sequence[dict | None]) -> dict | None:

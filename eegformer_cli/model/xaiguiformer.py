@@ -372,16 +372,16 @@ class XAIguiFormer(nn.Module):
             if interactions
             else None
         )
-        self.linear = None
-        if config.linear_path:
-            n_features = n_linear_features(
-                config.n_channels, len(config.band_names), len(interactions)
-            )
-            self.linear = LinearPath(n_features, config.n_classes)
-            # the transformer's head starts at zero: untrained, the model is its linear path
-            last = self.encoder.head.fc2
-            nn.init.zeros_(last.weight)
-            nn.init.zeros_(last.bias)
+        self.linear = self._linear_path(len(interactions)) if config.linear_path else None
+
+    def _linear_path(self, n_products: int) -> LinearPath:
+        """The linear path (its weights zero until fitted), with the transformer's head set to
+        zero: untrained, the model is its linear path."""
+        config = self.config
+        n_features = n_linear_features(config.n_channels, len(config.band_names), n_products)
+        nn.init.zeros_(self.encoder.head.fc2.weight)
+        nn.init.zeros_(self.encoder.head.fc2.bias)
+        return LinearPath(n_features, config.n_classes)
 
     def describe(self) -> dict:
         """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
