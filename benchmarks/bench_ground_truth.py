@@ -9,7 +9,9 @@ fold, two side by side; no final model):
                     with the interaction given (products; age for ``age``): the practical limit
   logistic_regression  the built-in reference (every fold of every run; reported from default's)
   screen_l1         the interaction screen with default's settings, its kept products added
-                    to every entry, an L1 logistic regression: what the transformer adds to it
+                    to every entry, a logistic regression with its penalty (L1 or L2) and C
+                    chosen as the linear path's are (``linear_fit.fit_linear_path``): what
+                    the transformer adds to it
   default           ``--preset default`` (both screens: entry pairs and entries with age)
   no_interactions   ``--no-interactions`` (no screen of entry pairs)
   no_age_interactions  ``--no-age-interactions`` (no screen of entries with age)
@@ -68,10 +70,11 @@ from machine import machine  # benchmarks/machine.py (scripts run from this fold
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
-#: Fixed before any run of the interaction and demographic paths, used once to confirm them.
-#: The earlier acceptance seed, 2711, is spent: its layout is printed in docs/benchmarks.md.
-ACCEPTANCE_SEED = 9692
-SPENT_ACCEPTANCE_SEEDS = (2711,)
+#: Fixed before any run of the linear path, used once to confirm it. The earlier acceptance
+#: seeds are spent (2711: the interaction screens' design; 9692: their confirmation); their
+#: layouts are printed in docs/benchmarks.md.
+ACCEPTANCE_SEED = 60221
+SPENT_ACCEPTANCE_SEEDS = (2711, 9692)
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
 CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
@@ -271,17 +274,17 @@ def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list, list[li
     part (train + val participants, as the references), the recording means of the entries
     standardised as the model does, the same interaction screen the model runs (``config``'s
     settings, the fold's seed), the kept pairs' products (entry x entry, entry x z-scored age)
-    beside every entry, then StandardScaler and an L1 logistic regression (balanced, C by the
-    references' inner participant-wise CV). Returns (metrics per fold, kept pairs per fold)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+    beside every entry, then the linear path's fit (StandardScaler and a balanced logistic
+    regression, penalty and C by the references' inner participant-wise CV,
+    ``linear_fit.fit_linear_path`` with ``auto``). Returns (metrics per fold, kept pairs per
+    fold)."""
+    from scipy.special import softmax
 
     from eegformer_cli.evaluation.metrics import classification_metrics
-    from eegformer_cli.evaluation.reference import reference_probabilities, search_logistic_c
     from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
     from eegformer_cli.training.fit import screen_fit, seed_of
     from eegformer_cli.training.interaction_screen import entry_table
+    from eegformer_cli.training.linear_fit import fit_linear_path
     from eegformer_cli.training.model_file import demographic_stats
     from eegformer_cli.training.splits import load_splits
     from eegformer_cli.training.standardise import connectivity_stats
@@ -304,24 +307,16 @@ def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list, list[li
         kept_per_fold.append([k.label() for k in found.kept])
         demographics = demographic_stats(ages) or {"age_mean": 0.0, "age_std": 1.0}
 
-        pipeline = make_pipeline(
-            StandardScaler(),
-            LogisticRegression(
-                l1_ratio=1.0, solver="liblinear", class_weight="balanced", max_iter=5000
-            ),
-        )
-        search = search_logistic_c(
-            pipeline,
+        linear = fit_linear_path(
             _screen_design(fit_set, stats, demographics, found.kept, index),
             fit_set.labels,
             np.array([r.participant_id for r in fit]),
-            seed_of(fold, 0),
-        )
-        probabilities = reference_probabilities(
-            search,
-            _screen_design(test_set, stats, demographics, found.kept, index),
             len(data.label_names),
+            seed_of(fold, 0),
+            "auto",
         )
+        logits = _screen_design(test_set, stats, demographics, found.kept, index) @ linear.weight.T
+        probabilities = softmax(logits + linear.bias, axis=1)
         out.append(classification_metrics(test_set.labels, probabilities, 1))
     return out, kept_per_fold
 
