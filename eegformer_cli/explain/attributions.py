@@ -417,14 +417,16 @@ def _paths(model, tensors: tuple, target: int, pair: tuple | None, baseline) -> 
     return paths
 
 
-def _mean_paths(paths: Sequence[dict | None]) -> dict | None:
-    """The mean of several models' :attr:`RecordingExplanation.paths` (None when any model has
-    no linear path: its logit cannot be split)."""
+def mean_paths(paths: Sequence[dict | None]) -> dict | None:
+    """The mean of several :attr:`RecordingExplanation.paths` (several models' of one recording,
+    or a class's recordings'; None when any has none: no linear path); an output (the
+    contrast) only where all have it."""
     if not paths or any(p is None for p in paths):
         return None
     return {
         output: {key: float(np.mean([p[output][key] for p in paths])) for key in paths[0][output]}
         for output in paths[0]
+        if all(output in p for p in paths)
     }
 
 
@@ -448,7 +450,7 @@ def mean_explanation(
         first,
         predicted=label_names[int(means["probabilities"].argmax())],
         interactions=kept_interactions.merged([e.interactions for e in explanations]),
-        paths=_mean_paths([e.paths for e in explanations]),
+        paths=mean_paths([e.paths for e in explanations]),
         attention_diagnostics={
             **mean_diagnostics([e.attention_diagnostics for e in explanations]),
             "n": first.attention_diagnostics.get("n"),
