@@ -23,6 +23,7 @@ the linear fit); ``"on"`` keeps it whatever validation says (an ablation).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -153,6 +154,7 @@ def fit_linear(
     """Fit the linear path of ``model`` (on the CPU, statistics set) on the training and
     validation recordings, store the refit and the inner models in it; the
     :class:`Residual` the epoch loop uses."""
+    start = time.perf_counter()
     features = np.concatenate(
         [mean_linear_features(model, train_set), mean_linear_features(model, val_set)]
     )
@@ -160,6 +162,7 @@ def fit_linear(
     groups = np.array([r.participant_id for r in train_set.recordings + val_set.recordings])
     n_classes = model.config.n_classes
     fit = fit_linear_path(features, labels, groups, n_classes, seed, config.linear_penalty)
+    fit.seconds = time.perf_counter() - start  # the features' time too
     weight, bias, inner_weight, inner_bias = fit.tensors()
     model.linear.set_weights(weight, bias)
     model.linear.set_cross_fitted(inner_weight, inner_bias)
