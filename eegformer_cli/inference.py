@@ -427,22 +427,19 @@ def _checked_age(age) -> float | None:
     return value
 
 
-# Settings that do not change a recording's tokens: the preset is only a name for the others,
-# and max_interpolated decides which recordings pass, not what their tokens are.
-_SETTINGS_NOT_COMPARED = ("preset", "max_interpolated", "channels", "bands")
-#: The resampling of settings stored before it was a setting (``PreprocessSettings.from_dict``).
-_EARLIER_RESAMPLING = {"resample_method": "fft"}
-
-
 def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
     """The manifest rows of a preprocess output folder, after checking that its tokens are
     what the model expects: the same channels and bands (from its first connectome) and the
-    same preprocessing settings (``preprocess.json``) as the model's training data.
+    same preprocessing settings (``preprocess.json``; every setting that changes the tokens,
+    :meth:`~eegformer_cli.preprocess.settings.PreprocessSettings.differences`) as the model's
+    training data.
 
-    Raises InputDataError naming the folder and what differs (the fix: give the raw
-    recordings, which are then preprocessed with the model's settings).
+    Raises InputDataError naming the folder, each difference and the fix (the raw recordings,
+    which are then preprocessed with the model's settings, or a folder made with them).
     """
-    hint = "pass the raw recordings instead: eegformer preprocesses them with the model's settings"
+    from eegformer_cli.preprocess.settings import PreprocessSettings
+
+    hint = _other_settings_hint(bundle)
     rows = output.read_manifest(folder)
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if ok_rows:
@@ -458,28 +455,35 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
                     path=folder,
                     hint=hint,
                 )
-    stored = output.read_settings_file(folder)
-    if stored is None:
+    settings = PreprocessSettings.of_folder(folder)
+    if settings is None:
         raise InputDataError(
-            "no readable preprocess.json, so its preprocessing settings cannot "
+            "preprocess.json is missing or its settings unreadable, so they cannot "
             "be checked against the model's",
             path=folder,
             hint=hint,
         )
-    # settings stored without a resampling method were made with MNE's FFT method
-    settings = {**_EARLIER_RESAMPLING, **stored.get("settings", {})}
-    differences = [
-        f"{key} {settings[key]!r} (model: {expected!r})"
-        for key, expected in {**_EARLIER_RESAMPLING, **bundle.preprocess_settings}.items()
-        if key not in _SETTINGS_NOT_COMPARED and key in settings and settings[key] != expected
-    ]
+    differences = settings.differences(PreprocessSettings.from_dict(bundle.preprocess_settings))
     if differences:
         raise InputDataError(
-            "made with other preprocessing settings than the model's: " + ", ".join(differences),
+            "made with other preprocessing settings than the model's: "
+            + ", ".join(
+                f"{name} {here} (model: {model})" for name, (here, model) in differences.items()
+            ),
             path=folder,
             hint=hint,
         )
     return rows
+
+
+def _other_settings_hint(bundle) -> str:
+    """What to give instead of a preprocess folder the model cannot read."""
+    trained_on = (bundle.training_data or {}).get("data_dir")
+    return "pass the raw recordings instead: they are preprocessed with the model's settings" + (
+        f"; or a folder preprocessed with them, as {trained_on} the model was trained on"
+        if trained_on
+        else ""
+    )
 
 
 def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
