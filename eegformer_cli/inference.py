@@ -45,7 +45,9 @@ class InputRecording:
     recording's class in the model's label column where its manifest row or the participants
     table gives one of the model's classes (None otherwise); the recording's
     own ``source_sfreq`` (Hz) and ``duration_s`` (s), NaN when unknown; ``signal_sha256`` (None
-    when unknown); ``warnings`` one line each, set by :func:`load_inputs` for usable ones.
+    when unknown); ``shorter_than_crop_s`` the model's crop (s) when the recording is shorter
+    and was analysed whole (None otherwise); ``warnings`` one line each, set by
+    :func:`load_inputs` for usable ones.
     """
 
     recording_id: str
@@ -67,6 +69,7 @@ class InputRecording:
     table: str | None = None
     table_lists_participant: bool | None = None
     label: str | None = None
+    shorter_than_crop_s: float | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -330,16 +333,23 @@ def _sex_code(sex) -> float:
 def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputRecording:
     """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
     preprocessed with ``settings`` (:func:`_raw_settings`) and the model's channels, or with
-    its ``error``."""
-    from eegformer_cli.preprocess.recording import process_raw, process_recording
+    its ``error``. A recording shorter than the model's crop is preprocessed whole and keeps
+    that crop in ``shorter_than_crop_s`` (its warning, :mod:`eegformer_cli.provenance`)."""
+    from eegformer_cli.preprocess.recording import process_raw
+    from eegformer_cli.recordings import reading
+    from eegformer_cli.recordings.cleaning import ShorterThanCrop
 
+    name = item.source_file or item.recording_id
     try:
-        if isinstance(recording, Path):
-            connectome = process_recording(recording, settings, bundle.channels)
-        else:
-            connectome = process_raw(
-                recording, settings, bundle.channels, path=item.source_file or item.recording_id
-            )
+        raw = recording
+        if isinstance(recording, Path):  # read chunk by chunk where the format allows it
+            raw = reading.read_recording(recording, preload=not reading.reads_lazily(recording))
+        try:
+            connectome = process_raw(raw, settings, bundle.channels, path=name)
+        except ShorterThanCrop:
+            item.shorter_than_crop_s = settings.crop_s
+            whole = dataclasses.replace(settings, crop_s=None)
+            connectome = process_raw(raw, whole, bundle.channels, path=name)
     except EegformerError as exc:
         item.error = exc.one_line()
         return item

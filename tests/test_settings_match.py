@@ -2,7 +2,8 @@
 (``PreprocessSettings.differences``): each field of ``PreprocessSettings`` is compared or
 declared harmless, a setting missing from stored settings counts with its default of the
 version that wrote them, and the crop mismatch in both directions is refused by ``predict``,
-``explain`` and the Python API (exit 3, naming the difference and the fix)."""
+``explain`` and the Python API (exit 3, naming the difference and the fix). A recording shorter
+than the model's crop is scored whole with a warning."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import dataclasses
 import json
 import shutil
 
+import mne
 import pytest
 from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
 
 import eegformer_cli
 from eegformer_cli.connectivity.bands import BAND_PRESETS
-from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.errors import EegformerWarning, InputDataError, PartialFailure, UsageError
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.preprocess.settings import NOT_COMPARED, TOKEN_SETTINGS
 
@@ -139,6 +141,35 @@ def test_a_rerun_into_a_cropped_folder_names_the_crop(cropped, tmp_path):
     settings = PreprocessSettings.of_folder(folder)
     with pytest.raises(UsageError, match=r"\(different: crop_s\)"):
         run_preprocess(EDFS[:2], folder, dataclasses.replace(settings, crop_s=None))
+
+
+def test_a_recording_shorter_than_the_crop_is_scored_whole_with_a_warning(
+    cropped, tmp_path, capsys
+):
+    raw = mne.io.read_raw_edf(EDFS[13], preload=True, verbose="error").crop(
+        0, 24.0, include_tmax=False
+    )
+    short = tmp_path / "sub-14_task-rest_eeg.edf"
+    mne.export.export_raw(short, raw, fmt="edf", verbose="error")
+    flags = ("--age", "40", "--sex", "F")
+    code, output = run_main(capsys, "predict", cropped["model"], short, *flags, "--format", "json")
+    assert code == 0, output
+    (row,) = json_rows(output)
+    message = (
+        "crop: 24.0 s long, shorter than the 30 s the model's training recordings were "
+        "cropped to: analysed whole, 2 segment(s), so its score is noisier than theirs"
+    )
+    assert row["warnings"] == [message] and row["n_segments"] == 2
+    assert f"warning: {row['recording_id']}: {message}" in " ".join(output.split())
+    model = eegformer_cli.load_model(cropped["model"], device="cpu")
+    with pytest.warns(EegformerWarning, match="shorter than the 30 s"):
+        rows = model.predict(raw, age=40, sex="F")
+    assert rows.iloc[0]["warnings"] == [message]
+    assert "--crop" not in message  # the same words for the shell and for Python
+    with pytest.raises(PartialFailure):
+        model.predict(raw, age=40, sex="F", strict=True)
+    code, output = run_main(capsys, "predict", cropped["model"], short, *flags, "--strict")
+    assert code == PartialFailure.exit_code == 6
 
 
 def test_a_model_file_s_settings_and_the_folder_s_are_read_the_same_way(cropped):

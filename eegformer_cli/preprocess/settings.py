@@ -89,8 +89,9 @@ class PreprocessSettings:
     crop_s : analyse only the first ``crop_s`` seconds of every recording (None: all of it), so
         recordings of different lengths give the same number of segments and the same
         estimator bias (the shortcut audit's remedy for a length shortcut); a shorter
-        recording is an error. Left out of :meth:`to_dict` when None, so the settings (and
-        hashes) of folders made without it are unchanged.
+        recording is an error (``cleaning.ShorterThanCrop``; ``predict`` analyses it whole,
+        with a warning). Left out of :meth:`to_dict` when None, so the settings (and hashes)
+        of folders made without it are unchanged.
     """
 
     preset: str = DEFAULT_PRESET
