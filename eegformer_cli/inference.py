@@ -269,17 +269,34 @@ def _from_folder(call: _Call, folder: Path, row: dict) -> InputRecording:
 def _from_raw(call: _Call, path: Path) -> InputRecording:
     """One raw recording, matched to the participants table and preprocessed with the model's
     settings, as an input."""
+    item = _matched(call, call.ids[path], path)
+    item = _preprocess_raw(call.bundle, call.settings, path, item)
+    return _finish(call.bundle, item, call.age, call.sex)
+
+
+def _matched(
+    call: _Call, recording_id: str, file: Path | None, participant_id: str | None = None
+) -> InputRecording:
+    """A raw recording before it is preprocessed: its participant (``participant_id`` when
+    given, else the one the name of its ``file`` gives, as ``preprocess`` finds it; None for a
+    recording made in memory), with the label, age and sex the call's participants table
+    gives that participant, and the table consulted."""
     from eegformer_cli.recordings import metadata
 
-    participant_id, meta = metadata.match_participant(path, call.table_rows, None, None)
-    item = InputRecording(call.ids[path], participant_id, str(path), source_file=str(path))
+    if participant_id is None and file is not None:
+        participant_id, meta = metadata.match_participant(file, call.table_rows, None, None)
+    else:
+        meta = call.table_rows.get(participant_id, {})
+    source = str(file) if file is not None else recording_id
+    item = InputRecording(
+        recording_id, participant_id, source, source_file=None if file is None else str(file)
+    )
     item.label = _known_label(call.bundle, meta)
     _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
     if call.table is not None:
         item.table = str(call.table)
         item.table_lists_participant = participant_id in call.table_rows
-    item = _preprocess_raw(call.bundle, call.settings, path, item)
-    return _finish(call.bundle, item, call.age, call.sex)
+    return item
 
 
 def _finish(bundle, item: InputRecording, age: float | None, sex: float | None) -> InputRecording:
@@ -386,14 +403,19 @@ def raw_inputs(
     ages: Sequence[float | None],
     sexes: Sequence[str | None],
     max_interpolated: int | None = None,
+    participants: str | Path | None = None,
+    participant_ids: Sequence[str | None] | None = None,
 ) -> InputRecordings:
     """:func:`load_inputs` for recordings held in memory (``mne.io.Raw`` objects), each
     preprocessed with the model's settings when iterated.
 
-    A Raw read from a file gets the file's recording id and ``source_file`` (as ``predict`` on
-    the file); one made in memory is ``raw-<i>`` (its index) with no source file. ``ages`` /
-    ``sexes``: one per Raw (years; M/F), None = unknown; a given value has the source ``flag``,
-    as ``--age`` / ``--sex``. No participants table is consulted, so ``participant_id`` is None.
+    A Raw read from a file gets what ``predict`` on the file gets: the file's recording id,
+    ``source_file``, and its participant from the participants table (``participants``, else
+    the one found beside the files) or the file's name; one made in memory is ``raw-<i>`` (its
+    index) with no source file and no participant. ``participant_ids``: one per Raw (None:
+    found as above), whose table rows give age and sex. ``ages`` / ``sexes``: one per Raw
+    (years; M/F), None = the table's or unknown; a given value has the source ``flag``, as
+    ``--age`` / ``--sex``.
     """
     from eegformer_cli.recordings import reading
 
@@ -406,14 +428,12 @@ def raw_inputs(
     ]
     checked_ages = [_checked_age(age) for age in ages]
     checked_sexes = [None if sex is None else _sex_code(sex) for sex in sexes]
+    table = _participants_table(participants, named)
+    call = _Call(bundle, settings, None, None, table, bool(participants), {})
+    given = [None if pid is None else str(pid) for pid in participant_ids or [None] * len(raws)]
 
     def from_raw(index: int) -> InputRecording:
-        item = InputRecording(
-            ids[index],
-            None,
-            str(files[index] or ids[index]),
-            source_file=None if files[index] is None else str(files[index]),
-        )
+        item = _matched(call, ids[index], files[index], given[index])
         return _finish(
             bundle,
             _preprocess_raw(bundle, settings, raws[index], item),
