@@ -6,12 +6,14 @@ loads; no other module opens the run's tables and JSON."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 from test_layout import PACKAGE, module_name
 from test_training import make_connectome_folder, run_main
+from tolerance import assert_same_json
 
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME, RunMetrics
 from eegformer_cli.experiment import run_folder
@@ -97,8 +99,51 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
     # unless asked: the same figures
     for entry in (before, after):
         entry.pop("permutation_test", None)
-    assert json.dumps(after) == json.dumps(before)  # the same keys in the same order too
+    # the same keys in the same order; the numbers up to the rounding of another CPU
+    assert_same_json(after, before)
+    assert_same_json(after, {**before, "calibration": _in_the_12th_digit(before["calibration"])})
+    with pytest.raises(AssertionError, match="^calibration: keys"):
+        assert_same_json(
+            after, {**before, "calibration": dict(reversed(after["calibration"].items()))}
+        )
     assert run_folder.read_oof_predictions(earlier_run)[0]["model"] == MODEL_NAME
+
+
+def _in_the_12th_digit(value):
+    """``value`` (a JSON tree) with every float moved by one unit of its 12th significant
+    digit, as another CPU's rounding might move a recomputed figure."""
+    if isinstance(value, dict):
+        return {key: _in_the_12th_digit(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_in_the_12th_digit(item) for item in value]
+    if isinstance(value, float) and value != 0 and math.isfinite(value):
+        return value + 10 ** (math.floor(math.log10(abs(value))) - 11)
+    return value
+
+
+def test_recomputed_figures_compare_up_to_rounding_and_their_keys_exactly():
+    """The comparison the merge test makes: the earlier run's metrics.json with its calibration
+    moved in the 12th digit is the same document; keys in another order, a figure moved in its
+    6th digit, or a count changed are not."""
+    metrics = json.loads((EARLIER_RUN / "metrics.json").read_text())
+    perturbed = {**metrics, "calibration": _in_the_12th_digit(metrics["calibration"])}
+    slope = metrics["calibration"]["models"][MODEL_NAME]["slope"]
+    assert perturbed["calibration"]["models"][MODEL_NAME]["slope"] != slope
+    assert_same_json(perturbed, metrics)
+    reordered = {**metrics, "calibration": dict(reversed(metrics["calibration"].items()))}
+    with pytest.raises(AssertionError, match=r"^calibration: keys \['recalibration', 'm"):
+        assert_same_json(reordered, metrics)
+    moved = json.loads(json.dumps(metrics))
+    moved["calibration"]["models"][MODEL_NAME]["slope"] = slope * (1 + 1e-6)
+    with pytest.raises(AssertionError, match=rf"^calibration\.models\.{MODEL_NAME}\.slope: "):
+        assert_same_json(moved, metrics)
+    counted = json.loads(json.dumps(metrics))
+    counted["calibration"]["models"][MODEL_NAME]["bins"][0]["n"] += 1
+    with pytest.raises(AssertionError, match=r"bins\[0\]\.n: 2 != 1"):
+        assert_same_json(counted, metrics)
+    with pytest.raises(AssertionError, match="int 1 != float 1.0"):
+        assert_same_json({"n": 1}, {"n": 1.0})
+    assert_same_json([float("nan"), None, "a", True], [float("nan"), None, "a", True])
 
 
 def test_only_the_run_folders_owner_opens_its_files():

@@ -144,7 +144,7 @@ def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_pa
     assert len(short.coh) == len(long.coh) == 5 and long.segment_onsets_s.max() < 30
     # the same first 30 s, the same tokens (but near the cut, where the filter saw more data)
     assert np.allclose(short.coh[:3], long.coh[:3], atol=1e-3)
-    with pytest.raises(RecordingError, match="too short for --crop 30: 20.0 s"):
+    with pytest.raises(RecordingError, match="too short for a crop of 30 s: 20.0 s long"):
         preprocess_raw(raw.copy().crop(0, 20.0, include_tmax=False), settings)
     with pytest.raises(UsageError, match="invalid --crop 2.0"):
         PreprocessSettings.from_preset("default", crop_s=2.0)

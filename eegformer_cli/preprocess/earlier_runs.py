@@ -16,7 +16,6 @@ from eegformer_cli.preprocess.output import (
     MANIFEST_NAME,
     load_record,
     manifest_rows,
-    read_settings_file,
 )
 from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.preprocess.workers import Task
@@ -36,13 +35,8 @@ def refuse_other_settings(
     ]
     if not other:
         return
-    earlier = (read_settings_file(out_dir) or {}).get("settings")
-    now = settings.to_dict()
-    changed = (
-        sorted(key for key in now if earlier.get(key) != now[key])
-        if isinstance(earlier, dict)
-        else []
-    )
+    earlier = PreprocessSettings.of_folder(out_dir)
+    changed = [] if earlier is None else list(settings.differences(earlier, tokens_only=False))
     raise UsageError(
         f"{out_dir} holds {len(other)} recordings preprocessed with other settings"
         + (f" (different: {', '.join(changed)})" if changed else ""),
