@@ -264,6 +264,7 @@ def _task_for(rec: Recording, connectome_dir: Path, settings: PreprocessSettings
         settings=settings.to_dict(),
         source_size=stat.st_size,
         source_mtime_ns=stat.st_mtime_ns,
+        channels_key=rec.header.channels_key,
     )
 
 
