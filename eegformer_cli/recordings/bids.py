@@ -210,7 +210,8 @@ class ChannelsSidecar:
         """Give ``raw`` (read from ``path``; not loaded, its header only is changed) the channel
         types of this file: ``eeg`` for those typed EEG, ``misc`` for the others.
 
-        Raises RecordingError when the file names channels the recording lacks.
+        Raises RecordingError when the file names channels the recording lacks, or a type
+        cannot be changed (a channel of a projector stored in the file).
         """
         lacking = [name for name in self.names if name not in raw.ch_names]
         if lacking:
@@ -221,7 +222,14 @@ class ChannelsSidecar:
                 hint="channels.tsv must list the file's channels by their names in the file",
             )
         types = {**dict.fromkeys(self.eeg, "eeg"), **dict.fromkeys(self.not_eeg, "misc")}
-        raw.set_channel_types(types, on_unit_change="ignore", verbose="error")
+        try:
+            raw.set_channel_types(types, on_unit_change="ignore", verbose="error")
+        except RuntimeError as exc:
+            raise RecordingError(
+                f"cannot give the channels the types of {Path(self.file).name} "
+                f"({' '.join(str(exc).split())})",
+                path=path,
+            ) from None
 
 
 def channels_sidecar(path: Path) -> ChannelsSidecar | None:
