@@ -41,7 +41,9 @@ class InputRecording:
     preprocess folder); ``source_file`` the recording file (for a preprocess folder, its
     manifest's); ``age_source`` / ``sex_source`` where the values came from (flag, table,
     manifest, none); ``table`` the participants table consulted (None: none) and
-    ``table_lists_participant`` whether it lists the recording's participant; ``label`` the
+    ``table_lists_participant`` whether it lists the recording's participant; ``entities`` the
+    BIDS entities of a recording of a BIDS dataset (``subject``, ``session``, ``task``,
+    ``acquisition``, ``run``: its file name's, or its manifest row's); ``label`` the
     recording's class in the model's label column where its manifest row or the participants
     table gives one of the model's classes (None otherwise); the recording's
     own ``source_sfreq`` (Hz) and ``duration_s`` (s), NaN when unknown; ``signal_sha256`` (None
@@ -71,6 +73,7 @@ class InputRecording:
     label: str | None = None
     shorter_than_crop_s: float | None = None
     warnings: list[str] = field(default_factory=list)
+    entities: dict[str, str] = field(default_factory=dict)
 
 
 def predict_recordings(
@@ -79,9 +82,12 @@ def predict_recordings(
     device: torch.device,
     precision: str = "float32",
     coverage: float | None = None,
+    entity_columns: Sequence[str] = (),
 ) -> Iterator[dict]:
-    """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
-    [``prediction_set``,] then the provenance columns (:data:`provenance.PROVENANCE_COLUMNS`:
+    """One row per recording: ``recording_id, participant_id``, the ``entity_columns`` (BIDS
+    entities: :attr:`InputRecordings.entity_columns`; None where a recording has none),
+    ``predicted, prob_<label>...``, [``prediction_set``,] then the provenance columns
+    (:data:`provenance.PROVENANCE_COLUMNS`:
     ``source_file``, segments used and rejected, interpolated channels, age and sex with their
     sources, ``warnings``; lists as lists).
 
@@ -101,6 +107,7 @@ def predict_recordings(
         if item.error is not None:
             yield {**row, "error": item.error}
             continue
+        row.update({column: item.entities.get(column) for column in entity_columns})
         logits = recording_logits(
             bundle.model, [(item.coh, item.wpli, item.age, item.sex)], device, precision
         )
@@ -137,10 +144,13 @@ def prediction_set(bundle, probabilities: np.ndarray, coverage: float) -> list[s
 
 class InputRecordings:
     """The recordings :func:`load_inputs` found, made one at a time when iterated (a raw one is
-    preprocessed then); ``len()`` is their number, known before any is made."""
+    preprocessed then); ``len()`` is their number, known before any is made.
+    ``entity_columns``: the BIDS entities any of them has (``bids.ENTITIES`` order), known
+    before too, so that every row of a call has the same columns."""
 
-    def __init__(self, makers: list):
+    def __init__(self, makers: list, entity_columns: Sequence[str] = ()):
         self._makers = makers
+        self.entity_columns = tuple(entity_columns)
 
     def __len__(self) -> int:
         return len(self._makers)
@@ -200,7 +210,17 @@ def load_inputs(
             makers += [functools.partial(_from_folder, call, entry, row) for row in folders[index]]
         else:
             makers += [functools.partial(_from_raw, call, path) for path in paths_of[index]]
-    return InputRecordings(makers)
+    return InputRecordings(makers, _entity_columns(call, folders))
+
+
+def _entity_columns(call: _Call, folders: dict[int, list[dict]]) -> list[str]:
+    """The BIDS entities of the call's raw recordings' file names and of its preprocess
+    folders' manifest columns, in ``bids.ENTITIES`` order."""
+    from eegformer_cli.recordings import bids
+
+    present = {key for path in call.ids for key in bids.entities(path)}
+    present.update(key for rows in folders.values() for row in rows[:1] for key in row)
+    return [key for key in bids.ENTITIES if key in present]
 
 
 @dataclass
@@ -281,7 +301,7 @@ def _matched(
     given, else the one the name of its ``file`` gives, as ``preprocess`` finds it; None for a
     recording made in memory), with the label, age and sex the call's participants table
     gives that participant, and the table consulted."""
-    from eegformer_cli.recordings import metadata
+    from eegformer_cli.recordings import bids, metadata
 
     if participant_id is None and file is not None:
         participant_id, meta = metadata.match_participant(file, call.table_rows, None, None)
@@ -291,6 +311,8 @@ def _matched(
     item = InputRecording(
         recording_id, participant_id, source, source_file=None if file is None else str(file)
     )
+    if file is not None:
+        item.entities = bids.entities(file)
     item.label = _known_label(call.bundle, meta)
     _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
     if call.table is not None:
@@ -542,6 +564,8 @@ def _preprocessed_input(
     """One manifest row of a checked preprocess folder; ``table_rows`` (the participants table
     ``table``'s rows, or {} with ``table`` None) replace the manifest's age and sex of the
     participants they list."""
+    from eegformer_cli.recordings import bids
+
     participant = row.get("participant_id")
     participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
     listed = _table_demographics(table_rows, participant)
@@ -553,6 +577,9 @@ def _preprocessed_input(
         source_file=None if source_file in (None, "", "n/a") else source_file,
     )
     _set_demographics(item, row.get("age"), row.get("sex"), "manifest")
+    item.entities = {
+        key: row[key] for key in bids.ENTITIES if (row.get(key) or "n/a").lower() not in ("n/a", "")
+    }
     item.label = _known_label(bundle, row) or _known_label(bundle, listed or {})
     if table is not None:
         item.table, item.table_lists_participant = str(table), listed is not None

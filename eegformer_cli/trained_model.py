@@ -228,7 +228,9 @@ class TrainedModel:
         Returns
         -------
         pandas.DataFrame
-            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``
+            One row per recording: ``recording_id, participant_id``, the BIDS entities of
+            recordings of a BIDS dataset (``subject, session, task, acquisition, run``: those
+            any of them has), ``predicted, prob_<class>...``
             (recalibrated when ``train`` kept a recalibration), ``prediction_set`` (with
             ``coverage``), then ``source_file, n_segments, n_segments_rejected,
             channels_interpolated, age, age_source, sex, sex_source, warnings`` (lists as lists;
@@ -299,13 +301,20 @@ class TrainedModel:
         from eegformer_cli.inference import predict_recordings
 
         columns = (
-            ["recording_id", "participant_id", "predicted"]
+            ["recording_id", "participant_id", *items.entity_columns, "predicted"]
             + [f"prob_{name}" for name in self.classes]
             + ([] if coverage is None else ["prediction_set"])
             + list(provenance.PROVENANCE_COLUMNS)
         )
         rows, failures, warning_lines = [], [], WarningLines()
-        predicted = predict_recordings(self._bundle, items, self._device, self._precision, coverage)
+        predicted = predict_recordings(
+            self._bundle,
+            items,
+            self._device,
+            self._precision,
+            coverage,
+            items.entity_columns,
+        )
         with console.progress_lines() as progress:
             task = progress.add_task("predict", total=len(items), status="")
             for row in predicted:

@@ -46,7 +46,8 @@ SIGNATURES = {
     "commands.preprocess": "(inputs, out, *, participants=None, recordings=None, "
     "preset='default', channels=None, max_interpolated=None, bands=None, "
     "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
-    "backend='local', scheduler=None, overwrite=False, crop=None, participant_pattern=None)",
+    "backend='local', scheduler=None, overwrite=False, crop=None, participant_pattern=None, "
+    "task=None, session=None, run=None)",
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
     "config=None, cv=None, repeats=None, holdout=None, splits=None, "
     "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "

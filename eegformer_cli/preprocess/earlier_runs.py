@@ -47,8 +47,8 @@ def refuse_other_settings(
 
 
 def finished_fields(task: Task, settings_hash: str) -> dict | None:
-    """The stored processing fields if ``task.out_file`` is done with these settings and an
-    unchanged source file; None if it must be (re)computed."""
+    """The stored processing fields if ``task.out_file`` is done with these settings from an
+    unchanged source file (and BIDS ``channels.tsv``); None if it must be (re)computed."""
     if not task.out_file.is_file():
         return None
     record = load_record(task.out_file)
@@ -57,6 +57,7 @@ def finished_fields(task: Task, settings_hash: str) -> dict | None:
         or record.get("settings_hash") != settings_hash
         or record.get("source_size") != task.source_size
         or record.get("source_mtime_ns") != task.source_mtime_ns
+        or record.get("channels_key") != task.channels_key
         # made before the signal hash or the band covariances were kept: made again, so
         # the manifest has the hash and training the tangent-space reference
         or "signal_sha256" not in record.get("fields", {})
