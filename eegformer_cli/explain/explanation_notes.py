@@ -8,9 +8,9 @@ explain folder's settings, rows and summaries) returning an HTML string (values 
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
+from eegformer_cli.explain.report_page import inline_code
 from eegformer_cli.explain.report_tables import table_html
 
 
@@ -57,18 +57,18 @@ def _source_sentence(run_dir: Path, folder: Path, settings: dict) -> str:
             "model for the others"
         )
     return (
-        f"From <code>{html.escape(str(folder))}</code>: "
-        f"<code>eegformer explain</code> with {html.escape(which)} "
+        f"From <code>{inline_code(str(folder))}</code>: "
+        f"<code>eegformer explain</code> with {inline_code(which)} "
         + (
             "(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
             if own and settings.get("run_dir")
             else "(this run's <code>model.pt</code>)"
             if own
-            else f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
+            else f"(<code>{inline_code(str(model))}</code>, not this run's model.pt, with the same "
             "classes, bands and channels)"
         )
         + (
-            f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
+            f", on {inline_code(', '.join(map(str, settings['inputs'])))}"
             if settings.get("inputs")
             else ""
         )
@@ -124,14 +124,14 @@ def _class_means_sentences(settings: dict, classes: list[str], counts: list[int]
     sentences = [
         "Each recording is explained for "
         + (
-            f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
+            f"the class <b>{inline_code(str(target))}</b>, so every mean below is over all "
             "recordings"
             if target
             else "its <b>predicted</b> class, so the class means below group recordings by what the "
             "model predicted, not by their true class"
         )
         + ": "
-        + html.escape(
+        + inline_code(
             ", ".join(f"{c} {n} recording{'s' * (n != 1)}" for c, n in zip(classes, counts))
         )
         + "."
@@ -139,7 +139,7 @@ def _class_means_sentences(settings: dict, classes: list[str], counts: list[int]
     single = [c for c, n in zip(classes, counts) if n == 1]
     if single:
         sentences.append(
-            f"<b>{html.escape(', '.join(single))}: one recording only</b>, so its "
+            f"<b>{inline_code(', '.join(single))}: one recording only</b>, so its "
             "'mean' is that one recording's explanation, not a pattern of the class."
         )
     return sentences

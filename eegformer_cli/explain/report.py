@@ -50,7 +50,6 @@ out) and the page (no tags, its styles, a note, a figure) in :mod:`.report_page`
 
 from __future__ import annotations
 
-import html
 import json
 import tempfile
 from pathlib import Path
@@ -72,7 +71,12 @@ from eegformer_cli.explain.report_figures import (
     roc_pr_figure,
     training_curves_figure,
 )
-from eegformer_cli.explain.report_page import add_figure, add_note, untagged_report
+from eegformer_cli.explain.report_page import (
+    add_figure,
+    add_note,
+    inline_code,
+    untagged_report,
+)
 from eegformer_cli.explain.report_tables import (
     attention_diagnostics_html,
     dataset_summary_html,
@@ -177,8 +181,8 @@ def _add_dataset(report, config: dict) -> None:
         return
     label_column = config.get("label_column", "label")
     report.add_html(
-        f"<p>Data: {html.escape(str(data_dir))}, label column "
-        f"<code>{html.escape(label_column)}</code>.</p>"
+        f"<p>Data: {inline_code(str(data_dir))}, label column "
+        f"<code>{inline_code(label_column)}</code>.</p>"
         + dataset_summary_html(read_manifest(data_dir), label_column),
         "Dataset summary",
         section=section,
@@ -200,7 +204,7 @@ def _add_preprocessing(report, config: dict) -> None:
         )
         return
     report.add_html(
-        f"<p>How the recordings became connectomes: <code>{html.escape(str(settings_file))}"
+        f"<p>How the recordings became connectomes: <code>{inline_code(str(settings_file))}"
         "</code>, every setting, the crop first (a new recording given to "
         "<code>eegformer predict</code> is preprocessed the same way).</p>"
         + preprocessing_html(read_json(settings_file)),
@@ -227,7 +231,7 @@ def _add_cross_validation(
         add_note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.labels]
     paired = "".join(
-        "<p>Paired over the same folds: " + html.escape(describe_comparison(comparison)) + ".</p>"
+        "<p>Paired over the same folds: " + inline_code(describe_comparison(comparison)) + ".</p>"
         for comparison in metrics.all_comparisons
     )
     chance = (

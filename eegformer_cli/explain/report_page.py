@@ -1,11 +1,13 @@
 """The report's page: an :class:`mne.Report` whose items carry no tags, with the report's
 styles (:data:`REPORT_CSS`), and the two items every section adds besides its own HTML: a
-one-paragraph note and a figure (embedded as PNG, then closed).
+one-paragraph note and a figure (embedded as PNG, then closed); and prose made HTML
+(:func:`inline_code`: escaped, a command or option in backticks shown as code).
 """
 
 from __future__ import annotations
 
 import html
+import re
 
 import matplotlib
 
@@ -31,6 +33,17 @@ table.table td, table.table th { overflow-wrap: break-word; }
 """
 
 
+#: A span in backticks: a command, an option or a file name in the sentences the report shares
+#: with the terminal.
+_BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def inline_code(text: str) -> str:
+    """``text`` as HTML: escaped, and each span in backticks (`eegformer train --merge RUN`)
+    as ``<code>``, so no literal backtick reaches the page."""
+    return _BACKTICKED.sub(r"<code>\1</code>", html.escape(text))
+
+
 def untagged_report(title: str):
     """An :class:`mne.Report` whose items carry no tags unless given: MNE's defaults
     ("custom-html", "custom-figure") only add badges and a tag filter, which say nothing here."""
@@ -49,11 +62,16 @@ def untagged_report(title: str):
 
 
 def add_note(report, title: str, text: str, section: str) -> None:
-    """Add ``text`` (escaped) to ``report`` as one paragraph titled ``title`` in ``section``."""
-    report.add_html(f"<p>{html.escape(text)}</p>", title, section=section)
+    """Add ``text`` (:func:`inline_code`) to ``report`` as one paragraph titled ``title`` in
+    ``section``."""
+    report.add_html(f"<p>{inline_code(text)}</p>", title, section=section)
 
 
 def add_figure(report, fig, title: str, section: str, caption: str | None = None) -> None:
-    """Add the matplotlib figure ``fig`` to ``report`` (PNG) and close it."""
-    report.add_figure(fig, title, section=section, image_format="png", caption=caption)
+    """Add the matplotlib figure ``fig`` to ``report`` (PNG) and close it; ``caption``: prose
+    (:func:`inline_code`; MNE's page escapes a plain string, so it is passed as markup)."""
+    from markupsafe import Markup
+
+    shown = None if caption is None else Markup(inline_code(caption))
+    report.add_figure(fig, title, section=section, image_format="png", caption=shown)
     plt.close(fig)

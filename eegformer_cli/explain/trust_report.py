@@ -8,7 +8,6 @@ BAC with each model's observed BAC. A run without them gets a line saying how to
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import matplotlib
@@ -25,6 +24,7 @@ from eegformer_cli.experiment.audit import (
 )
 from eegformer_cli.experiment.permutation import describe_permutation_test
 from eegformer_cli.explain.report_figures import legend_below
+from eegformer_cli.explain.report_page import inline_code
 
 SECTION = "Is the score real?"
 AUDIT_MEANING = (
@@ -51,27 +51,27 @@ def add_trust_section(report, run_dir: Path, metrics: RunMetrics) -> None:
     if audit is None:
         body = (
             "<p>This run has no shortcut audit (it was trained before eegformer had one): "
-            f"<code>eegformer train --merge {html.escape(str(run_dir))}</code> adds it.</p>"
+            f"<code>eegformer train --merge {inline_code(str(run_dir))}</code> adds it.</p>"
         )
     else:
         body = (
-            f"<p>{html.escape(AUDIT_MEANING)}</p><p>Folds: "
-            f"{html.escape(audit.folds)}; interval: {html.escape(audit.interval)}.</p>"
+            f"<p>{inline_code(AUDIT_MEANING)}</p><p>Folds: "
+            f"{inline_code(audit.folds)}; interval: {inline_code(audit.interval)}.</p>"
             + audit_table_html(audit)
         )
     report.add_html(body, "Shortcut audit", section=SECTION)
     if test is None:
         report.add_html(
             "<p>No permutation test: <code>eegformer train --merge "
-            f"{html.escape(str(run_dir))} --permutations 100</code> adds one "
+            f"{inline_code(str(run_dir))} --permutations 100</code> adds one "
             "(the logistic regression refit 100 times by default).</p>",
             "Permutation test",
             section=SECTION,
         )
         return
     report.add_html(
-        f"<p>{html.escape(PERMUTATION_MEANING)}</p><p>"
-        f"{html.escape(describe_permutation_test(test))}.</p>",
+        f"<p>{inline_code(PERMUTATION_MEANING)}</p><p>"
+        f"{inline_code(describe_permutation_test(test))}.</p>",
         "Permutation test",
         section=SECTION,
     )
@@ -103,7 +103,7 @@ def audit_table_html(audit: ShortcutAudit) -> str:
             entry.status, ""
         )
         rows.append(
-            f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
+            f"<tr{style}>" + "".join(f"<td>{inline_code(str(c))}</td>" for c in cells) + "</tr>"
         )
     return (
         f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
