@@ -115,6 +115,7 @@ def _json_summary(metrics: RunMetrics, out: Path) -> dict:
         "comparison": part(metrics.comparison),
         "comparisons": [c.to_dict() for c in metrics.all_comparisons],
         "score": part(metrics.score),
+        "above_chance": part(metrics.above_chance),
         "calibration": _calibration_summary(metrics.calibration),
         "prediction_sets": part(metrics.prediction_sets),
         "attention": attention or None,

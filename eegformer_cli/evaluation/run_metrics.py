@@ -13,6 +13,9 @@ The tree (each class's fields are its JSON keys, in the file's order):
 - ``comparison`` (the first of) ``comparisons``: :class:`Comparison`, the transformer paired
   with each reference over the same folds (:func:`metrics.compare_folds`);
 - ``score``: :class:`Score`, the transformer's BAC against chance (:func:`metrics.against_chance`);
+- ``above_chance``: :class:`AboveChance`, whether that score is above chance by the one rule of
+  :mod:`~eegformer_cli.experiment.above_chance` (the permutation test when there is one, else
+  the interval), and which test it follows;
 - ``calibration``: :class:`Calibration` (:class:`CalibrationSummary` per model, reliability
   :class:`ReliabilityBin` s, the :class:`Recalibration` ``predict`` applies);
 - ``prediction_sets``: :class:`PredictionSets` (:class:`CoverageLevel` per level);
@@ -46,6 +49,17 @@ from typing import ClassVar, TypeVar
 MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
 TANGENT_SPACE_NAME = "tangent_space"
+#: How each model is named in a sentence ("not distinguishable from the logistic regression").
+MODEL_WORDS = {
+    MODEL_NAME: "XAIguiFormer",
+    REFERENCE_NAME: "the logistic regression",
+    TANGENT_SPACE_NAME: "the Riemannian tangent-space reference",
+}
+
+
+def model_in_words(name: str) -> str:
+    """Model ``name`` (a key of ``models``) as a sentence names it (:data:`MODEL_WORDS`)."""
+    return MODEL_WORDS.get(name, "the " + name.replace("_", " "))
 
 
 def nan_to_none(value):
@@ -202,6 +216,27 @@ class Score(Record):
 
 
 @dataclass
+class AboveChance(Record):
+    """Whether the transformer's score is above chance, by the rule of
+    :mod:`~eegformer_cli.experiment.above_chance`: ``above`` the answer, ``follows`` the test it
+    comes from (``permutation test`` or ``interval``), ``null_from`` whose null the permutation
+    test's is (a model name; None when the interval decides), ``p_value`` and
+    ``n_permutations`` (that test's), ``statement`` the answer in the headline's words,
+    ``interval_above`` and ``interval`` what the 95 % interval says (also when it does not
+    decide), ``meaning`` what the deciding test shows and does not show."""
+
+    above: bool = False
+    follows: str = "interval"
+    null_from: str | None = None
+    p_value: float | None = None
+    n_permutations: int | None = None
+    statement: str = ""
+    interval_above: bool = False
+    interval: str = ""
+    meaning: str = ""
+
+
+@dataclass
 class ReliabilityBin(Record):
     lower: float | None = None
     upper: float | None = None
@@ -331,6 +366,7 @@ class RunMetrics(Record):
         "comparison",
         "comparisons",
         "score",
+        "above_chance",
         "calibration",
         "prediction_sets",
         "shortcut_audit",
@@ -349,6 +385,7 @@ class RunMetrics(Record):
     comparison: Comparison | None = None
     comparisons: list[Comparison] | None = None
     score: Score | None = None
+    above_chance: AboveChance | None = None
     calibration: Calibration | None = None
     prediction_sets: PredictionSets | None = None
     attention: dict | None = None

@@ -17,6 +17,7 @@ from eegformer_cli.evaluation.metrics import (
 )
 from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.above_chance import judged
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
 from eegformer_cli.training.fold_record import FoldRecord
@@ -59,7 +60,7 @@ def write_summaries(
     ``extra``: more top-level entries of metrics.json (``shortcut_audit``). First, whether
     the run is complete (:func:`completeness`; ``pending``: a step still to come). Beside the
     models' metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval
-    against chance) and the out-of-fold calibration and prediction-set coverage
+    against chance), ``above_chance`` (:func:`above_chance.judged`) and the out-of-fold calibration and prediction-set coverage
     (:mod:`oof_calibration`), whose recalibration and calibration set go into ``model.pt``
     when it exists."""
     history = [record for result in results for record in result.history]
@@ -101,6 +102,7 @@ def write_summaries(
             **(extra or {}),
         }
     )
+    metrics = judged(metrics)
     run_folder.write_metrics(run_dir, metrics)
     if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)

@@ -1,6 +1,9 @@
-"""The report's section "Is the score real?": the shortcut audit and the permutation test.
+"""The report's section "Is the score real?": above chance by which test, the shortcut audit and
+the permutation test.
 
-From ``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.experiment.audit`) and
+First the rule the verdict's headline follows (:mod:`eegformer_cli.experiment.above_chance`):
+its answer, the test it follows and what that test does and does not show. Then, from
+``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.experiment.audit`) and
 ``permutation_test`` (:mod:`eegformer_cli.experiment.permutation`): a table of the nuisance
 variables (flagged first) with a sentence on what a flag means, and a histogram of the null
 BAC with each model's observed BAC. A run without them gets a line saying how to add them.
@@ -17,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import PermutationTest, RunMetrics, ShortcutAudit
+from eegformer_cli.experiment.above_chance import above_chance
 from eegformer_cli.experiment.audit import (
     AUROC_FLAG,
     describe_by_class,
@@ -48,6 +52,12 @@ def add_trust_section(report, run_dir: Path, metrics: RunMetrics) -> None:
     """Add the section to ``report`` (an :class:`mne.Report`) from the run's ``metrics``
     (``RUN_DIR/metrics.json``; ``run_dir`` is named in the commands that add what is missing)."""
     audit, test = metrics.shortcut_audit, metrics.permutation_test
+    rule = above_chance(metrics)
+    report.add_html(
+        f"<p><b>XAIguiFormer: {inline_code(rule.statement)}.</b> {inline_code(rule.meaning)}</p>",
+        "Above chance: the test the verdict follows",
+        section=SECTION,
+    )
     if audit is None:
         body = (
             "<p>This run has no shortcut audit (it was trained before eegformer had one): "
