@@ -69,6 +69,31 @@ def report_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def interaction_report(tmp_path_factory):
+    """report.html of a run whose screen kept the planted interaction of an XOR study, with its
+    explanations (tests/test_interactions.py's run; 16 Integrated Gradients steps: fast)."""
+    from test_interactions import build_interaction_run
+
+    run = build_interaction_run(tmp_path_factory)
+    out = tmp_path_factory.mktemp("interaction-report")
+    for args in (
+        ["explain", run["run"], run["prep"], "--out", out / "explanations", "--n-steps", 16],
+        [
+            "report",
+            run["run"],
+            "--explanations",
+            out / "explanations",
+            "--out",
+            out / "report.html",
+        ],
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            main([str(a) for a in args])
+        assert stopped.value.code == 0
+    return out / "report.html"
+
+
+@pytest.fixture(scope="module")
 def demo_report(tmp_path_factory):
     """report.html of ``eegformer demo`` (the whole chain on sample_data/, as ``make demo``)."""
     out = tmp_path_factory.mktemp("demo")
@@ -110,6 +135,8 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
         "About the explanations",
         "What attention does (out of fold)",
         "Attention entropy per epoch",
+        "What the screens found",
+        "Interactions: the screens kept nothing in its one fold: entry pairs: best score",
         "explanation / rest",
         "logit change, uniform",
     ):
@@ -125,6 +152,24 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
         assert crop < section.index(html.escape(label)), key
     # the title names the model, the data and the label, not the run folder ("eegformer run run")
     assert "<title>XAIguiFormer (default preset) on sample_data: diagnosis</title>" in text
+
+
+def test_the_interactions_section_shows_what_was_kept_and_leads_the_contrast(interaction_report):
+    text = interaction_report.read_text(encoding="utf-8")
+    section = text[text.index("What the screens found") :]
+    assert "Interactions: kept something in its one fold: coh theta C3-P4 x wpli beta F4-C4" in (
+        section
+    )
+    assert "<td>r0_f0</td>" in section and "(gate " in section
+    # the products' attributions, per class and in the contrast
+    used = section[section.index("Interactions the models use") :]
+    assert "<td>coh theta C3-P4</td><td>wpli beta F4-C4</td>" in used
+    assert "attribution, class patient (logit units)" in used
+    # the contrast section says first that the kept product carries more than any pair
+    contrast = text[text.index("Class contrast: the interactions first") :]
+    assert contrast.index("The kept interactions carry more of the class contrast") < (
+        contrast.index("Class contrast: patient against control")
+    )
 
 
 def test_report_title_names_the_dataset_from_the_preprocess_inputs(tmp_path):

@@ -1,14 +1,18 @@
 """The report's "Explanations" section in words and tables: where the explanations come from
 (which model, which recordings, whether the model trained on them), the captions of its
-figures (band importance, artefact cautions, the class contrast) and the tables of the
-contrast's strongest pairs and of the kept interactions. Each a function of plain data (the
-explain folder's settings, rows and summaries) returning an HTML string (values escaped);
-:mod:`.explanations_report` puts them on the page.
+figures (band importance, artefact cautions, the class contrast), the tables of the
+contrast's strongest pairs and of the kept interactions, and what the contrast says first when
+those interactions carry more of it than any pair. Each a function of plain data (the explain
+folder's settings, rows and summaries) returning an HTML string (values escaped) or, for a
+note, plain text; :mod:`.explanations_report` and :mod:`.interactions_report` put them on the
+page.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 
 from eegformer_cli.explain.report_page import inline_code
 from eegformer_cli.explain.report_tables import table_html
@@ -305,4 +309,34 @@ def interactions_table_html(interactions: dict, classes: list[str]) -> str:
             *(["class contrast (logit units)"] if contrast else []),
         ],
         table,
+    )
+
+
+def interactions_lead(
+    products: list[dict], contrast_pairs, bands: list[str], channels: list[str]
+) -> str | None:
+    """What the class contrast section says first when the kept interactions carry more of
+    the contrast than any single pair: the strongest product's push (``products``: the
+    interactions' contrast rows, ``value`` in logit units) against the strongest pair's
+    (``contrast_pairs`` (T, C, C), logit units); None otherwise (or without products)."""
+    if not products:
+        return None
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    pairs = np.abs(np.asarray(contrast_pairs)[:, upper_i, upper_j])  # (T, n_pairs)
+    band, pair = np.unravel_index(np.argmax(pairs), pairs.shape)
+    strongest = max(products, key=lambda row: abs(row["value"]))
+    if abs(strongest["value"]) <= pairs[band, pair]:
+        return None
+    total = sum(row["value"] for row in products)
+    together = (
+        f" (the {len(products)} kept products together {total:+.3g})" if len(products) > 1 else ""
+    )
+    return (
+        "The kept interactions carry more of the class contrast than any single pair: "
+        f"{strongest['interaction']} pushes {strongest['value']:+.3g} logit units{together}, "
+        f"against at most {pairs[band, pair]:.3g} for a pair ({bands[band]} "
+        f"{channels[upper_i[pair]]}-{channels[upper_j[pair]]}). The classes differ in how "
+        "those entries combine, which no pair shows on its own: read the pairs below as what "
+        "is left beside the interactions, not as the cause (the Interactions section lists "
+        "every kept interaction)."
     )

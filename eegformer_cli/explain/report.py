@@ -24,7 +24,10 @@ Verdict (first): the score with its interval, the comparison with every referenc
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
    the logit change when attention is replaced by a uniform mean or the identity) and the
    entropy per epoch on the validation participants (history.jsonl).
-5. Explanations: which model and recordings they come from (and whether those recordings
+5. Interactions: what every fit's interaction screen kept, its best score and its gate, or
+   that nothing was screened (:mod:`.interactions_report`); with explanations, what each kept
+   interaction weighs in a prediction.
+6. Explanations: which model and recordings they come from (and whether those recordings
    were the model's training data, or were explained out of fold), band importance per class
    with what its sign is against (the reference connectome), the strongest channel-pair
    attributions per class on the head (MNE's sensor topomap, montage positions, a colour bar
@@ -41,7 +44,8 @@ tag filter is hidden (:data:`.report_page.REPORT_CSS`).
 
 This module reads the run folder and assembles the sections from the run's files (0 to 4);
 each other section has a module of its own: the verdict and calibration
-(:mod:`.calibration_report`), "Is the score real?" (:mod:`.trust_report`) and the explanations
+(:mod:`.calibration_report`), "Is the score real?" (:mod:`.trust_report`), the interactions
+(:mod:`.interactions_report`) and the explanations
 (:mod:`.explanations_report`, its words and tables in :mod:`.explanation_notes`). The figures
 are in :mod:`.report_figures` (plain data in, a matplotlib figure out, so each can be tested
 and reused alone), the run's tables and notes in :mod:`.report_tables` (plain data in, HTML
@@ -65,6 +69,7 @@ from eegformer_cli.explain.explanations_report import (
     add_explanations_section,
     check_explanations_match,
 )
+from eegformer_cli.explain.interactions_report import add_interactions_section
 from eegformer_cli.explain.report_figures import (
     attention_entropy_figure,
     confusion_matrix_figure,
@@ -152,6 +157,7 @@ def build_report(
         add_calibration_section(report, metrics)
         _add_predictions_and_curves(report, run_dir, metrics, history)
     _add_attention(report, metrics, history)
+    add_interactions_section(report, run_dir, metrics, explanations_dir)
     add_explanations_section(report, run_dir, explanations_dir, band)
     return report
 
