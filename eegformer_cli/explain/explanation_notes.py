@@ -17,6 +17,9 @@ import numpy as np
 from eegformer_cli.explain.report_page import inline_code
 from eegformer_cli.explain.report_tables import table_html
 
+#: Pairs of the class contrast said in a sentence each, strongest first.
+CONTRAST_SENTENCES = 5
+
 
 def explanations_source_html(
     run_dir: Path,
@@ -224,18 +227,49 @@ def contrast_note(contrast: dict, settings: dict) -> str:
         + f": how far the log-odds of {second} move when the pair's connectivity goes from "
         f"{first}'s to {second}'s. Red: {second}'s connectivity pushes towards {second} (the "
         f"difference helps tell the classes apart); blue: towards {first}. The bars add up to "
-        f"about the difference between the groups' mean log-odds of {second}. The left head "
-        f"and the table say whether each pair is more or less connected in {second}: the "
-        "connectivity itself, not the model."
+        f"about the difference between the groups' mean log-odds of {second}. Below the "
+        "bars, coherence (upper row) and wPLI (lower row) each on its own, as the two can "
+        f"move in opposite directions: on the left whether each pair is more or less "
+        f"connected in {second} by that measure (the connectivity itself, not the model), on "
+        "the right how that measure's difference pushes the prediction; each row draws the "
+        "pairs that measure pushes most. The sentences and the table below say both for the "
+        "strongest pairs."
     )
 
 
-def _direction(coh: float, wpli: float) -> str:
-    if coh > 0 and wpli > 0:
-        return "higher"
-    if coh < 0 and wpli < 0:
-        return "lower"
-    return f"coherence {'higher' if coh > 0 else 'lower'}, wPLI {'higher' if wpli > 0 else 'lower'}"
+def connectivity_words(coh: float, wpli: float) -> str:
+    """How a pair's coherence and wPLI differ (``coh``, ``wpli``: the second class's mean
+    minus the first's), each measure on its own: "coherence and wPLI higher", "coherence
+    lower, wPLI higher"."""
+
+    def way(value: float) -> str:
+        return "higher" if value > 0 else "lower" if value < 0 else "unchanged"
+
+    if way(coh) == way(wpli):
+        return f"coherence and wPLI {way(coh)}"
+    return f"coherence {way(coh)}, wPLI {way(wpli)}"
+
+
+def contrast_sentences_html(rows: list[dict], n: int = CONTRAST_SENTENCES) -> str:
+    """The ``n`` strongest pairs of the contrast (rows of ``contrast_pairs.csv`` as dicts), a
+    sentence each: "theta F8-P3: coherence lower, wPLI higher in B; pushes towards B (+0.012
+    logit units: coherence -0.003, wPLI +0.015)"."""
+    if not rows:
+        return ""
+    first, second = rows[0]["class_a"], rows[0]["class_b"]
+    items = "".join(
+        "<li>"
+        + inline_code(
+            f"{row['band']} {row['channel_a']}-{row['channel_b']}: "
+            f"{connectivity_words(row['coh_difference'], row['wpli_difference'])} in "
+            f"{second}; pushes towards {second if row['value'] > 0 else first} "
+            f"({row['value']:+.3g} logit units: coherence {row['coh']:+.3g}, wPLI "
+            f"{row['wpli']:+.3g})" + (f"; caution: {row['caution']}" if row["caution"] else "")
+        )
+        + "</li>"
+        for row in rows[:n]
+    )
+    return f"<p>The strongest pairs, in words:</p><ul>{items}</ul>"
 
 
 def contrast_table_html(rows: list[dict]) -> str:
@@ -252,7 +286,7 @@ def contrast_table_html(rows: list[dict]) -> str:
             f"{row['value']:+.3g} (towards {second if row['value'] > 0 else first})",
             f"{row['coh_difference']:+.3g}",
             f"{row['wpli_difference']:+.3g}",
-            _direction(row["coh_difference"], row["wpli_difference"]),
+            connectivity_words(row["coh_difference"], row["wpli_difference"]),
             row["caution"] or "",
         ]
         for row in rows

@@ -17,6 +17,7 @@ from eegformer_cli.explain.explanation_notes import (
     band_importance_note,
     caution_note,
     contrast_note,
+    contrast_sentences_html,
     contrast_table_html,
     explanations_source_html,
     interactions_lead,
@@ -228,16 +229,7 @@ def _add_contrast(
     cautions = settings.get("artefact_caution") or {}
     add_figure(
         report,
-        contrast_figure(
-            summary["contrast_pairs"],
-            summary["contrast_band"],
-            summary["coh_difference"] + summary["wpli_difference"],
-            [first, second],
-            summary["bands"],
-            summary["channels"],
-            band=band,
-            cautions=cautions,
-        ),
+        contrast_figure(summary, [first, second], band=band, cautions=cautions),
         f"Class contrast: {second} against {first}",
         section,
         caption=contrast_note(contrast, settings) + " " + caution_note(settings),
@@ -248,8 +240,9 @@ def _add_contrast(
         summary["channels"],
         cautions,
     )
+    strongest = [dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]
     report.add_html(
-        contrast_table_html([dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]),
+        contrast_sentences_html(strongest) + contrast_table_html(strongest),
         f"Class contrast: the {TOP_PAIRS} strongest pairs",
         section=section,
     )
