@@ -103,28 +103,32 @@ def _check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
-def report_title(config: dict) -> str:
-    """The report's title from a run's ``config.json``: the model, the data and the label, e.g.
-    "XAIguiFormer (default preset) on sample_data: diagnosis". The data is named by the
-    folder ``preprocess`` read (its ``preprocess.json`` inputs: one folder's name, or the
-    folders' names joined; for recording files, the folder holding them above BIDS-style
-    ``eeg`` / ``sub-*`` / ``ses-*`` folders), else by the preprocess output folder."""
+def report_title(config: dict, run_dir: str | Path) -> str:
+    """The report's title from a run's ``config.json`` and its folder: the model, the data, its
+    crop, the label and the run folder, e.g. "XAIguiFormer (default preset) on sample_data,
+    whole recordings: diagnosis; run folder run", so that the reports of a cropped and an
+    uncropped run differ. The data is named by the folder ``preprocess`` read (its
+    ``preprocess.json`` inputs: one folder's name, or the folders' names joined; for recording
+    files, the folder holding them above BIDS-style ``eeg`` / ``sub-*`` / ``ses-*`` folders),
+    else by the preprocess output folder; the crop is that file's (left out when the file is
+    missing)."""
     data_dir = Path(config.get("data_dir") or "data")
-    inputs = []
+    document: dict = {}
     settings_file = data_dir / "preprocess.json"
     if settings_file.is_file():
         try:
-            inputs = [
-                str(i)
-                for i in json.loads(settings_file.read_text(encoding="utf-8")).get("inputs") or []
-            ]
-        except ValueError:  # a damaged file only loses the nicer name
-            inputs = []
+            document = json.loads(settings_file.read_text(encoding="utf-8"))
+        except ValueError:  # a damaged file only loses the nicer name and the crop
+            document = {}
+    inputs = [str(i) for i in document.get("inputs") or []]
     names = list(dict.fromkeys(_dataset_name(Path(i)) for i in inputs))
     data = " + ".join(names) if names else data_dir.name
+    if isinstance(document.get("settings"), dict):
+        crop = document["settings"].get("crop_s")
+        data += f", first {crop:g} s of each recording" if crop else ", whole recordings"
     return (
         f"XAIguiFormer ({config.get('preset', 'default')} preset) on {data}: "
-        f"{config.get('label_column', 'label')}"
+        f"{config.get('label_column', 'label')}; run folder {Path(run_dir).resolve().name}"
     )
 
 
@@ -146,7 +150,7 @@ def build_report(
     config = run_folder.read_config(run_dir)
     metrics = run_folder.read_metrics(run_dir)
     history = run_folder.read_history(run_dir)
-    report = untagged_report(report_title(config))
+    report = untagged_report(report_title(config, run_dir))
     add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)

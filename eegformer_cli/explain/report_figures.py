@@ -222,13 +222,20 @@ def band_importance_figure(
     return fig
 
 
+#: Font size (points) of the attention heat maps' band labels: about 12 px on the page, where
+#: the report shows the figure's 850 pixels in a column of about 800 (a 1,100 px window).
+ATTENTION_LABEL_PT = 9
+
+
 def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], title: str):
     """Per layer: coarse and refined attention as differences from uniform attention (1/T),
     and refined - coarse; query rows, key columns; (L, T, T) in (a head axis is averaged).
 
     Softmax rows sum to 1, so raw weights all sit near 1/T and one colour scale from 0 hides
     every difference: each panel shows its departure from 1/T (or from the coarse pass) on a
-    diverging scale of its own, symmetric about 0, with its colour bar.
+    diverging scale of its own, symmetric about 0, with its colour bar. 8.5 inches wide, the
+    widest figure mne.Report embeds at full resolution, with band labels of
+    :data:`ATTENTION_LABEL_PT` points (the query bands once per layer, at its left).
     """
     from eegformer_cli.explain.attributions import token_names
 
@@ -237,7 +244,15 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
     n_layers, n_bands = coarse.shape[0], coarse.shape[-1]
     bands = token_names(bands, n_bands)  # the interaction token, when the models have one
     uniform = 1.0 / n_bands
-    fig, axes = plt.subplots(n_layers, 3, figsize=(11, 3.5 * n_layers), squeeze=False)
+    size = ATTENTION_LABEL_PT
+    fig, axes = plt.subplots(
+        n_layers,
+        3,
+        figsize=_inches(8.5, 1.0 + 3.5 * n_layers),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     for layer in range(n_layers):
         for col, (name, data) in enumerate(
             (
@@ -249,19 +264,19 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
             ax = axes[layer, col]
             limit = float(np.abs(data).max()) or 1e-6
             image = ax.imshow(data, cmap="RdBu_r", vmin=-limit, vmax=limit)
-            ax.set_xticks(range(len(bands)), bands, rotation=90, fontsize=7)
-            ax.set_yticks(range(len(bands)), bands, fontsize=7)
-            ax.set_title(f"layer {layer}: {name}", fontsize=9)
+            ax.set_xticks(range(len(bands)), bands, rotation=90, fontsize=size)
+            ax.set_yticks(range(len(bands)), bands, fontsize=size)
+            ax.set_title(f"layer {layer}: {name}", fontsize=size)
             if col == 0:
-                ax.set_ylabel("query band", fontsize=8)
-            ax.set_xlabel("key band", fontsize=8)
-            fig.colorbar(image, ax=ax, fraction=0.046)
+                ax.set_ylabel("query band", fontsize=size)
+            ax.set_xlabel("key band", fontsize=size)
+            bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+            bar.ax.tick_params(labelsize=size - 1)
     fig.suptitle(
         f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
         "pass; blue: less; each panel on its own scale",
-        fontsize=10,
+        fontsize=size + 1,
     )
-    fig.tight_layout()
     return fig
 
 

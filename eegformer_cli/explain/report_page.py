@@ -23,13 +23,18 @@ REPORT_CSS = """
 .eeg-note dd { margin-left: 1.2em; margin-bottom: .1em; }
 .eeg-oof, .eeg-oof table, .eeg-oof th, .eeg-oof td { font-size: 13px; }
 /* tables wrap to the page's width instead of running past its edge: cells break between
-   words (a word longer than its column breaks too); the per-recording table, 11 columns of
-   class names and ids, also inside words, its sortable headers included */
+   words (a word longer than its column breaks too; the per-recording table's ids and class
+   names anywhere); headers only between words, never inside one, so the table makes each
+   column as wide as its header's longest word */
 table.table { max-width: 100%; }
-table.table td, table.table th { overflow-wrap: break-word; }
+table.table td { overflow-wrap: break-word; }
+table.table th { overflow-wrap: normal; word-break: normal; hyphens: manual; }
 .eeg-oof td { overflow-wrap: anywhere; }
 .eeg-oof .bootstrap-table .fixed-table-container .table thead th .th-inner {
-  white-space: normal; overflow-wrap: anywhere; padding-left: .3rem; }
+  white-space: normal; overflow-wrap: normal; word-break: normal; padding: .3rem; }
+/* the sort arrows under a sortable header's words, not beside them: 11 columns fit the page */
+.eeg-oof .bootstrap-table .fixed-table-container .table thead th .sortable {
+  padding-right: .3rem !important; padding-bottom: 1.3rem; background-position: center bottom; }
 """
 
 
