@@ -14,9 +14,13 @@ import matplotlib
 matplotlib.use("Agg")  # before pyplot (report_figures chooses it too; either may come first)
 import matplotlib.pyplot as plt
 
-#: Styles added to MNE's page: the tag filter hidden (the report has no tags), the notes boxed.
+#: Styles added to MNE's page: the tag filter hidden (the report has no tags), the title whole,
+#: the notes boxed, tables inside the page.
 REPORT_CSS = """
 #filter-by-tags-dropdown-menu { display: none !important; }
+/* the title (data, crop, label, run folder) whole in the top bar: smaller, wrapping if it must */
+#top-bar .navbar-brand { white-space: normal; }
+#top-bar .navbar-brand .fs-3 { font-size: 1.25rem !important; }
 .eeg-note { background: #f3f6fb; border-left: 4px solid #4a6fa5; padding: .6em 1em;
             margin: .8em 0; font-size: .92em; }
 .eeg-note dt { font-weight: 600; margin-top: .35em; }
