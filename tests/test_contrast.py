@@ -229,6 +229,8 @@ def contrast_settings(out) -> dict:
 def test_the_contrast_shows_each_measure_on_its_own_and_says_each_top_pair_in_words():
     """Coherence lower and wPLI higher in the second class, in the strongest pair: two heads
     per measure (how it differs, how it pushes), never their sum, and a sentence per pair."""
+    import matplotlib.pyplot as plt
+
     from eegformer_cli.explain.explanation_notes import contrast_sentences_html
     from eegformer_cli.explain.export import contrast_rows
     from eegformer_cli.explain.report_figures import contrast_figure
@@ -267,6 +269,7 @@ def test_the_contrast_shows_each_measure_on_its_own_and_says_each_top_pair_in_wo
         if ax.get_title().startswith(("coherence,", "wPLI,"))
     )
     assert coherence[2] > coherence[0] and wpli[0] > wpli[2]
+    plt.close(fig)
     columns, rows = contrast_rows(
         {**summary, "classes": ["rest", "arithmetic"], "grouped_by": "true class"},
         bands,
