@@ -95,6 +95,12 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
         fold.write_text(json.dumps(record))
     assert run_main("train", "--merge", earlier_run) == 0
     after = json.loads((earlier_run / "metrics.json").read_text())
+    # what this version adds to an earlier run's metrics: the answer of the above-chance rule
+    # (no permutation test unless asked: the interval's)
+    assert after.pop("above_chance")["follows"] == "interval"
+    # ... and the interaction screens (the folds' records as an earlier version wrote them)
+    screens = after.pop("interaction_screens")
+    assert [fold["recorded"] for fold in screens["per_fold"]] == [False, False]
     # the merge recomputes every summary from the fold records, and adds no permutation test
     # unless asked: the same figures
     for entry in (before, after):

@@ -358,6 +358,14 @@ def read_final_history(run_dir: str | Path) -> list[dict] | None:
     return read_json(path)["history"] if path.is_file() else None
 
 
+def read_final_screen(run_dir: str | Path) -> dict | None:
+    """The final model's interaction screen record from ``folds/final.json`` (``ScreenResult.summary``),
+    None without one (no final model yet, a holdout run, nothing screened, or an earlier
+    version's file)."""
+    path = Path(run_dir) / FOLDS / FINAL
+    return read_json(path).get("interaction_screen") if path.is_file() else None
+
+
 def _permutation_path(run_dir: str | Path, null_model: str, index: int) -> Path:
     return Path(run_dir) / PERMUTATIONS / null_model / f"{index:05d}.json"
 
