@@ -199,6 +199,21 @@ def test_a_model_file_keeps_its_interactions(tmp_path):
     kept = [Interaction.from_dict(d) for d in bundle.model.config.interactions]
     assert kept and {kept[0].a, kept[0].b} == set(PLANTED)
     assert bundle.model.model.interaction_token is not None
+    # a model file of an earlier version: its interactions without proxies
+    stored = torch.load(run / "model.pt", weights_only=True)
+    for item in stored["model_config"]["interactions"]:
+        del item["proxies"]
+    torch.save(stored, run / "earlier.pt")
+    earlier = load_model_file(run / "earlier.pt")
+    assert [Interaction.from_dict(d) for d in earlier.model.config.interactions] == [
+        Interaction(k.a, k.b, k.score, k.threshold) for k in kept
+    ]
+    coh, wpli = _inputs()
+    no_demographics = torch.full((3,), float("nan"))
+    torch.testing.assert_close(
+        earlier.model(coh, wpli, no_demographics, no_demographics)[1],
+        bundle.model(coh, wpli, no_demographics, no_demographics)[1],
+    )
 
 
 def test_a_fit_that_keeps_nothing_is_bit_for_bit_the_fit_without_the_screen(tmp_path):

@@ -16,6 +16,7 @@ from test_training import make_connectome_folder, run_main
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME, RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.verdict import headline, verdict_lines
+from eegformer_cli.training.config import TrainConfig
 
 #: A run folder written by commit 40b91a5 (its README says how).
 EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
@@ -99,6 +100,18 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
         entry.pop("permutation_test", None)
     assert json.dumps(after) == json.dumps(before)  # the same keys in the same order too
     assert run_folder.read_oof_predictions(earlier_run)[0]["model"] == MODEL_NAME
+
+
+def test_an_earlier_run_folder_resumes_without_the_settings_it_lacks():
+    """Its config.json predates some settings: they are read at the values that give that
+    version's run (grouping of the interaction screen's proxies off), so the run's identity is
+    this version's config of the same request and a rerun or merge resumes it."""
+    stored = json.loads((EARLIER_RUN / "config.json").read_text())["identity"]["train_config"]
+    assert "interaction_proxies" not in stored
+    identity = run_folder._stored_identity(EARLIER_RUN / "config.json")
+    _, _, requested, _ = run_folder.read_run_request(EARLIER_RUN)
+    assert identity["train_config"] == TrainConfig.from_dict(requested).to_dict()
+    assert identity["train_config"]["interaction_proxies"] is False
 
 
 def test_only_the_run_folders_owner_opens_its_files():
