@@ -229,6 +229,22 @@ def test_a_model_file_keeps_its_interactions_and_the_run_says_so(tmp_path_factor
     )
     assert f"entry pairs: best score {fold.top_pair_score:.2f} against a gate of " in printed
 
+    # a model file of an earlier version: its interactions without proxies
+    stored = torch.load(run / "model.pt", weights_only=True)
+    for item in stored["model_config"]["interactions"]:
+        del item["proxies"]
+    torch.save(stored, run / "earlier.pt")
+    earlier = load_model_file(run / "earlier.pt")
+    assert [Interaction.from_dict(d) for d in earlier.model.config.interactions] == [
+        Interaction(k.a, k.b, k.score, k.threshold) for k in kept
+    ]
+    coh, wpli = _inputs()
+    no_demographics = torch.full((3,), float("nan"))
+    torch.testing.assert_close(
+        earlier.model(coh, wpli, no_demographics, no_demographics)[1],
+        bundle.model(coh, wpli, no_demographics, no_demographics)[1],
+    )
+
 
 def test_the_screens_say_what_they_kept_or_that_they_kept_nothing_or_did_not_run():
     from eegformer_cli.experiment.interaction_screens import describe_screens, summarise_screens

@@ -18,6 +18,7 @@ from tolerance import assert_same_json
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME, RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.verdict import headline, verdict_lines
+from eegformer_cli.training.config import TrainConfig
 
 #: A run folder written by commit 40b91a5 (its README says how).
 EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
@@ -150,6 +151,18 @@ def test_recomputed_figures_compare_up_to_rounding_and_their_keys_exactly():
     with pytest.raises(AssertionError, match="int 1 != float 1.0"):
         assert_same_json({"n": 1}, {"n": 1.0})
     assert_same_json([float("nan"), None, "a", True], [float("nan"), None, "a", True])
+
+
+def test_an_earlier_run_folder_resumes_without_the_settings_it_lacks():
+    """Its config.json predates some settings: they are read at the values that give that
+    version's run (grouping of the interaction screen's proxies off), so the run's identity is
+    this version's config of the same request and a rerun or merge resumes it."""
+    stored = json.loads((EARLIER_RUN / "config.json").read_text())["identity"]["train_config"]
+    assert "interaction_proxies" not in stored
+    identity = run_folder._stored_identity(EARLIER_RUN / "config.json")
+    _, _, requested, _ = run_folder.read_run_request(EARLIER_RUN)
+    assert identity["train_config"] == TrainConfig.from_dict(requested).to_dict()
+    assert identity["train_config"]["interaction_proxies"] is False
 
 
 def test_only_the_run_folders_owner_opens_its_files():
