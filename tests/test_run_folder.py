@@ -185,11 +185,13 @@ def test_only_the_run_folders_owner_opens_its_files():
         if any(pattern in p.read_text(encoding="utf-8") for pattern in patterns)
     }
     # the demo's last lines and predict's in-training-data warning name a file, opening none;
-    # the preprocess output's owner reads its own table (manifest.tsv)
+    # the preprocess output's owner reads its own table (manifest.tsv), the BIDS reader a
+    # dataset's channels.tsv
     others = {
         "eegformer_cli.cli.demo",
         "eegformer_cli.provenance",
         "eegformer_cli.preprocess.output",
+        "eegformer_cli.recordings.bids",
     }
     assert opening - others == {"eegformer_cli.experiment.run_folder"}
 
