@@ -48,6 +48,11 @@ Screen on other seeds (``--seed``).
 Usage:
   python benchmarks/bench_ground_truth.py --out /tmp/gt [--seed 2711] [--n 300] [--n-large 1000]
       [--scenarios linear,interaction,age,null] [--skip-large] [--explain] [--n-jobs 2]
+      [--spread 0.6]
+``--spread W`` simulates every study with ``simulate --spread W`` (planted sources reach their
+electrodes' neighbours, so each coupling has proxies; 0: off, the studies of earlier runs); each
+scenario then also reports in how many folds the planted pair was kept, as a kept pair or one of
+its proxies (``planted_kept_in_folds``).
 Prints one JSON object (also OUT/bench_ground_truth.json).
 """
 
@@ -108,10 +113,20 @@ def run(command: list[str], log: Path) -> None:
 
 
 def study(
-    out: Path, scenario: str, n: int, seed: int, layout_seed: int, n_jobs: int, log: Path
+    out: Path,
+    scenario: str,
+    n: int,
+    seed: int,
+    layout_seed: int,
+    n_jobs: int,
+    log: Path,
+    spread: float = 0.0,
 ) -> tuple[Path, Path]:
-    """Simulate and preprocess one study (reused when already there); (study dir, prep dir)."""
-    name = f"{scenario}-n{n}-seed{seed}-layout{layout_seed}"
+    """Simulate and preprocess one study (reused when already there); (study dir, prep dir).
+    ``spread``: ``simulate --spread`` (0: off)."""
+    name = f"{scenario}-n{n}-seed{seed}-layout{layout_seed}" + (
+        f"-spread{spread:g}" if spread else ""
+    )
     data, prep = out / "studies" / name, out / "prep" / name
     if not (prep / "manifest.tsv").exists():
         run(
@@ -130,6 +145,8 @@ def study(
                 str(seed),
                 "--layout-seed",
                 str(layout_seed),
+                "--spread",
+                str(spread),
                 "--overwrite",
             ],
             log,
@@ -223,9 +240,10 @@ def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list:
     return out
 
 
-def planted_first(truth: dict, kept_per_fold: list[list[dict]]) -> dict:
-    """Per fold, whether the screen's best entry pair joins the planted couplings of two
-    factors (interaction), and whether its best entry-age pair is a planted coupling (age)."""
+def planted_test(truth: dict):
+    """``is_planted(kept)`` for a kept interaction's dict (``Interaction.to_dict``): whether it
+    joins two planted couplings (an entry pair, any measures) or a planted coupling with age
+    (each coupling in its own token band)."""
     from eegformer_cli.scenarios import planted_couplings
 
     sides = {(c.token_band, *sorted(c.channels)) for _, c in planted_couplings(truth)}
@@ -233,13 +251,35 @@ def planted_first(truth: dict, kept_per_fold: list[list[dict]]) -> dict:
     def planted(side) -> bool:
         return side != "age" and (side[1], *sorted(side[2:])) in sides
 
+    return lambda kept: planted(kept["a"]) and (kept["b"] == "age" or planted(kept["b"]))
+
+
+def planted_first(truth: dict, kept_per_fold: list[list[dict]]) -> dict:
+    """Per fold, whether the screen's best entry pair joins the planted couplings of two
+    factors (interaction), and whether its best entry-age pair is a planted coupling (age)."""
+    is_planted = planted_test(truth)
     out = {}
     for kind, with_age in (("pair", False), ("age", True)):
         firsts = [
             next((k for k in kept if (k["b"] == "age") == with_age), None) for kept in kept_per_fold
         ]
+        out[kind] = [None if k is None else is_planted(k) for k in firsts]
+    return out
+
+
+def planted_kept(truth: dict, kept_per_fold: list[list[dict]]) -> dict:
+    """Per fold, whether the planted entry pair (pair) and the planted entry-age pair (age) are
+    among the kept interactions, as one of them or as one's proxy (``proxies``)."""
+    is_planted = planted_test(truth)
+    out = {}
+    for kind, with_age in (("pair", False), ("age", True)):
         out[kind] = [
-            None if k is None else planted(k["a"]) and (with_age or planted(k["b"])) for k in firsts
+            any(
+                is_planted(k) or any(is_planted(p) for p in k.get("proxies", []))
+                for k in kept
+                if (k["b"] == "age") == with_age
+            )
+            for kept in kept_per_fold
         ]
     return out
 
@@ -255,7 +295,8 @@ def screen_settings():
 
 
 def _screen_design(dataset, stats: dict, demographics: dict, kept: list, index: dict):
-    """Every recording's mean standardised entries, then the kept pairs' products."""
+    """Every recording's mean standardised entries, then the products of ``kept`` (each with
+    sides ``a`` and ``b``: an entry, or age)."""
     from eegformer_cli.training.interaction_screen import entry_means
 
     x = np.stack(
@@ -265,59 +306,114 @@ def _screen_design(dataset, stats: dict, demographics: dict, kept: list, index: 
         (np.array([r.age for r in dataset.recordings]) - demographics["age_mean"])
         / demographics["age_std"]
     )
-    products = [x[:, index[k.a]] * (age_z if k.with_age else x[:, index[k.b]]) for k in kept]
+    products = [x[:, index[k.a]] * (age_z if k.b == "age" else x[:, index[k.b]]) for k in kept]
     return np.column_stack([x, *products]) if products else x
 
 
-def screen_l1_per_fold(prep: Path, run_dir: Path, config) -> tuple[list, list[list[str]]]:
-    """The "screen + L1 logistic" row, per fold on the run's own splits: on the fold's training
-    part (train + val participants, as the references), the recording means of the entries
-    standardised as the model does, the same interaction screen the model runs (``config``'s
-    settings, the fold's seed), the kept pairs' products (entry x entry, entry x z-scored age)
-    beside every entry, then the linear path's fit (StandardScaler and a balanced logistic
-    regression, penalty and C by the references' inner participant-wise CV,
-    ``linear_fit.fit_linear_path`` with ``auto``). Returns (metrics per fold, kept pairs per
-    fold)."""
+def fold_parts(data, fold) -> dict:
+    """One fold's training part (train + val participants, as the references, in the fold's
+    order) and test part: their datasets, the training statistics of the entries (``stats``)
+    and of age (``demographics``), and the training ages."""
+    from eegformer_cli.training.dataset import ConnectomeDataset
+    from eegformer_cli.training.model_file import demographic_stats
+    from eegformer_cli.training.standardise import connectivity_stats
+
+    by_participant: dict[str, list] = {}
+    for rec in data.recordings:
+        by_participant.setdefault(rec.participant_id, []).append(rec)
+    fit = [r for p in fold.train + fold.val for r in by_participant[p]]
+    test = [r for p in fold.test for r in by_participant[p]]
+    fit_set = ConnectomeDataset(fit, data.label_names, data.channels, data.bands)
+    test_set = ConnectomeDataset(test, data.label_names, data.channels, data.bands)
+    ages = np.array([r.age for r in fit])
+    return {
+        "fit_set": fit_set,
+        "test_set": test_set,
+        "stats": connectivity_stats(fit_set.recording_arrays(r) for r in range(len(fit))),
+        "ages": ages,
+        "demographics": demographic_stats(ages) or {"age_mean": 0.0, "age_std": 1.0},
+    }
+
+
+def l1_on_products(data, parts: dict, kept: list, index: dict, seed: int):
+    """The fold's test metrics of StandardScaler and an L1 logistic regression (balanced, C by
+    the references' inner participant-wise CV) on every entry plus the products of ``kept``,
+    fitted on the fold's training part (:func:`fold_parts`)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from eegformer_cli.evaluation.metrics import classification_metrics
+    from eegformer_cli.evaluation.reference import reference_probabilities, search_logistic_c
+
+    fit_set, test_set = parts["fit_set"], parts["test_set"]
+    pipeline = make_pipeline(
+        StandardScaler(),
+        LogisticRegression(
+            l1_ratio=1.0, solver="liblinear", class_weight="balanced", max_iter=5000
+        ),
+    )
+    search = search_logistic_c(
+        pipeline,
+        _screen_design(fit_set, parts["stats"], parts["demographics"], kept, index),
+        fit_set.labels,
+        np.array([r.participant_id for r in fit_set.recordings]),
+        seed,
+    )
+    probabilities = reference_probabilities(
+        search,
+        _screen_design(test_set, parts["stats"], parts["demographics"], kept, index),
+        len(data.label_names),
+    )
+    return classification_metrics(test_set.labels, probabilities, 1)
+
+
+def linear_path_on_products(data, parts: dict, kept: list, index: dict, seed: int):
+    """The fold's test metrics of the linear path's fit (``linear_fit.fit_linear_path``:
+    StandardScaler and a balanced logistic regression, L1 or L2 and C by the references' inner
+    participant-wise CV, ``auto``) on every entry plus the products of ``kept``, fitted on the
+    fold's training part (:func:`fold_parts`)."""
     from scipy.special import softmax
 
     from eegformer_cli.evaluation.metrics import classification_metrics
-    from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
+    from eegformer_cli.training.linear_fit import fit_linear_path
+
+    fit_set, test_set = parts["fit_set"], parts["test_set"]
+    linear = fit_linear_path(
+        _screen_design(fit_set, parts["stats"], parts["demographics"], kept, index),
+        fit_set.labels,
+        np.array([r.participant_id for r in fit_set.recordings]),
+        len(data.label_names),
+        seed,
+        "auto",
+    )
+    test = _screen_design(test_set, parts["stats"], parts["demographics"], kept, index)
+    probabilities = softmax(test @ linear.weight.T + linear.bias, axis=1)
+    return classification_metrics(test_set.labels, probabilities, 1)
+
+
+def screen_l1_per_fold(prep: Path, folds: list, config) -> tuple[list, list[list[str]]]:
+    """The "screen + L1 logistic" row, per fold of ``folds`` (the run's own splits): on the
+    fold's training part (train + val participants, as the references), the recording means of
+    the entries standardised as the model does, the same interaction screen the model runs
+    (``config``'s settings, the fold's seed), the kept pairs' products (entry x entry, entry x
+    z-scored age) beside every entry, then :func:`linear_path_on_products` (the penalty chosen
+    as the linear path's: L1 or L2 by the inner CV). Returns (metrics per fold,
+    kept pairs per fold)."""
+    from eegformer_cli.training.dataset import load_training_data
     from eegformer_cli.training.fit import screen_fit, seed_of
     from eegformer_cli.training.interaction_screen import entry_table
-    from eegformer_cli.training.linear_fit import fit_linear_path
-    from eegformer_cli.training.model_file import demographic_stats
-    from eegformer_cli.training.splits import load_splits
-    from eegformer_cli.training.standardise import connectivity_stats
 
     data = load_training_data(prep, "diagnosis")
-    by_participant = {}
-    for rec in data.recordings:
-        by_participant.setdefault(rec.participant_id, []).append(rec)
     index = {e: k for k, e in enumerate(entry_table(data.channels, data.bands))}
-    _, folds = load_splits(run_dir / "splits.json")
     out, kept_per_fold = [], []
     for fold in folds:
-        fit = [r for p in fold.train + fold.val for r in by_participant[p]]
-        test = [r for p in fold.test for r in by_participant[p]]
-        fit_set = ConnectomeDataset(fit, data.label_names, data.channels, data.bands)
-        test_set = ConnectomeDataset(test, data.label_names, data.channels, data.bands)
-        stats = connectivity_stats(fit_set.recording_arrays(r) for r in range(len(fit)))
-        ages = np.array([r.age for r in fit])
-        found = screen_fit(data, fit_set, stats, ages, config, seed_of(fold, 0))
-        kept_per_fold.append([k.label() for k in found.kept])
-        demographics = demographic_stats(ages) or {"age_mean": 0.0, "age_std": 1.0}
-
-        linear = fit_linear_path(
-            _screen_design(fit_set, stats, demographics, found.kept, index),
-            fit_set.labels,
-            np.array([r.participant_id for r in fit]),
-            len(data.label_names),
-            seed_of(fold, 0),
-            "auto",
+        parts = fold_parts(data, fold)
+        found = screen_fit(
+            data, parts["fit_set"], parts["stats"], parts["ages"], config, seed_of(fold, 0)
         )
-        logits = _screen_design(test_set, stats, demographics, found.kept, index) @ linear.weight.T
-        probabilities = softmax(logits + linear.bias, axis=1)
-        out.append(classification_metrics(test_set.labels, probabilities, 1))
+        kept_per_fold.append([k.label() for k in found.kept])
+        out.append(linear_path_on_products(data, parts, found.kept, index, seed_of(fold, 0)))
     return out, kept_per_fold
 
 
@@ -346,16 +442,25 @@ def paired(a: list, b: list) -> dict:
 
 
 def evaluate_scenario(
-    out: Path, scenario: str, n: int, seed: int, variants: list[str], n_jobs: int, log: Path
+    out: Path,
+    scenario: str,
+    n: int,
+    seed: int,
+    variants: list[str],
+    n_jobs: int,
+    log: Path,
+    spread: float = 0.0,
 ) -> dict:
     from eegformer_cli.evaluation.metrics import against_chance
     from eegformer_cli.scenarios import ground_truth_path, read_ground_truth
+    from eegformer_cli.training.splits import load_splits
 
-    data, prep = study(out, scenario, n, seed, seed, n_jobs, log)
+    data, prep = study(out, scenario, n, seed, seed, n_jobs, log, spread)
     truth = read_ground_truth(ground_truth_path(data))
     result = {
         "n": n,
         "seed": seed,
+        "spread": spread,
         "rule": truth["rule"],
         "factors": truth["factors"],
         "models": {},
@@ -373,12 +478,13 @@ def evaluate_scenario(
             per_fold["logistic_regression"] = [f.metrics["logistic_regression"] for f in folds]
             per_fold["oracle"] = oracle_per_fold(truth, prep, run_dir)
             per_fold["screen_l1"], result["screen_l1_kept"] = screen_l1_per_fold(
-                prep, run_dir, screen_settings()
+                prep, load_splits(run_dir / "splits.json")[1], screen_settings()
             )
             result["kept_by_default"] = [
                 (f.interaction_screen or {}).get("kept", []) for f in folds
             ]
             result["planted_first_in_folds"] = planted_first(truth, result["kept_by_default"])
+            result["planted_kept_in_folds"] = planted_kept(truth, result["kept_by_default"])
     for name, folds in per_fold.items():
         result["models"][name] = summary(folds)
         if scenario == "null":
@@ -393,9 +499,9 @@ def evaluate_scenario(
     return result
 
 
-def null_trust(out: Path, seed: int, n: int, n_jobs: int, log: Path) -> dict:
+def null_trust(out: Path, seed: int, n: int, n_jobs: int, log: Path, spread: float) -> dict:
     """The null study's shortcut audit and permutation test (a full ``train`` run)."""
-    _, prep = study(out, "null", n, seed, seed, n_jobs, log)
+    _, prep = study(out, "null", n, seed, seed, n_jobs, log, spread)
     run_dir = out / "runs" / f"{prep.name}-permutations"
     run(
         EEGFORMER
@@ -426,14 +532,16 @@ def null_trust(out: Path, seed: int, n: int, n_jobs: int, log: Path) -> dict:
     }
 
 
-def explanation_check(out: Path, scenario: str, n: int, seed: int, n_jobs: int, log: Path) -> dict:
+def explanation_check(
+    out: Path, scenario: str, n: int, seed: int, n_jobs: int, log: Path, spread: float
+) -> dict:
     """Train on one study (80 %), explain a fresh study of the same layout; see module docs."""
     from sklearn.metrics import roc_auc_score
 
     from eegformer_cli.scenarios import ground_truth_path, planted_couplings, read_ground_truth
 
-    _, prep = study(out, scenario, n, seed, seed, n_jobs, log)
-    fresh_data, fresh = study(out, scenario, 100, seed + 1, seed, n_jobs, log)
+    _, prep = study(out, scenario, n, seed, seed, n_jobs, log, spread)
+    fresh_data, fresh = study(out, scenario, 100, seed + 1, seed, n_jobs, log, spread)
     truth = read_ground_truth(ground_truth_path(fresh_data))
     run_dir = out / "runs" / f"{prep.name}-holdout"
     if not (run_dir / "model.pt").exists():
@@ -551,6 +659,12 @@ def main() -> None:
     parser.add_argument("--skip-null-trust", action="store_true")
     parser.add_argument("--explain", action="store_true", help="the explanation checks too")
     parser.add_argument("--n-jobs", type=int, default=2)
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="simulate --spread: planted sources reach their channels' neighbours (0: off)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "bench_ground_truth.log"
@@ -568,14 +682,23 @@ def main() -> None:
     }
     for scenario in [] if args.skip_small else scenarios:
         report["small"][scenario] = evaluate_scenario(
-            args.out, scenario, args.n, args.seed, chosen or SMALL[scenario], args.n_jobs, log
+            args.out,
+            scenario,
+            args.n,
+            args.seed,
+            chosen or SMALL[scenario],
+            args.n_jobs,
+            log,
+            args.spread,
         )
         print(json.dumps({scenario: report["small"][scenario]["models"]}), file=sys.stderr)
     if "null" in scenarios and not (args.skip_null_trust or args.skip_small):
-        report["null_trust"] = null_trust(args.out, args.seed, args.n, args.n_jobs, log)
+        report["null_trust"] = null_trust(
+            args.out, args.seed, args.n, args.n_jobs, log, args.spread
+        )
     if args.explain and not args.skip_small:
         report["explanations"] = {
-            s: explanation_check(args.out, s, args.n, args.seed, args.n_jobs, log)
+            s: explanation_check(args.out, s, args.n, args.seed, args.n_jobs, log, args.spread)
             for s in ("linear", "interaction")
             if s in scenarios
         }
@@ -589,6 +712,7 @@ def main() -> None:
                 chosen or LARGE[scenario],
                 args.n_jobs,
                 log,
+                args.spread,
             )
     report["wall_seconds"] = round(time.time() - started, 1)
     text = json.dumps(report, indent=2)

@@ -18,6 +18,10 @@ Measures, and prints as JSON on stdout (``--parts`` chooses which):
   With ``--baseline DIR`` (a checkout of another version, e.g. ``git worktree add
   ../baseline 263a978``) the same children run that version's code too, alternating with this
   one's (``--baseline-minutes``, ``--repeats`` each), so both see the same machine load.
+  With ``--sweep-bids`` each recording is the one recording of a minimal BIDS dataset
+  (``dataset_description.json``, ``sub-01/eeg/sub-01_task-rest_eeg.edf`` and its
+  ``channels.tsv`` marking F3 bad) and the child preprocesses the root: the BIDS path (mne-bids
+  finding it, the bad channel interpolated) in the same memory.
 - ``four_nights``: ``run_preprocess`` with ``n_jobs`` 2 on four 8-hour recordings in a child
   process, the summed RSS of it and its workers sampled every 0.2 s (target: < 2.5 GB).
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -266,6 +271,20 @@ def peak_memory(workdir: Path) -> dict:
     }
 
 
+def bids_dataset(root: Path) -> Path:
+    """A minimal BIDS dataset at ``root`` for one recording: ``dataset_description.json`` and
+    the ``channels.tsv`` of ``sub-01_task-rest`` (the 19 channels, F3 marked bad); returns the
+    path its EDF must have."""
+    eeg = root / "sub-01" / "eeg"
+    eeg.mkdir(parents=True)
+    description = {"Name": "length sweep", "BIDSVersion": "1.9.0", "DatasetType": "raw"}
+    (root / "dataset_description.json").write_text(json.dumps(description))
+    rows = ["name\ttype\tunits\tstatus"]
+    rows += [f"{name}\tEEG\tuV\t{'bad' if name == 'F3' else 'good'}" for name in STANDARD_1020]
+    (eeg / "sub-01_task-rest_channels.tsv").write_text("\n".join(rows) + "\n")
+    return eeg / "sub-01_task-rest_eeg.edf"
+
+
 def length_sweep(
     workdir: Path,
     minutes: list[float],
@@ -273,17 +292,19 @@ def length_sweep(
     baseline_minutes: list[float],
     repeats: int,
     preset: str = "default",
+    bids: bool = False,
 ) -> list[dict]:
     """Per length: peak RSS and seconds per recording-minute (wall and CPU) of this code, and of
     ``baseline``'s for the lengths in ``baseline_minutes`` (alternating runs, medians), with
-    the preprocessing ``preset`` (``paper``: ICA, on Laplacian noise)."""
+    the preprocessing ``preset`` (``paper``: ICA, on Laplacian noise); ``bids``: the recording
+    in a BIDS dataset (:func:`bids_dataset`), the child given its root."""
     rows = []
     for length in minutes:
-        path = write_synthetic_edf(
-            workdir / f"sweep_{length:g}min.edf",
-            minutes=length,
-            seed=7,
-            noise="laplace" if preset == "paper" else "normal",
+        root = workdir / f"sweep_{length:g}min_bids"
+        edf = bids_dataset(root) if bids else workdir / f"sweep_{length:g}min.edf"
+        path = root if bids else edf
+        write_synthetic_edf(
+            edf, minutes=length, seed=7, noise="laplace" if preset == "paper" else "normal"
         )
         codes = {"this": REPO}
         if baseline is not None and length in baseline_minutes:
@@ -295,8 +316,15 @@ def length_sweep(
                 for name in order:
                     runs[name].append(child_peak(path, codes[name], preset))
         finally:
-            path.unlink()
-        row = {"minutes": length, "preset": preset, "load_average": round(os.getloadavg()[0], 2)}
+            edf.unlink()
+            if bids:
+                shutil.rmtree(root)
+        row = {
+            "minutes": length,
+            "preset": preset,
+            "layout": "BIDS, F3 bad" if bids else "file",
+            "load_average": round(os.getloadavg()[0], 2),
+        }
         for name, samples in runs.items():
             wall = float(np.median([r["wall_s"] for r in samples]))
             cpu = float(np.median([r["cpu_s"] for r in samples]))
@@ -382,6 +410,9 @@ def main() -> None:
     parser.add_argument("--baseline-minutes", type=minutes_list, default=[20, 120])
     parser.add_argument("--workdir", type=Path, help="where the recordings are written")
     parser.add_argument("--sweep-preset", default="default", help="default or paper (ICA)")
+    parser.add_argument(
+        "--sweep-bids", action="store_true", help="each sweep recording in a BIDS dataset"
+    )
     args = parser.parse_args()
     parts = [part for part in args.parts.split(",") if part]
     unknown = sorted(set(parts) - set(PARTS))
@@ -426,6 +457,7 @@ def main() -> None:
                 args.baseline_minutes,
                 args.repeats,
                 args.sweep_preset,
+                args.sweep_bids,
             )
         if "four_nights" in parts:
             report["four_nights"] = four_nights(workdir)

@@ -77,6 +77,9 @@ def preprocess(
     overwrite: bool = False,
     crop: float | None = None,
     participant_pattern: str | None = None,
+    task: str | Sequence[str] | None = None,
+    session: str | Sequence[str] | None = None,
+    run: str | Sequence[str] | None = None,
 ):
     """Turn EEG recordings into band-wise connectivity tokens (``eegformer preprocess``).
 
@@ -94,6 +97,7 @@ def preprocess(
     from eegformer_cli.connectivity.bands import parse_bands
     from eegformer_cli.preprocess.run import run_preprocess
     from eegformer_cli.preprocess.settings import PreprocessSettings
+    from eegformer_cli.recordings.bids import Selection
 
     channel_names = _names(channels)
     overrides = {
@@ -120,6 +124,7 @@ def preprocess(
         participant_pattern=participant_pattern,
         backend=backend,
         scheduler=scheduler,
+        selection=Selection.of(_names(task), _names(session), _names(run)),
     )
 
 

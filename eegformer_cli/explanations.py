@@ -48,8 +48,9 @@ class Explanations:
         ``wpli_pairs`` (n_bands, n_channels, n_channels) in logit units; ``probabilities``.
     interactions : pandas.DataFrame
         The kept interactions, as ``interactions.csv``: per recording and interaction the two
-        sides in words, the screen's class difference and gate, and the attribution of the
-        product (empty for a model that keeps none).
+        sides in words, the screen's class difference and gate, its group (the row heading
+        the kept interactions that are proxies of each other) and the screen's proxies of it
+        in words, and the attribution of the product (empty for a model that keeps none).
     """
 
     recordings: object

@@ -41,11 +41,15 @@ class InputRecording:
     preprocess folder); ``source_file`` the recording file (for a preprocess folder, its
     manifest's); ``age_source`` / ``sex_source`` where the values came from (flag, table,
     manifest, none); ``table`` the participants table consulted (None: none) and
-    ``table_lists_participant`` whether it lists the recording's participant; ``label`` the
+    ``table_lists_participant`` whether it lists the recording's participant; ``entities`` the
+    BIDS entities of a recording of a BIDS dataset (``subject``, ``session``, ``task``,
+    ``acquisition``, ``run``: its file name's, or its manifest row's); ``label`` the
     recording's class in the model's label column where its manifest row or the participants
     table gives one of the model's classes (None otherwise); the recording's
     own ``source_sfreq`` (Hz) and ``duration_s`` (s), NaN when unknown; ``signal_sha256`` (None
-    when unknown); ``warnings`` one line each, set by :func:`load_inputs` for usable ones.
+    when unknown); ``shorter_than_crop_s`` the model's crop (s) when the recording is shorter
+    and was analysed whole (None otherwise); ``warnings`` one line each, set by
+    :func:`load_inputs` for usable ones.
     """
 
     recording_id: str
@@ -67,7 +71,9 @@ class InputRecording:
     table: str | None = None
     table_lists_participant: bool | None = None
     label: str | None = None
+    shorter_than_crop_s: float | None = None
     warnings: list[str] = field(default_factory=list)
+    entities: dict[str, str] = field(default_factory=dict)
 
 
 def predict_recordings(
@@ -76,9 +82,12 @@ def predict_recordings(
     device: torch.device,
     precision: str = "float32",
     coverage: float | None = None,
+    entity_columns: Sequence[str] = (),
 ) -> Iterator[dict]:
-    """One row per recording: ``recording_id, participant_id, predicted, prob_<label>...``,
-    [``prediction_set``,] then the provenance columns (:data:`provenance.PROVENANCE_COLUMNS`:
+    """One row per recording: ``recording_id, participant_id``, the ``entity_columns`` (BIDS
+    entities: :attr:`InputRecordings.entity_columns`; None where a recording has none),
+    ``predicted, prob_<label>...``, [``prediction_set``,] then the provenance columns
+    (:data:`provenance.PROVENANCE_COLUMNS`:
     ``source_file``, segments used and rejected, interpolated channels, age and sex with their
     sources, ``warnings``; lists as lists).
 
@@ -98,6 +107,7 @@ def predict_recordings(
         if item.error is not None:
             yield {**row, "error": item.error}
             continue
+        row.update({column: item.entities.get(column) for column in entity_columns})
         logits = recording_logits(
             bundle.model, [(item.coh, item.wpli, item.age, item.sex)], device, precision
         )
@@ -134,10 +144,13 @@ def prediction_set(bundle, probabilities: np.ndarray, coverage: float) -> list[s
 
 class InputRecordings:
     """The recordings :func:`load_inputs` found, made one at a time when iterated (a raw one is
-    preprocessed then); ``len()`` is their number, known before any is made."""
+    preprocessed then); ``len()`` is their number, known before any is made.
+    ``entity_columns``: the BIDS entities any of them has (``bids.ENTITIES`` order), known
+    before too, so that every row of a call has the same columns."""
 
-    def __init__(self, makers: list):
+    def __init__(self, makers: list, entity_columns: Sequence[str] = ()):
         self._makers = makers
+        self.entity_columns = tuple(entity_columns)
 
     def __len__(self) -> int:
         return len(self._makers)
@@ -197,7 +210,17 @@ def load_inputs(
             makers += [functools.partial(_from_folder, call, entry, row) for row in folders[index]]
         else:
             makers += [functools.partial(_from_raw, call, path) for path in paths_of[index]]
-    return InputRecordings(makers)
+    return InputRecordings(makers, _entity_columns(call, folders))
+
+
+def _entity_columns(call: _Call, folders: dict[int, list[dict]]) -> list[str]:
+    """The BIDS entities of the call's raw recordings' file names and of its preprocess
+    folders' manifest columns, in ``bids.ENTITIES`` order."""
+    from eegformer_cli.recordings import bids
+
+    present = {key for path in call.ids for key in bids.entities(path)}
+    present.update(key for rows in folders.values() for row in rows[:1] for key in row)
+    return [key for key in bids.ENTITIES if key in present]
 
 
 @dataclass
@@ -266,17 +289,36 @@ def _from_folder(call: _Call, folder: Path, row: dict) -> InputRecording:
 def _from_raw(call: _Call, path: Path) -> InputRecording:
     """One raw recording, matched to the participants table and preprocessed with the model's
     settings, as an input."""
-    from eegformer_cli.recordings import metadata
+    item = _matched(call, call.ids[path], path)
+    item = _preprocess_raw(call.bundle, call.settings, path, item)
+    return _finish(call.bundle, item, call.age, call.sex)
 
-    participant_id, meta = metadata.match_participant(path, call.table_rows, None, None)
-    item = InputRecording(call.ids[path], participant_id, str(path), source_file=str(path))
+
+def _matched(
+    call: _Call, recording_id: str, file: Path | None, participant_id: str | None = None
+) -> InputRecording:
+    """A raw recording before it is preprocessed: its participant (``participant_id`` when
+    given, else the one the name of its ``file`` gives, as ``preprocess`` finds it; None for a
+    recording made in memory), with the label, age and sex the call's participants table
+    gives that participant, and the table consulted."""
+    from eegformer_cli.recordings import bids, metadata
+
+    if participant_id is None and file is not None:
+        participant_id, meta = metadata.match_participant(file, call.table_rows, None, None)
+    else:
+        meta = call.table_rows.get(participant_id, {})
+    source = str(file) if file is not None else recording_id
+    item = InputRecording(
+        recording_id, participant_id, source, source_file=None if file is None else str(file)
+    )
+    if file is not None:
+        item.entities = bids.entities(file)
     item.label = _known_label(call.bundle, meta)
     _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
     if call.table is not None:
         item.table = str(call.table)
         item.table_lists_participant = participant_id in call.table_rows
-    item = _preprocess_raw(call.bundle, call.settings, path, item)
-    return _finish(call.bundle, item, call.age, call.sex)
+    return item
 
 
 def _finish(bundle, item: InputRecording, age: float | None, sex: float | None) -> InputRecording:
@@ -330,16 +372,23 @@ def _sex_code(sex) -> float:
 def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputRecording:
     """``item`` with the connectome of ``recording`` (a file's path, or an ``mne.io.Raw``),
     preprocessed with ``settings`` (:func:`_raw_settings`) and the model's channels, or with
-    its ``error``."""
-    from eegformer_cli.preprocess.recording import process_raw, process_recording
+    its ``error``. A recording shorter than the model's crop is preprocessed whole and keeps
+    that crop in ``shorter_than_crop_s`` (its warning, :mod:`eegformer_cli.provenance`)."""
+    from eegformer_cli.preprocess.recording import process_raw
+    from eegformer_cli.recordings import reading
+    from eegformer_cli.recordings.cleaning import ShorterThanCrop
 
+    name = item.source_file or item.recording_id
     try:
-        if isinstance(recording, Path):
-            connectome = process_recording(recording, settings, bundle.channels)
-        else:
-            connectome = process_raw(
-                recording, settings, bundle.channels, path=item.source_file or item.recording_id
-            )
+        raw = recording
+        if isinstance(recording, Path):  # read chunk by chunk where the format allows it
+            raw = reading.read_recording(recording, preload=not reading.reads_lazily(recording))
+        try:
+            connectome = process_raw(raw, settings, bundle.channels, path=name)
+        except ShorterThanCrop:
+            item.shorter_than_crop_s = settings.crop_s
+            whole = dataclasses.replace(settings, crop_s=None)
+            connectome = process_raw(raw, whole, bundle.channels, path=name)
     except EegformerError as exc:
         item.error = exc.one_line()
         return item
@@ -376,14 +425,19 @@ def raw_inputs(
     ages: Sequence[float | None],
     sexes: Sequence[str | None],
     max_interpolated: int | None = None,
+    participants: str | Path | None = None,
+    participant_ids: Sequence[str | None] | None = None,
 ) -> InputRecordings:
     """:func:`load_inputs` for recordings held in memory (``mne.io.Raw`` objects), each
     preprocessed with the model's settings when iterated.
 
-    A Raw read from a file gets the file's recording id and ``source_file`` (as ``predict`` on
-    the file); one made in memory is ``raw-<i>`` (its index) with no source file. ``ages`` /
-    ``sexes``: one per Raw (years; M/F), None = unknown; a given value has the source ``flag``,
-    as ``--age`` / ``--sex``. No participants table is consulted, so ``participant_id`` is None.
+    A Raw read from a file gets what ``predict`` on the file gets: the file's recording id,
+    ``source_file``, and its participant from the participants table (``participants``, else
+    the one found beside the files) or the file's name; one made in memory is ``raw-<i>`` (its
+    index) with no source file and no participant. ``participant_ids``: one per Raw (None:
+    found as above), whose table rows give age and sex. ``ages`` / ``sexes``: one per Raw
+    (years; M/F), None = the table's or unknown; a given value has the source ``flag``, as
+    ``--age`` / ``--sex``.
     """
     from eegformer_cli.recordings import reading
 
@@ -396,14 +450,12 @@ def raw_inputs(
     ]
     checked_ages = [_checked_age(age) for age in ages]
     checked_sexes = [None if sex is None else _sex_code(sex) for sex in sexes]
+    table = _participants_table(participants, named)
+    call = _Call(bundle, settings, None, None, table, bool(participants), {})
+    given = [None if pid is None else str(pid) for pid in participant_ids or [None] * len(raws)]
 
     def from_raw(index: int) -> InputRecording:
-        item = InputRecording(
-            ids[index],
-            None,
-            str(files[index] or ids[index]),
-            source_file=None if files[index] is None else str(files[index]),
-        )
+        item = _matched(call, ids[index], files[index], given[index])
         return _finish(
             bundle,
             _preprocess_raw(bundle, settings, raws[index], item),
@@ -427,22 +479,19 @@ def _checked_age(age) -> float | None:
     return value
 
 
-# Settings that do not change a recording's tokens: the preset is only a name for the others,
-# and max_interpolated decides which recordings pass, not what their tokens are.
-_SETTINGS_NOT_COMPARED = ("preset", "max_interpolated", "channels", "bands")
-#: The resampling of settings stored before it was a setting (``PreprocessSettings.from_dict``).
-_EARLIER_RESAMPLING = {"resample_method": "fft"}
-
-
 def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
     """The manifest rows of a preprocess output folder, after checking that its tokens are
     what the model expects: the same channels and bands (from its first connectome) and the
-    same preprocessing settings (``preprocess.json``) as the model's training data.
+    same preprocessing settings (``preprocess.json``; every setting that changes the tokens,
+    :meth:`~eegformer_cli.preprocess.settings.PreprocessSettings.differences`) as the model's
+    training data.
 
-    Raises InputDataError naming the folder and what differs (the fix: give the raw
-    recordings, which are then preprocessed with the model's settings).
+    Raises InputDataError naming the folder, each difference and the fix (the raw recordings,
+    which are then preprocessed with the model's settings, or a folder made with them).
     """
-    hint = "pass the raw recordings instead: eegformer preprocesses them with the model's settings"
+    from eegformer_cli.preprocess.settings import PreprocessSettings
+
+    hint = _other_settings_hint(bundle)
     rows = output.read_manifest(folder)
     ok_rows = [row for row in rows if row.get("status") == "ok"]
     if ok_rows:
@@ -458,28 +507,35 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
                     path=folder,
                     hint=hint,
                 )
-    stored = output.read_settings_file(folder)
-    if stored is None:
+    settings = PreprocessSettings.of_folder(folder)
+    if settings is None:
         raise InputDataError(
-            "no readable preprocess.json, so its preprocessing settings cannot "
+            "preprocess.json is missing or its settings unreadable, so they cannot "
             "be checked against the model's",
             path=folder,
             hint=hint,
         )
-    # settings stored without a resampling method were made with MNE's FFT method
-    settings = {**_EARLIER_RESAMPLING, **stored.get("settings", {})}
-    differences = [
-        f"{key} {settings[key]!r} (model: {expected!r})"
-        for key, expected in {**_EARLIER_RESAMPLING, **bundle.preprocess_settings}.items()
-        if key not in _SETTINGS_NOT_COMPARED and key in settings and settings[key] != expected
-    ]
+    differences = settings.differences(PreprocessSettings.from_dict(bundle.preprocess_settings))
     if differences:
         raise InputDataError(
-            "made with other preprocessing settings than the model's: " + ", ".join(differences),
+            "made with other preprocessing settings than the model's: "
+            + ", ".join(
+                f"{name} {here} (model: {model})" for name, (here, model) in differences.items()
+            ),
             path=folder,
             hint=hint,
         )
     return rows
+
+
+def _other_settings_hint(bundle) -> str:
+    """What to give instead of a preprocess folder the model cannot read."""
+    trained_on = (bundle.training_data or {}).get("data_dir")
+    return "pass the raw recordings instead: they are preprocessed with the model's settings" + (
+        f"; or a folder preprocessed with them, as {trained_on} the model was trained on"
+        if trained_on
+        else ""
+    )
 
 
 def _table_demographics(table: dict, participant_id: str | None) -> dict | None:
@@ -508,6 +564,8 @@ def _preprocessed_input(
     """One manifest row of a checked preprocess folder; ``table_rows`` (the participants table
     ``table``'s rows, or {} with ``table`` None) replace the manifest's age and sex of the
     participants they list."""
+    from eegformer_cli.recordings import bids
+
     participant = row.get("participant_id")
     participant = None if (participant or "n/a").lower() in ("n/a", "") else participant
     listed = _table_demographics(table_rows, participant)
@@ -519,6 +577,9 @@ def _preprocessed_input(
         source_file=None if source_file in (None, "", "n/a") else source_file,
     )
     _set_demographics(item, row.get("age"), row.get("sex"), "manifest")
+    item.entities = {
+        key: row[key] for key in bids.ENTITIES if (row.get(key) or "n/a").lower() not in ("n/a", "")
+    }
     item.label = _known_label(bundle, row) or _known_label(bundle, listed or {})
     if table is not None:
         item.table, item.table_lists_participant = str(table), listed is not None

@@ -207,6 +207,22 @@ PREPROCESS = Options(
         "participant_id, before participants.tsv's ids; kept in preprocess.json, no setting) "
         "[default: none: the tables' ids, else the BIDS sub- entity].",
     ),
+    task=Option(
+        "str | list of str | None",
+        "Read only the BIDS root's recordings of this task (the label after task- in file "
+        "names); repeat it for several (in Python a list) [default: every task; several are "
+        "pooled, with a warning counting each].",
+    ),
+    session=Option(
+        "str | list of str | None",
+        "Read only the BIDS root's recordings of this session (ses- label); repeatable "
+        "[default: every session: a participant's sessions stay on one side of train's splits].",
+    ),
+    run=Option(
+        "str | list of str | None",
+        "Read only the BIDS root's recordings of this run (run- label; 1 selects run-01); "
+        "repeatable [default: every run].",
+    ),
 )
 
 TRAIN = Options(

@@ -21,6 +21,8 @@ kind                when
 ``sampling_rate``   the recording's own sampling rate is more than :data:`FAR_FACTOR` times
                     outside the training recordings' range
 ``duration``        its length is, likewise
+``crop``            it is shorter than the crop the model's training recordings were cut to:
+                    it is analysed whole (fewer segments: a noisier score than theirs)
 ``in_training_data`` the same signal (:func:`~eegformer_cli.recordings.reading.signal_sha256`),
                     a copy of a training recording that was cropped, filtered or resampled (its
                     connectivity fingerprint, :func:`fingerprint`), or the same participant id
@@ -56,6 +58,7 @@ WARNING_KINDS = (
     "sex",
     "sampling_rate",
     "duration",
+    "crop",
 )
 #: A sampling rate or a length more than this factor below the training recordings' smallest or
 #: above their largest is "far outside" the training data (a 256 Hz recording for a model
@@ -308,6 +311,12 @@ def recording_warnings(item, training: dict | None, model_file: str | Path) -> l
         out.append(f"not_in_table: {item.table} does not list this recording ({who}); {fallback}")
     if training is not None:
         out += _demographic_warnings(item, training) + _recording_warnings(item, training)
+    if item.shorter_than_crop_s is not None:
+        out.append(
+            f"crop: {item.duration_s:.1f} s long, shorter than the {item.shorter_than_crop_s:g} "
+            "s the model's training recordings were cropped to: analysed whole, "
+            f"{item.coh.shape[0]} segment(s), so its score is noisier than theirs"
+        )
     return out
 
 

@@ -17,7 +17,11 @@ wPLI both rise in that band), present or absent per participant. The label (``di
 ==============  ===========================================================================
 
 Pairs and bands are drawn from ``layout_seed`` (two studies with the same layout seed share
-their planted cause, whatever their ``seed``); participants from ``seed``. Every age (20-80
+their planted cause, whatever their ``seed``); participants from ``seed``. With ``spread`` > 0
+(``--spread``) the planted sources spread by volume conduction: each planted channel's
+:data:`SPREAD_NEIGHBOURS` nearest electrodes receive its copy of the source times ``spread``,
+so one coupling is seen by many channel pairs (about 16, each in its coherence and wPLI form)
+besides its own, as a real source is; off by default. Every age (20-80
 years) and sex is listed. A present factor's strength is drawn per participant around
 ``strength``, the ratio of the shared source's amplitude to the background's in the same band,
 so a factor alone is detected from its pair's coherence with AUROC about 0.95-0.99, not 1.
@@ -60,6 +64,8 @@ SOURCE_BANDS = {"theta": (4.5, 7.5), "low_beta": (13.0, 17.0), "high_beta": (22.
 PLANTABLE = tuple(name for name in CHANNELS if name not in ("Fp1", "Fp2"))
 MIN_PAIR_DISTANCE_M = 0.07  # no neighbours: volume conduction would blur them
 LAG_RAD = np.pi / 3
+#: With ``spread``: how many of a planted channel's nearest electrodes its source reaches.
+SPREAD_NEIGHBOURS = 3
 
 
 @dataclass(frozen=True)
@@ -153,13 +159,34 @@ def band_fraction(exponent: float, band_hz: tuple[float, float], sfreq: float) -
     return float(power[inside].sum() / power.sum())
 
 
+def spread_neighbours(coupling: Coupling) -> dict[str, tuple[str, ...]]:
+    """Per channel of ``coupling``, the :data:`SPREAD_NEIGHBOURS` electrodes nearest to it
+    (colin27 10-20 positions) other than the coupling's own two: where ``spread`` carries its
+    copy of the source."""
+    positions = dict(zip(CHANNELS, channel_positions()))
+    out = {}
+    for name in coupling.channels:
+        others = [c for c in CHANNELS if c not in coupling.channels]
+        distance = [np.linalg.norm(positions[c] - positions[name]) for c in others]
+        out[name] = tuple(others[k] for k in np.argsort(distance)[:SPREAD_NEIGHBOURS])
+    return out
+
+
 def planted_signals(
-    factors: tuple[Factor, ...], strengths: dict[str, float], participant: SimulatedParticipant
+    factors: tuple[Factor, ...],
+    strengths: dict[str, float],
+    participant: SimulatedParticipant,
+    spread: float = 0.0,
 ):
     """The ``planted`` function of :func:`simulate.simulate_participant` for one participant:
     every coupling of every factor, each source with std ``strength`` x the background's std in
-    its band, (n_channels, n_times) volts. Sources are drawn even for absent factors (strength
-    0), so a participant's other signals do not depend on which factors they carry."""
+    its band, (n_channels, n_times) volts; with ``spread`` > 0 each planted channel's
+    :func:`spread_neighbours` also get its copy times ``spread``. Sources are drawn even for
+    absent factors (strength 0), so a participant's other signals do not depend on which
+    factors they carry."""
+    neighbours = {
+        c: spread_neighbours(c) for factor in factors for c in factor.couplings if spread > 0
+    }
 
     def planted(rng: np.random.Generator, n_times: int, sfreq: float) -> np.ndarray:
         signals = np.zeros((len(CHANNELS), n_times))
@@ -170,9 +197,11 @@ def planted_signals(
                     band_fraction(participant.background_exponent, coupling.band_hz, sfreq)
                 )
                 amplitude = strengths[factor.name] * in_band
-                first, second = (CHANNELS.index(name) for name in coupling.channels)
-                signals[first] += amplitude * source
-                signals[second] += amplitude * phase_shifted(source, coupling.lag_rad)
+                copies = (source, phase_shifted(source, coupling.lag_rad))
+                for name, copy in zip(coupling.channels, copies):
+                    signals[CHANNELS.index(name)] += amplitude * copy
+                    for near in neighbours.get(coupling, {}).get(name, ()):
+                        signals[CHANNELS.index(near)] += spread * amplitude * copy
         return signals
 
     return planted
@@ -194,15 +223,16 @@ def simulate_scenario(
     layout_seed: int | None = None,
     strength: float = DEFAULT_STRENGTH,
     overwrite: bool = False,
+    spread: float = 0.0,
 ) -> dict:
-    """Write a ground-truth study to ``out_dir`` and its truth to :func:`ground_truth_path`.
-
-    Returns the ground truth (what the JSON file holds).
+    """Write a ground-truth study to ``out_dir`` and its truth to :func:`ground_truth_path`;
+    returns the truth (what the JSON file holds). ``spread`` in [0, 1): the weight of a planted
+    source on its channels' nearest electrodes (module docs; 0: off, earlier versions' files
+    byte for byte; on, the truth's ``spread`` gives it and the electrodes each channel reaches).
     """
     check_choice("scenario", scenario, SCENARIOS)
     check_simulation_settings(n_participants, duration_s, sfreq)
-    if not strength > 0:
-        raise UsageError(f"--strength must be > 0, got {strength}")
+    _check_source_settings(strength, spread)
     layout_seed = seed if layout_seed is None else layout_seed
     factors = draw_layout(scenario, layout_seed)
     drawn = draw_participants(n_participants, seed)
@@ -223,6 +253,7 @@ def simulate_scenario(
             factors,
             {name: float(s[participant.index]) for name, s in strengths.items()},
             participant,
+            spread,
         )
 
     write_dataset(out_dir, participants, duration_s, sfreq, overwrite, planted_of)
@@ -239,6 +270,7 @@ def simulate_scenario(
             {"name": f.name, "couplings": [dataclasses.asdict(c) for c in f.couplings]}
             for f in factors
         ],
+        **_spread_record(factors, spread),
         "participants": [
             {
                 "participant_id": p.participant_id,
@@ -253,6 +285,32 @@ def simulate_scenario(
     }
     write_json(ground_truth_path(out_dir), truth)
     return truth
+
+
+def _check_source_settings(strength: float, spread: float) -> None:
+    """Raise :class:`UsageError` naming the option when ``strength`` or ``spread`` cannot be
+    simulated."""
+    if not strength > 0:
+        raise UsageError(f"--strength must be > 0, got {strength}")
+    if not 0 <= spread < 1:
+        raise UsageError(
+            f"--spread must be in [0, 1) (a neighbour gets less than the planted channel), "
+            f"got {spread}"
+        )
+
+
+def _spread_record(factors: tuple[Factor, ...], spread: float) -> dict:
+    """The ground truth's ``spread`` (its weight and, per planted channel, the electrodes its
+    source reaches), or nothing when off (a ground-truth file of earlier versions)."""
+    if spread == 0:
+        return {}
+    reaches = {
+        name: list(near)
+        for factor in factors
+        for coupling in factor.couplings
+        for name, near in spread_neighbours(coupling).items()
+    }
+    return {"spread": {"weight": spread, "reaches": reaches}}
 
 
 def read_ground_truth(path: str | Path) -> dict:

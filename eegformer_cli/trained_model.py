@@ -94,13 +94,20 @@ _RECORDINGS = Options(
     age=Option(
         "float | list of float | None",
         "Age in years: one for every recording, or (Raws only) one per Raw; None = from the "
-        "participants table for paths, unknown for Raws.",
+        "participants table (unknown where it gives none).",
     ),
     sex=Option("str | list of str | None", '``"M"`` or ``"F"``, as ``age``.'),
     participants=Option(
         "str | os.PathLike | None",
-        "A participants table for recordings given as paths (``--participants``; default: "
-        "the one beside them).",
+        "A participants table (``--participants``; default: the one beside the recording "
+        "files, a Raw's file too): each recording's participant, age and sex, as "
+        "``eegformer predict`` finds them from the file names.",
+    ),
+    participant_id=Option(
+        "str | list of str | None",
+        "Raws only: the participant of every Raw, or one per Raw (None: the one the Raw's "
+        "file name gives, as for a path; none for a Raw made in memory); its row of "
+        "``participants`` gives age and sex.",
     ),
     max_interpolated=Option(
         "int | None",
@@ -210,6 +217,7 @@ class TrainedModel:
         sex=None,
         *,
         participants=None,
+        participant_id=None,
         max_interpolated: int | None = None,
         strict: bool = False,
         on_row: Callable[[dict], None] | None = None,
@@ -220,7 +228,9 @@ class TrainedModel:
         Returns
         -------
         pandas.DataFrame
-            One row per recording: ``recording_id, participant_id, predicted, prob_<class>...``
+            One row per recording: ``recording_id, participant_id``, the BIDS entities of
+            recordings of a BIDS dataset (``subject, session, task, acquisition, run``: those
+            any of them has), ``predicted, prob_<class>...``
             (recalibrated when ``train`` kept a recalibration), ``prediction_set`` (with
             ``coverage``), then ``source_file, n_segments, n_segments_rejected,
             channels_interpolated, age, age_source, sex, sex_source, warnings`` (lists as lists;
@@ -238,7 +248,8 @@ class TrainedModel:
             whole cannot be (an input that does not exist, a preprocess folder made with other
             settings, an unreadable participants table).
         UsageError
-            Invalid ``age``, ``sex``, ``max_interpolated``, or Raws mixed with paths.
+            Invalid ``age``, ``sex``, ``max_interpolated``, Raws mixed with paths, or
+            ``participant_id`` with paths.
         PartialFailure
             ``strict`` and a recording got a warning.
         """
@@ -246,7 +257,7 @@ class TrainedModel:
 
         if coverage is not None:
             check_coverage(self._bundle, coverage)
-        items = self._inputs(raw_or_paths, age, sex, participants, max_interpolated)
+        items = self._inputs(raw_or_paths, age, sex, participants, participant_id, max_interpolated)
         note_unchecked(self._bundle, strict)
         table, failures, warned = self._predicted_table(items, on_row, coverage)
         raise_for_outcome(self._bundle, failures, warned, strict, "predicted", table)
@@ -290,13 +301,20 @@ class TrainedModel:
         from eegformer_cli.inference import predict_recordings
 
         columns = (
-            ["recording_id", "participant_id", "predicted"]
+            ["recording_id", "participant_id", *items.entity_columns, "predicted"]
             + [f"prob_{name}" for name in self.classes]
             + ([] if coverage is None else ["prediction_set"])
             + list(provenance.PROVENANCE_COLUMNS)
         )
         rows, failures, warning_lines = [], [], WarningLines()
-        predicted = predict_recordings(self._bundle, items, self._device, self._precision, coverage)
+        predicted = predict_recordings(
+            self._bundle,
+            items,
+            self._device,
+            self._precision,
+            coverage,
+            items.entity_columns,
+        )
         with console.progress_lines() as progress:
             task = progress.add_task("predict", total=len(items), status="")
             for row in predicted:
@@ -322,6 +340,7 @@ class TrainedModel:
         sex=None,
         *,
         participants=None,
+        participant_id=None,
         target: str | None = None,
         contrast: Sequence[str] | None = None,
         method: str = DEFAULT_METHOD,
@@ -362,7 +381,7 @@ class TrainedModel:
             self.classes, self._bundle.positive_label, target, contrast, method, n_steps, all_heads
         )
         given = _as_list(raw_or_paths)
-        items = self._inputs(given, age, sex, participants, max_interpolated)
+        items = self._inputs(given, age, sex, participants, participant_id, max_interpolated)
         caution = caution_rules(self.preprocess_settings.bands, self.channels)
         call = ExplainCall(self._bundle, self._device, self.run_dir, options, caution)
         folder = None if out is None else call.claim_out_folder(out, overwrite, given)
@@ -375,7 +394,7 @@ class TrainedModel:
 
     # inputs -----------------------------------------------------------------------------
 
-    def _inputs(self, raw_or_paths, age, sex, participants, max_interpolated):
+    def _inputs(self, raw_or_paths, age, sex, participants, participant_id, max_interpolated):
         """The recordings of a call (:class:`~eegformer_cli.inference.InputRecordings`),
         checked as a whole before any is read."""
         import mne
@@ -391,7 +410,7 @@ class TrainedModel:
                 "give recordings as mne.io.Raw objects or as paths, not both in one call"
             )
         if not raws:
-            _check_paths(given, age, sex)
+            _check_paths(given, age, sex, participant_id)
             return load_inputs(
                 self._bundle,
                 [Path(entry) for entry in given],
@@ -400,17 +419,14 @@ class TrainedModel:
                 sex=sex,
                 max_interpolated=max_interpolated,
             )
-        if participants is not None:
-            raise UsageError(
-                "participants= is for recordings given as paths (a table is "
-                "matched by file name); give age= and sex= for mne.io.Raw inputs"
-            )
         return raw_inputs(
             self._bundle,
             raws,
             _per_recording(age, len(raws), "age"),
             _per_recording(sex, len(raws), "sex"),
             max_interpolated,
+            participants,
+            _per_recording(participant_id, len(raws), "participant_id"),
         )
 
 
@@ -419,9 +435,9 @@ def _as_list(raw_or_paths) -> list:
     return list(raw_or_paths) if isinstance(raw_or_paths, (list, tuple)) else [raw_or_paths]
 
 
-def _check_paths(given: list, age, sex) -> None:
-    """UsageError for an input that is neither a Raw nor a path, or for per-recording ``age``
-    / ``sex`` lists with paths."""
+def _check_paths(given: list, age, sex, participant_id) -> None:
+    """UsageError for an input that is neither a Raw nor a path, for per-recording ``age`` /
+    ``sex`` lists with paths, or for ``participant_id`` with paths."""
     for entry in given:
         if not isinstance(entry, (str, os.PathLike)):
             raise UsageError(
@@ -435,10 +451,16 @@ def _check_paths(given: list, age, sex) -> None:
                 "inputs; with paths give one for all (or a participants "
                 "table)"
             )
+    if participant_id is not None:
+        raise UsageError(
+            "participant_id= is for mne.io.Raw inputs; recordings given as paths get their "
+            "participant from the participants table or their file name"
+        )
 
 
 def _per_recording(value, n: int, name: str) -> list:
-    """``age`` / ``sex`` for ``n`` Raws: one value for all, or a list of ``n``."""
+    """``age`` / ``sex`` / ``participant_id`` for ``n`` Raws: one value for all, or a list of
+    ``n``."""
     if isinstance(value, (list, tuple)):
         if len(value) != n:
             raise UsageError(

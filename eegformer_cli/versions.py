@@ -13,6 +13,7 @@ _PACKAGES = (
     "mne",
     "mne-connectivity",
     "mne-icalabel",
+    "mne-bids",
     "torch",
     "captum",
     "scikit-learn",

@@ -196,7 +196,8 @@ def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
     )
     assert "chance 0.33 (3 classes)" in three[0][1] and three[0][2] == "neutral"
     assert verdict.headline(metrics_of()).startswith(
-        "XAIguiFormer: above chance; not distinguishable from the logistic regression"
+        "XAIguiFormer: above chance (its 95 % interval, 0.66 to 0.84, lies above chance 0.50); "
+        "not distinguishable from the logistic regression"
     )
 
 

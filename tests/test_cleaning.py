@@ -126,7 +126,7 @@ def test_a_recording_shorter_than_an_epoch_is_a_recording_error():
 def test_crop_length_and_a_recording_too_short_for_it():
     assert cleaning.crop_length(1000, SFREQ, 6.0) == 768
     assert cleaning.crop_length(768, SFREQ, 6.0) == 768
-    with pytest.raises(RecordingError, match="too short for --crop 8: 6.0 s"):
+    with pytest.raises(RecordingError, match="too short for a crop of 8 s: 6.0 s long"):
         cleaning.crop_length(768, SFREQ, 8.0)
 
 

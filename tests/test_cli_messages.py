@@ -204,3 +204,29 @@ def test_a_misspelt_column_or_choice_gets_a_did_you_mean(tmp_path, capsys):
     with pytest.raises(UsageError, match="allowed values are 'default', 'paper'; did you mean"):
         check_choice("preset", "defualt", ["default", "paper"])
     assert did_you_mean("xyz", ["diagnosis", "age"]) == ""
+
+
+def test_an_option_of_another_command_points_to_it(tmp_path, capsys):
+    """``train --crop`` names ``preprocess --crop`` instead of options of similar spelling; a
+    mistyped option still gets Click's suggestions."""
+    from eegformer_cli.cli.arguments import ELSEWHERE
+
+    code, output = run_main(capsys, "train", tmp_path, "--crop", "62")
+    assert code == UsageError.exit_code == 2
+    error = " ".join(output.split()).split("Error: ")[1]
+    assert error.startswith("No such option: --crop; it belongs to `eegformer preprocess --crop`")
+    assert "--cv" not in error and not (tmp_path / "run").exists()
+    code, output = run_main(capsys, "predict", tmp_path / "model.pt", tmp_path, "--target", "a")
+    assert code == 2 and "it belongs to `eegformer explain --target`" in output
+    code, output = run_main(capsys, "train", tmp_path, "--epoch", "3")
+    assert code == 2 and "No such option: --epoch (Possible options: --epochs" in output
+    # every option of the table is unknown to the commands given it and known to its owner
+    commands = typer.main.get_command(app).commands
+    options = {
+        name: {opt for param in command.params for opt in param.opts}
+        for name, command in commands.items()
+    }
+    for given_to, names, owner, _why in ELSEWHERE:
+        for name in given_to:
+            assert not set(names) & options[name], name
+        assert set(names) <= options[owner], owner

@@ -61,6 +61,7 @@ def test_train_results_go_to_stdout_and_progress_to_stderr(tmp_path, capsys):
         "1 fold(s), test participants only",
         "xaiguiformer - logistic_regression, bac:",
         "shortcut audit:",
+        "interaction screens:",
         f"run folder: {run}",
     ):
         assert result in summary and result not in done.stderr, result
@@ -69,6 +70,9 @@ def test_train_results_go_to_stdout_and_progress_to_stderr(tmp_path, capsys):
     code, out, err = run_main(capsys, *command[len(EEGFORMER) :], "--json")
     assert code == 0, err
     assert json.loads(out)["run_dir"] == str(run) and "Verdict" in err
+    # the answer of the above-chance rule and the interaction screens, in the JSON too
+    assert json.loads(out)["above_chance"]["follows"] == "interval"
+    assert json.loads(out)["interaction_screens"]["n_folds"] == 1
 
 
 def test_without_a_terminal_long_steps_print_done_total_and_time_left(capsys):

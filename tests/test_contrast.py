@@ -2,7 +2,8 @@
 difference of the two classes' attributions (Integrated Gradients is linear in the output), it
 groups recordings by true class when known, and on a ``simulate --scenario linear`` study its
 strongest pair is a planted one, pushing towards the patients, whose connectivity is higher;
-pairs that eye movements or muscle can fake are marked.
+pairs that eye movements or muscle can fake are marked; the report shows coherence and wPLI
+each on its own and says the strongest pairs in words.
 """
 
 from __future__ import annotations
@@ -223,3 +224,63 @@ def test_the_contrast_of_a_linear_study_is_led_by_a_planted_pair_with_its_sign(
 def contrast_settings(out) -> dict:
     """The artefact rule ``explain`` stored in its class summary."""
     return json.loads((out / "class_summary.json").read_text())["settings"]["artefact_caution"]
+
+
+def test_the_contrast_shows_each_measure_on_its_own_and_says_each_top_pair_in_words():
+    """Coherence lower and wPLI higher in the second class, in the strongest pair: two heads
+    per measure (how it differs, how it pushes), never their sum, and a sentence per pair."""
+    import matplotlib.pyplot as plt
+
+    from eegformer_cli.explain.explanation_notes import contrast_sentences_html
+    from eegformer_cli.explain.export import contrast_rows
+    from eegformer_cli.explain.report_figures import contrast_figure
+
+    channels, bands = ["F8", "P3", "Cz", "O1"], ["theta", "alpha"]
+    maps = {k: np.zeros((2, 4, 4)) for k in ("coh", "wpli", "coh_push", "wpli_push")}
+    for key, value in (("coh", -0.04), ("wpli", 0.03), ("coh_push", 0.01), ("wpli_push", 0.05)):
+        maps[key][0, 0, 1] = maps[key][0, 1, 0] = value  # theta F8-P3
+    maps["coh"][0, 2, 3] = maps["coh"][0, 3, 2] = 0.02  # a weaker pair, both measures higher
+    maps["wpli"][0, 2, 3] = maps["wpli"][0, 3, 2] = 0.01
+    maps["coh_push"][0, 2, 3] = maps["coh_push"][0, 3, 2] = -0.01
+    summary = {
+        "bands": bands,
+        "channels": channels,
+        "contrast_pairs": maps["coh_push"] + maps["wpli_push"],
+        "contrast_coh_pairs": maps["coh_push"],
+        "contrast_wpli_pairs": maps["wpli_push"],
+        "coh_difference": maps["coh"],
+        "wpli_difference": maps["wpli"],
+        "contrast_band": np.array([0.05, 0.0]),
+    }
+    fig = contrast_figure(summary, ["rest", "arithmetic"])
+    titles = [ax.get_title() for ax in fig.axes if "\n" in ax.get_title()]
+    assert [t.split("\n")[0] for t in titles] == [
+        "coherence, arithmetic minus rest:",
+        "how the coherence difference pushes:",
+        "wPLI, arithmetic minus rest:",
+        "how the wPLI difference pushes:",
+    ]
+    bars = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel().endswith("difference")]
+    assert bars == ["coherence difference", "wPLI difference"]  # each measure, its own scale
+    # the strongest pair's line: blue (lower) on the coherence head, red (higher) on wPLI's
+    coherence, wpli = (
+        ax.collections[-1].get_colors()[-1]  # the strongest pair, drawn last
+        for ax in fig.axes
+        if ax.get_title().startswith(("coherence,", "wPLI,"))
+    )
+    assert coherence[2] > coherence[0] and wpli[0] > wpli[2]
+    plt.close(fig)
+    columns, rows = contrast_rows(
+        {**summary, "classes": ["rest", "arithmetic"], "grouped_by": "true class"},
+        bands,
+        channels,
+        {},
+    )
+    sentences = contrast_sentences_html([dict(zip(columns, row)) for row in rows[:2]])
+    assert (
+        "<li>theta F8-P3: coherence lower, wPLI higher in arithmetic; pushes towards "
+        "arithmetic (+0.06 logit units: coherence +0.01, wPLI +0.05)</li>"
+    ) in sentences
+    assert "<li>theta Cz-O1: coherence and wPLI higher in arithmetic; pushes towards rest" in (
+        sentences
+    )

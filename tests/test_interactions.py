@@ -190,15 +190,102 @@ def test_an_unknown_age_acts_as_the_training_mean_age_in_the_interaction_token()
     assert not torch.allclose(swapped.logits_refined, logits["older"])
 
 
-def test_a_model_file_keeps_its_interactions(tmp_path):
-    folder = planted_study(tmp_path / "xor", "xor", n=120)
-    run = tmp_path / "run"
-    config = tiny_config(interactions=True, age_interactions=True, holdout=0.25)
-    run_training(folder, run, "diagnosis", config)
+def build_interaction_run(tmp_path_factory) -> dict:
+    """A tiny model (25 % holdout) trained on an XOR study of 80 participants, whose screen
+    keeps the planted pair: built once per test session and worker (test_report.py explains
+    and reports it)."""
+    root = tmp_path_factory.getbasetemp() / "interaction-run"
+    prep, run = root / "xor", root / "run"
+    if not (run / "model.pt").is_file():
+        planted_study(prep, "xor", n=80)
+        config = tiny_config(interactions=True, age_interactions=True, holdout=0.25)
+        run_training(prep, run, "diagnosis", config)
+    return {"prep": prep, "run": run}
+
+
+def test_a_model_file_keeps_its_interactions_and_the_run_says_so(tmp_path_factory, capsys):
+    from eegformer_cli.cli.train import _report
+    from eegformer_cli.experiment import run_folder
+
+    run = build_interaction_run(tmp_path_factory)["run"]
     bundle = load_model_file(run / "model.pt")
     kept = [Interaction.from_dict(d) for d in bundle.model.config.interactions]
     assert kept and {kept[0].a, kept[0].b} == set(PLANTED)
     assert bundle.model.model.interaction_token is not None
+    # metrics.json and train's summary: what the screen kept, its best score and its gate
+    metrics = run_folder.read_metrics(run)
+    screens = metrics.interaction_screens
+    assert screens.pairs and screens.with_age and (screens.n_folds, screens.folds_kept) == (1, 1)
+    fold = screens.per_fold[0]
+    assert fold.kept[0] == kept[0].label() == "coh theta C3-P4 x wpli beta F4-C4"
+    assert fold.top_pair_score == pytest.approx(kept[0].score) and fold.pair_gate < kept[0].score
+    assert screens.final is None  # a holdout run: model.pt is the evaluated model
+    capsys.readouterr()
+    _report(metrics, run, as_json=False)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "interaction screens: kept something in its one fold: coh theta C3-P4 x wpli beta F4-C4"
+        in printed
+    )
+    assert f"entry pairs: best score {fold.top_pair_score:.2f} against a gate of " in printed
+
+    # a model file of an earlier version: its interactions without proxies
+    stored = torch.load(run / "model.pt", weights_only=True)
+    for item in stored["model_config"]["interactions"]:
+        del item["proxies"]
+    torch.save(stored, run / "earlier.pt")
+    earlier = load_model_file(run / "earlier.pt")
+    assert [Interaction.from_dict(d) for d in earlier.model.config.interactions] == [
+        Interaction(k.a, k.b, k.score, k.threshold) for k in kept
+    ]
+    coh, wpli = _inputs()
+    no_demographics = torch.full((3,), float("nan"))
+    torch.testing.assert_close(
+        earlier.model(coh, wpli, no_demographics, no_demographics)[1],
+        bundle.model(coh, wpli, no_demographics, no_demographics)[1],
+    )
+
+
+def test_the_screens_say_what_they_kept_or_that_they_kept_nothing_or_did_not_run():
+    from eegformer_cli.experiment.interaction_screens import describe_screens, summarise_screens
+    from eegformer_cli.training.fold_record import FoldRecord
+
+    def record(kept=(), pair=(0.62, 0.71), age=(0.40, 0.55)) -> dict:
+        return {
+            "kept": [k.to_dict() for k in kept],
+            "top_pair_score": pair[0],
+            "pair_threshold": pair[1],
+            "top_age_score": age and age[0],
+            "age_threshold": age and age[1],
+        }
+
+    folds = [FoldRecord(repeat=0, fold=k, interaction_screen=record()) for k in range(5)]
+    folds[2].interaction_screen["top_pair_score"] = 0.70  # the nearest its gate
+    nothing = summarise_screens(folds, True, True, record(pair=(0.5, 0.8)))
+    assert nothing.folds_kept == 0 and [f.fit for f in nothing.per_fold][2] == "r0_f2"
+    assert describe_screens(nothing, "default") == (
+        "the screens kept nothing in any of the 5 folds, nor for the final model: entry "
+        "pairs: best score 0.70 against a gate of 0.71 (r0_f2); entries with age: best "
+        "score 0.40 against a gate of 0.55 (r0_f0)"
+    )
+    pair = Interaction(*PLANTED, 0.9, 0.71)
+    folds[1].interaction_screen = record([pair], pair=(0.9, 0.71), age=None)  # no age known
+    folds[3].interaction_screen = None  # a record of an earlier version
+    some = summarise_screens(folds, True, True, None)
+    assert some.folds_kept == 1 and not some.per_fold[3].recorded
+    assert describe_screens(some, "default") == (
+        "kept something in 1 of 5 folds (1 fold(s) of an earlier eegformer did not record "
+        "theirs): coh theta C3-P4 x wpli beta F4-C4 (1 of 5 folds); entry pairs: best score "
+        "0.90 against a gate of 0.71 (r0_f1); entries with age: best score 0.40 against a "
+        "gate of 0.55 (r0_f0)"
+    )
+    unscreened = summarise_screens(folds, False, False, None)
+    assert unscreened.per_fold == [] and unscreened.n_folds == 5
+    assert describe_screens(unscreened, "paper") == (
+        "not screened (the paper preset has no interaction screen)"
+    )
+    assert "--no-interactions and --no-age-interactions" in describe_screens(unscreened, "default")
+    assert "`eegformer train --merge RUN_DIR` adds them" in describe_screens(None, "default")
 
 
 def test_a_fit_that_keeps_nothing_is_bit_for_bit_the_fit_without_the_screen(tmp_path):

@@ -188,7 +188,7 @@ def test_a_preprocess_folder_made_with_other_settings_is_refused(msu_run, tmp_pa
     )
     done = run_cli("predict", msu_run["model"], other)
     assert done.returncode == 3 and done.stdout == ""
-    assert "epoch_length 6.0 (model: 15.0)" in done.stderr and str(other) in done.stderr
+    assert "epoch_length 6 (model: 15)" in done.stderr and str(other) in done.stderr
     assert "raw recordings" in done.stderr and "Traceback" not in done.stderr
     # the same recordings given raw are preprocessed with the model's settings
     done = run_cli("predict", msu_run["model"], *edfs)
@@ -200,7 +200,7 @@ def test_a_preprocess_folder_made_with_other_settings_is_refused(msu_run, tmp_pa
     del stored["settings"]["resample_method"]
     (earlier / "preprocess.json").write_text(json.dumps(stored))
     done = run_cli("predict", msu_run["model"], earlier)
-    assert done.returncode == 3 and "resample_method 'fft' (model: 'polyphase')" in done.stderr
+    assert done.returncode == 3 and "resample_method fft (model: polyphase)" in done.stderr
 
 
 def _probabilities(done: subprocess.CompletedProcess) -> dict[str, float]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import mne
+import numpy as np
 import pytest
 import torch
 from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
@@ -407,6 +408,7 @@ def test_warning_rules_on_plain_values(tmp_path):
             "table_lists_participant": None,
             "age_source": "none",
             "sex_source": "table",
+            "shorter_than_crop_s": None,
         }
         return SimpleNamespace(**{**base, **values})
 
@@ -422,6 +424,11 @@ def test_warning_rules_on_plain_values(tmp_path):
         "sex",
         "sampling_rate",
         "duration",
+    ]
+    short = item(duration_s=50.0, shorter_than_crop_s=55.0, coh=np.zeros((3, 1, 2, 2)))
+    assert recording_warnings(short, training, tmp_path / "model.pt") == [
+        "crop: 50.0 s long, shorter than the 55 s the model's training recordings were cropped "
+        "to: analysed whole, 3 segment(s), so its score is noisier than theirs"
     ]
     assert {w.split(":")[0] for w in warnings} <= set(WARNING_KINDS)
     assert warnings[1] == (

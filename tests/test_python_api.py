@@ -27,10 +27,10 @@ UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the 
 SIGNATURES = {
     "load_model": "(path, device='auto', precision='auto')",
     "TrainedModel.predict": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
-    "max_interpolated=None, strict=False, on_row=None, coverage=None)",
+    "participant_id=None, max_interpolated=None, strict=False, on_row=None, coverage=None)",
     "TrainedModel.predict_proba": "(self, raw_or_paths, age=None, sex=None, **options)",
     "TrainedModel.explain": "(self, raw_or_paths, age=None, sex=None, *, participants=None, "
-    "target=None, contrast=None, method='integrated_gradients', n_steps=128, "
+    "participant_id=None, target=None, contrast=None, method='integrated_gradients', n_steps=128, "
     "all_heads=False, max_interpolated=None, strict=False, out=None, overwrite=False)",
     "Explanations": "(recordings, band_importance, attention, attention_diagnostics, "
     "channel_pairs, contrast, per_recording, interactions)",
@@ -46,7 +46,8 @@ SIGNATURES = {
     "commands.preprocess": "(inputs, out, *, participants=None, recordings=None, "
     "preset='default', channels=None, max_interpolated=None, bands=None, "
     "epoch_length=None, sfreq=None, ica=None, n_jobs=1, strict=False, "
-    "backend='local', scheduler=None, overwrite=False, crop=None, participant_pattern=None)",
+    "backend='local', scheduler=None, overwrite=False, crop=None, participant_pattern=None, "
+    "task=None, session=None, run=None)",
     "commands.train": "(data_dir=None, out=None, label_column=None, *, preset='default', "
     "config=None, cv=None, repeats=None, holdout=None, splits=None, "
     "epochs=None, batch_size=None, lr=None, patience=None, seed=None, "
@@ -174,6 +175,32 @@ def test_predict_proba_of_a_raw_equals_predict_on_the_file(sample_run, capsys):
     assert row["source_file"] == str(UNSEEN) and row["n_segments"] == cli["n_segments"]
     assert row["age_source"] == "flag" and row["warnings"] == cli["warnings"]
     assert not raw.preload and raw.ch_names == names  # the caller's Raw is left as it was
+
+
+def test_a_raw_gets_the_participant_the_cli_finds_for_its_file(sample_run, capsys):
+    """A Raw read from a file: the participant, age and sex ``eegformer predict`` finds for the
+    file (the participants table beside it); one made in memory: ``participant_id=``, whose
+    row of ``participants=`` gives age and sex."""
+    code, output = run_main(capsys, "predict", sample_run["model"], UNSEEN, "--format", "json")
+    assert code == 0, output
+    (cli,) = json_rows(output)
+    model = eegformer_cli.load_model(sample_run["model"], device="cpu")
+    raw = mne.io.read_raw_edf(UNSEEN, verbose="error")
+    row = model.predict(raw).iloc[0]
+    assert row["participant_id"] == cli["participant_id"] == "sub-13"
+    assert (row["age"], row["sex"]) == (cli["age"], cli["sex"]) == (59.0, "M")
+    assert row["age_source"] == row["sex_source"] == cli["age_source"] == "table"
+    assert abs(row["prob_healthy"] - cli["prob_healthy"]) < 1e-6
+    made = mne.io.RawArray(raw.get_data(), raw.info, verbose="error")
+    table = SAMPLE_DATA / "participants.tsv"
+    named = model.predict(made, participant_id="sub-13", participants=table).iloc[0]
+    assert named["recording_id"] == "raw-0" and named["participant_id"] == "sub-13"
+    assert (named["age"], named["sex"], named["age_source"]) == (59.0, "M", "table")
+    assert abs(named["prob_healthy"] - cli["prob_healthy"]) < 1e-6
+    anonymous = model.predict(made).iloc[0]
+    assert anonymous["participant_id"] is None and anonymous["age_source"] == "none"
+    with pytest.raises(errors.UsageError, match="participant_id= is for mne.io.Raw inputs"):
+        model.predict(UNSEEN, participant_id="sub-13")
 
 
 def test_paths_give_the_cli_rows_and_warnings(sample_run, capsys):

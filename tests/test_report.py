@@ -1,11 +1,14 @@
 """``eegformer report``: built from a real tiny run on sample data (+ its explanations), one
-self-contained HTML file; the report of ``eegformer demo`` (what ``make demo`` writes) rendered
-by a real browser (headless Chromium): every figure decoded, the run summary, metric notes, the
-preprocessing settings, the class contrast and a sortable per-recording table there, no table
-wider than the page, no tag badges; figures that label the final model, keep their titles
-inside, give each attention panel its own scale, keep legends off the data and draw on the
-head the band their chart puts first (or the one asked for); counts named for what they count;
-parts missing; an incomplete run; not a run folder.
+self-contained HTML file; the report of ``eegformer demo`` (what ``make demo`` writes, whose
+screens keep nothing) and that of a run whose screen kept the planted interaction of an XOR
+study rendered by a real browser (headless Chromium): every figure decoded, the run summary,
+metric notes, the preprocessing settings, the Interactions section, the class contrast with
+coherence and wPLI apart and a sortable per-recording table there, no table wider than the
+page, no header broken inside a word, no literal backtick, attention labels of 10 px or more,
+no tag badges; a title naming the run folder and the crop; figures that label the final model,
+keep their titles inside, give each attention panel its own scale, keep legends off the data
+and draw on the head the band their chart puts first (or the one asked for); counts named for
+what they count; parts missing; an incomplete run; not a run folder.
 """
 
 from __future__ import annotations
@@ -69,6 +72,31 @@ def report_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def interaction_report(tmp_path_factory):
+    """report.html of a run whose screen kept the planted interaction of an XOR study, with its
+    explanations (tests/test_interactions.py's run; 16 Integrated Gradients steps: fast)."""
+    from test_interactions import build_interaction_run
+
+    run = build_interaction_run(tmp_path_factory)
+    out = tmp_path_factory.mktemp("interaction-report")
+    for args in (
+        ["explain", run["run"], run["prep"], "--out", out / "explanations", "--n-steps", 16],
+        [
+            "report",
+            run["run"],
+            "--explanations",
+            out / "explanations",
+            "--out",
+            out / "report.html",
+        ],
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            main([str(a) for a in args])
+        assert stopped.value.code == 0
+    return out / "report.html"
+
+
+@pytest.fixture(scope="module")
 def demo_report(tmp_path_factory):
     """report.html of ``eegformer demo`` (the whole chain on sample_data/, as ``make demo``)."""
     out = tmp_path_factory.mktemp("demo")
@@ -110,6 +138,8 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
         "About the explanations",
         "What attention does (out of fold)",
         "Attention entropy per epoch",
+        "What the screens found",
+        "Interactions: the screens kept nothing in its one fold: entry pairs: best score",
         "explanation / rest",
         "logit change, uniform",
     ):
@@ -123,11 +153,32 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
     for key in settings:
         label = PREPROCESS_SETTINGS[key][0] if key in PREPROCESS_SETTINGS else key
         assert crop < section.index(html.escape(label)), key
-    # the title names the model, the data and the label, not the run folder ("eegformer run run")
-    assert "<title>XAIguiFormer (default preset) on sample_data: diagnosis</title>" in text
+    # the title names the model, the data, its crop, the label and the run folder
+    assert (
+        "<title>XAIguiFormer (default preset) on sample_data, whole recordings: diagnosis; "
+        "run folder run</title>"
+    ) in text
 
 
-def test_report_title_names_the_dataset_from_the_preprocess_inputs(tmp_path):
+def test_the_interactions_section_shows_what_was_kept_and_leads_the_contrast(interaction_report):
+    text = interaction_report.read_text(encoding="utf-8")
+    section = text[text.index("What the screens found") :]
+    assert "Interactions: kept something in its one fold: coh theta C3-P4 x wpli beta F4-C4" in (
+        section
+    )
+    assert "<td>r0_f0</td>" in section and "(gate " in section
+    # the products' attributions, per class and in the contrast
+    used = section[section.index("Interactions the models use") :]
+    assert "<td>coh theta C3-P4</td><td>wpli beta F4-C4</td>" in used
+    assert "attribution, class patient (logit units)" in used
+    # the contrast section says first that the kept product carries more than any pair
+    contrast = text[text.index("Class contrast: the interactions first") :]
+    assert contrast.index("The kept interactions carry more of the class contrast") < (
+        contrast.index("Class contrast: patient against control")
+    )
+
+
+def test_report_title_names_the_dataset_its_crop_and_the_run_folder(tmp_path, monkeypatch):
     from eegformer_cli.explain.report import report_title
 
     prep = tmp_path / "prep"
@@ -136,20 +187,37 @@ def test_report_title_names_the_dataset_from_the_preprocess_inputs(tmp_path):
     dataset.mkdir()
     (prep / "preprocess.json").write_text(json.dumps({"inputs": [str(dataset)]}))
     config = {"data_dir": str(prep), "preset": "paper", "label_column": "diagnosis"}
-    assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
+    assert report_title(config, tmp_path / "run") == (
+        "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis; run folder run"
+    )
     (prep / "preprocess.json").write_text(
         json.dumps(
             {
                 "inputs": [  # files of a BIDS tree
                     str(dataset / "sub-01" / "eeg" / "a.edf"),
                     str(dataset / "eeg" / "b.edf"),
-                ]
+                ],
+                "settings": {"crop_s": None},
             }
         )
     )
-    assert report_title(config) == "XAIguiFormer (paper preset) on msu-schizophrenia: diagnosis"
-    (prep / "preprocess.json").unlink()  # no settings file: the folder's name
-    assert report_title(config) == "XAIguiFormer (paper preset) on prep: diagnosis"
+    whole = report_title(config, tmp_path / "run")
+    assert whole == (
+        "XAIguiFormer (paper preset) on msu-schizophrenia, whole recordings: diagnosis; "
+        "run folder run"
+    )
+    # a cropped run's report never carries an uncropped one's title
+    (prep / "preprocess.json").write_text(json.dumps({"settings": {"crop_s": 62.0}}))
+    assert report_title(config, tmp_path / "run") == (
+        "XAIguiFormer (paper preset) on prep, first 62 s of each recording: diagnosis; "
+        "run folder run"
+    )
+    (prep / "preprocess.json").unlink()  # no settings file: the folder's name, no crop
+    (tmp_path / "run-crop").mkdir()
+    monkeypatch.chdir(tmp_path / "run-crop")  # `eegformer report .` names the folder too
+    assert report_title(config, ".") == (
+        "XAIguiFormer (paper preset) on prep: diagnosis; run folder run-crop"
+    )
 
 
 def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel():
@@ -289,19 +357,11 @@ def test_report_refuses_another_models_explanations_and_damaged_predictions(
     assert "rerun the same `eegformer train` command" in output
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
-)
-def test_demo_report_renders_in_headless_chromium(demo_report, tmp_path):
-    # a copy that, once loaded, writes into the DOM what the browser shows: decoded images,
-    # visible tag badges, the tag filter, the sortable table, and whether sorting by P(true)
-    # (a click on its header) orders the rows
-    probe = tmp_path / "probe.html"
-    probe.write_text(
-        demo_report.read_text(encoding="utf-8").replace(
-            "</body>",
-            """<script>
+#: Injected into a copy of a report: once loaded, it writes into the DOM what the browser shows
+#: (decoded images, the verdict box, figures, tables cut by the page, header words broken, the
+#: text a reader sees, the attention figures' scale) and, on the sortable per-recording table,
+#: whether a click on P(true) sorts its rows.
+PROBE = """<script>
 window.addEventListener('load', () => setTimeout(() => {
   const b = document.body;
   b.setAttribute('data-decoded', [...document.images].filter(
@@ -314,26 +374,37 @@ window.addEventListener('load', () => setTimeout(() => {
   b.setAttribute('data-verdict-rows', verdict ? verdict.querySelectorAll('tr').length : 0);
   b.setAttribute('data-verdict-above', verdict !== null && metrics !== undefined
                  && top(verdict) < top(metrics));
-  // a report item (not the table of contents) titled so, holding a decoded image
-  const figureAfter = title => [...document.querySelectorAll('.accordion-item')].some(item => {
-    const heading = item.querySelector('.accordion-header, button');
-    const image = item.querySelector('img');
-    return heading && heading.textContent.trim() === title && image !== null
-           && image.complete && image.naturalWidth > 0;
-  });
-  b.setAttribute('data-reliability', figureAfter('Reliability diagram'));
-  // the class contrast's figure, the preprocessing settings (the crop first), and no table
-  // running past the page's edge or cut by a box around it (the hidden copy of a sortable
-  // table's header has no size)
-  b.setAttribute('data-contrast', figureAfter('Class contrast: depression against healthy'));
   const item = title => [...document.querySelectorAll('.accordion-item')].find(e => {
     const heading = e.querySelector('.accordion-header, button');
     return heading && heading.textContent.trim() === title;
   });
+  // a report item (not the table of contents) titled so, holding a decoded image
+  const figureAfter = title => [...document.querySelectorAll('.accordion-item')].some(e => {
+    const heading = e.querySelector('.accordion-header, button');
+    const image = e.querySelector('img');
+    return heading && heading.textContent.trim().startsWith(title) && image !== null
+           && image.complete && image.naturalWidth > 0;
+  });
+  b.setAttribute('data-reliability', figureAfter('Reliability diagram'));
+  b.setAttribute('data-contrast', figureAfter('Class contrast: '));
+  const contrast = [...document.querySelectorAll('.accordion-item')].find(e => {
+    const heading = e.querySelector('.accordion-header, button');
+    return heading && heading.textContent.trim().startsWith('Class contrast: ')
+           && e.querySelector('img') !== null;
+  });
+  b.setAttribute('data-contrast-measures', !!(contrast
+      && contrast.textContent.includes('coherence (upper row) and wPLI (lower row)')));
+  const screens = item('What the screens found');
+  b.setAttribute('data-screens', screens ? screens.querySelector('b').textContent : 'none');
+  const used = item('Interactions the models use');
+  b.setAttribute('data-used-rows', used ? used.querySelectorAll('tbody tr').length : 0);
+  // the preprocessing settings, the crop first
   const prep = item('Preprocessing settings');
   const firstRow = prep && prep.querySelector('tbody tr th');
   b.setAttribute('data-crop-first', !!(firstRow && firstRow.textContent.trim() === 'crop'));
   b.setAttribute('data-prep-rows', prep ? prep.querySelectorAll('tbody tr').length : 0);
+  // no table running past the page's edge or cut by a box around it (the hidden copy of a
+  // sortable table's header has no size)
   const page = document.documentElement.clientWidth;
   const tables = [...document.querySelectorAll('table')].filter(t => t.offsetWidth > 0);
   const cut = tables.filter(t => {
@@ -345,19 +416,31 @@ window.addEventListener('load', () => setTimeout(() => {
     return false;
   });
   b.setAttribute('data-tables', tables.length);
-  // row headers ("run folder", "segment length") wrap between words, never inside one
-  const broken = [...document.querySelectorAll('th[scope="row"]')].filter(th => {
-    const text = th.firstChild;
-    if (!text || text.nodeType !== Node.TEXT_NODE) return false;
-    return [...text.textContent.matchAll(/[^ -]+/g)].some(word => {  // a hyphen may break
-      const range = document.createRange();
-      range.setStart(text, word.index);
-      range.setEnd(text, word.index + word[0].length);
-      return word[0].length > 1 && range.getClientRects().length > 1;
-    });
-  });
-  b.setAttribute('data-broken-labels', broken.map(th => th.textContent).join(' | ') || 'none');
   b.setAttribute('data-cut-tables', cut.map(t => t.textContent.slice(0, 30)).join(' | ') || 'none');
+  // headers, of rows ("run folder") and of columns ("recording", "P(true)", sortable ones
+  // included), wrap between words, never inside one (a hyphen may break)
+  const broken = [];
+  for (const th of document.querySelectorAll('th')) {
+    if (th.offsetWidth === 0) continue;
+    const texts = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+    for (let text = texts.nextNode(); text; text = texts.nextNode()) {
+      for (const word of text.textContent.matchAll(/[^\\s\\u2011-]+/g)) {
+        const range = document.createRange();
+        range.setStart(text, word.index);
+        range.setEnd(text, word.index + word[0].length);
+        if (word[0].length > 1 && range.getClientRects().length > 1) broken.push(word[0]);
+      }
+    }
+  }
+  b.setAttribute('data-broken-labels', broken.join(' | ') || 'none');
+  // what a reader sees holds no backtick: commands are shown as code
+  b.setAttribute('data-backticks', (b.innerText.match(/`/g) || []).length);
+  b.setAttribute('data-code', document.querySelectorAll('.accordion-body code').length);
+  // the attention heat maps: the page's pixels per pixel of the image
+  const attention = [...document.querySelectorAll('.accordion-item')].filter(
+      e => e.textContent.includes('Coarse vs refined attention')).map(e => e.querySelector('img'))
+      .filter(i => i && i.naturalWidth > 0);
+  b.setAttribute('data-attention-scale', Math.min(...attention.map(i => i.width / i.naturalWidth)));
   const sets = document.getElementById('eeg-prediction-sets');
   b.setAttribute('data-coverage-rows', sets ? [...sets.querySelectorAll('tbody tr')].filter(
       r => /%/.test(r.textContent)).length : 0);
@@ -383,17 +466,22 @@ window.addEventListener('load', () => setTimeout(() => {
     b.setAttribute('data-sorted', values.every((v, i) => i === 0 || values[i - 1] <= v));
   }, 300);
 }, 300));
-</script></body>""",
-        ),
-        encoding="utf-8",
-    )
-    profile = ["--user-data-dir=" + str(tmp_path / "profile")]
+</script></body>"""
+
+
+def rendered(report, tmp_path):
+    """What headless Chromium shows of ``report`` (a 1,100 px wide window, narrower than the
+    1,300 px the per-recording table was once cut at): a function of an attribute's name
+    (:data:`PROBE`) and the DOM as text."""
+    probe = tmp_path / f"probe-{report.parent.name}.html"
+    page, end = report.read_text(encoding="utf-8").rsplit("</body>", 1)
+    probe.write_text(page + PROBE + end, encoding="utf-8")
     dom = subprocess.run(
         [
             CHROMIUM,
             *CHROMIUM_FLAGS,
-            *profile,
-            "--window-size=1100,2000",  # narrower than the 1300 px the table was cut at
+            "--user-data-dir=" + str(tmp_path / "profile"),
+            "--window-size=1100,2000",
             "--virtual-time-budget=5000",
             "--dump-dom",
             probe.as_uri(),
@@ -406,21 +494,57 @@ window.addEventListener('load', () => setTimeout(() => {
     def attribute(name: str) -> str:
         found = re.search(rf'<body[^>]* data-{name}="([^"]*)"', dom.stdout)
         assert found, (name, dom.stderr[-2000:])
-        return found.group(1)
+        return html.unescape(found.group(1))
 
+    return attribute, dom.stdout
+
+
+def attention_label_px() -> float:
+    """The attention heat maps' band labels, in pixels of the figure's image."""
+    import matplotlib.pyplot as plt  # after report_figures chose its backend
+
+    fig = attention_figure(np.full((1, 3, 3), 1 / 3), np.full((1, 3, 3), 1 / 3), list("abc"), "t")
+    sizes = [t.get_fontsize() for ax in fig.axes for t in ax.get_xticklabels()]
+    plt.close(fig)
+    return min(sizes) * fig.dpi / 72
+
+
+def check_page(attribute) -> None:
+    """What every report shows in the browser: images decoded, the verdict first, no tag
+    badge, tables inside the page, headers broken only between words, no literal backtick,
+    attention labels of at least 10 px, an Interactions section, and the contrast's two
+    measures apart."""
     assert int(attribute("decoded")) >= MIN_FIGURES
-    # the verdict box (score, references, shortcuts, permutation test, calibration) comes first,
-    # the reliability diagram is drawn and the prediction sets' coverage is tabulated
     assert attribute("verdict-above") == "true" and int(attribute("verdict-rows")) >= 5
-    assert attribute("reliability") == "true" and int(attribute("coverage-rows")) >= 1
     assert attribute("badges") == "0" and attribute("filter-shown") == "false"
-    assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
-    assert attribute("sorted") == "true"
-    assert attribute("head-figure") == "true"  # channel pairs on the head, with colour bars
-    assert attribute("contrast") == "true"  # the class contrast's figure, decoded
-    assert attribute("crop-first") == "true" and int(attribute("prep-rows")) >= 17
     assert int(attribute("tables")) >= 10 and attribute("cut-tables") == "none"
     assert attribute("broken-labels") == "none"
+    assert attribute("backticks") == "0" and int(attribute("code")) >= 3
+    assert float(attribute("attention-scale")) * attention_label_px() >= 10
+    assert attribute("screens").startswith("Interactions: ")
+    assert attribute("contrast") == "true" and attribute("contrast-measures") == "true"
+    assert attribute("crop-first") == "true" and int(attribute("prep-rows")) >= 17
+    assert attribute("sorted") == "true"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
+)
+def test_reports_render_in_headless_chromium(demo_report, interaction_report, tmp_path):
+    attribute, dom = rendered(demo_report, tmp_path)
+    check_page(attribute)
+    # the calibration section's reliability diagram is drawn and the prediction sets' coverage
+    # tabulated; the per-recording table sorts by P(true) (a click on its header)
+    assert attribute("reliability") == "true" and int(attribute("coverage-rows")) >= 1
+    assert int(attribute("sortable")) >= 9 and attribute("rows") == "24"
+    assert attribute("head-figure") == "true"  # channel pairs on the head, with colour bars
+    # the demo's screens kept nothing: said, with the best score against its gate
+    assert attribute("screens").startswith(
+        "Interactions: the screens kept nothing in any of the 3 folds, nor for the final "
+        "model: entry pairs: best score "
+    )
+    assert attribute("used-rows") == "0"
     for text in (
         "Which run this is",
         "participant-wise 3-fold cross-validation",
@@ -433,17 +557,27 @@ window.addEventListener('load', () => setTimeout(() => {
         "is chance (2 classes)",
         "Per-recording out-of-fold predictions",
         "Every explained recording was explained out of fold",
+        "The strongest pairs, in words",
     ):
-        assert text in dom.stdout, text
+        assert text in dom, text
     # no tag badge anywhere (MNE writes a tag as a badge holding its name)
-    assert not re.search(r"badge[^>]*>\s*custom-", dom.stdout)
+    assert not re.search(r"badge[^>]*>\s*custom-", dom)
+
+    # a run whose screen kept the planted interaction: what it kept, and its attribution
+    attribute, dom = rendered(interaction_report, tmp_path)
+    check_page(attribute)
+    assert attribute("screens").startswith(
+        "Interactions: kept something in its one fold: coh theta C3-P4 x wpli beta F4-C4"
+    )
+    assert int(attribute("used-rows")) >= 1
+    assert "The kept interactions carry more of the class contrast than any single pair" in dom
 
     screenshot = tmp_path / "report.png"
     subprocess.run(
         [
             CHROMIUM,
             *CHROMIUM_FLAGS,
-            *profile,
+            "--user-data-dir=" + str(tmp_path / "profile"),
             f"--screenshot={screenshot}",
             "--window-size=1280,4000",
             demo_report.as_uri(),

@@ -6,16 +6,19 @@ loads; no other module opens the run's tables and JSON."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 from test_layout import PACKAGE, module_name
 from test_training import make_connectome_folder, run_main
+from tolerance import assert_same_json
 
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME, RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.verdict import headline, verdict_lines
+from eegformer_cli.training.config import TrainConfig
 
 #: A run folder written by commit 40b91a5 (its README says how).
 EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
@@ -93,12 +96,73 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
         fold.write_text(json.dumps(record))
     assert run_main("train", "--merge", earlier_run) == 0
     after = json.loads((earlier_run / "metrics.json").read_text())
+    # what this version adds to an earlier run's metrics: the answer of the above-chance rule
+    # (no permutation test unless asked: the interval's)
+    assert after.pop("above_chance")["follows"] == "interval"
+    # ... and the interaction screens (the folds' records as an earlier version wrote them)
+    screens = after.pop("interaction_screens")
+    assert [fold["recorded"] for fold in screens["per_fold"]] == [False, False]
     # the merge recomputes every summary from the fold records, and adds no permutation test
     # unless asked: the same figures
     for entry in (before, after):
         entry.pop("permutation_test", None)
-    assert json.dumps(after) == json.dumps(before)  # the same keys in the same order too
+    # the same keys in the same order; the numbers up to the rounding of another CPU
+    assert_same_json(after, before)
+    assert_same_json(after, {**before, "calibration": _in_the_12th_digit(before["calibration"])})
+    with pytest.raises(AssertionError, match="^calibration: keys"):
+        assert_same_json(
+            after, {**before, "calibration": dict(reversed(after["calibration"].items()))}
+        )
     assert run_folder.read_oof_predictions(earlier_run)[0]["model"] == MODEL_NAME
+
+
+def _in_the_12th_digit(value):
+    """``value`` (a JSON tree) with every float moved by one unit of its 12th significant
+    digit, as another CPU's rounding might move a recomputed figure."""
+    if isinstance(value, dict):
+        return {key: _in_the_12th_digit(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_in_the_12th_digit(item) for item in value]
+    if isinstance(value, float) and value != 0 and math.isfinite(value):
+        return value + 10 ** (math.floor(math.log10(abs(value))) - 11)
+    return value
+
+
+def test_recomputed_figures_compare_up_to_rounding_and_their_keys_exactly():
+    """The comparison the merge test makes: the earlier run's metrics.json with its calibration
+    moved in the 12th digit is the same document; keys in another order, a figure moved in its
+    6th digit, or a count changed are not."""
+    metrics = json.loads((EARLIER_RUN / "metrics.json").read_text())
+    perturbed = {**metrics, "calibration": _in_the_12th_digit(metrics["calibration"])}
+    slope = metrics["calibration"]["models"][MODEL_NAME]["slope"]
+    assert perturbed["calibration"]["models"][MODEL_NAME]["slope"] != slope
+    assert_same_json(perturbed, metrics)
+    reordered = {**metrics, "calibration": dict(reversed(metrics["calibration"].items()))}
+    with pytest.raises(AssertionError, match=r"^calibration: keys \['recalibration', 'm"):
+        assert_same_json(reordered, metrics)
+    moved = json.loads(json.dumps(metrics))
+    moved["calibration"]["models"][MODEL_NAME]["slope"] = slope * (1 + 1e-6)
+    with pytest.raises(AssertionError, match=rf"^calibration\.models\.{MODEL_NAME}\.slope: "):
+        assert_same_json(moved, metrics)
+    counted = json.loads(json.dumps(metrics))
+    counted["calibration"]["models"][MODEL_NAME]["bins"][0]["n"] += 1
+    with pytest.raises(AssertionError, match=r"bins\[0\]\.n: 2 != 1"):
+        assert_same_json(counted, metrics)
+    with pytest.raises(AssertionError, match="int 1 != float 1.0"):
+        assert_same_json({"n": 1}, {"n": 1.0})
+    assert_same_json([float("nan"), None, "a", True], [float("nan"), None, "a", True])
+
+
+def test_an_earlier_run_folder_resumes_without_the_settings_it_lacks():
+    """Its config.json predates some settings: they are read at the values that give that
+    version's run (grouping of the interaction screen's proxies off), so the run's identity is
+    this version's config of the same request and a rerun or merge resumes it."""
+    stored = json.loads((EARLIER_RUN / "config.json").read_text())["identity"]["train_config"]
+    assert "interaction_proxies" not in stored
+    identity = run_folder._stored_identity(EARLIER_RUN / "config.json")
+    _, _, requested, _ = run_folder.read_run_request(EARLIER_RUN)
+    assert identity["train_config"] == TrainConfig.from_dict(requested).to_dict()
+    assert identity["train_config"]["interaction_proxies"] is False
 
 
 def test_only_the_run_folders_owner_opens_its_files():
@@ -121,11 +185,13 @@ def test_only_the_run_folders_owner_opens_its_files():
         if any(pattern in p.read_text(encoding="utf-8") for pattern in patterns)
     }
     # the demo's last lines and predict's in-training-data warning name a file, opening none;
-    # the preprocess output's owner reads its own table (manifest.tsv)
+    # the preprocess output's owner reads its own table (manifest.tsv), the BIDS reader a
+    # dataset's channels.tsv
     others = {
         "eegformer_cli.cli.demo",
         "eegformer_cli.provenance",
         "eegformer_cli.preprocess.output",
+        "eegformer_cli.recordings.bids",
     }
     assert opening - others == {"eegformer_cli.experiment.run_folder"}
 

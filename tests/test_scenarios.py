@@ -4,6 +4,7 @@ the study, never in it, and the real pipeline recovers it from the recordings.""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 
 import numpy as np
@@ -18,13 +19,36 @@ from eegformer_cli.scenarios import (
     LABELS,
     MIN_PAIR_DISTANCE_M,
     SCENARIOS,
+    SPREAD_NEIGHBOURS,
     draw_layout,
     ground_truth_path,
     oracle_features,
     oracle_model,
+    planted_signals,
     read_ground_truth,
+    simulate_scenario,
+    spread_neighbours,
 )
-from eegformer_cli.simulate import CHANNELS, channel_positions
+from eegformer_cli.simulate import CHANNELS, channel_positions, draw_participants
+
+#: SHA-256 of every file of ``simulate --scenario interaction --n-participants 4 --duration 10
+#: --seed 3`` (its folder and ground truth) as made before ``--spread`` existed.
+SPREAD_OFF_FILES = {
+    "study.ground_truth.json": "f57db043ac026d537e673fe99e837e20b902be415ed7eda9f2bfeda8c42507b6",
+    "study/eeg/sub-01_task-rest_eeg.edf": (
+        "29920eed63134c53929b6ea5d3b795139c0f2d05c769f32fea12247b4830fc45"
+    ),
+    "study/eeg/sub-02_task-rest_eeg.edf": (
+        "8039962100b519921abdb0d046633024a9ffbfbb0865dd5fd1c34df03405439d"
+    ),
+    "study/eeg/sub-03_task-rest_eeg.edf": (
+        "aad462f5ac7c36a42efce4d61cebe44151cccb24dd0b281dc33caf499a1d139f"
+    ),
+    "study/eeg/sub-04_task-rest_eeg.edf": (
+        "6a629c152113e17915994f60e9de0cf588669d120fb21d92e80a0c74c2368fe9"
+    ),
+    "study/participants.tsv": "c262bcb1db5f71ab5be0a01c095f326ebb7c55efb3c48ece3d6f52d50582a3e7",
+}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -125,3 +149,53 @@ def test_the_pipeline_recovers_a_planted_coupling_and_null_ties_it_to_nothing(tm
     x, planted, labels = _oracle_inputs(tmp_path, "null", seed=8)
     assert roc_auc_score(planted, x[:, 0]) > 0.9  # planted, but not the label's cause
     assert 0.25 < roc_auc_score(labels, x[:, 0]) < 0.75
+
+
+def test_without_spread_a_study_is_byte_for_byte_what_it_was(tmp_path):
+    simulate_scenario(tmp_path / "study", "interaction", 4, 10, 128, seed=3, spread=0.0)
+    written = {
+        str(path.relative_to(tmp_path)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(tmp_path.rglob("*"))
+        if path.is_file()
+    }
+    assert written == SPREAD_OFF_FILES
+
+
+def test_spread_carries_each_planted_source_to_its_channels_nearest_neighbours(tmp_path):
+    factors = draw_layout("interaction", 5)
+    person = draw_participants(2, 5)[0]
+    strengths = {"A": 1.0, "B": 0.0}
+    rng_seed = [5, 0, 1]
+    off = planted_signals(factors, strengths, person)(np.random.default_rng(rng_seed), 512, 128)
+    on = planted_signals(factors, strengths, person, 0.6)(np.random.default_rng(rng_seed), 512, 128)
+    coupling = factors[0].couplings[0]  # factor B has strength 0: it adds nothing
+    reaches, planted = spread_neighbours(coupling), set(coupling.channels)
+    positions = dict(zip(CHANNELS, channel_positions()))
+    for name, near in reaches.items():
+        assert len(near) == SPREAD_NEIGHBOURS and not set(near) & set(coupling.channels)
+        others = [c for c in CHANNELS if c not in coupling.channels and c not in near]
+        farthest = max(np.linalg.norm(positions[c] - positions[name]) for c in near)
+        assert all(np.linalg.norm(positions[c] - positions[name]) >= farthest for c in others)
+    reached = {name: [ch for ch, near in reaches.items() if name in near] for name in CHANNELS}
+    once = [name for name, by in reached.items() if len(by) == 1]
+    assert len(once) >= 4  # each gets 0.6 times the copy of the one planted channel it neighbours
+    for name in once:
+        k, source = CHANNELS.index(name), CHANNELS.index(reached[name][0])
+        np.testing.assert_allclose(on[k], 0.6 * off[source])
+    for name in coupling.channels:
+        np.testing.assert_array_equal(on[CHANNELS.index(name)], off[CHANNELS.index(name)])
+    untouched = [CHANNELS.index(n) for n, by in reached.items() if not by and n not in planted]
+    np.testing.assert_array_equal(on[untouched], 0.0)
+    truth = simulate_scenario(tmp_path / "s", "age", 2, 10, 128, seed=5, spread=0.6)
+    assert truth["spread"]["weight"] == 0.6
+    layout = draw_layout("age", 5)[0].couplings[0]
+    assert truth["spread"]["reaches"] == {k: list(v) for k, v in spread_neighbours(layout).items()}
+    assert json.loads(ground_truth_path(tmp_path / "s").read_text())["spread"] == truth["spread"]
+
+
+def test_spread_is_checked_and_goes_with_a_scenario(tmp_path, capsys):
+    out = str(tmp_path / "x")
+    assert _run_cli(["simulate", "--out", out, "--spread", "0.5"]) == 2
+    assert "--spread" in capsys.readouterr().err
+    assert _run_cli(["simulate", "--out", out, "--scenario", "age", "--spread", "1.0"]) == 2
+    assert "[0, 1)" in capsys.readouterr().err and not (tmp_path / "x").exists()

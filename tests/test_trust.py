@@ -9,7 +9,10 @@ is checked on the committed sample_data, its uniformity on labels shuffled once.
 from __future__ import annotations
 
 import csv
+import html
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +147,7 @@ def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_pa
     assert len(short.coh) == len(long.coh) == 5 and long.segment_onsets_s.max() < 30
     # the same first 30 s, the same tokens (but near the cut, where the filter saw more data)
     assert np.allclose(short.coh[:3], long.coh[:3], atol=1e-3)
-    with pytest.raises(RecordingError, match="too short for --crop 30: 20.0 s"):
+    with pytest.raises(RecordingError, match="too short for a crop of 30 s: 20.0 s long"):
         preprocess_raw(raw.copy().crop(0, 20.0, include_tmax=False), settings)
     with pytest.raises(UsageError, match="invalid --crop 2.0"):
         PreprocessSettings.from_preset("default", crop_s=2.0)
@@ -360,3 +363,134 @@ def test_permutation_p_value_is_near_uniform_when_the_label_was_shuffled_once(tm
     # p is uniform on {0.1, ..., 1} under the null (mean 0.55, sd 0.29; of 6: sd 0.12)
     assert 0.25 <= np.mean(p_values) <= 0.85, p_values
     assert sum(p <= 0.1 for p in p_values) <= 2, p_values
+
+
+# ------------------------------------------------------------------------------------------
+# one rule for "above chance"
+
+
+def run_judged_by(tmp_path: Path, fold_bacs: tuple, null_bac: float, capsys) -> tuple:
+    """A copy of the earlier run folder of tests/data whose two folds scored ``fold_bacs`` and
+    whose 20 permutations of XAIguiFormer's own null (written as the test writes them) all
+    reached ``null_bac``, merged by ``train --merge RUN --permutations 20 --permutation-model
+    xaiguiformer`` (nothing retrained) and reported: (metrics.json, train's stdout, the
+    report's HTML)."""
+    from test_run_folder import EARLIER_RUN
+
+    from eegformer_cli.experiment import run_folder
+
+    prep = make_connectome_folder(tmp_path / "prep", n_participants=20)
+    run = tmp_path / "run"
+    shutil.copytree(EARLIER_RUN, run)
+    config = (run / "config.json").read_text().replace('"/data/prep"', json.dumps(str(prep)))
+    (run / "config.json").write_text(config)
+    for path, bac in zip(sorted((run / "folds").glob("r0_f*.json")), fold_bacs):
+        record = json.loads(path.read_text())
+        record["metrics"][MODEL_NAME]["bac"] = bac
+        path.write_text(json.dumps(record))
+    models = (MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME)
+    for index in range(20):
+        result = {"index": index, "null_model": MODEL_NAME, "per_fold": [], "seconds": 0.1}
+        run_folder.write_permutation_result(
+            run, MODEL_NAME, {**result, "bac": dict.fromkeys(models, null_bac)}
+        )
+    capsys.readouterr()
+    merge = ("train", "--merge", run, "--permutations", 20, "--permutation-model", MODEL_NAME)
+    assert run_main(*merge) == 0
+    stdout = capsys.readouterr().out
+    assert run_main("report", run, "--out", tmp_path / "report.html") == 0
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    return json.loads((run / "metrics.json").read_text()), stdout, page
+
+
+def verdict_rows(page: str) -> dict[str, tuple[str, str]]:
+    """The report's verdict box: topic -> (tone, text) of each row."""
+    box = page[page.index('id="eeg-verdict"') :]
+    box = box[: box.index("</table>")]
+    return {
+        topic: (tone, text)
+        for topic, tone, text in re.findall(
+            r'<th scope="row">([^<]*)</th><td class="eeg-(\w+)">(.*?)</td>', box
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("fold_bacs", "null_bac", "above"),
+    [
+        ((1.0, 0.6), 0.5, True),  # the interval includes chance, no permutation reaches 0.8
+        ((0.9, 0.92), 0.95, False),  # the interval lies above chance, every permutation beyond
+    ],
+)
+def test_the_headline_box_stdout_metrics_and_report_follow_one_rule(
+    tmp_path, capsys, fold_bacs, null_bac, above
+):
+    metrics, stdout, page = run_judged_by(tmp_path, fold_bacs, null_bac, capsys)
+    rule = metrics["above_chance"]
+    p = 1 / 21 if above else 1.0
+    assert rule["above"] is above and rule["interval_above"] is not above
+    assert rule["follows"] == "permutation test" and rule["null_from"] == MODEL_NAME
+    assert rule["p_value"] == pytest.approx(p) and rule["n_permutations"] == 20
+    answer = "above chance" if above else "not shown to be above chance"
+    assert rule["statement"] == f"{answer} (permutation p = {p:.2g}, 20 permutations)"
+    assert "XAIguiFormer's own null" in rule["meaning"] and "interval disagrees" in rule["meaning"]
+    # train's stdout: the headline opens the verdict box (wrapped by the terminal's width)
+    flat = " ".join(re.sub("[│╭╮╰╯─]", " ", stdout).split())
+    assert flat.startswith(f"Verdict XAIguiFormer: {rule['statement']};")
+    assert "the headline follows this test" in flat
+    assert (
+        "but the permutation test" in flat and "(the headline follows the permutation test)" in flat
+    )
+    # the report: the same headline, and no row of its box answers otherwise
+    headline = re.search(r'class="eeg-headline">([^<]*)<', page).group(1)
+    assert headline.startswith(f"XAIguiFormer: {html.escape(rule['statement'])};")
+    rows = verdict_rows(page)
+    assert rows["permutation test"][0] == ("good" if above else "warn")
+    assert (
+        rows["score"][0] == "neutral"
+        and "the headline follows the permutation test" in rows["score"][1]
+    )
+    assert "the headline follows this test" in rows["permutation test"][1]
+    # ... and the section "Is the score real?" says which test and why
+    assert "Above chance: the test the verdict follows" in page
+    assert f"<b>XAIguiFormer: {html.escape(rule['statement'])}.</b>" in page
+
+
+def test_the_rule_says_whose_null_and_follows_the_interval_without_a_test():
+    from test_calibration import metrics_of
+
+    from eegformer_cli.experiment.above_chance import above_chance
+    from eegformer_cli.experiment.verdict import headline, verdict_lines
+
+    interval = above_chance(metrics_of())  # 95 % interval 0.66 to 0.84 of a 0.75 score
+    assert interval.follows == "interval" and interval.above and interval.null_from is None
+    assert "`--permutations 100` adds a permutation test" in interval.meaning
+    with_reference_null = metrics_of(
+        permutation_test={
+            "n_permutations": 100,
+            "null_model": REFERENCE_NAME,
+            "models": {
+                MODEL_NAME: {"p_value": 0.0099, "null_from": REFERENCE_NAME},
+                REFERENCE_NAME: {"p_value": 0.04, "null_from": REFERENCE_NAME},
+            },
+        }
+    )
+    rule = above_chance(with_reference_null)
+    assert rule.statement == (
+        "above chance (permutation p = 0.0099, 100 permutations, against the logistic "
+        "regression's null)"
+    )
+    assert "not an exact test of XAIguiFormer" in rule.meaning
+    assert "beyond what chance gives on these folds" in rule.meaning
+    assert headline(with_reference_null).startswith(f"XAIguiFormer: {rule.statement};")
+    line = {topic: text for topic, text, _ in verdict_lines(with_reference_null)}
+    assert "the logistic regression's null" in line["permutation test"]
+    assert "its own p = 0.04" in line["permutation test"]
+    # too few permutations for any p below 0.05: said, and not above chance
+    few = metrics_of(
+        permutation_test={
+            "n_permutations": 3,
+            "models": {MODEL_NAME: {"p_value": 0.25, "null_from": MODEL_NAME}},
+        }
+    )
+    assert not above_chance(few).above and "cannot go below 0.25" in above_chance(few).meaning

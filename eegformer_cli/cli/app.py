@@ -16,6 +16,7 @@ from typer.core import TyperOption
 
 import eegformer_cli
 from eegformer_cli import console
+from eegformer_cli.cli.arguments import belongs_elsewhere
 from eegformer_cli.errors import EegformerError
 
 #: Commands that an interrupted run resumes when given again (they keep finished work).
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         print(_interrupted(args), file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as exc:  # Typer's own usage errors (bad flags): exit 2
+        _point_to_the_owner(exc)
         exc.show()
         sys.exit(exc.exit_code)
     except EegformerError as exc:
@@ -135,6 +137,17 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         _reader_has_gone()
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _point_to_the_owner(exc) -> None:
+    """An unknown option that belongs to another command (``train --crop``): Click's "No such
+    option" names that command (:func:`~eegformer_cli.cli.arguments.belongs_elsewhere`)
+    instead of guessing options of similar spelling (``--cv, --lr``)."""
+    option, context = getattr(exc, "option_name", None), getattr(exc, "ctx", None)
+    pointer = belongs_elsewhere(context.info_name if context else None, option)
+    if pointer:
+        exc.message = f"No such option: {option}; {pointer}."
+        exc.possibilities = None
 
 
 def _interrupted(args: list[str]) -> str:

@@ -42,11 +42,12 @@ def predict(
     --participants gives the demographics of raw recordings and, for the participants it
     lists, replaces those of a preprocess folder's manifest. Each recording's prediction
     averages the model's refined logits over its segments. Rows on stdout: recording_id,
-    participant_id, predicted, prob_LABEL per class (recalibrated when train found that this
-    lowers the out-of-fold log-loss), prediction_set with --coverage, then where the row comes
-    from and how trustworthy it is: source_file, n_segments (used), n_segments_rejected,
-    channels_interpolated, age and sex with age_source / sex_source (flag, table, manifest or
-    none), and warnings. A recording that fails gets one line on stderr and no row.
+    participant_id, the BIDS entities of a BIDS dataset's recordings (subject, session, task,
+    acquisition, run: those any has), predicted, prob_LABEL per class (recalibrated when train
+    found that this lowers the out-of-fold log-loss), prediction_set with --coverage, then
+    where the row comes from and how trustworthy it is: source_file, n_segments (used),
+    n_segments_rejected, channels_interpolated, age and sex with age_source / sex_source
+    (flag, table, manifest or none), and warnings. A recording that fails gets one line on stderr and no row.
 
     Warnings (one line each on stderr and in the row's warnings): channels interpolated; a
     participants table that does not list the recording; an age, sex, sampling rate or length

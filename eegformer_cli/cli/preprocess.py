@@ -32,6 +32,15 @@ def preprocess(
         metavar="REGEX",
         help=PREPROCESS.help("participant_pattern"),
     ),
+    task: list[str] | None = typer.Option(
+        None, "--task", metavar="LABEL", help=PREPROCESS.help("task")
+    ),
+    session: list[str] | None = typer.Option(
+        None, "--session", metavar="LABEL", help=PREPROCESS.help("session")
+    ),
+    run: list[str] | None = typer.Option(
+        None, "--run", metavar="LABEL", help=PREPROCESS.help("run")
+    ),
     n_jobs: int = typer.Option(1, "--n-jobs", "-j", help=PREPROCESS.help("n_jobs")),
     strict: bool = typer.Option(False, help=PREPROCESS.help("strict")),
     overwrite: bool = typer.Option(False, "--overwrite", help=PREPROCESS.help("overwrite")),
@@ -45,7 +54,10 @@ def preprocess(
     segments of 3 s windows, drops flat or absurd segments, and computes multitaper coherence
     and wPLI per band and segment (mne-connectivity's spectral_connectivity_epochs estimator).
     Writes OUT/connectomes/RECORDING_ID.npz, OUT/manifest.tsv (one row per recording, status ok or
-    error) and OUT/preprocess.json. A failed recording gets a one-line error in the manifest
+    error), OUT/preprocess.json and OUT/dataset_description.json (a BIDS derivative). In a BIDS
+    root, channels.tsv decides which channels are EEG and which are bad (interpolated like
+    missing ones), the file names' entities become manifest columns (subject, session, task,
+    acquisition, run), and --task/--session/--run choose the recordings read. A failed recording gets a one-line error in the manifest
     and the others go on (the first three named on stderr); a rerun skips recordings already
     done with the same settings, and a folder made with other settings needs --overwrite.
 
@@ -54,6 +66,8 @@ def preprocess(
         eegformer simulate --out study   (a synthetic study, as sample_data/)
 
         eegformer preprocess study --out prep --n-jobs 2
+
+        eegformer preprocess bids-root --task rest --out bids-root/derivatives/eegformer
 
         eegformer preprocess archive/ --out prep --backend dask --scheduler tcp://10.0.0.5:8786
 
@@ -80,6 +94,9 @@ def preprocess(
         overwrite=overwrite,
         crop=crop,
         participant_pattern=participant_pattern,
+        task=task,
+        session=session,
+        run=run,
     )
     # the result, on stdout (progress and warnings went to stderr)
     console.stdout.print(

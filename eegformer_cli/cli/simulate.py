@@ -57,6 +57,13 @@ def simulate(
         help="With --scenario: a present coupling's source amplitude "
         "over the background's in its band.",
     ),
+    spread: float = typer.Option(
+        0.0,
+        "--spread",
+        help="With --scenario: volume conduction of the planted couplings: each planted "
+        "channel's 3 nearest electrodes also get its source, times this weight in [0, 1) "
+        "(e.g. 0.6), so one coupling is seen by many channel pairs; 0: off.",
+    ),
 ) -> None:
     """Simulate a small EEG study: healthy vs depression, 19 channels of the 10-20 system, EDF.
 
@@ -68,6 +75,8 @@ def simulate(
     With --scenario, a study whose label has a known cause (linear: a coupling; interaction: the
     xor of two couplings in two bands; age: a coupling that means the opposite above age 50;
     null: none), to check what a model learns and whether its explanations point at the cause.
+    --spread makes each planted source reach its channels' neighbours too (volume conduction),
+    so that a coupling has proxies: the pairs of those neighbours.
 
     Example:
 
@@ -76,8 +85,8 @@ def simulate(
         eegformer simulate --out xor_study --scenario interaction --n-participants 300 --duration 60
     """
     if scenario is None:
-        if layout_seed is not None or strength != DEFAULT_STRENGTH:
-            raise UsageError("--layout-seed and --strength go with --scenario")
+        if layout_seed is not None or strength != DEFAULT_STRENGTH or spread:
+            raise UsageError("--layout-seed, --strength and --spread go with --scenario")
         participants = simulate_dataset(
             out,
             n_participants=n_participants,
@@ -91,7 +100,16 @@ def simulate(
         )
     else:
         truth = simulate_scenario(
-            out, scenario, n_participants, duration, sfreq, seed, layout_seed, strength, overwrite
+            out,
+            scenario,
+            n_participants,
+            duration,
+            sfreq,
+            seed,
+            layout_seed,
+            strength,
+            overwrite,
+            spread,
         )
         planted = "; ".join(
             f"{f['name']}: "
@@ -100,7 +118,9 @@ def simulate(
         )
         console.log(
             f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
-            f"participants.tsv; {scenario}: {truth['rule']} ({planted}); ground truth in "
+            f"participants.tsv; {scenario}: {truth['rule']} ({planted})"
+            + (f", spread {spread:g} to 3 neighbours" if spread else "")
+            + "; ground truth in "
             f"{ground_truth_path(out)}"
         )
     console.stdout.print(str(out))

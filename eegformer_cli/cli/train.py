@@ -59,9 +59,10 @@ def _summary_table(metrics: RunMetrics) -> Table:
 
 def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
     """The summary: the verdict, the table of every model and what the comparisons, the
-    attention, the shortcut audit and the permutation test say, on stdout (a result, as
-    ``predict``'s rows), or with ``--json`` on stderr and the JSON alone on stdout; nothing on
-    torchrun processes other than rank 0 (``metrics`` None: rank 0 reports)."""
+    attention, the interaction screens, the shortcut audit and the permutation test say, on
+    stdout (a result, as ``predict``'s rows), or with ``--json`` on stderr and the JSON alone
+    on stdout; nothing on torchrun processes other than rank 0 (``metrics`` None: rank 0
+    reports)."""
     if metrics is None:
         return
     shown = console.stderr if as_json else console.stdout
@@ -77,6 +78,11 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.model.diagnostics import describe
 
         shown.print(describe(metrics.attention, "out of fold"))
+    from eegformer_cli.experiment.interaction_screens import describe_screens
+
+    shown.print(
+        "interaction screens: " + describe_screens(metrics.interaction_screens, metrics.preset)
+    )
     if metrics.shortcut_audit:
         from eegformer_cli.experiment.audit import describe_audit
 
@@ -115,9 +121,11 @@ def _json_summary(metrics: RunMetrics, out: Path) -> dict:
         "comparison": part(metrics.comparison),
         "comparisons": [c.to_dict() for c in metrics.all_comparisons],
         "score": part(metrics.score),
+        "above_chance": part(metrics.above_chance),
         "calibration": _calibration_summary(metrics.calibration),
         "prediction_sets": part(metrics.prediction_sets),
         "attention": attention or None,
+        "interaction_screens": part(metrics.interaction_screens),
         "shortcut_audit": _audit_summary(metrics.shortcut_audit),
         "permutation_test": None if test is None else {k: test[k] for k in test if k != "null"},
     }

@@ -13,6 +13,9 @@ The tree (each class's fields are its JSON keys, in the file's order):
 - ``comparison`` (the first of) ``comparisons``: :class:`Comparison`, the transformer paired
   with each reference over the same folds (:func:`metrics.compare_folds`);
 - ``score``: :class:`Score`, the transformer's BAC against chance (:func:`metrics.against_chance`);
+- ``above_chance``: :class:`AboveChance`, whether that score is above chance by the one rule of
+  :mod:`~eegformer_cli.experiment.above_chance` (the permutation test when there is one, else
+  the interval), and which test it follows;
 - ``calibration``: :class:`Calibration` (:class:`CalibrationSummary` per model, reliability
   :class:`ReliabilityBin` s, the :class:`Recalibration` ``predict`` applies);
 - ``prediction_sets``: :class:`PredictionSets` (:class:`CoverageLevel` per level);
@@ -20,6 +23,9 @@ The tree (each class's fields are its JSON keys, in the file's order):
   are :func:`model.diagnostics.mean_diagnostics`'s, per pass and layer, plus ``scope`` and
   ``per_fold``; they stay a dict, owned and read by :mod:`model.diagnostics` and the report's
   attention table;
+- ``interaction_screens``: :class:`InteractionScreens`, what every fit's interaction screen
+  found (:mod:`~eegformer_cli.experiment.interaction_screens`): a :class:`ScreenOutcome` per
+  fold and for the final model;
 - ``shortcut_audit``: :class:`ShortcutAudit` (:mod:`audit`), one :class:`AuditVariable` per
   variable; a variable's ``by_class`` (class -> level counts or median/min/max) and
   ``per_fold`` (repeat, fold, bac, auroc) stay dicts;
@@ -48,6 +54,18 @@ MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
 TANGENT_SPACE_NAME = "tangent_space"
 LINEAR_PATH_NAME = "linear_path"
+#: How each model is named in a sentence ("not distinguishable from the logistic regression").
+MODEL_WORDS = {
+    MODEL_NAME: "XAIguiFormer",
+    REFERENCE_NAME: "the logistic regression",
+    TANGENT_SPACE_NAME: "the Riemannian tangent-space reference",
+    LINEAR_PATH_NAME: "the linear path alone",
+}
+
+
+def model_in_words(name: str) -> str:
+    """Model ``name`` (a key of ``models``) as a sentence names it (:data:`MODEL_WORDS`)."""
+    return MODEL_WORDS.get(name, "the " + name.replace("_", " "))
 
 
 def nan_to_none(value):
@@ -204,6 +222,27 @@ class Score(Record):
 
 
 @dataclass
+class AboveChance(Record):
+    """Whether the transformer's score is above chance, by the rule of
+    :mod:`~eegformer_cli.experiment.above_chance`: ``above`` the answer, ``follows`` the test it
+    comes from (``permutation test`` or ``interval``), ``null_from`` whose null the permutation
+    test's is (a model name; None when the interval decides), ``p_value`` and
+    ``n_permutations`` (that test's), ``statement`` the answer in the headline's words,
+    ``interval_above`` and ``interval`` what the 95 % interval says (also when it does not
+    decide), ``meaning`` what the deciding test shows and does not show."""
+
+    above: bool = False
+    follows: str = "interval"
+    null_from: str | None = None
+    p_value: float | None = None
+    n_permutations: int | None = None
+    statement: str = ""
+    interval_above: bool = False
+    interval: str = ""
+    meaning: str = ""
+
+
+@dataclass
 class ReliabilityBin(Record):
     lower: float | None = None
     upper: float | None = None
@@ -268,6 +307,39 @@ class PredictionSets(Record):
     method: str = ""
     n: int = 0
     levels: list[CoverageLevel] = field(default_factory=list)
+
+
+@dataclass
+class ScreenOutcome(Record):
+    """One fit's interaction screen (its record in the fold's file): ``fit`` (``r0_f1``, or
+    ``final``), ``recorded`` (False: the record, of an earlier version, does not hold it),
+    ``kept`` the kept interactions' names, best first; ``top_pair_score`` and ``pair_gate``: the
+    best entry pair's score (how much two entries' correlation differs between the classes,
+    0-2) and the gate it had to beat (None: entry pairs not screened); ``top_age_score`` and
+    ``age_gate`` the same for entries with age (None: not screened, or no age known)."""
+
+    fit: str = ""
+    recorded: bool = True
+    kept: list[str] = field(default_factory=list)
+    top_pair_score: float | None = None
+    pair_gate: float | None = None
+    top_age_score: float | None = None
+    age_gate: float | None = None
+
+
+@dataclass
+class InteractionScreens(Record):
+    """The run's interaction screens: whether its settings screen entry pairs (``pairs``) and
+    entries with age (``with_age``); ``n_folds`` and ``folds_kept`` (those whose screen kept
+    something); each fold's :class:`ScreenOutcome` (``per_fold``) and the final model's
+    (``final``; None without a final model, or before it is trained)."""
+
+    pairs: bool = False
+    with_age: bool = False
+    n_folds: int = 0
+    folds_kept: int = 0
+    per_fold: list[ScreenOutcome] = field(default_factory=list)
+    final: ScreenOutcome | None = None
 
 
 @dataclass
@@ -337,8 +409,10 @@ class RunMetrics(Record):
         "comparison",
         "comparisons",
         "score",
+        "above_chance",
         "calibration",
         "prediction_sets",
+        "interaction_screens",
         "shortcut_audit",
         "permutation_test",
         "linear_path",
@@ -356,9 +430,11 @@ class RunMetrics(Record):
     comparison: Comparison | None = None
     comparisons: list[Comparison] | None = None
     score: Score | None = None
+    above_chance: AboveChance | None = None
     calibration: Calibration | None = None
     prediction_sets: PredictionSets | None = None
     attention: dict | None = None
+    interaction_screens: InteractionScreens | None = None
     shortcut_audit: ShortcutAudit | None = None
     permutation_test: PermutationTest | None = None
     #: the model's linear path over the folds (``summaries.linear_path_summary``): None

@@ -13,6 +13,9 @@ the models, how well each nuisance variable predicts the label by itself:
 - ``source_sfreq`` (categorical): the file's own sampling rate, Hz (amplifier, site);
 - ``n_channels_interpolated`` (numeric): channels filled by interpolation;
 - ``input_folder`` (categorical): the ``preprocess`` input (folder) holding the file;
+- ``task`` (categorical): the BIDS task of the recording (a manifest of a BIDS dataset's
+  recordings has it), like a site: recordings of two tasks pooled into one study differ in
+  more than the brain (length, state, setup); not when it is the label itself;
 - ``age`` (numeric, years) and ``sex`` (categorical);
 - every column named with ``--confounds COL,...`` (any manifest, participants or recordings
   column).
@@ -209,6 +212,11 @@ def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
         ),
         Variable("age", "age, years", "numeric", ages),
         _column_variable(rows, "sex", "sex", kind="categorical"),
+        *(
+            [_column_variable(rows, "task", "BIDS task", kind="categorical")]
+            if "task" in rows[0] and data.label_column != "task"
+            else []
+        ),
     ]
 
 

@@ -53,6 +53,7 @@ from eegformer_cli.evaluation.metrics import (
 )
 from eegformer_cli.evaluation.run_metrics import NullComparison, PermutationTest, RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.above_chance import judged
 from eegformer_cli.experiment.null_labels import describe_scheme, p_value, permuted_labels
 from eegformer_cli.parallel import process_pool
 
@@ -178,7 +179,8 @@ def run_permutation_test(
     n_workers: int,
 ) -> dict:
     """Compute the permutations not on disk yet (on ``n_workers`` processes), then add
-    ``permutation_test`` to ``metrics`` and rewrite ``RUN_DIR/metrics.json``; returns metrics.
+    ``permutation_test`` to ``metrics`` (and ``above_chance`` by the rule that then follows
+    it) and rewrite ``RUN_DIR/metrics.json``; returns metrics.
 
     ``null_model``: a key of :data:`NULL_MODELS`; ``metrics``: the run's metrics (the observed
     BAC of each model is its ``mean.bac``).
@@ -206,7 +208,7 @@ def run_permutation_test(
         describe_scheme(plan.data),
         plan.config.seed,
     )
-    metrics = replace(metrics, permutation_test=test)
+    metrics = judged(replace(metrics, permutation_test=test))
     run_folder.write_metrics(run_dir, metrics)
     return metrics
 

@@ -48,7 +48,7 @@ from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.evaluation.run_metrics import RunMetrics, nan_to_none
 from eegformer_cli.ownership import remove_outputs
 from eegformer_cli.training import splits
-from eegformer_cli.training.config import current_train_fields
+from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.versions import package_versions
 
@@ -84,16 +84,18 @@ def _identity(plan: RunPlan) -> dict:
 
 def _stored_identity(config_path: Path) -> dict | None:
     """The identity a run folder's config.json holds (None when unreadable), its training
-    config in this version's settings (``config.current_train_fields``), so a run started by an
-    earlier version resumes when nothing but retired settings' surviving values differ."""
+    config in this version's settings (``TrainConfig.from_dict``: retired settings' surviving
+    values dropped, the settings it lacks at the values that give an earlier version's run),
+    so a run started by an earlier version resumes when nothing else differs."""
     try:
         previous = json.loads(config_path.read_text(encoding="utf-8")).get("identity")
     except (OSError, ValueError):
         return None
     if isinstance(previous, dict) and isinstance(previous.get("train_config"), dict):
-        # A retired variant's value raises: it differs, and the message names it.
+        # A retired variant's value or an unknown setting raises: it differs, and the message
+        # names it.
         with contextlib.suppress(UsageError):
-            previous["train_config"] = current_train_fields(previous["train_config"])
+            previous["train_config"] = TrainConfig.from_dict(previous["train_config"]).to_dict()
     return previous
 
 
@@ -356,6 +358,14 @@ def read_final_history(run_dir: str | Path) -> list[dict] | None:
     """The final model's epoch records from ``folds/final.json``, None without one."""
     path = Path(run_dir) / FOLDS / FINAL
     return read_json(path)["history"] if path.is_file() else None
+
+
+def read_final_screen(run_dir: str | Path) -> dict | None:
+    """The final model's interaction screen record from ``folds/final.json`` (``ScreenResult.summary``),
+    None without one (no final model yet, a holdout run, nothing screened, or an earlier
+    version's file)."""
+    path = Path(run_dir) / FOLDS / FINAL
+    return read_json(path).get("interaction_screen") if path.is_file() else None
 
 
 def _permutation_path(run_dir: str | Path, null_model: str, index: int) -> Path:

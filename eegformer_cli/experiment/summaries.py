@@ -1,7 +1,8 @@
 """A run's summaries, rewritten from its fold results after every fold and at the end:
 ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` (each model's scores per fold
 and over folds, the comparisons with the references, the score against chance, the out-of-fold
-calibration and prediction sets, attention), and whether the run is complete.
+calibration and prediction sets, attention, the interaction screens), and whether the run is
+complete.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from eegformer_cli.evaluation.metrics import (
 )
 from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.above_chance import judged
+from eegformer_cli.experiment.interaction_screens import summarise_screens
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
 from eegformer_cli.training.fold_record import FoldRecord
@@ -63,9 +66,10 @@ def write_summaries(
     ``extra``: more top-level entries of metrics.json (``shortcut_audit``). First, whether
     the run is complete (:func:`completeness`; ``pending``: a step still to come). Beside the
     models' metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval
-    against chance) and the out-of-fold calibration and prediction-set coverage
-    (:mod:`oof_calibration`), whose recalibration and calibration set go into ``model.pt``
-    when it exists."""
+    against chance), ``above_chance`` (:func:`above_chance.judged`), the out-of-fold
+    calibration and prediction-set coverage (:mod:`oof_calibration`), whose recalibration and
+    calibration set go into ``model.pt`` when it exists, and what the interaction screens
+    found (:func:`interaction_screens.summarise_screens`)."""
     history = [record for result in results for record in result.history]
     history += final_history or []
     run_folder.write_history(run_dir, history)
@@ -103,10 +107,17 @@ def write_summaries(
             "calibration": calibration,
             "prediction_sets": prediction_sets,
             "attention": _attention_out_of_fold(results),
+            "interaction_screens": summarise_screens(
+                results,
+                plan.config.interactions,
+                plan.config.age_interactions,
+                run_folder.read_final_screen(run_dir),
+            ).to_dict(),
             "linear_path": linear_path_summary(results),
             **(extra or {}),
         }
     )
+    metrics = judged(metrics)
     run_folder.write_metrics(run_dir, metrics)
     if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)

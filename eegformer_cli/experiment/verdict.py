@@ -1,19 +1,24 @@
 """The verdict: what a run's ``metrics.json`` says, in the few lines a clinician reads first.
 
-One line per question, each ``(topic, text, tone)`` with tone ``good`` / ``neutral`` /
-``warn`` (the report colours the line, ``train`` prints it):
+A headline, then one line per question, each ``(topic, text, tone)`` with tone ``good`` /
+``neutral`` / ``warn`` (the report colours the line, ``train`` prints it):
 
 - score: the transformer's balanced accuracy, its 95 % interval over folds (corrected resampled
   t-test against chance, ``metrics.score``) and the chance level (1 / number of classes);
-  recording-wise splits (the scheme's ``unit``) are said there, as a warning;
+  recording-wise splits (the scheme's ``unit``) are said there, as a warning; where a
+  permutation test decides otherwise than this interval, it says so;
 - one line per reference model of ``metrics.all_comparisons``: "not distinguishable from",
   "better than" or "worse than" it, from whether the paired 95 % interval holds 0;
 - transformer: what the transformer adds to the model's own linear path (the model minus its
   linear path alone, paired), and in how many folds its residual was kept;
 - shortcuts: flagged and borderline variables of the shortcut audit;
-- the permutation test's p, when computed;
+- the permutation test's p, when computed, and whose null it is;
 - calibration: the out-of-fold expected calibration error and Brier score, what ``predict``
   does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets.
+
+Above chance or not is :mod:`.above_chance`'s rule alone: the headline says its answer and the
+test it follows, and the score and permutation lines are coloured by the same answer, so the
+box never shows two.
 
 A :class:`~eegformer_cli.evaluation.run_metrics.RunMetrics` in, plain text out: no torch, no
 scikit-learn.
@@ -24,13 +29,16 @@ from __future__ import annotations
 import math
 from typing import TypeGuard
 
-from eegformer_cli.evaluation.run_metrics import LINEAR_PATH_NAME, Comparison, RunMetrics
+from eegformer_cli.evaluation.run_metrics import (
+    LINEAR_PATH_NAME,
+    MODEL_NAME,
+    AboveChance,
+    Comparison,
+    RunMetrics,
+    model_in_words,
+)
+from eegformer_cli.experiment.above_chance import PERMUTATION_HINT, above_chance
 
-#: How a reference model is named in a sentence ("not distinguishable from ...").
-REFERENCE_NAMES = {
-    "logistic_regression": "the logistic regression",
-    "tangent_space": "the Riemannian tangent-space reference",
-}
 #: Prediction-set level quoted in the verdict.
 VERDICT_COVERAGE = 0.9
 
@@ -39,26 +47,15 @@ def _known(value: float | None) -> TypeGuard[float]:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def reference_name(name: str) -> str:
-    return REFERENCE_NAMES.get(name, "the " + name.replace("_", " "))
-
-
 def _mean_bac(metrics: RunMetrics) -> float | None:
     """The transformer's mean BAC: the score's (an earlier version's: the model table's)."""
     return metrics.score.mean if metrics.score else metrics.transformer.mean.bac
 
 
-def _above_chance(metrics: RunMetrics) -> bool:
-    """Whether the transformer's mean BAC is above chance: the interval's lower bound is, or
-    (no interval because every fold scored the same) that score is."""
-    mean, low = _mean_bac(metrics), metrics.score.ci95[0] if metrics.score else None
-    if _known(low):
-        return low > metrics.chance
-    std = metrics.score.std if metrics.score else None
-    return _known(mean) and mean > metrics.chance and std == 0
-
-
-def score_line(metrics: RunMetrics) -> tuple[str, str, str]:
+def score_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
+    """The score with its interval; green when ``rule`` (:func:`above_chance`) says above
+    chance and the interval agrees, with a clause where a permutation test decides against
+    the interval."""
     mean, auroc = _mean_bac(metrics), metrics.transformer.mean.auroc
     low, high = metrics.score.ci95 if metrics.score else (None, None)
     interval = (
@@ -78,13 +75,20 @@ def score_line(metrics: RunMetrics) -> tuple[str, str, str]:
             "on both sides, so the score may be optimistic"
         )
         return "score", text, "warn"
-    return "score", text, "good" if _above_chance(metrics) else "neutral"
+    if rule.interval_above != rule.above:
+        text += (
+            "; this interval lies above chance, but the permutation test does not confirm it"
+            if rule.interval_above
+            else "; this interval does not lie above chance, but the permutation test does"
+        ) + " (the headline follows the permutation test)"
+        return "score", text, "neutral"
+    return "score", text, "good" if rule.above else "neutral"
 
 
 def comparison_line(comparison: Comparison) -> tuple[str, str, str]:
     if comparison.reference == LINEAR_PATH_NAME:
         return transformer_line(comparison)
-    name = reference_name(comparison.reference or "reference")
+    name = model_in_words(comparison.reference or "reference")
     mean, (low, high), metric = comparison.mean_difference, comparison.ci95, comparison.metric
     if not _known(mean):
         return "reference", f"no fold to compare with {name}", "neutral"
@@ -147,16 +151,28 @@ def shortcut_line(metrics: RunMetrics) -> tuple[str, str, str]:
     return "shortcuts", f"none flagged or borderline ({checked} variables checked)", "good"
 
 
-def permutation_line(metrics: RunMetrics) -> tuple[str, str, str]:
+def permutation_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
+    """The permutation test's p for XAIguiFormer and whose null it is (with a reference's
+    null, the reference's own p), coloured by ``rule``'s answer when the rule follows it."""
     test = metrics.permutation_test
-    if not test:
-        return "permutation test", "not computed (`--permutations 100` adds it)", "neutral"
-    model = test.models.get("xaiguiformer") or next(iter(test.models.values()))
-    p = model.p_value
+    if rule.follows != "permutation test" or not test:
+        return "permutation test", f"not computed ({PERMUTATION_HINT})", "neutral"
+    n, null_from = test.n_permutations, rule.null_from or MODEL_NAME
+    if null_from == MODEL_NAME:
+        whose = "XAIguiFormer's own null: XAIguiFormer retrained on each"
+    else:
+        reference, own = model_in_words(null_from), test.models.get(null_from)
+        whose = (
+            f"{reference}'s null: {reference} refit on each"
+            + (f", its own p = {own.p_value:.2g}" if own and _known(own.p_value) else "")
+            + "; not an exact test of XAIguiFormer, `--permutation-model xaiguiformer` "
+            "gives one"
+        )
     return (
         "permutation test",
-        f"p = {p:.2g} for the balanced accuracy ({test.n_permutations} permutations)",
-        "good" if p < 0.05 else "warn",
+        f"p = {rule.p_value:.2g} for XAIguiFormer's balanced accuracy ({n} permutations, "
+        f"{whose}); the headline follows this test",
+        "good" if rule.above else "warn",
     )
 
 
@@ -195,7 +211,8 @@ def calibration_line(metrics: RunMetrics) -> tuple[str, str, str]:
 
 def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
     """The verdict of a run (module docstring), from its ``metrics.json``."""
-    lines = [score_line(metrics)] + [comparison_line(c) for c in metrics.all_comparisons]
+    rule = above_chance(metrics)
+    lines = [score_line(metrics, rule)] + [comparison_line(c) for c in metrics.all_comparisons]
     for i, (topic, text, tone) in enumerate(lines):
         if topic == "transformer" and metrics.linear_path:
             kept = metrics.linear_path
@@ -204,16 +221,18 @@ def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
                 f"{text}; its residual kept in {kept['residual_kept']} of {kept['n_folds']} folds",
                 tone,
             )
-    return lines + [shortcut_line(metrics), permutation_line(metrics), calibration_line(metrics)]
+    return lines + [
+        shortcut_line(metrics),
+        permutation_line(metrics, rule),
+        calibration_line(metrics),
+    ]
 
 
 def headline(metrics: RunMetrics) -> str:
-    """One sentence: above chance or not (on recording-wise splits, if so), against the
-    references, shortcuts."""
+    """One sentence: above chance or not by :func:`above_chance` (the test it follows, and
+    recording-wise splits, said), against the references, shortcuts."""
     lines = verdict_lines(metrics)
-    words = ["above chance" if _above_chance(metrics) else "not shown to be above chance"]
-    if metrics.recording_wise:
-        words[0] += " on recording-wise splits"
+    words = [above_chance(metrics).statement]
     for topic, text, _ in lines:
         if topic == "reference":
             words.append(text.split(" (")[0])

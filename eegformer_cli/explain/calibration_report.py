@@ -11,8 +11,6 @@ coverage of the split-conformal sets at each level. A run without them gets a li
 
 from __future__ import annotations
 
-import html
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -28,6 +26,7 @@ from eegformer_cli.evaluation.run_metrics import (
 )
 from eegformer_cli.experiment.verdict import headline, verdict_lines
 from eegformer_cli.explain.report_figures import legend_below
+from eegformer_cli.explain.report_page import inline_code
 
 SECTION = "How far to trust a probability"
 VERDICT_CSS = """
@@ -67,13 +66,13 @@ def verdict_html(metrics: RunMetrics) -> str:
     if metrics.complete is False:
         lines = [("incomplete run", metrics.incomplete or "incomplete run", "warn"), *lines]
     rows = "".join(
-        f'<tr><th scope="row">{html.escape(topic)}</th>'
-        f'<td class="eeg-{tone}">{html.escape(text)}</td></tr>'
+        f'<tr><th scope="row">{inline_code(topic)}</th>'
+        f'<td class="eeg-{tone}">{inline_code(text)}</td></tr>'
         for topic, text, tone in lines
     )
     return (
         f'<div class="eeg-verdict" id="eeg-verdict"><div class="eeg-headline">'
-        f"{html.escape(headline(metrics))}</div>"
+        f"{inline_code(headline(metrics))}</div>"
         f'<table class="table table-sm"><tbody>{rows}</tbody></table></div>'
     )
 
@@ -102,7 +101,7 @@ def add_calibration_section(report, metrics: RunMetrics) -> None:
         )
         return
     report.add_html(
-        f"<p>{html.escape(CALIBRATION_MEANING)}</p>" + calibration_table_html(calibration),
+        f"<p>{inline_code(CALIBRATION_MEANING)}</p>" + calibration_table_html(calibration),
         "Calibration (out of fold)",
         section=SECTION,
     )
@@ -112,7 +111,7 @@ def add_calibration_section(report, metrics: RunMetrics) -> None:
     sets = metrics.prediction_sets
     if sets:
         report.add_html(
-            f"<p>{html.escape(SETS_MEANING)}</p>" + prediction_sets_html(sets),
+            f"<p>{inline_code(SETS_MEANING)}</p>" + prediction_sets_html(sets),
             "Prediction sets: coverage",
             section=SECTION,
         )
@@ -164,7 +163,7 @@ def calibration_table_html(calibration: Calibration) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f"<td>{html.escape(str(c))}</td>"
+            f"<td>{inline_code(str(c))}</td>"
             for c in (
                 name,
                 s.target,
@@ -180,8 +179,8 @@ def calibration_table_html(calibration: Calibration) -> str:
         for name, s in rows
     )
     what = (
-        f"<p><b>predict</b>: {html.escape(describe_recalibration(recalibration.to_dict()))}"
-        f" &mdash; {html.escape(recalibration.reason)}.</p>"
+        f"<p><b>predict</b>: {inline_code(describe_recalibration(recalibration.to_dict()))}"
+        f" &mdash; {inline_code(recalibration.reason)}.</p>"
     )
     return (
         f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'
@@ -204,7 +203,7 @@ def prediction_sets_html(sets: PredictionSets) -> str:
     if not body:
         body = '<tr><td colspan="4">too few recordings for any level</td></tr>'
     return (
-        f"<p>{html.escape(sets.method)}; {sets.n} recordings.</p>"
+        f"<p>{inline_code(sets.method)}; {sets.n} recordings.</p>"
         f'<table class="table table-sm" id="eeg-prediction-sets"><thead><tr>{head}</tr>'
         f"</thead><tbody>{body}</tbody></table>"
     )

@@ -1,17 +1,24 @@
 """The report's "Explanations" section in words and tables: where the explanations come from
 (which model, which recordings, whether the model trained on them), the captions of its
-figures (band importance, artefact cautions, the class contrast) and the tables of the
-contrast's strongest pairs and of the kept interactions. Each a function of plain data (the
-explain folder's settings, rows and summaries) returning an HTML string (values escaped);
-:mod:`.explanations_report` puts them on the page.
+figures (band importance, artefact cautions, the class contrast), the tables of the
+contrast's strongest pairs and of the kept interactions, and what the contrast says first when
+those interactions carry more of it than any pair. Each a function of plain data (the explain
+folder's settings, rows and summaries) returning an HTML string (values escaped) or, for a
+note, plain text; :mod:`.explanations_report` and :mod:`.interactions_report` put them on the
+page.
 """
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
+import numpy as np
+
+from eegformer_cli.explain.report_page import inline_code
 from eegformer_cli.explain.report_tables import table_html
+
+#: Pairs of the class contrast said in a sentence each, strongest first.
+CONTRAST_SENTENCES = 5
 
 
 def explanations_source_html(
@@ -57,18 +64,18 @@ def _source_sentence(run_dir: Path, folder: Path, settings: dict) -> str:
             "model for the others"
         )
     return (
-        f"From <code>{html.escape(str(folder))}</code>: "
-        f"<code>eegformer explain</code> with {html.escape(which)} "
+        f"From <code>{inline_code(str(folder))}</code>: "
+        f"<code>eegformer explain</code> with {inline_code(which)} "
         + (
             "(this run's <code>folds/*.pt</code> and <code>model.pt</code>)"
             if own and settings.get("run_dir")
             else "(this run's <code>model.pt</code>)"
             if own
-            else f"(<code>{html.escape(str(model))}</code>, not this run's model.pt, with the same "
+            else f"(<code>{inline_code(str(model))}</code>, not this run's model.pt, with the same "
             "classes, bands and channels)"
         )
         + (
-            f", on {html.escape(', '.join(map(str, settings['inputs'])))}"
+            f", on {inline_code(', '.join(map(str, settings['inputs'])))}"
             if settings.get("inputs")
             else ""
         )
@@ -124,14 +131,14 @@ def _class_means_sentences(settings: dict, classes: list[str], counts: list[int]
     sentences = [
         "Each recording is explained for "
         + (
-            f"the class <b>{html.escape(str(target))}</b>, so every mean below is over all "
+            f"the class <b>{inline_code(str(target))}</b>, so every mean below is over all "
             "recordings"
             if target
             else "its <b>predicted</b> class, so the class means below group recordings by what the "
             "model predicted, not by their true class"
         )
         + ": "
-        + html.escape(
+        + inline_code(
             ", ".join(f"{c} {n} recording{'s' * (n != 1)}" for c, n in zip(classes, counts))
         )
         + "."
@@ -139,7 +146,7 @@ def _class_means_sentences(settings: dict, classes: list[str], counts: list[int]
     single = [c for c, n in zip(classes, counts) if n == 1]
     if single:
         sentences.append(
-            f"<b>{html.escape(', '.join(single))}: one recording only</b>, so its "
+            f"<b>{inline_code(', '.join(single))}: one recording only</b>, so its "
             "'mean' is that one recording's explanation, not a pattern of the class."
         )
     return sentences
@@ -220,18 +227,49 @@ def contrast_note(contrast: dict, settings: dict) -> str:
         + f": how far the log-odds of {second} move when the pair's connectivity goes from "
         f"{first}'s to {second}'s. Red: {second}'s connectivity pushes towards {second} (the "
         f"difference helps tell the classes apart); blue: towards {first}. The bars add up to "
-        f"about the difference between the groups' mean log-odds of {second}. The left head "
-        f"and the table say whether each pair is more or less connected in {second}: the "
-        "connectivity itself, not the model."
+        f"about the difference between the groups' mean log-odds of {second}. Below the "
+        "bars, coherence (upper row) and wPLI (lower row) each on its own, as the two can "
+        f"move in opposite directions: on the left whether each pair is more or less "
+        f"connected in {second} by that measure (the connectivity itself, not the model), on "
+        "the right how that measure's difference pushes the prediction; each row draws the "
+        "pairs that measure pushes most. The sentences and the table below say both for the "
+        "strongest pairs."
     )
 
 
-def _direction(coh: float, wpli: float) -> str:
-    if coh > 0 and wpli > 0:
-        return "higher"
-    if coh < 0 and wpli < 0:
-        return "lower"
-    return f"coherence {'higher' if coh > 0 else 'lower'}, wPLI {'higher' if wpli > 0 else 'lower'}"
+def connectivity_words(coh: float, wpli: float) -> str:
+    """How a pair's coherence and wPLI differ (``coh``, ``wpli``: the second class's mean
+    minus the first's), each measure on its own: "coherence and wPLI higher", "coherence
+    lower, wPLI higher"."""
+
+    def way(value: float) -> str:
+        return "higher" if value > 0 else "lower" if value < 0 else "unchanged"
+
+    if way(coh) == way(wpli):
+        return f"coherence and wPLI {way(coh)}"
+    return f"coherence {way(coh)}, wPLI {way(wpli)}"
+
+
+def contrast_sentences_html(rows: list[dict], n: int = CONTRAST_SENTENCES) -> str:
+    """The ``n`` strongest pairs of the contrast (rows of ``contrast_pairs.csv`` as dicts), a
+    sentence each: "theta F8-P3: coherence lower, wPLI higher in B; pushes towards B (+0.012
+    logit units: coherence -0.003, wPLI +0.015)"."""
+    if not rows:
+        return ""
+    first, second = rows[0]["class_a"], rows[0]["class_b"]
+    items = "".join(
+        "<li>"
+        + inline_code(
+            f"{row['band']} {row['channel_a']}-{row['channel_b']}: "
+            f"{connectivity_words(row['coh_difference'], row['wpli_difference'])} in "
+            f"{second}; pushes towards {second if row['value'] > 0 else first} "
+            f"({row['value']:+.3g} logit units: coherence {row['coh']:+.3g}, wPLI "
+            f"{row['wpli']:+.3g})" + (f"; caution: {row['caution']}" if row["caution"] else "")
+        )
+        + "</li>"
+        for row in rows[:n]
+    )
+    return f"<p>The strongest pairs, in words:</p><ul>{items}</ul>"
 
 
 def contrast_table_html(rows: list[dict]) -> str:
@@ -248,7 +286,7 @@ def contrast_table_html(rows: list[dict]) -> str:
             f"{row['value']:+.3g} (towards {second if row['value'] > 0 else first})",
             f"{row['coh_difference']:+.3g}",
             f"{row['wpli_difference']:+.3g}",
-            _direction(row["coh_difference"], row["wpli_difference"]),
+            connectivity_words(row["coh_difference"], row["wpli_difference"]),
             row["caution"] or "",
         ]
         for row in rows
@@ -305,4 +343,34 @@ def interactions_table_html(interactions: dict, classes: list[str]) -> str:
             *(["class contrast (logit units)"] if contrast else []),
         ],
         table,
+    )
+
+
+def interactions_lead(
+    products: list[dict], contrast_pairs, bands: list[str], channels: list[str]
+) -> str | None:
+    """What the class contrast section says first when the kept interactions carry more of
+    the contrast than any single pair: the strongest product's push (``products``: the
+    interactions' contrast rows, ``value`` in logit units) against the strongest pair's
+    (``contrast_pairs`` (T, C, C), logit units); None otherwise (or without products)."""
+    if not products:
+        return None
+    upper_i, upper_j = np.triu_indices(len(channels), 1)
+    pairs = np.abs(np.asarray(contrast_pairs)[:, upper_i, upper_j])  # (T, n_pairs)
+    band, pair = np.unravel_index(np.argmax(pairs), pairs.shape)
+    strongest = max(products, key=lambda row: abs(row["value"]))
+    if abs(strongest["value"]) <= pairs[band, pair]:
+        return None
+    total = sum(row["value"] for row in products)
+    together = (
+        f" (the {len(products)} kept products together {total:+.3g})" if len(products) > 1 else ""
+    )
+    return (
+        "The kept interactions carry more of the class contrast than any single pair: "
+        f"{strongest['interaction']} pushes {strongest['value']:+.3g} logit units{together}, "
+        f"against at most {pairs[band, pair]:.3g} for a pair ({bands[band]} "
+        f"{channels[upper_i[pair]]}-{channels[upper_j[pair]]}). The classes differ in how "
+        "those entries combine, which no pair shows on its own: read the pairs below as what "
+        "is left beside the interactions, not as the cause (the Interactions section lists "
+        "every kept interaction)."
     )

@@ -1,7 +1,7 @@
 """The report's section "Explanations", from an ``eegformer explain`` folder: which model and
 recordings they come from, band importance per class, the strongest channel pairs on the
-head, the class contrast (figure and its strongest pairs), the kept interactions and coarse
-versus refined attention per class; and the check that the folder explains the run's model
+head, the class contrast (figure and its strongest pairs, said first where the kept
+interactions carry more of it than any pair) and coarse versus refined attention per class; and the check that the folder explains the run's model
 (its classes, bands and channels). The words and tables are :mod:`.explanation_notes`'s, the
 figures :mod:`.report_figures`'.
 """
@@ -17,9 +17,10 @@ from eegformer_cli.explain.explanation_notes import (
     band_importance_note,
     caution_note,
     contrast_note,
+    contrast_sentences_html,
     contrast_table_html,
     explanations_source_html,
-    interactions_table_html,
+    interactions_lead,
 )
 from eegformer_cli.explain.report_figures import (
     attention_figure,
@@ -104,13 +105,15 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         section=section,
     )
     _add_attribution_figures(report, summary, settings, section, band)
-    _add_contrast(report, summary, written.get("contrast"), settings, section, band)
-    if written.get("interactions"):
-        report.add_html(
-            interactions_table_html(written["interactions"], classes),
-            "Interactions the models use",
-            section=section,
-        )
+    _add_contrast(
+        report,
+        summary,
+        written.get("contrast"),
+        written.get("interactions"),
+        settings,
+        section,
+        band,
+    )
     _add_attention_figures(report, summary, section)
 
 
@@ -176,55 +179,57 @@ def _add_attribution_figures(
     )
 
 
+def _no_contrast(contrast: dict | None, summary: dict) -> str | None:
+    """Why there is no class contrast to show (None: there is one)."""
+    if contrast is None:
+        return (
+            "No class contrast: the model has more than two classes and explain was not asked "
+            "for one, or an earlier eegformer wrote these explanations. `eegformer explain "
+            "... --contrast A B` compares two classes."
+        )
+    if "contrast_pairs" not in summary:
+        first, second = contrast["classes"]
+        counts = ", ".join(
+            f"{c} {n}" for c, n in zip(contrast["classes"], contrast["n_recordings"])
+        )
+        return (
+            f"No class contrast of {second} against {first}: grouped by "
+            f"{contrast['grouped_by']}, a class has no recording ({counts})."
+        )
+    return None
+
+
 def _add_contrast(
     report,
     summary: dict,
     contrast: dict | None,
+    interactions: dict | None,
     settings: dict,
     section: str,
     band: str | None,
 ) -> None:
     """The class contrast (figure and table of its strongest pairs) beside the per-class
-    attributions, or a note on why there is none."""
+    attributions, or a note on why there is none; first, where the kept ``interactions``
+    (``class_summary.json``'s) carry more of it than any single pair, a note saying so."""
     from eegformer_cli.explain.export import TOP_PAIRS, contrast_rows
 
-    title = "Class contrast"
-    if contrast is None:
-        add_note(
-            report,
-            title,
-            "No class contrast: the model has more than two classes and explain was not asked "
-            "for one, or an earlier eegformer wrote these explanations. `eegformer explain "
-            "... --contrast A B` compares two classes.",
-            section,
-        )
+    why_not = _no_contrast(contrast, summary)
+    if why_not is not None or contrast is None:
+        add_note(report, "Class contrast", why_not or "", section)
         return
     first, second = contrast["classes"]
-    if "contrast_pairs" not in summary:
-        counts = ", ".join(
-            f"{c} {n}" for c, n in zip(contrast["classes"], contrast["n_recordings"])
-        )
-        add_note(
-            report,
-            title,
-            f"No class contrast of {second} against {first}: grouped by "
-            f"{contrast['grouped_by']}, a class has no recording ({counts}).",
-            section,
-        )
-        return
+    lead = interactions_lead(
+        (interactions or {}).get("contrast") or [],
+        summary["contrast_pairs"],
+        summary["bands"],
+        summary["channels"],
+    )
+    if lead is not None:
+        add_note(report, "Class contrast: the interactions first", lead, section)
     cautions = settings.get("artefact_caution") or {}
     add_figure(
         report,
-        contrast_figure(
-            summary["contrast_pairs"],
-            summary["contrast_band"],
-            summary["coh_difference"] + summary["wpli_difference"],
-            [first, second],
-            summary["bands"],
-            summary["channels"],
-            band=band,
-            cautions=cautions,
-        ),
+        contrast_figure(summary, [first, second], band=band, cautions=cautions),
         f"Class contrast: {second} against {first}",
         section,
         caption=contrast_note(contrast, settings) + " " + caution_note(settings),
@@ -235,8 +240,9 @@ def _add_contrast(
         summary["channels"],
         cautions,
     )
+    strongest = [dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]
     report.add_html(
-        contrast_table_html([dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]),
+        contrast_sentences_html(strongest) + contrast_table_html(strongest),
         f"Class contrast: the {TOP_PAIRS} strongest pairs",
         section=section,
     )

@@ -31,8 +31,11 @@ file                           content
                                (each unordered pair once: channel_a before channel_b in model order)
 ``interactions.csv``           the kept interactions (:mod:`~eegformer_cli.explain.interactions`):
                                ``recording_id, target, interaction, side_a, side_b,
-                               class_difference, gate, value, contrast_value`` (no rows for a
-                               model that keeps none)
+                               class_difference, gate, group, proxies, value, contrast_value``
+                               (``group``: the row heading the kept interactions that are
+                               proxies of each other; ``proxies``: the screen's other
+                               candidates for the same effect, in words; no rows for a model
+                               that keeps none)
 ``contrast_pairs.csv``         the class contrast (:func:`contrast_rows`), strongest first:
                                ``class_a, class_b, grouped_by, band, channel_a, channel_b, value,
                                coh, wpli, coh_difference, wpli_difference, caution``
@@ -333,6 +336,8 @@ def _interaction_rows(
                 interactions.side(row["b"]),
                 row["class_difference"],
                 row["gate"],
+                row.get("group", row["interaction"]),
+                interactions.proxies_text(row),
                 row["value"],
                 row["contrast_value"],
             ]

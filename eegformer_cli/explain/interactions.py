@@ -8,13 +8,20 @@ person can read and a program can join: one dict per kept interaction,
 
 ``{"interaction": "coh theta T7-P3 x wpli low_beta F7-P8", "a": [measure, band, ch, ch],
 "b": [...] or "age", "class_difference": the screen's score (how much the two sides'
-correlation differs between the classes, 0-2), "gate": the level it beat, "value": the
-attribution (logit units, mean over segments), "contrast_value": the same for the class
+correlation differs between the classes, 0-2), "gate": the level it beat, "proxies": the
+candidates the screen grouped with it as the same effect seen through other entries (each
+``{"interaction", "class_difference", "correlation"}``: its name, its score and the correlation
+of its product with the kept one's over the training recordings; empty for a model of an
+earlier version), "group": the name of the row that heads its group in this table, "value":
+the attribution (logit units, mean over segments), "contrast_value": the same for the class
 contrast's log-odds, or None}``.
 
 Fold models of one run keep different interactions, so explanations by several models are
 merged by the interaction's name: the mean over the models, 0 for a model that did not keep it
-(its logit does not depend on it).
+(its logit does not depend on it), the proxies of all of them. One model's kept interactions
+are distinct effects, but one fold model may keep what another recorded as a proxy: rows
+linked that way (one in the other's ``proxies``) form one group, named by its strongest row
+(:func:`with_groups`), so a table says which of its rows are proxies of each other.
 """
 
 from __future__ import annotations
@@ -46,11 +53,48 @@ def describe(
             "b": kept.to_dict()["b"],
             "class_difference": kept.score,
             "gate": kept.threshold,
+            "proxies": [
+                {
+                    "interaction": proxy.label(),
+                    "class_difference": proxy.score,
+                    "correlation": proxy.correlation,
+                }
+                for proxy in kept.proxies
+            ],
+            "group": kept.label(),
             "value": float(value),
             "contrast_value": None if contrast_values is None else float(contrast_values[k]),
         }
         for k, (kept, value) in enumerate(zip(kept_interactions(model), values))
     ]
+
+
+def with_groups(rows: list[dict]) -> list[dict]:
+    """``rows`` (strongest first) with each one's ``group``: rows linked by ``proxies`` (one
+    row's name among another's proxies, in either direction, directly or through other rows)
+    share the name of the first of them; a row linked to none is its own group."""
+    names = [row["interaction"] for row in rows]
+    head = {name: name for name in names}
+
+    def root(name: str) -> str:
+        while head[name] != name:
+            name = head[name]
+        return name
+
+    for row in rows:
+        for proxy in row.get("proxies", []):
+            if proxy["interaction"] in head:
+                first, second = sorted(
+                    (root(row["interaction"]), root(proxy["interaction"])), key=names.index
+                )
+                head[second] = first
+    return [{**row, "group": root(row["interaction"])} for row in rows]
+
+
+def _union_proxies(first: list[dict], second: list[dict]) -> list[dict]:
+    """The proxies of ``first`` then those of ``second`` it lacks (by name)."""
+    known = {proxy["interaction"] for proxy in first}
+    return first + [proxy for proxy in second if proxy["interaction"] not in known]
 
 
 def merged(rows_per_model: Sequence[list[dict] | None]) -> list[dict] | None:
@@ -64,8 +108,9 @@ def merged(rows_per_model: Sequence[list[dict] | None]) -> list[dict] | None:
     for rows in rows_per_model:
         for row in rows or []:
             entry = by_name.setdefault(
-                row["interaction"], {**row, "value": 0.0, "contrast_value": None}
+                row["interaction"], {**row, "proxies": [], "value": 0.0, "contrast_value": None}
             )
+            entry["proxies"] = _union_proxies(entry["proxies"], row.get("proxies", []))
             entry["value"] += row["value"] / n
             if row["contrast_value"] is not None:
                 entry["contrast_value"] = (entry["contrast_value"] or 0.0) + row[
@@ -75,7 +120,8 @@ def merged(rows_per_model: Sequence[list[dict] | None]) -> list[dict] | None:
 
 
 def strongest_first(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda row: -abs(row["value"]))
+    """``rows`` sorted by |value|, largest first, each with its :func:`with_groups` group."""
+    return with_groups(sorted(rows, key=lambda row: -abs(row["value"])))
 
 
 def class_summary(groups: dict[str, Sequence[list[dict] | None]]) -> dict[str, list[dict]]:
@@ -111,9 +157,21 @@ COLUMNS = (
     "side_b",
     "class_difference",
     "gate",
+    "group",
+    "proxies",
     "value",
     "contrast_value",
 )
+
+
+def proxies_text(row: dict) -> str:
+    """A row's proxies in words for a table cell: ``name (class difference 0.61, r 0.93) |
+    ...``, empty when it has none."""
+    return " | ".join(
+        f"{proxy['interaction']} (class difference {proxy['class_difference']:.2f}, "
+        f"r {proxy['correlation']:.2f})"
+        for proxy in row.get("proxies", [])
+    )
 
 
 def side(value) -> str:

@@ -24,7 +24,10 @@ Verdict (first): the score with its interval, the comparison with every referenc
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
    the logit change when attention is replaced by a uniform mean or the identity) and the
    entropy per epoch on the validation participants (history.jsonl).
-5. Explanations: which model and recordings they come from (and whether those recordings
+5. Interactions: what every fit's interaction screen kept, its best score and its gate, or
+   that nothing was screened (:mod:`.interactions_report`); with explanations, what each kept
+   interaction weighs in a prediction.
+6. Explanations: which model and recordings they come from (and whether those recordings
    were the model's training data, or were explained out of fold), band importance per class
    with what its sign is against (the reference connectome), the strongest channel-pair
    attributions per class on the head (MNE's sensor topomap, montage positions, a colour bar
@@ -41,7 +44,8 @@ tag filter is hidden (:data:`.report_page.REPORT_CSS`).
 
 This module reads the run folder and assembles the sections from the run's files (0 to 4);
 each other section has a module of its own: the verdict and calibration
-(:mod:`.calibration_report`), "Is the score real?" (:mod:`.trust_report`) and the explanations
+(:mod:`.calibration_report`), "Is the score real?" (:mod:`.trust_report`), the interactions
+(:mod:`.interactions_report`) and the explanations
 (:mod:`.explanations_report`, its words and tables in :mod:`.explanation_notes`). The figures
 are in :mod:`.report_figures` (plain data in, a matplotlib figure out, so each can be tested
 and reused alone), the run's tables and notes in :mod:`.report_tables` (plain data in, HTML
@@ -50,7 +54,6 @@ out) and the page (no tags, its styles, a note, a figure) in :mod:`.report_page`
 
 from __future__ import annotations
 
-import html
 import json
 import tempfile
 from pathlib import Path
@@ -66,13 +69,19 @@ from eegformer_cli.explain.explanations_report import (
     add_explanations_section,
     check_explanations_match,
 )
+from eegformer_cli.explain.interactions_report import add_interactions_section
 from eegformer_cli.explain.report_figures import (
     attention_entropy_figure,
     confusion_matrix_figure,
     roc_pr_figure,
     training_curves_figure,
 )
-from eegformer_cli.explain.report_page import add_figure, add_note, untagged_report
+from eegformer_cli.explain.report_page import (
+    add_figure,
+    add_note,
+    inline_code,
+    untagged_report,
+)
 from eegformer_cli.explain.report_tables import (
     attention_diagnostics_html,
     dataset_summary_html,
@@ -94,28 +103,32 @@ def _check_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
-def report_title(config: dict) -> str:
-    """The report's title from a run's ``config.json``: the model, the data and the label, e.g.
-    "XAIguiFormer (default preset) on sample_data: diagnosis". The data is named by the
-    folder ``preprocess`` read (its ``preprocess.json`` inputs: one folder's name, or the
-    folders' names joined; for recording files, the folder holding them above BIDS-style
-    ``eeg`` / ``sub-*`` / ``ses-*`` folders), else by the preprocess output folder."""
+def report_title(config: dict, run_dir: str | Path) -> str:
+    """The report's title from a run's ``config.json`` and its folder: the model, the data, its
+    crop, the label and the run folder, e.g. "XAIguiFormer (default preset) on sample_data,
+    whole recordings: diagnosis; run folder run", so that the reports of a cropped and an
+    uncropped run differ. The data is named by the folder ``preprocess`` read (its
+    ``preprocess.json`` inputs: one folder's name, or the folders' names joined; for recording
+    files, the folder holding them above BIDS-style ``eeg`` / ``sub-*`` / ``ses-*`` folders),
+    else by the preprocess output folder; the crop is that file's (left out when the file is
+    missing)."""
     data_dir = Path(config.get("data_dir") or "data")
-    inputs = []
+    document: dict = {}
     settings_file = data_dir / "preprocess.json"
     if settings_file.is_file():
         try:
-            inputs = [
-                str(i)
-                for i in json.loads(settings_file.read_text(encoding="utf-8")).get("inputs") or []
-            ]
-        except ValueError:  # a damaged file only loses the nicer name
-            inputs = []
+            document = json.loads(settings_file.read_text(encoding="utf-8"))
+        except ValueError:  # a damaged file only loses the nicer name and the crop
+            document = {}
+    inputs = [str(i) for i in document.get("inputs") or []]
     names = list(dict.fromkeys(_dataset_name(Path(i)) for i in inputs))
     data = " + ".join(names) if names else data_dir.name
+    if isinstance(document.get("settings"), dict):
+        crop = document["settings"].get("crop_s")
+        data += f", first {crop:g} s of each recording" if crop else ", whole recordings"
     return (
         f"XAIguiFormer ({config.get('preset', 'default')} preset) on {data}: "
-        f"{config.get('label_column', 'label')}"
+        f"{config.get('label_column', 'label')}; run folder {Path(run_dir).resolve().name}"
     )
 
 
@@ -137,7 +150,7 @@ def build_report(
     config = run_folder.read_config(run_dir)
     metrics = run_folder.read_metrics(run_dir)
     history = run_folder.read_history(run_dir)
-    report = untagged_report(report_title(config))
+    report = untagged_report(report_title(config, run_dir))
     add_verdict(report, metrics)
     _add_run_summary(report, run_dir, config, metrics)
     _add_dataset(report, config)
@@ -148,6 +161,7 @@ def build_report(
         add_calibration_section(report, metrics)
         _add_predictions_and_curves(report, run_dir, metrics, history)
     _add_attention(report, metrics, history)
+    add_interactions_section(report, run_dir, metrics, explanations_dir)
     add_explanations_section(report, run_dir, explanations_dir, band)
     return report
 
@@ -177,8 +191,8 @@ def _add_dataset(report, config: dict) -> None:
         return
     label_column = config.get("label_column", "label")
     report.add_html(
-        f"<p>Data: {html.escape(str(data_dir))}, label column "
-        f"<code>{html.escape(label_column)}</code>.</p>"
+        f"<p>Data: {inline_code(str(data_dir))}, label column "
+        f"<code>{inline_code(label_column)}</code>.</p>"
         + dataset_summary_html(read_manifest(data_dir), label_column),
         "Dataset summary",
         section=section,
@@ -200,7 +214,7 @@ def _add_preprocessing(report, config: dict) -> None:
         )
         return
     report.add_html(
-        f"<p>How the recordings became connectomes: <code>{html.escape(str(settings_file))}"
+        f"<p>How the recordings became connectomes: <code>{inline_code(str(settings_file))}"
         "</code>, every setting, the crop first (a new recording given to "
         "<code>eegformer predict</code> is preprocessed the same way).</p>"
         + preprocessing_html(read_json(settings_file)),
@@ -227,7 +241,7 @@ def _add_cross_validation(
         add_note(report, "Incomplete run", incomplete, section)
     labels = [str(label) for label in metrics.labels]
     paired = "".join(
-        "<p>Paired over the same folds: " + html.escape(describe_comparison(comparison)) + ".</p>"
+        "<p>Paired over the same folds: " + inline_code(describe_comparison(comparison)) + ".</p>"
         for comparison in metrics.all_comparisons
     )
     chance = (

@@ -222,13 +222,20 @@ def band_importance_figure(
     return fig
 
 
+#: Font size (points) of the attention heat maps' band labels: about 12 px on the page, where
+#: the report shows the figure's 850 pixels in a column of about 800 (a 1,100 px window).
+ATTENTION_LABEL_PT = 9
+
+
 def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], title: str):
     """Per layer: coarse and refined attention as differences from uniform attention (1/T),
     and refined - coarse; query rows, key columns; (L, T, T) in (a head axis is averaged).
 
     Softmax rows sum to 1, so raw weights all sit near 1/T and one colour scale from 0 hides
     every difference: each panel shows its departure from 1/T (or from the coarse pass) on a
-    diverging scale of its own, symmetric about 0, with its colour bar.
+    diverging scale of its own, symmetric about 0, with its colour bar. 8.5 inches wide, the
+    widest figure mne.Report embeds at full resolution, with band labels of
+    :data:`ATTENTION_LABEL_PT` points (the query bands once per layer, at its left).
     """
     from eegformer_cli.explain.attributions import token_names
 
@@ -237,7 +244,15 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
     n_layers, n_bands = coarse.shape[0], coarse.shape[-1]
     bands = token_names(bands, n_bands)  # the interaction token, when the models have one
     uniform = 1.0 / n_bands
-    fig, axes = plt.subplots(n_layers, 3, figsize=(11, 3.5 * n_layers), squeeze=False)
+    size = ATTENTION_LABEL_PT
+    fig, axes = plt.subplots(
+        n_layers,
+        3,
+        figsize=_inches(8.5, 1.0 + 3.5 * n_layers),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     for layer in range(n_layers):
         for col, (name, data) in enumerate(
             (
@@ -249,19 +264,19 @@ def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], 
             ax = axes[layer, col]
             limit = float(np.abs(data).max()) or 1e-6
             image = ax.imshow(data, cmap="RdBu_r", vmin=-limit, vmax=limit)
-            ax.set_xticks(range(len(bands)), bands, rotation=90, fontsize=7)
-            ax.set_yticks(range(len(bands)), bands, fontsize=7)
-            ax.set_title(f"layer {layer}: {name}", fontsize=9)
+            ax.set_xticks(range(len(bands)), bands, rotation=90, fontsize=size)
+            ax.set_yticks(range(len(bands)), bands, fontsize=size)
+            ax.set_title(f"layer {layer}: {name}", fontsize=size)
             if col == 0:
-                ax.set_ylabel("query band", fontsize=8)
-            ax.set_xlabel("key band", fontsize=8)
-            fig.colorbar(image, ax=ax, fraction=0.046)
+                ax.set_ylabel("query band", fontsize=size)
+            ax.set_xlabel("key band", fontsize=size)
+            bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+            bar.ax.tick_params(labelsize=size - 1)
     fig.suptitle(
         f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
         "pass; blue: less; each panel on its own scale",
-        fontsize=10,
+        fontsize=size + 1,
     )
-    fig.tight_layout()
     return fig
 
 
@@ -421,62 +436,73 @@ def _contrast_band_bars(ax, contrast_band: np.ndarray, bands: list[str], classes
     )
 
 
+#: The measures of the class contrast's heads, each on its own: its name in words, and the keys
+#: of its push and of its connectivity difference in the class summary.
+CONTRAST_MEASURES = (
+    ("coherence", "contrast_coh_pairs", "coh_difference"),
+    ("wPLI", "contrast_wpli_pairs", "wpli_difference"),
+)
+
+
 def contrast_figure(
-    contrast_pairs: np.ndarray,
-    contrast_band: np.ndarray,
-    connectivity_difference: np.ndarray,
+    summary: dict,
     classes: list[str],
-    bands: list[str],
-    channels: list[str],
     *,
     band: str | None = None,
     cautions: dict | None = None,
     n_lines: int = HEAD_PAIRS,
 ):
-    """The class contrast of classes (A, B) (:func:`attributions.class_contrast`).
+    """The class contrast of classes (A, B) (:func:`attributions.class_contrast`), each
+    connectivity measure on its own, so that a measure higher in B and one lower never cancel.
 
-    Top: its sum per band (``contrast_band`` (T,), logit units; the top band, largest |value|,
-    outlined). Below, for the ``n_lines`` strongest pairs of ``contrast_pairs`` (T, C, C) in the
-    shown band (``band``, else the top band), on the head: left, which are more connected in B
-    than in A (``connectivity_difference`` (T, C, C), B's mean minus A's, e.g. coherence +
-    wPLI); right, how that difference pushes the prediction (the contrast: red, B's connectivity
-    pushes towards B; blue, towards A), one diverging scale for both directions. Dashed: pairs
-    that artefacts can fake in that band (``cautions``)."""
+    ``summary``: the class summary's arrays (:func:`class_summary.load_class_summary`):
+    ``contrast_band`` (T,) and, per measure of :data:`CONTRAST_MEASURES`, its push
+    (``contrast_coh_pairs`` / ``contrast_wpli_pairs``, (T, C, C), logit units) and its
+    difference (``coh_difference`` / ``wpli_difference``, (T, C, C), B's mean minus A's), with
+    ``bands`` and ``channels``. Top: the contrast's sum per band (logit units; the top band,
+    largest |value|, outlined). Below, one row per measure, in the shown band (``band``, else
+    the top band), for the ``n_lines`` pairs whose push by that measure is strongest: left,
+    which are more connected in B than in A by that measure; right, how that measure's
+    difference pushes the prediction (red towards B, blue towards A). Each head on its own
+    scale, with its colour bar; dashed: pairs that artefacts can fake in that band
+    (``cautions``)."""
     from eegformer_cli.connectivity.artefacts import caution_masks
 
     first, second = classes
-    fig = plt.figure(figsize=_inches(10.5, 10.0))
-    grid = fig.add_gridspec(2, 2, height_ratios=[0.75, 1], hspace=0.45, wspace=0.1)
-    _contrast_band_bars(fig.add_subplot(grid[0, :]), contrast_band, bands, classes)
+    bands, channels = list(summary["bands"]), list(summary["channels"])
+    fig = plt.figure(figsize=_inches(10.5, 16.0))
+    grid = fig.add_gridspec(3, 2, height_ratios=[0.6, 1, 1], hspace=0.4, wspace=0.1)
+    _contrast_band_bars(fig.add_subplot(grid[0, :]), summary["contrast_band"], bands, classes)
     upper_i, upper_j = np.triu_indices(len(channels), 1)
-    shown = shown_band(contrast_band, bands, band)
-    values = contrast_pairs[shown, upper_i, upper_j]
+    shown = shown_band(summary["contrast_band"], bands, band)
     mask = caution_masks(cautions or {}, bands, channels)[shown, upper_i, upper_j]
-    drawn = _strongest(values, n_lines)
-    difference = connectivity_difference[shown, upper_i, upper_j]
+    for row, (measure, push_key, difference_key) in enumerate(CONTRAST_MEASURES, start=1):
+        push = summary[push_key][shown, upper_i, upper_j]
+        drawn = _strongest(push, n_lines)
+        for column, (data, title, label) in enumerate(
+            (
+                (
+                    summary[difference_key][shown, upper_i, upper_j],
+                    f"{measure}, {second} minus {first}:\nred higher in {second}, blue lower",
+                    f"{measure} difference",
+                ),
+                (
+                    push,
+                    f"how the {measure} difference pushes:\nred towards {second}, blue "
+                    f"towards {first}",
+                    f"towards {first}  <-  logit units  ->  towards {second}",
+                ),
+            )
+        ):
+            ax = fig.add_subplot(grid[row, column])
+            limit = _draw_pairs(ax, _head_axes(ax, channels), data, mask, drawn)
+            _colour_bar(fig, ax, limit, label)
+            ax.set_title(title + _caution_line(drawn, mask), fontsize=9)
     why = "chosen with --band" if band is not None else "the top band"
-    for column, (data, title, label) in enumerate(
-        (
-            (
-                difference,
-                f"connectivity, {second} minus {first}:\nred higher in {second}, blue lower",
-                "coherence + wPLI difference",
-            ),
-            (
-                values,
-                f"how it pushes the prediction:\nred towards {second}, blue towards {first}",
-                f"towards {first}  <-  logit units  ->  towards {second}",
-            ),
-        )
-    ):
-        ax = fig.add_subplot(grid[1, column])
-        limit = _draw_pairs(ax, _head_axes(ax, channels), data, mask, drawn)
-        _colour_bar(fig, ax, limit, label)
-        ax.set_title(title + _caution_line(drawn, mask), fontsize=9)
     fig.suptitle(
-        f"Class contrast, {second} against {first}: the {len(drawn)} strongest pairs in "
-        f"{bands[shown]} ({why})",
+        f"Class contrast, {second} against {first}, in {bands[shown]} ({why}): coherence and "
+        f"wPLI apart, each with its strongest pairs (up to {n_lines})",
         fontsize=10,
     )
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.06, top=0.91)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.04, top=0.94)
     return fig

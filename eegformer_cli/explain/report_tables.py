@@ -7,7 +7,6 @@ explanations section's are in :mod:`.explanation_notes`.
 from __future__ import annotations
 
 import datetime
-import html
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.explain.report_page import inline_code
 
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
 
@@ -25,9 +25,9 @@ def _known(value: str | None) -> bool:
 
 def table_html(header: list[str], rows: list[list]) -> str:
     """A striped table of ``header`` and ``rows`` (cells escaped)."""
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    head = "".join(f"<th>{inline_code(str(h))}</th>" for h in header)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
+        "<tr>" + "".join(f"<td>{inline_code(str(v))}</td>" for v in row) + "</tr>" for row in rows
     )
     return f'<table class="table table-sm table-striped"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -90,7 +90,7 @@ def metrics_html(metrics: RunMetrics) -> str:
 def _rows_html(rows: list[tuple[str, str]]) -> str:
     """A two-column table of (label, HTML value) rows; labels are escaped, values are not."""
     body = "".join(
-        f'<tr><th scope="row">{html.escape(label)}</th><td>{value}</td></tr>'
+        f'<tr><th scope="row">{inline_code(label)}</th><td>{value}</td></tr>'
         for label, value in rows
     )
     return f'<table class="table table-sm"><tbody>{body}</tbody></table>'
@@ -113,7 +113,7 @@ def _scheme_text(scheme: dict | None, n_folds: int | None) -> str:
         )
     k, repeats = scheme.get("k"), scheme.get("repeats", 1)
     if k is None:
-        return f"{n_folds} folds from {html.escape(str(scheme.get('from_file', 'a splits file')))}"
+        return f"{n_folds} folds from {inline_code(str(scheme.get('from_file', 'a splits file')))}"
     tested = "once" if repeats == 1 else f"{repeats} times"
     return (
         f"{scheme.get('unit', 'participant')}-wise {k}-fold cross-validation, {repeats} repeat"
@@ -131,26 +131,26 @@ def run_summary_html(
     train, model = config.get("train_config", {}), config.get("model_config", {})
     versions = config.get("versions", {})
     rows = [
-        ("run folder", html.escape(str(run_dir.resolve()))),
-        ("finished", html.escape(_finished_text(run_dir))),
-        ("preset", f"<code>{html.escape(str(config.get('preset', train.get('preset'))))}</code>"),
+        ("run folder", inline_code(str(run_dir.resolve()))),
+        ("finished", inline_code(_finished_text(run_dir))),
+        ("preset", f"<code>{inline_code(str(config.get('preset', train.get('preset'))))}</code>"),
         ("evaluation", _scheme_text(scheme, metrics.n_folds if metrics else None)),
-        ("training", html.escape(_training_text(train))),
-        ("seed", html.escape(str(train.get("seed")))),
+        ("training", inline_code(_training_text(train))),
+        ("seed", inline_code(str(train.get("seed")))),
         ("classes", _classes_html(config)),
         (
             "data",
-            html.escape(
+            inline_code(
                 f"{config.get('data_dir')}: {config.get('n_recordings')} "
                 f"recordings of {config.get('n_participants')} participants"
             ),
         ),
-        ("model", html.escape(_model_text(model))),
-        ("model.pt", html.escape(_final_model_text(scheme, config.get("n_participants")))),
-        ("device", html.escape(str(config.get("device")))),
+        ("model", inline_code(_model_text(model))),
+        ("model.pt", inline_code(_final_model_text(scheme, config.get("n_participants")))),
+        ("device", inline_code(str(config.get("device")))),
         (
             "versions",
-            html.escape(", ".join(f"{name} {version}" for name, version in versions.items())),
+            inline_code(", ".join(f"{name} {version}" for name, version in versions.items())),
         ),
     ]
     return _rows_html(rows)
@@ -189,10 +189,10 @@ def _classes_html(config: dict) -> str:
     """The run's classes and label column, and its positive class when it has one."""
     labels = [str(label) for label in config.get("labels", [])]
     positive = config.get("positive_label")
-    return html.escape(f"{', '.join(labels)} (column {config.get('label_column')})") + (
+    return inline_code(f"{', '.join(labels)} (column {config.get('label_column')})") + (
         ""
         if positive is None
-        else f"; positive class for AUROC and AUC-PR: <b>{html.escape(str(positive))}</b>"
+        else f"; positive class for AUROC and AUC-PR: <b>{inline_code(str(positive))}</b>"
     )
 
 
@@ -277,7 +277,7 @@ def metric_notes_html(metrics: RunMetrics) -> str:
         ),
     ]
     body = "".join(
-        f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>" for name, text in items
+        f"<dt>{inline_code(name)}</dt><dd>{inline_code(text)}</dd>" for name, text in items
     )
     return f'<div class="eeg-note"><dl>{body}</dl></div>'
 
@@ -354,7 +354,7 @@ def _oof_row_html(row: tuple) -> str:
     for ref in refs:
         cells += [ref[0], "n/a" if np.isnan(ref[1]) else f"{ref[1]:.3f}"]
     tint = ' class="table-danger"' if wrong else ""
-    return f"<tr{tint}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
+    return f"<tr{tint}>" + "".join(f"<td>{inline_code(str(c))}</td>" for c in cells) + "</tr>"
 
 
 def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
@@ -382,7 +382,7 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
         f"wrong (of {repeats})",
         "test fold",
     ] + [f"{short} {what}" for short in references for what in ("predicted", "P(true)")]
-    head = "".join(f'<th data-sortable="true">{html.escape(h)}</th>' for h in header)
+    head = "".join(f'<th data-sortable="true">{inline_code(h)}</th>' for h in header)
     body = [_oof_row_html(row) for row in table]
     n_wrong = sum(t[0] > 0 for t in table)
     return (
@@ -508,7 +508,7 @@ def preprocessing_html(document: dict) -> str:
     rows = [
         (
             "crop",
-            html.escape(
+            inline_code(
                 f"the first {crop:g} s of every recording"
                 if isinstance(crop, int | float)
                 else "none: every recording analysed whole"
@@ -517,12 +517,12 @@ def preprocessing_html(document: dict) -> str:
     ]
     for key, (label, text) in PREPROCESS_SETTINGS.items():
         if key in settings:
-            rows.append((label, html.escape(text(settings.pop(key)))))
-    rows += [(key, html.escape(str(value))) for key, value in settings.items()]
+            rows.append((label, inline_code(text(settings.pop(key)))))
+    rows += [(key, inline_code(str(value))) for key, value in settings.items()]
     rows.append(("reference", "average of all channels (always)"))
     for key, value in document.items():
         if key in PREPROCESS_REPEATED:
             continue
         label, text = PREPROCESS_RUN_ENTRIES.get(key, (key, str))
-        rows.append((label, html.escape(text(value) if value is not None else "none")))
+        rows.append((label, inline_code(text(value) if value is not None else "none")))
     return _rows_html(rows)

@@ -1,6 +1,9 @@
-"""The report's section "Is the score real?": the shortcut audit and the permutation test.
+"""The report's section "Is the score real?": above chance by which test, the shortcut audit and
+the permutation test.
 
-From ``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.experiment.audit`) and
+First the rule the verdict's headline follows (:mod:`eegformer_cli.experiment.above_chance`):
+its answer, the test it follows and what that test does and does not show. Then, from
+``metrics.json``'s ``shortcut_audit`` (:mod:`eegformer_cli.experiment.audit`) and
 ``permutation_test`` (:mod:`eegformer_cli.experiment.permutation`): a table of the nuisance
 variables (flagged first) with a sentence on what a flag means, and a histogram of the null
 BAC with each model's observed BAC. A run without them gets a line saying how to add them.
@@ -8,7 +11,6 @@ BAC with each model's observed BAC. A run without them gets a line saying how to
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import matplotlib
@@ -18,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import PermutationTest, RunMetrics, ShortcutAudit
+from eegformer_cli.experiment.above_chance import above_chance
 from eegformer_cli.experiment.audit import (
     AUROC_FLAG,
     describe_by_class,
@@ -25,6 +28,7 @@ from eegformer_cli.experiment.audit import (
 )
 from eegformer_cli.experiment.permutation import describe_permutation_test
 from eegformer_cli.explain.report_figures import legend_below
+from eegformer_cli.explain.report_page import inline_code
 
 SECTION = "Is the score real?"
 AUDIT_MEANING = (
@@ -48,30 +52,36 @@ def add_trust_section(report, run_dir: Path, metrics: RunMetrics) -> None:
     """Add the section to ``report`` (an :class:`mne.Report`) from the run's ``metrics``
     (``RUN_DIR/metrics.json``; ``run_dir`` is named in the commands that add what is missing)."""
     audit, test = metrics.shortcut_audit, metrics.permutation_test
+    rule = above_chance(metrics)
+    report.add_html(
+        f"<p><b>XAIguiFormer: {inline_code(rule.statement)}.</b> {inline_code(rule.meaning)}</p>",
+        "Above chance: the test the verdict follows",
+        section=SECTION,
+    )
     if audit is None:
         body = (
             "<p>This run has no shortcut audit (it was trained before eegformer had one): "
-            f"<code>eegformer train --merge {html.escape(str(run_dir))}</code> adds it.</p>"
+            f"<code>eegformer train --merge {inline_code(str(run_dir))}</code> adds it.</p>"
         )
     else:
         body = (
-            f"<p>{html.escape(AUDIT_MEANING)}</p><p>Folds: "
-            f"{html.escape(audit.folds)}; interval: {html.escape(audit.interval)}.</p>"
+            f"<p>{inline_code(AUDIT_MEANING)}</p><p>Folds: "
+            f"{inline_code(audit.folds)}; interval: {inline_code(audit.interval)}.</p>"
             + audit_table_html(audit)
         )
     report.add_html(body, "Shortcut audit", section=SECTION)
     if test is None:
         report.add_html(
             "<p>No permutation test: <code>eegformer train --merge "
-            f"{html.escape(str(run_dir))} --permutations 100</code> adds one "
+            f"{inline_code(str(run_dir))} --permutations 100</code> adds one "
             "(the logistic regression refit 100 times by default).</p>",
             "Permutation test",
             section=SECTION,
         )
         return
     report.add_html(
-        f"<p>{html.escape(PERMUTATION_MEANING)}</p><p>"
-        f"{html.escape(describe_permutation_test(test))}.</p>",
+        f"<p>{inline_code(PERMUTATION_MEANING)}</p><p>"
+        f"{inline_code(describe_permutation_test(test))}.</p>",
         "Permutation test",
         section=SECTION,
     )
@@ -103,7 +113,7 @@ def audit_table_html(audit: ShortcutAudit) -> str:
             entry.status, ""
         )
         rows.append(
-            f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>"
+            f"<tr{style}>" + "".join(f"<td>{inline_code(str(c))}</td>" for c in cells) + "</tr>"
         )
     return (
         f'<table class="table table-sm"><thead><tr>{head}</tr></thead>'

@@ -62,19 +62,70 @@ class Entry:
         return cls(measure, band, (first, second))
 
 
+def _side_to_json(side: Entry | str) -> list[str] | str:
+    return AGE if side == AGE else side.to_list()
+
+
+def _side_from_json(value) -> Entry | str:
+    return AGE if value == AGE else Entry.from_list(value)
+
+
+def pair_label(a: Entry, b: Entry | str) -> str:
+    """``coh theta T7-P3 x wpli low_beta F7-P8`` or ``coh theta T7-P3 x age``."""
+    return f"{a.label()} x {AGE if b == AGE else b.label()}"
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """A candidate the screen did not keep because its product stands in for a kept one's:
+    entry ``a`` with entry ``b`` (or :data:`AGE`), its screen ``score``, and ``correlation``,
+    the Pearson correlation over the fit's training recordings of its recording-level product
+    with the kept interaction's (in [-1, 1]; its size at least the screen's grouping level)."""
+
+    a: Entry
+    b: Entry | str
+    score: float
+    correlation: float
+
+    def label(self) -> str:
+        return pair_label(self.a, self.b)
+
+    def to_dict(self) -> dict:
+        return {
+            "a": self.a.to_list(),
+            "b": _side_to_json(self.b),
+            "score": float(self.score),
+            "correlation": float(self.correlation),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Proxy:
+        return cls(
+            Entry.from_list(data["a"]),
+            _side_from_json(data["b"]),
+            float(data["score"]),
+            float(data["correlation"]),
+        )
+
+
 @dataclass(frozen=True)
 class Interaction:
     """A kept interaction: entry ``a`` with entry ``b``, or with age (``b`` = :data:`AGE`).
 
     ``score`` is its screen statistic (the largest difference of within-class correlations
     over the one-against-rest contrasts, in [0, 2]); ``threshold`` the gate it beat (the
-    null's quantile of the largest score under label permutations).
+    null's quantile of the largest score under label permutations). ``proxies``: the other
+    candidates of its group, best score first (candidates above the gate whose products are
+    strongly correlated with this one's: the same effect seen through other entries; the
+    screen keeps the group's best only); empty when it has none or the screen did not group
+    (model files of earlier versions).
     """
 
     a: Entry
     b: Entry | str
     score: float
     threshold: float
+    proxies: tuple[Proxy, ...] = ()
 
     @property
     def with_age(self) -> bool:
@@ -82,25 +133,27 @@ class Interaction:
 
     def label(self) -> str:
         """``coh theta T7-P3 x wpli low_beta F7-P8`` or ``coh theta T7-P3 x age``."""
-        return f"{self.a.label()} x {AGE if self.with_age else self.b.label()}"
+        return pair_label(self.a, self.b)
 
     def to_dict(self) -> dict:
         """JSON-ready: what :attr:`ModelConfig.interactions` stores."""
         return {
             "a": self.a.to_list(),
-            "b": AGE if self.with_age else self.b.to_list(),
+            "b": _side_to_json(self.b),
             "score": float(self.score),
             "threshold": float(self.threshold),
+            "proxies": [proxy.to_dict() for proxy in self.proxies],
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Interaction:
-        b = data["b"]
+        """From :meth:`to_dict` of this or an earlier version (no ``proxies``: none)."""
         return cls(
             Entry.from_list(data["a"]),
-            AGE if b == AGE else Entry.from_list(b),
+            _side_from_json(data["b"]),
             float(data["score"]),
             float(data["threshold"]),
+            tuple(Proxy.from_dict(item) for item in data.get("proxies", [])),
         )
 
 
@@ -117,7 +170,7 @@ def parse_interactions(
             raise UsageError(
                 f"invalid interaction {item!r} in the model config",
                 hint='each is {"a": [measure, band, channel, channel], "b": [...] or "age", '
-                '"score": float, "threshold": float}',
+                '"score": float, "threshold": float, "proxies": [...] (optional)}',
             ) from None
         for entry in (interaction.a, interaction.b):
             if entry == AGE:

@@ -16,7 +16,6 @@ from eegformer_cli.preprocess.output import (
     MANIFEST_NAME,
     load_record,
     manifest_rows,
-    read_settings_file,
 )
 from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.preprocess.workers import Task
@@ -36,13 +35,8 @@ def refuse_other_settings(
     ]
     if not other:
         return
-    earlier = (read_settings_file(out_dir) or {}).get("settings")
-    now = settings.to_dict()
-    changed = (
-        sorted(key for key in now if earlier.get(key) != now[key])
-        if isinstance(earlier, dict)
-        else []
-    )
+    earlier = PreprocessSettings.of_folder(out_dir)
+    changed = [] if earlier is None else list(settings.differences(earlier, tokens_only=False))
     raise UsageError(
         f"{out_dir} holds {len(other)} recordings preprocessed with other settings"
         + (f" (different: {', '.join(changed)})" if changed else ""),
@@ -53,8 +47,8 @@ def refuse_other_settings(
 
 
 def finished_fields(task: Task, settings_hash: str) -> dict | None:
-    """The stored processing fields if ``task.out_file`` is done with these settings and an
-    unchanged source file; None if it must be (re)computed."""
+    """The stored processing fields if ``task.out_file`` is done with these settings from an
+    unchanged source file (and BIDS ``channels.tsv``); None if it must be (re)computed."""
     if not task.out_file.is_file():
         return None
     record = load_record(task.out_file)
@@ -63,6 +57,7 @@ def finished_fields(task: Task, settings_hash: str) -> dict | None:
         or record.get("settings_hash") != settings_hash
         or record.get("source_size") != task.source_size
         or record.get("source_mtime_ns") != task.source_mtime_ns
+        or record.get("channels_key") != task.channels_key
         # made before the signal hash or the band covariances were kept: made again, so
         # the manifest has the hash and training the tangent-space reference
         or "signal_sha256" not in record.get("fields", {})

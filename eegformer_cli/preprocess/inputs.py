@@ -1,10 +1,12 @@
-"""A run's input recordings: found under the inputs, given ids, matched to their participants
-and metadata (the tables, ``--participant-pattern``), their headers read
-(:func:`gather_recordings`), and the run's channels and epoch length chosen from those headers
-(:func:`resolve_settings`), with a warning for each thing the user may not expect."""
+"""A run's input recordings: found under the inputs (a BIDS root's, with ``--task``,
+``--session``, ``--run``), given ids, matched to their participants and metadata (the tables,
+``--participant-pattern``, the BIDS entities), their headers read (:func:`gather_recordings`),
+and the run's channels and epoch length chosen from those headers (:func:`resolve_settings`),
+with a warning for each thing the user may not expect."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import re
@@ -19,55 +21,65 @@ from eegformer_cli.errors import InputDataError, UsageError, first_few
 from eegformer_cli.preprocess.output import MANIFEST_LEADING_COLUMNS, MANIFEST_TRAILING_COLUMNS
 from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.preprocess.workers import Header, RecordingMap, read_header, with_progress
-from eegformer_cli.recordings import cleaning, metadata, reading
+from eegformer_cli.recordings import bids, cleaning, metadata, reading
 from eegformer_cli.recordings.channels import STANDARD_1020, select_channel_set
 
 
 @dataclass
 class Recording:
-    """One input recording as the run sees it: identity, metadata and header."""
+    """One input recording as the run sees it: identity, metadata, header and, in a BIDS
+    dataset, the entities of its file name (:func:`bids.entities`: the manifest's columns
+    ``subject``, ``session``, ``task``, ``acquisition``, ``run``)."""
 
     path: Path
     recording_id: str
     participant_id: str | None
     metadata: dict
     header: Header
+    entities: dict[str, str]
 
 
 @dataclass(frozen=True)
 class Sources:
-    """Where a run's recordings and their metadata come from (``preprocess.json`` keeps it)."""
+    """Where a run's recordings and their metadata come from, and which of a BIDS root's
+    recordings it reads (``preprocess.json`` keeps it)."""
 
     inputs: Sequence[str | Path]
     participants_file: Path | None
     recordings_file: Path | None
     participant_pattern: str | None
+    selection: bids.Selection
 
     @classmethod
-    def find(cls, inputs, participants, recordings_table, participant_pattern) -> Sources:
+    def find(
+        cls, inputs, participants, recordings_table, participant_pattern, selection
+    ) -> Sources:
         """The tables given, else those found beside the inputs (:mod:`metadata`)."""
         return cls(
             inputs,
             Path(participants) if participants else metadata.find_participants_file(inputs),
             Path(recordings_table) if recordings_table else metadata.find_recordings_file(inputs),
             participant_pattern,
+            selection,
         )
 
 
 def gather_recordings(
-    inputs,
-    participants_file: Path | None,
-    recordings_file: Path | None,
-    workers: RecordingMap,
-    pattern: re.Pattern | None = None,
+    sources: Sources, workers: RecordingMap, pattern: re.Pattern | None = None
 ) -> list[Recording]:
-    """Every input recording with its id, participant, metadata and header (in path order);
-    ``pattern``: the ``--participant-pattern`` (:func:`_named_participants`)."""
-    paths = reading.find_recordings(inputs)
+    """Every input recording of ``sources`` (a BIDS root's that ``sources.selection`` selects)
+    with its id, participant, metadata, BIDS entities and header (in path order); ``pattern``:
+    the ``--participant-pattern`` (:func:`_named_participants`)."""
+    paths = reading.find_recordings(list(sources.inputs), sources.selection)
+    participants_file, recordings_file = sources.participants_file, sources.recordings_file
     participants_rows = metadata.load_participants(participants_file) if participants_file else {}
     recordings_rows = metadata.load_recordings_table(recordings_file) if recordings_file else {}
     table_root = recordings_file.parent if recordings_file else None
-    _warn_shadowed_columns({"participants": participants_rows, "recordings": recordings_rows})
+    entities = {path: bids.entities(path) for path in paths}
+    _warn_shadowed_columns(
+        {"participants": participants_rows, "recordings": recordings_rows},
+        {key for found in entities.values() for key in found},
+    )
     named = _named_participants(paths, pattern, participants_file, participants_rows)
     headers = {
         header.path: header
@@ -78,9 +90,37 @@ def gather_recordings(
         participant_id, merged = metadata.match_participant(
             path, participants_rows, recordings_rows, table_root, named.get(path)
         )
-        recordings.append(Recording(path, recording_id, participant_id, merged, headers[path]))
+        recordings.append(
+            Recording(path, recording_id, participant_id, merged, headers[path], entities[path])
+        )
     _warn_unmatched(recordings, participants_file, participants_rows)
+    if not sources.selection.tasks:
+        _warn_pooled_tasks(recordings)
     return recordings
+
+
+def entity_columns(recordings: list[Recording]) -> list[str]:
+    """The BIDS entities some of ``recordings`` have, in :data:`bids.ENTITIES` order: the
+    manifest's entity columns."""
+    return [key for key in bids.ENTITIES if any(key in rec.entities for rec in recordings)]
+
+
+def _warn_pooled_tasks(recordings: list[Recording]) -> None:
+    """One warning when the BIDS recordings of a run without ``--task`` are of several tasks,
+    with the count of each: pooling them may be meant, or may not."""
+    counts = collections.Counter(
+        rec.entities["task"] for rec in recordings if "task" in rec.entities
+    )
+    if len(counts) < 2:
+        return
+    console.warn(
+        escape(
+            f"{sum(counts.values())} BIDS recordings of {len(counts)} tasks pooled into one "
+            f"study ({', '.join(f'{task}: {n}' for task, n in sorted(counts.items()))}); to "
+            "keep one, pass --task NAME; pooled, task is a manifest column (train "
+            "--label-column task) and train's shortcut audit checks whether it predicts the label"
+        )
+    )
 
 
 def _named_participants(
@@ -131,10 +171,11 @@ def _named_participants(
     return named
 
 
-def _warn_shadowed_columns(tables: dict[str, dict]) -> None:
-    """One warning for metadata columns named like the manifest's own (e.g. ``status``): the
-    manifest keeps its own value there, so the table's would be lost without a word."""
-    own = (set(MANIFEST_LEADING_COLUMNS) | set(MANIFEST_TRAILING_COLUMNS)) - {
+def _warn_shadowed_columns(tables: dict[str, dict], entity_columns: set[str]) -> None:
+    """One warning for metadata columns named like the manifest's own (e.g. ``status``, or
+    ``task`` in a run of BIDS recordings: ``entity_columns``): the manifest keeps its own value
+    there, so the table's would be lost without a word."""
+    own = (set(MANIFEST_LEADING_COLUMNS) | set(MANIFEST_TRAILING_COLUMNS) | entity_columns) - {
         "participant_id",
         "age",
         "sex",

@@ -25,7 +25,7 @@ from eegformer_cli.connectivity.tokens import TokenAccumulator, TokenArrays, cov
 from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
-from eegformer_cli.recordings import chunks, cleaning, reading
+from eegformer_cli.recordings import bids, chunks, cleaning, reading
 from eegformer_cli.recordings.channels import canonical_names, channel_layout, select_channel_set
 
 #: Where a recording's coherence and wPLI rows can go (:class:`TokenAccumulator`'s ``store``).
@@ -44,7 +44,9 @@ def process_recording(
 
     Parameters
     ----------
-    path : a recording in any format :func:`reading.read_recording` reads.
+    path : a recording in any format :func:`reading.read_recording` reads. In a BIDS dataset,
+        its ``channels.tsv`` decides which channels are EEG and which are bad (treated as
+        missing: interpolated within ``settings.max_interpolated``): :mod:`.bids`.
     settings : the preprocessing settings; ``settings.epoch_length`` "auto" is resolved from this
         recording's length alone (a run resolves it once for all recordings instead).
     channels : the channels to give the recording, in order (any spelling
@@ -60,13 +62,17 @@ def process_recording(
 
     Raises
     ------
-    RecordingError : unreadable (including NaN data), too few channels, too many missing, rate
-        too low for the bands, too short, or every segment rejected; one line, naming the file.
+    RecordingError : unreadable (including NaN data or its ``channels.tsv``), too few channels,
+        too many missing (bad ones included), rate too low for the bands, too short, or every
+        segment rejected; one line, naming the file.
     """
     path = Path(path)
     # samples read chunk by chunk, unless the format cannot be read in spans
     raw = reading.read_recording(path, preload=not reading.reads_lazily(path))
-    return _process(raw, settings, channels, path, chunk_s, token_store)
+    sidecar = bids.channels_sidecar(path)
+    if sidecar is not None:
+        sidecar.apply(raw, path)
+    return _process(raw, settings, channels, path, chunk_s, token_store, sidecar)
 
 
 def process_raw(
@@ -89,7 +95,7 @@ def process_raw(
         if path is not None
         else Path(raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
     )
-    return _process(raw, settings, channels, path, chunk_s, None)
+    return _process(raw, settings, channels, path, chunk_s, None, None)
 
 
 def _process(
@@ -99,8 +105,10 @@ def _process(
     path: Path,
     chunk_s: float,
     token_store: TokenStore | None,
+    sidecar: bids.ChannelsSidecar | None,
 ) -> Connectome:
-    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``."""
+    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``; the
+    channels ``sidecar`` marks bad are treated as missing."""
     signal_hash = reading.SignalHash()
     try:
         source_sfreq = float(raw.info["sfreq"])
@@ -109,7 +117,15 @@ def _process(
         channels = select_channel_set(
             [set(renamed.values())], None if requested is None else list(requested)
         )
-        layout = channel_layout(raw, renamed, list(channels), settings.max_interpolated, path)
+        layout = channel_layout(
+            raw,
+            renamed,
+            list(channels),
+            settings.max_interpolated,
+            path,
+            marked_bad=sidecar.bad if sidecar else (),
+            marked_in=Path(sidecar.file).name if sidecar else None,
+        )
         check_bands_fit_rate(settings.bands, source_sfreq)
         duration_s = raw.n_times / source_sfreq
         epoch_length_s = (

@@ -2,7 +2,9 @@
 
 :class:`PreprocessSettings` (frozen; ``from_preset``, ``from_dict``, ``to_dict``, ``hash``) is
 stored in every output folder's ``preprocess.json`` and in every model file, so ``predict`` and
-``explain`` preprocess new recordings exactly as the training data was.
+``explain`` preprocess new recordings exactly as the training data was, and refuse a preprocess
+folder whose settings differ from the model's (``differences``: every setting that changes the
+tokens, :data:`TOKEN_SETTINGS`; the others, :data:`NOT_COMPARED`, with the reason).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from eegformer_cli.choices import DEFAULT_PRESET, PRESETS
 from eegformer_cli.connectivity.bands import (
@@ -20,8 +23,38 @@ from eegformer_cli.connectivity.bands import (
     check_bands_fit_rate,
     parse_bands,
 )
-from eegformer_cli.errors import RecordingError, UsageError, check_choice
+from eegformer_cli.errors import EegformerError, RecordingError, UsageError, check_choice
+from eegformer_cli.preprocess.output import read_settings_file
 from eegformer_cli.recordings import cleaning
+
+#: The settings that change a recording's tokens, which a model and the preprocess folder it
+#: reads must share (:meth:`PreprocessSettings.differences`). Every field of
+#: :class:`PreprocessSettings` is here or in :data:`NOT_COMPARED` (a test enumerates them).
+TOKEN_SETTINGS = (
+    "sfreq",
+    "resample_method",
+    "l_freq",
+    "h_freq",
+    "h_trans_bandwidth",
+    "epoch_length",
+    "window_s",
+    "flat_ptp_v",
+    "absurd_ptp_v",
+    "ica",
+    "ica_n_components",
+    "ica_random_state",
+    "ica_before_reference",
+    "bands",
+    "channels",
+    "crop_s",
+)
+#: The settings that do not change a recording's tokens, each with the reason.
+NOT_COMPARED = {
+    "preset": "only names where the other settings came from; they are compared themselves",
+    "max_interpolated": "decides which recordings may be repaired, not their tokens: a "
+    "recording's channels_interpolated and its interpolated warning say how it was repaired, "
+    "and predict and explain take their own limit",
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +89,9 @@ class PreprocessSettings:
     crop_s : analyse only the first ``crop_s`` seconds of every recording (None: all of it), so
         recordings of different lengths give the same number of segments and the same
         estimator bias (the shortcut audit's remedy for a length shortcut); a shorter
-        recording is an error. Left out of :meth:`to_dict` when None, so the settings (and
-        hashes) of folders made without it are unchanged.
+        recording is an error (``cleaning.ShorterThanCrop``; ``predict`` analyses it whole,
+        with a warning). Left out of :meth:`to_dict` when None, so the settings (and hashes)
+        of folders made without it are unchanged.
     """
 
     preset: str = DEFAULT_PRESET
@@ -175,7 +209,12 @@ class PreprocessSettings:
 
     @classmethod
     def from_dict(cls, data: dict) -> PreprocessSettings:
-        """Inverse of :meth:`to_dict` (e.g. settings stored in ``preprocess.json`` or a model)."""
+        """Inverse of :meth:`to_dict` (e.g. settings stored in ``preprocess.json`` or a model).
+
+        A setting missing from ``data`` takes its value for the version that wrote ``data``:
+        ``resample_method`` "fft" (stored before it was a setting), ``crop_s`` None (no crop,
+        left out of :meth:`to_dict`), every other one its default.
+        """
         data = dict(data)
         data.setdefault("resample_method", "fft")  # stored before it was a setting
         data["bands"] = parse_bands(data["bands"])
@@ -183,7 +222,59 @@ class PreprocessSettings:
             data["channels"] = tuple(data["channels"])
         return cls(**data)
 
+    @classmethod
+    def of_folder(cls, folder: str | Path) -> PreprocessSettings | None:
+        """The settings in a preprocess output folder's ``preprocess.json`` (:meth:`from_dict`),
+        or None when it is missing or they cannot be read (each reader says what that means
+        for it)."""
+        stored = read_settings_file(Path(folder))
+        try:
+            return cls.from_dict(stored["settings"]) if stored else None
+        except (KeyError, TypeError, ValueError, EegformerError):
+            return None
+
+    def differences(
+        self, other: PreprocessSettings, *, tokens_only: bool = True
+    ) -> dict[str, tuple[str, str]]:
+        """The settings whose values differ between these and ``other``, in field order:
+        name -> (this value, ``other``'s value), each as text for a message (``none`` for
+        None, ``--bands`` spec for the bands, channels joined by commas).
+
+        Whole settings are compared, so a setting missing from a stored dict (one written
+        before the setting existed, or ``crop_s`` without a crop, both read with
+        :meth:`from_dict`) counts with its value for that version. ``tokens_only``: compare
+        the settings that change a recording's tokens (:data:`TOKEN_SETTINGS`: what a model
+        and the preprocess folder it reads must share); else every setting (what
+        :meth:`settings_hash` covers).
+        """
+        names = [
+            field.name
+            for field in dataclasses.fields(self)
+            if field.name in TOKEN_SETTINGS or not tokens_only
+        ]
+        return {
+            name: (
+                _setting_text(name, getattr(self, name)),
+                _setting_text(name, getattr(other, name)),
+            )
+            for name in names
+            if getattr(self, name) != getattr(other, name)
+        }
+
     def settings_hash(self) -> str:
         """16 hex digits identifying these settings (same settings -> same hash)."""
         text = json.dumps(self.to_dict(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _setting_text(name: str, value) -> str:
+    """A setting's value as a message shows it."""
+    if value is None:
+        return "none"
+    if name == "bands":
+        return bands_to_spec(value)
+    if name == "channels":
+        return ",".join(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -20,7 +20,7 @@ from eegformer_cli.parallel import leave_interrupts_to_the_parent
 from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.recording import process_recording
 from eegformer_cli.preprocess.settings import PreprocessSettings
-from eegformer_cli.recordings import reading
+from eegformer_cli.recordings import bids, reading
 from eegformer_cli.recordings.channels import normalise_channels
 
 #: Signature of the ``map`` that :func:`recording_workers` yields.
@@ -95,32 +95,47 @@ def with_progress(results: Iterable, total: int, description: str) -> Iterator:
 
 @dataclass(frozen=True)
 class Header:
-    """A recording file's header: its canonical EEG channels and length, or why it is unusable."""
+    """A recording file's header: its canonical EEG channels and length, or why it is unusable;
+    ``channels_key``: :meth:`bids.ChannelsSidecar.key` of its BIDS ``channels.tsv`` (None:
+    none)."""
 
     path: Path
     channels: frozenset[str] = frozenset()
     duration_s: float = 0.0
     error: str | None = None
+    channels_key: str | None = None
 
 
 def read_header(path: Path) -> Header:
-    """Worker: read one header (no samples) and normalise its channel names."""
+    """Worker: read one header (no samples) and normalise its channel names; in a BIDS dataset
+    its EEG channels are those its ``channels.tsv`` types EEG (:mod:`.bids`; those it marks
+    bad are counted, the recording interpolates them)."""
     try:
         with warnings.catch_warnings(), mne.use_log_level("error"):
             warnings.simplefilter("ignore")
             raw = reading.read_recording(path, preload=False)
+            sidecar = bids.channels_sidecar(path)
+            if sidecar is not None:
+                sidecar.apply(raw, path)
             normalised, _ = normalise_channels(raw, path=path)
     except EegformerError as exc:
         return Header(path, error=exc.one_line())
     except Exception as exc:  # as in _process_into: one odd file must not stop the run
         message = " ".join(str(exc).split()) or type(exc).__name__
         return Header(path, error=f"{path}: internal error: {type(exc).__name__}: {message}")
-    return Header(path, frozenset(normalised.ch_names), raw.n_times / raw.info["sfreq"])
+    return Header(
+        path,
+        frozenset(normalised.ch_names),
+        raw.n_times / raw.info["sfreq"],
+        channels_key=None if sidecar is None else sidecar.key(),
+    )
 
 
 @dataclass(frozen=True)
 class Task:
-    """What a worker needs to process one recording and save its connectome."""
+    """What a worker needs to process one recording and save its connectome; ``channels_key``:
+    :meth:`bids.ChannelsSidecar.key` of its BIDS ``channels.tsv`` (None: none), kept in the
+    connectome's record so that a rerun after the file changes makes it again."""
 
     recording_id: str
     path: Path
@@ -128,6 +143,7 @@ class Task:
     settings: dict
     source_size: int
     source_mtime_ns: int
+    channels_key: str | None = None
 
 
 def process_and_save(task: Task) -> tuple[str, dict]:
@@ -148,6 +164,7 @@ def process_and_save(task: Task) -> tuple[str, dict]:
             "settings_hash": PreprocessSettings.from_dict(task.settings).settings_hash(),
             "source_size": task.source_size,
             "source_mtime_ns": task.source_mtime_ns,
+            **({"channels_key": task.channels_key} if task.channels_key else {}),
             "fields": fields,
         }
         token_files.save(connectome, task.out_file)

@@ -12,6 +12,7 @@ every recording exactly those channels (interpolating a few missing ones from th
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -344,7 +345,8 @@ class ChannelLayout:
     rows : int (n_present,), the row in the recording (its channels as read) of each channel it
         has, in ``channels`` order.
     present : int (n_present,), the positions of those channels in ``channels``.
-    missing : the channels filled by interpolation, in ``channels`` order.
+    missing : the channels filled by interpolation (absent from the recording, or marked bad
+        in its BIDS ``channels.tsv``), in ``channels`` order.
     interpolation : float64 (n_missing, n_present), each missing channel as a weighted sum of
         the present ones (MNE's spherical splines on the template montage).
     bads : the channels the recording marks bad (left out of the average reference, as MNE
@@ -384,6 +386,8 @@ def channel_layout(
     channels: list[str],
     max_interpolated: int,
     path: Path | None = None,
+    marked_bad: Sequence[str] = (),
+    marked_in: str | None = None,
 ) -> ChannelLayout:
     """The :class:`ChannelLayout` giving a recording exactly ``channels``, reading no sample.
 
@@ -391,15 +395,22 @@ def channel_layout(
     :func:`conform_channels` does (at most ``max_interpolated`` of them, else RecordingError):
     its interpolation is linear in the present channels' samples, so it is found once, by
     conforming an identity matrix (one sample per present channel), and applied to every chunk.
+    ``marked_bad``: channels (names as in ``raw``) that the file ``marked_in`` (a BIDS
+    ``channels.tsv``) marks bad: they count as missing, and the error names them.
     """
     canonical_of = dict(renamed)
+    unusable = {canonical_of[name] for name in marked_bad if name in canonical_of}
     row_of = {
-        canonical_of[name]: index for index, name in enumerate(raw.ch_names) if name in canonical_of
+        canonical_of[name]: index
+        for index, name in enumerate(raw.ch_names)
+        if name in canonical_of and canonical_of[name] not in unusable
     }
     missing = [name for name in channels if name not in row_of]
     if len(missing) > max_interpolated:
+        marked = [name for name in missing if name in unusable]
+        because = f"{', '.join(marked)} marked bad in {marked_in}; " if marked else ""
         raise RecordingError(
-            f"missing channels {', '.join(missing)} (allowed to interpolate at "
+            f"missing channels {', '.join(missing)} ({because}allowed to interpolate at "
             f"most {max_interpolated}; use --max-interpolated)",
             path=path or _data_file(raw),
         )
@@ -413,7 +424,7 @@ def channel_layout(
         )
         conformed, _ = conform_channels(identity, list(channels), max_interpolated)
         interpolation = conformed.get_data(picks=missing)
-    bads = [canonical_of[name] for name in raw.info["bads"] if canonical_of.get(name) in channels]
+    bads = [canonical_of[name] for name in raw.info["bads"] if canonical_of.get(name) in present]
     return ChannelLayout(
         channels=tuple(channels),
         rows=np.array([row_of[name] for name in present], dtype=int),

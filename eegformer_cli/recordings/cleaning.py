@@ -149,14 +149,20 @@ def average_reference(data: np.ndarray, good: np.ndarray | None = None) -> np.nd
     return referenced
 
 
+class ShorterThanCrop(RecordingError):
+    """A recording shorter than the crop: ``preprocess`` records it as failed (the crop gives
+    every recording one length), ``predict`` and ``explain`` score it whole, with a warning."""
+
+
 def crop_length(n_times: int, sfreq: float, seconds: float) -> int:
     """Samples in the first ``seconds`` of a recording of ``n_times`` samples (as
-    ``Raw.crop(0, seconds, include_tmax=False)``); RecordingError when it is shorter."""
+    ``Raw.crop(0, seconds, include_tmax=False)``); :class:`ShorterThanCrop` when it is
+    shorter."""
     duration = n_times / sfreq
     if duration < seconds - 1e-9:
-        raise RecordingError(
-            f"recording too short for --crop {seconds:g}: {duration:.1f} s",
-            hint="give a --crop no longer than the shortest recording, or leave this one out",
+        raise ShorterThanCrop(  # the same words for --crop and for Python's crop_s
+            f"recording too short for a crop of {seconds:g} s: {duration:.1f} s long",
+            hint="crop no longer than the shortest recording, or leave this one out",
         )
     return min(int(round(seconds * sfreq)), n_times)
 

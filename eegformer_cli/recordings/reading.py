@@ -25,7 +25,8 @@ from pathlib import Path
 import mne
 import numpy as np
 
-from eegformer_cli.errors import InputDataError, RecordingError
+from eegformer_cli.errors import InputDataError, RecordingError, UsageError
+from eegformer_cli.recordings import bids
 
 #: Suffixes of the recordings whose spans of samples cannot be read on their own (see the
 #: module docstring): :func:`reads_lazily` is False for them.
@@ -45,9 +46,6 @@ RECORDING_SUFFIXES: tuple[str, ...] = tuple(FORMAT_BY_SUFFIX)
 
 #: Files that belong to a recording but are not one: suffix -> the header file to give instead.
 COMPANION_SUFFIXES = {".eeg": ".vhdr", ".vmrk": ".vhdr", ".fdt": ".set"}
-
-#: Folders of a BIDS root that hold no raw recordings of the dataset itself.
-BIDS_SKIPPED_FOLDERS = frozenset({"derivatives", "sourcedata", "code"})
 
 # The first bytes of each binary format (BrainVision headers are text and checked by MNE).
 _MAGIC_BY_FORMAT = {
@@ -81,20 +79,22 @@ def _is_recording_file(path: Path) -> bool:
 
 def _walk_recordings(folder: Path) -> list[Path]:
     """Recording files under ``folder``, skipping hidden and temporary entries (``.*``, which
-    includes ``.tmp-*``) and, in a BIDS root (has ``dataset_description.json``), the
-    ``derivatives``/``sourcedata``/``code`` folders."""
-    is_bids_root = (folder / "dataset_description.json").is_file()
+    includes ``.tmp-*``)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(folder):
-        at_root = Path(dirpath) == folder
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if not d.startswith(".")
-            and not (at_root and is_bids_root and d in BIDS_SKIPPED_FOLDERS)
-        )
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         found.extend(Path(dirpath) / f for f in filenames if _is_recording_file(Path(dirpath) / f))
     return found
+
+
+def _folder_recordings(folder: Path, selection: bids.Selection) -> list[Path]:
+    """The recording files of ``folder``: a BIDS root's as mne-bids finds them, with
+    ``selection`` (:func:`bids.dataset_recordings`), any other folder's by walking it."""
+    if bids.is_root(folder):
+        return [
+            path for path in bids.dataset_recordings(folder, selection) if _is_recording_file(path)
+        ]
+    return _walk_recordings(folder)
 
 
 #: Continuation parts of a FIF recording split by MNE (``Raw.save(split_size=...)``): BIDS naming
@@ -107,42 +107,45 @@ def first_split_part(path: Path) -> Path | None:
     """The first file of the split FIF recording that ``path`` continues, or None when ``path``
     is not named as a continuation part. MNE reads every part when given the first one, so the
     other parts are not recordings of their own."""
-    bids = _BIDS_SPLIT_PART.match(path.name)
-    if bids and int(bids["number"]) > 1:
-        first = "1".zfill(len(bids["number"]))
-        return path.with_name(f"{bids['head']}{first}{bids['tail']}")
+    split = _BIDS_SPLIT_PART.match(path.name)
+    if split and int(split["number"]) > 1:
+        first = "1".zfill(len(split["number"]))
+        return path.with_name(f"{split['head']}{first}{split['tail']}")
     neuromag = _NEUROMAG_SPLIT_PART.match(path.name)
     if neuromag:
         return path.with_name(f"{neuromag['head']}.fif")
     return None
 
 
-def find_recordings(inputs: list[Path]) -> list[Path]:
-    """The recording files named by ``inputs``: files, folders (searched recursively), BIDS roots.
+def find_recordings(inputs: list[Path], selection: bids.Selection | None = None) -> list[Path]:
+    """The recording files named by ``inputs``: files, folders (searched recursively), BIDS roots
+    (the recordings of their ``sub-*`` folders, found by mne-bids: :mod:`.bids`).
 
     Returns absolute paths in the order the inputs were given (a folder's recordings sorted),
     each once (the first mention counts). A file given explicitly must have a recording suffix;
     hidden and temporary files (``.tmp-*``) inside folders are skipped, and so are the
     continuation parts of a split FIF recording whose first part is found too (MNE reads them
-    with it: one recording).
+    with it: one recording). ``selection`` (``preprocess --task/--session/--run``) keeps the
+    BIDS roots' recordings of those entities, before any is read.
 
     Raises
     ------
     InputDataError : an input does not exist, is a file of an unsupported format, or is a folder
-        holding no recording.
+        holding no recording (none that ``selection`` selects).
+    UsageError : a ``selection`` with an input that is not a BIDS root, or a label that no
+        recording of the roots has (the message lists those they have).
     """
+    selection = _checked_selection(inputs, selection or bids.Selection())
     found: dict[Path, None] = {}  # insertion-ordered set
     for given in inputs:
         path = Path(given)
-        if not path.exists():
-            raise InputDataError(
-                "no such file or folder", path=path, hint="check the recording paths given"
-            )
         if path.is_dir():
-            in_folder = _walk_recordings(path.resolve())
+            in_folder = _folder_recordings(path.resolve(), selection)
             if not in_folder:
                 raise InputDataError(
-                    f"folder holds no recordings (looked for {', '.join(RECORDING_SUFFIXES)})",
+                    f"no recording matches {selection.described()}"
+                    if selection
+                    else f"folder holds no recordings (looked for {', '.join(RECORDING_SUFFIXES)})",
                     path=path,
                 )
             found.update(dict.fromkeys(sorted(in_folder)))
@@ -152,6 +155,26 @@ def find_recordings(inputs: list[Path]) -> list[Path]:
             # symlinked recording (DataLad / git-annex) keeps its name, not its annex key's
             found[path.absolute().parent.resolve() / path.name] = None
     return [path for path in found if first_split_part(path) not in found]
+
+
+def _checked_selection(inputs: list[Path], selection: bids.Selection) -> bids.Selection:
+    """``selection`` in the labels of the inputs' BIDS roots (:meth:`bids.Selection.resolved`),
+    after checking that every input exists and, with a selection, is a BIDS root."""
+    for given in inputs:
+        if not Path(given).exists():
+            raise InputDataError(
+                "no such file or folder", path=given, hint="check the recording paths given"
+            )
+    if not selection:
+        return selection
+    others = [Path(given) for given in inputs if not (Path(given).is_dir() and bids.is_root(given))]
+    if others:
+        raise UsageError(
+            f"{selection.described()} selects among the recordings of a BIDS root, and "
+            f"{others[0]} is not one (a folder with {bids.DESCRIPTION_FILE})",
+            hint="give the BIDS root, or leave out --task/--session/--run",
+        )
+    return selection.resolved([Path(given).resolve() for given in inputs])
 
 
 def _unsupported_format_error(path: Path, error_class: type[InputDataError]) -> InputDataError:

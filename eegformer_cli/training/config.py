@@ -129,12 +129,15 @@ class TrainConfig:
     # the interaction screen (interaction_screen.py), inside every fit: entry pairs
     # (``interactions``) and entries with age (``age_interactions``), at most
     # ``interaction_max_pairs`` of each, gated by ``interaction_permutations`` label
-    # permutations at the null's ``interaction_null_quantile``
+    # permutations at the null's ``interaction_null_quantile``; ``interaction_proxies``: each
+    # place goes to a distinct effect, its proxies (candidates whose products correlate
+    # with its own) recorded beside it (off: the best pairs, as earlier versions kept them)
     interactions: bool = False
     age_interactions: bool = False
     interaction_max_pairs: int = 10
     interaction_permutations: int = 20
     interaction_null_quantile: float = 1.0
+    interaction_proxies: bool = False
     # the linear path (linear_fit.py, residual.py): fitted first and convexly with
     # ``linear_penalty``; the transformer trained on its residual and kept (``residual``
     # "auto") only when validation cross-entropy improves by more than ``residual_margin``
@@ -202,6 +205,7 @@ _PRESET_VALUES = {
         "patience": 0,
         "interactions": True,
         "age_interactions": True,
+        "interaction_proxies": True,
         "linear_path": True,
         "linear_penalty": "auto",
         "selection_metric": "log_loss",

@@ -40,6 +40,7 @@ from eegformer_cli.training.dataset import (
     TrainingData,
 )
 from eegformer_cli.training.interaction_screen import (
+    PROXY_CORRELATION,
     ScreenResult,
     entry_means,
     entry_table,
@@ -423,6 +424,7 @@ def screen_fit(
         seed=seed,
         pairs=config.interactions,
         with_age=config.age_interactions,
+        proxy_correlation=PROXY_CORRELATION if config.interaction_proxies else None,
     )
 
 

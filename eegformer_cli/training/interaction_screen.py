@@ -22,11 +22,20 @@ al., KDD 2013, in the vectorised form the size here needs: the ``interpret`` pac
    largest score under ``n_permutations`` label permutations (the same statistic, labels
    permuted as ``null_labels`` permutes them: within each participant when a participant's
    recordings carry different labels, else between participants), from a generator of its
-   own; at most ``max_pairs`` entry pairs and ``max_pairs`` entry-age pairs, best first.
+   own; at most ``max_pairs`` entry pairs and ``max_pairs`` entry-age pairs, best first;
+4. proxies (``proxy_correlation``, the ``interaction_proxies`` setting): one effect is seen
+   through many entries (a source reaches the neighbours of its channels, so their pairs'
+   coherence and wPLI carry it too), and its proxies would fill every place. So the best
+   :data:`CANDIDATES_PER_PLACE` x ``max_pairs`` candidates above the gate are grouped in score
+   order (:func:`group_proxies`): a candidate whose recording-level product (entry a x entry b,
+   or entry x z-scored age) correlates with a group's first by ``|r| >=``
+   :data:`PROXY_CORRELATION` joins it; the first of each group is kept (at most ``max_pairs``
+   groups), the others are recorded as its proxies (:class:`Proxy`) and not passed to the model.
 
 A fit that keeps nothing builds today's model (the model's interaction path exists only for kept
 pairs). Cost: about P^2 n / 2 multiply-adds per statistic (P entries, n recordings), once for
-the data and once per permutation.
+the data and once per permutation; grouping adds one (n, M) x (M, n) product of the M
+candidates' products (M <= 50 by default), nothing next to the permutations.
 """
 
 from __future__ import annotations
@@ -36,13 +45,25 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from eegformer_cli.model.interactions import AGE, MEASURES, Entry, Interaction
+from eegformer_cli.model.interactions import AGE, MEASURES, Entry, Interaction, Proxy
 
 #: Mixed into the screen's permutation seed, apart from the run's other uses of its seed.
 SEED_TAG = 35_035
 #: Entries per row block of the pair scores: the block's float32 (512, P) score matrix is the
 #: memory bound (66 MB for 64 channels' 32,256 entries, 5.6 MB for 19 channels' 2,736).
 BLOCK_ROWS = 512
+#: With grouping: candidates above the gate considered per place (the best
+#: CANDIDATES_PER_PLACE x ``max_pairs`` of each set), so that the places go to distinct effects.
+#: An effect seen through many channel pairs puts hundreds of candidates above the gate, the
+#: weaker ones correlating less with its best; more candidates would let those open groups
+#: of their own (docs/benchmarks.md, "Proxies").
+CANDIDATES_PER_PLACE = 5
+#: The grouping level of a fit whose config groups proxies (``interaction_proxies``): two
+#: candidates whose recording-level products correlate by at least this (absolute Pearson r
+#: over the fit's training recordings) stand for one effect. Measured on simulated studies
+#: whose planted sources reach neighbouring electrodes: the best 50 candidates correlate with
+#: the best one by 0.55-0.92; products of independent effects by about 1 / sqrt(n).
+PROXY_CORRELATION = 0.5
 
 
 @dataclass
@@ -58,6 +79,7 @@ class ScreenResult:
     n_recordings: int
     n_entries: int
     n_permutations: int
+    proxy_correlation: float | None  # the grouping level (None: candidates not grouped)
     seconds: float
 
     def summary(self) -> dict:
@@ -203,6 +225,61 @@ def permuted(labels: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -
     return rng.permutation(first)[inverse]
 
 
+def group_proxies(
+    products: np.ndarray, max_groups: int, level: float
+) -> list[tuple[int, list[tuple[int, float]]]]:
+    """Candidates grouped into proxies of one effect, greedily in their order (best score
+    first): a candidate whose product correlates with a group's first member by
+    ``|r| >= level`` joins the most correlated such group; otherwise it opens a group while
+    there are fewer than ``max_groups``, else it is left out.
+
+    products float64 (n, M): each candidate's product over the recordings (Pearson ``r`` over
+    them; a constant product correlates with nothing). Returns per group, in order, (its
+    first candidate's index, [(member index, r with the first), ...] in candidate order).
+    """
+    centred = products - products.mean(axis=0)
+    norm = np.sqrt((centred**2).sum(axis=0))
+    z = np.divide(centred, norm, out=np.zeros_like(centred), where=norm > 0)
+    correlation = z.T @ z
+    groups: list[tuple[int, list[tuple[int, float]]]] = []
+    for m in range(products.shape[1]):
+        r = [correlation[m, first] for first, _ in groups]
+        closest = int(np.argmax(np.abs(r))) if groups else -1
+        if groups and abs(r[closest]) >= level:
+            groups[closest][1].append((m, float(r[closest])))
+        elif len(groups) < max_groups:
+            groups.append((m, []))
+    return groups
+
+
+def kept_groups(
+    candidates: list[tuple[Entry, Entry | str]],
+    scores: np.ndarray,
+    products: np.ndarray,
+    threshold: float,
+    max_pairs: int,
+    proxy_correlation: float | None,
+) -> list[Interaction]:
+    """The kept interactions of one candidate set: of the ``candidates`` (best score first,
+    ``scores`` (M,)) those above ``threshold``, grouped by :func:`group_proxies` of their
+    ``products`` (n, M) at ``proxy_correlation`` (each group's best kept, the others its
+    proxies), at most ``max_pairs`` groups; None: not grouped, the best ``max_pairs``."""
+    above = int(np.sum(scores > threshold))
+    if proxy_correlation is None:
+        groups = [(m, []) for m in range(min(above, max_pairs))]
+    else:
+        groups = group_proxies(products[:, :above], max_pairs, proxy_correlation)
+    return [
+        Interaction(
+            *candidates[first],
+            float(scores[first]),
+            threshold,
+            tuple(Proxy(*candidates[m], float(scores[m]), r) for m, r in members),
+        )
+        for first, members in groups
+    ]
+
+
 def screen_interactions(
     features: np.ndarray,
     labels: np.ndarray,
@@ -216,13 +293,16 @@ def screen_interactions(
     seed: int,
     pairs: bool = True,
     with_age: bool = True,
+    proxy_correlation: float | None = None,
 ) -> ScreenResult:
     """Screen and gate (module docstring) on one fit's training recordings.
 
     features float64 (n, P) (:func:`entry_means` per recording), labels int (n,), groups the
     participant of each recording (n,), age_z (n,) z-scored ages with unknown at 0 (None: age
     not known for anyone), entries the P :class:`Entry` of the columns. ``pairs`` /
-    ``with_age`` switch the two candidate sets. Deterministic in ``seed``.
+    ``with_age`` switch the two candidate sets; ``proxy_correlation``: the level of
+    :func:`group_proxies` (None: no grouping, the best ``max_pairs`` of each set). Deterministic
+    in ``seed``.
     """
     start = time.perf_counter()
     labels, groups = np.asarray(labels), np.asarray(groups)
@@ -241,27 +321,28 @@ def screen_interactions(
         if screen_age:
             null_age.append(age_scores(factors, age_factors).max())
     factors, age_factors = statistics(labels)
+    n_candidates = max_pairs * (1 if proxy_correlation is None else CANDIDATES_PER_PLACE)
     kept: list[Interaction] = []
     pair_threshold = age_threshold = top_pair = top_age = None
     if pairs:
         pair_threshold = float(np.quantile(null_pair, null_quantile))
-        found, scores = top_pairs(factors, max_pairs)
+        found, scores = top_pairs(factors, n_candidates)
         top_pair = float(scores[0])
-        kept += [
-            Interaction(entries[i], entries[j], float(s), pair_threshold)
-            for (i, j), s in zip(found, scores)
-            if s > pair_threshold
-        ]
+        products = features[:, found[:, 0]] * features[:, found[:, 1]]
+        candidates = [(entries[i], entries[j]) for i, j in found]
+        kept += kept_groups(
+            candidates, scores, products, pair_threshold, max_pairs, proxy_correlation
+        )
     if screen_age:
         age_threshold = float(np.quantile(null_age, null_quantile))
         scores = age_scores(factors, age_factors)
         top_age = float(scores.max())
-        best = np.argsort(-scores, kind="stable")[:max_pairs]
-        kept += [
-            Interaction(entries[i], AGE, float(scores[i]), age_threshold)
-            for i in best
-            if scores[i] > age_threshold
-        ]
+        best = np.argsort(-scores, kind="stable")[:n_candidates]
+        products = features[:, best] * age_z[:, None]
+        candidates = [(entries[i], AGE) for i in best]
+        kept += kept_groups(
+            candidates, scores[best], products, age_threshold, max_pairs, proxy_correlation
+        )
     return ScreenResult(
         kept,
         pair_threshold,
@@ -271,5 +352,6 @@ def screen_interactions(
         len(labels),
         features.shape[1],
         n_permutations,
+        proxy_correlation,
         time.perf_counter() - start,
     )

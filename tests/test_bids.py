@@ -1,0 +1,293 @@
+"""A BIDS dataset as its users have it, written by mne-bids in the test from sample recordings:
+5 participants at rest and doing arithmetic in session 1, two of them at rest again in session
+2 (one in two runs); F3 marked bad ("broken") in sub-01's rest recording, C3, Cz and C4 in
+sub-03's arithmetic one (more than ``--max-interpolated`` allows); the channel at Fp2 of sub-02's
+arithmetic recording typed EOG; a ``derivatives/`` copy of one recording.
+
+``preprocess`` reads it through mne-bids: bad channels interpolated (or the recording failed,
+naming them), the EOG channel kept out of the EEG set, the entities as manifest columns, the
+two tasks pooled with a warning or one chosen with ``--task``, the output a BIDS derivative;
+``train --label-column task`` keeps each participant's sessions on one side of every split and
+its shortcut audit checks ``task`` like a site; ``predict`` shows the entities.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import mne
+import mne_bids
+import pytest
+from test_explain import SAMPLE_DATA, json_rows, run_main
+from test_robustness import TINY_TOML
+
+from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.experiment.audit import plan_audit, run_audit
+from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
+from eegformer_cli.preprocess.output import read_manifest
+from eegformer_cli.preprocess.workers import read_header
+from eegformer_cli.recordings import bids
+from eegformer_cli.training.config import resolve_config
+from eegformer_cli.training.folds import plan_run, recordings_of
+
+N_PEOPLE = 5
+#: (subject, session, task, run, sample recording number) of every recording written.
+PLAN = [
+    *(
+        (f"{s:02d}", "1", task, None, s + N_PEOPLE * k)
+        for s in range(1, 6)
+        for k, task in enumerate(("rest", "arith"))
+    ),
+    ("01", "2", "rest", "01", 11),
+    ("01", "2", "rest", "02", 12),
+    ("02", "2", "rest", None, 13),
+]
+DIAGNOSES = ("healthy", "depression", "healthy", "depression", "depression")
+
+
+def bids_path(root: Path, subject: str, task: str, session: str = "1") -> mne_bids.BIDSPath:
+    return mne_bids.BIDSPath(
+        subject=subject,
+        session=session,
+        task=task,
+        datatype="eeg",
+        suffix="eeg",
+        extension=".edf",
+        root=root,
+    )
+
+
+def mark_bad(
+    root: Path, subject: str, task: str, electrodes: list[str], session: str = "1"
+) -> None:
+    """Mark the channels of ``electrodes`` bad in the recording's channels.tsv, as a lab does
+    with mne-bids (the sample files spell them ``F3``, ``EEG F3-REF``, ``F3-LE`` ...)."""
+    path = bids_path(root, subject, task, session)
+    names = mne.io.read_raw_edf(path.fpath, verbose="error").ch_names
+    picked = [name for name in names if bids_electrode(name) in electrodes]
+    mne_bids.mark_channels(
+        path, ch_names=picked, status="bad", descriptions="broken", verbose="error"
+    )
+
+
+def bids_electrode(name: str) -> str:
+    from eegformer_cli.recordings.channels import canonical_channel_name
+
+    return canonical_channel_name(name) or name
+
+
+def write_dataset(root: Path) -> None:
+    for subject, session, task, run, number in PLAN:
+        source = SAMPLE_DATA / "eeg" / f"sub-{number:02d}_task-rest_eeg.edf"
+        raw = mne.io.read_raw_edf(source, verbose="error")
+        if (subject, task) == ("02", "arith"):
+            raw.set_channel_types({raw.ch_names[1]: "eog"})  # the electrode at Fp2
+        path = mne_bids.BIDSPath(
+            subject=subject, session=session, task=task, run=run, datatype="eeg", root=root
+        )
+        mne_bids.write_raw_bids(raw, path, verbose="error")
+    mark_bad(root, "01", "rest", ["F3"])
+    mark_bad(root, "03", "arith", ["C3", "Cz", "C4"])
+    rows = [f"sub-{s:02d}\t{d}" for s, d in zip(range(1, 6), DIAGNOSES)]
+    (root / "participants.tsv").write_text("participant_id\tdiagnosis\n" + "\n".join(rows) + "\n")
+    copy = root / "derivatives" / "cleaned" / "sub-01" / "ses-1" / "eeg"
+    copy.mkdir(parents=True)
+    shutil.copy(bids_path(root, "01", "rest").fpath, copy)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> dict:
+    """The dataset, preprocessed whole (``pooled``, its warnings recorded) and with ``--task
+    rest`` through the command line (``rest``)."""
+    base = tmp_path_factory.mktemp("bids")
+    root = base / "ds"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # mne-bids' own notes on the sample files
+        write_dataset(root)
+    settings = PreprocessSettings.from_preset("default")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_preprocess([root], base / "pooled", settings, n_jobs=2)
+    # 5 participants: a validation split of 1 in 2 of a fold's training participants
+    (base / "tiny.toml").write_text(TINY_TOML.replace("val_fraction = 0.34", "val_fraction = 0.5"))
+    return {
+        "root": root,
+        "base": base,
+        "pooled": base / "pooled",
+        "warnings": [str(w.message) for w in caught],
+    }
+
+
+def by_id(folder: Path) -> dict[str, dict]:
+    return {row["recording_id"]: row for row in read_manifest(folder)}
+
+
+def test_bad_channels_are_interpolated_or_fail_the_recording_naming_them(dataset):
+    rows = by_id(dataset["pooled"])
+    assert len(rows) == len(PLAN)  # the derivatives copy is not a recording of the dataset
+    assert rows["sub-01_ses-1_task-rest_eeg"]["channels_interpolated"] == "F3"
+    failed = rows["sub-03_ses-1_task-arith_eeg"]
+    assert failed["status"] == "error" and "\n" not in failed["error"]
+    assert (
+        "missing channels C3, Cz, C4 (C3, Cz, C4 marked bad in "
+        "sub-03_ses-1_task-arith_channels.tsv; allowed to interpolate at most 2" in failed["error"]
+    )
+    others = [row for rid, row in rows.items() if rid not in failed["recording_id"]]
+    assert all(row["status"] == "ok" for row in others)
+    assert sum(row["channels_interpolated"] != "n/a" for row in others) == 1
+
+
+def test_a_channel_typed_eog_in_channels_tsv_is_not_an_eeg_channel(dataset):
+    path = bids_path(dataset["root"], "02", "arith").fpath
+    assert "Fp2" not in read_header(path).channels
+    assert "Fp2" in read_header(bids_path(dataset["root"], "02", "rest").fpath).channels
+    settings = json.loads((dataset["pooled"] / "preprocess.json").read_text())
+    assert "Fp2" not in settings["channels"] and "F3" in settings["channels"]
+    assert any("Fp2 left out" in text and path.name in text for text in dataset["warnings"])
+
+
+def test_entities_are_columns_and_sessions_are_one_participant(dataset):
+    rows = by_id(dataset["pooled"])
+    first = next(iter(rows.values()))
+    assert "acquisition" not in first  # no recording has one
+    assert list(first)[list(first).index("sex") + 1 : list(first).index("sex") + 5] == [
+        "subject",
+        "session",
+        "task",
+        "run",
+    ]
+    run = rows["sub-01_ses-2_task-rest_run-02_eeg"]
+    assert (run["subject"], run["session"], run["task"], run["run"]) == (
+        "sub-01",
+        "2",
+        "rest",
+        "02",
+    )
+    assert run["participant_id"] == "sub-01" and run["diagnosis"] == "healthy"
+    assert rows["sub-02_ses-1_task-arith_eeg"]["run"] == "n/a"
+    counts = "13 BIDS recordings of 2 tasks pooled into one study (arith: 5, rest: 8)"
+    assert any(counts in text for text in dataset["warnings"])
+
+
+def test_the_output_is_a_bids_derivative(dataset):
+    description = json.loads((dataset["pooled"] / "dataset_description.json").read_text())
+    settings = json.loads((dataset["pooled"] / "preprocess.json").read_text())
+    assert description["DatasetType"] == "derivative" and description["BIDSVersion"]
+    generated = description["GeneratedBy"][0]
+    assert generated["Name"] == "eegformer" and generated["Version"]
+    assert settings["settings_hash"] in generated["Description"]
+    assert settings["bids_selection"] == {"task": [], "session": [], "run": []}
+
+
+def test_task_selection_reads_only_that_task_without_the_pooling_warning(dataset, capsys):
+    out = dataset["base"] / "rest"
+    code, output = run_main(capsys, "preprocess", dataset["root"], "--out", out, "--task", "rest")
+    assert code == 0, output
+    rows = read_manifest(out)
+    assert len(rows) == 8 and {row["task"] for row in rows} == {"rest"}
+    assert "pooled" not in output
+    selection = json.loads((out / "preprocess.json").read_text())["bids_selection"]
+    assert selection == {"task": ["rest"], "session": [], "run": []}
+
+
+def test_selection_errors_name_the_option_and_the_labels(dataset, capsys, tmp_path):
+    root = dataset["root"]
+    assert bids.Selection.of(runs=["1"]).resolved([root]).runs == ("01",)
+    for flags, message in (
+        (["--task", "rst"], "for --task; allowed values are 'arith', 'rest'"),
+        (["--task", "re st"], "a BIDS label is letters and digits"),
+        (["--session", "3"], "allowed values are '1', '2'"),
+    ):
+        code, output = run_main(capsys, "preprocess", root, "--out", tmp_path / "x", *flags)
+        assert code == UsageError.exit_code and message in output, output
+    code, output = run_main(
+        capsys, "preprocess", SAMPLE_DATA, "--out", tmp_path / "x", "--task", "rest"
+    )
+    assert (
+        code == UsageError.exit_code and "is not one (a folder with dataset_description" in output
+    )
+    code, output = run_main(
+        capsys, "preprocess", root, "--out", tmp_path / "x", "--task", "arith", "--session", "2"
+    )
+    assert code == InputDataError.exit_code
+    assert "no recording matches --task arith --session 2" in output
+    assert not (tmp_path / "x").exists()
+    # BIDS-like names without dataset_description.json: not a BIDS dataset, read as before
+    assert bids.entities(SAMPLE_DATA / "eeg" / "sub-01_task-rest_eeg.edf") == {}
+
+
+def test_train_on_task_keeps_each_participant_on_one_side_and_predict_shows_entities(
+    dataset, capsys
+):
+    config = resolve_config("default", None, {"cv": 2, "repeats": 2, "val_fraction": 0.5})
+    plan = plan_run(dataset["pooled"], "task", config)
+    assert plan.scheme["unit"] == "participant" and plan.data.label_names == ["arith", "rest"]
+    for fold in plan.folds:
+        sides = [
+            {rec.participant_id for rec in recordings_of(plan.data, part)}
+            for part in (fold.train, fold.val, fold.test)
+        ]
+        assert sum(map(len, sides)) == N_PEOPLE, fold  # sub-01's three sessions on one side
+    run_dir = dataset["base"] / "run"
+    code, output = run_main(
+        capsys,
+        "train",
+        dataset["pooled"],
+        "--out",
+        run_dir,
+        "--label-column",
+        "task",
+        "--config",
+        dataset["base"] / "tiny.toml",
+        "--holdout",
+        "0.4",
+    )
+    assert code == 0, output
+    audit = json.loads((run_dir / "metrics.json").read_text())["shortcut_audit"]
+    assert "task" not in {variable["name"] for variable in audit["variables"]}  # the label
+    recording = bids_path(dataset["root"], "02", "rest", session="2").fpath
+    code, output = run_main(
+        capsys, "predict", run_dir / "model.pt", dataset["pooled"], recording, "--format", "json"
+    )
+    assert code == InputDataError.exit_code, output  # the recording that failed preprocessing
+    assert "sub-03_ses-1_task-arith_eeg: preprocessing failed" in output
+    rows = json_rows(output)
+    assert list(rows[0])[:7] == [
+        "recording_id",
+        "participant_id",
+        "subject",
+        "session",
+        "task",
+        "run",
+        "predicted",
+    ]
+    assert (rows[-1]["subject"], rows[-1]["session"], rows[-1]["task"]) == ("sub-02", "2", "rest")
+    assert rows[-1]["run"] == "n/a"
+
+
+def test_the_shortcut_audit_checks_task_like_a_site(dataset):
+    config = resolve_config("default", None, {"cv": 2, "val_fraction": 0.5})
+    plan = plan_run(dataset["pooled"], "diagnosis", config)
+    audit = run_audit(plan_audit(plan.data, plan.folds, plan.scheme, config), None)
+    task = next(variable for variable in audit.variables if variable.name == "task")
+    assert task.description == "BIDS task" and task.status in ("checked", "borderline", "flagged")
+
+
+def test_a_changed_channels_tsv_remakes_its_recording_and_a_mismatch_fails_it(dataset, tmp_path):
+    root = tmp_path / "ds"
+    shutil.copytree(dataset["root"], root, ignore=shutil.ignore_patterns("derivatives"))
+    settings = PreprocessSettings.from_preset("default")
+    session_2 = bids.Selection.of(sessions=["2"])
+    run_preprocess([root], tmp_path / "out", settings, selection=session_2)
+    mark_bad(root, "02", "rest", ["O1"], session="2")
+    renamed = root / "sub-01" / "ses-2" / "eeg" / "sub-01_ses-2_task-rest_run-01_channels.tsv"
+    renamed.write_text(renamed.read_text().replace("\nFp1\t", "\nFp9\t", 1))
+    summary = run_preprocess([root], tmp_path / "out", settings, selection=session_2)
+    assert summary.n_skipped == 1  # run-02 of sub-01: its channels.tsv is unchanged
+    rows = by_id(tmp_path / "out")
+    assert rows["sub-02_ses-2_task-rest_eeg"]["channels_interpolated"] == "O1"
+    error = rows["sub-01_ses-2_task-rest_run-01_eeg"]["error"]
+    assert "channels.tsv names 1 channel(s) the recording lacks (Fp9)" in error
