@@ -55,7 +55,7 @@ def summarise(
     from the out-of-fold rows of every model (``oof_predictions.tsv``'s rows); the
     recalibration and the prediction sets from the rows of ``shipped``, the model name whose
     rows describe the model that ships (its linear path alone when the final model kept no
-    residual), recorded as the recalibration's ``rows``."""
+    residual), recorded as the recalibration's ``rows`` when it is not the transformer's."""
     positive = None if positive_label is None else label_names.index(positive_label)
     models = {}
     for name in dict.fromkeys(row["model"] for row in oof_rows):
@@ -68,7 +68,8 @@ def summarise(
     rows = [row for row in oof_rows if row["model"] == shipped]
     probabilities, labels, participants, recordings = _arrays(rows, label_names)
     chosen = calibration.choose_recalibration(labels, probabilities, participants, positive)
-    chosen["rows"] = shipped
+    if shipped != MODEL_NAME:
+        chosen["rows"] = shipped
     if chosen.get("after"):
         chosen["after"]["n_recordings"] = len(set(recordings.tolist()))
     stored = {"method": chosen["method"], "params": chosen["params"]}

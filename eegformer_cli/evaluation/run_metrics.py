@@ -272,8 +272,8 @@ class CalibrationSummary(Record):
 class Recalibration(Record):
     """What ``predict`` does to the probabilities (:func:`calibration.choose_recalibration`):
     ``params`` and ``cross_fitted_log_loss`` (method -> nats) stay dicts; ``rows`` the model
-    whose out-of-fold rows it was fitted on (``oof_calibration.summarise``; None in an earlier
-    version's file: the transformer's)."""
+    whose out-of-fold rows it was fitted on (``oof_calibration.summarise``; None: the
+    transformer's)."""
 
     OPTIONAL = ("rows",)
     method: str = "none"

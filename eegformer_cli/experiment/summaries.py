@@ -74,10 +74,7 @@ def write_summaries(
     history += final_history or []
     run_folder.write_history(run_dir, history)
     label_names = plan.data.label_names
-    # the references every fold has (folds of an earlier version, or a folder without band
-    # covariances, have only the logistic regression), then the model's linear path alone
-    others = [*REFERENCES, LINEAR_PATH_NAME]
-    names = [MODEL_NAME, *[n for n in others if all(n in r.metrics for r in results)]]
+    names = _model_names(results)
     run_folder.write_oof_predictions(
         run_dir,
         label_names,
@@ -122,6 +119,14 @@ def write_summaries(
     if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)
     return metrics
+
+
+def _model_names(results: list[FoldRecord]) -> list[str]:
+    """The models every fold scored: XAIguiFormer, the references (folds of an earlier version,
+    or a folder without band covariances, have only the logistic regression), then the model's
+    linear path alone."""
+    others = [*REFERENCES, LINEAR_PATH_NAME]
+    return [MODEL_NAME, *[n for n in others if all(n in r.metrics for r in results)]]
 
 
 def _shipped(run_dir: Path, names: list[str]) -> str:

@@ -21,11 +21,11 @@ weight decay 0.1, inputs z-scored per band and channel pair with training statis
 probability 0.5 (a training segment averaged with others of the same recording; dataset.py),
 keeping the last partial batch; and a linear path fitted first (:mod:`linear_fit`: L1 or L2,
 whichever the inner CV prefers), the transformer trained on its residual and kept only when it
-beats it on validation by 0.02 nats (:mod:`residual`), its epoch selected by validation
-log-loss (balanced accuracy on a dozen validation people is noise). The penalty, the margin
-and the comparison at each candidate's best temperature were chosen on msu split seeds 1-2,
-eegmat and simulated studies of other seeds than the acceptance one (docs/benchmarks.md,
-"Linear path").
+beats it on validation by more than the standard error of its gain (:mod:`residual`), its
+epoch selected by validation log-loss (balanced accuracy on a dozen validation people is
+noise). The penalty and the keep rule were chosen on screening splits of the two real sets
+(never their acceptance folds) and simulated studies of other seeds than the acceptance one
+(docs/benchmarks.md, "Linear path").
 
 Both select the best validation epoch in the second half of training (ties -> later epoch; a
 seeded participant-level validation split). ``patience`` (early stop) stays available, off in
@@ -141,10 +141,11 @@ class TrainConfig:
     # the linear path (linear_fit.py, residual.py): fitted first and convexly with
     # ``linear_penalty``; the transformer trained on its residual and kept (``residual``
     # "auto") only when validation cross-entropy improves by more than ``residual_margin``
+    # (nats) plus the standard error of that gain
     linear_path: bool = False
     linear_penalty: str = "l2"
     residual: str = "auto"
-    residual_margin: float = 0.02
+    residual_margin: float = 0.0
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
