@@ -47,7 +47,7 @@ from eegformer_cli.training.interaction_screen import (
     screen_interactions,
 )
 from eegformer_cli.training.model_file import demographic_stats
-from eegformer_cli.training.residual import Residual, calibrated_loss, fit_linear
+from eegformer_cli.training.residual import Residual, calibrated_losses, fit_linear
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 
 
@@ -232,7 +232,7 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             "lr": lr if losses else None,
             "seconds": time.perf_counter() - epoch_start,
             "attention": attention and attention["passes"],
-            **({} if calibrated is None else {"val_loss_calibrated": calibrated}),
+            **({} if calibrated is None else {"val_loss_calibrated": float(calibrated.mean())}),
         }
         history.append(record)
         metric = -val_loss if config.selection_metric == "log_loss" else None
@@ -500,11 +500,12 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
 
 def validate(
     loop: _Loop, config: TrainConfig, device: torch.device, tag: dict, epoch: int
-) -> tuple[float, FoldScores, dict | None, float | None]:
+) -> tuple[float, FoldScores, dict | None, np.ndarray | None]:
     """The model on the validation recordings after epoch ``epoch`` (0-based): (cross-entropy
     of the per-recording logits, :func:`classification_metrics` of their softmax, the attention
     summary without ablations, with a linear path the cross-entropy at the logits' best
-    temperature, ``residual.calibrated_loss``). UsageError when the logits are not finite
+    temperature per recording, ``residual.calibrated_losses``). UsageError when the logits are
+    not finite
     (diverged)."""
     if loop.residual is None:
         logits = evaluate(loop.model, loop.val_set, device, loop.precision)
@@ -527,7 +528,7 @@ def validate(
     labels = loop.val_set.labels
     val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
     metrics = classification_metrics(labels, softmax(logits, axis=1), None)
-    calibrated = None if loop.residual is None else calibrated_loss(logits, labels)
+    calibrated = None if loop.residual is None else calibrated_losses(logits, labels)
     attention = attention_summary(loop.model, loop.val_set, device, ablations=False)
     return val_loss, metrics, attention, calibrated
 
@@ -541,7 +542,7 @@ class _Selection:
     state: dict | None = None
     epoch: int = 0
     since_best: int = 0
-    val_loss: float | None = None  # the selected epoch's calibrated validation loss
+    val_loss: np.ndarray | None = None  # the selected epoch's calibrated validation losses
 
     def update(
         self,
@@ -549,7 +550,7 @@ class _Selection:
         epoch: int,
         metric: float,
         model: torch.nn.Module,
-        val_loss: float | None = None,
+        val_loss: np.ndarray | None = None,
     ) -> None:
         """Take epoch ``epoch`` (0-based) when it improves the selection, else count it."""
         if selection_improved(config, epoch, metric, self.best):

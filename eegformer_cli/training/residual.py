@@ -9,15 +9,21 @@ validation recordings the same (:meth:`Residual.validation_logits`), so that bot
 transformer's gradient and the choice of its epoch see honest linear logits. Its head starts at
 zero (``model/xaiguiformer.py``): untrained, the model is its linear path.
 
-After the loop :meth:`Residual.keep` decides, by the validation recordings' cross-entropy, each
-candidate's logits at their own best temperature (:func:`calibrated_loss`): "no residual" (the
-linear path's own cross-fitted logits) is always a candidate and wins ties; the transformer is
-kept only when its selected epoch beats it by more than ``residual_margin`` nats. Why the
-temperature: a strongly regularised linear path is under-confident, and a transformer that
-only sharpens its logits lowers the plain cross-entropy without reading anything the linear
-path missed (on a study with a linear effect alone it was "kept" in 4 of 5 folds that way);
-``predict``'s recalibration sets the scale of either. ``residual = "off"`` skips the transformer's training (the model is
-the linear fit); ``"on"`` keeps it whatever validation says (an ablation).
+After the loop :meth:`Residual.keep` decides on the validation recordings, each candidate's
+logits at their own best temperature (:func:`calibrated_losses`): "no residual" (the linear
+path's own cross-fitted logits) is always a candidate and wins ties; the transformer is kept
+only when its selected epoch lowers the recordings' cross-entropy by more than
+``residual_margin`` nats *plus one standard error* of that mean gain (the per-recording gains'
+standard deviation over the square root of their number). Why the temperature: a strongly
+regularised linear path is under-confident, and a transformer that only sharpens its logits
+lowers the plain cross-entropy without reading anything the linear path missed (on a study
+with a linear effect alone it was "kept" in 4 of 5 folds that way); ``predict``'s
+recalibration sets the scale of either. Why the standard error: a dozen validation people
+(or four recordings) measure a gain with an error far larger than the gain, and the selected
+epoch is the best of many on those same people; on such sets the residual was kept in 6 of 15
+folds of a 10-person study and lost recordings it did not need to (docs/benchmarks.md, "Linear
+path"). ``residual = "off"`` skips the transformer's training (the model is the linear fit);
+``"on"`` keeps it whatever validation says (an ablation).
 """
 
 from __future__ import annotations
@@ -40,13 +46,14 @@ from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
 FEATURE_SEGMENTS = 256
 
 
-def calibrated_loss(logits: np.ndarray, labels: np.ndarray) -> float:
-    """Mean cross-entropy of ``logits`` (n, n_classes) against ``labels`` (n,) at the
-    temperature that minimises it on these same recordings (``calibration.fit_recalibration``):
-    what the logits say about the classes, whatever their scale."""
+def calibrated_losses(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """float64 (n,): each recording's cross-entropy, ``logits`` (n, n_classes) against
+    ``labels`` (n,), at the one temperature that minimises their mean on these recordings
+    (``calibration.fit_recalibration``): what the logits say about the classes, whatever their
+    scale."""
     fitted = fit_recalibration("temperature", labels, softmax(logits, axis=1), None)
     scaled = log_softmax(logits / fitted["params"]["temperature"], axis=1)
-    return float(-scaled[np.arange(len(labels)), labels].mean())
+    return -scaled[np.arange(len(labels)), labels]
 
 
 def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
@@ -88,13 +95,13 @@ def linear_path_alone(model):
 class Residual:
     """What the epoch loop needs of the linear path: each training recording's inner fold
     (``train_inner`` int64 (n_train,), indexed by the training set's recording index), each
-    validation recording's (``val_inner`` (n_val,)), and the linear path's own validation loss
-    (:func:`calibrated_loss` of its cross-fitted logits)."""
+    validation recording's (``val_inner`` (n_val,)), and the linear path's own validation
+    losses (:func:`calibrated_losses` of its cross-fitted logits)."""
 
     fit: LinearFit
     train_inner: torch.Tensor
     val_inner: np.ndarray
-    linear_val_loss: float  # calibrated_loss of the linear path's cross-fitted logits
+    linear_val_losses: np.ndarray  # calibrated_losses of the cross-fitted logits, (n_val,)
     mode: str
     margin: float
 
@@ -125,22 +132,41 @@ class Residual:
                 logits[members] = evaluate(subset)
         return logits
 
-    def keep(self, best_val_loss: float | None) -> bool:
-        """Whether the trained transformer stays in the model (module docstring);
-        ``best_val_loss``: :func:`calibrated_loss` of its selected epoch (None: not trained)."""
+    def gain(self, val_losses: np.ndarray | None) -> tuple[float, float] | None:
+        """(mean, standard error) of the per-recording gain of the residual over the linear
+        path alone, ``val_losses`` (n_val,) its selected epoch's :func:`calibrated_losses`
+        (None: not trained, no gain)."""
+        if val_losses is None:
+            return None
+        gains = self.linear_val_losses - val_losses
+        error = gains.std(ddof=1) / np.sqrt(len(gains)) if len(gains) > 1 else np.inf
+        return float(gains.mean()), float(error)
+
+    def keep(self, val_losses: np.ndarray | None) -> bool:
+        """Whether the trained transformer stays in the model (module docstring)."""
         if self.mode != "auto":
             return self.mode == "on"
-        return best_val_loss is not None and best_val_loss < self.linear_val_loss - self.margin
+        gain = self.gain(val_losses)
+        return gain is not None and gain[0] > self.margin + gain[1]
 
-    def record(self, kept: bool, best_val_loss: float | None, n_products: int) -> dict:
-        """JSON-ready record for the fold file."""
+    def record(self, kept: bool, val_losses: np.ndarray | None, n_products: int) -> dict:
+        """JSON-ready record for the fold file: the fit, the decision, both candidates' mean
+        calibrated validation losses, the gain and its standard error, and the per-recording
+        losses (the decision can be recomputed from them)."""
+        gain = self.gain(val_losses)
         return {
             **self.fit.summary(n_products),
             "residual": kept,
             "residual_mode": self.mode,
             "residual_margin": self.margin,
-            "linear_val_loss": self.linear_val_loss,
-            "residual_val_loss": best_val_loss,
+            "linear_val_loss": float(self.linear_val_losses.mean()),
+            "residual_val_loss": None if val_losses is None else float(val_losses.mean()),
+            "residual_gain": None if gain is None else gain[0],
+            "residual_gain_se": None if gain is None else gain[1],
+            "val_losses": {
+                "linear": self.linear_val_losses.tolist(),
+                "residual": None if val_losses is None else val_losses.tolist(),
+            },
         }
 
 
@@ -171,7 +197,7 @@ def fit_linear(
         fit,
         torch.from_numpy(fit.inner_fold[:n_train]),
         fit.inner_fold[n_train:],
-        calibrated_loss(fit.cross_fitted[n_train:], val_set.labels),
+        calibrated_losses(fit.cross_fitted[n_train:], val_set.labels),
         config.residual,
         config.residual_margin,
     )
