@@ -9,7 +9,13 @@ variants and the references (the logistic regression; the tangent space when the
 band covariances) are compared on exactly the same folds.
 
 Variants:
-  default         ``--preset default``, 5 folds x 3 repeats
+  default         ``--preset default``, 5 folds x 3 repeats; every run also scores the model's
+                  linear path alone on the same folds (metrics.json's ``linear_path`` model),
+                  so "linear path alone" and "+ transformer" come from one run
+  no_linear_path  ``linear_path = false``, epochs selected by balanced accuracy: the
+                  transformer alone (the default model of earlier versions)
+  residual_always ``residual = "on"``: the transformer's residual kept in every fold, whatever
+                  validation says (what the transformer does when it is not gated)
   coarse_only     ``--preset default --no-xai`` (ablation: no explanation-guided refinement)
   no_drofe        ``--preset default --frequency-encoding none`` (ablation)
   no_screens      ``--preset default --no-interactions --no-age-interactions``: without the
@@ -59,6 +65,8 @@ VARIANTS = {
     "no_drofe": ["--preset", "default", *CV, "--frequency-encoding", "none"],
     "no_screens": ["--preset", "default", *CV, "--no-interactions", "--no-age-interactions"],
     "tokenizer_only": ["--preset", "default", *CV],  # + a config file, see main()
+    "no_linear_path": ["--preset", "default", *CV],  # + a config file, see main()
+    "residual_always": ["--preset", "default", *CV],  # + a config file, see main()
     "rose": ["--preset", "default", *CV],  # + a config file, see main()
     "paper": ["--preset", "paper", "--cv", "5", "--repeats", "1"],
 }
@@ -66,6 +74,8 @@ VARIANTS = {
 VARIANT_TOML = {
     "tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
     "rose": '[model]\nspatial_encoding = "rose"\n',
+    "no_linear_path": 'linear_path = false\nselection_metric = "bac"\n',
+    "residual_always": 'residual = "on"\n',
 }
 
 
@@ -223,6 +233,7 @@ def main() -> None:
                 "vs_references": metrics.get("comparisons") or [metrics["comparison"]],
                 "attention": attention_means(metrics.get("attention")),
                 "kept_interactions": kept_interactions(run_dir),
+                "linear_path": metrics.get("linear_path"),
                 "load_average_end": os.getloadavg(),
             }
             references = ", ".join(

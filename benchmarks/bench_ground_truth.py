@@ -9,7 +9,9 @@ fold, two side by side; no final model):
                     with the interaction given (products; age for ``age``): the practical limit
   logistic_regression  the built-in reference (every fold of every run; reported from default's)
   screen_l1         the interaction screen with default's settings, its kept products added
-                    to every entry, an L1 logistic regression: what the transformer adds to it
+                    to every entry, a logistic regression with its penalty (L1 or L2) and C
+                    chosen as the linear path's are (``linear_fit.fit_linear_path``): what
+                    the transformer adds to it
   default           ``--preset default`` (both screens: entry pairs and entries with age)
   no_interactions   ``--no-interactions`` (no screen of entry pairs)
   no_age_interactions  ``--no-age-interactions`` (no screen of entries with age)
@@ -73,10 +75,11 @@ from machine import machine  # benchmarks/machine.py (scripts run from this fold
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
-#: Fixed before any run of the interaction and demographic paths, used once to confirm them.
-#: The earlier acceptance seed, 2711, is spent: its layout is printed in docs/benchmarks.md.
-ACCEPTANCE_SEED = 9692
-SPENT_ACCEPTANCE_SEEDS = (2711,)
+#: Fixed before any run of the linear path, used once to confirm it. The earlier acceptance
+#: seeds are spent (2711: the interaction screens' design; 9692: their confirmation); their
+#: layouts are printed in docs/benchmarks.md.
+ACCEPTANCE_SEED = 60221
+SPENT_ACCEPTANCE_SEEDS = (2711, 9692)
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
 CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
@@ -365,12 +368,37 @@ def l1_on_products(data, parts: dict, kept: list, index: dict, seed: int):
     return classification_metrics(test_set.labels, probabilities, 1)
 
 
+def linear_path_on_products(data, parts: dict, kept: list, index: dict, seed: int):
+    """The fold's test metrics of the linear path's fit (``linear_fit.fit_linear_path``:
+    StandardScaler and a balanced logistic regression, L1 or L2 and C by the references' inner
+    participant-wise CV, ``auto``) on every entry plus the products of ``kept``, fitted on the
+    fold's training part (:func:`fold_parts`)."""
+    from scipy.special import softmax
+
+    from eegformer_cli.evaluation.metrics import classification_metrics
+    from eegformer_cli.training.linear_fit import fit_linear_path
+
+    fit_set, test_set = parts["fit_set"], parts["test_set"]
+    linear = fit_linear_path(
+        _screen_design(fit_set, parts["stats"], parts["demographics"], kept, index),
+        fit_set.labels,
+        np.array([r.participant_id for r in fit_set.recordings]),
+        len(data.label_names),
+        seed,
+        "auto",
+    )
+    test = _screen_design(test_set, parts["stats"], parts["demographics"], kept, index)
+    probabilities = softmax(test @ linear.weight.T + linear.bias, axis=1)
+    return classification_metrics(test_set.labels, probabilities, 1)
+
+
 def screen_l1_per_fold(prep: Path, folds: list, config) -> tuple[list, list[list[str]]]:
     """The "screen + L1 logistic" row, per fold of ``folds`` (the run's own splits): on the
     fold's training part (train + val participants, as the references), the recording means of
     the entries standardised as the model does, the same interaction screen the model runs
     (``config``'s settings, the fold's seed), the kept pairs' products (entry x entry, entry x
-    z-scored age) beside every entry, then :func:`l1_on_products`. Returns (metrics per fold,
+    z-scored age) beside every entry, then :func:`linear_path_on_products` (the penalty chosen
+    as the linear path's: L1 or L2 by the inner CV). Returns (metrics per fold,
     kept pairs per fold)."""
     from eegformer_cli.training.dataset import load_training_data
     from eegformer_cli.training.fit import screen_fit, seed_of
@@ -385,7 +413,7 @@ def screen_l1_per_fold(prep: Path, folds: list, config) -> tuple[list, list[list
             data, parts["fit_set"], parts["stats"], parts["ages"], config, seed_of(fold, 0)
         )
         kept_per_fold.append([k.label() for k in found.kept])
-        out.append(l1_on_products(data, parts, found.kept, index, seed_of(fold, 0)))
+        out.append(linear_path_on_products(data, parts, found.kept, index, seed_of(fold, 0)))
     return out, kept_per_fold
 
 

@@ -225,8 +225,8 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
     assert (
         set(metrics["calibration"]["models"])
         == set(metrics["models"])
-        == {"xaiguiformer", "logistic_regression", "tangent_space"}
-    )  # every model, both references
+        == {"xaiguiformer", "logistic_regression", "tangent_space", "linear_path"}
+    )  # every model, both references, the model's linear path alone
     for summary in metrics["calibration"]["models"].values():
         assert {"brier", "ece", "slope", "intercept", "bins"} <= set(summary)
     recalibration = metrics["calibration"]["recalibration"]

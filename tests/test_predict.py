@@ -32,7 +32,9 @@ def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def msu_run(tmp_path_factory) -> dict:
     """16 msu recordings (8 per class) preprocessed, and a tiny model trained with a 25 %
-    participant holdout (its model file is the model evaluated on the held-out people)."""
+    participant holdout (its model file is the model evaluated on the held-out people), its
+    transformer's residual kept (so that demographics, which the linear path does not read
+    here, reach its output)."""
     from conftest import shared_dataset
 
     msu = shared_dataset("msu-schizophrenia")
@@ -59,6 +61,7 @@ def msu_run(tmp_path_factory) -> dict:
             "holdout": 0.25,
             "val_fraction": 0.25,
             "device": "cpu",
+            "residual": "on",
             "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
         },
     )

@@ -207,9 +207,13 @@ def write_connectome_folder(
     bands: list[str] = BANDS,
     edges: np.ndarray = BAND_EDGES_HZ,
     seed: int = 0,
+    effect: float = 0.3,
+    balanced_sex: bool = False,
 ) -> Path:
-    """A ``preprocess`` output in the documented format: random symmetric connectomes, group
-    ``schizophrenia`` with stronger theta coherence, ages and sexes, one recording each."""
+    """A ``preprocess`` output in the documented format: random symmetric connectomes (entries
+    uniform in [0, 1]), group ``schizophrenia`` with theta coherence higher by ``effect``, ages
+    and sexes (the sex alternating with the group, or with ``balanced_sex`` half of each group
+    each sex), one recording each."""
     rng = np.random.default_rng(seed)
     n_channels = len(channels)
     columns = [
@@ -232,7 +236,7 @@ def write_connectome_folder(
     for i in range(n_participants):
         diagnosis = "schizophrenia" if i % 2 else "healthy"
         values = rng.uniform(0, 1, (n_segments, len(bands), n_channels, n_channels))
-        values[:, 0] += 0.3 * (diagnosis == "schizophrenia")
+        values[:, 0] += effect * (diagnosis == "schizophrenia")
         coh = (values + values.transpose(0, 1, 3, 2)) / 2 * (1 - np.eye(n_channels))
         recording_id = f"sub-{i:03d}_task-rest"
         Connectome(
@@ -259,7 +263,7 @@ def write_connectome_folder(
                     str(15 * n_segments),
                     "n/a",
                     str(20 + 3 * i),
-                    "MF"[i % 2],
+                    "MF"[(i // 2 if balanced_sex else i) % 2],
                     diagnosis,
                     f"connectomes/{recording_id}.npz",
                     "0123456789abcdef",

@@ -916,10 +916,16 @@ def test_tangent_space_reference_is_pyriemanns_pipeline_on_the_same_folds(sample
 
     run = sample_run["run"]
     metrics = json.loads((run / "metrics.json").read_text())
-    assert list(metrics["models"]) == ["xaiguiformer", "logistic_regression", "tangent_space"]
+    assert list(metrics["models"]) == [
+        "xaiguiformer",
+        "logistic_regression",
+        "tangent_space",
+        "linear_path",
+    ]
     assert [(c["model"], c["reference"]) for c in metrics["comparisons"]] == [
         ("xaiguiformer", "logistic_regression"),
         ("xaiguiformer", "tangent_space"),
+        ("xaiguiformer", "linear_path"),
     ]
     assert metrics["comparison"] == metrics["comparisons"][0]
     fold = json.loads((run / "splits.json").read_text())["folds"][0]
@@ -967,7 +973,7 @@ def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_
         old, tmp_path / "run", "diagnosis", tiny_config(epochs=1, holdout=0.25, val_fraction=0.25)
     )
     assert "hold no band covariances" in capsys.readouterr().err
-    assert list(metrics.models) == ["xaiguiformer", "logistic_regression"]
+    assert list(metrics.models) == ["xaiguiformer", "logistic_regression", "linear_path"]
     assert [c.reference for c in metrics.comparisons] == ["logistic_regression"]
     assert (
         run_main(

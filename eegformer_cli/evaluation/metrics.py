@@ -40,6 +40,7 @@ from sklearn.metrics import (
 from sklearn.preprocessing import label_binarize
 
 # the models' names belong to metrics.json's format; imported from here by the code computing them
+from eegformer_cli.evaluation.run_metrics import LINEAR_PATH_NAME as LINEAR_PATH_NAME
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME as MODEL_NAME
 from eegformer_cli.evaluation.run_metrics import REFERENCE_NAME as REFERENCE_NAME
 from eegformer_cli.evaluation.run_metrics import TANGENT_SPACE_NAME as TANGENT_SPACE_NAME

@@ -46,10 +46,16 @@ def per_recording(
 
 
 def summarise(
-    oof_rows: list[dict], label_names: list[str], positive_label: str | None
+    oof_rows: list[dict],
+    label_names: list[str],
+    positive_label: str | None,
+    shipped: str = MODEL_NAME,
 ) -> tuple[dict, dict, dict]:
     """(metrics.json's ``calibration``, its ``prediction_sets``, the model file's entry)
-    from the out-of-fold rows of every model (``oof_predictions.tsv``'s rows)."""
+    from the out-of-fold rows of every model (``oof_predictions.tsv``'s rows); the
+    recalibration and the prediction sets from the rows of ``shipped``, the model name whose
+    rows describe the model that ships (its linear path alone when the final model kept no
+    residual), recorded as the recalibration's ``rows`` when it is not the transformer's."""
     positive = None if positive_label is None else label_names.index(positive_label)
     models = {}
     for name in dict.fromkeys(row["model"] for row in oof_rows):
@@ -59,9 +65,11 @@ def summarise(
             **calibration.calibration_summary(labels, probabilities, positive),
             "n_recordings": len(set(recordings.tolist())),
         }
-    rows = [row for row in oof_rows if row["model"] == MODEL_NAME]
+    rows = [row for row in oof_rows if row["model"] == shipped]
     probabilities, labels, participants, recordings = _arrays(rows, label_names)
     chosen = calibration.choose_recalibration(labels, probabilities, participants, positive)
+    if shipped != MODEL_NAME:
+        chosen["rows"] = shipped
     if chosen.get("after"):
         chosen["after"]["n_recordings"] = len(set(recordings.tolist()))
     stored = {"method": chosen["method"], "params": chosen["params"]}

@@ -59,14 +59,19 @@ def balanced_logistic_regression() -> LogisticRegression:
 
 
 def search_logistic_c(
-    pipeline, features: np.ndarray, labels: np.ndarray, groups: np.ndarray, seed: int
+    pipeline,
+    features: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    seed: int,
+    grid: tuple[float, ...] = C_GRID,
 ):
     """Choose the C of ``pipeline``'s last step (``logisticregression``) by the inner
-    participant-wise CV (grid :data:`C_GRID`, balanced accuracy) and refit on all of
-    ``features`` (any array whose first axis is the recordings); the fitted GridSearchCV."""
+    participant-wise CV (``grid``, balanced accuracy) and refit on all of ``features`` (any
+    array whose first axis is the recordings); the fitted GridSearchCV."""
     search = GridSearchCV(
         pipeline,
-        {"logisticregression__C": list(C_GRID)},
+        {"logisticregression__C": list(grid)},
         scoring="balanced_accuracy",
         cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True, random_state=seed),
     )

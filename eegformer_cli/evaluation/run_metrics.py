@@ -47,16 +47,19 @@ from dataclasses import dataclass, field, fields
 from typing import ClassVar, TypeVar
 
 #: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
-#: logistic-regression reference and (when the connectome files hold band covariances) the
-#: tangent-space reference.
+#: logistic-regression reference, (when the connectome files hold band covariances) the
+#: tangent-space reference, and (when the model has one) XAIguiFormer's own linear path alone,
+#: without the transformer's residual.
 MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
 TANGENT_SPACE_NAME = "tangent_space"
+LINEAR_PATH_NAME = "linear_path"
 #: How each model is named in a sentence ("not distinguishable from the logistic regression").
 MODEL_WORDS = {
     MODEL_NAME: "XAIguiFormer",
     REFERENCE_NAME: "the logistic regression",
     TANGENT_SPACE_NAME: "the Riemannian tangent-space reference",
+    LINEAR_PATH_NAME: "the linear path alone",
 }
 
 
@@ -268,14 +271,18 @@ class CalibrationSummary(Record):
 @dataclass
 class Recalibration(Record):
     """What ``predict`` does to the probabilities (:func:`calibration.choose_recalibration`):
-    ``params`` and ``cross_fitted_log_loss`` (method -> nats) stay dicts."""
+    ``params`` and ``cross_fitted_log_loss`` (method -> nats) stay dicts; ``rows`` the model
+    whose out-of-fold rows it was fitted on (``oof_calibration.summarise``; None: the
+    transformer's)."""
 
+    OPTIONAL = ("rows",)
     method: str = "none"
     params: dict = field(default_factory=dict)
     cross_fitted_log_loss: dict = field(default_factory=dict)
     n: int | None = None
     reason: str = ""
     after: CalibrationSummary | None = None
+    rows: str | None = None
 
 
 @dataclass
@@ -408,6 +415,7 @@ class RunMetrics(Record):
         "interaction_screens",
         "shortcut_audit",
         "permutation_test",
+        "linear_path",
     )
     complete: bool | None = None
     incomplete: str | None = None
@@ -429,6 +437,9 @@ class RunMetrics(Record):
     interaction_screens: InteractionScreens | None = None
     shortcut_audit: ShortcutAudit | None = None
     permutation_test: PermutationTest | None = None
+    #: the model's linear path over the folds (``summaries.linear_path_summary``): None
+    #: without one
+    linear_path: dict | None = None
 
     @property
     def transformer(self) -> ModelScores:

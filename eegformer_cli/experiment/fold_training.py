@@ -206,6 +206,7 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
                 "best_epoch": fit.best_epoch,
                 "seconds": fit.seconds,
                 "interaction_screen": fit.screen,
+                "linear_path": fit.linear,
                 "train": fold.train,
                 "val": fold.val,
             },

@@ -7,10 +7,14 @@ complete.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from eegformer_cli.evaluation import oof_calibration
 from eegformer_cli.evaluation.metrics import (
+    LINEAR_PATH_NAME,
     MODEL_NAME,
     against_chance,
     compare_folds,
@@ -24,7 +28,7 @@ from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.folds import REFERENCES, RunPlan
-from eegformer_cli.training.model_file import add_calibration
+from eegformer_cli.training.model_file import add_calibration, is_linear_path_alone
 
 
 def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | None = None) -> dict:
@@ -70,9 +74,7 @@ def write_summaries(
     history += final_history or []
     run_folder.write_history(run_dir, history)
     label_names = plan.data.label_names
-    # the references every fold has (folds of an earlier version, or a folder without band
-    # covariances, have only the logistic regression)
-    names = [MODEL_NAME, *[n for n in REFERENCES if all(n in r.metrics for r in results)]]
+    names = _model_names(results)
     run_folder.write_oof_predictions(
         run_dir,
         label_names,
@@ -83,7 +85,7 @@ def write_summaries(
     models, comparisons = _models_and_comparisons(per_fold, ratio)
     oof_rows = [row for result in results for row in result.oof]
     calibration, prediction_sets, model_entry = oof_calibration.summarise(
-        oof_rows, label_names, plan.positive_label
+        oof_rows, label_names, plan.positive_label, _shipped(run_dir, names)
     )
     metrics = RunMetrics.from_dict(
         {
@@ -108,6 +110,7 @@ def write_summaries(
                 plan.config.age_interactions,
                 run_folder.read_final_screen(run_dir),
             ).to_dict(),
+            "linear_path": linear_path_summary(results),
             **(extra or {}),
         }
     )
@@ -116,6 +119,43 @@ def write_summaries(
     if run_folder.has_final_model(run_dir):
         add_calibration(run_dir / "model.pt", model_entry)
     return metrics
+
+
+def _model_names(results: list[FoldRecord]) -> list[str]:
+    """The models every fold scored: XAIguiFormer, the references (folds of an earlier version,
+    or a folder without band covariances, have only the logistic regression), then the model's
+    linear path alone."""
+    others = [*REFERENCES, LINEAR_PATH_NAME]
+    return [MODEL_NAME, *[n for n in others if all(n in r.metrics for r in results)]]
+
+
+def _shipped(run_dir: Path, names: list[str]) -> str:
+    """Whose out-of-fold rows describe the model that ships (``model.pt``), for its
+    recalibration and prediction sets: the linear path alone's when its residual was not kept
+    (every fold scored the linear path alone too), else the transformer's."""
+    model = Path(run_dir) / "model.pt"
+    if LINEAR_PATH_NAME in names and model.is_file() and is_linear_path_alone(model):
+        return LINEAR_PATH_NAME
+    return MODEL_NAME
+
+
+def linear_path_summary(results: list[FoldRecord]) -> dict | None:
+    """metrics.json's ``linear_path``: over the folds with one, how many kept the
+    transformer's residual, which penalties and strengths the inner CV chose, how many
+    features (and products) the path kept, and its fit's time; None without a linear path."""
+    records = [r.linear_path for r in results if r.linear_path]
+    if not records:
+        return None
+    return {
+        "n_folds": len(records),
+        "residual_kept": sum(bool(r["residual"]) for r in records),
+        "penalties": dict(Counter(r["penalty"] for r in records)),
+        "C": [r["C"] for r in records],
+        "n_features": records[0]["n_features"],
+        "n_nonzero": [r["n_nonzero"] for r in records],
+        "n_products_nonzero": [r["n_products_nonzero"] for r in records],
+        "seconds": float(np.mean([r["seconds"] for r in records])),
+    }
 
 
 def _models_and_comparisons(

@@ -9,6 +9,8 @@ A headline, then one line per question, each ``(topic, text, tone)`` with tone `
   permutation test decides otherwise than this interval, it says so;
 - one line per reference model of ``metrics.all_comparisons``: "not distinguishable from",
   "better than" or "worse than" it, from whether the paired 95 % interval holds 0;
+- transformer: what the transformer adds to the model's own linear path (the model minus its
+  linear path alone, paired), and in how many folds its residual was kept;
 - shortcuts: flagged and borderline variables of the shortcut audit;
 - the permutation test's p, when computed, and whose null it is;
 - calibration: the out-of-fold expected calibration error and Brier score, what ``predict``
@@ -28,6 +30,7 @@ import math
 from typing import TypeGuard
 
 from eegformer_cli.evaluation.run_metrics import (
+    LINEAR_PATH_NAME,
     MODEL_NAME,
     AboveChance,
     Comparison,
@@ -83,6 +86,8 @@ def score_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
 
 
 def comparison_line(comparison: Comparison) -> tuple[str, str, str]:
+    if comparison.reference == LINEAR_PATH_NAME:
+        return transformer_line(comparison)
     name = model_in_words(comparison.reference or "reference")
     mean, (low, high), metric = comparison.mean_difference, comparison.ci95, comparison.metric
     if not _known(mean):
@@ -97,6 +102,18 @@ def comparison_line(comparison: Comparison) -> tuple[str, str, str]:
     if _known(high) and high < 0:
         return "reference", f"worse than {name} ({figure})", "warn"
     return "reference", f"not distinguishable from {name} ({figure})", "neutral"
+
+
+def transformer_line(comparison: Comparison) -> tuple[str, str, str]:
+    """What the transformer adds to the model's own linear path (the full model minus the
+    linear path alone, paired over folds): topic ``transformer``, never a warning (where it
+    adds nothing, the model is its linear path)."""
+    mean, (low, high), metric = comparison.mean_difference, comparison.ci95, comparison.metric
+    if not _known(mean):
+        return "transformer", "no fold to compare with the linear path alone", "neutral"
+    interval = f", 95 % CI {low:+.3f} to {high:+.3f}" if _known(low) else ", no interval"
+    text = f"the transformer adds {mean:+.3f} {metric} to the linear path alone{interval}"
+    return "transformer", text, "good" if _known(low) and low > 0 else "neutral"
 
 
 def shortcut_line(metrics: RunMetrics) -> tuple[str, str, str]:
@@ -195,15 +212,20 @@ def calibration_line(metrics: RunMetrics) -> tuple[str, str, str]:
 def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
     """The verdict of a run (module docstring), from its ``metrics.json``."""
     rule = above_chance(metrics)
-    return (
-        [score_line(metrics, rule)]
-        + [comparison_line(c) for c in metrics.all_comparisons]
-        + [
-            shortcut_line(metrics),
-            permutation_line(metrics, rule),
-            calibration_line(metrics),
-        ]
-    )
+    lines = [score_line(metrics, rule)] + [comparison_line(c) for c in metrics.all_comparisons]
+    for i, (topic, text, tone) in enumerate(lines):
+        if topic == "transformer" and metrics.linear_path:
+            kept = metrics.linear_path
+            lines[i] = (
+                topic,
+                f"{text}; its residual kept in {kept['residual_kept']} of {kept['n_folds']} folds",
+                tone,
+            )
+    return lines + [
+        shortcut_line(metrics),
+        permutation_line(metrics, rule),
+        calibration_line(metrics),
+    ]
 
 
 def headline(metrics: RunMetrics) -> str:

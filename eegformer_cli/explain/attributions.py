@@ -83,6 +83,7 @@ from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.explain import interactions as kept_interactions
+from eegformer_cli.explain.paths import path_logit_changes
 from eegformer_cli.explain.segment_attributions import (
     attention_maps,
     channel_pair_attributions,
@@ -106,7 +107,9 @@ class RecordingExplanation:
     model(s): ``"model"`` (the model file given), ``"final_model"`` (a run folder's
     ``model.pt``) or ``"out_of_fold: r0_f1 ..."`` (its fold models that did not train on it);
     ``interactions`` the kept interactions' rows (:mod:`.interactions`), None for a model
-    without.
+    without; ``paths`` how much of the explained class's logit change (``"target"``) and of
+    the contrast's (``"contrast"``) the model's linear path and its transformer carry
+    (:func:`.paths.path_logit_changes`), None for a model without a linear path.
     """
 
     recording_id: str
@@ -131,6 +134,7 @@ class RecordingExplanation:
     contrast_wpli_pairs: np.ndarray | None = None
     true_class: str | None = None
     interactions: list[dict] | None = None
+    paths: dict | None = None
 
 
 #: Every array of a :class:`RecordingExplanation`, in the order its ``ID.npz`` holds them: the
@@ -274,23 +278,19 @@ def explain_recording(
         probabilities = softmax(logits.mean(axis=0))
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
-        baseline = None
-        if reference is not None:
-            baseline = tuple(
-                torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device)
-                for r in reference
-            )
+        baseline = _reference_tensors(reference, device)
         options = {"method": method, "n_steps": n_steps, "reference": baseline}
         coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
             model, *tensors, target=target_index, **options
         )
         contrasted, contrast_interactions = {}, None
-        if contrast is not None:
-            pair = tuple(list(label_names).index(name) for name in contrast)
+        pair = None if contrast is None else tuple(list(label_names).index(c) for c in contrast)
+        if pair is not None:
             contrast_coh, contrast_wpli, contrast_interactions = channel_pair_attributions(
                 model, *tensors, target=pair, **options
             )
             contrasted = _contrast_fields(contrast, contrast_coh, contrast_wpli)
+        paths = _paths(model, tensors, target_index, pair, baseline)
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id,
@@ -307,6 +307,7 @@ def explain_recording(
         n_segments=n,
         attention_diagnostics=diagnostics,
         interactions=kept_interactions.describe(model, interactions, contrast_interactions),
+        paths=paths,
         mean_coh=exact_segment_mean(coh),
         mean_wpli=exact_segment_mean(wpli),
         **contrasted,
@@ -396,6 +397,39 @@ def explain_with_models(
     )
 
 
+def _reference_tensors(reference, device: torch.device) -> tuple | None:
+    """The reference connectome (coh, wPLI) as float32 tensors on ``device`` (None stays)."""
+    if reference is None:
+        return None
+    return tuple(
+        torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in reference
+    )
+
+
+def _paths(model, tensors: tuple, target: int, pair: tuple | None, baseline) -> dict | None:
+    """:attr:`RecordingExplanation.paths` of the explained class and (``pair``) the contrast;
+    None for a model without a linear path."""
+    paths = {"target": path_logit_changes(model, *tensors, target, baseline)}
+    if paths["target"] is None:
+        return None
+    if pair is not None:
+        paths["contrast"] = path_logit_changes(model, *tensors, pair, baseline)
+    return paths
+
+
+def mean_paths(paths: Sequence[dict | None]) -> dict | None:
+    """The mean of several :attr:`RecordingExplanation.paths` (several models' of one recording,
+    or a class's recordings'; None when any has none: no linear path); an output (the
+    contrast) only where all have it."""
+    if not paths or any(p is None for p in paths):
+        return None
+    return {
+        output: {key: float(np.mean([p[output][key] for p in paths])) for key in paths[0][output]}
+        for output in paths[0]
+        if all(output in p for p in paths)
+    }
+
+
 def mean_explanation(
     explanations: Sequence[RecordingExplanation], label_names: Sequence[str]
 ) -> RecordingExplanation:
@@ -416,6 +450,7 @@ def mean_explanation(
         first,
         predicted=label_names[int(means["probabilities"].argmax())],
         interactions=kept_interactions.merged([e.interactions for e in explanations]),
+        paths=mean_paths([e.paths for e in explanations]),
         attention_diagnostics={
             **mean_diagnostics([e.attention_diagnostics for e in explanations]),
             "n": first.attention_diagnostics.get("n"),

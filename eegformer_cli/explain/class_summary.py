@@ -5,8 +5,9 @@ The npz holds the explained classes (``classes`` (K',), ``n_recordings`` (K',)),
 means of :data:`~eegformer_cli.explain.attributions.MEAN_FIELDS` stacked on a first axis
 (``band_importance`` (K', T), ...) and the contrast's arrays (:data:`CONTRAST_ARRAYS`); the
 JSON the settings, bands, channels, labels, recordings, failures, per class its count, mean
-band importance, top band, strongest pairs and attention diagnostics, the ``contrast`` and the
-kept ``interactions``. The rest of the folder is :mod:`.export`'s.
+band importance, top band, strongest pairs, attention diagnostics and ``paths`` (the mean
+of its recordings' :attr:`~.attributions.RecordingExplanation.paths`: how much of the logit
+the linear path and the transformer carry), the ``contrast`` and the kept ``interactions``. The rest of the folder is :mod:`.export`'s.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from eegformer_cli.explain.attributions import (
     GROUPED_BY,
     MEAN_FIELDS,
     RecordingExplanation,
+    mean_paths,
     top_band,
 )
 from eegformer_cli.explain.export import contrast_entry, strongest_pairs
@@ -81,13 +83,16 @@ def write_class_summary(
             "recordings": list(recordings),
             "failures": dict(failures),
             "classes": {
-                c: _class_json(
-                    means[c],
-                    [e.attention_diagnostics for e in explanations if e.target == c],
-                    bands,
-                    channels,
-                    cautions,
-                )
+                c: {
+                    **_class_json(
+                        means[c],
+                        [e.attention_diagnostics for e in explanations if e.target == c],
+                        bands,
+                        channels,
+                        cautions,
+                    ),
+                    "paths": mean_paths([e.paths for e in explanations if e.target == c]),
+                }
                 for c in classes
             },
             "contrast": _contrast_json(contrast, bands, channels, cautions),

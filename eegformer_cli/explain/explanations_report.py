@@ -104,6 +104,7 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         "About the explanations",
         section=section,
     )
+    _add_paths_note(report, written.get("classes") or {}, section)
     _add_attribution_figures(report, summary, settings, section, band)
     _add_contrast(
         report,
@@ -115,6 +116,33 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         band,
     )
     _add_attention_figures(report, summary, section)
+
+
+def _add_paths_note(report, classes: dict, section: str) -> None:
+    """A note on how much of each class's explained logit the model's linear path and its
+    transformer carry (``class_summary.json``'s ``paths``; nothing for a model without a linear
+    path)."""
+    sentences = []
+    for name, entry in classes.items():
+        paths = (entry.get("paths") or {}).get("target")
+        if paths:
+            sentences.append(
+                f"{name} ({entry['n_recordings']} recordings): the logit of {name} moved by "
+                f"{paths['total']:+.2f} on average from the typical training recording, "
+                f"{paths['linear']:+.2f} of it from the linear path and "
+                f"{paths['transformer']:+.2f} from the transformer"
+            )
+    if sentences:
+        add_note(
+            report,
+            "The model's two paths",
+            "The model adds a linear path (a logistic regression fitted first) and a "
+            "transformer trained on what it misses; the maps below are of the whole model. "
+            + "; ".join(sentences)
+            + ". A transformer part near 0 means the transformer adds nothing here (its "
+            "residual was not kept, or it agrees with the linear path).",
+            section,
+        )
 
 
 def _add_attention_figures(report, summary: dict, section: str) -> None:

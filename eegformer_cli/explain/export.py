@@ -17,8 +17,10 @@ file                           content
 ``<recording_id>.json``        summary: prediction, probabilities, explained class, band
                                importance per band and its ``top_band``, the :data:`TOP_PAIRS`
                                strongest channel pairs (each with its artefact ``caution``), the
-                               contrast's strongest pairs, attention diagnostics, settings,
-                               provenance
+                               contrast's strongest pairs, ``paths`` (how much of the logit
+                               change the linear path and the transformer each carry, for the
+                               explained class and the contrast; null without a linear path),
+                               attention diagnostics, settings, provenance
 ``band_importance.csv``        ``recording_id, participant_id, target, band, value``
 ``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head
                                (mean|0..H-1), query_band, key_band, value`` (a model with kept
@@ -170,6 +172,7 @@ def write_recording(
                 cautions,
             ),
             "interactions": e.interactions,
+            "paths": e.paths,
             "attention_diagnostics": e.attention_diagnostics,
             "settings": settings,
             "provenance": provenance,

@@ -28,6 +28,7 @@ def one_pass_deeplift(
     target: Tensor | None = None,
     detach: bool = False,
     create_graph: bool = False,
+    offset: Tensor | None = None,
 ) -> tuple[EncoderOutput, Tensor, list[Tensor]]:
     """The coarse pass and its DeepLIFT (zero token + zero demographic baseline) at every layer
     input, from one forward and one ``autograd.grad``.
@@ -43,13 +44,16 @@ def one_pass_deeplift(
     encoder : the transformer.
     tokens : (B, T, d), requiring grad (the first layer's explanation is taken at them).
     demographics : (B, 2) float32 rotary inputs.
-    target : (B,) int64 class index per sample; None: the coarse pass's argmax.
+    target : (B,) int64 class index per sample; None: the argmax of the coarse pass's logits
+        plus ``offset``.
     detach : cut the graph through ``h_i - h_i^base`` (the official DeepLift path keeps it; the
         gradient factor never has a graph, as in captum).
     create_graph : give the gradient factor a graph too (``torch.autograd.grad(...,
         create_graph=True)``), so the explanations are differentiable functions of the tokens
         in both factors: what attributing the refined logits to the inputs needs when the
         refined pass depends on the explanation (:func:`differentiable_explanations`).
+    offset : (B, n_classes) logits added to the coarse pass's (the model's linear path), so
+        that the explained class is the one the whole model's coarse logits pick; None: 0.
 
     Returns
     -------
@@ -69,7 +73,8 @@ def one_pass_deeplift(
         [trace.rows(slice(0, n)) for trace in with_baseline.attention],
     )
     if target is None:
-        target = coarse.logits.detach().argmax(dim=1)
+        logits = coarse.logits.detach()
+        target = (logits if offset is None else logits + offset.detach()).argmax(dim=1)
     target_logit = coarse.logits.gather(1, target[:, None]).sum()
     # gradients at the full layer inputs (the [:n] views are not part of the graph)
     grads = torch.autograd.grad(

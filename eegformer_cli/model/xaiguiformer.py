@@ -24,6 +24,7 @@ from eegformer_cli.model.interactions import (
     parse_interactions,
 )
 from eegformer_cli.model.layers import NORMS
+from eegformer_cli.model.linear_path import LinearPath, linear_features, n_linear_features
 from eegformer_cli.model.rotary import (
     drofe_default_demographics,
     drofe_paper_demographics,
@@ -180,6 +181,12 @@ class ModelConfig:
     #: Data-derived: the interactions a fit's screen kept (``Interaction.to_dict()`` each;
     #: ``model/interactions.py``); empty: no interaction path, the model of earlier versions.
     interactions: list[dict] = field(default_factory=list)
+    #: Data-derived: the model has a linear path (``model/linear_path.py``), fitted before the
+    #: transformer, whose logits the transformer's are added to; false: the transformer alone.
+    linear_path: bool = False
+    #: Data-derived: whether the transformer's logits are added to the linear path's (false:
+    #: validation kept the linear path alone; the transformer is in the file but adds nothing).
+    residual_kept: bool = True
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -239,6 +246,8 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
         parse_interactions(self.interactions, self.band_names, self.channel_names)
+        if not (self.residual_kept or self.linear_path):
+            raise UsageError("residual_kept=false needs linear_path=true: the model would be empty")
 
     def token_names(self) -> list[str]:
         """The names of the transformer's tokens, in order: the bands, then
@@ -363,6 +372,16 @@ class XAIguiFormer(nn.Module):
             if interactions
             else None
         )
+        self.linear = self._linear_path(len(interactions)) if config.linear_path else None
+
+    def _linear_path(self, n_products: int) -> LinearPath:
+        """The linear path (its weights zero until fitted), with the transformer's head set to
+        zero: untrained, the model is its linear path."""
+        config = self.config
+        n_features = n_linear_features(config.n_channels, len(config.band_names), n_products)
+        nn.init.zeros_(self.encoder.head.fc2.weight)
+        nn.init.zeros_(self.encoder.head.fc2.bias)
+        return LinearPath(n_features, config.n_classes)
 
     def describe(self) -> dict:
         """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
@@ -417,9 +436,12 @@ class XAIguiFormer(nn.Module):
                     f"{name} has shape {tuple(value.shape)}, expected ({coh.shape[0]},)"
                 )
 
-    def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor) -> tuple[Tensor, Tensor]:
-        """(logits_coarse, logits_refined), each (B, n_classes); equal without xai_refinement."""
-        output = self.forward_with_details(coh, wpli, age, sex)
+    def forward(
+        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, offset: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(logits_coarse, logits_refined), each (B, n_classes); equal without xai_refinement.
+        ``offset``: :meth:`forward_with_details`."""
+        output = self.forward_with_details(coh, wpli, age, sex, offset=offset)
         return output.logits_coarse, output.logits_refined
 
     def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
@@ -429,6 +451,15 @@ class XAIguiFormer(nn.Module):
             return None
         return self.interaction_token.products(coh, wpli, self.age_z(age, sex))
 
+    def linear_features(
+        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, products: Tensor | None = None
+    ) -> Tensor:
+        """(B, n_features): what the linear path reads (``linear_path.linear_features``) from
+        the connectivity the model is given; ``products`` as in :meth:`forward_with_details`."""
+        if products is None:
+            products = self.interaction_products(coh, wpli, age, sex)
+        return linear_features(coh, wpli, products)
+
     def forward_with_details(
         self,
         coh: Tensor,
@@ -437,11 +468,17 @@ class XAIguiFormer(nn.Module):
         sex: Tensor,
         target: Tensor | None = None,
         products: Tensor | None = None,
+        offset: Tensor | None = None,
     ) -> ModelOutput:
-        """Full forward; ``target`` (B,) int64 picks the explained class (default: coarse
-        argmax); ``products`` (B, K) replace the interaction products the model would form
-        from ``coh`` and ``wpli`` (:meth:`interaction_products`; what ``explain`` attributes
-        to beside the connectivity)."""
+        """Full forward; ``target`` (B,) int64 picks the explained class (default: the argmax
+        of the coarse logits); ``products`` (B, K) replace the interaction products the model
+        would form from ``coh`` and ``wpli`` (:meth:`interaction_products`; what ``explain``
+        attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the linear
+        path's logits (training passes the cross-fitted ones; ``model/linear_path.py``).
+
+        Both passes' logits are the linear path's plus the transformer's (the linear path's
+        alone when ``config.residual_kept`` is false; the transformer's alone without a linear
+        path)."""
         self._check_inputs(coh, wpli, age, sex)
         demographics = self.encode_demographics(age, sex)
         tokens = self.tokenizer(coh, wpli)
@@ -450,11 +487,14 @@ class XAIguiFormer(nn.Module):
                 products = self.interaction_products(coh, wpli, age, sex)
             token = self.interaction_token.embed(products)
             tokens = torch.cat((tokens, token[:, None]), dim=1)
+        if offset is None and self.linear is not None:
+            offset = self.linear(self.linear_features(coh, wpli, age, sex, products))
         if not self.config.xai_refinement:
             coarse = self.encoder.run(tokens, demographics)
+            logits = self._with_linear(coarse.logits, offset)
             return ModelOutput(
-                coarse.logits,
-                coarse.logits,
+                logits,
+                logits,
                 tokens,
                 attention_coarse=coarse.attention,
                 attention_refined=coarse.attention,
@@ -471,11 +511,12 @@ class XAIguiFormer(nn.Module):
                 target,
                 self.config.detach_explanations and not differentiable,
                 create_graph=differentiable,
+                offset=offset,
             )
         refined = self.encoder.run(tokens, demographics, explanations)
         output = ModelOutput(
-            coarse.logits,
-            refined.logits,
+            self._with_linear(coarse.logits, offset),
+            self._with_linear(refined.logits, offset),
             tokens,
             target,
             explanations,
@@ -485,6 +526,13 @@ class XAIguiFormer(nn.Module):
         if not grad_was_enabled:
             output = _detached(output)
         return output
+
+    def _with_linear(self, transformer: Tensor, offset: Tensor | None) -> Tensor:
+        """The model's logits from the transformer's (B, n_classes) and the linear path's."""
+        if offset is None:
+            return transformer
+        offset = offset.to(transformer.dtype)
+        return transformer + offset if self.config.residual_kept else offset
 
 
 def _detached(output: ModelOutput) -> ModelOutput:

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 
 from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.errors import UsageError
-from eegformer_cli.evaluation.metrics import classification_metrics
+from eegformer_cli.evaluation.metrics import FoldScores, classification_metrics
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.training import augment, distributed, splits
@@ -47,6 +47,7 @@ from eegformer_cli.training.interaction_screen import (
     screen_interactions,
 )
 from eegformer_cli.training.model_file import demographic_stats
+from eegformer_cli.training.residual import Residual, calibrated_losses, fit_linear
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 
 
@@ -103,6 +104,7 @@ class FitResult:
     best_epoch: int  # 1-based
     seconds: float
     screen: dict | None = None  # the interaction screen's record (ScreenResult.summary())
+    linear: dict | None = None  # the linear path's record (:func:`_linear_record`)
 
 
 def build_model(
@@ -124,6 +126,7 @@ def build_model(
         channel_names=data.channels,
         **config.model,
         **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
+        linear_path=config.linear_path,
     )
     model = XAIguiFormer(model_config)
     if config.input_standardisation:
@@ -215,10 +218,11 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
     loop = _setup(data, train_recs, val_recs, config, device, seed)
     selection = _Selection()
     history = []
-    for epoch in range(config.epochs):
+    epochs = 0 if loop.residual is not None and loop.residual.mode == "off" else config.epochs
+    for epoch in range(epochs):
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)
-        val_loss, scores, attention = validate(loop, config, device, tag, epoch)
+        val_loss, scores, attention, calibrated = validate(loop, config, device, tag, epoch)
         record = {
             **tag,
             "epoch": epoch + 1,
@@ -228,21 +232,45 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
             "lr": lr if losses else None,
             "seconds": time.perf_counter() - epoch_start,
             "attention": attention and attention["passes"],
+            **({} if calibrated is None else {"val_loss_calibrated": float(calibrated.mean())}),
         }
         history.append(record)
-        selection.update(config, epoch, getattr(scores, config.selection_metric), loop.model)
+        metric = -val_loss if config.selection_metric == "log_loss" else None
+        selection.update(
+            config,
+            epoch,
+            getattr(scores, config.selection_metric) if metric is None else metric,
+            loop.model,
+            calibrated,
+        )
         if on_epoch is not None:
             on_epoch(record)
         if selection.patience_ran_out(config):
             break
-    loop.model.load_state_dict(selection.state)
+    if selection.state is not None:
+        loop.model.load_state_dict(selection.state)
     return FitResult(
         loop.model.eval(),
         history,
         selection.epoch,
         time.perf_counter() - start,
         loop.screen and loop.screen.summary(),
+        _finish_residual(loop, selection),
     )
+
+
+def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
+    """After the epoch loop: keep the transformer's residual or not (``residual.py``), the
+    model's config saying which; the linear path's record (None without one)."""
+    if loop.residual is None:
+        return None
+    kept = loop.residual.keep(selection.val_loss)
+    loop.model.config.residual_kept = kept
+    loop.model.linear.set_cross_fitted(None, None)
+    if not kept:
+        selection.epoch = 0
+    n_products = len(loop.screen.kept) if loop.screen else 0
+    return loop.residual.record(kept, selection.val_loss, n_products)
 
 
 @dataclass
@@ -263,6 +291,8 @@ class _Loop:
     total_steps: int
     warmup_steps: int
     screen: ScreenResult | None = None
+    residual: Residual | None = None  # the linear path's fit and cross-fitted logits
+    label_names: list[str] | None = None
     step: int = 0
 
 
@@ -301,6 +331,7 @@ def _setup(
     model = build_model(data, config, ages, screen and screen.kept)
     if stats is not None:
         model.set_stats(stats)
+    residual = fit_linear(model, train_set, val_set, config, seed) if config.linear_path else None
     model = model.to(device)
     train_model = distributed.wrap_for_training(model)
     loader = _shuffling_loader(train_set, config, seed)
@@ -324,6 +355,8 @@ def _setup(
         total_steps=config.epochs * len(loader),
         warmup_steps=int(round(config.warmup_epochs * len(loader))),
         screen=screen,
+        residual=residual,
+        label_names=data.label_names,
     )
 
 
@@ -448,13 +481,15 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
         config.mix_beta,
         loop.rng,
     )
-    (coh, wpli, age, sex, targets), loss_scale = distributed.shard_batch(
-        coh, wpli, age, sex, targets
+    (coh, wpli, age, sex, targets, recording), loss_scale = distributed.shard_batch(
+        coh, wpli, age, sex, targets, batch["recording"]
     )  # this process's slice of the batch (torchrun)
+    coh, wpli, age, sex = (t.to(device) for t in (coh, wpli, age, sex))
+    offset = None
+    if loop.residual is not None:  # with mixing: the first recording's inner model
+        offset = loop.residual.batch_offsets(loop.model, coh, wpli, age, sex, recording)
     with autocast(device, loop.precision):
-        coarse, refined = loop.train_model(
-            coh.to(device), wpli.to(device), age.to(device), sex.to(device)
-        )
+        coarse, refined = loop.train_model(coh, wpli, age, sex, offset)
     loss = _loss(coarse, refined, targets.to(device), config, loop.weight) * loss_scale
     loop.optimizer.zero_grad(set_to_none=True)
     loop.scaler.scale(loss).backward()
@@ -465,11 +500,22 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
 
 def validate(
     loop: _Loop, config: TrainConfig, device: torch.device, tag: dict, epoch: int
-) -> tuple[float, dict, dict | None]:
+) -> tuple[float, FoldScores, dict | None, np.ndarray | None]:
     """The model on the validation recordings after epoch ``epoch`` (0-based): (cross-entropy
     of the per-recording logits, :func:`classification_metrics` of their softmax, the attention
-    summary without ablations). UsageError when the logits are not finite (diverged)."""
-    logits = evaluate(loop.model, loop.val_set, device, loop.precision)
+    summary without ablations, with a linear path the cross-entropy at the logits' best
+    temperature per recording, ``residual.calibrated_losses``). UsageError when the logits are
+    not finite
+    (diverged)."""
+    if loop.residual is None:
+        logits = evaluate(loop.model, loop.val_set, device, loop.precision)
+    else:
+        logits = loop.residual.validation_logits(
+            loop.model,
+            loop.val_set,
+            loop.label_names,
+            lambda subset: evaluate(loop.model, subset, device, loop.precision),
+        )
     if not np.isfinite(logits).all():
         where = (
             "final model" if tag["fold"] == -1 else f"repeat {tag['repeat']}, fold {tag['fold']}"
@@ -482,7 +528,9 @@ def validate(
     labels = loop.val_set.labels
     val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
     metrics = classification_metrics(labels, softmax(logits, axis=1), None)
-    return val_loss, metrics, attention_summary(loop.model, loop.val_set, device, ablations=False)
+    calibrated = None if loop.residual is None else calibrated_losses(logits, labels)
+    attention = attention_summary(loop.model, loop.val_set, device, ablations=False)
+    return val_loss, metrics, attention, calibrated
 
 
 @dataclass
@@ -494,15 +542,22 @@ class _Selection:
     state: dict | None = None
     epoch: int = 0
     since_best: int = 0
+    val_loss: np.ndarray | None = None  # the selected epoch's calibrated validation losses
 
     def update(
-        self, config: TrainConfig, epoch: int, metric: float, model: torch.nn.Module
+        self,
+        config: TrainConfig,
+        epoch: int,
+        metric: float,
+        model: torch.nn.Module,
+        val_loss: np.ndarray | None = None,
     ) -> None:
         """Take epoch ``epoch`` (0-based) when it improves the selection, else count it."""
         if selection_improved(config, epoch, metric, self.best):
             self.best = metric
             self.state = copy.deepcopy(model.state_dict())
             self.epoch, self.since_best = epoch + 1, 0
+            self.val_loss = val_loss
         else:
             self.since_best += 1
 

@@ -19,6 +19,8 @@ class FoldRecord(Record):
     ``repeat``, ``fold``: which fold; ``best_epoch``: the selected epoch; ``seconds``: fitting
     time (s); ``interaction_screen``: :mod:`interaction_screen`'s ``ScreenResult.summary``
     (None when the config screens nothing, or in an earlier version's record);
+    ``linear_path``: the linear path's fit and whether the transformer's residual was kept
+    (``residual.Residual.record``; None without a linear path);
     ``reference_C`` / ``references_C``: the regularisation the logistic regression / each
     reference chose; ``history``: the fold's epoch records (``history.jsonl``'s); ``attention``:
     the attention diagnostics on the fold's test recordings (:mod:`model.diagnostics`, None in
@@ -32,6 +34,7 @@ class FoldRecord(Record):
     best_epoch: int | None = None
     seconds: float = 0.0
     interaction_screen: dict | None = None
+    linear_path: dict | None = None
     reference_C: float | None = None
     references_C: dict[str, float] | None = None
     history: list[dict] = field(default_factory=list)

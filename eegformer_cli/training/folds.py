@@ -22,6 +22,7 @@ from eegformer_cli import console
 from eegformer_cli.devices import resolve_device, resolve_precision
 from eegformer_cli.errors import UsageError, did_you_mean
 from eegformer_cli.evaluation.metrics import (
+    LINEAR_PATH_NAME,
     MODEL_NAME,
     REFERENCE_NAME,
     TANGENT_SPACE_NAME,
@@ -44,6 +45,7 @@ from eegformer_cli.training.dataset import (
 )
 from eegformer_cli.training.fit import attention_summary, build_model, evaluate, fit_model, seed_of
 from eegformer_cli.training.fold_record import FoldRecord
+from eegformer_cli.training.residual import linear_path_alone
 
 #: Each reference model: the function fitting it on a training part (inputs, labels, groups,
 #: seed), in the order of metrics.json.
@@ -249,6 +251,10 @@ def run_fold(
     probabilities = {
         MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision), axis=1)
     }
+    if fit.linear is not None:  # the same model without the transformer's residual
+        with linear_path_alone(fit.model):
+            logits = evaluate(fit.model, test_set, plan.device, precision)
+        probabilities[LINEAR_PATH_NAME] = softmax(logits, axis=1)
     chosen_c = {}
     for name in features:
         reference, probabilities[name] = fit_fold_reference(plan, fold, features, name)
@@ -259,6 +265,7 @@ def run_fold(
         best_epoch=fit.best_epoch,
         seconds=fit.seconds,
         interaction_screen=fit.screen,
+        linear_path=fit.linear,
         reference_C=chosen_c[REFERENCE_NAME],
         references_C=chosen_c,
         history=fit.history,

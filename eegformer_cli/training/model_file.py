@@ -165,6 +165,13 @@ def add_calibration(path: str | Path, entry: dict) -> None:
     write_bytes(path, buffer.getvalue())
 
 
+def is_linear_path_alone(path: str | Path) -> bool:
+    """Whether the model file at ``path`` holds a model whose transformer residual was not
+    kept: its logits are its linear path's alone (``model/linear_path.py``)."""
+    config = torch.load(path, map_location="cpu", weights_only=True)["model_config"]
+    return bool(config.get("linear_path")) and not config.get("residual_kept", True)
+
+
 def _plain(value):
     """Nested containers of numpy/Path values -> plain Python types (weights_only-safe)."""
     if isinstance(value, dict):

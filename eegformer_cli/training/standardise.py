@@ -91,8 +91,13 @@ class StandardisedModel(nn.Module):
     def _standardise(self, coh: Tensor, wpli: Tensor) -> tuple[Tensor, Tensor]:
         return (coh - self.coh_mean) / self.coh_std, (wpli - self.wpli_mean) / self.wpli_std
 
-    def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
-        return self.model(*self._standardise(coh, wpli), age, sex)
+    @property
+    def linear(self):
+        """The wrapped model's linear path (None without one)."""
+        return self.model.linear
+
+    def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, offset=None):
+        return self.model(*self._standardise(coh, wpli), age, sex, offset)
 
     def forward_with_details(
         self,
@@ -102,10 +107,14 @@ class StandardisedModel(nn.Module):
         sex: Tensor,
         target: Tensor | None = None,
         products: Tensor | None = None,
+        offset: Tensor | None = None,
     ):
         return self.model.forward_with_details(
-            *self._standardise(coh, wpli), age, sex, target, products
+            *self._standardise(coh, wpli), age, sex, target, products, offset
         )
 
     def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
         return self.model.interaction_products(*self._standardise(coh, wpli), age, sex)
+
+    def linear_features(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, products=None):
+        return self.model.linear_features(*self._standardise(coh, wpli), age, sex, products)

@@ -1,0 +1,203 @@
+"""The transformer as the linear path's residual, inside one fit (``fit.py``).
+
+Before the epoch loop, :func:`fit_linear` fits the model's linear path (``linear_fit.py``) on the
+fit's training part (its training and validation recordings, as the references are fitted) and
+stores the refit's weights in the model. The transformer then trains with the linear path's
+logits as a fixed offset: for a training batch, each recording's *cross-fitted* logits (the
+inner model that did not see its participant, :meth:`Residual.batch_offsets`), and for the
+validation recordings the same (:meth:`Residual.validation_logits`), so that both the
+transformer's gradient and the choice of its epoch see honest linear logits. Its head starts at
+zero (``model/xaiguiformer.py``): untrained, the model is its linear path.
+
+After the loop :meth:`Residual.keep` decides on the validation recordings, each candidate's
+logits at their own best temperature (:func:`calibrated_losses`): "no residual" (the linear
+path's own cross-fitted logits) is always a candidate and wins ties; the transformer is kept
+only when its selected epoch lowers the recordings' cross-entropy by more than
+``residual_margin`` nats *plus one standard error* of that mean gain (the per-recording gains'
+standard deviation over the square root of their number). Why the temperature: a strongly
+regularised linear path is under-confident, and a transformer that only sharpens its logits
+lowers the plain cross-entropy without reading anything the linear path missed (on a study
+with a linear effect alone it was "kept" in 4 of 5 folds that way); ``predict``'s
+recalibration sets the scale of either. Why the standard error: a dozen validation people
+(or four recordings) measure a gain with an error far larger than the gain, and the selected
+epoch is the best of many on those same people; on such sets the residual was kept in 6 of 15
+folds of a 10-person study and lost recordings it did not need to (docs/benchmarks.md, "Linear
+path"). ``residual = "off"`` skips the transformer's training (the model is the linear fit);
+``"on"`` keeps it whatever validation says (an ablation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.special import log_softmax, softmax
+
+from eegformer_cli.evaluation.calibration import fit_recalibration
+from eegformer_cli.training.config import TrainConfig
+from eegformer_cli.training.dataset import ConnectomeDataset
+from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
+
+#: Segments of a recording through the model at a time when averaging its linear features.
+FEATURE_SEGMENTS = 256
+
+
+def calibrated_losses(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """float64 (n,): each recording's cross-entropy, ``logits`` (n, n_classes) against
+    ``labels`` (n,), at the one temperature that minimises their mean on these recordings
+    (``calibration.fit_recalibration``): what the logits say about the classes, whatever their
+    scale."""
+    fitted = fit_recalibration("temperature", labels, softmax(logits, axis=1), None)
+    scaled = log_softmax(logits / fitted["params"]["temperature"], axis=1)
+    return -scaled[np.arange(len(labels)), labels]
+
+
+def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
+    """float64 (n_recordings, n_features): each recording's mean over its segments of the
+    model's linear features (``model.linear_features``), :data:`FEATURE_SEGMENTS` segments at a
+    time; the model is on the CPU."""
+    rows = []
+    with torch.no_grad():
+        for r, rec in enumerate(dataset.recordings):
+            coh, wpli = dataset.recording_arrays(r)
+            total = None
+            for start in range(0, len(coh), FEATURE_SEGMENTS):
+                part = slice(start, start + FEATURE_SEGMENTS)
+                n = len(coh[part])
+                features = model.linear_features(
+                    torch.from_numpy(coh[part]),
+                    torch.from_numpy(wpli[part]),
+                    torch.full((n,), float(rec.age)),
+                    torch.full((n,), float(rec.sex)),
+                ).double()
+                total = features.sum(0) if total is None else total + features.sum(0)
+            rows.append((total / len(coh)).numpy())
+    return np.stack(rows)
+
+
+@contextlib.contextmanager
+def linear_path_alone(model):
+    """Within the block ``model`` (with a linear path) gives its linear path's logits alone,
+    as without the transformer's residual; its own setting is restored after."""
+    kept = model.config.residual_kept
+    model.config.residual_kept = False
+    try:
+        yield
+    finally:
+        model.config.residual_kept = kept
+
+
+@dataclass
+class Residual:
+    """What the epoch loop needs of the linear path: each training recording's inner fold
+    (``train_inner`` int64 (n_train,), indexed by the training set's recording index), each
+    validation recording's (``val_inner`` (n_val,)), and the linear path's own validation
+    losses (:func:`calibrated_losses` of its cross-fitted logits)."""
+
+    fit: LinearFit
+    train_inner: torch.Tensor
+    val_inner: np.ndarray
+    linear_val_losses: np.ndarray  # calibrated_losses of the cross-fitted logits, (n_val,)
+    mode: str
+    margin: float
+
+    def batch_offsets(self, model, coh, wpli, age, sex, recording: torch.Tensor) -> torch.Tensor:
+        """(B, n_classes) cross-fitted linear logits of a training batch (its inputs on the
+        model's device; ``recording`` (B,) the items' training-set recording indices)."""
+        with torch.no_grad():
+            features = model.linear_features(coh, wpli, age, sex)
+            return model.linear.cross_fitted(features, self.train_inner[recording.cpu()])
+
+    def validation_logits(
+        self, model, val_set: ConnectomeDataset, label_names: list[str], evaluate: Callable
+    ) -> np.ndarray:
+        """float64 (n_val, n_classes): the model's per-recording logits on the validation
+        recordings, each with the linear path of the inner model that did not see it
+        (``evaluate(dataset)`` gives a dataset's logits with the model as it stands)."""
+        logits = np.zeros((len(val_set.recordings), self.fit.weight.shape[0]))
+        for k in np.unique(self.val_inner):
+            members = np.flatnonzero(self.val_inner == k)
+            subset = ConnectomeDataset(
+                [val_set.recordings[i] for i in members],
+                label_names,
+                val_set.channels,
+                val_set.bands,
+                cache=val_set.cache,
+            )
+            with model.linear.using_inner(int(k)):
+                logits[members] = evaluate(subset)
+        return logits
+
+    def gain(self, val_losses: np.ndarray | None) -> tuple[float, float] | None:
+        """(mean, standard error) of the per-recording gain of the residual over the linear
+        path alone, ``val_losses`` (n_val,) its selected epoch's :func:`calibrated_losses`
+        (None: not trained, no gain)."""
+        if val_losses is None:
+            return None
+        gains = self.linear_val_losses - val_losses
+        error = gains.std(ddof=1) / np.sqrt(len(gains)) if len(gains) > 1 else np.inf
+        return float(gains.mean()), float(error)
+
+    def keep(self, val_losses: np.ndarray | None) -> bool:
+        """Whether the trained transformer stays in the model (module docstring)."""
+        if self.mode != "auto":
+            return self.mode == "on"
+        gain = self.gain(val_losses)
+        return gain is not None and gain[0] > self.margin + gain[1]
+
+    def record(self, kept: bool, val_losses: np.ndarray | None, n_products: int) -> dict:
+        """JSON-ready record for the fold file: the fit, the decision, both candidates' mean
+        calibrated validation losses, the gain and its standard error, and the per-recording
+        losses (the decision can be recomputed from them)."""
+        gain = self.gain(val_losses)
+        return {
+            **self.fit.summary(n_products),
+            "residual": kept,
+            "residual_mode": self.mode,
+            "residual_margin": self.margin,
+            "linear_val_loss": float(self.linear_val_losses.mean()),
+            "residual_val_loss": None if val_losses is None else float(val_losses.mean()),
+            "residual_gain": None if gain is None else gain[0],
+            "residual_gain_se": None if gain is None else gain[1],
+            "val_losses": {
+                "linear": self.linear_val_losses.tolist(),
+                "residual": None if val_losses is None else val_losses.tolist(),
+            },
+        }
+
+
+def fit_linear(
+    model,
+    train_set: ConnectomeDataset,
+    val_set: ConnectomeDataset,
+    config: TrainConfig,
+    seed: int,
+) -> Residual:
+    """Fit the linear path of ``model`` (on the CPU, statistics set) on the training and
+    validation recordings, store the refit and the inner models in it; the
+    :class:`Residual` the epoch loop uses."""
+    start = time.perf_counter()
+    features = np.concatenate(
+        [mean_linear_features(model, train_set), mean_linear_features(model, val_set)]
+    )
+    labels = np.concatenate([train_set.labels, val_set.labels])
+    groups = np.array([r.participant_id for r in train_set.recordings + val_set.recordings])
+    n_classes = model.config.n_classes
+    fit = fit_linear_path(features, labels, groups, n_classes, seed, config.linear_penalty)
+    fit.seconds = time.perf_counter() - start  # the features' time too
+    weight, bias, inner_weight, inner_bias = fit.tensors()
+    model.linear.set_weights(weight, bias)
+    model.linear.set_cross_fitted(inner_weight, inner_bias)
+    n_train = len(train_set.recordings)
+    return Residual(
+        fit,
+        torch.from_numpy(fit.inner_fold[:n_train]),
+        fit.inner_fold[n_train:],
+        calibrated_losses(fit.cross_fitted[n_train:], val_set.labels),
+        config.residual,
+        config.residual_margin,
+    )
