@@ -1,24 +1,13 @@
-"""Shared test fixtures: where the real datasets are, and skipping cleanly without them."""
+"""Shared test fixtures: where the real datasets are (skipping cleanly without them), the tiny
+runs several modules read (built once per session, and once per worker under pytest-xdist),
+and the package's warnings on stderr. The builders behind them are in ``builders.py``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-SAMPLE_DATA = REPO / "sample_data"
-
-
-def shared_dataset(name: str) -> Path:
-    """Path of ``../shared/data/<name>``; skips the test with a clear message when absent."""
-    path = SHARED_DATA / name
-    if not path.is_dir():
-        pytest.skip(
-            f"real dataset {name!r} not found at {path} (clone the project beside ../shared)"
-        )
-    return path
+from builders import build_interaction_run, build_sample_run, shared_dataset
 
 
 @pytest.fixture
@@ -34,6 +23,21 @@ def eegmat_dir() -> Path:
 @pytest.fixture
 def fixtures_dir() -> Path:
     return shared_dataset("reader-fixtures")
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory) -> dict:
+    """12 sample recordings preprocessed and a tiny model trained (25 % holdout): ``prep``,
+    ``run`` and ``model`` paths, shared by the tests of a session (of a worker): they read it,
+    or change a copy (``report`` without ``--out`` adds its report.html)."""
+    return build_sample_run(tmp_path_factory.mktemp("explain-sample-run"))
+
+
+@pytest.fixture(scope="session")
+def interaction_run(tmp_path_factory) -> dict:
+    """A tiny model trained on an XOR study whose screen keeps the planted pair: ``prep`` and
+    ``run`` paths."""
+    return build_interaction_run(tmp_path_factory.mktemp("interaction-run"))
 
 
 @pytest.fixture(autouse=True)

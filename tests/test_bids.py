@@ -21,8 +21,7 @@ from pathlib import Path
 import mne
 import mne_bids
 import pytest
-from test_explain import SAMPLE_DATA, json_rows, run_main
-from test_robustness import TINY_TOML
+from builders import SAMPLE_DATA, TINY_TOML, json_rows, run_main
 
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.experiment.audit import plan_audit, run_audit

@@ -10,10 +10,9 @@ import json
 
 import numpy as np
 import pytest
-from test_training import make_connectome_folder, run_main, tiny_config
+from builders import exit_code, make_connectome_folder, metrics_of, tiny_config
 
 from eegformer_cli.evaluation import calibration, conformal
-from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import verdict
 from eegformer_cli.training.folds import default_positive_label, is_control_label
 
@@ -135,24 +134,6 @@ def test_control_like_labels_are_the_negative_class_by_default():
     assert is_control_label("Healthy_Control") and not is_control_label("schizophrenia")
 
 
-def metrics_of(**changes) -> RunMetrics:
-    """A metrics.json of a run, as ``verdict`` reads it."""
-    base = {
-        "labels": ["control", "patient"],
-        "n_folds": 5,
-        "models": {"xaiguiformer": {"mean": {"bac": 0.75, "auroc": 0.8}}},
-        "score": {"mean": 0.75, "std": 0.05, "ci95": [0.66, 0.84]},
-        "comparison": {
-            "model": "xaiguiformer",
-            "reference": "logistic_regression",
-            "metric": "bac",
-            "mean_difference": 0.017,
-            "ci95": [-0.072, 0.105],
-        },
-    }
-    return RunMetrics.from_dict({**base, **changes})
-
-
 def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
     lines = verdict.verdict_lines(
         metrics_of(
@@ -242,7 +223,7 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
     assert len(bundle.conformal["labels"]) == 30
     capsys.readouterr()
     assert (
-        run_main(
+        exit_code(
             "predict",
             cv_run["run"] / "model.pt",
             cv_run["prep"],
@@ -283,7 +264,7 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
         assert row["prob_patient"] == pytest.approx(probabilities[1], abs=1e-6)
     # a coverage the run's 30 recordings cannot give: one line, exit 2
     assert (
-        run_main("predict", cv_run["run"] / "model.pt", cv_run["prep"], "--coverage", "0.99") == 2
+        exit_code("predict", cv_run["run"] / "model.pt", cv_run["prep"], "--coverage", "0.99") == 2
     )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "needs at least 101 out-of-fold recordings" in err
@@ -315,10 +296,10 @@ def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(
         model, {"recalibration": {"method": "temperature", "params": {"temperature": 3.0}}}
     )
     capsys.readouterr()
-    assert run_main("predict", model, cv_run["prep"], "--format", "json") == 0
+    assert exit_code("predict", model, cv_run["prep"], "--format", "json") == 0
     predicted = {row["recording_id"]: row for row in json.loads(capsys.readouterr().out)}
     assert (
-        run_main("explain", model, cv_run["prep"], "--out", tmp_path / "x", "--n-steps", "4") == 0
+        exit_code("explain", model, cv_run["prep"], "--out", tmp_path / "x", "--n-steps", "4") == 0
     )
     with open(tmp_path / "x" / "recordings.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -9,7 +9,7 @@ import zipfile
 import mne
 import numpy as np
 import pytest
-from test_preprocess import ica_friendly_raw, synthetic_raw, write_edf
+from builders import ica_friendly_raw, synthetic_raw, write_edf
 
 from eegformer_cli.errors import RecordingError
 from eegformer_cli.preprocess import PreprocessSettings, output, process_recording

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
-from test_explain import SAMPLE_DATA, build_sample_run, run_main
+from builders import SAMPLE_DATA, make_connectome_folder, run_main
 
 from eegformer_cli.cli.app import app, main
 from eegformer_cli.cli.arguments import expand_stdin
@@ -60,10 +60,10 @@ def test_train_help_shows_every_default_and_no_bool_type(capsys, monkeypatch):
     assert "<bool>" not in text and "--no-xai" in text
 
 
-def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(tmp_path_factory, tmp_path, capsys):
+def test_a_rerun_of_a_finished_train_says_it_reused_the_folds(sample_run, tmp_path, capsys):
     from eegformer_cli.experiment.run import read_run_request, run_training
 
-    run = build_sample_run(tmp_path_factory)
+    run = sample_run
     rerun = tmp_path / "run"
     shutil.copytree(run["run"], rerun)
     before = (rerun / "model.pt").read_bytes()
@@ -88,8 +88,8 @@ def test_preprocess_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
     assert "holds no recordings" not in output and not (tmp_path / "out").exists()
 
 
-def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
-    run = build_sample_run(tmp_path_factory)
+def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(sample_run):
+    run = sample_run
     process = subprocess.Popen(
         [
             sys.executable,
@@ -118,9 +118,9 @@ def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(tmp_path_factory):
     assert "Traceback" not in err and "resume" not in err
 
 
-def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(tmp_path_factory, tmp_path):
+def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(sample_run, tmp_path):
     """``-`` stands for the paths piped in, one per line, as for other shell tools."""
-    run = build_sample_run(tmp_path_factory)
+    run = sample_run
     edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[12:14]
     command = [sys.executable, "-m", "eegformer_cli", "predict", str(run["model"])]
     piped = subprocess.run(
@@ -187,7 +187,6 @@ def test_a_dash_with_a_terminal_on_standard_input_is_refused():
 
 
 def test_a_misspelt_column_or_choice_gets_a_did_you_mean(tmp_path, capsys):
-    from test_training import make_connectome_folder
 
     from eegformer_cli.errors import check_choice, did_you_mean
 

@@ -14,9 +14,8 @@ import sys
 import time
 
 import pytest
+from builders import TINY_TOML, make_connectome_folder
 from rich.console import Console
-from test_robustness import TINY_TOML
-from test_training import make_connectome_folder
 
 from eegformer_cli import console
 from eegformer_cli.console import PlainProgress, rich_progress

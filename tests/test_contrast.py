@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_explain import random_connectivity, random_model, run_main
+from builders import random_connectivity, random_model, run_main
 
 from eegformer_cli.connectivity.artefacts import caution_masks, caution_rules, pair_caution
 from eegformer_cli.connectivity.bands import BAND_PRESETS, band_names

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_model import BANDS, connectome_batch, perturb, small_config
+from builders import MODEL_BANDS, SAMPLE_DATA, connectome_batch, perturb, small_config
 from tolerance import assert_float32_close
 
 from eegformer_cli.explain.segment_attributions import channel_pair_attributions
@@ -23,7 +23,7 @@ from eegformer_cli.model.diagnostics import (
     segment_diagnostics,
 )
 
-T = len(BANDS)
+T = len(MODEL_BANDS)
 
 
 def test_entropy_is_ln_t_for_uniform_rows_and_zero_for_one_hot_rows():
@@ -160,7 +160,6 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
     refined logits differ from those of a refined pass with uniform attention. The earlier
     default (paper guidance, LayerScale 1e-3) gave refined 2.0794 against coarse 2.07 nats
     and a logit change of ~3e-5 here."""
-    from conftest import SAMPLE_DATA
 
     from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer.main
+from sources import parse_command_line
 
-from eegformer_cli.cli.app import app, main
+from eegformer_cli.cli.app import main
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "guide"
@@ -45,25 +45,6 @@ def blocks(page: Path) -> list[tuple[str, bool, str]]:
 def command_lines(code: str) -> list[str]:
     """The lines of a shell block, continuation lines joined, blank lines left out."""
     return [line.strip() for line in code.replace("\\\n", " ").splitlines() if line.strip()]
-
-
-def parse_command_line(line: str) -> None:
-    """Parse an ``eegformer`` (or ``torchrun ... -m eegformer_cli``) command line with the
-    CLI's own parser, without running it; Click's UsageError for an unknown option or a value
-    of the wrong type. Shell variables stand for ``0`` (``--fold $i``)."""
-    words = [re.sub(r"^\$\w+$", "0", word) for word in shlex.split(line, comments=True)]
-    while words and re.match(r"^\w+=", words[0]):  # OMP_NUM_THREADS=4
-        words.pop(0)
-    if words[0] == "torchrun":
-        start = words.index("-m")
-        assert words[start + 1] == "eegformer_cli", line
-        words = words[start + 2 :]
-    else:
-        assert words[0] == "eegformer", line
-        words = words[1:]
-    name, *args = words
-    command = typer.main.get_command(app).commands[name]
-    command.make_context(name, args)
 
 
 def make_targets() -> set[str]:

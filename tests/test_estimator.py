@@ -10,11 +10,11 @@ import json
 
 import numpy as np
 import pytest
+from builders import write_connectome_folder
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GroupKFold, cross_val_predict, cross_val_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
-from test_explain import build_sample_run
 
 from eegformer_cli import (
     InputDataError,
@@ -107,9 +107,9 @@ def test_scikit_learn_checks(estimator, check):
 
 
 @pytest.fixture(scope="module")
-def prep(tmp_path_factory):
-    """The 12 preprocessed sample recordings of test_explain's sample run (6 per class)."""
-    return build_sample_run(tmp_path_factory)["prep"]
+def prep(sample_run):
+    """The 12 preprocessed sample recordings of the sample run (6 per class)."""
+    return sample_run["prep"]
 
 
 def oof_probabilities(run_dir) -> dict[str, float]:
@@ -212,7 +212,6 @@ def test_bad_input_is_named(prep):
 
 
 def test_read_preprocessed_gives_nan_for_every_missing_demographic(tmp_path):
-    from test_scaling import write_connectome_folder
 
     folder = write_connectome_folder(tmp_path / "prep", n_participants=8, n_segments=2)
     manifest = folder / "manifest.tsv"

@@ -15,87 +15,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import (
+    RANDOM_BANDS,
+    RANDOM_N_CHANNELS,
+    SAMPLE_DATA,
+    random_connectivity,
+    random_model,
+    run_main,
+)
 from scipy.stats import spearmanr
 
 from eegformer_cli.choices import CAPTUM_METHODS
-from eegformer_cli.cli.app import main
 from eegformer_cli.explain.attributions import class_means, explain_recording
 from eegformer_cli.inference import load_inputs, predict_recordings
-from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training.model_file import load_model_file
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_DATA = REPO / "sample_data"
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
-BANDS = ["delta", "theta", "alpha", "beta"]
-N_CHANNELS = 6
-
-
-def build_sample_run(tmp_path_factory) -> dict:
-    """12 sample recordings preprocessed and a tiny model trained (25 % holdout), built once
-    per test session and worker (test_report.py uses it too)."""
-    from eegformer_cli.experiment.run import run_training
-    from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
-    from eegformer_cli.training.config import resolve_config
-
-    root = tmp_path_factory.getbasetemp() / "explain-sample-run"
-    prep, run_dir = root / "prep", root / "run"
-    if not (run_dir / "model.pt").is_file():
-        edfs = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[:12]
-        run_preprocess(
-            edfs,
-            prep,
-            PreprocessSettings.from_preset("default"),
-            participants=SAMPLE_DATA / "participants.tsv",
-            n_jobs=2,
-        )
-        config = resolve_config(
-            "default",
-            None,
-            {
-                "epochs": 15,
-                "batch_size": 8,
-                "holdout": 0.25,
-                "val_fraction": 0.25,
-                "device": "cpu",
-                "model": {"d_model": 16, "n_heads": 2, "n_layers": 2, "n_gnn_layers": 1},
-            },
-        )
-        run_training(prep, run_dir, "diagnosis", config)
-    return {"prep": prep, "run": run_dir, "model": run_dir / "model.pt"}
-
-
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory) -> dict:
-    return build_sample_run(tmp_path_factory)
-
-
-def random_model(n_classes: int = 3) -> XAIguiFormer:
-    torch.manual_seed(0)
-    config = ModelConfig.preset(
-        "default",
-        n_channels=N_CHANNELS,
-        band_names=BANDS,
-        band_edges_hz=[(1, 4), (4, 8), (8, 13), (13, 30)],
-        n_classes=n_classes,
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        n_gnn_layers=1,
-    )
-    return XAIguiFormer(config).eval()
-
-
-def random_connectivity(n_segments: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric (S, T, C, C) float32 coh and wPLI in [0, 1] with zero diagonals."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(2):
-        x = rng.uniform(0, 1, (n_segments, len(BANDS), N_CHANNELS, N_CHANNELS))
-        x = (x + x.transpose(0, 1, 3, 2)) / 2
-        x[..., np.arange(N_CHANNELS), np.arange(N_CHANNELS)] = 0
-        out.append(x.astype(np.float32))
-    return out[0], out[1]
 
 
 def test_shapes_and_documented_normalisations_on_a_random_model():
@@ -103,7 +38,7 @@ def test_shapes_and_documented_normalisations_on_a_random_model():
     coh, wpli = random_connectivity(5, seed=1)
     labels = ["a", "b", "c"]
     e = explain_recording(model, coh, wpli, 40.0, 1.0, labels, recording_id="r1")
-    L, T, C = 2, len(BANDS), N_CHANNELS
+    L, T, C = 2, len(RANDOM_BANDS), RANDOM_N_CHANNELS
     assert e.n_segments == 5 and e.predicted in labels and e.target == e.predicted
     assert e.probabilities.shape == (3,) and e.probabilities.sum() == pytest.approx(1)
     assert e.band_importance.shape == (T,)
@@ -158,7 +93,7 @@ def test_other_captum_methods_give_symmetric_band_pair_maps(method):
         method=method,
         n_steps=4,
     )
-    assert e.channel_pairs.shape == (len(BANDS), N_CHANNELS, N_CHANNELS)
+    assert e.channel_pairs.shape == (len(RANDOM_BANDS), RANDOM_N_CHANNELS, RANDOM_N_CHANNELS)
     assert np.isfinite(e.channel_pairs).all() and np.abs(e.channel_pairs).sum() > 0
     if method == "saliency":  # |gradient|: never negative
         assert (e.channel_pairs >= 0).all()
@@ -234,21 +169,6 @@ def test_model_randomisation_changes_the_attributions(sample_run):
     randomised = spearmanr(trained, maps(_shuffled_weights(bundle.model, seed=1))).statistic
     assert control > 0.95
     assert abs(randomised) < 0.5, f"rank correlation with shuffled weights {randomised:.2f}"
-
-
-def run_main(capsys, *args) -> tuple[int, str]:
-    """The CLI in this process (as the console script runs it): (exit code, stdout + stderr)."""
-    with pytest.raises(SystemExit) as stopped:
-        main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return stopped.value.code, captured.out + captured.err
-
-
-def json_rows(output: str) -> list[dict]:
-    """The JSON list ``predict --format json`` printed (stdout), from :func:`run_main`'s
-    output."""
-    start = output.index("[\n")
-    return json.loads(output[start : output.index("\n]", start) + 2])
 
 
 def _read_csv(path: Path) -> list[dict]:

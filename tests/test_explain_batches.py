@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_explain import random_connectivity, random_model
+from builders import random_connectivity, random_model
 
 from eegformer_cli.explain import segment_attributions
 from eegformer_cli.explain.attributions import RECORDING_ARRAYS, explain_recording

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from builders import connectome_batch, perturb, small_config
 from captum.attr import LayerDeepLift
-from test_model import connectome_batch, perturb, small_config  # tests/ is on sys.path under pytest
 
 from eegformer_cli.model import XAIguiFormer
 from eegformer_cli.model.explanation import one_pass_deeplift

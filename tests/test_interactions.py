@@ -1,6 +1,6 @@
 """The interaction screen and the model's interaction paths.
 
-Studies here are preprocess-style folders (tests/test_training.py's contract, 6 channels, 3
+Studies here are preprocess-style folders (builders.make_connectome_folder's, 6 channels, 3
 bands: 90 entries) whose label is caused by two entries together (an XOR: neither alone says
 anything about the label), by an entry whose meaning flips with age, or by nothing.
 """
@@ -10,60 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_training import BANDS, CHANNELS, make_connectome_folder, tiny_config
+from builders import BANDS, CHANNELS, PLANTED, planted_study, tiny_config
 
-from eegformer_cli.experiment.run import run_training
-from eegformer_cli.model.interactions import AGE, Entry, Interaction, entry_values
+from eegformer_cli.model.interactions import AGE, Interaction, entry_values
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training import interaction_screen as screen
 from eegformer_cli.training.config import TrainConfig, resolve_config
 from eegformer_cli.training.dataset import load_training_data
 from eegformer_cli.training.fit import fit_model
 from eegformer_cli.training.model_file import load_model_file
-
-#: The planted entries: coherence of C3-P4 in theta, wPLI of F4-C4 in beta.
-PLANTED = (Entry("coh", "theta", ("C3", "P4")), Entry("wpli", "beta", ("F4", "C4")))
-
-
-def _entry_slot(entry: Entry) -> tuple[int, int, int]:
-    return (
-        BANDS.index(entry.band),
-        CHANNELS.index(entry.channels[0]),
-        CHANNELS.index(entry.channels[1]),
-    )
-
-
-def planted_study(root, rule: str, n: int = 160, seed: int = 0):
-    """A folder of ``n`` participants whose label follows ``rule``: "xor" (patient <=> the two
-    planted entries raised, one but not both), "age" (patient <=> the first raised xor age
-    > 45) or "null" (the first raised in half of them, the label independent)."""
-    rng = np.random.default_rng([seed, 35])
-    a, b = rng.integers(0, 2, n), rng.integers(0, 2, n)
-    ages = 30 + (np.arange(n) % 32)
-    label = {"xor": a ^ b, "age": a ^ (ages > 45), "null": rng.integers(0, 2, n)}[rule]
-    folder = make_connectome_folder(
-        root, n, seed=seed, labels=["patient" if y else "control" for y in label]
-    )
-    for p in range(n):
-        path = folder / "connectomes" / f"sub-{p:02d}_rest.npz"
-        with np.load(path) as saved:
-            arrays = {key: saved[key] for key in saved.files}
-        if label[p]:  # undo the fixture's own (linear) class difference
-            arrays["coh"][:, 1] -= 0.3
-            arrays["coh"][:, 1, np.arange(6), np.arange(6)] = 0.0
-        for raised, entry in zip((a[p], b[p]), PLANTED):
-            band, i, j = _entry_slot(entry)
-            arrays[entry.measure][:, band, i, j] += 0.25 * raised
-            arrays[entry.measure][:, band, j, i] += 0.25 * raised
-        np.savez(path, **arrays)
-    manifest = folder / "manifest.tsv"
-    lines = manifest.read_text().splitlines()
-    header = lines[0].split("\t")
-    rows = [line.split("\t") for line in lines[1:]]
-    for p, row in enumerate(rows):
-        row[header.index("age")] = str(ages[p])
-    manifest.write_text("\n".join("\t".join(r) for r in [header] + rows) + "\n")
-    return folder
 
 
 def screened(folder, **settings):
@@ -190,24 +145,11 @@ def test_an_unknown_age_acts_as_the_training_mean_age_in_the_interaction_token()
     assert not torch.allclose(swapped.logits_refined, logits["older"])
 
 
-def build_interaction_run(tmp_path_factory) -> dict:
-    """A tiny model (25 % holdout) trained on an XOR study of 80 participants, whose screen
-    keeps the planted pair: built once per test session and worker (test_report.py explains
-    and reports it)."""
-    root = tmp_path_factory.getbasetemp() / "interaction-run"
-    prep, run = root / "xor", root / "run"
-    if not (run / "model.pt").is_file():
-        planted_study(prep, "xor", n=80)
-        config = tiny_config(interactions=True, age_interactions=True, holdout=0.25)
-        run_training(prep, run, "diagnosis", config)
-    return {"prep": prep, "run": run}
-
-
-def test_a_model_file_keeps_its_interactions_and_the_run_says_so(tmp_path_factory, capsys):
+def test_a_model_file_keeps_its_interactions_and_the_run_says_so(interaction_run, capsys):
     from eegformer_cli.cli.train import _report
     from eegformer_cli.experiment import run_folder
 
-    run = build_interaction_run(tmp_path_factory)["run"]
+    run = interaction_run["run"]
     bundle = load_model_file(run / "model.pt")
     kept = [Interaction.from_dict(d) for d in bundle.model.config.interactions]
     assert kept and {kept[0].a, kept[0].b} == set(PLANTED)

@@ -40,9 +40,9 @@ The layers, bottom first (:data:`LAYERS`); a module may import its own layer and
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "eegformer_cli"
+from sources import PACKAGE, module_name
+
 #: Lines as ruff formats them: a module longer than this holds more than one idea.
 MAX_LINES = 600
 #: Lines of a function's body, from its first statement (the docstring counts) to its end; the
@@ -81,11 +81,6 @@ LAYERS = (
     ("commands",),
     ("cli", "__main__"),
 )
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def package_imports() -> dict[str, set[str]]:

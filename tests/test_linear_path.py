@@ -12,10 +12,10 @@ import json
 import numpy as np
 import pytest
 import torch
+from builders import write_connectome_folder
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from test_scaling import write_connectome_folder
 
 from eegformer_cli.experiment.run import run_training
 from eegformer_cli.model.linear_path import linear_features

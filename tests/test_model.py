@@ -11,6 +11,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from builders import (
+    MODEL_BANDS,
+    MODEL_CHANNELS,
+    connectome_batch,
+    perturb,
+    small_config,
+)
 from tolerance import assert_float32_close
 
 from eegformer_cli.errors import InputDataError, UsageError
@@ -25,60 +32,13 @@ from eegformer_cli.model.tokenizer import (
     message_targets,
 )
 
-CHANNELS = ["Fp1", "Fz", "Cz", "Pz", "O1", "O2"]
-BANDS = ["delta", "theta", "alpha", "beta", "theta_beta_ratio"]
-EDGES_HZ = [(2, 4), (4, 8), (8, 12), (12, 30), (4 / 12, 8 / 30)]
-
-
-def small_config(preset: str = "default", **fields) -> ModelConfig:
-    """A few-second model with the preset's behaviour: d 32, 4 heads (head dim 8), 2 layers,
-    no dropout (so two instances with the same weights compute the same numbers)."""
-    defaults = {
-        "n_channels": len(CHANNELS),
-        "band_names": BANDS,
-        "band_edges_hz": EDGES_HZ,
-        "n_classes": 3,
-        "d_model": 32,
-        "n_heads": 4,
-        "n_layers": 2,
-        "n_gnn_layers": 2,
-        "dropout": 0.0,
-    }
-    return ModelConfig.preset(preset, **{**defaults, **fields})
-
-
-def connectome_batch(batch: int = 3, seed: int = 0, device: str = "cpu"):
-    """Symmetric coh/wPLI in [0, 1) with zero diagonal; ages and sexes with one unknown each."""
-    generator = torch.Generator().manual_seed(seed)
-    n = len(CHANNELS)
-
-    def connectome():
-        values = torch.rand(batch, len(BANDS), n, n, generator=generator)
-        return (values + values.transpose(-1, -2)) / 2 * (1 - torch.eye(n))
-
-    age = torch.tensor([25.0, float("nan"), 70.0, 41.0][:batch])
-    sex = torch.tensor([1.0, 0.0, float("nan"), 0.0][:batch])
-    return tuple(t.to(device) for t in (connectome(), connectome(), age, sex))
-
-
-def perturb(model: XAIguiFormer, seed: int = 0) -> XAIguiFormer:
-    """Move every weight away from its init (LayerScale gammas up to ~0.5), as after training,
-    so the explanations and the refined pass are not negligibly small."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            noise = torch.randn(parameter.shape, generator=generator)
-            parameter.add_((0.5 if name.endswith("gamma") else 0.1) * noise)
-    return model
-
-
 ABLATIONS = {
     "paper": ("paper", {}),
     "default": ("default", {}),
     "coarse_only": ("default", {"xai_refinement": False}),
     "tokenizer_alone": ("default", {"xai_refinement": False, "n_layers": 0}),
     "no_frequency_encoding": ("default", {"frequency_encoding": "none"}),
-    "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": CHANNELS}),
+    "rose_electrodes": ("default", {"spatial_encoding": "rose", "channel_names": MODEL_CHANNELS}),
     "directed_torch_rms": ("default", {"edges": "directed", "norm": "rms"}),
     "coherence_only_nodes": ("default", {"node_features": "coherence"}),
     "paper_guidance": ("default", {"guidance": "paper"}),
@@ -95,11 +55,11 @@ def test_every_config_runs_forward_and_backward(name):
     output = model.forward_with_details(coh, wpli, age, sex)
     assert output.logits_coarse.shape == output.logits_refined.shape == (3, 3)
     assert output.logits_refined.dtype == torch.float32
-    assert output.tokens.shape == (3, len(BANDS), 32)
+    assert output.tokens.shape == (3, len(MODEL_BANDS), 32)
     assert torch.isfinite(output.logits_refined).all()
     if config.xai_refinement:
         assert len(output.explanations) == 2
-        assert all(e.shape == (3, len(BANDS), 32) for e in output.explanations)
+        assert all(e.shape == (3, len(MODEL_BANDS), 32) for e in output.explanations)
     loss = F.cross_entropy(output.logits_coarse, torch.tensor([0, 1, 2])) + F.cross_entropy(
         output.logits_refined, torch.tensor([0, 1, 2])
     )
@@ -268,7 +228,7 @@ def test_rose_needs_known_channel_names():
 
 
 def test_rose_positions_are_a_buffer_in_centimetres():
-    model = XAIguiFormer(small_config(spatial_encoding="rose", channel_names=CHANNELS))
+    model = XAIguiFormer(small_config(spatial_encoding="rose", channel_names=MODEL_CHANNELS))
     positions = model.state_dict()["tokenizer.spatial.positions_cm"]
     distance_o1_o2 = float((positions[4] - positions[5]).norm())
     assert 3.0 < distance_o1_o2 < 10.0  # O1-O2 on an adult head: about 5-6 cm
@@ -298,7 +258,7 @@ def test_fused_and_explicit_attention_agree(preset):
         m.fused_attn for m in model.modules() if hasattr(m, "fused_attn")
     )
     assert [a.weights.shape for a in explicit.attention_refined] == [
-        (3, 4, len(BANDS), len(BANDS))
+        (3, 4, len(MODEL_BANDS), len(MODEL_BANDS))
     ] * 2
     np.testing.assert_allclose(
         explicit.attention_coarse[0].weights.sum(-1).detach(), 1.0, rtol=1e-5
@@ -376,7 +336,7 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     config = small_config(readout="channel_flatten_per_band", n_gnn_layers=0)
     tokenizer = XAIguiFormer(config).tokenizer.eval()
     readout = tokenizer.output_embedding
-    n_bands, n, d = len(BANDS), len(CHANNELS), config.d_model
+    n_bands, n, d = len(MODEL_BANDS), len(MODEL_CHANNELS), config.d_model
     assert readout.weight.shape == (n_bands, d, n * d) and readout.bias.shape == (n_bands, d)
     assert all(torch.equal(readout.weight[0], w) for w in readout.weight)  # shared at start
     with torch.no_grad():
@@ -397,7 +357,7 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
     with pytest.raises(UsageError, match="needs n_bands"):
         ConnectomeTokenizer(
-            n_channels=len(CHANNELS),
+            n_channels=len(MODEL_CHANNELS),
             dim=8,
             n_layers=0,
             norm="rms",
@@ -420,19 +380,19 @@ def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli(
         ).tokenizer.eval()
         change = (tokenizer(coh, wpli) - tokenizer(coh, other_wpli)).abs().max()
         assert (change > 1e-3) if moves else (change == 0), (node_features, change)
-    assert tokenizer.node_embedding.in_features == 2 * len(CHANNELS)
+    assert tokenizer.node_embedding.in_features == 2 * len(MODEL_CHANNELS)
 
 
 def test_channel_identity_shapes_parameters_and_round_trip():
     torch.manual_seed(3)
     config = small_config(readout="channel_flatten_per_band", channel_embedding=True)
     model = XAIguiFormer(config)
-    n, d = len(CHANNELS), config.d_model
+    n, d = len(MODEL_CHANNELS), config.d_model
     assert model.tokenizer.channel_embedding.shape == (n, d)
-    assert model.tokenizer.output_embedding.weight.shape == (len(BANDS), d, n * d)
+    assert model.tokenizer.output_embedding.weight.shape == (len(MODEL_BANDS), d, n * d)
     assert XAIguiFormer(small_config("paper")).tokenizer.channel_embedding is None  # reference
     coh, wpli, age, sex = connectome_batch()
-    assert model.tokenizer(coh, wpli).shape == (3, len(BANDS), d)
+    assert model.tokenizer(coh, wpli).shape == (3, len(MODEL_BANDS), d)
     restored = XAIguiFormer(ModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))))
     restored.load_state_dict(model.state_dict())
     assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])

@@ -11,7 +11,7 @@ import re
 
 import pytest
 import typer.main
-from test_docs import parse_command_line
+from sources import parse_command_line
 
 import eegformer_cli
 from eegformer_cli import commands, options

@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 import torch
-from test_explain import build_sample_run, random_connectivity, random_model, run_main
+from builders import random_connectivity, random_model, run_main
 
 from eegformer_cli.explain.attributions import explain_recording
 from eegformer_cli.training.model_file import load_model_file
@@ -67,12 +67,12 @@ def test_attributions_add_up_to_the_logit_change_from_the_reference():
 
 
 @pytest.fixture(scope="module")
-def cv_run(tmp_path_factory):
+def cv_run(sample_run, tmp_path_factory):
     """A tiny 3-fold x 2-repeat CV run on the sample run's 12 preprocessed recordings."""
     from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
 
-    prep = build_sample_run(tmp_path_factory)["prep"]
+    prep = sample_run["prep"]
     run_dir = tmp_path_factory.mktemp("oof") / "run"
     config = resolve_config(
         "default",

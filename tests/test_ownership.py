@@ -11,8 +11,7 @@ import json
 import shutil
 
 import pytest
-from test_explain import SAMPLE_DATA, build_sample_run, run_main
-from test_training import make_connectome_folder, tiny_config
+from builders import SAMPLE_DATA, make_connectome_folder, run_main, tiny_config
 
 from eegformer_cli.errors import UsageError
 from eegformer_cli.experiment.run import run_training
@@ -74,8 +73,8 @@ def test_train_into_a_users_folder_is_refused_before_anything_is_written(tmp_pat
         run_training(data, data, "diagnosis", tiny_config())
 
 
-def test_report_over_a_users_file_is_refused_unless_overwrite(tmp_path_factory, tmp_path, capsys):
-    run = build_sample_run(tmp_path_factory)["run"]
+def test_report_over_a_users_file_is_refused_unless_overwrite(sample_run, tmp_path, capsys):
+    run = sample_run["run"]
     page = tmp_path / "existing.html"
     page.write_text("<html><body>my own page</body></html>\n")
     code, output = run_main(capsys, "report", run, "--out", page)
@@ -87,8 +86,8 @@ def test_report_over_a_users_file_is_refused_unless_overwrite(tmp_path_factory, 
     assert claim_file(page) == page  # its own report: a rerun replaces it
 
 
-def test_explain_into_a_users_folder_is_refused(tmp_path_factory, tmp_path, capsys):
-    sample = build_sample_run(tmp_path_factory)
+def test_explain_into_a_users_folder_is_refused(sample_run, tmp_path, capsys):
+    sample = sample_run
     out = users_folder(tmp_path / "mine")
     edf = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[0]
     code, output = run_main(capsys, "explain", sample["model"], edf, "--out", out)
@@ -98,11 +97,11 @@ def test_explain_into_a_users_folder_is_refused(tmp_path_factory, tmp_path, caps
         check_folder(sample["prep"], "explain")
 
 
-def test_folders_of_earlier_versions_are_recognised_and_resume(tmp_path_factory, tmp_path, capsys):
+def test_folders_of_earlier_versions_are_recognised_and_resume(sample_run, tmp_path, capsys):
     """A run folder without the marker (an earlier version made it) is recognised by its
     config.json: the rerun reuses its folds; it is marked from then on."""
     run = tmp_path / "run"
-    shutil.copytree(build_sample_run(tmp_path_factory)["run"], run)
+    shutil.copytree(sample_run["run"], run)
     (run / MARKER).unlink()
     assert recognised_kinds(run) == ["train"]
     from eegformer_cli.experiment.run import read_run_request

@@ -15,8 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
-from test_explain import SAMPLE_DATA, run_main
-from test_robustness import TINY_TOML
+from builders import SAMPLE_DATA, TINY_TOML, run_main
 
 from eegformer_cli.console import warnings_on_stderr
 from eegformer_cli.errors import InputDataError, UsageError

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_explain import build_sample_run
-from test_training import run_main
+from builders import exit_code
 
 from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import UsageError
@@ -73,8 +72,8 @@ def build_paper_run(tmp_path_factory, prep: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
-    sample = build_sample_run(tmp_path_factory)
+def runs(sample_run, tmp_path_factory) -> dict:
+    sample = sample_run
     return {
         "prep": sample["prep"],
         "default": sample["run"],
@@ -279,7 +278,7 @@ def test_precision_resolution_and_the_run_config(runs):
 
 def test_precision_flag_is_checked(runs, capsys):
     assert (
-        run_main(
+        exit_code(
             "predict",
             runs["default"] / "model.pt",
             runs["prep"],
@@ -292,7 +291,7 @@ def test_precision_flag_is_checked(runs, capsys):
     )
     assert "invalid value 'half' for --precision" in capsys.readouterr().err
     assert (
-        run_main(
+        exit_code(
             "predict",
             runs["default"] / "model.pt",
             runs["prep"],

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import mne
 import pytest
+from builders import shared_dataset
 
 from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
@@ -35,7 +36,6 @@ def msu_run(tmp_path_factory) -> dict:
     participant holdout (its model file is the model evaluated on the held-out people), its
     transformer's residual kept (so that demographics, which the linear path does not read
     here, reach its output)."""
-    from conftest import shared_dataset
 
     msu = shared_dataset("msu-schizophrenia")
     rows = list(csv.DictReader(open(msu / "participants.tsv"), delimiter="\t"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import mne
 import numpy as np
 import pytest
-from conftest import shared_dataset
+from builders import OLD_NAMES, ica_friendly_raw, shared_dataset, synthetic_raw, write_edf
 from mne_connectivity import spectral_connectivity_epochs
 
 from eegformer_cli.atomic import DirectoryLock
@@ -48,29 +48,11 @@ MSU_CHANNELS = [
     "O1",
     "O2",
 ]
-OLD_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
 
 
 def read_manifest(out_dir: Path) -> list[dict]:
     with open(out_dir / "manifest.tsv", newline="") as handle:
         return list(csv.DictReader(handle, delimiter="\t"))
-
-
-def synthetic_raw(seconds=60.0, sfreq=256.0, n_channels=19, seed=0) -> mne.io.RawArray:
-    """Noise plus a shared 10 Hz rhythm, ~20 uV, with standard 10-20 names (old T3-T6 ones)."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * sfreq)) / sfreq
-    alpha = np.sin(2 * np.pi * 10 * t)
-    data = (
-        rng.standard_normal((n_channels, t.size)) + rng.uniform(0.5, 1.5, (n_channels, 1)) * alpha
-    )
-    names = [{v: k for k, v in OLD_NAMES.items()}.get(n, n) for n in STANDARD_1020[:n_channels]]
-    return mne.io.RawArray(data * 1e-5, mne.create_info(names, sfreq, "eeg"), verbose=False)
-
-
-def write_edf(raw: mne.io.BaseRaw, path: Path) -> Path:
-    mne.export.export_raw(path, raw, fmt="edf", overwrite=True, verbose=False)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -501,17 +483,6 @@ def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
     assert len(list((out / "connectomes").glob("*.npz"))) == 6
     assert list(out.rglob(".tmp-*")) == []  # no half-written file anywhere
     assert [row["status"] for row in read_manifest(out)] == ["ok"] * 6
-
-
-def ica_friendly_raw(seconds=65.0, sfreq=500.0, n_channels=10, seed=0) -> mne.io.RawArray:
-    """Mixed super-Gaussian sources: extended infomax converges on them in a few iterations
-    (on Gaussian noise it runs to its iteration limit, minutes)."""
-    rng = np.random.default_rng(seed)
-    sources = rng.laplace(size=(n_channels, int(seconds * sfreq)))
-    data = rng.standard_normal((n_channels, n_channels)) @ sources * 1e-5
-    return mne.io.RawArray(
-        data, mne.create_info(list(STANDARD_1020[:n_channels]), sfreq, "eeg"), verbose=False
-    )
 
 
 def test_paper_preset_follows_the_reference(tmp_path):

@@ -18,7 +18,7 @@ import mne
 import numpy as np
 import pytest
 import torch
-from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
+from builders import SAMPLE_DATA, json_rows, run_main
 
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.preprocess.output import read_manifest
@@ -34,10 +34,10 @@ UNSEEN = EEG / "sub-13_task-rest_eeg.edf"  # not among the 12 recordings of the 
 
 
 @pytest.fixture(scope="module")
-def sample_run(tmp_path_factory) -> dict:
-    """The tiny sample run of test_explain (12 recordings, 25 % holdout) and which of its
-    participants shaped the model (train + validation) or were held out for test."""
-    run = build_sample_run(tmp_path_factory)
+def seen_run(sample_run) -> dict:
+    """The sample run (12 recordings, 25 % holdout) and which of its participants shaped the
+    model (train + validation) or were held out for test."""
+    run = sample_run
     fold = json.loads((run["run"] / "splits.json").read_text())["folds"][0]
     return {**run, "seen": sorted(fold["train"] + fold["val"]), "held_out": sorted(fold["test"])}
 
@@ -51,7 +51,7 @@ def edited_copy(source: Path, target: Path, edit) -> Path:
 
 
 def test_a_dropped_channel_and_another_rate_are_named_warned_and_strict_exits_6(
-    sample_run, tmp_path, capsys
+    seen_run, tmp_path, capsys
 ):
     dropped = edited_copy(UNSEEN, tmp_path / "dropped.edf", lambda raw: raw.drop_channels(["F7"]))
     fast = edited_copy(
@@ -63,7 +63,7 @@ def test_a_dropped_channel_and_another_rate_are_named_warned_and_strict_exits_6(
     code, output = run_main(
         capsys,
         "predict",
-        sample_run["model"],
+        seen_run["model"],
         dropped,
         fast,
         UNSEEN,
@@ -94,28 +94,28 @@ def test_a_dropped_channel_and_another_rate_are_named_warned_and_strict_exits_6(
     ]
 
     code, output = run_main(
-        capsys, "predict", sample_run["model"], dropped, "--age", 50, "--sex", "M", "--strict"
+        capsys, "predict", seen_run["model"], dropped, "--age", 50, "--sex", "M", "--strict"
     )
     assert code == 6 and "--strict: 1 predicted recording(s) got warnings" in output
     rows = list(csv.DictReader(io.StringIO(output[output.index("recording_id,") :])))
     assert rows[0]["channels_interpolated"] == "F7"  # the row is printed all the same
-    code, output = run_main(capsys, "predict", sample_run["model"], UNSEEN, "--strict")
+    code, output = run_main(capsys, "predict", seen_run["model"], UNSEEN, "--strict")
     assert code == 0, output  # nothing to warn about: exit 0
 
 
 def test_a_training_recording_warns_raw_renamed_or_from_the_preprocess_folder(
-    sample_run, tmp_path, capsys
+    seen_run, tmp_path, capsys
 ):
-    seen = sample_run["seen"][0]
+    seen = seen_run["seen"][0]
     training_edf = EEG / f"{seen}_task-rest_eeg.edf"
     renamed = tmp_path / "anonymous.edf"  # the same bytes under another name
     shutil.copyfile(training_edf, renamed)
     code, output = run_main(
-        capsys, "predict", sample_run["model"], training_edf, renamed, "--format", "json"
+        capsys, "predict", seen_run["model"], training_edf, renamed, "--format", "json"
     )
     assert code == 0, output
     rows = {row["recording_id"]: row for row in json_rows(output)}
-    oof = sample_run["run"] / "oof_predictions.tsv"
+    oof = seen_run["run"] / "oof_predictions.tsv"
     assert rows[f"{seen}_task-rest_eeg"]["warnings"] == [
         "in_training_data: the model was trained on this recording, so this prediction is "
         f"optimistic; honest out-of-fold ones: {oof}"
@@ -129,7 +129,7 @@ def test_a_training_recording_warns_raw_renamed_or_from_the_preprocess_folder(
 
     # a preprocess folder: its training recordings warn, the held-out ones do not
     code, output = run_main(
-        capsys, "predict", sample_run["model"], sample_run["prep"], "--format", "json"
+        capsys, "predict", seen_run["model"], seen_run["prep"], "--format", "json"
     )
     assert code == 0, output
     warned = {
@@ -137,12 +137,12 @@ def test_a_training_recording_warns_raw_renamed_or_from_the_preprocess_folder(
         for row in json_rows(output)
         if any(w.startswith("in_training_data:") for w in row["warnings"])
     }
-    assert warned == set(sample_run["seen"])
+    assert warned == set(seen_run["seen"])
     assert all(row["age_source"] in ("manifest", "none") for row in json_rows(output))
 
 
 def test_a_filtered_copy_of_a_training_recording_is_recognised_by_its_fingerprint(
-    sample_run, tmp_path, capsys
+    seen_run, tmp_path, capsys
 ):
     """The signal hash misses a changed copy; its connectivity fingerprint, stored in
     model.pt, does not, and the same change of a recording the model never saw raises
@@ -152,13 +152,13 @@ def test_a_filtered_copy_of_a_training_recording_is_recognised_by_its_fingerprin
     def change(raw):
         raw.filter(2, 30, verbose="error")
 
-    seen = sample_run["seen"][0]
+    seen = seen_run["seen"][0]
     copy = edited_copy(EEG / f"{seen}_task-rest_eeg.edf", tmp_path / "copy.edf", change)
     other = edited_copy(UNSEEN, tmp_path / "other.edf", change)
     code, output = run_main(
         capsys,
         "predict",
-        sample_run["model"],
+        seen_run["model"],
         copy,
         other,
         "--age",
@@ -207,13 +207,13 @@ def test_cropped_and_filtered_copies_of_real_recordings_keep_their_fingerprint(m
         assert np.argmax(matches) == index and matches[index] >= FINGERPRINT_MATCH, matches
 
 
-def test_unicode_file_names_give_distinct_readable_ids(sample_run, tmp_path, capsys):
+def test_unicode_file_names_give_distinct_readable_ids(seen_run, tmp_path, capsys):
     folder = tmp_path / "names"
     folder.mkdir()
     names = ["Pätient 1.edf", "Pötient 1.edf", "P tient 1.edf"]
     for name in names:
         shutil.copyfile(UNSEEN, folder / name)
-    code, output = run_main(capsys, "predict", sample_run["model"], folder, "--format", "json")
+    code, output = run_main(capsys, "predict", seen_run["model"], folder, "--format", "json")
     assert code == 0, output
     rows = json_rows(output)
     assert sorted(row["recording_id"] for row in rows) == ["P_tient_1", "Pätient_1", "Pötient_1"]
@@ -250,11 +250,11 @@ def test_preprocess_into_a_folder_made_with_the_old_ascii_ids(tmp_path):
     assert len({row["source_file"] for row in rows}) == 3
 
 
-def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run, tmp_path, capsys):
+def test_a_participants_table_that_does_not_list_the_recording_warns(seen_run, tmp_path, capsys):
     table = tmp_path / "participants.tsv"
     table.write_text("participant_id\tage\tsex\nsub-99\t30\tF\n")
     code, output = run_main(
-        capsys, "predict", sample_run["model"], UNSEEN, "--participants", table, "--format", "json"
+        capsys, "predict", seen_run["model"], UNSEEN, "--participants", table, "--format", "json"
     )
     assert code == 0, output
     row = json_rows(output)[0]
@@ -270,7 +270,7 @@ def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run,
     code, output = run_main(
         capsys,
         "predict",
-        sample_run["model"],
+        seen_run["model"],
         UNSEEN,
         "--participants",
         table,
@@ -287,14 +287,14 @@ def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run,
     code, output = run_main(
         capsys,
         "predict",
-        sample_run["model"],
-        sample_run["prep"],
+        seen_run["model"],
+        seen_run["prep"],
         "--participants",
         table,
         "--format",
         "json",
     )
-    held_out = [row for row in json_rows(output) if row["participant_id"] in sample_run["held_out"]]
+    held_out = [row for row in json_rows(output) if row["participant_id"] in seen_run["held_out"]]
     assert code == 0 and held_out
     for row in held_out:
         assert row["warnings"][0] == (
@@ -304,7 +304,7 @@ def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run,
         )
     # an age outside the training recordings' ages
     code, output = run_main(
-        capsys, "predict", sample_run["model"], UNSEEN, "--age", 5, "--format", "json"
+        capsys, "predict", seen_run["model"], UNSEEN, "--age", 5, "--format", "json"
     )
     assert code == 0
     assert json_rows(output)[0]["warnings"][0].startswith(
@@ -312,12 +312,12 @@ def test_a_participants_table_that_does_not_list_the_recording_warns(sample_run,
     )
 
 
-def test_an_old_model_file_still_predicts_and_says_it_cannot_check(sample_run, tmp_path, capsys):
-    bundle = torch.load(sample_run["model"], weights_only=True)
+def test_an_old_model_file_still_predicts_and_says_it_cannot_check(seen_run, tmp_path, capsys):
+    bundle = torch.load(seen_run["model"], weights_only=True)
     del bundle["training_data"]
     old = tmp_path / "old-model.pt"
     torch.save(bundle, old)
-    seen = EEG / f"{sample_run['seen'][0]}_task-rest_eeg.edf"
+    seen = EEG / f"{seen_run['seen'][0]}_task-rest_eeg.edf"
     code, output = run_main(capsys, "predict", old, seen, "--format", "json")
     assert code == 0, output
     assert json_rows(output)[0]["warnings"] == []  # no training data to compare with
@@ -328,11 +328,11 @@ def test_an_old_model_file_still_predicts_and_says_it_cannot_check(sample_run, t
 
 
 def test_a_model_file_with_earlier_channel_major_hashes_still_recognises_its_recordings(
-    sample_run, tmp_path, capsys
+    seen_run, tmp_path, capsys
 ):
     """A model file written before the hash was made in time order holds channel-major hashes:
     a renamed training recording is still recognised (its hash is then made that way too)."""
-    bundle = torch.load(sample_run["model"], weights_only=True)
+    bundle = torch.load(seen_run["model"], weights_only=True)
     hashes = bundle["training_data"]["signal_sha256"]
     assert all(value.startswith(SIGNAL_HASH_PREFIX) for value in hashes)
     bundle["training_data"]["signal_sha256"] = {
@@ -341,7 +341,7 @@ def test_a_model_file_with_earlier_channel_major_hashes_still_recognises_its_rec
     }
     old = tmp_path / "old-hashes.pt"
     torch.save(bundle, old)
-    seen = sample_run["seen"][0]
+    seen = seen_run["seen"][0]
     renamed = tmp_path / "anonymous.edf"
     shutil.copyfile(EEG / f"{seen}_task-rest_eeg.edf", renamed)
     code, output = run_main(capsys, "predict", old, renamed, UNSEEN, "--format", "json")
@@ -355,11 +355,11 @@ def test_a_model_file_with_earlier_channel_major_hashes_still_recognises_its_rec
 
 
 def test_explain_rows_carry_provenance_and_the_report_says_where_explanations_come_from(
-    sample_run, tmp_path, capsys
+    seen_run, tmp_path, capsys
 ):
-    seen = EEG / f"{sample_run['seen'][0]}_task-rest_eeg.edf"
+    seen = EEG / f"{seen_run['seen'][0]}_task-rest_eeg.edf"
     out = tmp_path / "explanations"
-    code, output = run_main(capsys, "explain", sample_run["model"], seen, "--out", out, "--strict")
+    code, output = run_main(capsys, "explain", seen_run["model"], seen, "--out", out, "--strict")
     assert code == 6 and "in_training_data" in output and (out / "recordings.csv").is_file()
     row = next(iter(csv.DictReader(open(out / "recordings.csv", encoding="utf-8"))))
     assert row["source_file"] == str(seen) and row["warnings"].startswith("in_training_data:")
@@ -368,7 +368,7 @@ def test_explain_rows_carry_provenance_and_the_report_says_where_explanations_co
     code, output = run_main(
         capsys,
         "report",
-        sample_run["run"],
+        seen_run["run"],
         "--explanations",
         out,
         "--out",
@@ -447,11 +447,11 @@ def test_warning_rules_on_plain_values(tmp_path):
     )[0].startswith("interpolated: channel(s) F7")
 
 
-def test_many_warnings_of_one_kind_show_three_and_count_the_rest(sample_run, capsys):
+def test_many_warnings_of_one_kind_show_three_and_count_the_rest(seen_run, capsys):
     """Predicting a preprocess folder of training recordings: every row keeps its
     ``in_training_data`` warning; stderr shows three of them and one line counting the rest."""
     code, output = run_main(
-        capsys, "predict", sample_run["model"], sample_run["prep"], "--format", "json"
+        capsys, "predict", seen_run["model"], seen_run["prep"], "--format", "json"
     )
     assert code == 0, output
     warned = [

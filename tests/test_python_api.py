@@ -15,7 +15,7 @@ import mne
 import numpy as np
 import pandas as pd
 import pytest
-from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
+from builders import SAMPLE_DATA, json_rows, run_main
 
 import eegformer_cli
 from eegformer_cli import commands, errors
@@ -134,12 +134,6 @@ def test_import_loads_neither_torch_nor_mne_nor_sklearn_nor_pandas():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
-
-
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory) -> dict:
-    """The tiny sample run of test_explain (12 recordings, 25 % holdout)."""
-    return build_sample_run(tmp_path_factory)
 
 
 def participant_row(participant_id: str) -> dict:

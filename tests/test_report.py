@@ -22,7 +22,7 @@ import subprocess
 import matplotlib.image
 import numpy as np
 import pytest
-from test_explain import build_sample_run, run_main
+from builders import run_main
 
 from eegformer_cli.cli.app import main
 from eegformer_cli.explain.report_figures import (
@@ -49,9 +49,9 @@ MIN_FIGURES = 6
 
 
 @pytest.fixture(scope="module")
-def report_file(tmp_path_factory):
+def report_file(sample_run, tmp_path_factory):
     """report.html of the sample run with its explanations (the CLI, in this process)."""
-    run = build_sample_run(tmp_path_factory)
+    run = sample_run
     out = tmp_path_factory.mktemp("report")
     shutil.copy(run["prep"] / "preprocess.json", out / "prep.json")
     for args in (
@@ -72,12 +72,10 @@ def report_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def interaction_report(tmp_path_factory):
+def interaction_report(interaction_run, tmp_path_factory):
     """report.html of a run whose screen kept the planted interaction of an XOR study, with its
-    explanations (tests/test_interactions.py's run; 16 Integrated Gradients steps: fast)."""
-    from test_interactions import build_interaction_run
-
-    run = build_interaction_run(tmp_path_factory)
+    explanations (conftest.py's interaction run; 16 Integrated Gradients steps: fast)."""
+    run = interaction_run
     out = tmp_path_factory.mktemp("interaction-report")
     for args in (
         ["explain", run["run"], run["prep"], "--out", out / "explanations", "--n-steps", 16],
@@ -278,8 +276,8 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
         assert (pixels == np.round(pixels)).all(), pixels
 
 
-def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_path, capsys):
-    run = build_sample_run(tmp_path_factory)
+def test_report_without_explanations_says_how_to_get_them(sample_run, tmp_path, capsys):
+    run = sample_run
     code, output = run_main(capsys, "report", run["run"])
     assert code == 0 and output.strip().endswith("report.html")
     text = (run["run"] / "report.html").read_text(encoding="utf-8")  # the default --out
@@ -301,8 +299,8 @@ def test_report_without_explanations_says_how_to_get_them(tmp_path_factory, tmp_
     assert not (tmp_path / "wrong.html").exists()
 
 
-def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys):
-    run = build_sample_run(tmp_path_factory)
+def test_report_of_an_unfinished_run_says_so(sample_run, tmp_path, capsys):
+    run = sample_run
     unfinished = tmp_path / "run"
     shutil.copytree(run["run"], unfinished)
     (unfinished / "model.pt").unlink()  # as after a stop before the final model
@@ -329,9 +327,9 @@ def test_report_of_an_unfinished_run_says_so(tmp_path_factory, tmp_path, capsys)
 
 
 def test_report_refuses_another_models_explanations_and_damaged_predictions(
-    report_file, tmp_path_factory, tmp_path, capsys
+    report_file, sample_run, tmp_path, capsys
 ):
-    run = build_sample_run(tmp_path_factory)
+    run = sample_run
     other = tmp_path / "other"
     shutil.copytree(run["run"], other)
     config = json.loads((other / "config.json").read_text())
@@ -673,8 +671,8 @@ def test_the_head_shows_the_band_the_chart_puts_first_or_the_one_asked_for():
     assert sum(dashed) == 1 and "caution: 1 of 4 dashed" in fig.axes[0].get_title()
 
 
-def test_report_band_option_and_its_errors(report_file, tmp_path_factory, tmp_path, capsys):
-    run = build_sample_run(tmp_path_factory)
+def test_report_band_option_and_its_errors(report_file, sample_run, tmp_path, capsys):
+    run = sample_run
     explanations = report_file.parent / "explanations"
     code, output = run_main(
         capsys,

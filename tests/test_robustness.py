@@ -39,6 +39,7 @@ import mne
 import numpy as np
 import pytest
 import torch
+from builders import TINY_TOML
 
 from eegformer_cli import simulate
 from eegformer_cli.experiment.run import run_training
@@ -63,17 +64,6 @@ TINY_TRAINING = {
     "val_fraction": 0.34,
     "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
 }
-TINY_TOML = """epochs = 2
-batch_size = 8
-augmentation = 'none'
-device = 'cpu'
-val_fraction = 0.34
-[model]
-d_model = 16
-n_heads = 2
-n_layers = 1
-n_gnn_layers = 1
-"""
 
 
 @dataclass

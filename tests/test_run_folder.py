@@ -11,17 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_layout import PACKAGE, module_name
-from test_training import make_connectome_folder, run_main
+from builders import EARLIER_RUN, exit_code, make_connectome_folder
+from sources import PACKAGE, module_name
 from tolerance import assert_same_json
 
 from eegformer_cli.evaluation.run_metrics import MODEL_NAME, RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.verdict import headline, verdict_lines
 from eegformer_cli.training.config import TrainConfig
-
-#: A run folder written by commit 40b91a5 (its README says how).
-EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
 
 
 def test_an_earlier_metrics_json_is_written_back_byte_for_byte(tmp_path):
@@ -85,7 +82,7 @@ def earlier_run(tmp_path) -> Path:
 
 def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
     report = tmp_path / "report.html"
-    assert run_main("report", earlier_run, "--out", report) == 0
+    assert exit_code("report", earlier_run, "--out", report) == 0
     page = report.read_text(encoding="utf-8")
     assert "permutation test" in page and "Shortcut audit" in page
     assert "0.800" in page  # the transformer's mean BAC in the metrics table
@@ -94,7 +91,7 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
         record = json.loads(fold.read_text())
         del record["interaction_screen"]
         fold.write_text(json.dumps(record))
-    assert run_main("train", "--merge", earlier_run) == 0
+    assert exit_code("train", "--merge", earlier_run) == 0
     after = json.loads((earlier_run / "metrics.json").read_text())
     # what this version adds to an earlier run's metrics: the answer of the above-chance rule
     # (no permutation test unless asked: the interval's)

@@ -16,21 +16,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from builders import SAMPLE_DATA, TRAIN_SETTINGS, write_connectome_folder
 from hypothesis import given
 from hypothesis import strategies as st
 
 from eegformer_cli import parallel
-from eegformer_cli.atomic import DirectoryLock, write_json, write_text
+from eegformer_cli.atomic import DirectoryLock
 from eegformer_cli.cli.app import main
 from eegformer_cli.errors import OutputError, UsageError
 from eegformer_cli.experiment.run import merge_run, run_training
-from eegformer_cli.preprocess import Connectome, PreprocessSettings, run_preprocess
+from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training import distributed
 from eegformer_cli.training.config import resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_RECORDINGS = sorted((REPO / "sample_data" / "eeg").glob("*.edf"))[:4]
+SAMPLE_RECORDINGS = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[:4]
 
 
 def run_cli(args: list) -> int:
@@ -168,24 +168,6 @@ def test_unreachable_scheduler_is_named_in_one_line(tmp_path, capsys, monkeypatc
 # ------------------------------------------------------------------------------------------
 # training: torchrun, fold jobs, merge
 
-BANDS = ["theta", "alpha", "beta"]
-BAND_EDGES_HZ = np.array([[4.0, 8.0], [8.0, 13.0], [13.0, 30.0]])
-CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
-#: A tiny model and a short schedule: enough for the weights to move away from their start.
-#: Batches of 7 split 4 + 3 over two processes (uneven slices, loss scales 8/7 and 6/7).
-# dropout 0: each process draws its own dropout masks for its slice of the batch, so with
-# dropout a multi-process run equals a one-process run only in distribution (docs/guide/scaling.md).
-TRAIN_SETTINGS = {
-    "epochs": 4,
-    "batch_size": 7,
-    "lr": 3e-3,
-    "warmup_epochs": 0.0,
-    "cv": 2,
-    "val_fraction": 0.3,
-    "device": "cpu",
-    "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1, "dropout": 0.0},
-}
-
 
 def write_toml(path: Path, settings: dict) -> Path:
     """``settings`` as a ``train --config`` file (flat keys and a ``[model]`` table)."""
@@ -197,82 +179,6 @@ def write_toml(path: Path, settings: dict) -> Path:
     lines += ["[model]"] + [f"{k} = {value(v)}" for k, v in settings.get("model", {}).items()]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def write_connectome_folder(
-    out: Path,
-    n_participants: int,
-    n_segments: int,
-    channels: list[str] = CHANNELS,
-    bands: list[str] = BANDS,
-    edges: np.ndarray = BAND_EDGES_HZ,
-    seed: int = 0,
-    effect: float = 0.3,
-    balanced_sex: bool = False,
-) -> Path:
-    """A ``preprocess`` output in the documented format: random symmetric connectomes (entries
-    uniform in [0, 1]), group ``schizophrenia`` with theta coherence higher by ``effect``, ages
-    and sexes (the sex alternating with the group, or with ``balanced_sex`` half of each group
-    each sex), one recording each."""
-    rng = np.random.default_rng(seed)
-    n_channels = len(channels)
-    columns = [
-        "recording_id",
-        "participant_id",
-        "source_file",
-        "status",
-        "error",
-        "n_segments",
-        "sfreq",
-        "duration_s",
-        "channels_interpolated",
-        "age",
-        "sex",
-        "diagnosis",
-        "connectome",
-        "settings_hash",
-    ]
-    lines = ["\t".join(columns)]
-    for i in range(n_participants):
-        diagnosis = "schizophrenia" if i % 2 else "healthy"
-        values = rng.uniform(0, 1, (n_segments, len(bands), n_channels, n_channels))
-        values[:, 0] += effect * (diagnosis == "schizophrenia")
-        coh = (values + values.transpose(0, 1, 3, 2)) / 2 * (1 - np.eye(n_channels))
-        recording_id = f"sub-{i:03d}_task-rest"
-        Connectome(
-            coh.astype(np.float32),
-            (coh / 2).astype(np.float32),
-            channels,
-            bands,
-            edges,
-            128.0,
-            np.arange(n_segments) * 15.0,
-            15.0 * n_segments,
-            15.0,
-        ).save(out / "connectomes" / f"{recording_id}.npz")
-        lines.append(
-            "\t".join(
-                [
-                    recording_id,
-                    f"sub-{i:03d}",
-                    f"{recording_id}.edf",
-                    "ok",
-                    "n/a",
-                    str(n_segments),
-                    "128",
-                    str(15 * n_segments),
-                    "n/a",
-                    str(20 + 3 * i),
-                    "MF"[(i // 2 if balanced_sex else i) % 2],
-                    diagnosis,
-                    f"connectomes/{recording_id}.npz",
-                    "0123456789abcdef",
-                ]
-            )
-        )
-    write_text(out / "manifest.tsv", "\n".join(lines) + "\n")
-    write_json(out / "preprocess.json", {"settings": {}, "channels": channels, "bands": bands})
-    return out
 
 
 def read_tsv(path: Path) -> list[dict]:

@@ -9,9 +9,9 @@ import json
 
 import numpy as np
 import pytest
+from builders import exit_code
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
-from test_simulate import _run_cli
 
 from eegformer_cli import commands
 from eegformer_cli.preprocess import load_connectome
@@ -71,20 +71,18 @@ def test_layouts_follow_the_layout_seed_with_distant_distinct_pairs(scenario):
 def test_cli_writes_the_truth_beside_the_study_and_not_in_participants_tsv(tmp_path, capsys):
     out = tmp_path / "study"
     assert (
-        _run_cli(
-            [
-                "simulate",
-                "--out",
-                str(out),
-                "--scenario",
-                "age",
-                "--n-participants",
-                "6",
-                "--duration",
-                "10",
-                "--seed",
-                "4",
-            ]
+        exit_code(
+            "simulate",
+            "--out",
+            str(out),
+            "--scenario",
+            "age",
+            "--n-participants",
+            "6",
+            "--duration",
+            "10",
+            "--seed",
+            "4",
         )
         == 0
     )
@@ -99,30 +97,28 @@ def test_cli_writes_the_truth_beside_the_study_and_not_in_participants_tsv(tmp_p
         assert row["diagnosis"] == LABELS[int(planted != (person["age"] > truth["age_cut"]))]
         assert (person["strengths"]["A"] > 0) == planted
     assert "age" in capsys.readouterr().err
-    assert _run_cli(["simulate", "--out", str(tmp_path / "x"), "--strength", "2"]) == 2
+    assert exit_code("simulate", "--out", str(tmp_path / "x"), "--strength", "2") == 2
 
 
 def test_bad_scenario_is_a_usage_error(tmp_path, capsys):
-    assert _run_cli(["simulate", "--out", str(tmp_path / "x"), "--scenario", "quadratic"]) == 2
+    assert exit_code("simulate", "--out", str(tmp_path / "x"), "--scenario", "quadratic") == 2
     assert "'linear'" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 def _oracle_inputs(tmp_path, scenario: str, seed: int):
     study = tmp_path / scenario
-    _run_cli(
-        [
-            "simulate",
-            "--out",
-            str(study),
-            "--scenario",
-            scenario,
-            "--n-participants",
-            "40",
-            "--duration",
-            "30",
-            "--seed",
-            str(seed),
-        ]
+    exit_code(
+        "simulate",
+        "--out",
+        str(study),
+        "--scenario",
+        scenario,
+        "--n-participants",
+        "40",
+        "--duration",
+        "30",
+        "--seed",
+        str(seed),
     )
     prep = tmp_path / f"prep-{scenario}"
     commands.preprocess(study, prep)
@@ -195,7 +191,7 @@ def test_spread_carries_each_planted_source_to_its_channels_nearest_neighbours(t
 
 def test_spread_is_checked_and_goes_with_a_scenario(tmp_path, capsys):
     out = str(tmp_path / "x")
-    assert _run_cli(["simulate", "--out", out, "--spread", "0.5"]) == 2
+    assert exit_code("simulate", "--out", out, "--spread", "0.5") == 2
     assert "--spread" in capsys.readouterr().err
-    assert _run_cli(["simulate", "--out", out, "--scenario", "age", "--spread", "1.0"]) == 2
+    assert exit_code("simulate", "--out", out, "--scenario", "age", "--spread", "1.0") == 2
     assert "[0, 1)" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -13,7 +13,7 @@ import shutil
 
 import mne
 import pytest
-from test_explain import SAMPLE_DATA, build_sample_run, json_rows, run_main
+from builders import SAMPLE_DATA, json_rows, run_main
 
 import eegformer_cli
 from eegformer_cli.connectivity.bands import BAND_PRESETS
@@ -76,13 +76,13 @@ def test_a_setting_missing_from_stored_settings_counts_with_its_version_s_defaul
 
 
 @pytest.fixture(scope="module")
-def cropped(tmp_path_factory) -> dict:
+def cropped(sample_run, tmp_path_factory) -> dict:
     """The sample run (uncropped), and the same 12 recordings preprocessed with a 30 s crop
     (otherwise the same settings) with a tiny model trained on them."""
     from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
 
-    sample = build_sample_run(tmp_path_factory)
+    sample = sample_run
     root = tmp_path_factory.mktemp("cropped")
     prep, run_dir = root / "prep", root / "run"
     settings = PreprocessSettings.of_folder(sample["prep"])

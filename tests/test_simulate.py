@@ -8,6 +8,7 @@ from pathlib import Path
 import mne
 import numpy as np
 import pytest
+from builders import SAMPLE_DATA, exit_code
 from mne_connectivity import spectral_connectivity_epochs
 
 from eegformer_cli.recordings.channels import canonical_channel_name
@@ -22,8 +23,6 @@ from eegformer_cli.simulate import (
     simulate_participant,
     write_edf,
 )
-
-SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 
 
 def _read_table(path: Path) -> list[dict[str, str]]:
@@ -156,19 +155,10 @@ def test_groups_overlap_so_the_task_is_learnable_but_not_trivial():
     assert 0.8 < best_balanced_accuracy < 0.97
 
 
-def _run_cli(args: list[str]) -> int:
-    """Run ``eegformer ARGS`` in this process; return its exit code."""
-    from eegformer_cli.cli.app import main  # imports every subcommand: only the CLI tests need it
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    return exit_info.value.code
-
-
 def test_cli_writes_a_dataset_and_refuses_to_overwrite_it(tmp_path, capsys):
     out = tmp_path / "data"
     args = ["simulate", "--out", str(out), "--n-participants", "4", "--duration", "20"]
-    assert _run_cli(args) == 0
+    assert exit_code(*args) == 0
     assert capsys.readouterr().out.strip() == str(out)
     assert len(_read_table(out / "participants.tsv")) == 4
     for path in sorted((out / "eeg").glob("*.edf")):
@@ -176,22 +166,20 @@ def test_cli_writes_a_dataset_and_refuses_to_overwrite_it(tmp_path, capsys):
         assert (raw.n_times, len(raw.ch_names)) == (20 * DEFAULT_SFREQ, 19)
     assert len(list((out / "eeg").glob("*.edf"))) == 4
 
-    assert _run_cli(args) == 5
+    assert exit_code(*args) == 5
     error = capsys.readouterr().err
     assert str(out) in error and "--overwrite" in error and "Traceback" not in error
 
     assert (
-        _run_cli(
-            [
-                "simulate",
-                "--out",
-                str(out),
-                "--n-participants",
-                "2",
-                "--duration",
-                "10",
-                "--overwrite",
-            ]
+        exit_code(
+            "simulate",
+            "--out",
+            str(out),
+            "--n-participants",
+            "2",
+            "--duration",
+            "10",
+            "--overwrite",
         )
         == 0
     )
@@ -205,7 +193,7 @@ def test_cli_writes_a_dataset_and_refuses_to_overwrite_it(tmp_path, capsys):
     "flag, value", [("--n-participants", "1"), ("--duration", "5"), ("--sfreq", "100")]
 )
 def test_cli_rejects_settings_that_cannot_make_a_dataset(tmp_path, capsys, flag, value):
-    assert _run_cli(["simulate", "--out", str(tmp_path / "data"), flag, value]) == 2
+    assert exit_code("simulate", "--out", str(tmp_path / "data"), flag, value) == 2
     error = capsys.readouterr().err
     assert flag in error and value in error
     assert not (tmp_path / "data").exists()

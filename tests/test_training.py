@@ -20,7 +20,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SAMPLE_DATA
+from builders import (
+    BANDS,
+    CHANNELS,
+    EDGES,
+    SAMPLE_DATA,
+    TRAIN_SETTINGS,
+    exit_code,
+    make_connectome_folder,
+    tiny_config,
+    write_connectome_folder,
+)
 
 from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
 from eegformer_cli.evaluation.reference import fit_reference
@@ -33,95 +43,6 @@ from eegformer_cli.training.fit import lr_at_step, selection_improved
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
-CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
-BANDS = ["theta", "alpha", "beta"]
-EDGES = [[4.0, 8.0], [8.0, 13.0], [13.0, 30.0]]
-TINY = {
-    "epochs": 6,
-    "batch_size": 4,
-    "lr": 3e-3,
-    "warmup_epochs": 1.0,
-    "augmentation": "none",
-    "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
-}
-
-
-def make_connectome_folder(
-    root: Path, n_participants: int = 24, n_segments: int = 2, seed: int = 0, labels=None
-) -> Path:
-    """A preprocess-style output folder with a learnable two-class difference (band
-    covariances too: average-referenced random signals, rank C - 1, from their own stream)."""
-    from eegformer_cli.preprocess import PreprocessSettings
-
-    rng, signals = np.random.default_rng(seed), np.random.default_rng(seed + 1)
-    (root / "connectomes").mkdir(parents=True)
-    c = len(CHANNELS)
-    header = [
-        "recording_id",
-        "participant_id",
-        "source_file",
-        "status",
-        "error",
-        "n_segments",
-        "sfreq",
-        "duration_s",
-        "channels_interpolated",
-        "age",
-        "sex",
-        "diagnosis",
-        "connectome",
-        "settings_hash",
-    ]
-    rows = []
-    for p in range(n_participants):
-        label = labels[p] if labels is not None else ("patient" if p % 2 else "control")
-        coh = rng.uniform(0.2, 0.6, (n_segments, len(BANDS), c, c))
-        wpli = rng.uniform(0.0, 0.3, (n_segments, len(BANDS), c, c))
-        if label == "patient":
-            coh[:, 1] += 0.3
-        for m in (coh, wpli):
-            m[:] = (m + m.transpose(0, 1, 3, 2)) / 2
-            m[:, :, np.arange(c), np.arange(c)] = 0
-        x = signals.normal(size=(len(BANDS), c, 200)) * 1e-5
-        x -= x.mean(axis=1, keepdims=True)
-        rid = f"sub-{p:02d}_rest"
-        np.savez(
-            root / "connectomes" / f"{rid}.npz",
-            coh=coh.astype(np.float32),
-            wpli=wpli.astype(np.float32),
-            channels=np.array(CHANNELS),
-            bands=np.array(BANDS),
-            band_edges_hz=np.array(EDGES),
-            covariance=(x @ x.transpose(0, 2, 1) / 200).astype(np.float32),
-            covariance_bands=np.array(BANDS),
-        )
-        age = f"{30 + p % 20}" if p % 5 else "n/a"
-        rows.append(
-            [
-                rid,
-                f"sub-{p:02d}",
-                f"/data/{rid}.edf",
-                "ok",
-                "n/a",
-                str(n_segments),
-                "128",
-                "60",
-                "n/a",
-                age,
-                "M" if p % 3 else "F",
-                label or "n/a",
-                f"connectomes/{rid}.npz",
-                "0",
-            ]
-        )
-    (root / "manifest.tsv").write_text("\n".join("\t".join(r) for r in [header] + rows) + "\n")
-    settings = PreprocessSettings.from_preset("default").to_dict()
-    (root / "preprocess.json").write_text(
-        json.dumps(
-            {"settings": settings, "channels": CHANNELS, "bands": BANDS, "band_edges_hz": EDGES}
-        )
-    )
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -129,24 +50,10 @@ def synthetic_dir(tmp_path_factory) -> Path:
     return make_connectome_folder(tmp_path_factory.mktemp("prep") / "prep")
 
 
-def tiny_config(**overrides) -> TrainConfig:
-    return resolve_config("default", None, {**TINY, "device": "cpu", **overrides})
-
-
 def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
     return subprocess.run(
         EEGFORMER + [str(a) for a in args], capture_output=True, text=True, timeout=timeout
     )
-
-
-def run_main(*args) -> int:
-    """``eegformer ARGS`` in this process (no interpreter start-up); returns the exit code."""
-    # imported here: it imports every subcommand, which only the CLI tests need
-    from eegformer_cli.cli.app import main
-
-    with pytest.raises(SystemExit) as stopped:
-        main([str(a) for a in args])
-    return stopped.value.code
 
 
 # ------------------------------------------------------------------------------------------
@@ -228,7 +135,7 @@ def test_invalid_settings_name_the_key(values, message):
 def test_holdout_flag_must_be_a_fraction_strictly_between_0_and_1(
     synthetic_dir, tmp_path, capsys, value
 ):
-    code = run_main(
+    code = exit_code(
         "train",
         synthetic_dir,
         "--out",
@@ -819,7 +726,6 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
 
     from rich.console import Console
     from rich.progress import Progress
-    from test_scaling import TRAIN_SETTINGS, write_connectome_folder
 
     from eegformer_cli import console
 
@@ -851,14 +757,6 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
 
 # ------------------------------------------------------------------------------------------
 # the tangent-space reference
-
-
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory) -> dict:
-    """test_explain's sample run: 12 preprocessed sample recordings, a 25 % holdout."""
-    from test_explain import build_sample_run
-
-    return build_sample_run(tmp_path_factory)
 
 
 def pyriemann_probabilities(prep: Path, fold: dict, seed: int, labels: list[str]) -> dict:
@@ -976,7 +874,7 @@ def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_
     assert list(metrics.models) == ["xaiguiformer", "logistic_regression", "linear_path"]
     assert [c.reference for c in metrics.comparisons] == ["logistic_regression"]
     assert (
-        run_main(
+        exit_code(
             "train",
             "--merge",
             tmp_path / "run",

@@ -1,7 +1,7 @@
 """Is the score real? The shortcut audit (experiment/audit.py), the permutation test
 (experiment/permutation.py), their train options and their report section.
 
-Synthetic ``preprocess`` folders (tests/test_training.py's, a learnable coherence difference)
+Synthetic ``preprocess`` folders (builders.make_connectome_folder's, a learnable coherence difference)
 get nuisance columns that do or do not carry the label; the permutation test's small p-value
 is checked on the committed sample_data, its uniformity on labels shuffled once.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_training import make_connectome_folder, run_main, tiny_config  # tests/ is on sys.path
+from builders import EARLIER_RUN, exit_code, make_connectome_folder, metrics_of, tiny_config
 
 from eegformer_cli.evaluation.metrics import MODEL_NAME, REFERENCE_NAME, TANGENT_SPACE_NAME
 from eegformer_cli.evaluation.run_metrics import AuditVariable, RunMetrics, ShortcutAudit
@@ -202,14 +202,14 @@ def test_bad_flags_are_one_line_usage_errors_before_the_run_folder(tmp_path, cap
         (["--fold", "0", "--permutations", "5"], "give them to `eegformer train --merge"),
     ]
     for flags, message in cases:
-        code = run_main("train", root, "--out", run, "-l", "diagnosis", "--epochs", "1", *flags)
+        code = exit_code("train", root, "--out", run, "-l", "diagnosis", "--epochs", "1", *flags)
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (flags, err)
         assert not run.exists()
 
 
 def test_train_help_documents_the_new_options(capsys):
-    assert run_main("train", "--help") == 0
+    assert exit_code("train", "--help") == 0
     text = " ".join(capsys.readouterr().out.split())
     for option in ("--confounds", "--permutations", "--permutation-model", "Is the score real?"):
         assert option in text
@@ -283,7 +283,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     capsys.readouterr()
     # merge adds permutations to the finished run: only the missing ones are computed, the
     # same numbers in this process as in the workers
-    assert run_main("train", "--merge", run, "--permutations", "5") == 0
+    assert exit_code("train", "--merge", run, "--permutations", "5") == 0
     out, err = capsys.readouterr()
     assert "2 of 5 permutations to compute" in err and "permutation test (5 permutations" in out
     assert "shortcut audit: flagged duration_s" in out
@@ -298,7 +298,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     # the full null: both models retrained on each permutation, each against its own null;
     # the reference refit inside it is the same as the reference-only null's
     assert (
-        run_main(
+        exit_code(
             "train",
             "--merge",
             run,
@@ -375,7 +375,6 @@ def run_judged_by(tmp_path: Path, fold_bacs: tuple, null_bac: float, capsys) -> 
     reached ``null_bac``, merged by ``train --merge RUN --permutations 20 --permutation-model
     xaiguiformer`` (nothing retrained) and reported: (metrics.json, train's stdout, the
     report's HTML)."""
-    from test_run_folder import EARLIER_RUN
 
     from eegformer_cli.experiment import run_folder
 
@@ -396,9 +395,9 @@ def run_judged_by(tmp_path: Path, fold_bacs: tuple, null_bac: float, capsys) -> 
         )
     capsys.readouterr()
     merge = ("train", "--merge", run, "--permutations", 20, "--permutation-model", MODEL_NAME)
-    assert run_main(*merge) == 0
+    assert exit_code(*merge) == 0
     stdout = capsys.readouterr().out
-    assert run_main("report", run, "--out", tmp_path / "report.html") == 0
+    assert exit_code("report", run, "--out", tmp_path / "report.html") == 0
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     return json.loads((run / "metrics.json").read_text()), stdout, page
 
@@ -457,7 +456,6 @@ def test_the_headline_box_stdout_metrics_and_report_follow_one_rule(
 
 
 def test_the_rule_says_whose_null_and_follows_the_interval_without_a_test():
-    from test_calibration import metrics_of
 
     from eegformer_cli.experiment.above_chance import above_chance
     from eegformer_cli.experiment.verdict import headline, verdict_lines
