@@ -1,4 +1,4 @@
-# Two entry points on a fresh machine: `make demo` and `make test`.
+# Two entry points on a fresh machine: `make demo` and `make test` (DEVELOPERS.md: every target).
 # They create .venv if needed and install the pinned CPU build of torch first
 # (override with e.g. `make test TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url URL"`).
 PYTHON ?= python3
@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.eegformer-installed
 
-.PHONY: demo test lint install benchmarks sample-data clean
+.PHONY: demo test test-fast lint ruff install benchmarks sample-data clean
 
 install: $(STAMP)
 
@@ -24,16 +24,30 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/eegformer demo --out $(DEMO_OUT)
 
-# Lint, format and type checks first, then the suite: ruff takes seconds, mypy (its files and
+LINTED := eegformer_cli tests benchmarks
+# The tests on parallel workers (pytest-xdist), one per core (TEST_WORKERS=0: in one process).
+# Each test file runs whole on one worker (--dist loadfile): the models its module fixtures
+# train are trained once, not once per worker. One PyTorch thread per worker: with more
+# threads than cores PyTorch's threads wait for each other (DEVELOPERS.md: the timings).
+TEST_WORKERS ?= auto
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# Lint, format and type checks first, then every test: ruff takes seconds, mypy (its files and
 # settings: pyproject.toml) about a minute without its cache (.mypy_cache), seconds with it.
 test: lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
-LINTED := eegformer_cli tests benchmarks
-lint: $(STAMP)
+# The quick loop: ruff, then the tests not marked slow (no other program, no ../shared/data,
+# no demo, no training run of more than a few seconds), in under 2 minutes.
+test-fast: ruff
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+lint: ruff
+	$(BIN)/mypy
+
+ruff: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
-	$(BIN)/mypy
 
 # Every benchmark of docs/benchmarks.md, one JSON file each in $(BENCH_OUT) (about an hour on 2 cores;
 # run it on a quiet machine). The figures in docs/benchmarks.md are copied from such files.

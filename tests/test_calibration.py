@@ -194,6 +194,7 @@ def cv_run(tmp_path_factory) -> dict:
     return {"prep": prep, "run": run_dir, "metrics": metrics}
 
 
+@pytest.mark.slow
 def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(cv_run, capsys):
     from scipy.special import softmax
 
@@ -270,6 +271,7 @@ def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(
     assert err.count("\n") == 0 and "needs at least 101 out-of-fold recordings" in err
 
 
+@pytest.mark.slow
 def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):
     from eegformer_cli.cli.train import _report
 
@@ -282,6 +284,7 @@ def test_the_train_summary_opens_with_the_verdict(cv_run, capsys):
     assert "chance: BAC 0.50 (2 classes)" in out
 
 
+@pytest.mark.slow
 def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(
     cv_run, tmp_path, capsys
 ):

@@ -142,6 +142,7 @@ def test_non_electrode_names_give_none(name):
 # --- normalise_channels -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_msu_has_16_channels_with_old_names_mapped(msu_dir):
     raw = read_recording(sorted((msu_dir / "eeg").glob("*.edf"))[0], preload=False)
     normalised, renamed = normalise_channels(raw)
@@ -152,6 +153,7 @@ def test_msu_has_16_channels_with_old_names_mapped(msu_dir):
     assert raw.ch_names[4] == "T3", "the input recording must not be renamed in place"
 
 
+@pytest.mark.slow
 def test_eegmat_keeps_19_eeg_and_the_ear_drops_ecg(eegmat_dir):
     raw = read_recording(eegmat_dir / "eeg" / "Subject03_2.edf", preload=True)
     normalised, renamed = normalise_channels(raw)
@@ -175,6 +177,7 @@ def test_unknown_naming_scheme_is_rejected_listing_names():
         normalise_channels(_raw([f"Ch{i}" for i in range(1, 20)]))
 
 
+@pytest.mark.slow
 def test_numbered_cap_layout_is_not_taken_for_10_20(fixtures_dir):
     raw = read_recording(fixtures_dir / "EDF" / "test_reduced.edf", preload=False)
     assert {"C3", "F7", "B1"} <= set(raw.ch_names)  # BioSemi-style A1..I8 labels
@@ -197,6 +200,7 @@ def test_channel_types_other_than_eeg_are_not_kept():
 # --- select_channel_set -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_default_set_on_msu_is_the_16_channels_in_standard_order(msu_dir):
     available = [
         set(normalise_channels(read_recording(path, preload=False))[0].ch_names)
@@ -242,6 +246,7 @@ def test_explicit_list_errors_are_usage_errors(requested, message):
 # --- conform_channels ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_conform_reorders_sets_montage_and_interpolates_missing(eegmat_dir):
     raw = read_recording(eegmat_dir / "eeg" / "Subject03_2.edf", preload=True).crop(0, 20)
     normalised, _ = normalise_channels(raw)

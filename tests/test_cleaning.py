@@ -154,6 +154,7 @@ def test_reject_segments_flags_flat_and_absurd_channels_only():
     assert keep.all()
 
 
+@pytest.mark.slow
 def test_thresholds_keep_every_segment_of_real_recordings(msu_dir, eegmat_dir):
     """The documented choice: the real datasets lose no segment to rejection. These are the
     recordings with the largest (msu sub-021) and smallest (eegmat Subject09_1) amplitudes."""
@@ -168,6 +169,7 @@ def test_thresholds_keep_every_segment_of_real_recordings(msu_dir, eegmat_dir):
         assert keep.all(), reasons
 
 
+@pytest.mark.slow
 def test_ica_iclabel_is_reproducible_and_keeps_the_shape(eegmat_dir):
     raw, _ = normalise_channels(
         mne.io.read_raw_edf(eegmat_dir / "eeg" / "Subject00_2.edf", preload=True, verbose=False)

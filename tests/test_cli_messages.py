@@ -88,6 +88,7 @@ def test_preprocess_of_a_missing_path_says_it_does_not_exist(tmp_path, capsys):
     assert "holds no recordings" not in output and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(sample_run):
     run = sample_run
     process = subprocess.Popen(
@@ -118,6 +119,7 @@ def test_ctrl_c_in_predict_does_not_say_rerun_to_resume(sample_run):
     assert "Traceback" not in err and "resume" not in err
 
 
+@pytest.mark.slow
 def test_predict_and_explain_read_paths_from_standard_input_with_a_dash(sample_run, tmp_path):
     """``-`` stands for the paths piped in, one per line, as for other shell tools."""
     run = sample_run

@@ -33,6 +33,7 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
     return stopped.value.code, out, err
 
 
+@pytest.mark.slow
 def test_train_results_go_to_stdout_and_progress_to_stderr(tmp_path, capsys):
     data = make_connectome_folder(tmp_path / "prep", n_participants=12)
     (tmp_path / "tiny.toml").write_text(TINY_TOML.replace("epochs = 2", "epochs = 1"))

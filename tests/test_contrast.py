@@ -150,6 +150,7 @@ def linear_study(tmp_path_factory) -> dict:
     return {"prep": prep, "run": run, "truth": read_ground_truth(ground_truth_path(study))}
 
 
+@pytest.mark.slow
 def test_the_contrast_of_a_linear_study_is_led_by_a_planted_pair_with_its_sign(
     linear_study, tmp_path, capsys
 ):

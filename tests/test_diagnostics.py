@@ -154,6 +154,7 @@ def test_recording_summaries_are_segment_means_and_average_over_recordings():
     assert mean_diagnostics([]) is None and "not measured" in describe(None, "test")
 
 
+@pytest.mark.slow
 def test_trained_default_model_attends_by_its_explanation(tmp_path):
     """Issue 19's acceptance on sample_data: after training the ``default`` preset, the
     refined attention is sharper than the coarse one by a clear margin (out of fold), and the

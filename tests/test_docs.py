@@ -134,6 +134,7 @@ def workspace(tmp_path_factory) -> Workspace:
     return space
 
 
+@pytest.mark.slow
 def test_readme_is_short_and_its_examples_run(workspace):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= README_MAX_LINES
@@ -142,6 +143,7 @@ def test_readme_is_short_and_its_examples_run(workspace):
         assert f"]({page})" in readme and (REPO / page).is_file(), page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [p.name for p in PAGES[1:]])
 def test_guide_page_examples_run(workspace, page):
     workspace.run_page(GUIDE / page)

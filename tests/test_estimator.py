@@ -121,6 +121,7 @@ def oof_probabilities(run_dir) -> dict[str, float]:
         }
 
 
+@pytest.mark.slow
 def test_cross_val_score_with_group_k_fold_equals_train_on_the_same_splits_and_seed(prep, tmp_path):
     """Acceptance: ``cross_val_score(XAIguiFormerClassifier(), X, y, groups=..., cv=GroupKFold)``
     gives ``eegformer train``'s out-of-fold balanced accuracy, fold by fold, when ``train``

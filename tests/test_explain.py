@@ -176,6 +176,7 @@ def _read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_explain_cli_on_sample_data_writes_every_output(sample_run, tmp_path):
     out = tmp_path / "explanations"
     done = subprocess.run(
@@ -328,6 +329,7 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
     assert "Traceback" not in output
 
 
+@pytest.mark.slow
 def test_explain_on_msu_recordings_with_a_model_trained_on_msu(msu_dir, tmp_path, capsys):
     from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess

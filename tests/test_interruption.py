@@ -19,9 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from eegformer_cli.preprocess import load_connectome
 from eegformer_cli.simulate import simulate_dataset
 
+#: The test here runs preprocess in another process: `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 N_RECORDINGS = 6
 
 

@@ -166,6 +166,7 @@ def linear_run(linear_study, tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
 def test_a_linear_effect_keeps_no_residual_and_the_model_file_round_trips(linear_study, linear_run):
     folds = [json.loads(p.read_text()) for p in (linear_run / "folds").glob("r*.json")]
     assert len(folds) == 5
@@ -196,6 +197,7 @@ def recording_tensors(prep, index: int) -> tuple[torch.Tensor, ...]:
     return coh, wpli, *(torch.full((len(coh),), float(getattr(rec, k))) for k in ("age", "sex"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("residual_kept", [False, True])
 def test_the_paths_share_the_logit_and_the_attributions_add_up(
     linear_study, linear_run, residual_kept

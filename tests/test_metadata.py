@@ -154,6 +154,7 @@ def test_non_utf8_table(tmp_path):
 # --- load_participants ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_msu_participants_are_boys_of_unknown_age(msu_dir):
     participants = load_participants(msu_dir / "participants.tsv")
     assert len(participants) == 84
@@ -163,6 +164,7 @@ def test_msu_participants_are_boys_of_unknown_age(msu_dir):
     assert (diagnoses.count("schizophrenia"), diagnoses.count("healthy")) == (45, 39)
 
 
+@pytest.mark.slow
 def test_eegmat_participants_carry_age_and_sex(eegmat_dir):
     path = eegmat_dir / "participants.tsv"
     participants = load_participants(path)
@@ -246,6 +248,7 @@ def test_id_column_aliases_and_missing_columns(tmp_path):
 # --- recordings table, finding tables, matching -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eegmat_recordings_table(eegmat_dir):
     recordings = load_recordings_table(eegmat_dir / "recordings.tsv")
     assert len(recordings) == 20 and "eeg/Subject00_1.edf" in recordings
@@ -267,6 +270,7 @@ def test_recordings_table_normalises_paths_and_rejects_repeats(tmp_path):
         load_recordings_table(_write(tmp_path / "r3.tsv", "path\nx.edf\n"))
 
 
+@pytest.mark.slow
 def test_tables_are_found_at_the_dataset_root(eegmat_dir, msu_dir, tmp_path):
     eegmat_file = eegmat_dir / "eeg" / "Subject00_1.edf"
     assert find_participants_file([eegmat_file]) == eegmat_dir / "participants.tsv"
@@ -279,6 +283,7 @@ def test_tables_are_found_at_the_dataset_root(eegmat_dir, msu_dir, tmp_path):
     assert find_participants_file([deep.parent]) == tmp_path / "a" / "participants.csv"
 
 
+@pytest.mark.slow
 def test_every_real_recording_matches_its_participant(msu_dir, eegmat_dir):
     msu = load_participants(msu_dir / "participants.tsv")
     for path in find_recordings([msu_dir]):

@@ -91,6 +91,7 @@ def cv_run(sample_run, tmp_path_factory):
     return prep, run_dir
 
 
+@pytest.mark.slow
 def test_train_keeps_each_fold_model_with_its_reference(cv_run):
     _, run_dir = cv_run
     names = sorted(p.stem for p in (run_dir / "folds").glob("*.pt"))
@@ -111,6 +112,7 @@ def test_train_keeps_each_fold_model_with_its_reference(cv_run):
     assert oof and not {r["participant_id"] for r in oof} & set(fold.training_data["participants"])
 
 
+@pytest.mark.slow
 def test_explain_run_dir_gives_the_out_of_fold_probabilities(cv_run, tmp_path, capsys):
     prep, run_dir = cv_run
     code, output = run_main(
@@ -141,6 +143,7 @@ def test_explain_run_dir_gives_the_out_of_fold_probabilities(cv_run, tmp_path, c
     assert all("in_training_data" in r["warnings"] for r in final)
 
 
+@pytest.mark.slow
 def test_a_run_without_fold_models_is_explained_by_its_final_model(cv_run, tmp_path, capsys):
     import shutil
 

@@ -20,6 +20,8 @@ from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.config import resolve_config
 
+#: Every test here runs the CLI in another process on msu: `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 N_PER_CLASS = 8
 

@@ -64,6 +64,7 @@ def msu_run(tmp_path_factory):
     return data, out, summary
 
 
+@pytest.mark.slow
 def test_msu_every_recording_ok_with_demographics(msu_run):
     data, out, summary = msu_run
     assert (summary.n_recordings, summary.n_ok, summary.n_error) == (84, 84, 0)
@@ -90,6 +91,7 @@ def test_msu_every_recording_ok_with_demographics(msu_run):
     assert settings["versions"]["mne-connectivity"]
 
 
+@pytest.mark.slow
 def test_msu_connectomes_follow_the_contract(msu_run):
     _, out, _ = msu_run
     rows = read_manifest(out)
@@ -108,6 +110,7 @@ def test_msu_connectomes_follow_the_contract(msu_run):
                 assert tokens.std() > 0.01  # not a constant placeholder
 
 
+@pytest.mark.slow
 def test_stored_coherence_equals_a_direct_mne_computation(msu_run):
     """Rebuild one recording's cleaned segments with plain MNE calls and recompute coh/wPLI."""
     data, out, _ = msu_run
@@ -140,6 +143,7 @@ def test_stored_coherence_equals_a_direct_mne_computation(msu_run):
             np.testing.assert_allclose(tokens[index], expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_rerun_skips_every_finished_recording(msu_run):
     data, out, _ = msu_run
     files = sorted((out / "connectomes").glob("*.npz"))
@@ -153,6 +157,7 @@ def test_rerun_skips_every_finished_recording(msu_run):
     assert (out / "manifest.tsv").read_text() == manifest_before
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_locked_folder_is_refused(msu_run, tmp_path, capsys):
     data, out, _ = msu_run
     with DirectoryLock(out):
@@ -164,6 +169,7 @@ def test_a_second_run_into_a_locked_folder_is_refused(msu_run, tmp_path, capsys)
     assert "another eegformer" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_forked_workers_give_the_files_of_one_process(msu_run, tmp_path):
     """--n-jobs 2 (forked pool on Linux) and --n-jobs 1 write identical connectomes."""
     data, out, _ = msu_run
@@ -179,6 +185,7 @@ def test_forked_workers_give_the_files_of_one_process(msu_run, tmp_path):
                 np.testing.assert_array_equal(one[key], two[key])
 
 
+@pytest.mark.slow
 def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
     files = [
         eegmat_dir / "eeg" / name
@@ -204,6 +211,7 @@ def test_eegmat_channels_condition_and_ages(eegmat_dir, tmp_path):
     assert stored.coh.shape == (12, 8, 19, 19)  # 182 s in 15 s epochs (set by the 62 s ones)
 
 
+@pytest.mark.slow
 def test_reader_fixtures_are_read_or_rejected_with_a_message(fixtures_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["preprocess", str(fixtures_dir), "--out", str(tmp_path)])
@@ -456,6 +464,7 @@ def test_process_recording_interpolates_a_missing_channel(tmp_path):
     assert connectome.coh[:, :, -1, -2].mean() > 0.5  # interpolated O2 follows its neighbour O1
 
 
+@pytest.mark.slow
 def test_kill_midway_then_rerun_finishes_without_redoing_work(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

@@ -179,6 +179,7 @@ def test_a_filtered_copy_of_a_training_recording_is_recognised_by_its_fingerprin
     assert not any(w.startswith("in_training_data") for w in rows["other"]["warnings"])
 
 
+@pytest.mark.slow
 def test_cropped_and_filtered_copies_of_real_recordings_keep_their_fingerprint(msu_dir):
     """24 msu-schizophrenia recordings as a training set (15 s segments, as `preprocess`
     chooses for them): a copy of eight, the middle 30 s of 60 band-passed 2-30 Hz, matches its

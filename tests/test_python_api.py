@@ -125,6 +125,7 @@ def test_every_public_name_imports_with_its_signature_and_a_numpydoc_docstring()
         eegformer_cli.nonexistent
 
 
+@pytest.mark.slow
 def test_import_loads_neither_torch_nor_mne_nor_sklearn_nor_pandas():
     heavy = ("torch", "mne", "sklearn", "pandas", "scipy")
     code = (

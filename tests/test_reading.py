@@ -34,6 +34,7 @@ def _msu_file(msu_dir: Path) -> Path:
 # --- find_recordings ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_find_recordings_in_fixtures_skips_companion_files(fixtures_dir):
     found = find_recordings([fixtures_dir])
     assert found == sorted(found)
@@ -48,17 +49,20 @@ def test_find_recordings_in_fixtures_skips_companion_files(fixtures_dir):
     }
 
 
+@pytest.mark.slow
 def test_find_recordings_counts_real_datasets(msu_dir, eegmat_dir):
     assert len(find_recordings([msu_dir])) == 84
     assert len(find_recordings([eegmat_dir / "eeg"])) == 20
 
 
+@pytest.mark.slow
 def test_find_recordings_deduplicates_files_and_folders(fixtures_dir):
     edf = fixtures_dir / "EDF" / "test_reduced.edf"
     found = find_recordings([fixtures_dir / "EDF", edf, edf])
     assert [p.name for p in found] == ["test_reduced.edf", "test_utf8_annotations.edf"]
 
 
+@pytest.mark.slow
 def test_find_recordings_keeps_the_order_the_inputs_were_given(fixtures_dir):
     """Rows of predict/explain follow the command line, wherever the files live."""
     utf8 = fixtures_dir / "EDF" / "test_utf8_annotations.edf"
@@ -124,6 +128,7 @@ def test_recording_suffixes_cover_the_required_formats():
 # --- read_recording: real files -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_fixture_is_read_or_rejected_with_one_line(fixtures_dir):
     outcomes = {}
     for path in sorted(p for p in fixtures_dir.rglob("*") if p.is_file()):
@@ -140,6 +145,7 @@ def test_every_fixture_is_read_or_rejected_with_one_line(fixtures_dir):
     assert outcomes["test_1ch.gdf"] == "rejected"
 
 
+@pytest.mark.slow
 def test_brainvision_eeglab_and_gdf_are_read(fixtures_dir):
     vhdr = read_recording(fixtures_dir / "Brainvision" / "test_NO.vhdr")
     assert vhdr.info["sfreq"] == 5000 and len(vhdr.ch_names) == 65 and np.ptp(vhdr.get_data()) > 0
@@ -150,6 +156,7 @@ def test_brainvision_eeglab_and_gdf_are_read(fixtures_dir):
     assert gdf.ch_names == ["ECG"]
 
 
+@pytest.mark.slow
 def test_headers_only_for_real_datasets(msu_dir, eegmat_dir):
     msu = read_recording(_msu_file(msu_dir), preload=False)
     assert msu.info["sfreq"] == 128 and len(msu.ch_names) == 16 and not msu.preload
@@ -157,6 +164,7 @@ def test_headers_only_for_real_datasets(msu_dir, eegmat_dir):
     assert eegmat.info["sfreq"] == 500 and len(eegmat.ch_names) == 21
 
 
+@pytest.mark.slow
 def test_upper_case_suffix_is_read(msu_dir, tmp_path):
     link = tmp_path / "RECORDING.EDF"
     link.symlink_to(_msu_file(msu_dir))
@@ -184,12 +192,14 @@ def test_text_file_with_a_recording_suffix(tmp_path, suffix):
     assert "starts like a text file" in _rejected(path)
 
 
+@pytest.mark.slow
 def test_truncated_edf_header(msu_dir, tmp_path):
     path = tmp_path / "truncated.edf"
     path.write_bytes(_msu_file(msu_dir).read_bytes()[:1000])
     assert "corrupt or truncated EDF header" in _rejected(path, preload=False)
 
 
+@pytest.mark.slow
 def test_edf_truncated_in_the_data_is_not_read_as_a_short_recording(msu_dir, tmp_path):
     original = _msu_file(msu_dir).read_bytes()
     path = tmp_path / "half.edf"
@@ -207,6 +217,7 @@ def test_nan_values_are_rejected_naming_channels(tmp_path):
     assert "contains NaN or infinite values (channels Pz)" in _rejected(path)
 
 
+@pytest.mark.slow
 def test_missing_companion_files(fixtures_dir, tmp_path):
     shutil.copy(fixtures_dir / "Brainvision" / "test_NO.vhdr", tmp_path)
     assert "missing companion file test_NO.eeg" in _rejected(tmp_path / "test_NO.vhdr")
@@ -214,6 +225,7 @@ def test_missing_companion_files(fixtures_dir, tmp_path):
     assert "missing companion data file (.fdt)" in _rejected(tmp_path / "test_raw.set")
 
 
+@pytest.mark.slow
 def test_companion_and_unsupported_files(fixtures_dir, tmp_path):
     assert "companion file, not a recording: give the .vhdr" in _rejected(
         fixtures_dir / "Brainvision" / "test_NO.vmrk"
@@ -222,6 +234,7 @@ def test_companion_and_unsupported_files(fixtures_dir, tmp_path):
     assert "unsupported format (.csv)" in _rejected(tmp_path / "x.csv")
 
 
+@pytest.mark.slow
 def test_corrupt_data_found_when_loading(fixtures_dir, tmp_path):
     path = tmp_path / "cut.gdf"
     path.write_bytes((fixtures_dir / "GDF" / "test_1ch.gdf").read_bytes()[:3000])

@@ -104,6 +104,7 @@ def demo_report(tmp_path_factory):
     return out / "report.html"
 
 
+@pytest.mark.slow
 def test_report_is_one_self_contained_file_with_every_section(report_file):
     text = report_file.read_text(encoding="utf-8")
     sources = re.findall(r'\bsrc="([^"]*)"', text)
@@ -162,6 +163,7 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
     ) in text
 
 
+@pytest.mark.slow
 def test_the_interactions_section_shows_what_was_kept_and_leads_the_contrast(interaction_report):
     text = interaction_report.read_text(encoding="utf-8")
     section = text[text.index("What the screens found") :]
@@ -326,6 +328,7 @@ def test_report_of_an_unfinished_run_says_so(sample_run, tmp_path, capsys):
     assert verdict.index('scope="row">incomplete run') < verdict.index('scope="row">score')
 
 
+@pytest.mark.slow
 def test_report_refuses_another_models_explanations_and_damaged_predictions(
     report_file, sample_run, tmp_path, capsys
 ):
@@ -671,6 +674,7 @@ def test_the_head_shows_the_band_the_chart_puts_first_or_the_one_asked_for():
     assert sum(dashed) == 1 and "caution: 1 of 4 dashed" in fig.axes[0].get_title()
 
 
+@pytest.mark.slow
 def test_report_band_option_and_its_errors(report_file, sample_run, tmp_path, capsys):
     run = sample_run
     explanations = report_file.parent / "explanations"

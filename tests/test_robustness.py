@@ -46,6 +46,8 @@ from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, load_connectome, run_preprocess
 from eegformer_cli.training.config import resolve_config
 
+#: Every test here runs the CLI in another process: `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 SEED = 11
 N_PARTICIPANTS = 8

@@ -68,6 +68,7 @@ def one_process_output(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_dask_cluster_on_loopback_gives_the_manifest_and_tokens_of_one_process(
     one_process_output, tmp_path
 ):
@@ -104,6 +105,7 @@ def test_dask_cluster_on_loopback_gives_the_manifest_and_tokens_of_one_process(
     assert_same_preprocess_outputs(one_process_output, tmp_path / "dask")
 
 
+@pytest.mark.slow
 def test_dask_backend_without_address_starts_its_own_cluster(one_process_output, tmp_path):
     code = run_cli(
         [
@@ -292,6 +294,7 @@ def assert_runs_match(single: Path, other: Path, tolerance: float) -> None:
                 assert other_fold[name] == pytest.approx(fold[name], abs=tolerance)
 
 
+@pytest.mark.slow
 def test_torchrun_two_gloo_processes_match_one_process(connectome_dir, single_run, tmp_path):
     run_dir = tmp_path / "ddp_run"
     result = torchrun(2, connectome_dir, run_dir, TRAIN_SETTINGS, tmp_path)
@@ -308,6 +311,7 @@ def test_torchrun_two_gloo_processes_match_one_process(connectome_dir, single_ru
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.skipif(
     torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (nccl, one per process)"
@@ -322,6 +326,7 @@ def test_torchrun_on_two_gpus_matches_one_gpu(connectome_dir, tmp_path):
     assert_runs_match(one, two, tolerance=2e-2)
 
 
+@pytest.mark.slow
 def test_fold_jobs_merged_equal_a_single_cv_run(connectome_dir, single_run, tmp_path, capsys):
     run_dir = tmp_path / "fold_jobs"
     job = [

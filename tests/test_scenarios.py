@@ -135,6 +135,7 @@ def _oracle_inputs(tmp_path, scenario: str, seed: int):
     return x, planted, labels
 
 
+@pytest.mark.slow
 def test_the_pipeline_recovers_a_planted_coupling_and_null_ties_it_to_nothing(tmp_path):
     x, planted, labels = _oracle_inputs(tmp_path, "linear", seed=8)
     assert roc_auc_score(planted, x[:, 0]) > 0.9  # coherence rose where planted

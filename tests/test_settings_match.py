@@ -110,6 +110,7 @@ def cropped(sample_run, tmp_path_factory) -> dict:
     return {"sample": sample, "prep": prep, "run": run_dir, "model": run_dir / "model.pt"}
 
 
+@pytest.mark.slow
 def test_the_crop_mismatch_is_refused_both_ways(cropped, tmp_path, capsys):
     sample, out = cropped["sample"], tmp_path / "explained"
     for model, folder, here, theirs in (
@@ -135,6 +136,7 @@ def test_the_crop_mismatch_is_refused_both_ways(cropped, tmp_path, capsys):
     assert json_rows(output)[0]["n_segments"] == 3  # 30 s in 9 s segments
 
 
+@pytest.mark.slow
 def test_a_rerun_into_a_cropped_folder_names_the_crop(cropped, tmp_path):
     folder = tmp_path / "prep"
     shutil.copytree(cropped["prep"], folder)
@@ -143,6 +145,7 @@ def test_a_rerun_into_a_cropped_folder_names_the_crop(cropped, tmp_path):
         run_preprocess(EDFS[:2], folder, dataclasses.replace(settings, crop_s=None))
 
 
+@pytest.mark.slow
 def test_a_recording_shorter_than_the_crop_is_scored_whole_with_a_warning(
     cropped, tmp_path, capsys
 ):
@@ -172,6 +175,7 @@ def test_a_recording_shorter_than_the_crop_is_scored_whole_with_a_warning(
     assert code == PartialFailure.exit_code == 6
 
 
+@pytest.mark.slow
 def test_a_model_file_s_settings_and_the_folder_s_are_read_the_same_way(cropped):
     """The model stores the folder's preprocess.json settings: read back, nothing differs."""
     bundle_settings = eegformer_cli.load_model(cropped["model"], device="cpu").preprocess_settings

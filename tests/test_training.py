@@ -358,6 +358,7 @@ def test_label_problems_are_input_errors(tmp_path):
 # whole runs
 
 
+@pytest.mark.slow
 def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypatch):
     """Where torch sees a CUDA device the pool spawns its workers (a forked worker's backward
     fails once this process has run one there); spawned workers give the numbers of one
@@ -377,6 +378,7 @@ def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypa
     assert one.models == spawned.models
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
     config = tiny_config(cv=3)
     a = run_training(synthetic_dir, tmp_path / "a", "diagnosis", config)
@@ -449,6 +451,7 @@ def holdout_run(synthetic_dir, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_model_file_loads_in_a_fresh_process(synthetic_dir, holdout_run, tmp_path):
     bundle = load_model_file(holdout_run / "model.pt")
     assert bundle.label_names == ["control", "patient"] and bundle.channels == CHANNELS
@@ -473,6 +476,7 @@ def test_model_file_loads_in_a_fresh_process(synthetic_dir, holdout_run, tmp_pat
         assert rows[row["recording_id"]]["predicted"] == row["predicted"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tmp_path, n_jobs):
     run_dir = tmp_path / "run"
@@ -555,6 +559,7 @@ def test_interrupted_cv_resumes_without_redoing_finished_folds(synthetic_dir, tm
     assert "train_config.epochs" in changed.stderr
 
 
+@pytest.mark.slow
 def test_small_classes_give_one_warning_and_no_scikit_learn_warnings(tmp_path):
     from eegformer_cli import EegformerWarning
 
@@ -611,6 +616,7 @@ def test_bad_n_jobs_is_refused_before_the_run_folder_exists(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_cli_errors_have_distinct_exit_codes(tmp_path):
     one_class = make_connectome_folder(tmp_path / "a", n_participants=6, labels=["x"] * 6)
     done = run_cli("train", one_class, "--out", tmp_path / "r", "--label-column", "diagnosis")
@@ -647,6 +653,7 @@ def test_cli_errors_have_distinct_exit_codes(tmp_path):
     assert done.returncode == 2 and "--holdout cannot be combined" in done.stderr
 
 
+@pytest.mark.slow
 def test_model_file_errors(tmp_path, synthetic_dir, holdout_run):
     good = (holdout_run / "model.pt").read_bytes()
     bad = tmp_path / "truncated.pt"
@@ -668,6 +675,7 @@ def test_model_file_errors(tmp_path, synthetic_dir, holdout_run):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_model_file_of_an_earlier_version_predicts_the_same(tmp_path, synthetic_dir, holdout_run):
     """Its retired model fields with their surviving values are dropped; a retired
     experimental variant is refused naming the field (exit 4, one line)."""
@@ -719,6 +727,7 @@ def test_one_fold_on_cuda_with_mixed_precision(synthetic_dir, tmp_path):
     assert config["precision"] == half
 
 
+@pytest.mark.slow
 def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatch):
     """With --n-jobs the folds train in worker processes; each fold's epochs still reach the
     bar (one task per running fold, as in one process), and the final model's too."""

@@ -133,6 +133,7 @@ def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_p
     )
 
 
+@pytest.mark.slow
 def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_path, capsys):
     from eegformer_cli.errors import RecordingError, UsageError
     from eegformer_cli.preprocess import PreprocessSettings, preprocess_raw
@@ -166,6 +167,7 @@ def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_pa
     assert cropped["status"] == "constant" and "--crop 60" in cropped["description"]
 
 
+@pytest.mark.slow
 def test_confounds_are_audited_as_categories_with_three_classes(tmp_path):
     # make_connectome_folder's sex follows p % 3 and its ages p % 20: the labels do not
     labels = [["a", "b", "c"][(p // 3) % 3] for p in range(24)]
@@ -252,6 +254,7 @@ def test_labels_are_permuted_between_participants_or_within_them():
     assert "each participant's recordings" in null_labels.describe_scheme(conditions)
 
 
+@pytest.mark.slow
 def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, capsys):
     rng = np.random.default_rng(0)
     root = set_column(
@@ -339,6 +342,7 @@ def observed_and_p(root: Path, run_dir: Path, n_permutations: int, **settings) -
     return observed, result.permutation_test.models["logistic_regression"].p_value
 
 
+@pytest.mark.slow
 def test_permutation_p_value_is_small_on_sample_data(tmp_path):
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 
@@ -354,6 +358,7 @@ def test_permutation_p_value_is_small_on_sample_data(tmp_path):
     assert observed > 0.75 and p == 1 / 25  # no permutation reaches it: p < 0.05
 
 
+@pytest.mark.slow
 def test_permutation_p_value_is_near_uniform_when_the_label_was_shuffled_once(tmp_path):
     p_values = []
     for seed in range(6):  # the coherence difference stays with the original labels
