@@ -16,13 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from builders import SAMPLE_DATA, TRAIN_SETTINGS, write_connectome_folder
+from builders import SAMPLE_DATA, TRAIN_SETTINGS, exit_code, write_connectome_folder
 from hypothesis import given
 from hypothesis import strategies as st
 
 from eegformer_cli import parallel
 from eegformer_cli.atomic import DirectoryLock
-from eegformer_cli.cli.app import main
 from eegformer_cli.errors import OutputError, UsageError
 from eegformer_cli.experiment.run import merge_run, run_training
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
@@ -31,12 +30,6 @@ from eegformer_cli.training.config import resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 
 SAMPLE_RECORDINGS = sorted((SAMPLE_DATA / "eeg").glob("*.edf"))[:4]
-
-
-def run_cli(args: list) -> int:
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(arg) for arg in args])
-    return exit_info.value.code
 
 
 def assert_same_preprocess_outputs(first: Path, other: Path) -> None:
@@ -86,17 +79,15 @@ def test_dask_cluster_on_loopback_gives_the_manifest_and_tokens_of_one_process(
         Client(cluster) as client,
         get_task_stream(client) as stream,
     ):
-        code = run_cli(
-            [
-                "preprocess",
-                *SAMPLE_RECORDINGS,
-                "--out",
-                tmp_path / "dask",
-                "--backend",
-                "dask",
-                "--scheduler",
-                cluster.scheduler_address,
-            ]
+        code = exit_code(
+            "preprocess",
+            *SAMPLE_RECORDINGS,
+            "--out",
+            tmp_path / "dask",
+            "--backend",
+            "dask",
+            "--scheduler",
+            cluster.scheduler_address,
         )
         workers = set(client.scheduler_info()["workers"])
     assert code == 0
@@ -107,17 +98,15 @@ def test_dask_cluster_on_loopback_gives_the_manifest_and_tokens_of_one_process(
 
 @pytest.mark.slow
 def test_dask_backend_without_address_starts_its_own_cluster(one_process_output, tmp_path):
-    code = run_cli(
-        [
-            "preprocess",
-            *SAMPLE_RECORDINGS,
-            "--out",
-            tmp_path / "dask",
-            "--backend",
-            "dask",
-            "--n-jobs",
-            "2",
-        ]
+    code = exit_code(
+        "preprocess",
+        *SAMPLE_RECORDINGS,
+        "--out",
+        tmp_path / "dask",
+        "--backend",
+        "dask",
+        "--n-jobs",
+        "2",
     )
     assert code == 0
     assert_same_preprocess_outputs(one_process_output, tmp_path / "dask")
@@ -132,7 +121,7 @@ def test_dask_backend_without_address_starts_its_own_cluster(one_process_output,
     ],
 )
 def test_bad_backend_options_are_usage_errors(tmp_path, capsys, args, fragment):
-    assert run_cli(["preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, *args]) == 2
+    assert exit_code("preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, *args) == 2
     err = capsys.readouterr().err
     assert fragment in err and len(err.strip().splitlines()) == 1
 
@@ -140,7 +129,7 @@ def test_bad_backend_options_are_usage_errors(tmp_path, capsys, args, fragment):
 def test_dask_backend_without_dask_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if the extra were not installed
     assert (
-        run_cli(["preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, "--backend", "dask"]) == 2
+        exit_code("preprocess", SAMPLE_RECORDINGS[0], "--out", tmp_path, "--backend", "dask") == 2
     )
     assert "the dask backend needs `pip install eegformer-cli[dask]`" in capsys.readouterr().err
 
@@ -148,17 +137,15 @@ def test_dask_backend_without_dask_says_how_to_install_it(tmp_path, capsys, monk
 def test_unreachable_scheduler_is_named_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(parallel, "CONNECT_TIMEOUT_S", 1)
     assert (
-        run_cli(
-            [
-                "preprocess",
-                SAMPLE_RECORDINGS[0],
-                "--out",
-                tmp_path,
-                "--backend",
-                "dask",
-                "--scheduler",
-                "tcp://127.0.0.1:9",
-            ]
+        exit_code(
+            "preprocess",
+            SAMPLE_RECORDINGS[0],
+            "--out",
+            tmp_path,
+            "--backend",
+            "dask",
+            "--scheduler",
+            "tcp://127.0.0.1:9",
         )
         == 2
     )
@@ -339,17 +326,17 @@ def test_fold_jobs_merged_equal_a_single_cv_run(connectome_dir, single_run, tmp_
         "--config",
         write_toml(tmp_path / "train.toml", TRAIN_SETTINGS),
     ]
-    assert run_cli([*job, "--fold", "1"]) == 0
+    assert exit_code(*job, "--fold", "1") == 0
     assert "eegformer train --merge" in capsys.readouterr().err
     assert not (run_dir / "metrics.json").exists()  # summaries are the merge's job
-    assert run_cli(["train", "--merge", run_dir]) == 2
+    assert exit_code("train", "--merge", run_dir) == 2
     err = capsys.readouterr().err
     assert "1 fold(s) not finished" in err and "(--fold 0)" in err
-    assert run_cli([*job, "--fold", "0"]) == 0
+    assert exit_code(*job, "--fold", "0") == 0
     with DirectoryLock(run_dir, shared=True):  # a fold job still running
         with pytest.raises(OutputError, match="fold jobs"):
             merge_run(run_dir)
-    assert run_cli(["train", "--merge", run_dir, "--json"]) == 0
+    assert exit_code("train", "--merge", run_dir, "--json") == 0
     assert json.loads(capsys.readouterr().out)["n_folds"] == 2
     assert (run_dir / "oof_predictions.tsv").read_bytes() == (
         single_run / "oof_predictions.tsv"
@@ -388,18 +375,16 @@ def test_fold_and_merge_options_are_checked(connectome_dir, tmp_path, capsys, ar
     config = write_toml(tmp_path / "train.toml", TRAIN_SETTINGS)
     args = [arg.format(tmp=tmp_path) for arg in args]
     assert (
-        run_cli(
-            [
-                "train",
-                connectome_dir,
-                "--out",
-                tmp_path / "run",
-                "--label-column",
-                "diagnosis",
-                "--config",
-                config,
-                *args,
-            ]
+        exit_code(
+            "train",
+            connectome_dir,
+            "--out",
+            tmp_path / "run",
+            "--label-column",
+            "diagnosis",
+            "--config",
+            config,
+            *args,
         )
         == 2
     )
@@ -416,7 +401,7 @@ def test_fold_and_merge_options_are_checked(connectome_dir, tmp_path, capsys, ar
     ],
 )
 def test_merge_needs_a_run_folder_and_nothing_else(tmp_path, capsys, args, code, fragment):
-    assert run_cli(["train", *[arg.format(tmp=tmp_path) for arg in args]]) == code
+    assert exit_code("train", *[arg.format(tmp=tmp_path) for arg in args]) == code
     assert fragment in capsys.readouterr().err
 
 
