@@ -104,7 +104,7 @@ class FitResult:
     best_epoch: int  # 1-based
     seconds: float
     screen: dict | None = None  # the interaction screen's record (ScreenResult.summary())
-    linear: dict | None = None  # the linear path's record (:func:`_linear_record`)
+    linear: dict | None = None  # the linear path's record (``residual.Residual.record``)
 
 
 def build_model(
