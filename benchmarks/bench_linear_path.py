@@ -47,8 +47,8 @@ PENALTIES = {
     "l2_ll": (("l2",), "neg_log_loss"),
     "l1_bac": (("l1",), "balanced_accuracy"),
     "l1_ll": (("l1",), "neg_log_loss"),
-    "auto_bac": (("l1", "l2"), "balanced_accuracy"),
-    "auto_ll": (("l1", "l2"), "neg_log_loss"),
+    "auto_bac": (("l2", "l1"), "balanced_accuracy"),
+    "auto_ll": (("l2", "l1"), "neg_log_loss"),
 }
 
 
