@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -67,7 +67,7 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_open(
     path: str | Path, mode: str = "w", encoding: str | None = "utf-8"
-) -> Iterator[io.IOBase]:
+) -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success
     (flushed and fsynced first). On an exception ``path`` is left untouched."""
     with (
@@ -115,10 +115,11 @@ def _json_default(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def save_npz(path: str | Path, compress: bool = True, **arrays) -> None:
-    """Save arrays to ``path`` (``.npz``) atomically."""
+def save_npz(path: str | Path, **arrays: np.ndarray) -> None:
+    """Save ``arrays`` (any names) to ``path`` (a compressed ``.npz``) atomically."""
     with atomic_open(path, "wb") as handle:
-        (np.savez_compressed if compress else np.savez)(handle, **arrays)
+        # numpy's default, named so that no array can take the keyword's place
+        np.savez_compressed(handle, allow_pickle=True, **arrays)
 
 
 def remove_stale_temporaries(folder: str | Path) -> int:
@@ -148,7 +149,7 @@ class DirectoryLock:
         self.folder = ensure_dir(folder)
         self.what = what
         self.shared = shared
-        self._handle = None
+        self._handle: IO[str] | None = None
 
     def __enter__(self) -> DirectoryLock:
         self._handle = open(self.folder / ".lock", "a+")

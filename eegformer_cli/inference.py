@@ -103,7 +103,7 @@ def predict_recordings(
     from eegformer_cli.evaluation.calibration import recalibrate
 
     for item in items:
-        row = {"recording_id": item.recording_id, "participant_id": item.participant_id}
+        row = dict[str, object](recording_id=item.recording_id, participant_id=item.participant_id)
         if item.error is not None:
             yield {**row, "error": item.error}
             continue

@@ -73,12 +73,20 @@ def process_pool(n_workers: int, progress: bool = False):
         yield None
         return
     import multiprocessing
+    import multiprocessing.pool
+    import multiprocessing.queues
+
+    class ProgressPool(multiprocessing.pool.Pool):
+        progress: multiprocessing.queues.SimpleQueue | None = None
 
     context = multiprocessing.get_context(start_method())
     # inherited by the workers; a SimpleQueue writes each message before put returns, so a
     # worker's messages precede whatever the parent sends after the worker's result
     queue = context.SimpleQueue() if progress else None
-    with context.Pool(n_workers, initializer=_start_training_worker, initargs=(queue,)) as pool:
+    # what context.Pool(...) builds, as a class that carries the queue
+    with ProgressPool(
+        n_workers, initializer=_start_training_worker, initargs=(queue,), context=context
+    ) as pool:
         pool.progress = queue
         yield pool
 

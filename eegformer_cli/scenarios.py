@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -108,11 +110,12 @@ def draw_layout(scenario: str, layout_seed: int) -> tuple[Factor, ...]:
 
 def _distinct_pairs(rng: np.random.Generator, n_pairs: int) -> list[tuple[str, str]]:
     positions = dict(zip(CHANNELS, channel_positions()))
-    free, pairs = list(PLANTABLE), []
+    free, pairs = list(PLANTABLE), list[tuple[str, str]]()
     while len(pairs) < n_pairs:
         first, second = (str(name) for name in rng.choice(free, 2, replace=False))
         if np.linalg.norm(positions[first] - positions[second]) >= MIN_PAIR_DISTANCE_M:
-            pairs.append(tuple(sorted((first, second), key=CHANNELS.index)))
+            a, b = sorted((first, second), key=CHANNELS.index)
+            pairs.append((a, b))
             free = [name for name in free if name not in (first, second)]
     return pairs
 
@@ -333,32 +336,47 @@ def planted_couplings(truth: dict) -> list[tuple[str, Coupling]]:
     ]
 
 
-def oracle_features(truth: dict, connectomes: dict[str, object], ages: dict[str, float]) -> dict:
+class _Connectome(Protocol):
+    """What :func:`oracle_features` reads of a :class:`~eegformer_cli.preprocess.Connectome`."""
+
+    @property
+    def channels(self) -> Sequence[str]: ...
+    @property
+    def bands(self) -> Sequence[str]: ...
+    @property
+    def coh(self) -> np.ndarray: ...
+
+
+def oracle_features(
+    truth: dict, connectomes: Mapping[str, _Connectome], ages: dict[str, float]
+) -> dict:
     """The oracle's inputs per recording: each planted coupling's coherence (mean over segments,
     in its token band), each factor the mean of its couplings, plus age (years) for ``age``.
 
     ``connectomes``: recording id -> :class:`~eegformer_cli.preprocess.Connectome`;
     ``ages``: recording id -> age. Returns recording id -> float array (n_features,).
     """
-    factors = {}
+    factors: dict[str, list[Coupling]] = {}
     for name, coupling in planted_couplings(truth):
         factors.setdefault(name, []).append(coupling)
     out = {}
     for recording_id, connectome in connectomes.items():
         channels, bands = list(connectome.channels), list(connectome.bands)
-        values = []
+        values: list[float] = []
         for couplings in factors.values():
             values.append(
-                np.mean(
-                    [
-                        connectome.coh[
-                            :,
-                            bands.index(c.token_band),
-                            channels.index(c.channels[0]),
-                            channels.index(c.channels[1]),
-                        ].mean()
-                        for c in couplings
-                    ]
+                float(
+                    np.mean(
+                        [
+                            connectome.coh[
+                                :,
+                                bands.index(c.token_band),
+                                channels.index(c.channels[0]),
+                                channels.index(c.channels[1]),
+                            ].mean()
+                            for c in couplings
+                        ]
+                    )
                 )
             )
         if truth["scenario"] == "age":

@@ -170,7 +170,8 @@ def test_the_contrast_of_a_linear_study_is_led_by_a_planted_pair_with_its_sign(
     strongest = contrast["strongest_channel_pairs"][0]
     assert (strongest["band"], strongest["channel_a"], strongest["channel_b"]) in planted
     assert strongest["value"] > 0  # the coupling pushes towards patient
-    assert contrast["top_band"] == strongest["band"]
+    # the top band is the band chart's tallest bar (the sum over a band's pairs: a dense linear
+    # path's many small weights in one band may outweigh the planted pair's band)
     with open(out / "contrast_pairs.csv", newline="") as handle:
         first = next(csv.DictReader(handle))  # the table for people: strongest first
     assert (first["band"], first["channel_a"], first["channel_b"]) == (
@@ -186,7 +187,8 @@ def test_the_contrast_of_a_linear_study_is_led_by_a_planted_pair_with_its_sign(
     with np.load(out / "class_summary.npz") as data:
         assert list(data["contrast_classes"]) == ["control", "patient"]
         assert data["contrast_pairs"].shape == data["coh_difference"].shape
-        assert data["contrast_band"].argmax() == list(data["bands"]).index(strongest["band"])
+        tallest = int(np.abs(data["contrast_band"]).argmax())
+        assert list(data["bands"])[tallest] == contrast["top_band"]
     one = json.loads((out / "sub-01_task-rest_eeg.json").read_text())
     assert one["true_class"] in ("control", "patient") and one["contrast"]["classes"]
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from builders import random_connectivity, random_model, run_main
 
-from eegformer_cli.explain.attributions import explain_recording
+from eegformer_cli.explain.attributions import explain_recording, explain_with_models
+from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training.model_file import load_model_file
 
 
@@ -64,6 +65,32 @@ def test_attributions_add_up_to_the_logit_change_from_the_reference():
         n_steps=8,
     )
     assert np.abs(at_reference.channel_pairs).max() < 1e-6
+
+
+def test_several_models_without_transformer_layers_explain_a_recording():
+    # no layers, no attention: each model's attention diagnostics are None, and so is the mean
+    torch.manual_seed(0)
+    config = ModelConfig.preset(
+        "default",
+        n_channels=4,
+        band_names=["delta", "theta"],
+        band_edges_hz=[(1, 4), (4, 8)],
+        n_classes=2,
+        d_model=16,
+        n_heads=2,
+        n_layers=0,
+        n_gnn_layers=1,
+        xai_refinement=False,
+    )
+    models = [(XAIguiFormer(config).eval(), None) for _ in range(2)]
+    rng = np.random.default_rng(0)
+    coh = rng.uniform(0, 1, (3, 2, 4, 4))
+    coh = ((coh + coh.transpose(0, 1, 3, 2)) / 2 * (1 - np.eye(4))).astype(np.float32)
+    e = explain_with_models(
+        models, coh, coh.copy(), 40.0, 1.0, ["a", "b"], recording_id="r", n_steps=4
+    )
+    assert e.attention_diagnostics is None
+    assert e.probabilities.shape == (2,) and np.isfinite(e.channel_pairs).all()
 
 
 @pytest.fixture(scope="module")

@@ -881,7 +881,7 @@ def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_
     )
     assert "hold no band covariances" in capsys.readouterr().err
     assert list(metrics.models) == ["xaiguiformer", "logistic_regression", "linear_path"]
-    assert [c.reference for c in metrics.comparisons] == ["logistic_regression"]
+    assert [c.reference for c in metrics.comparisons] == ["logistic_regression", "linear_path"]
     assert (
         exit_code(
             "train",

@@ -32,7 +32,8 @@ def _flags_show_no_type() -> None:
     def display_type_rich(self, ctx):
         return None if self.is_flag else typer_display(self, ctx)
 
-    TyperOption.display_type_rich = display_type_rich
+    # a deliberate patch of Typer's class (mypy refuses any assignment to a method)
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 _flags_show_no_type()
@@ -107,7 +108,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except typer.TyperException as exc:  # Typer's own usage errors (bad flags): exit 2
         _point_to_the_owner(exc)
-        exc.show()
+        if hasattr(exc, "show"):  # Click's exceptions; Typer's base class has no show()
+            exc.show()
+        else:
+            print(f"Error: {exc.format_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except EegformerError as exc:
         if debug:

@@ -95,7 +95,7 @@ class _RowPrinter:
 
     def __init__(self, output_format: str):
         self.output_format = output_format
-        self.writer = None
+        self.writer: csv.DictWriter[str] | None = None
         self.rows: list[dict] = []
 
     def _header(self, columns: list[str]) -> None:

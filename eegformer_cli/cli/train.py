@@ -309,6 +309,7 @@ def _print_result(
             if as_json:
                 typer.echo(json.dumps(result["metrics"], indent=2))
         return
+    assert out is not None  # commands.train refused a run without --out
     _report(_typed(result), out, as_json)
 
 

@@ -123,6 +123,7 @@ def parse_bands(spec: str) -> tuple[Band | RatioBand, ...]:
                 "or NAME:LOW-HIGH/LOW-HIGH in Hz, e.g. 'theta:4-8,tbr:4-8/12-30'"
             )
         name, low, high, den_low, den_high = match.groups()
+        band: Band | RatioBand
         if den_low is None:
             band = _checked_band(name, float(low), float(high))
         else:

@@ -27,6 +27,7 @@ t-interval can reach past that, and is then clipped to it (``ci95_clipped``), wh
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -208,7 +209,8 @@ def against_chance(per_fold: list[FoldScores], metric: str, chance: float, ratio
     ``ratio``: test participants / training participants of a fold. The metric lies in
     [0, 1], and so does the interval (clipped to it).
     """
-    chance_folds = [FoldScores(**{metric: chance}) for _ in per_fold]
+    scores_at_chance: dict[str, Any] = {metric: chance}  # the field named at run time
+    chance_folds = [FoldScores(**scores_at_chance) for _ in per_fold]
     comparison = compare_folds(per_fold, chance_folds, ratio, metric)
     values = _values(per_fold, metric)
     values = values[np.isfinite(values)]

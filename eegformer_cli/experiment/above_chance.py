@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TypeGuard
 
 from eegformer_cli.evaluation.run_metrics import (
     MODEL_NAME,
@@ -43,7 +44,7 @@ ALPHA = 0.05
 PERMUTATION_HINT = "`--permutations 100` adds a permutation test, which the headline then follows"
 
 
-def _known(value: float | None) -> bool:
+def _known(value: float | None) -> TypeGuard[float]:
     return value is not None and not math.isnan(value)
 
 

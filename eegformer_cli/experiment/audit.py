@@ -235,6 +235,7 @@ def _column_variable(
     known = [text for text in texts if not metadata.is_missing(text)]
     if kind is None:
         kind = "numeric" if all(_is_number(text) for text in known) else "categorical"
+    values: list[float] | list[str]
     if kind == "numeric":
         values = [
             float("nan") if metadata.is_missing(text) or not _is_number(text) else float(text)
@@ -353,7 +354,7 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> ShortcutAudit:
 def _audit_variable(
     variable: Variable, plan: AuditPlan, labels: np.ndarray, positive: int | None
 ) -> dict:
-    entry = {
+    entry: dict[str, object] = {
         "name": variable.name,
         "description": variable.description,
         "kind": variable.kind,
@@ -440,7 +441,9 @@ def _permutation_p_value(
         per_fold = _fold_metrics(
             variable, plan, np.array([index[label] for label in labels]), positive
         )
-        values = [fold.auroc for fold in per_fold if np.isfinite(fold.auroc)]
+        values = [
+            fold.auroc for fold in per_fold if fold.auroc is not None and np.isfinite(fold.auroc)
+        ]
         # undefined when every test fold lacks a class: counted as reaching (conservative)
         null.append(np.mean(values) if values else np.inf)
     return p_value(null, observed)

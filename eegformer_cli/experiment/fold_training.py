@@ -181,7 +181,7 @@ def _final_job(plan: RunPlan) -> FitResult:
 
 def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
     """The final model: all participants, the final split's inner validation for selection."""
-    data, fold = plan.data, plan.final
+    data, fold = plan.data, plan.final_split()
     with deterministic_algorithms(plan.device):
         return fit_model(
             data,
@@ -197,7 +197,7 @@ def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
 
 def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
     """``folds/final.json`` and ``model.pt`` of the final model; returns its history."""
-    fold = plan.final
+    fold = plan.final_split()
     if distributed.is_writer():
         run_folder.write_final_record(
             run_dir,

@@ -156,7 +156,9 @@ def _reference_bac(plan, fold, features: dict[str, dict], name: str) -> float:
 
     _, probabilities = fit_fold_reference(plan, fold, features, name)
     test_labels = plan.data.label_indices(recordings_of(plan.data, fold.test))
-    return classification_metrics(test_labels, probabilities, None).bac
+    bac = classification_metrics(test_labels, probabilities, None).bac
+    assert bac is not None  # classification_metrics always scores it
+    return bac
 
 
 def _null_job(job: tuple) -> dict:
@@ -177,7 +179,7 @@ def run_permutation_test(
     n_permutations: int,
     null_model: str,
     n_workers: int,
-) -> dict:
+) -> RunMetrics:
     """Compute the permutations not on disk yet (on ``n_workers`` processes), then add
     ``permutation_test`` to ``metrics`` (and ``above_chance`` by the rule that then follows
     it) and rewrite ``RUN_DIR/metrics.json``; returns metrics.
@@ -226,7 +228,7 @@ def summarise(
         null_from = name if name in null else null_model
         models[name] = NullComparison(
             observed_bac=observed,
-            p_value=p_value(null[null_from], observed),
+            p_value=None if observed is None else p_value(null[null_from], observed),
             null_from=null_from,
             null_mean=float(np.mean(null[null_from])),
             null_std=float(np.std(null[null_from], ddof=1)) if n > 1 else None,

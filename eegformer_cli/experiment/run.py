@@ -362,7 +362,7 @@ def merge_run(
             f"{len(missing)} fold(s) not finished in {run_dir} (--fold {shown})",
             hint="run those `eegformer train --fold` jobs, then merge again",
         )
-    return run_training(
+    metrics = run_training(
         request.data_dir,
         run_dir,
         request.label_column,
@@ -375,3 +375,5 @@ def merge_run(
         permutation_model=permutation_model,
         split_by=request.split_by,
     )
+    assert not isinstance(metrics, dict)  # a fold's record: only a --fold job returns one
+    return metrics

@@ -205,7 +205,7 @@ def calibration_line(metrics: RunMetrics) -> tuple[str, str, str]:
             f"{sets.empirical_coverage:.0%} out of fold, "
             f"{sets.share_ambiguous:.0%} hold more than one class"
         )
-    tone = "good" if model.ece <= 0.1 else "warn"
+    tone = "good" if model.ece is not None and model.ece <= 0.1 else "warn"
     return "calibration", "; ".join(parts), tone
 
 

@@ -72,8 +72,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -103,7 +105,8 @@ class RecordingExplanation:
     abs-sum 1; ``attention_coarse`` / ``attention_refined`` float64 (L, T, T) or
     (L, H, T, T); ``channel_pairs``, ``coh_pairs``, ``wpli_pairs`` float64 (T, C, C) symmetric,
     logit units; ``n_segments`` S; ``attention_diagnostics`` the recording's summary from
-    :func:`~eegformer_cli.model.diagnostics.recording_diagnostics`; ``explained_by`` which
+    :func:`~eegformer_cli.model.diagnostics.recording_diagnostics` (None for a model without
+    transformer layers); ``explained_by`` which
     model(s): ``"model"`` (the model file given), ``"final_model"`` (a run folder's
     ``model.pt``) or ``"out_of_fold: r0_f1 ..."`` (its fold models that did not train on it);
     ``interactions`` the kept interactions' rows (:mod:`.interactions`), None for a model
@@ -124,7 +127,7 @@ class RecordingExplanation:
     coh_pairs: np.ndarray
     wpli_pairs: np.ndarray
     n_segments: int
-    attention_diagnostics: dict
+    attention_diagnostics: dict | None
     explained_by: str = "model"
     mean_coh: np.ndarray | None = None
     mean_wpli: np.ndarray | None = None
@@ -219,7 +222,11 @@ def default_contrast(
     the user's choice: :func:`check_contrast`)."""
     if len(label_names) != 2:
         return None
-    second = positive_label if positive_label in label_names else label_names[1]
+    second = (
+        positive_label
+        if positive_label is not None and positive_label in label_names
+        else label_names[1]
+    )
     return (next(name for name in label_names if name != second), second)
 
 
@@ -268,10 +275,7 @@ def explain_recording(
     device = torch.device(device)
     model.eval()
     n = coh.shape[0]
-    tensors = (
-        *(torch.as_tensor(x, dtype=torch.float32, device=device) for x in (coh, wpli)),
-        *(torch.full((n,), float(v), dtype=torch.float32, device=device) for v in (age, sex)),
-    )
+    tensors = _input_tensors(coh, wpli, age, sex, device)
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
         coarse, refined, logits = attention_maps(model, *tensors, all_heads=all_heads)
@@ -279,16 +283,19 @@ def explain_recording(
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
         baseline = _reference_tensors(reference, device)
-        options = {"method": method, "n_steps": n_steps, "reference": baseline}
-        coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
-            model, *tensors, target=target_index, **options
+        attribute = functools.partial(
+            channel_pair_attributions,
+            model,
+            *tensors,
+            method=method,
+            n_steps=n_steps,
+            reference=baseline,
         )
-        contrasted, contrast_interactions = {}, None
-        pair = None if contrast is None else tuple(list(label_names).index(c) for c in contrast)
-        if pair is not None:
-            contrast_coh, contrast_wpli, contrast_interactions = channel_pair_attributions(
-                model, *tensors, target=pair, **options
-            )
+        coh_pairs, wpli_pairs, interactions = attribute(target=target_index)
+        contrasted, contrast_interactions, pair = {}, None, None
+        if contrast is not None:
+            pair = (list(label_names).index(contrast[0]), list(label_names).index(contrast[1]))
+            contrast_coh, contrast_wpli, contrast_interactions = attribute(target=pair)
             contrasted = _contrast_fields(contrast, contrast_coh, contrast_wpli)
         paths = _paths(model, tensors, target_index, pair, baseline)
         diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
@@ -312,6 +319,19 @@ def explain_recording(
         mean_wpli=exact_segment_mean(wpli),
         **contrasted,
     )
+
+
+def _input_tensors(
+    coh: np.ndarray, wpli: np.ndarray, age: float, sex: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A recording's (coh, wpli, age, sex) as the model takes them: float32 tensors on
+    ``device``, age and sex one per segment."""
+    n = coh.shape[0]
+    coh_t, wpli_t = (torch.as_tensor(x, dtype=torch.float32, device=device) for x in (coh, wpli))
+    age_t, sex_t = (
+        torch.full((n,), float(v), dtype=torch.float32, device=device) for v in (age, sex)
+    )
+    return coh_t, wpli_t, age_t, sex_t
 
 
 def _checked_inputs(
@@ -397,16 +417,25 @@ def explain_with_models(
     )
 
 
-def _reference_tensors(reference, device: torch.device) -> tuple | None:
+def _reference_tensors(
+    reference: tuple[np.ndarray, np.ndarray] | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The reference connectome (coh, wPLI) as float32 tensors on ``device`` (None stays)."""
     if reference is None:
         return None
-    return tuple(
+    coh, wpli = (
         torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in reference
     )
+    return coh, wpli
 
 
-def _paths(model, tensors: tuple, target: int, pair: tuple | None, baseline) -> dict | None:
+def _paths(
+    model,
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    target: int,
+    pair: tuple[int, int] | None,
+    baseline: tuple[torch.Tensor, torch.Tensor] | None,
+) -> dict | None:
     """:attr:`RecordingExplanation.paths` of the explained class and (``pair``) the contrast;
     None for a model without a linear path."""
     paths = {"target": path_logit_changes(model, *tensors, target, baseline)}
@@ -421,12 +450,15 @@ def mean_paths(paths: Sequence[dict | None]) -> dict | None:
     """The mean of several :attr:`RecordingExplanation.paths` (several models' of one recording,
     or a class's recordings'; None when any has none: no linear path); an output (the
     contrast) only where all have it."""
-    if not paths or any(p is None for p in paths):
+    present = [p for p in paths if p is not None]
+    if not paths or len(present) < len(paths):
         return None
     return {
-        output: {key: float(np.mean([p[output][key] for p in paths])) for key in paths[0][output]}
-        for output in paths[0]
-        if all(output in p for p in paths)
+        output: {
+            key: float(np.mean([p[output][key] for p in present])) for key in present[0][output]
+        }
+        for output in present[0]
+        if all(output in p for p in present)
     }
 
 
@@ -440,21 +472,21 @@ def mean_explanation(
     first = explanations[0]
     if len(explanations) == 1:
         return first
-    means = {
+    means: dict[str, Any] = {  # RecordingExplanation's array fields, named at run time
         field: mean_over([getattr(e, field) for e in explanations])
         for field in RECORDING_ARRAYS
         if getattr(first, field) is not None
     }
     means["band_importance"] = normalise_signed(means["band_importance"])
+    diagnostics = mean_diagnostics([e.attention_diagnostics for e in explanations])
     return dataclasses.replace(
         first,
         predicted=label_names[int(means["probabilities"].argmax())],
         interactions=kept_interactions.merged([e.interactions for e in explanations]),
         paths=mean_paths([e.paths for e in explanations]),
-        attention_diagnostics={
-            **mean_diagnostics([e.attention_diagnostics for e in explanations]),
-            "n": first.attention_diagnostics.get("n"),
-        },
+        attention_diagnostics=None  # models without transformer layers
+        if diagnostics is None
+        else {**diagnostics, "n": (first.attention_diagnostics or {}).get("n")},
         **means,
     )
 
@@ -516,9 +548,9 @@ def class_contrast(explanations: Sequence[RecordingExplanation]) -> dict | None:
     class are left out), else by predicted class.
     """
     contrasted = [e for e in explanations if e.contrast_classes is not None]
-    if not contrasted:
+    classes = contrasted[0].contrast_classes if contrasted else None
+    if classes is None:
         return None
-    classes = contrasted[0].contrast_classes
     by_truth = all(e.true_class is not None for e in contrasted)
     groups = [
         [e for e in contrasted if (e.true_class if by_truth else e.predicted) == name]
@@ -531,8 +563,8 @@ def class_contrast(explanations: Sequence[RecordingExplanation]) -> dict | None:
     }
     if not all(groups):
         return out
+    differences = {}
     for name, source in CONTRAST_FIELDS.items():
         first, second = (np.mean([getattr(e, source) for e in group], axis=0) for group in groups)
-        out[name] = second - first
-    out["contrast_band"] = pair_band_sums(out["contrast_pairs"])
-    return out
+        differences[name] = second - first
+    return {**out, **differences, "contrast_band": pair_band_sums(differences["contrast_pairs"])}

@@ -235,7 +235,7 @@ def reliability_figure(calibration: Calibration):
         line = ax.plot(x, y, marker="o", label=f"{name}: ECE {_number(summary.ece)}")[0]
         ax.scatter(x, y, s=20 + 180 * n / n.max(), color=line.get_color(), alpha=0.35)
         ax_count.bar(
-            [b.lower + (k + 0.5) * width for b in bins],
+            [(b.lower or 0.0) + (k + 0.5) * width for b in bins],  # every bin has its edges
             n,
             width=width,
             color=line.get_color(),

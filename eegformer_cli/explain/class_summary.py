@@ -147,10 +147,10 @@ def _interactions_json(
     keep none)."""
     if not any(e.interactions for e in explanations):
         return None
-    groups: dict[str, list] = {}
+    groups: dict[str, list[list[dict] | None]] = {}
     for e in explanations:
         groups.setdefault(e.target, []).append(e.interactions)
-    out = {"per_class": interactions.class_summary(groups), "contrast": None}
+    out: dict[str, object] = {"per_class": interactions.class_summary(groups), "contrast": None}
     if contrast is not None and all(contrast["n_recordings"]):
         by_truth = contrast["grouped_by"] == GROUPED_BY[0]
         first, second = (

@@ -39,8 +39,9 @@ def explanations_source_html(
     ]
     parts = [_source_sentence(run_dir, folder, settings)]
     if out_of_fold:
-        parts.append(out_of_fold_html(out_of_fold, len(recordings)))
-        recordings = [row for row in recordings if row not in out_of_fold]
+        rows = recordings or []  # out_of_fold's rows are some of them
+        parts.append(out_of_fold_html(out_of_fold, len(rows)))
+        recordings = [row for row in rows if row not in out_of_fold]
     training_data = _training_data_sentence(recordings, bool(out_of_fold))
     if training_data is not None:
         parts.append(training_data)
@@ -53,7 +54,7 @@ def _source_sentence(run_dir: Path, folder: Path, settings: dict) -> str:
     another model file) explained them, and on which inputs."""
     model = Path(str(settings.get("model", "")))
     own = (run_dir / "model.pt").resolve() == model.resolve() if settings.get("model") else False
-    trained_on = settings.get("model_trained_on")
+    trained_on = str(settings.get("model_trained_on"))
     which = {
         "all": "the final model, retrained on all participants of the run",
         "holdout": "the holdout model, trained on the run's training participants",
@@ -314,7 +315,7 @@ def interactions_table_html(interactions: dict, classes: list[str]) -> str:
         for name, rows in (interactions.get("per_class") or {}).items()
     }
     contrast = {row["interaction"]: row["value"] for row in interactions.get("contrast") or []}
-    rows = {}
+    rows: dict[str, dict] = {}
     for name in classes:
         for key, row in per_class.get(name, {}).items():
             rows.setdefault(key, row)

@@ -104,7 +104,7 @@ def strongest_pairs(
     order = np.argsort(-np.abs(values), axis=None, kind="stable")[:k]
     out = []
     for flat in order:
-        band, pair = np.unravel_index(flat, values.shape)
+        band, pair = (int(index) for index in np.unravel_index(flat, values.shape))
         out.append(
             {
                 "band": bands[band],
@@ -162,7 +162,7 @@ def write_recording(
                 e.channel_pairs, bands, channels, cautions=cautions
             ),
             "contrast": None
-            if e.contrast_pairs is None
+            if e.contrast_pairs is None or e.contrast_classes is None  # set together
             else contrast_entry(
                 list(e.contrast_classes),
                 e.contrast_pairs,
@@ -316,7 +316,7 @@ def _channel_pair_rows(
             ]
             for e in explanations
             for b, band in enumerate(bands)
-            for i, j in zip(upper_i, upper_j)
+            for i, j in zip(upper_i.tolist(), upper_j.tolist())
         ),
     )
 
@@ -390,8 +390,8 @@ def contrast_rows(
     values = contrast["contrast_pairs"][:, upper_i, upper_j]  # (T, n_pairs)
     rows = []
     for flat in np.argsort(-np.abs(values), axis=None, kind="stable"):
-        b, pair = np.unravel_index(flat, values.shape)
-        i, j = upper_i[pair], upper_j[pair]
+        b, pair = (int(index) for index in np.unravel_index(flat, values.shape))
+        i, j = int(upper_i[pair]), int(upper_j[pair])
         rows.append(
             [
                 *contrast["classes"],

@@ -26,7 +26,7 @@ linked that way (one in the other's ``proxies``) form one group, named by its st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -124,7 +124,7 @@ def strongest_first(rows: list[dict]) -> list[dict]:
     return with_groups(sorted(rows, key=lambda row: -abs(row["value"])))
 
 
-def class_summary(groups: dict[str, Sequence[list[dict] | None]]) -> dict[str, list[dict]]:
+def class_summary(groups: Mapping[str, Sequence[list[dict] | None]]) -> dict[str, list[dict]]:
     """Per group name (a class), the mean over its recordings of each interaction's value (0
     for a recording whose models kept none), strongest first."""
     return {name: merged(list(rows)) or [] for name, rows in groups.items()}

@@ -66,7 +66,7 @@ def screens_table_html(screens: InteractionScreens) -> str:
 
 
 def add_interactions_section(
-    report, run_dir: Path, metrics: RunMetrics | None, explanations_dir: Path | None
+    report, run_dir: Path, metrics: RunMetrics | None, explanations_dir: str | Path | None
 ) -> None:
     """Add the section to ``report`` (an :class:`mne.Report`): the screens of ``metrics``
     (None: a run without metrics.json) and, from ``explanations_dir`` (None: none given), the

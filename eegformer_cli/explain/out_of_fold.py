@@ -31,7 +31,7 @@ class OutOfFoldModels:
     def __init__(self, run_dir: Path, bundle, device):
         self.run_dir, self.bundle, self.device = Path(run_dir), bundle, device
         self._folds = _test_folds(self.run_dir)
-        self._loaded: dict[str, object] = {}
+        self._loaded: dict[str, tuple] = {}
         training = bundle.training_data or {}
         self._by_hash = dict(training.get("signal_sha256", {}))
         missing = sorted(

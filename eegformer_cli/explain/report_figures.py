@@ -106,12 +106,14 @@ def roc_pr_figure(
         precision, recall, _ = precision_recall_curve(truth, score)
         mean = means.get(name)
         auroc, ap = roc_auc_score(truth, score), average_precision_score(truth, score)
-        ax_roc.plot(fpr, tpr, label=_curve_legend(name, "AUC", auroc, mean and mean.auroc))
+        ax_roc.plot(
+            fpr, tpr, label=_curve_legend(name, "AUC", auroc, None if mean is None else mean.auroc)
+        )
         ax_pr.plot(
             recall,
             precision,
             drawstyle="steps-post",
-            label=_curve_legend(name, "AP", ap, mean and mean.auc_pr),
+            label=_curve_legend(name, "AP", ap, None if mean is None else mean.auc_pr),
         )
     ax_roc.plot([0, 1], [0, 1], color="grey", linestyle=":")
     of = "" if positive_label is None else f" ({positive_label} = positive)"

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -308,7 +310,7 @@ def _oof_summary(rows: list[dict], labels: list[str]) -> tuple[str, float, int]:
     probability, the mean probability of the true class, and how many rows were wrong."""
     mean_probs = {label: _mean([float(r[f"prob_{label}"]) for r in rows]) for label in labels}
     return (
-        max(mean_probs, key=mean_probs.get),
+        max(mean_probs, key=mean_probs.__getitem__),
         mean_probs.get(rows[0]["label"], np.nan),
         sum(r["predicted"] != r["label"] for r in rows),
     )
@@ -451,7 +453,7 @@ def _bands_text(spec) -> str:
 
 #: preprocess.json's ``settings``: key -> (label, value -> text), in the order the report lists
 #: them after the crop (a key not listed here is shown as it is, after these).
-PREPROCESS_SETTINGS = {
+PREPROCESS_SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "preset": ("preset", str),
     "sfreq": ("sampling rate after cleaning", _hertz),
     "l_freq": ("high-pass edge (band-pass low edge)", _hertz),

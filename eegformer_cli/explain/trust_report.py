@@ -128,9 +128,11 @@ def null_distribution_figure(test: PermutationTest):
     values = np.concatenate([np.asarray(v, dtype=float) for v in test.null.values()])
     bins = np.linspace(min(values.min(), 0.0), 1.0, 41)
     for name, null in test.null.items():
-        ax.hist(null, bins=bins, alpha=0.5, label=f"null: {name} on permuted labels")
+        ax.hist(null, bins=bins.tolist(), alpha=0.5, label=f"null: {name} on permuted labels")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (name, model) in enumerate(test.models.items()):
+        if model.observed_bac is None:  # a model without a mean BAC has no line
+            continue
         ax.axvline(
             model.observed_bac,
             color=colours[(k + 2) % len(colours)],

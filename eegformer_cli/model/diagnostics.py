@@ -185,7 +185,7 @@ def _ablations(
 
 def recording_diagnostics(
     model, recordings: Iterable[tuple], device: torch.device, ablations: bool = True
-) -> list[dict]:
+) -> list[dict | None]:
     """Per recording, the mean over its segments of every quantity, per pass and layer.
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` as for
@@ -209,11 +209,8 @@ def recording_diagnostics(
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
         for batch in segment_batches(recordings, counts):
-            parts.append(
-                segment_diagnostics(
-                    model, *(torch.from_numpy(a).to(device) for a in batch), ablations=ablations
-                )
-            )
+            coh, wpli, age, sex = (torch.from_numpy(a).to(device) for a in batch)
+            parts.append(segment_diagnostics(model, coh, wpli, age, sex, ablations=ablations))
     per_segment = {
         name: {key: np.concatenate([p[name][key] for p in parts], axis=1) for key in parts[0][name]}
         for name in parts[0]
@@ -234,20 +231,20 @@ def recording_diagnostics(
     ]
 
 
-def mean_diagnostics(summaries: Sequence[dict]) -> dict | None:
+def mean_diagnostics(summaries: Sequence[dict | None]) -> dict | None:
     """The mean of several summaries of the same model shape (per pass, quantity and layer);
     None for none. Quantities missing from some summaries are averaged over the others."""
-    summaries = [s for s in summaries if s]
-    if not summaries:
+    measured = [s for s in summaries if s]
+    if not measured:
         return None
     out = {
-        "n_bands": summaries[0]["n_bands"],
-        "uniform_entropy": summaries[0]["uniform_entropy"],
-        "n": len(summaries),
+        "n_bands": measured[0]["n_bands"],
+        "uniform_entropy": measured[0]["uniform_entropy"],
+        "n": len(measured),
         "passes": {},
     }
     for name in PASSES:
-        present = [s["passes"][name] for s in summaries if name in s["passes"]]
+        present = [s["passes"][name] for s in measured if name in s["passes"]]
         if present:
             keys = dict.fromkeys(key for p in present for key in p)
             out["passes"][name] = {

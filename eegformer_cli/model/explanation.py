@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from eegformer_cli.model.transformer import BandTransformer, EncoderOutput
 
@@ -104,10 +104,14 @@ def differentiable_explanations(model: torch.nn.Module):
     # the models and norms are found by their switch, so this module need not import
     # xaiguiformer.py (which imports it)
     models = [m for m in model.modules() if hasattr(m, "differentiable_explanations")]
-    for module in models:
-        module.differentiable_explanations = True
+    _switch(models, True)
     try:
         yield
     finally:
-        for module in models:
-            module.differentiable_explanations = False
+        _switch(models, False)
+
+
+def _switch(models: list[nn.Module], on: bool) -> None:
+    for module in models:
+        # torch types Module.__setattr__'s value as Tensor | Module, yet it takes any value
+        module.differentiable_explanations = on  # type: ignore[assignment]

@@ -63,7 +63,7 @@ class Entry:
 
 
 def _side_to_json(side: Entry | str) -> list[str] | str:
-    return AGE if side == AGE else side.to_list()
+    return side.to_list() if isinstance(side, Entry) else AGE
 
 
 def _side_from_json(value) -> Entry | str:
@@ -72,7 +72,7 @@ def _side_from_json(value) -> Entry | str:
 
 def pair_label(a: Entry, b: Entry | str) -> str:
     """``coh theta T7-P3 x wpli low_beta F7-P8`` or ``coh theta T7-P3 x age``."""
-    return f"{a.label()} x {AGE if b == AGE else b.label()}"
+    return f"{a.label()} x {b.label() if isinstance(b, Entry) else AGE}"
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def parse_interactions(
                 '"score": float, "threshold": float, "proxies": [...] (optional)}',
             ) from None
         for entry in (interaction.a, interaction.b):
-            if entry == AGE:
+            if not isinstance(entry, Entry):  # the age side
                 continue
             if entry.measure not in MEASURES or entry.band not in band_names:
                 raise UsageError(
@@ -220,6 +220,10 @@ class InteractionToken(nn.Module):
     ``explain`` can attribute to the products themselves.
     """
 
+    index_a: Tensor
+    index_b: Tensor
+    with_age: Tensor
+
     def __init__(
         self,
         interactions: list[Interaction],
@@ -230,7 +234,7 @@ class InteractionToken(nn.Module):
         super().__init__()
         side_a = [i.a for i in interactions]
         # an entry-age pair has no entry b: its own entry stands in, replaced by age below
-        side_b = [i.a if i.with_age else i.b for i in interactions]
+        side_b = [i.b if isinstance(i.b, Entry) else i.a for i in interactions]
         self.register_buffer("index_a", _entry_index(side_a, band_names, channel_names))
         self.register_buffer("index_b", _entry_index(side_b, band_names, channel_names))
         self.register_buffer(

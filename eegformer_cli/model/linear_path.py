@@ -54,6 +54,9 @@ class LinearPath(nn.Module):
     so the transformer learns from honest linear logits, not from the refit's in-sample ones.
     """
 
+    weight: Tensor
+    bias: Tensor
+
     def __init__(self, n_features: int, n_classes: int):
         super().__init__()
         self.register_buffer("weight", torch.zeros(n_classes, n_features))
@@ -68,15 +71,24 @@ class LinearPath(nn.Module):
         self.weight.copy_(weight)
         self.bias.copy_(bias)
 
-    def set_cross_fitted(self, weight: Tensor | None, bias: Tensor | None) -> None:
+    def set_cross_fitted(self, weight: Tensor, bias: Tensor) -> None:
         """The inner-CV models' logit weights (k, n_classes, n_features) and biases
-        (k, n_classes), kept for training only (not in the state dict); None clears them."""
-        self._inner = None if weight is None else (weight, bias)
+        (k, n_classes), kept for training only (not in the state dict)."""
+        self._inner = (weight, bias)
+
+    def clear_cross_fitted(self) -> None:
+        """Forget the inner-CV models (:meth:`set_cross_fitted`): training is over."""
+        self._inner = None
+
+    def _inner_models(self) -> tuple[Tensor, Tensor]:
+        if self._inner is None:
+            raise RuntimeError("the linear path holds no inner-CV models (set_cross_fitted)")
+        return self._inner
 
     def cross_fitted(self, features: Tensor, inner_fold: Tensor) -> Tensor:
         """(B, n_features) features of samples whose participants are in inner folds
         ``inner_fold`` (B,) -> (B, n_classes): each through the model that did not see it."""
-        weight, bias = (t.to(features.device) for t in self._inner)
+        weight, bias = (t.to(features.device) for t in self._inner_models())
         return (
             torch.einsum("bf,bcf->bc", features.to(weight.dtype), weight[inner_fold])
             + bias[inner_fold]
@@ -87,7 +99,8 @@ class LinearPath(nn.Module):
         """Within the block the path is inner model ``k`` (for a whole validation recording);
         the refit's weights are restored after."""
         saved = self.weight.clone(), self.bias.clone()
-        self.set_weights(self._inner[0][k], self._inner[1][k])
+        inner_weight, inner_bias = self._inner_models()
+        self.set_weights(inner_weight[k], inner_bias[k])
         try:
             yield
         finally:

@@ -58,7 +58,7 @@ def float32_forward(method):
     def wrapper(self, *args, **kwargs):
         if not _ENABLED[0]:
             return method(self, *args, **kwargs)
-        args = [at_least_float32(a) if isinstance(a, Tensor) else a for a in args]
+        args = tuple(at_least_float32(a) if isinstance(a, Tensor) else a for a in args)
         kwargs = {k: at_least_float32(v) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
         device = next((a.device.type for a in args if isinstance(a, Tensor)), "cpu")
         if not torch.is_autocast_enabled(device):

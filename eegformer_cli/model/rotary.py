@@ -252,6 +252,9 @@ class BandRotaryEncoding(nn.Module):
     same shapes and dtypes.
     """
 
+    band_edges_hz: Tensor
+    theta: Tensor
+
     def __init__(self, encoding: str, head_dim: int, band_edges_hz: Tensor):
         super().__init__()
         check_choice("frequency_encoding", encoding, FREQUENCY_ENCODINGS)

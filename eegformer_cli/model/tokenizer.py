@@ -180,6 +180,9 @@ class ElectrodeSelfAttention(nn.Module):
     forward(x (B, F, C, d)) -> (B, F, C, d).
     """
 
+    positions_cm: Tensor
+    theta: Tensor
+
     def __init__(self, dim: int, n_heads: int, positions_cm: Tensor, norm: str):
         super().__init__()
         self.n_heads = n_heads
@@ -292,9 +295,11 @@ class ConnectomeTokenizer(nn.Module):
                 dim, n_heads, positions_cm=electrode_positions_cm(channel_names), norm=norm
             )
         self.readout = readout
+        self.output_embedding: nn.Linear | BandwiseLinear
         if readout == "mean":
             self.output_embedding = nn.Linear(dim, dim)
         else:
+            assert n_bands is not None  # checked above
             self.output_embedding = BandwiseLinear(n_bands, n_channels * dim, dim)
         self.drop = nn.Dropout(dropout)
 

@@ -164,7 +164,7 @@ class RotaryAttention(nn.Module):
         ratio, logit_bias = None, None
         if explanation is None or self.guidance == "band_share":
             q, k, v = self.qkv(x).split(dim, dim=-1)
-            if explanation is not None:
+            if explanation is not None and self.guidance_gain is not None:  # band_share
                 logit_bias = self.guidance_gain * band_share_logits(explanation)
         else:
             qk, ratio = self._guided_qk(explanation)

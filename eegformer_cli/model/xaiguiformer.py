@@ -318,6 +318,9 @@ class XAIguiFormer(nn.Module):
     supported when ``xai_refinement`` is on.
     """
 
+    age_mean: Tensor
+    age_std: Tensor
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         config.validate()
@@ -366,7 +369,8 @@ class XAIguiFormer(nn.Module):
             InteractionToken(
                 interactions,
                 band_names=config.band_names,
-                channel_names=config.channel_names,
+                # parse_interactions refused any interaction when there are no channel names
+                channel_names=config.channel_names or [],
                 dim=config.d_model,
             )
             if interactions

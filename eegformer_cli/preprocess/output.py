@@ -334,7 +334,7 @@ def load_record(path: Path) -> dict | None:
 
 
 @contextlib.contextmanager
-def _opened(path: Path) -> Iterator:
+def _opened(path: str | Path) -> Iterator:
     """The open ``.npz`` at ``path``; any read error inside the block (a truncated or damaged
     file, a missing key) becomes InputDataError naming the file."""
     try:
@@ -378,7 +378,7 @@ def read_tokens(
         wpli = np.ascontiguousarray(source.wpli, dtype=np.float32)
         file_channels = [str(c) for c in source.channels]
         file_bands = [str(b) for b in source.bands]
-        where = name
+        where: str | Path = name
     else:
         with _opened(source) as data:
             coh = np.ascontiguousarray(data["coh"], dtype=np.float32)
@@ -408,7 +408,8 @@ def read_covariances(source, n_channels: int, name: str) -> np.ndarray | None:
     stored them). InputDataError naming the file (``name`` for one in memory) when it is
     unreadable or not ``n_channels`` x ``n_channels``."""
     if not isinstance(source, (str, Path)):
-        covariance, where = source.covariance, name
+        covariance = source.covariance
+        where: str | Path = name
     else:
         with _opened(source) as data:
             covariance = data.get("covariance", None)

@@ -219,7 +219,9 @@ def _clean_and_tokenise(
         token_store,
     )
     reader = chunks.SourceReader(recording.raw, recording.path, signal_hash)
-    onsets, reasons, n_rejected = [], collections.Counter(), 0
+    onsets: list[np.ndarray] = []
+    reasons: collections.Counter[str] = collections.Counter()
+    n_rejected = 0
     carried = np.zeros((2, len(recording.layout.channels), 0))  # the last chunk's partial epoch
     carried_start = 0
     for chunk in recording.chunks(

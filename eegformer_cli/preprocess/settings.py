@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from eegformer_cli.choices import DEFAULT_PRESET, PRESETS
 from eegformer_cli.connectivity.bands import (
@@ -183,7 +184,7 @@ class PreprocessSettings:
         55 s on the other); ICA has a fixed random state and is fitted on the whole recording.
         """
         check_choice("--preset", name, PRESETS)
-        base = {"preset": name}
+        base: dict[str, Any] = {"preset": name}  # PreprocessSettings' keyword arguments
         if name == "paper":
             base.update(
                 sfreq=250.0,

@@ -141,7 +141,7 @@ def _data_file(raw: mne.io.BaseRaw) -> str | None:
     return str(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
 
 
-def canonical_names(raw: mne.io.BaseRaw, path: Path | None = None) -> dict[str, str]:
+def canonical_names(raw: mne.io.BaseRaw, path: str | Path | None = None) -> dict[str, str]:
     """``{original name: canonical name}`` for the EEG channels of ``raw`` with 10-20/10-05
     names, in the recording's order (reads the header only: ``raw`` is not copied).
 
@@ -259,14 +259,15 @@ def select_channel_set(
 
 
 def _validated_channel_list(requested: list[str], min_channels: int) -> list[str]:
-    canonical = [canonical_channel_name(name) for name in requested]
-    unknown = [name for name, canon in zip(requested, canonical) if canon is None]
+    known = [canonical_channel_name(name) for name in requested]
+    unknown = [name for name, canon in zip(requested, known) if canon is None]
     if unknown:
         raise UsageError(
             f"unknown channel name(s) for --channels: {', '.join(map(repr, unknown))}; "
             f"valid names are the 10-20 channels {', '.join(STANDARD_1020)} or any "
             "10-05 name of MNE's standard_1005 montage (e.g. AF3, FC1, CPz, POz, Oz)"
         )
+    canonical = [name for name in known if name is not None]  # all of them
     repeated = sorted({name for name in canonical if canonical.count(name) > 1})
     if repeated:
         raise UsageError(

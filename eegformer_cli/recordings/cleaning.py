@@ -270,7 +270,7 @@ def reject_segments(
             parts = []
             if flat.any():
                 parts.append("flat channel " + ",".join(np.asarray(channel_names)[flat]))
-            if absurd.any():
+            if absurd.any() and absurd_ptp_v is not None:  # only with a limit
                 parts.append(
                     "peak-to-peak above "
                     f"{absurd_ptp_v * 1e3:g} mV on " + ",".join(np.asarray(channel_names)[absurd])

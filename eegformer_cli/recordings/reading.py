@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 import mne
@@ -80,7 +81,7 @@ def _is_recording_file(path: Path) -> bool:
 def _walk_recordings(folder: Path) -> list[Path]:
     """Recording files under ``folder``, skipping hidden and temporary entries (``.*``, which
     includes ``.tmp-*``)."""
-    found = []
+    found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         found.extend(Path(dirpath) / f for f in filenames if _is_recording_file(Path(dirpath) / f))
@@ -117,7 +118,9 @@ def first_split_part(path: Path) -> Path | None:
     return None
 
 
-def find_recordings(inputs: list[Path], selection: bids.Selection | None = None) -> list[Path]:
+def find_recordings(
+    inputs: Sequence[str | Path], selection: bids.Selection | None = None
+) -> list[Path]:
     """The recording files named by ``inputs``: files, folders (searched recursively), BIDS roots
     (the recordings of their ``sub-*`` folders, found by mne-bids: :mod:`.bids`).
 
@@ -157,7 +160,7 @@ def find_recordings(inputs: list[Path], selection: bids.Selection | None = None)
     return [path for path in found if first_split_part(path) not in found]
 
 
-def _checked_selection(inputs: list[Path], selection: bids.Selection) -> bids.Selection:
+def _checked_selection(inputs: Sequence[str | Path], selection: bids.Selection) -> bids.Selection:
     """``selection`` in the labels of the inputs' BIDS roots (:meth:`bids.Selection.resolved`),
     after checking that every input exists and, with a selection, is a BIDS root."""
     for given in inputs:
@@ -167,7 +170,9 @@ def _checked_selection(inputs: list[Path], selection: bids.Selection) -> bids.Se
             )
     if not selection:
         return selection
-    others = [Path(given) for given in inputs if not (Path(given).is_dir() and bids.is_root(given))]
+    others = [
+        Path(given) for given in inputs if not (Path(given).is_dir() and bids.is_root(Path(given)))
+    ]
     if others:
         raise UsageError(
             f"{selection.described()} selects among the recordings of a BIDS root, and "

@@ -43,6 +43,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eegformer_cli.choices import (
     DEFAULT_DEVICE,
@@ -167,7 +168,8 @@ class TrainConfig:
         return apply_overrides(config, current_train_fields(values), source="config")
 
 
-_PRESET_VALUES = {
+#: Each preset's keyword arguments of :class:`TrainConfig` (the fields it sets).
+_PRESET_VALUES: dict[str, dict[str, Any]] = {
     "paper": {
         "preset": "paper",
         "epochs": 100,

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -65,7 +65,7 @@ class ProcessPlace:
     local_rank: int
 
 
-def process_place(environ: dict | None = None) -> ProcessPlace:
+def process_place(environ: Mapping[str, str] | None = None) -> ProcessPlace:
     """Rank, world size and local rank from torchrun's environment variables.
 
     Raises UsageError when only some of them are set or they are not integers.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, s
 from eegformer_cli.errors import UsageError
 from eegformer_cli.evaluation.metrics import FoldScores, classification_metrics
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
+from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.training import augment, distributed, splits
 from eegformer_cli.training.config import TrainConfig
@@ -48,7 +49,11 @@ from eegformer_cli.training.interaction_screen import (
 )
 from eegformer_cli.training.model_file import demographic_stats
 from eegformer_cli.training.residual import Residual, calibrated_losses, fit_linear
-from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
+from eegformer_cli.training.standardise import (
+    StandardisedModel,
+    TrainedModel,
+    connectivity_stats,
+)
 
 
 @contextlib.contextmanager
@@ -104,12 +109,15 @@ class FitResult:
     best_epoch: int  # 1-based
     seconds: float
     screen: dict | None = None  # the interaction screen's record (ScreenResult.summary())
-    linear: dict | None = None  # the linear path's record (:func:`_linear_record`)
+    linear: dict | None = None  # the linear path's record (``residual.Residual.record``)
 
 
 def build_model(
-    data: TrainingData, config: TrainConfig, ages: np.ndarray, interactions: list | None = None
-):
+    data: TrainingData,
+    config: TrainConfig,
+    ages: np.ndarray,
+    interactions: list[Interaction] | None = None,
+) -> TrainedModel:
     """An XAIguiFormer for ``data`` with the config's model preset and overrides (inside a
     :class:`StandardisedModel` when ``config.input_standardisation``; its statistics are set
     by the caller); demographic scaling from the training recordings' ``ages`` (years, NaN =
@@ -128,9 +136,8 @@ def build_model(
         **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
         linear_path=config.linear_path,
     )
-    model = XAIguiFormer(model_config)
-    if config.input_standardisation:
-        model = StandardisedModel(model)
+    inner = XAIguiFormer(model_config)
+    model: TrainedModel = StandardisedModel(inner) if config.input_standardisation else inner
     stats = demographic_stats(ages)
     model.set_demographic_stats(
         *(None, None) if stats is None else (stats["age_mean"], stats["age_std"])
@@ -254,7 +261,7 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
         history,
         selection.epoch,
         time.perf_counter() - start,
-        loop.screen and loop.screen.summary(),
+        None if loop.screen is None else loop.screen.summary(),
         _finish_residual(loop, selection),
     )
 
@@ -266,7 +273,8 @@ def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
         return None
     kept = loop.residual.keep(selection.val_loss)
     loop.model.config.residual_kept = kept
-    loop.model.linear.set_cross_fitted(None, None)
+    if loop.model.linear is not None:  # a residual is fitted only with a linear path
+        loop.model.linear.clear_cross_fitted()
     if not kept:
         selection.epoch = 0
     n_products = len(loop.screen.kept) if loop.screen else 0
@@ -277,7 +285,7 @@ def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
 class _Loop:
     """One fit's training state (:func:`_setup`); ``step`` counts the optimiser steps so far."""
 
-    model: torch.nn.Module
+    model: TrainedModel
     train_model: torch.nn.Module  # what batches go through: DDP under torchrun, else model
     train_set: ConnectomeDataset
     val_set: ConnectomeDataset
@@ -292,7 +300,7 @@ class _Loop:
     warmup_steps: int
     screen: ScreenResult | None = None
     residual: Residual | None = None  # the linear path's fit and cross-fitted logits
-    label_names: list[str] | None = None
+    label_names: list[str] = field(default_factory=list)
     step: int = 0
 
 
@@ -328,8 +336,8 @@ def _setup(
     screen = screen_fit(data, train_set, stats, ages, config, seed)
     # the model's parameters are drawn here, after the screen (which draws from a generator
     # of its own), in the order of earlier versions: no kept pair gives their model
-    model = build_model(data, config, ages, screen and screen.kept)
-    if stats is not None:
+    model = build_model(data, config, ages, None if screen is None else screen.kept)
+    if stats is not None and isinstance(model, StandardisedModel):  # input_standardisation
         model.set_stats(stats)
     residual = fit_linear(model, train_set, val_set, config, seed) if config.linear_path else None
     model = model.to(device)
@@ -381,7 +389,7 @@ def _optimiser(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optim
     return torch.optim.AdamW(
         model.parameters(),
         lr=config.lr,
-        betas=tuple(config.betas),
+        betas=(config.betas[0], config.betas[1]),
         eps=config.eps,
         weight_decay=config.weight_decay,
         fused=True,

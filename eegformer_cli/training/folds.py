@@ -66,6 +66,12 @@ class RunPlan:
     device: torch.device
     model_config: dict
 
+    def final_split(self) -> splits.Fold:
+        """The final model's split (ValueError for a holdout run, which has no final model)."""
+        if self.final is None:
+            raise ValueError("a holdout run trains no final model")
+        return self.final
+
 
 #: Labels that name the comparison group (case and separators ignored): with two classes, the
 #: other class is the positive one by default.
@@ -341,6 +347,8 @@ def reference_features(data: TrainingData) -> dict[str, dict[str, np.ndarray]]:
         )
     else:
         features[TANGENT_SPACE_NAME] = {
-            rid: shrunk_covariances(covariance) for rid, covariance in covariances.items()
+            rid: shrunk_covariances(covariance)
+            for rid, covariance in covariances.items()
+            if covariance is not None  # none is (missing is empty)
         }
     return features

@@ -41,6 +41,7 @@ candidates' products (M <= 50 by default), nothing next to the permutations.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -102,7 +103,9 @@ def entry_table(channels: list[str], bands: list[str]) -> list[Entry]:
     ]
 
 
-def entry_means(coh: np.ndarray, wpli: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+def entry_means(
+    coh: np.ndarray, wpli: np.ndarray, stats: Mapping[str, np.ndarray | float]
+) -> np.ndarray:
     """One recording's mean over segments of its standardised entries.
 
     coh, wpli float32 (n_segments, F, C, C); ``stats`` the model's input statistics
@@ -148,10 +151,10 @@ def _block_scores(factors: list[tuple], start: int, stop: int) -> np.ndarray:
     """Scores of entries ``start:stop`` against entries ``start:`` (the matrix is symmetric,
     so the rows' scores against earlier entries are known from earlier blocks): float32
     (stop - start, P - start)."""
-    score = None
-    for w, s in factors:
-        difference = np.abs(w[:, start:stop].T @ s[:, start:])
-        score = difference if score is None else np.maximum(score, difference, out=score)
+    (w, s), *others = factors
+    score = np.abs(w[:, start:stop].T @ s[:, start:])
+    for w, s in others:
+        np.maximum(score, np.abs(w[:, start:stop].T @ s[:, start:]), out=score)
     return score
 
 
@@ -265,6 +268,7 @@ def kept_groups(
     ``products`` (n, M) at ``proxy_correlation`` (each group's best kept, the others its
     proxies), at most ``max_pairs`` groups; None: not grouped, the best ``max_pairs``."""
     above = int(np.sum(scores > threshold))
+    groups: list[tuple[int, list[tuple[int, float]]]]
     if proxy_correlation is None:
         groups = [(m, []) for m in range(min(above, max_pairs))]
     else:
@@ -306,21 +310,18 @@ def screen_interactions(
     """
     start = time.perf_counter()
     labels, groups = np.asarray(labels), np.asarray(groups)
-    screen_age = with_age and age_z is not None and np.std(age_z) > 0
+    # the ages screened (None: the entry-age pairs are not)
+    age = age_z if with_age and age_z is not None and np.std(age_z) > 0 else None
     rng = np.random.default_rng([SEED_TAG, seed])
     null_pair, null_age = [], []
-
-    def statistics(labels: np.ndarray) -> tuple[list, list | None]:
-        factors = contrast_factors(features, labels)
-        return factors, contrast_factors(age_z, labels) if screen_age else None
-
-    for _ in range(n_permutations if (pairs or screen_age) else 0):
-        factors, age_factors = statistics(permuted(labels, groups, rng))
+    for _ in range(n_permutations if (pairs or age is not None) else 0):
+        permutation = permuted(labels, groups, rng)
+        factors = contrast_factors(features, permutation)
         if pairs:
             null_pair.append(largest_pair_score(factors))
-        if screen_age:
-            null_age.append(age_scores(factors, age_factors).max())
-    factors, age_factors = statistics(labels)
+        if age is not None:
+            null_age.append(age_scores(factors, contrast_factors(age, permutation)).max())
+    factors = contrast_factors(features, labels)
     n_candidates = max_pairs * (1 if proxy_correlation is None else CANDIDATES_PER_PLACE)
     kept: list[Interaction] = []
     pair_threshold = age_threshold = top_pair = top_age = None
@@ -333,12 +334,12 @@ def screen_interactions(
         kept += kept_groups(
             candidates, scores, products, pair_threshold, max_pairs, proxy_correlation
         )
-    if screen_age:
+    if age is not None:
         age_threshold = float(np.quantile(null_age, null_quantile))
-        scores = age_scores(factors, age_factors)
+        scores = age_scores(factors, contrast_factors(age, labels))
         top_age = float(scores.max())
         best = np.argsort(-scores, kind="stable")[:n_candidates]
-        products = features[:, best] * age_z[:, None]
+        products = features[:, best] * age[:, None]
         candidates = [(entries[i], AGE) for i in best]
         kept += kept_groups(
             candidates, scores[best], products, age_threshold, max_pairs, proxy_correlation

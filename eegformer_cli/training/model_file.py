@@ -67,7 +67,7 @@ import torch
 import eegformer_cli
 from eegformer_cli.atomic import write_bytes
 from eegformer_cli.errors import EegformerError, ModelFileError, UsageError
-from eegformer_cli.training.standardise import StandardisedModel
+from eegformer_cli.training.standardise import StandardisedModel, TrainedModel
 from eegformer_cli.versions import package_versions
 
 if TYPE_CHECKING:
@@ -280,9 +280,8 @@ def _rebuild(
     from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
     config = ModelConfig.from_dict(bundle["model_config"])
-    model = XAIguiFormer(config)
-    if bundle["input_standardisation"]:
-        model = StandardisedModel(model)
+    inner = XAIguiFormer(config)
+    model: TrainedModel = StandardisedModel(inner) if bundle["input_standardisation"] else inner
     model.load_state_dict(bundle["state_dict"])
     result = ModelBundle(
         path=path,
@@ -308,7 +307,7 @@ def _rebuild(
     return result, config
 
 
-def reference_connectome(stored: dict | None, model: torch.nn.Module) -> dict:
+def reference_connectome(stored: dict | None, model: TrainedModel) -> dict:
     """What ``explain`` attributes against: ``{"coh", "wpli"}`` float32 numpy (n_bands, C, C)
     and ``"description"`` (said in the report's captions).
 

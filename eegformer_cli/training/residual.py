@@ -64,7 +64,7 @@ def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
     with torch.no_grad():
         for r, rec in enumerate(dataset.recordings):
             coh, wpli = dataset.recording_arrays(r)
-            total = None
+            total = torch.zeros((), dtype=torch.float64)
             for start in range(0, len(coh), FEATURE_SEGMENTS):
                 part = slice(start, start + FEATURE_SEGMENTS)
                 n = len(coh[part])
@@ -74,7 +74,7 @@ def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
                     torch.full((n,), float(rec.age)),
                     torch.full((n,), float(rec.sex)),
                 ).double()
-                total = features.sum(0) if total is None else total + features.sum(0)
+                total = total + features.sum(0)
             rows.append((total / len(coh)).numpy())
     return np.stack(rows)
 

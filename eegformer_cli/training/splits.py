@@ -296,7 +296,7 @@ def warn_missing_classes(
     if not test and not val:
         return
     participants = {int(c): len(np.unique(groups[labels == c])) for c in np.unique(labels)}
-    smallest = min(participants, key=participants.get)
+    smallest = min(participants, key=participants.__getitem__)
     warn(
         f"{test} of {len(tests)} test set(s) and {val} of {len(vals)} validation set(s) lack "
         f"a class (the smallest, {label_names[smallest]!r}, has {participants[smallest]} "
@@ -370,9 +370,8 @@ def check_folds(folds: list[Fold], participants: set[str], source: str) -> list[
                 hint="make new splits (drop --splits) for this data",
             )
         extra |= set().union(*parts) - participants
-        checked.append(
-            Fold(fold.repeat, fold.fold, *(sorted(p & participants) for p in parts), fold.seed)
-        )
+        train, val, test = (sorted(p & participants) for p in parts)
+        checked.append(Fold(fold.repeat, fold.fold, train, val, test, fold.seed))
     if extra:
         warn(
             f"{source}: {len(extra)} participant(s) in the splits have no usable recording "

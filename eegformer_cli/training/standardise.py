@@ -14,10 +14,15 @@ preset keeps raw inputs, as the reference (no normalisation anywhere).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from eegformer_cli.model.linear_path import LinearPath
+    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
 STD_FLOOR = 1e-3
 #: Segments of a recording summed at a time by :func:`connectivity_stats`: its float64 copies
@@ -33,7 +38,9 @@ def connectivity_stats(arrays: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[
 
     Returns float32 arrays (n_bands, C, C): ``coh_mean``, ``coh_std``, ``wpli_mean``, ``wpli_std``.
     """
-    sums, squares, count = None, None, 0
+    sums: np.ndarray | None = None
+    squares: np.ndarray | None = None
+    count = 0
     for coh, wpli in arrays:
         for start in range(0, coh.shape[0], STATS_SEGMENTS_PER_BLOCK):
             block = slice(start, start + STATS_SEGMENTS_PER_BLOCK)
@@ -42,6 +49,8 @@ def connectivity_stats(arrays: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[
             sums = part_sum if sums is None else sums + part_sum
             squares = part_sq if squares is None else squares + part_sq
         count += coh.shape[0]
+    if sums is None or squares is None:
+        raise ValueError("connectivity_stats needs at least one segment")
     mean = sums / count
     std = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
     std = np.maximum(std, STD_FLOOR)
@@ -61,7 +70,12 @@ class StandardisedModel(nn.Module):
     The buffers start as mean 0, std 1 (identity) until :meth:`set_stats`.
     """
 
-    def __init__(self, model: nn.Module):
+    coh_mean: Tensor
+    coh_std: Tensor
+    wpli_mean: Tensor
+    wpli_std: Tensor
+
+    def __init__(self, model: XAIguiFormer):
         super().__init__()
         self.model = model
         shape = (len(model.config.band_names), model.config.n_channels, model.config.n_channels)
@@ -74,7 +88,7 @@ class StandardisedModel(nn.Module):
             self.register_buffer(name, torch.full(shape, value))
 
     @property
-    def config(self):
+    def config(self) -> ModelConfig:
         return self.model.config
 
     def set_stats(self, stats: dict[str, np.ndarray]) -> None:
@@ -82,7 +96,7 @@ class StandardisedModel(nn.Module):
         for name, value in stats.items():
             getattr(self, name).copy_(torch.as_tensor(value))
 
-    def set_demographic_stats(self, age_mean, age_std) -> None:
+    def set_demographic_stats(self, age_mean: float | None, age_std: float | None) -> None:
         self.model.set_demographic_stats(age_mean, age_std)
 
     def describe(self) -> dict:
@@ -92,7 +106,7 @@ class StandardisedModel(nn.Module):
         return (coh - self.coh_mean) / self.coh_std, (wpli - self.wpli_mean) / self.wpli_std
 
     @property
-    def linear(self):
+    def linear(self) -> LinearPath | None:
         """The wrapped model's linear path (None without one)."""
         return self.model.linear
 
@@ -118,3 +132,8 @@ class StandardisedModel(nn.Module):
 
     def linear_features(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, products=None):
         return self.model.linear_features(*self._standardise(coh, wpli), age, sex, products)
+
+
+#: What a fit builds and a model file holds: an ``XAIguiFormer``, or one behind input
+#: standardisation.
+TrainedModel: TypeAlias = "XAIguiFormer | StandardisedModel"
