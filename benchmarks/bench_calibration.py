@@ -70,7 +70,7 @@ def outer_test_predictions(model_file: Path, data: Path, test: set[str]):
     participants' recordings, by the model file's network (before its recalibration)."""
     from scipy.special import softmax
 
-    from eegformer_cli.inference import load_inputs
+    from eegformer_cli.inference.inputs import load_inputs
     from eegformer_cli.model.predict import recording_logits
     from eegformer_cli.training.model_file import load_model_file
 
@@ -112,7 +112,7 @@ def main() -> None:
     from eegformer_cli.experiment.run import run_training
     from eegformer_cli.training.config import resolve_config
     from eegformer_cli.training.dataset import load_training_data
-    from eegformer_cli.training.folds import default_positive_label
+    from eegformer_cli.training.run_plan import default_positive_label
     from eegformer_cli.training.splits import cross_validation_folds
 
     start = time.perf_counter()

@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine.py, bench_tr
 from bench_train_step import ALPHA, BAND_EDGES_HZ, BANDS, CaptumDeepLift, make_inputs
 from machine import cpu_model
 
-from eegformer_cli.devices import autocast, resolve_precision
 from eegformer_cli.model import ModelConfig, XAIguiFormer
+from eegformer_cli.model.devices import autocast, resolve_precision
 
 #: Sizes of the full run and of ``--quick``.
 SIZES = {

@@ -1,7 +1,7 @@
 """Ground truth: what XAIguiFormer learns when the cause of the label is known.
 
 For each scenario of ``eegformer simulate --scenario`` (linear, interaction, age, null;
-eegformer_cli/scenarios.py) this simulates a study, preprocesses it with the real command, and
+eegformer_cli/simulation/scenarios.py) this simulates a study, preprocesses it with the real command, and
 trains every model on the same participant-wise 5-fold CV (one ``train --fold k`` process per
 fold, two side by side; no final model):
 
@@ -218,7 +218,7 @@ def oracle_per_fold(truth: dict, prep: Path, run_dir: Path) -> list:
     """The oracle's metrics per fold, on the run's own splits."""
     from eegformer_cli.evaluation.metrics import classification_metrics
     from eegformer_cli.preprocess import load_connectome
-    from eegformer_cli.scenarios import LABELS, oracle_features, oracle_model
+    from eegformer_cli.simulation.scenarios import LABELS, oracle_features, oracle_model
     from eegformer_cli.training.splits import load_splits
 
     with open(prep / "manifest.tsv", newline="") as handle:
@@ -244,7 +244,7 @@ def planted_test(truth: dict):
     """``is_planted(kept)`` for a kept interaction's dict (``Interaction.to_dict``): whether it
     joins two planted couplings (an entry pair, any measures) or a planted coupling with age
     (each coupling in its own token band)."""
-    from eegformer_cli.scenarios import planted_couplings
+    from eegformer_cli.simulation.scenarios import planted_couplings
 
     sides = {(c.token_band, *sorted(c.channels)) for _, c in planted_couplings(truth)}
 
@@ -452,7 +452,7 @@ def evaluate_scenario(
     spread: float = 0.0,
 ) -> dict:
     from eegformer_cli.evaluation.metrics import against_chance
-    from eegformer_cli.scenarios import ground_truth_path, read_ground_truth
+    from eegformer_cli.simulation.scenarios import ground_truth_path, read_ground_truth
     from eegformer_cli.training.splits import load_splits
 
     data, prep = study(out, scenario, n, seed, seed, n_jobs, log, spread)
@@ -538,7 +538,11 @@ def explanation_check(
     """Train on one study (80 %), explain a fresh study of the same layout; see module docs."""
     from sklearn.metrics import roc_auc_score
 
-    from eegformer_cli.scenarios import ground_truth_path, planted_couplings, read_ground_truth
+    from eegformer_cli.simulation.scenarios import (
+        ground_truth_path,
+        planted_couplings,
+        read_ground_truth,
+    )
 
     _, prep = study(out, scenario, n, seed, seed, n_jobs, log, spread)
     fresh_data, fresh = study(out, scenario, 100, seed + 1, seed, n_jobs, log, spread)

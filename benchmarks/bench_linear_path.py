@@ -54,7 +54,7 @@ PENALTIES = {
 
 def _plan(prep: str, label: str, seed: int, repeats: int, overrides: dict):
     from eegformer_cli.training.config import resolve_config
-    from eegformer_cli.training.folds import plan_run
+    from eegformer_cli.training.run_plan import plan_run
 
     config = resolve_config(
         "default",
@@ -82,8 +82,8 @@ def _penalty_fold(plan, fold) -> dict:
     from eegformer_cli.evaluation.reference import C_GRID, inner_folds
     from eegformer_cli.training.dataset import ConnectomeDataset
     from eegformer_cli.training.fit import build_model, screen_fit, seed_of
-    from eegformer_cli.training.folds import recordings_of
     from eegformer_cli.training.linear_fit import L1_C_GRID, _classifier
+    from eegformer_cli.training.run_plan import recordings_of
     from eegformer_cli.training.standardise import connectivity_stats
 
     data, seed = plan.data, seed_of(fold, plan.config.seed)
@@ -137,7 +137,7 @@ def _penalty_fold(plan, fold) -> dict:
 def _residual_fold(plan, fold) -> dict:
     """One fold with the residual always kept: test BAC of the model and its linear path,
     the validation losses of the keep rule."""
-    from eegformer_cli.training.folds import run_fold
+    from eegformer_cli.training.run_plan import run_fold
 
     features = _FEATURES[0]
     record, _ = run_fold(plan, fold, features)
@@ -199,7 +199,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1, help="split seed (never msu's 0)")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    from eegformer_cli.training.folds import reference_features
+    from eegformer_cli.training.run_plan import reference_features
 
     overrides = {"residual": "on"} if args.part == "residual" else {}
     plan = _plan(args.prep, args.label, args.seed, args.repeats, overrides)

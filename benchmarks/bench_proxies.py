@@ -62,7 +62,7 @@ CV_FOLDS = 5
 def effect_test(truth: dict):
     """``of_effect(kept)``: whether a kept interaction's dict joins the planted factors where
     their sources reach (module docs: ``effect_groups``)."""
-    from eegformer_cli.scenarios import planted_couplings
+    from eegformer_cli.simulation.scenarios import planted_couplings
 
     reaches = (truth.get("spread") or {}).get("reaches", {})
     factors: dict[str, list] = {}
@@ -193,7 +193,7 @@ def evaluate_fold(data, fold, truth: dict, args, index: dict) -> dict:
 
 
 def evaluate_study(args, scenario: str, n: int, seed: int, log: Path) -> dict:
-    from eegformer_cli.scenarios import ground_truth_path, read_ground_truth
+    from eegformer_cli.simulation.scenarios import ground_truth_path, read_ground_truth
     from eegformer_cli.training.dataset import load_training_data
     from eegformer_cli.training.interaction_screen import entry_table
     from eegformer_cli.training.splits import cross_validation_folds

@@ -1,7 +1,7 @@
 """Stress check: hundreds of recordings, a few bad ones mixed in, through ``preprocess --n-jobs 2``.
 
 Writes ``--n-recordings`` synthetic EDF recordings (default 500: 19 channels, 128 Hz, 30-40 s,
-the project's simulator, :mod:`eegformer_cli.simulate`) of which ``len(BAD_KINDS)`` (10) are bad
+the project's simulator, :mod:`eegformer_cli.simulation.simulate`) of which ``len(BAD_KINDS)`` (10) are bad
 in the ways of issue 7 (empty, truncated, a text file, 5 s, a flat channel, all NaN, 2 channels,
 numbered channel names, 64 Hz, a header cut short), with their names sorted in among the good
 ones. Then runs the real command, ``python -m eegformer_cli preprocess DATA --out OUT --n-jobs 2``,
@@ -41,7 +41,7 @@ from pathlib import Path
 import mne
 import numpy as np
 
-from eegformer_cli import simulate
+from eegformer_cli.simulation import simulate
 
 SFREQ = 128
 DURATIONS_S = range(30, 41)  # recording i lasts DURATIONS_S[i % 11] seconds

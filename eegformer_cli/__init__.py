@@ -27,9 +27,9 @@ __version__ = "0.1.0"
 
 #: Public name -> the internal module that defines it.
 _PUBLIC = {
-    "load_model": "eegformer_cli.trained_model",
-    "TrainedModel": "eegformer_cli.trained_model",
-    "Explanations": "eegformer_cli.explanations",
+    "load_model": "eegformer_cli.inference.trained_model",
+    "TrainedModel": "eegformer_cli.inference.trained_model",
+    "Explanations": "eegformer_cli.inference.explain_call",
     "preprocess_raw": "eegformer_cli.preprocess.recording",
     "PreprocessSettings": "eegformer_cli.preprocess.settings",
     "Connectome": "eegformer_cli.preprocess.output",

@@ -319,7 +319,7 @@ def predict(
         <eegformer_cli.TrainedModel.predict>`, which also lists what is raised; ``device``
         and ``precision`` as in :func:`load_model <eegformer_cli.load_model>`).
     """
-    from eegformer_cli.trained_model import load_model
+    from eegformer_cli.inference.trained_model import load_model
 
     return load_model(model, device, precision).predict(
         _paths(inputs),
@@ -362,7 +362,7 @@ def explain(
     Explanations
         The written numbers as tables and arrays (unrounded).
     """
-    from eegformer_cli.trained_model import check_explain_options, load_model
+    from eegformer_cli.inference.trained_model import check_explain_options, load_model
 
     check_explain_options(method, n_steps)  # before the model file is read, as the CLI
     return load_model(model, device).explain(
@@ -403,8 +403,8 @@ def report(
         one of the explanations' bands; ``run_dir`` is not a run folder (or the explanations
         are another model's); the file cannot be written.
     """
-    from eegformer_cli.explain.report import write_report
     from eegformer_cli.ownership import claim_file
+    from eegformer_cli.report.build import write_report
 
     out = Path(out) if out is not None else Path(run_dir) / "report.html"
     return write_report(

@@ -226,7 +226,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         UsageError
             Invalid settings (named as ``train`` names them).
         """
-        from eegformer_cli.devices import resolve_device, resolve_precision
+        from eegformer_cli.model.devices import resolve_device, resolve_precision
 
         config = self._train_config()
         table = _rows(X)

@@ -284,7 +284,7 @@ def _membership_warning(item, training: dict, model_file: Path) -> list[str]:
 def recording_warnings(item, training: dict | None, model_file: str | Path) -> list[str]:
     """Every warning of one usable recording (module docs), in :data:`WARNING_KINDS` order.
 
-    ``item``: an :class:`~eegformer_cli.inference.InputRecording`; ``training``: the model
+    ``item``: an :class:`~eegformer_cli.inference.inputs.InputRecording`; ``training``: the model
     file's ``training_data`` (None for a model file written before eegformer kept it: only the
     warnings about the recording itself are possible then); ``model_file``: its path (the
     run folder beside it holds ``oof_predictions.tsv``).

@@ -30,7 +30,7 @@ from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.preprocess.workers import read_header
 from eegformer_cli.recordings import bids
 from eegformer_cli.training.config import resolve_config
-from eegformer_cli.training.folds import plan_run, recordings_of
+from eegformer_cli.training.run_plan import plan_run, recordings_of
 
 N_PEOPLE = 5
 #: (subject, session, task, run, sample recording number) of every recording written.

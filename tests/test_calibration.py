@@ -14,7 +14,7 @@ from builders import exit_code, make_connectome_folder, metrics_of, tiny_config
 
 from eegformer_cli.evaluation import calibration, conformal
 from eegformer_cli.experiment import verdict
-from eegformer_cli.training.folds import default_positive_label, is_control_label
+from eegformer_cli.training.run_plan import default_positive_label, is_control_label
 
 
 def calibrated_draws(n: int, seed: int, n_classes: int = 2):
@@ -198,7 +198,7 @@ def cv_run(tmp_path_factory) -> dict:
 def test_a_run_measures_calibration_and_predict_applies_it_with_prediction_sets(cv_run, capsys):
     from scipy.special import softmax
 
-    from eegformer_cli.inference import load_inputs
+    from eegformer_cli.inference.inputs import load_inputs
     from eegformer_cli.model.predict import recording_logits
     from eegformer_cli.training.model_file import load_model_file
 

@@ -127,7 +127,11 @@ def linear_study(tmp_path_factory) -> dict:
     planted in one band), preprocessed and a tiny model trained (holdout, 15 epochs)."""
     from eegformer_cli.experiment.run import run_training
     from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
-    from eegformer_cli.scenarios import ground_truth_path, read_ground_truth, simulate_scenario
+    from eegformer_cli.simulation.scenarios import (
+        ground_truth_path,
+        read_ground_truth,
+        simulate_scenario,
+    )
     from eegformer_cli.training.config import resolve_config
 
     root = tmp_path_factory.mktemp("linear")
@@ -234,9 +238,9 @@ def test_the_contrast_shows_each_measure_on_its_own_and_says_each_top_pair_in_wo
     per measure (how it differs, how it pushes), never their sum, and a sentence per pair."""
     import matplotlib.pyplot as plt
 
-    from eegformer_cli.explain.explanation_notes import contrast_sentences_html
     from eegformer_cli.explain.export import contrast_rows
-    from eegformer_cli.explain.report_figures import contrast_figure
+    from eegformer_cli.report.figures import contrast_figure
+    from eegformer_cli.report.notes import contrast_sentences_html
 
     channels, bands = ["F8", "P3", "Cz", "O1"], ["theta", "alpha"]
     maps = {k: np.zeros((2, 4, 4)) for k in ("coh", "wpli", "coh_push", "wpli_push")}

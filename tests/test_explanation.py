@@ -14,7 +14,7 @@ from builders import connectome_batch, perturb, small_config
 from captum.attr import LayerDeepLift
 
 from eegformer_cli.model import XAIguiFormer
-from eegformer_cli.model.explanation import one_pass_deeplift
+from eegformer_cli.model.deeplift import one_pass_deeplift
 
 LABELS = torch.tensor([0, 2, 1])
 

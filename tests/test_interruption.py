@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from eegformer_cli.preprocess import load_connectome
-from eegformer_cli.simulate import simulate_dataset
+from eegformer_cli.simulation.simulate import simulate_dataset
 
 #: The test here runs preprocess in another process: `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow

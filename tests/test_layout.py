@@ -5,36 +5,40 @@ upward arrow hidden in a function is still one a reader has to untangle.
 
 The layers, bottom first (:data:`LAYERS`); a module may import its own layer and those below:
 
-1. base (the package root, choices, errors, atomic, console, versions, parallel, devices,
-   provenance, ownership): files, terminal, workers, torch devices, provenance rules on plain
-   values, which outputs may be written over; no EEG idea (the root's public names are loaded by
-   name when first used, not imported); ``choices`` holds the user-facing choice tuples and
-   defaults as plain values, imported by every layer that checks or documents them (the model,
-   the attributions, ``options`` and ``cli/``), so it sits at the bottom and imports nothing;
-2. recordings: reading EEG files, channel names, cleaning, participants tables;
-3. connectivity: frequency bands and a cleaned recording's coherence/wPLI tokens;
-4. preprocess.output: the output folder's format (manifest, connectome files), below its
+1. base (the package root, choices, errors, atomic, console, versions, parallel, provenance,
+   ownership): files, terminal, workers, provenance rules on plain values, which outputs may be
+   written over; no EEG idea (the root's public names are loaded by name when first used, not
+   imported); ``choices`` holds the user-facing choice tuples and defaults as plain values,
+   imported by every layer that checks or documents them (the model, the attributions,
+   ``options`` and ``cli/``), so it sits at the bottom and imports nothing;
+2. simulation: synthetic recordings for the demo and tests (simulate, scenarios); they import
+   only the base, and no product code needs them;
+3. recordings: reading EEG files, channel names, cleaning, participants tables;
+4. connectivity: frequency bands and a cleaned recording's coherence/wPLI tokens;
+5. preprocess.output: the output folder's format (manifest, connectome files), below its
    writer and all its readers so that it is read and written in one module;
-5. preprocess: recordings -> an output folder (settings, one recording, a whole run);
-6. model: the network and its forward over whole recordings; it knows no files;
-7. evaluation: judging predictions (metrics and their typed ``metrics.json``, calibration,
+6. preprocess: recordings -> an output folder (settings, one recording, a whole run);
+7. model: the network and its forward over whole recordings, and the torch devices it runs on;
+   it knows no files;
+8. evaluation: judging predictions (metrics and their typed ``metrics.json``, calibration,
    conformal sets, the two reference models) on arrays, with no network and no run folder: every
    fit scores itself with them, so they sit below fitting;
-8. training: fitting (config, data, splits, the epoch loop, one fold, model files): a preprocess
+9. training: fitting (config, data, splits, the epoch loop, one fold, model files): a preprocess
    folder -> fitted models and their scores;
-9. experiment: a ``train`` run and its judgement (the run, its run folder, the shortcut audit,
-   the permutation test and its null labels, the verdict): it calls the fold runner of
-   ``training`` (the permutation test refits every fold), so it sits above fitting;
-10. options: every option's text, once (it reads the training presets), for the estimator's
+10. experiment: a ``train`` run and its judgement (the run, its run folder, the shortcut audit,
+    the permutation test and its null labels, the verdict): it calls the fold runner of
+    ``training`` (the permutation test refits every fold), so it sits above fitting;
+11. options: every option's text, once (it reads the training presets), for the estimator's
     docstring, the commands' docstrings and the CLI's help;
-11. inference, estimator: a trained model on new recordings (``predict``, scikit-learn);
-12. explain: attributions, explanation files and the report, from model files and run folders;
-13. trained_model, explanations, outcomes: the Python API's model object, predicting (11) and
-    explaining (12), what its ``explain`` returns and does, and what its calls report about
-    their recordings (warnings, failures, the exception at the end);
-14. simulate, scenarios: synthetic recordings for the demo and tests; no product code needs them;
-15. commands: the function behind each command;
-16. cli, __main__: arguments, exit codes and the terminal.
+12. estimator: the scikit-learn estimator (fits and predicts through ``training``);
+13. explain: attributions and the explanation files, from model files and run folders;
+14. report: the HTML report of a run folder (its sections read ``explain``'s files);
+15. inference: a trained model on new recordings: the Python API's model object
+    (``trained_model``), its inputs and predictions (``inputs``), one ``explain`` call
+    (``explain_call``, with ``explain``) and what its calls report about their recordings
+    (``outcomes``: warnings, failures, the exception at the end);
+16. commands: the function behind each command;
+17. cli, __main__: arguments, exit codes and the terminal.
 """
 
 from __future__ import annotations
@@ -61,10 +65,10 @@ LAYERS = (
         "console",
         "versions",
         "parallel",
-        "devices",
         "provenance",
         "ownership",
     ),
+    ("simulation",),
     ("recordings",),
     ("connectivity",),
     ("preprocess.output",),
@@ -74,10 +78,10 @@ LAYERS = (
     ("training",),
     ("experiment",),
     ("options",),
-    ("inference", "estimator"),
+    ("estimator",),
     ("explain",),
-    ("trained_model", "explanations", "outcomes"),
-    ("simulate", "scenarios"),
+    ("report",),
+    ("inference",),
     ("commands",),
     ("cli", "__main__"),
 )
@@ -169,7 +173,7 @@ def test_every_module_has_a_layer():
 
 
 def test_the_layer_rule_finds_an_upward_import():
-    fit, inference = "eegformer_cli.training.fit", "eegformer_cli.inference"
+    fit, inference = "eegformer_cli.training.fit", "eegformer_cli.inference.inputs"
     assert upward_imports({fit: {inference}, inference: set()}) == [f"{fit} -> {inference}"]
     assert upward_imports({inference: {fit}, fit: set()}) == []
     output, run = "eegformer_cli.preprocess.output", "eegformer_cli.preprocess.run"
@@ -180,7 +184,7 @@ def test_the_layer_rule_finds_an_upward_import():
 def test_fitting_sits_between_the_scores_and_the_run_that_judges_it():
     """Fitting and judging are two rooms: every fit scores itself with ``evaluation`` (below),
     and the run's judgement (``experiment``, above) refits through ``training``'s fold runner."""
-    fit, folds = "eegformer_cli.training.fit", "eegformer_cli.training.folds"
+    fit, folds = "eegformer_cli.training.fit", "eegformer_cli.training.run_plan"
     metrics, permutation = (
         "eegformer_cli.evaluation.metrics",
         "eegformer_cli.experiment.permutation",

@@ -87,7 +87,6 @@ def test_an_undocumented_parameter_is_refused():
 
 
 def test_choice_lists_are_the_package_s_tuples():
-    from eegformer_cli import devices
     from eegformer_cli.choices import (
         CAPTUM_METHODS,
         DEVICES,
@@ -96,6 +95,7 @@ def test_choice_lists_are_the_package_s_tuples():
         PRECISIONS,
         PRESETS,
     )
+    from eegformer_cli.model import devices
     from eegformer_cli.model.xaiguiformer import ModelConfig
 
     assert options.one_of(FREQUENCY_ENCODINGS) in options.TRAIN["frequency_encoding"].text

@@ -23,7 +23,7 @@ from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.recordings.metadata import match_participant, participant_pattern
 from eegformer_cli.training.config import resolve_config
-from eegformer_cli.training.folds import plan_run, recordings_of
+from eegformer_cli.training.run_plan import plan_run, recordings_of
 
 N_PEOPLE = 6
 PATTERN = r"^(.+)_\d+"

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from builders import exit_code
 
-from eegformer_cli.devices import resolve_precision
 from eegformer_cli.errors import UsageError
 from eegformer_cli.explain.segment_attributions import channel_pair_attributions
-from eegformer_cli.inference import load_inputs
-from eegformer_cli.model.explanation import differentiable_explanations
+from eegformer_cli.inference.inputs import load_inputs
+from eegformer_cli.model.deeplift import differentiable_explanations
+from eegformer_cli.model.devices import resolve_precision
 from eegformer_cli.model.layers import TimmRmsNorm
 from eegformer_cli.model.precision import policy_off
 from eegformer_cli.model.transformer import RotaryAttention

@@ -526,7 +526,7 @@ def test_paper_preset_follows_the_reference(tmp_path):
 def test_table_columns_named_like_manifest_columns_are_warned_about(tmp_path, capsys):
     """A participants column called ``status`` cannot be kept beside the manifest's own status:
     the user is told once, and the manifest's column keeps its meaning."""
-    from eegformer_cli import simulate
+    from eegformer_cli.simulation import simulate
 
     simulate.simulate_dataset(tmp_path / "study", n_participants=2, duration_s=30, sfreq=128)
     table = tmp_path / "study" / "participants.tsv"

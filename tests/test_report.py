@@ -25,12 +25,12 @@ import pytest
 from builders import run_main
 
 from eegformer_cli.cli.app import main
-from eegformer_cli.explain.report_figures import (
+from eegformer_cli.report.figures import (
     attention_figure,
     confusion_matrix_figure,
     training_curves_figure,
 )
-from eegformer_cli.explain.report_tables import PREPROCESS_SETTINGS
+from eegformer_cli.report.tables import PREPROCESS_SETTINGS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
@@ -183,7 +183,7 @@ def test_the_interactions_section_shows_what_was_kept_and_leads_the_contrast(int
 
 
 def test_report_title_names_the_dataset_its_crop_and_the_run_folder(tmp_path, monkeypatch):
-    from eegformer_cli.explain.report import report_title
+    from eegformer_cli.report.build import report_title
 
     prep = tmp_path / "prep"
     prep.mkdir()
@@ -255,7 +255,7 @@ def test_figures_label_the_final_model_keep_titles_inside_and_scale_each_panel()
 
     # mne.Report reads pixels back with int(inches x dpi): a size that is not a whole number
     # of pixels by a hair (9.2 in -> 919.999 px) loses one and shears the image
-    from eegformer_cli.explain.report_figures import (
+    from eegformer_cli.report.figures import (
         band_importance_figure,
         connectivity_head_figure,
     )
@@ -601,7 +601,7 @@ def test_reports_render_in_headless_chromium(demo_report, interaction_report, tm
 
 def test_channel_pairs_on_the_head_and_band_importance_title_fit():
     from eegformer_cli.explain.attributions import pair_band_sums
-    from eegformer_cli.explain.report_figures import (
+    from eegformer_cli.report.figures import (
         band_importance_figure,
         connectivity_head_figure,
     )
@@ -644,7 +644,7 @@ def test_channel_pairs_on_the_head_and_band_importance_title_fit():
 
 def test_the_head_shows_the_band_the_chart_puts_first_or_the_one_asked_for():
     from eegformer_cli.explain.attributions import band_totals
-    from eegformer_cli.explain.report_figures import connectivity_head_figure
+    from eegformer_cli.report.figures import connectivity_head_figure
 
     channels = ["Fp1", "Fp2", "F3", "F4", "C3", "C4", "P3", "P4", "O1", "O2"]
     bands = ["a", "b", "c"]
@@ -705,13 +705,13 @@ def test_report_band_option_and_its_errors(report_file, sample_run, tmp_path, ca
 
 def test_legends_sit_under_the_plots_over_no_data():
     from eegformer_cli.evaluation.run_metrics import Calibration, PermutationTest
-    from eegformer_cli.explain.calibration_report import reliability_figure
-    from eegformer_cli.explain.report_figures import (
+    from eegformer_cli.report.calibration import reliability_figure
+    from eegformer_cli.report.figures import (
         attention_entropy_figure,
         band_importance_figure,
         roc_pr_figure,
     )
-    from eegformer_cli.explain.trust_report import null_distribution_figure
+    from eegformer_cli.report.trust import null_distribution_figure
 
     rng = np.random.default_rng(0)
     test = {  # a null around chance and observed scores inside it, as the run had
@@ -771,7 +771,7 @@ def test_legends_sit_under_the_plots_over_no_data():
 def test_calibration_counts_name_predictions_and_recordings():
     from eegformer_cli.evaluation.oof_calibration import summarise
     from eegformer_cli.evaluation.run_metrics import Calibration
-    from eegformer_cli.explain.calibration_report import calibration_table_html, predictions_of
+    from eegformer_cli.report.calibration import calibration_table_html, predictions_of
 
     assert predictions_of(156, 52) == "156 predictions of 52 recordings"
     assert predictions_of(52, 52) == "52 predictions, one per recording"
@@ -797,8 +797,8 @@ def test_calibration_counts_name_predictions_and_recordings():
 
 
 def test_the_preprocessing_table_lists_every_setting_the_crop_first():
-    from eegformer_cli.explain.report_tables import preprocessing_html
     from eegformer_cli.preprocess.settings import PreprocessSettings
+    from eegformer_cli.report.tables import preprocessing_html
 
     settings = PreprocessSettings.from_preset("paper").to_dict()
     document = {

@@ -41,9 +41,9 @@ import pytest
 import torch
 from builders import TINY_TOML
 
-from eegformer_cli import simulate
 from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, load_connectome, run_preprocess
+from eegformer_cli.simulation import simulate
 from eegformer_cli.training.config import resolve_config
 
 #: Every test here runs the CLI in another process: `make test-fast` leaves them out.
@@ -892,8 +892,8 @@ def test_predict_does_not_import_the_training_libraries():
     """What `predict` imports (model file, inputs, device) leaves out scikit-learn and pandas
     (the trainer's; ~0.5 s of a 3.4-4.0 s prediction of one recording)."""
     code = (
-        "from eegformer_cli.inference import load_inputs, predict_recordings\n"
+        "from eegformer_cli.inference.inputs import load_inputs, predict_recordings\n"
         "from eegformer_cli.training.model_file import load_model_file\n"
-        "from eegformer_cli.devices import resolve_device"
+        "from eegformer_cli.model.devices import resolve_device"
     )
     assert _modules_imported_by(code, ("sklearn", "pandas", "matplotlib")) == []

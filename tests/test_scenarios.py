@@ -15,7 +15,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from eegformer_cli import commands
 from eegformer_cli.preprocess import load_connectome
-from eegformer_cli.scenarios import (
+from eegformer_cli.simulation.scenarios import (
     LABELS,
     MIN_PAIR_DISTANCE_M,
     SCENARIOS,
@@ -29,7 +29,7 @@ from eegformer_cli.scenarios import (
     simulate_scenario,
     spread_neighbours,
 )
-from eegformer_cli.simulate import CHANNELS, channel_positions, draw_participants
+from eegformer_cli.simulation.simulate import CHANNELS, channel_positions, draw_participants
 
 #: SHA-256 of every file of ``simulate --scenario interaction --n-participants 4 --duration 10
 #: --seed 3`` (its folder and ground truth) as made before ``--spread`` existed.

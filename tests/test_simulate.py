@@ -12,7 +12,7 @@ from builders import SAMPLE_DATA, exit_code
 from mne_connectivity import spectral_connectivity_epochs
 
 from eegformer_cli.recordings.channels import canonical_channel_name
-from eegformer_cli.simulate import (
+from eegformer_cli.simulation.simulate import (
     CHANNELS,
     DEFAULT_DURATION_S,
     DEFAULT_N_PARTICIPANTS,

@@ -24,7 +24,7 @@ from eegformer_cli.evaluation.run_metrics import AuditVariable, RunMetrics, Shor
 from eegformer_cli.experiment import audit, null_labels, permutation
 from eegformer_cli.experiment.run import run_training
 from eegformer_cli.training.dataset import RecordingInfo, TrainingData
-from eegformer_cli.training.folds import plan_run, reference_features
+from eegformer_cli.training.run_plan import plan_run, reference_features
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 
@@ -137,7 +137,7 @@ def test_a_weak_but_real_duration_difference_is_borderline_with_its_remedy(tmp_p
 def test_crop_gives_every_recording_the_same_length_and_the_audit_sees_it(tmp_path, capsys):
     from eegformer_cli.errors import RecordingError, UsageError
     from eegformer_cli.preprocess import PreprocessSettings, preprocess_raw
-    from eegformer_cli.simulate import draw_participants, simulate_participant
+    from eegformer_cli.simulation.simulate import draw_participants, simulate_participant
 
     # the remedy: only the first 30 s of a 40 s and a 60 s recording are analysed
     settings = PreprocessSettings.from_preset("default", crop_s=30.0, epoch_length=6.0)
@@ -320,7 +320,7 @@ def test_run_with_audit_and_permutations_resumes_and_merge_adds_more(tmp_path, c
     assert full["null"][REFERENCE_NAME] == merged["null"][REFERENCE_NAME][:2]
     assert "2 of 2 permutations to compute, null model xaiguiformer" in capsys.readouterr().err
     # the report's section
-    from eegformer_cli.explain.report import write_report
+    from eegformer_cli.report.build import write_report
 
     html = write_report(run, None, tmp_path / "report.html").read_text()
     assert "Is the score real?" in html and "table-warning" in html

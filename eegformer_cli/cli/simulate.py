@@ -8,8 +8,12 @@ import typer
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
-from eegformer_cli.scenarios import DEFAULT_STRENGTH, ground_truth_path, simulate_scenario
-from eegformer_cli.simulate import (
+from eegformer_cli.simulation.scenarios import (
+    DEFAULT_STRENGTH,
+    ground_truth_path,
+    simulate_scenario,
+)
+from eegformer_cli.simulation.simulate import (
     DEFAULT_DURATION_S,
     DEFAULT_N_PARTICIPANTS,
     DEFAULT_SEED,

@@ -104,7 +104,7 @@ def check_null_model_available(null_model: str, data) -> None:
 
 
 def null_scores(plan, features: dict[str, dict], index: int, null_model: str) -> dict:
-    """Permutation ``index`` of ``plan`` (a :class:`~eegformer_cli.training.folds.RunPlan`):
+    """Permutation ``index`` of ``plan`` (a :class:`~eegformer_cli.training.run_plan.RunPlan`):
     what its file holds,
     :func:`refit_scores` on its labels with ``index`` and the seconds it took. ``null_model``:
     a value of :data:`NULL_MODELS` (a model name)."""
@@ -124,7 +124,7 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model:
     [...]}``. ``null_model`` :data:`~eegformer_cli.evaluation.metrics.MODEL_NAME` retrains both
     models exactly as the run's folds do; else that reference alone is refit. With the real
     labels this is the run's own BAC."""
-    from eegformer_cli.training.folds import run_fold  # torch: only when training
+    from eegformer_cli.training.run_plan import run_fold  # torch: only when training
 
     recordings = [
         dataclasses.replace(rec, label=label) for rec, label in zip(plan.data.recordings, labels)
@@ -151,8 +151,8 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model:
 
 def _reference_bac(plan, fold, features: dict[str, dict], name: str) -> float:
     """BAC of reference ``name`` on ``fold``'s test recordings, fit as in the run
-    (:func:`~eegformer_cli.training.folds.fit_fold_reference`)."""
-    from eegformer_cli.training.folds import fit_fold_reference, recordings_of
+    (:func:`~eegformer_cli.training.run_plan.fit_fold_reference`)."""
+    from eegformer_cli.training.run_plan import fit_fold_reference, recordings_of
 
     _, probabilities = fit_fold_reference(plan, fold, features, name)
     test_labels = plan.data.label_indices(recordings_of(plan.data, fold.test))

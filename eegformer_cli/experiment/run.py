@@ -62,7 +62,7 @@ from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.fit import deterministic_algorithms
 from eegformer_cli.training.fold_record import FoldRecord
-from eegformer_cli.training.folds import RunPlan, is_control_label, plan_run, reference_features
+from eegformer_cli.training.run_plan import RunPlan, is_control_label, plan_run, reference_features
 
 
 def run_training(

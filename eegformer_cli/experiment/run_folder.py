@@ -53,7 +53,7 @@ from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.versions import package_versions
 
 if TYPE_CHECKING:  # folds imports torch, which reading a run folder does not need
-    from eegformer_cli.training.folds import RunPlan
+    from eegformer_cli.training.run_plan import RunPlan
 
 CONFIG, SPLITS, HISTORY = "config.json", "splits.json", "history.jsonl"
 OOF, METRICS, MODEL = "oof_predictions.tsv", "metrics.json", "model.pt"
@@ -107,7 +107,7 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
     is no run's (a folder eegformer did not make, claimed with ``overwrite``) is replaced and
     nothing is deleted.
     """
-    from eegformer_cli.devices import resolve_precision  # imports torch
+    from eegformer_cli.model.devices import resolve_precision  # imports torch
 
     config_path = run_dir / CONFIG
     identity = _identity(plan)

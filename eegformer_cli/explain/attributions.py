@@ -82,7 +82,6 @@ import torch
 from scipy.special import softmax
 
 from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
-from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.explain import interactions as kept_interactions
 from eegformer_cli.explain.paths import path_logit_changes
@@ -91,6 +90,7 @@ from eegformer_cli.explain.segment_attributions import (
     channel_pair_attributions,
     exact_segment_mean,
 )
+from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.predict import recording_logits
 

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
+from eegformer_cli.model.deeplift import differentiable_explanations
 from eegformer_cli.model.diagnostics import explicit_attention
-from eegformer_cli.model.explanation import differentiable_explanations
 
 #: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
 ROWS_PER_FORWARD = 512

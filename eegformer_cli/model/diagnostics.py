@@ -45,8 +45,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from eegformer_cli.devices import one_cpu_thread
 from eegformer_cli.errors import check_choice
+from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.precision import float32_forward
 from eegformer_cli.model.predict import segment_batches
 from eegformer_cli.model.transformer import PASSES, RotaryAttention

@@ -79,7 +79,7 @@ class TimmRmsNorm(nn.Module):
     ``model/precision.py``).
 
     ``differentiable_explanations`` (set by
-    :func:`~eegformer_cli.model.explanation.differentiable_explanations`): the norm is
+    :func:`~eegformer_cli.model.deeplift.differentiable_explanations`): the norm is
     :func:`timm_rms_scale`, twice differentiable, instead of the faster first-order
     :class:`_TimmRmsScale`, so a gradient taken through the explanations keeps its
     second-order terms.

@@ -1,7 +1,7 @@
 """The precision policy: what the model computes in float32 under mixed precision.
 
 ``train`` and ``predict`` may run the model under ``torch.autocast`` (bfloat16 or float16,
-``--precision``; ``devices.py`` picks it). Autocast runs matrix products in the half type and
+``--precision``; ``model/devices.py`` picks it). Autocast runs matrix products in the half type and
 keeps some other operations in float32, but CPU and CUDA keep different ones: CUDA's autocast
 computes softmax, exp, sums and norms in float32, CPU's leaves them in the input's dtype. So the
 model casts explicitly, and a CPU bfloat16 run computes the sensitive operations in the same

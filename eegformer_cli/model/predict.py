@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from eegformer_cli.devices import autocast, one_cpu_thread
+from eegformer_cli.model.devices import autocast, one_cpu_thread
 
 #: Segments per forward when averaging logits (bounds memory; results do not depend on it
 #: beyond float rounding).

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from eegformer_cli.choices import FREQUENCY_ENCODING_BY_PRESET, FREQUENCY_ENCODINGS, PRESETS
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.model.explanation import one_pass_deeplift
+from eegformer_cli.model.deeplift import one_pass_deeplift
 from eegformer_cli.model.interactions import (
     INTERACTION_TOKEN,
     InteractionToken,
@@ -360,7 +360,7 @@ class XAIguiFormer(nn.Module):
             dropout=config.dropout,
             guidance=config.guidance,
         )
-        #: set by :func:`~eegformer_cli.model.explanation.differentiable_explanations`
+        #: set by :func:`~eegformer_cli.model.deeplift.differentiable_explanations`
         self.differentiable_explanations = False
         self.register_buffer("age_mean", torch.tensor(float("nan")))
         self.register_buffer("age_std", torch.tensor(float("nan")))

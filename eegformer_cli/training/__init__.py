@@ -12,7 +12,7 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.interaction_screen` the interactions a fit keeps, on its own
                                            training recordings
 - :mod:`~eegformer_cli.training.fit`        one model: epoch loop, selection, evaluation
-- :mod:`~eegformer_cli.training.folds`      a run's plan (data, splits, settings) and one fold
+- :mod:`~eegformer_cli.training.run_plan`      a run's plan (data, splits, settings) and one fold
                                            (the model and both references)
 - :mod:`~eegformer_cli.training.model_file` the self-describing model file ``model.pt``
 - :mod:`~eegformer_cli.training.distributed` several processes under ``torchrun`` (DDP, gloo/nccl)

@@ -26,9 +26,9 @@ from scipy.special import softmax
 from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader
 
-from eegformer_cli.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.errors import UsageError
 from eegformer_cli.evaluation.metrics import FoldScores, classification_metrics
+from eegformer_cli.model.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits

@@ -64,25 +64,26 @@ from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_
 from eegformer_cli.evaluation.metrics import describe_comparison
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
-from eegformer_cli.explain.calibration_report import add_calibration_section, add_verdict
-from eegformer_cli.explain.explanations_report import (
+from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
+from eegformer_cli.report.calibration import add_calibration_section, add_verdict
+from eegformer_cli.report.explanations import (
     add_explanations_section,
     check_explanations_match,
 )
-from eegformer_cli.explain.interactions_report import add_interactions_section
-from eegformer_cli.explain.report_figures import (
+from eegformer_cli.report.figures import (
     attention_entropy_figure,
     confusion_matrix_figure,
     roc_pr_figure,
     training_curves_figure,
 )
-from eegformer_cli.explain.report_page import (
+from eegformer_cli.report.interactions import add_interactions_section
+from eegformer_cli.report.page import (
     add_figure,
     add_note,
     inline_code,
     untagged_report,
 )
-from eegformer_cli.explain.report_tables import (
+from eegformer_cli.report.tables import (
     attention_diagnostics_html,
     dataset_summary_html,
     metric_notes_html,
@@ -91,8 +92,7 @@ from eegformer_cli.explain.report_tables import (
     preprocessing_html,
     run_summary_html,
 )
-from eegformer_cli.explain.trust_report import add_trust_section
-from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
+from eegformer_cli.report.trust import add_trust_section
 
 # ----------------------------------------------------------------------------- report
 

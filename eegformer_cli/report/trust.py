@@ -27,8 +27,8 @@ from eegformer_cli.experiment.audit import (
     describe_figure,
 )
 from eegformer_cli.experiment.permutation import describe_permutation_test
-from eegformer_cli.explain.report_figures import legend_below
-from eegformer_cli.explain.report_page import inline_code
+from eegformer_cli.report.figures import legend_below
+from eegformer_cli.report.page import inline_code
 
 SECTION = "Is the score real?"
 AUDIT_MEANING = (

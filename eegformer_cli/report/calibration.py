@@ -25,8 +25,8 @@ from eegformer_cli.evaluation.run_metrics import (
     RunMetrics,
 )
 from eegformer_cli.experiment.verdict import headline, verdict_lines
-from eegformer_cli.explain.report_figures import legend_below
-from eegformer_cli.explain.report_page import inline_code
+from eegformer_cli.report.figures import legend_below
+from eegformer_cli.report.page import inline_code
 
 SECTION = "How far to trust a probability"
 VERDICT_CSS = """

@@ -16,7 +16,7 @@ import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
-from eegformer_cli.explain.report_page import inline_code
+from eegformer_cli.report.page import inline_code
 
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
 

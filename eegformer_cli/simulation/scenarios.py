@@ -1,7 +1,7 @@
 """Ground-truth studies: simulated EEG whose label is caused by planted channel-pair couplings.
 
 ``eegformer simulate --scenario NAME`` writes a study like ``sample_data/`` (1/f background,
-occipital alpha, blinks, line noise, messy EDF labels: :mod:`eegformer_cli.simulate`) in which
+occipital alpha, blinks, line noise, messy EDF labels: :mod:`eegformer_cli.simulation.simulate`) in which
 the fronto-parietal theta coupling is replaced by *planted factors*. A factor is one or two
 band-limited sources, each shared by a named channel pair with a phase lag (so coherence and
 wPLI both rise in that band), present or absent per participant. The label (``diagnosis``:
@@ -44,7 +44,7 @@ import numpy as np
 
 from eegformer_cli.atomic import write_json
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.simulate import (
+from eegformer_cli.simulation.simulate import (
     CHANNELS,
     SimulatedParticipant,
     channel_positions,

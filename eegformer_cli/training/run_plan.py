@@ -19,7 +19,6 @@ import torch
 from scipy.special import softmax
 
 from eegformer_cli import console
-from eegformer_cli.devices import resolve_device, resolve_precision
 from eegformer_cli.errors import UsageError, did_you_mean
 from eegformer_cli.evaluation.metrics import (
     LINEAR_PATH_NAME,
@@ -34,6 +33,7 @@ from eegformer_cli.evaluation.reference import (
     reference_probabilities,
 )
 from eegformer_cli.evaluation.tangent_space import fit_tangent_space, shrunk_covariances
+from eegformer_cli.model.devices import resolve_device, resolve_precision
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (

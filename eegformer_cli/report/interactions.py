@@ -13,9 +13,9 @@ from pathlib import Path
 from eegformer_cli.atomic import read_json
 from eegformer_cli.evaluation.run_metrics import InteractionScreens, RunMetrics, ScreenOutcome
 from eegformer_cli.experiment.interaction_screens import describe_screens
-from eegformer_cli.explain.explanation_notes import interactions_table_html
-from eegformer_cli.explain.report_page import add_note, inline_code
-from eegformer_cli.explain.report_tables import table_html
+from eegformer_cli.report.notes import interactions_table_html
+from eegformer_cli.report.page import add_note, inline_code
+from eegformer_cli.report.tables import table_html
 
 SECTION = "Interactions"
 SCREEN_MEANING = (

@@ -1,4 +1,4 @@
-"""The explaining side of :class:`~eegformer_cli.trained_model.TrainedModel`: what ``explain``
+"""The explaining side of :class:`~eegformer_cli.inference.trained_model.TrainedModel`: what ``explain``
 returns (:class:`Explanations`), its options (:func:`explain_options`), and one
 call's work (:class:`ExplainCall`): the claimed output folder and the settings its JSON files
 record, each recording explained by the final model or out of fold (and its files written as
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError, did_you_mean
-from eegformer_cli.outcomes import WarningLines, print_failure
+from eegformer_cli.inference.outcomes import WarningLines, print_failure
 
 #: Seed of the random interpolation points of ``gradient_shap`` (the other methods are
 #: deterministic); ``explain`` seeds with it before the first recording.
@@ -157,13 +157,13 @@ class ExplainCall:
     def explain(
         self, items, folder: OutFolder | None
     ) -> tuple[Explanations, list[tuple[str, str]], list[str]]:
-        """The explanations of ``items`` (:class:`~eegformer_cli.inference.InputRecordings`):
+        """The explanations of ``items`` (:class:`~eegformer_cli.inference.inputs.InputRecordings`):
         ``(explanations, failures (id, error), ids of recordings with warnings)``. With
         ``folder``, each recording's files are written as it is explained and the tables at
         the end."""
         from eegformer_cli import provenance
-        from eegformer_cli.devices import seed_everything
         from eegformer_cli.explain.out_of_fold import OutOfFoldModels
+        from eegformer_cli.model.devices import seed_everything
 
         chooser = (
             None

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eegformer_cli.explain.report_page import inline_code
-from eegformer_cli.explain.report_tables import table_html
+from eegformer_cli.report.page import inline_code
+from eegformer_cli.report.tables import table_html
 
 #: Pairs of the class contrast said in a sentence each, strongest first.
 CONTRAST_SENTENCES = 5

@@ -1,4 +1,4 @@
-"""What a ``predict`` or ``explain`` call of :class:`~eegformer_cli.trained_model.TrainedModel`
+"""What a ``predict`` or ``explain`` call of :class:`~eegformer_cli.inference.trained_model.TrainedModel`
 tells about its recordings, and when: each recording's warnings and each recording's error
 as one line on stderr as it happens (:class:`WarningLines`, :func:`print_failure`), the line
 for a model file that cannot check recordings against its training data

@@ -308,7 +308,7 @@ def simulate_participant(
 
     ``planted``: None for this study's fronto-parietal theta :func:`coupling`, or a function
     ``(rng, n_times, sfreq) -> (n_channels, n_times)`` volts put in its place (the ground-truth
-    scenarios, :mod:`eegformer_cli.scenarios`).
+    scenarios, :mod:`eegformer_cli.simulation.scenarios`).
     The random numbers come from one Generator seeded with (seed, index, 1), so a participant's
     signal does not depend on how many others are simulated. ``meas_date`` is fixed
     (MEAS_DATE plus ``index`` days) so that exported files are byte-identical between runs.

@@ -6,7 +6,7 @@ memory with the model's stored settings) or paths (as ``eegformer predict`` / ``
 provenance, warnings (one line each on stderr, and in the rows), the error of a recording that
 cannot be used (one line on stderr as it fails; the call raises once every other recording is
 done, with their results in the exception's ``result``) and ``strict``
-(:mod:`eegformer_cli.outcomes`). The explaining side is :mod:`eegformer_cli.explanations`.
+(:mod:`eegformer_cli.inference.outcomes`). The explaining side is :mod:`eegformer_cli.inference.explain_call`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,19 @@ from eegformer_cli.choices import (
     PRECISIONS,
 )
 from eegformer_cli.errors import UsageError, check_choice
-from eegformer_cli.explanations import ExplainCall, Explanations, explain_options, tidy_out_folder
+from eegformer_cli.inference.explain_call import (
+    ExplainCall,
+    Explanations,
+    explain_options,
+    tidy_out_folder,
+)
+from eegformer_cli.inference.outcomes import (
+    WarningLines,
+    note_unchecked,
+    print_failure,
+    raise_for_outcome,
+)
 from eegformer_cli.options import Option, Options, document
-from eegformer_cli.outcomes import WarningLines, note_unchecked, print_failure, raise_for_outcome
 
 
 def load_model(
@@ -61,7 +71,7 @@ def load_model(
     UsageError
         An invalid ``device`` or ``precision``.
     """
-    from eegformer_cli.devices import resolve_device, resolve_precision
+    from eegformer_cli.model.devices import resolve_device, resolve_precision
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)
@@ -253,7 +263,7 @@ class TrainedModel:
         PartialFailure
             ``strict`` and a recording got a warning.
         """
-        from eegformer_cli.inference import check_coverage
+        from eegformer_cli.inference.inputs import check_coverage
 
         if coverage is not None:
             check_coverage(self._bundle, coverage)
@@ -298,7 +308,7 @@ class TrainedModel:
         import pandas as pd
 
         from eegformer_cli import provenance
-        from eegformer_cli.inference import predict_recordings
+        from eegformer_cli.inference.inputs import predict_recordings
 
         columns = (
             ["recording_id", "participant_id", *items.entity_columns, "predicted"]
@@ -395,11 +405,11 @@ class TrainedModel:
     # inputs -----------------------------------------------------------------------------
 
     def _inputs(self, raw_or_paths, age, sex, participants, participant_id, max_interpolated):
-        """The recordings of a call (:class:`~eegformer_cli.inference.InputRecordings`),
+        """The recordings of a call (:class:`~eegformer_cli.inference.inputs.InputRecordings`),
         checked as a whole before any is read."""
         import mne
 
-        from eegformer_cli.inference import load_inputs, raw_inputs
+        from eegformer_cli.inference.inputs import load_inputs, raw_inputs
 
         given = _as_list(raw_or_paths)
         if not given:

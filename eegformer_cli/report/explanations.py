@@ -13,7 +13,13 @@ from pathlib import Path
 from eegformer_cli.atomic import read_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.experiment import run_folder
-from eegformer_cli.explain.explanation_notes import (
+from eegformer_cli.report.figures import (
+    attention_figure,
+    band_importance_figure,
+    connectivity_head_figure,
+    contrast_figure,
+)
+from eegformer_cli.report.notes import (
     band_importance_note,
     caution_note,
     contrast_note,
@@ -22,13 +28,7 @@ from eegformer_cli.explain.explanation_notes import (
     explanations_source_html,
     interactions_lead,
 )
-from eegformer_cli.explain.report_figures import (
-    attention_figure,
-    band_importance_figure,
-    connectivity_head_figure,
-    contrast_figure,
-)
-from eegformer_cli.explain.report_page import add_figure, add_note
+from eegformer_cli.report.page import add_figure, add_note
 
 
 def check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
