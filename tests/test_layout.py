@@ -87,6 +87,31 @@ LAYERS = (
 )
 
 
+#: The modules at the package root, each with its reason to stand there rather than in a room:
+#: the entry points, the public API (``eegformer_cli.__all__``, docs/guide/python.md) and the
+#: low-level helpers that rooms of every layer share. A new module goes into the room of its
+#: step (``preprocess/``, ``training/``, ``inference/``, ...), not here.
+ROOT_MODULES = {
+    "__init__": "the public API: the names of __all__, loaded when first used",
+    "__main__": "entry point: python -m eegformer_cli",
+    "commands": "entry point and public module: the function behind each command",
+    "estimator": "public API: the scikit-learn estimator",
+    "errors": "public API and shared: the exceptions, each the CLI's exit code",
+    "options": "the entry points' option texts, once, for docstrings and --help",
+    "choices": "shared: the user-facing choice tuples and defaults, as plain values",
+    "atomic": "shared: atomic writes and reads of files",
+    "console": "shared: the terminal (messages, warnings, progress)",
+    "ownership": "shared: which outputs may be written over",
+    "parallel": "shared: worker processes and their threads",
+    "provenance": "shared: provenance rules on plain values (training and inference use them)",
+    "versions": "shared: the package versions every output records",
+}
+#: At most this many modules at the root (issue 47), and at most :data:`MAX_EXPLAIN_MODULES`
+#: in ``explain/`` (the report's modules have their own room, ``report/``).
+MAX_ROOT_MODULES = 13
+MAX_EXPLAIN_MODULES = 8
+
+
 def package_imports() -> dict[str, set[str]]:
     """Module -> the package modules it imports anywhere in its file (``from a import b`` counts
     as importing ``a.b`` when that is a module, else ``a``)."""
@@ -235,3 +260,10 @@ def long_functions() -> dict[str, int]:
 def test_no_function_is_longer_than_max_function_lines():
     too_long = long_functions()
     assert not too_long, too_long
+
+
+def test_the_root_holds_only_its_named_modules():
+    root = {p.stem for p in PACKAGE.glob("*.py")}
+    assert root == ROOT_MODULES.keys(), "give a new module a room, or its reason in ROOT_MODULES"
+    assert len(root) <= MAX_ROOT_MODULES
+    assert len(list((PACKAGE / "explain").glob("*.py"))) <= MAX_EXPLAIN_MODULES

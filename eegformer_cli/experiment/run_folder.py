@@ -204,7 +204,7 @@ def read_config(run_dir: str | Path) -> dict:
     return config
 
 
-def read_run_request(run_dir: str | Path) -> tuple[Path, str, dict, str | None] | None:
+def read_config_request(run_dir: str | Path) -> tuple[Path, str, dict, str | None] | None:
     """(data folder, label column, training config dict, positive label) that ``config.json``
     says the run was asked for; None without a ``config.json``, InputDataError when it lacks
     them."""

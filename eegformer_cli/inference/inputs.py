@@ -97,7 +97,7 @@ def predict_recordings(
     applied to the probabilities. ``coverage``: add ``prediction_set``, the classes (a list, in
     label order) of the split-conformal set of that coverage
     (:mod:`~eegformer_cli.evaluation.conformal`, calibrated on the run's out-of-fold
-    probabilities stored in the model file; :func:`check_coverage` first).
+    probabilities stored in the model file; :func:`check_model_coverage` first).
     A recording with an ``error`` yields ``{"recording_id", "participant_id", "error"}``.
     """
     from eegformer_cli.evaluation.calibration import recalibrate
@@ -120,12 +120,12 @@ def predict_recordings(
         yield row
 
 
-def check_coverage(bundle, coverage: float) -> None:
+def check_model_coverage(bundle, coverage: float) -> None:
     """UsageError unless ``bundle``'s out-of-fold calibration set can give ``coverage``
     (a model file without one: written before eegformer kept it)."""
-    from eegformer_cli.evaluation.conformal import check_coverage as check
+    from eegformer_cli.evaluation.conformal import check_coverage
 
-    check(coverage, len((bundle.conformal or {}).get("labels", [])))
+    check_coverage(coverage, len((bundle.conformal or {}).get("labels", [])))
 
 
 def prediction_set(bundle, probabilities: np.ndarray, coverage: float) -> list[str]:

@@ -263,10 +263,10 @@ class TrainedModel:
         PartialFailure
             ``strict`` and a recording got a warning.
         """
-        from eegformer_cli.inference.inputs import check_coverage
+        from eegformer_cli.inference.inputs import check_model_coverage
 
         if coverage is not None:
-            check_coverage(self._bundle, coverage)
+            check_model_coverage(self._bundle, coverage)
         items = self._inputs(raw_or_paths, age, sex, participants, participant_id, max_interpolated)
         note_unchecked(self._bundle, strict)
         table, failures, warned = self._predicted_table(items, on_row, coverage)
