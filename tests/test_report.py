@@ -506,7 +506,7 @@ def rendered(report, tmp_path):
 
 def attention_label_px() -> float:
     """The attention heat maps' band labels, in pixels of the figure's image."""
-    import matplotlib.pyplot as plt  # after report_figures chose its backend
+    import matplotlib.pyplot as plt  # after report/figures.py chose its backend
 
     fig = attention_figure(np.full((1, 3, 3), 1 / 3), np.full((1, 3, 3), 1 / 3), list("abc"), "t")
     sizes = [t.get_fontsize() for ax in fig.axes for t in ax.get_xticklabels()]

@@ -6,7 +6,7 @@ base64 PNG), from the run folder's files (docs/architecture.md) and, optionally,
 (it then says what is missing and how to get it):
 
 Verdict (first): the score with its interval, the comparison with every reference model,
-   shortcuts, the permutation p and calibration, in a box (:mod:`calibration_report`).
+   shortcuts, the permutation p and calibration, in a box (:mod:`.calibration`).
 0. Run summary: preset, epochs, evaluation scheme, seed, classes and positive class, data,
    model, final model, versions (``config.json``, ``metrics.json``).
 1. Dataset: recordings, participants, classes, age and sex per class, preprocessing failures
@@ -17,15 +17,15 @@ Verdict (first): the score with its interval, the comparison with every referenc
    on each metric and the paired intervals, confusion matrix, ROC and precision-recall curves
    from the out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
    (misclassified first), training curves per fold.
-3. Is the score real?: the shortcut audit and the permutation test (:mod:`trust_report`),
+3. Is the score real?: the shortcut audit and the permutation test (:mod:`.trust`),
    then how far to trust a probability: calibration, reliability diagram, prediction-set
-   coverage (:mod:`calibration_report`); then the per-recording table and training curves.
+   coverage (:mod:`.calibration`); then the per-recording table and training curves.
 4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
    the logit change when attention is replaced by a uniform mean or the identity) and the
    entropy per epoch on the validation participants (history.jsonl).
 5. Interactions: what every fit's interaction screen kept, its best score and its gate, or
-   that nothing was screened (:mod:`.interactions_report`); with explanations, what each kept
+   that nothing was screened (:mod:`.interactions`); with explanations, what each kept
    interaction weighs in a prediction.
 6. Explanations: which model and recordings they come from (and whether those recordings
    were the model's training data, or were explained out of fold), band importance per class
@@ -36,20 +36,20 @@ Verdict (first): the score with its interval, the comparison with every referenc
    that artefacts can fake dashed and named, coarse versus refined attention per layer as
    differences from uniform attention.
 
-Tables wrap their cells to the page's width (:data:`.report_page.REPORT_CSS`); legends sit under their
-plots, over no data (:func:`report_figures.legend_below`).
+Tables wrap their cells to the page's width (:data:`.page.REPORT_CSS`); legends sit under their
+plots, over no data (:func:`.figures.legend_below`).
 
-No MNE tags: every item is added without them (:func:`.report_page.untagged_report`) and the
-tag filter is hidden (:data:`.report_page.REPORT_CSS`).
+No MNE tags: every item is added without them (:func:`.page.untagged_report`) and the
+tag filter is hidden (:data:`.page.REPORT_CSS`).
 
 This module reads the run folder and assembles the sections from the run's files (0 to 4);
 each other section has a module of its own: the verdict and calibration
-(:mod:`.calibration_report`), "Is the score real?" (:mod:`.trust_report`), the interactions
-(:mod:`.interactions_report`) and the explanations
-(:mod:`.explanations_report`, its words and tables in :mod:`.explanation_notes`). The figures
-are in :mod:`.report_figures` (plain data in, a matplotlib figure out, so each can be tested
-and reused alone), the run's tables and notes in :mod:`.report_tables` (plain data in, HTML
-out) and the page (no tags, its styles, a note, a figure) in :mod:`.report_page`.
+(:mod:`.calibration`), "Is the score real?" (:mod:`.trust`), the interactions
+(:mod:`.interactions`) and the explanations
+(:mod:`.explanations`, its words and tables in :mod:`.notes`). The figures
+are in :mod:`.figures` (plain data in, a matplotlib figure out, so each can be tested
+and reused alone), the run's tables and notes in :mod:`.tables` (plain data in, HTML
+out) and the page (no tags, its styles, a note, a figure) in :mod:`.page`.
 """
 
 from __future__ import annotations

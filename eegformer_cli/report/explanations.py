@@ -2,8 +2,8 @@
 recordings they come from, band importance per class, the strongest channel pairs on the
 head, the class contrast (figure and its strongest pairs, said first where the kept
 interactions carry more of it than any pair) and coarse versus refined attention per class; and the check that the folder explains the run's model
-(its classes, bands and channels). The words and tables are :mod:`.explanation_notes`'s, the
-figures :mod:`.report_figures`'.
+(its classes, bands and channels). The words and tables are :mod:`.notes`'s, the
+figures :mod:`.figures`'.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ figures (band importance, artefact cautions, the class contrast), the tables of 
 contrast's strongest pairs and of the kept interactions, and what the contrast says first when
 those interactions carry more of it than any pair. Each a function of plain data (the explain
 folder's settings, rows and summaries) returning an HTML string (values escaped) or, for a
-note, plain text; :mod:`.explanations_report` and :mod:`.interactions_report` put them on the
+note, plain text; :mod:`.explanations` and :mod:`.interactions` put them on the
 page.
 """
 

@@ -11,7 +11,7 @@ import re
 
 import matplotlib
 
-matplotlib.use("Agg")  # before pyplot (report_figures chooses it too; either may come first)
+matplotlib.use("Agg")  # before pyplot (figures.py chooses it too; either may come first)
 import matplotlib.pyplot as plt
 
 #: Styles added to MNE's page: the tag filter hidden (the report has no tags), the title whole,

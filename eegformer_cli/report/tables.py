@@ -1,7 +1,7 @@
 """The report's HTML pieces for the run's own sections (run summary, dataset, preprocessing,
 cross-validation, per-recording predictions, attention): tables and plain-language notes, each
 a function of the run folder's plain data returning an HTML string (values escaped). The
-explanations section's are in :mod:`.explanation_notes`.
+explanations section's are in :mod:`.notes`.
 """
 
 from __future__ import annotations
