@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eegformer_cli.choices import (
     DEFAULT_DEVICE,
@@ -25,6 +26,10 @@ from eegformer_cli.choices import (
 )
 from eegformer_cli.errors import UsageError
 from eegformer_cli.options import EXPLAIN, PREDICT, PREPROCESS, REPORT, TRAIN, document
+
+if TYPE_CHECKING:  # the results' types; importing them at run time would load numpy
+    from eegformer_cli.evaluation.run_metrics import RunMetrics
+    from eegformer_cli.training.fold_record import FoldRecord
 
 PathLike = str | os.PathLike
 
@@ -205,15 +210,16 @@ def train(
     permutations: int = 0,
     permutation_model: str = "reference",
     split_by: str = "participant",
-) -> dict | None:
+) -> RunMetrics | FoldRecord | None:
     """Cross-validate XAIguiFormer beside the reference models and write the final
     model file (``eegformer train``).
 
     Returns
     -------
-    dict | None
-        ``metrics.json`` as a dict (with ``fold``: that fold's result); None on torchrun
-        processes other than rank 0.
+    RunMetrics | FoldRecord | None
+        ``metrics.json`` as typed metrics (``RunMetrics.to_dict()`` is the file's dict); with
+        ``fold``, that fold's record (``folds/<name>.json``); None on torchrun processes other
+        than rank 0.
 
     Raises
     ------
@@ -227,8 +233,7 @@ def train(
     if merge is not None:
         given = locals()  # every parameter of train, by name
         _refuse_settings_beside_merge({name: given[name] for name in _TRAINING_SETTINGS})
-        merged = merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
-        return None if merged is None else merged.to_dict()
+        return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
     if data_dir is None or out is None or label_column is None:
         raise _missing(data_dir, out, label_column)
     _check_scheme(cv, repeats, holdout, splits)
@@ -245,7 +250,7 @@ def train(
         "precision": precision,
         **ablation_flags(no_xai, no_interactions, no_age_interactions, frequency_encoding),
     }
-    result = run_training(
+    return run_training(
         Path(data_dir),
         Path(out),
         label_column,
@@ -260,7 +265,6 @@ def train(
         permutation_model=permutation_model,
         split_by=split_by,
     )
-    return result if result is None or isinstance(result, dict) else result.to_dict()
 
 
 def _missing(

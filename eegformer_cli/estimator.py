@@ -518,5 +518,5 @@ def _training_data(recordings, label_names, channels, bands, edges):
         channels=channels,
         bands=bands,
         band_edges_hz=edges,
-        preprocess={},
+        preprocess=None,
     )

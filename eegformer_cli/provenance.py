@@ -253,7 +253,7 @@ def _recording_warnings(item, training: dict) -> list[str]:
     return out
 
 
-def _membership_warning(item, training: dict, model_file: Path) -> list[str]:
+def _membership_warning(item, training: dict, oof_file: Path) -> list[str]:
     """The ``in_training_data`` warning, or none: the same signal, else a copy of a training
     recording (its fingerprint), else the same participant."""
     same_signal = training["signal_sha256"].get(item.signal_sha256 or "")
@@ -273,25 +273,27 @@ def _membership_warning(item, training: dict, model_file: Path) -> list[str]:
         )
     else:
         return []
-    oof = Path(model_file).parent / "oof_predictions.tsv"
-    where = str(oof) if oof.is_file() else "oof_predictions.tsv of the run that trained it"
+    where = (
+        str(oof_file) if oof_file.is_file() else "oof_predictions.tsv of the run that trained it"
+    )
     return [
         f"in_training_data: {why}, so this prediction is optimistic; honest out-of-fold "
         f"ones: {where}"
     ]
 
 
-def recording_warnings(item, training: dict | None, model_file: str | Path) -> list[str]:
+def recording_warnings(item, training: dict | None, oof_file: str | Path) -> list[str]:
     """Every warning of one usable recording (module docs), in :data:`WARNING_KINDS` order.
 
     ``item``: an :class:`~eegformer_cli.inference.inputs.InputRecording`; ``training``: the model
     file's ``training_data`` (None for a model file written before eegformer kept it: only the
-    warnings about the recording itself are possible then); ``model_file``: its path (the
-    run folder beside it holds ``oof_predictions.tsv``).
+    warnings about the recording itself are possible then); ``oof_file``: the out-of-fold
+    predictions of the run that trained the model (``oof_predictions.tsv`` beside its model
+    file, named in the ``in_training_data`` warning when it is there).
     """
     out = []
     if training is not None:
-        out += _membership_warning(item, training, Path(model_file))
+        out += _membership_warning(item, training, Path(oof_file))
     if item.channels_interpolated:
         out.append(
             f"interpolated: channel(s) {', '.join(item.channels_interpolated)} missing "

@@ -169,7 +169,7 @@ def test_cross_val_score_with_group_k_fold_equals_train_on_the_same_splits_and_s
         splits=splits,
         device="cpu",
     )
-    per_fold = [fold["bac"] for fold in metrics["models"]["xaiguiformer"]["per_fold"]]
+    per_fold = [fold.bac for fold in metrics.models["xaiguiformer"].per_fold]
     assert per_fold == pytest.approx(scores, abs=1e-12), (per_fold, scores)
     assert len(set(scores)) > 1  # folds differ: a real comparison
     oof = oof_probabilities(tmp_path / "run")

@@ -413,11 +413,12 @@ def test_warning_rules_on_plain_values(tmp_path):
         }
         return SimpleNamespace(**{**base, **values})
 
-    assert recording_warnings(item(), training, tmp_path / "model.pt") == []
+    oof = tmp_path / "oof_predictions.tsv"  # not there: the warning names the run's file
+    assert recording_warnings(item(), training, oof) == []
     warnings = recording_warnings(
         item(age=35.0, sex=1.0, source_sfreq=500.0, duration_s=600.0, participant_id="sub-001"),
         training,
-        tmp_path / "model.pt",
+        oof,
     )
     assert [w.split(":")[0] for w in warnings] == [
         "in_training_data",
@@ -427,7 +428,7 @@ def test_warning_rules_on_plain_values(tmp_path):
         "duration",
     ]
     short = item(duration_s=50.0, shorter_than_crop_s=55.0, coh=np.zeros((3, 1, 2, 2)))
-    assert recording_warnings(short, training, tmp_path / "model.pt") == [
+    assert recording_warnings(short, training, oof) == [
         "crop: 50.0 s long, shorter than the 55 s the model's training recordings were cropped "
         "to: analysed whole, 3 segment(s), so its score is noisier than theirs"
     ]
@@ -437,15 +438,15 @@ def test_warning_rules_on_plain_values(tmp_path):
     )
     assert warnings[2] == "sex: F, which no training recording had (training: M 84)"
     assert "oof_predictions.tsv of the run that trained it" in warnings[0]
-    assert recording_warnings(item(sex=float("nan")), training, tmp_path / "m.pt") == [
+    assert recording_warnings(item(sex=float("nan")), training, oof) == [
         "sex: unknown, which no training recording had (training: M 84)"
     ]
     # a rate twice the training one is not "far outside" (it is resampled like them)
-    assert recording_warnings(item(source_sfreq=256.0), training, tmp_path / "m.pt") == []
+    assert recording_warnings(item(source_sfreq=256.0), training, oof) == []
     # an old model file (no training data): only the recording's own warnings
-    assert recording_warnings(
-        item(age=35.0, channels_interpolated=["F7"]), None, tmp_path / "m.pt"
-    )[0].startswith("interpolated: channel(s) F7")
+    assert recording_warnings(item(age=35.0, channels_interpolated=["F7"]), None, oof)[
+        0
+    ].startswith("interpolated: channel(s) F7")
 
 
 def test_many_warnings_of_one_kind_show_three_and_count_the_rest(seen_run, capsys):

@@ -797,6 +797,7 @@ def test_calibration_counts_name_predictions_and_recordings():
 
 
 def test_the_preprocessing_table_lists_every_setting_the_crop_first():
+    from eegformer_cli.preprocess.output import PreprocessFile
     from eegformer_cli.preprocess.settings import PreprocessSettings
     from eegformer_cli.report.tables import preprocessing_html
 
@@ -808,7 +809,7 @@ def test_the_preprocessing_table_lists_every_setting_the_crop_first():
         "participant_pattern": "Subject(\\d+)_",  # an entry this table does not know yet
         "versions": {"mne": "1.13"},
     }
-    table = preprocessing_html(document)
+    table = preprocessing_html(PreprocessFile(document))
     rows = re.findall(r'<th scope="row">([^<]*)</th><td>([^<]*)</td>', table)
     assert rows[0] == ("crop", "the first 62 s of every recording")
     labels = [label for label, _ in rows]

@@ -892,7 +892,8 @@ def test_predict_does_not_import_the_training_libraries():
     """What `predict` imports (model file, inputs, device) leaves out scikit-learn and pandas
     (the trainer's; ~0.5 s of a 3.4-4.0 s prediction of one recording)."""
     code = (
-        "from eegformer_cli.inference.inputs import load_inputs, predict_recordings\n"
+        "from eegformer_cli.inference.inputs import load_inputs\n"
+        "from eegformer_cli.inference.predictions import predict_recordings\n"
         "from eegformer_cli.training.model_file import load_model_file\n"
         "from eegformer_cli.model.devices import resolve_device"
     )

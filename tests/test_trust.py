@@ -228,7 +228,7 @@ def recordings(labels_by_participant: dict[str, list[str]]) -> TrainingData:
         for i, label in enumerate(labels)
     ]
     return TrainingData(
-        Path("."), "label", recs, sorted({r.label for r in recs}), [], [], np.zeros((0, 2)), {}
+        Path("."), "label", recs, sorted({r.label for r in recs}), [], [], np.zeros((0, 2)), None
     )
 
 

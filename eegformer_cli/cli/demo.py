@@ -76,6 +76,7 @@ def demo(
         eegformer demo --out demo-output
     """
     from eegformer_cli.cli.app import app
+    from eegformer_cli.experiment import run_folder
 
     if not (data / "participants.tsv").is_file():
         raise InputDataError(
@@ -96,7 +97,7 @@ def demo(
         app,
         [
             "predict",
-            str(run / "model.pt"),
+            str(run_folder.model_path(run)),
             str(data / "eeg"),
             "--participants",
             str(data / "participants.tsv"),
@@ -138,10 +139,13 @@ def _train_args(prep: Path, run: Path, n_jobs: int, again: list[str]) -> list[st
 
 def _print_outputs(prep: Path, run: Path, predictions: Path, explanations: Path, report: Path):
     """The closing lines: where each of the demo's outputs is."""
+    from eegformer_cli.experiment import run_folder
+    from eegformer_cli.preprocess.output import MANIFEST_NAME
+
     console.log("\n[bold green]Demo finished.[/bold green] Outputs:")
     for what, path in (
-        ("connectomes + manifest", prep / "manifest.tsv"),
-        ("run folder (model, metrics)", run / "metrics.json"),
+        ("connectomes + manifest", prep / MANIFEST_NAME),
+        ("run folder (model, metrics)", run_folder.metrics_path(run)),
         ("predictions", predictions),
         ("explanations", explanations),
         ("HTML report", report),

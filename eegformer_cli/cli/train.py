@@ -17,6 +17,7 @@ from eegformer_cli.options import TRAIN
 
 if TYPE_CHECKING:
     from eegformer_cli.evaluation.run_metrics import Calibration, RunMetrics, ShortcutAudit
+    from eegformer_cli.training.fold_record import FoldRecord
 
 
 def _verdict_panel(metrics: RunMetrics) -> Panel:
@@ -99,6 +100,7 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
 def _json_summary(metrics: RunMetrics, out: Path) -> dict:
     """``--json``'s summary: metrics.json without the per-fold figures, reliability bins,
     null values and attention per fold (metrics.json has them)."""
+    from eegformer_cli.experiment import run_folder
 
     def part(record):
         return None if record is None else record.to_dict()
@@ -107,7 +109,7 @@ def _json_summary(metrics: RunMetrics, out: Path) -> dict:
     test = part(metrics.permutation_test)
     return {
         "run_dir": str(out),
-        "model_file": str(out / "model.pt"),
+        "model_file": str(run_folder.model_path(out)),
         "preset": metrics.preset,
         "scheme": metrics.scheme,
         "n_folds": metrics.n_folds,
@@ -296,28 +298,26 @@ def train(
 
 
 def _print_result(
-    result: dict | None, out: Path | None, fold: int | None, merge: Path | None, as_json: bool
+    result: RunMetrics | FoldRecord | None,
+    out: Path | None,
+    fold: int | None,
+    merge: Path | None,
+    as_json: bool,
 ) -> None:
     """What ``train`` prints: the summary of a run or a merged run, or a fold's line (and its
     metrics with ``--json``) when ``--fold`` ran one fold."""
-    if merge is not None:
-        _report(_typed(result), merge, as_json)
-        return
-    if fold is not None:  # this fold's result (None on torchrun ranks other than 0)
-        if result is not None:
+    from eegformer_cli.training.fold_record import FoldRecord
+
+    if merge is None and fold is not None:  # this fold's record (None on torchrun ranks > 0)
+        if isinstance(result, FoldRecord):
             console.log(f"fold {fold} done; when every fold is done: eegformer train --merge {out}")
             if as_json:
-                typer.echo(json.dumps(result["metrics"], indent=2))
+                typer.echo(json.dumps(result.to_dict()["metrics"], indent=2))
         return
-    assert out is not None  # commands.train refused a run without --out
-    _report(_typed(result), out, as_json)
-
-
-def _typed(metrics: dict | None) -> RunMetrics | None:
-    """``commands.train``'s metrics.json dict as the typed metrics (None stays None)."""
-    from eegformer_cli.evaluation.run_metrics import RunMetrics
-
-    return None if metrics is None else RunMetrics.from_dict(metrics)
+    assert not isinstance(result, FoldRecord)  # a fold's record comes only with --fold
+    folder = merge if merge is not None else out
+    assert folder is not None  # commands.train refused a run without --out
+    _report(result, folder, as_json)
 
 
 def register(app: typer.Typer) -> None:

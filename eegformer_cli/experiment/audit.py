@@ -190,7 +190,7 @@ def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
         ]
     )
     ages = None if "age" not in rows[0] else [output.age_value(row["age"]) for row in rows]
-    crop = (data.preprocess.get("settings") or {}).get("crop_s")
+    crop = data.preprocess.crop_s if data.preprocess else None
     duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
     if crop is not None and duration.values is not None:  # what the tokens were computed on
         duration = Variable(
@@ -208,7 +208,7 @@ def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
             "input_folder",
             "input folder (site)",
             "categorical",
-            _input_folders(rows, data.preprocess.get("inputs")),
+            _input_folders(rows, data.preprocess.inputs if data.preprocess else None),
         ),
         Variable("age", "age, years", "numeric", ages),
         _column_variable(rows, "sex", "sex", kind="categorical"),

@@ -42,9 +42,10 @@ def train_models(
     for a holdout or a fold job)."""
     holdout = plan.scheme.get("kind") == "holdout"
     pending = [fold for fold in folds if fold.name not in results]
-    train_final = fold_index is None and not holdout and not (run_dir / "model.pt").exists()
+    model_file = run_folder.model_path(run_dir)
+    train_final = fold_index is None and not holdout and not model_file.exists()
     if fold_index is None and not holdout and not train_final:
-        console.log(f"train: final model reused: {run_dir / 'model.pt'} of the earlier run")
+        console.log(f"train: final model reused: {model_file} of the earlier run")
     with (
         process_pool(min(n_workers, len(pending) + train_final), progress=True) as pool,
         console.progress_bar() as bar,
@@ -81,7 +82,7 @@ def _save_fold(run_dir: Path, plan: RunPlan, fold: splits.Fold, result: FoldReco
         save_fold_model(run_dir, plan, fold, model)
     if plan.scheme.get("kind") == "holdout":
         _save_model(
-            run_dir / "model.pt",
+            run_folder.model_path(run_dir),
             model,
             plan,
             recordings_of(plan.data, fold.train),
@@ -212,9 +213,10 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
             },
         )
         seen = recordings_of(plan.data, fold.train) + recordings_of(plan.data, fold.val)
-        _save_model(run_dir / "model.pt", fit.model, plan, seen, "all", seen)
+        _save_model(run_folder.model_path(run_dir), fit.model, plan, seen, "all", seen)
     console.log(
-        f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> {run_dir / 'model.pt'}"
+        f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
+        f"{run_folder.model_path(run_dir)}"
     )
     return fit.history
 
@@ -255,7 +257,7 @@ def _save_model(
         channels=data.channels,
         bands=data.bands,
         band_edges_hz=data.band_edges_hz,
-        preprocess_settings=data.preprocess.get("settings", {}),
+        preprocess_settings=(data.preprocess.settings if data.preprocess else None) or {},
         demographic_stats=demographic_stats(np.array([r.age for r in fit_recs])),
         train_config=plan.config.to_dict(),
         trained_on=trained_on,

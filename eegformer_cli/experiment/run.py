@@ -79,7 +79,7 @@ def run_training(
     permutations: int = 0,
     permutation_model: str = "reference",
     split_by: str = "participant",
-) -> RunMetrics | dict | None:
+) -> RunMetrics | FoldRecord | None:
     """The whole ``eegformer train``; returns its metrics (also in ``metrics.json``).
 
     ``fold_index``: train only that fold (``train --fold``, a job of its own, merged later by
@@ -133,7 +133,7 @@ class _Job:
 
 def _run_in_folder(
     run_dir: Path, job: _Job, overwrite: bool, positive_label: str | None
-) -> RunMetrics | dict | None:
+) -> RunMetrics | FoldRecord | None:
     """The run inside its locked folder: :func:`_claim_run_dir`, the shortcut audit,
     :func:`_finished_folds` (resume), :func:`fold_training.train_models` (the folds left, then
     the final model), :func:`summaries.write_summaries`, the permutation test. Returns what
@@ -153,7 +153,7 @@ def _run_in_folder(
         run_dir, plan, job.folds, results, features, job.n_workers, job.fold_index, extra
     )
     if job.fold_index is not None:
-        return results[job.folds[0].name].to_dict() if writer else None
+        return results[job.folds[0].name] if writer else None
     pending = "the permutation test not finished" if job.permutations else None
     metrics = (
         write_summaries(
@@ -375,5 +375,5 @@ def merge_run(
         permutation_model=permutation_model,
         split_by=request.split_by,
     )
-    assert not isinstance(metrics, dict)  # a fold's record: only a --fold job returns one
+    assert not isinstance(metrics, FoldRecord)  # only a --fold job returns a fold's record
     return metrics

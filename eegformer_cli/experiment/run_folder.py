@@ -231,8 +231,23 @@ def read_planned_folds(run_dir: str | Path) -> tuple[dict, list[splits.Fold]] | 
     return splits.load_splits(path) if path.is_file() else None
 
 
+def model_path(run_dir: str | Path) -> Path:
+    """``model.pt``: the final model file (written by :mod:`model_file`)."""
+    return Path(run_dir) / MODEL
+
+
 def has_final_model(run_dir: str | Path) -> bool:
-    return (Path(run_dir) / MODEL).is_file()
+    return model_path(run_dir).is_file()
+
+
+def oof_path(run_dir: str | Path) -> Path:
+    """``oof_predictions.tsv``: every recording's out-of-fold probabilities."""
+    return Path(run_dir) / OOF
+
+
+def metrics_path(run_dir: str | Path) -> Path:
+    """``metrics.json``: the run's scores (:func:`read_metrics` reads it typed)."""
+    return Path(run_dir) / METRICS
 
 
 def write_metrics(run_dir: str | Path, metrics: RunMetrics) -> None:

@@ -117,7 +117,7 @@ def write_summaries(
     metrics = judged(metrics)
     run_folder.write_metrics(run_dir, metrics)
     if run_folder.has_final_model(run_dir):
-        add_calibration(run_dir / "model.pt", model_entry)
+        add_calibration(run_folder.model_path(run_dir), model_entry)
     return metrics
 
 
@@ -133,7 +133,7 @@ def _shipped(run_dir: Path, names: list[str]) -> str:
     """Whose out-of-fold rows describe the model that ships (``model.pt``), for its
     recalibration and prediction sets: the linear path alone's when its residual was not kept
     (every fold scored the linear path alone too), else the transformer's."""
-    model = Path(run_dir) / "model.pt"
+    model = run_folder.model_path(run_dir)
     if LINEAR_PATH_NAME in names and model.is_file() and is_linear_path_alone(model):
         return LINEAR_PATH_NAME
     return MODEL_NAME

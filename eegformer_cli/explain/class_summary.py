@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eegformer_cli.atomic import save_npz, write_json
+from eegformer_cli.atomic import read_json, save_npz, write_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.explain import interactions
 from eegformer_cli.explain.attributions import (
@@ -32,6 +32,8 @@ from eegformer_cli.explain.attributions import (
 from eegformer_cli.explain.export import contrast_entry, strongest_pairs
 from eegformer_cli.model.diagnostics import mean_diagnostics
 
+#: The two files, written and read here only.
+SUMMARY_NPZ, SUMMARY_JSON = "class_summary.npz", "class_summary.json"
 #: The contrast's arrays in ``class_summary.npz``: the maps of
 #: :data:`~eegformer_cli.explain.attributions.CONTRAST_FIELDS` (T, C, C), ``contrast_band``
 #: (T,), ``contrast_classes`` (2,) and ``contrast_n_recordings`` (2,).
@@ -65,7 +67,7 @@ def write_class_summary(
     classes = list(means)
     cautions = settings.get("artefact_caution") or {}
     save_npz(
-        out_dir / "class_summary.npz",
+        out_dir / SUMMARY_NPZ,
         classes=np.array(classes, dtype=str),
         n_recordings=np.array([means[c]["n_recordings"] for c in classes], dtype=np.int64),
         bands=np.array(bands),
@@ -74,7 +76,7 @@ def write_class_summary(
         **_summary_arrays(means, contrast),
     )
     write_json(
-        out_dir / "class_summary.json",
+        out_dir / SUMMARY_JSON,
         {
             "settings": settings,
             "bands": list(bands),
@@ -191,7 +193,7 @@ def load_class_summary(folder: str | Path) -> dict:
     """Read ``class_summary.npz`` back: ``{"classes": [...], "bands": [...], "channels": [...],
     "n_recordings": (K',), <field>: (K', ...) arrays}`` and the contrast's arrays when it has
     them (``contrast_classes`` a list; what the report draws)."""
-    path = Path(folder) / "class_summary.npz"
+    path = Path(folder) / SUMMARY_NPZ
     try:
         with np.load(path) as data:
             out = {key: data[key] for key in data.files}
@@ -203,3 +205,14 @@ def load_class_summary(folder: str | Path) -> dict:
         if key in out:
             out[key] = [str(v) for v in out[key]]
     return out
+
+
+def has_class_summary(folder: str | Path) -> bool:
+    """Whether ``folder`` holds ``class_summary.npz``: an ``eegformer explain`` output folder."""
+    return (Path(folder) / SUMMARY_NPZ).is_file()
+
+
+def read_class_summary_json(folder: str | Path) -> dict:
+    """``class_summary.json`` as written: the settings, bands, channels, labels, recordings,
+    failures, per class its entry, the ``contrast`` and the kept ``interactions``."""
+    return read_json(Path(folder) / SUMMARY_JSON)

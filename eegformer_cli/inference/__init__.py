@@ -2,8 +2,8 @@
 
 - :mod:`.trained_model`: :func:`load_model` -> :class:`TrainedModel` (``predict``,
   ``predict_proba``, ``explain``);
-- :mod:`.inputs`: a model file + inputs (raw recordings or ``preprocess`` folders) ->
-  per-recording predictions;
+- :mod:`.inputs`: a model file's inputs (raw recordings or ``preprocess`` folders), each
+  ready for the model or with its reason; :mod:`.predictions`: their predictions;
 - :mod:`.explain_call`: one ``explain`` call (what it returns, :class:`Explanations`);
 - :mod:`.outcomes`: what a call reports about its recordings.
 """

@@ -71,13 +71,14 @@ def load_model(
     UsageError
         An invalid ``device`` or ``precision``.
     """
+    from eegformer_cli.experiment import run_folder
     from eegformer_cli.model.devices import resolve_device, resolve_precision
     from eegformer_cli.training.model_file import load_model_file
 
     torch_device = resolve_device(device)
     check_choice("--precision", precision, PRECISIONS)  # before the model file is read
     run_dir = Path(path) if Path(path).is_dir() else None
-    model_file = Path(path) / "model.pt" if run_dir is not None else path
+    model_file = run_folder.model_path(run_dir) if run_dir is not None else path
     bundle = load_model_file(model_file, torch_device)
     return TrainedModel(bundle, torch_device, resolve_precision(precision), run_dir)
 
@@ -263,7 +264,7 @@ class TrainedModel:
         PartialFailure
             ``strict`` and a recording got a warning.
         """
-        from eegformer_cli.inference.inputs import check_model_coverage
+        from eegformer_cli.inference.predictions import check_model_coverage
 
         if coverage is not None:
             check_model_coverage(self._bundle, coverage)
@@ -308,7 +309,7 @@ class TrainedModel:
         import pandas as pd
 
         from eegformer_cli import provenance
-        from eegformer_cli.inference.inputs import predict_recordings
+        from eegformer_cli.inference.predictions import predict_recordings
 
         columns = (
             ["recording_id", "participant_id", *items.entity_columns, "predicted"]

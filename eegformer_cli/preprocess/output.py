@@ -500,14 +500,41 @@ def _format_value(value) -> str:
     return str(value)
 
 
-def read_settings_file(data_dir: Path) -> dict | None:
-    """``DIR/preprocess.json`` as a dict, or None when it is missing, unreadable or not an
-    object (each reader says what that means for it)."""
+@dataclass(frozen=True)
+class PreprocessFile:
+    """``DIR/preprocess.json`` as read (:func:`read_settings_file`): ``entries`` every entry as
+    stored (the report lists them all); :attr:`settings` the stored settings
+    (``PreprocessSettings.from_dict`` types them, ``PreprocessSettings.of_folder`` reads and
+    types them at once), :attr:`crop_s` their crop, :attr:`inputs` what the runs read."""
+
+    entries: dict
+
+    @property
+    def settings(self) -> dict | None:
+        """The stored settings as a dict (None when the file holds none)."""
+        settings = self.entries.get("settings")
+        return settings if isinstance(settings, dict) else None
+
+    @property
+    def crop_s(self) -> float | None:
+        """The crop (s) every recording was cut to; None: analysed whole."""
+        crop = (self.settings or {}).get("crop_s")
+        return crop if isinstance(crop, int | float) and not isinstance(crop, bool) else None
+
+    @property
+    def inputs(self) -> list[str]:
+        """The inputs the folder's runs read (absolute; relative in older folders)."""
+        return [str(path) for path in self.entries.get("inputs") or []]
+
+
+def read_settings_file(data_dir: str | Path) -> PreprocessFile | None:
+    """``DIR/preprocess.json``, or None when it is missing, unreadable or not an object (each
+    reader says what that means for it). The one reader of the file."""
     try:
         stored = json.loads((Path(data_dir) / SETTINGS_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return stored if isinstance(stored, dict) else None
+    return PreprocessFile(stored) if isinstance(stored, dict) else None
 
 
 def age_value(text: str | None) -> float:

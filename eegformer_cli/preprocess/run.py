@@ -307,7 +307,8 @@ def _write_outputs(
     )
     input_names = [str(Path(path).absolute()) for path in sources.inputs]  # as audit.py reads
     if earlier:
-        previous = (read_settings_file(out_dir) or {}).get("inputs", [])
+        earlier_file = read_settings_file(out_dir)
+        previous = earlier_file.inputs if earlier_file is not None else []
         input_names = list(dict.fromkeys([*previous, *input_names]))
     write_manifest(summary.manifest, earlier + rows)
     atomic.write_json(

@@ -228,9 +228,11 @@ class PreprocessSettings:
         """The settings in a preprocess output folder's ``preprocess.json`` (:meth:`from_dict`),
         or None when it is missing or they cannot be read (each reader says what that means
         for it)."""
-        stored = read_settings_file(Path(folder))
+        stored = read_settings_file(folder)
+        if stored is None or stored.settings is None:
+            return None
         try:
-            return cls.from_dict(stored["settings"]) if stored else None
+            return cls.from_dict(stored.settings)
         except (KeyError, TypeError, ValueError, EegformerError):
             return None
 

@@ -54,17 +54,21 @@ out) and the page (no tags, its styles, a note, a figure) in :mod:`.page`.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 from eegformer_cli import console
-from eegformer_cli.atomic import ensure_dir, read_json, write_bytes
+from eegformer_cli.atomic import ensure_dir, write_bytes
 from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_choice
 from eegformer_cli.evaluation.metrics import describe_comparison
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
-from eegformer_cli.preprocess.output import MANIFEST_NAME, read_manifest
+from eegformer_cli.preprocess.output import (
+    MANIFEST_NAME,
+    SETTINGS_NAME,
+    read_manifest,
+    read_settings_file,
+)
 from eegformer_cli.report.calibration import add_calibration_section, add_verdict
 from eegformer_cli.report.explanations import (
     add_explanations_section,
@@ -113,18 +117,12 @@ def report_title(config: dict, run_dir: str | Path) -> str:
     else by the preprocess output folder; the crop is that file's (left out when the file is
     missing)."""
     data_dir = Path(config.get("data_dir") or "data")
-    document: dict = {}
-    settings_file = data_dir / "preprocess.json"
-    if settings_file.is_file():
-        try:
-            document = json.loads(settings_file.read_text(encoding="utf-8"))
-        except ValueError:  # a damaged file only loses the nicer name and the crop
-            document = {}
-    inputs = [str(i) for i in document.get("inputs") or []]
+    stored = read_settings_file(data_dir)  # None: a missing or damaged file only loses the
+    inputs = stored.inputs if stored is not None else []  # nicer name and the crop
     names = list(dict.fromkeys(_dataset_name(Path(i)) for i in inputs))
     data = " + ".join(names) if names else data_dir.name
-    if isinstance(document.get("settings"), dict):
-        crop = document["settings"].get("crop_s")
+    if stored is not None and stored.settings is not None:
+        crop = stored.crop_s
         data += f", first {crop:g} s of each recording" if crop else ", whole recordings"
     return (
         f"XAIguiFormer ({config.get('preset', 'default')} preset) on {data}: "
@@ -202,8 +200,9 @@ def _add_dataset(report, config: dict) -> None:
 def _add_preprocessing(report, config: dict) -> None:
     """Every setting of the training data's ``preprocess.json``, the crop first."""
     section = "Preprocessing"
-    settings_file = Path(config.get("data_dir") or "") / "preprocess.json"
-    if not settings_file.is_file():
+    settings_file = Path(config.get("data_dir") or "") / SETTINGS_NAME
+    stored = read_settings_file(settings_file.parent)
+    if stored is None:
         add_note(
             report,
             "Preprocessing settings",
@@ -217,7 +216,7 @@ def _add_preprocessing(report, config: dict) -> None:
         f"<p>How the recordings became connectomes: <code>{inline_code(str(settings_file))}"
         "</code>, every setting, the crop first (a new recording given to "
         "<code>eegformer predict</code> is preprocessed the same way).</p>"
-        + preprocessing_html(read_json(settings_file)),
+        + preprocessing_html(stored),
         "Preprocessing settings",
         section=section,
     )
@@ -375,16 +374,15 @@ def write_report(
     without explanations), and OutputError when ``out`` is a folder or its folder cannot be
     created or written (all checked before the build)."""
     _check_run_dir(run_dir)
-    if (
-        explanations_dir is not None
-        and not (Path(explanations_dir) / "class_summary.npz").is_file()
-    ):
-        raise InputDataError(
-            "not an explain output folder (no class_summary.npz)",
-            path=explanations_dir,
-            hint="pass the --out folder of `eegformer explain`",
-        )
     if explanations_dir is not None:
+        from eegformer_cli.explain.class_summary import has_class_summary  # imports torch
+
+        if not has_class_summary(explanations_dir):
+            raise InputDataError(
+                "not an explain output folder (no class_summary.npz)",
+                path=explanations_dir,
+                hint="pass the --out folder of `eegformer explain`",
+            )
         check_explanations_match(Path(run_dir), Path(explanations_dir))
     if band is not None:
         if explanations_dir is None:

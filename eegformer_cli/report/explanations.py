@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eegformer_cli.atomic import read_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.report.figures import (
@@ -88,9 +87,10 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
     if not classes:
         add_note(report, "Explanations", f"{folder} holds no explained recording.", section)
         return
+    from eegformer_cli.explain.class_summary import read_class_summary_json
     from eegformer_cli.explain.export import read_recordings_table
 
-    written = read_json(folder / "class_summary.json")
+    written = read_class_summary_json(folder)
     settings = written.get("settings", {})
     report.add_html(
         explanations_source_html(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eegformer_cli.atomic import read_json
 from eegformer_cli.evaluation.run_metrics import InteractionScreens, RunMetrics, ScreenOutcome
 from eegformer_cli.experiment.interaction_screens import describe_screens
 from eegformer_cli.report.notes import interactions_table_html
@@ -88,9 +87,9 @@ def add_interactions_section(
     kept = screens is not None and any(
         fit.kept for fit in screens.per_fold + ([screens.final] if screens.final else [])
     )
-    explained = (
-        read_json(Path(explanations_dir) / "class_summary.json") if explanations_dir else None
-    )
+    from eegformer_cli.explain.class_summary import read_class_summary_json
+
+    explained = read_class_summary_json(explanations_dir) if explanations_dir else None
     if explained and explained.get("interactions"):
         report.add_html(
             "<p>What each interaction the explained models keep weighs in their predictions: "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eegformer_cli.experiment import run_folder
 from eegformer_cli.report.page import inline_code
 from eegformer_cli.report.tables import table_html
 
@@ -53,7 +54,9 @@ def _source_sentence(run_dir: Path, folder: Path, settings: dict) -> str:
     """Which folder the explanations are in, which model (the run's own, its fold models, or
     another model file) explained them, and on which inputs."""
     model = Path(str(settings.get("model", "")))
-    own = (run_dir / "model.pt").resolve() == model.resolve() if settings.get("model") else False
+    own = bool(settings.get("model")) and (
+        run_folder.model_path(run_dir).resolve() == model.resolve()
+    )
     trained_on = str(settings.get("model_trained_on"))
     which = {
         "all": "the final model, retrained on all participants of the run",

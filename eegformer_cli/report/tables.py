@@ -16,6 +16,7 @@ import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.preprocess.output import PreprocessFile
 from eegformer_cli.report.page import inline_code
 
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
@@ -501,12 +502,12 @@ PREPROCESS_RUN_ENTRIES = {
 PREPROCESS_REPEATED = ("settings", "bands", "channels", "band_edges_hz", "versions")
 
 
-def preprocessing_html(document: dict) -> str:
+def preprocessing_html(stored: PreprocessFile) -> str:
     """A preprocess folder's ``preprocess.json`` as one table: the crop first, then every
     setting (:data:`PREPROCESS_SETTINGS` order, unknown ones after), the average reference
     (always applied), then the run's other entries (inputs, tables, counts, hash)."""
-    settings = dict(document.get("settings") or {})
-    crop = settings.pop("crop_s", None)
+    settings = {key: v for key, v in (stored.settings or {}).items() if key != "crop_s"}
+    crop = stored.crop_s
     rows = [
         (
             "crop",
@@ -522,7 +523,7 @@ def preprocessing_html(document: dict) -> str:
             rows.append((label, inline_code(text(settings.pop(key)))))
     rows += [(key, inline_code(str(value))) for key, value in settings.items()]
     rows.append(("reference", "average of all channels (always)"))
-    for key, value in document.items():
+    for key, value in stored.entries.items():
         if key in PREPROCESS_REPEATED:
             continue
         label, text = PREPROCESS_RUN_ENTRIES.get(key, (key, str))

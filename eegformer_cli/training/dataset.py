@@ -51,7 +51,7 @@ class TrainingData:
     channels: list[str]
     bands: list[str]
     band_edges_hz: np.ndarray  # float64 (n_bands, 2)
-    preprocess: dict  # DIR/preprocess.json as read
+    preprocess: output.PreprocessFile | None  # DIR/preprocess.json (None: data in memory)
     #: ids of the recordings whose participant the manifest does not know (their
     #: ``participant_id`` is their recording id: splits of them are recording-wise)
     without_participant: list[str] = field(default_factory=list)
