@@ -83,7 +83,7 @@ def read_preprocessed(data_dir: str | os.PathLike):
 def _warn_anonymous(rows: list[dict], data_dir: Path) -> None:
     """A warning naming the manifest ``rows`` without a participant id (their recording id
     stands in, so groups made from it are recording-wise)."""
-    from eegformer_cli.recordings.metadata import is_missing
+    from eegformer_cli.recordings.demographics import is_missing
 
     anonymous = [
         row["recording_id"] for row in rows if is_missing((row.get("participant_id") or "").strip())
@@ -103,7 +103,7 @@ def _recording_record(row: dict, data_dir: Path) -> dict:
     (typed), then the manifest's other columns as text (None for ``n/a``)."""
     from eegformer_cli.preprocess import output
     from eegformer_cli.provenance import SEX_NAMES
-    from eegformer_cli.recordings.metadata import is_missing
+    from eegformer_cli.recordings.demographics import age_value, is_missing, sex_value
 
     participant = (row.get("participant_id") or "").strip()
     record = {
@@ -111,8 +111,8 @@ def _recording_record(row: dict, data_dir: Path) -> dict:
         "participant_id": row["recording_id"] if is_missing(participant) else participant,
         CONNECTOME_COLUMN: output.connectome_path(data_dir, row),
         "n_segments": int(float(row["n_segments"])),
-        "age": output.age_value(row.get("age")),
-        "sex": SEX_NAMES.get(output.sex_value(row.get("sex"))) or math.nan,
+        "age": age_value(row.get("age")),
+        "sex": SEX_NAMES.get(sex_value(row.get("sex"))) or math.nan,
     }
     record.update(
         {
@@ -431,7 +431,8 @@ def _recordings(table, groups, labels: list[str]):
     """The recordings of ``table`` (:func:`_rows`) as the trainer's ``RecordingInfo`` (in its
     order), with the channels, bands and band edges (Hz) of the first one (the dataset checks
     every other against them when it reads it)."""
-    from eegformer_cli.preprocess.output import Connectome, age_value, sex_value
+    from eegformer_cli.preprocess.output import Connectome
+    from eegformer_cli.recordings.demographics import age_input, sex_input
     from eegformer_cli.training.dataset import RecordingInfo
 
     n = len(table)
@@ -460,28 +461,14 @@ def _recordings(table, groups, labels: list[str]):
                 recording_id,
                 str(participant),
                 labels[i],
-                _age(column["age"][i], age_value),
-                _sex(column["sex"][i], sex_value),
+                age_input(column["age"][i]),
+                sex_input(column["sex"][i]),
                 connectome,
                 int(n_segments),
             )
         )
     channels, bands, edges = _layout(recordings[0].connectome)
     return recordings, channels, bands, edges
-
-
-def _age(value, age_value) -> float:
-    if value is None or isinstance(value, (int, float, np.number)):
-        return math.nan if value is None else float(value)
-    return age_value(str(value))
-
-
-def _sex(value, sex_value) -> float:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return math.nan
-    if isinstance(value, (int, float, np.number)) and value in (0, 1):
-        return float(value)  # the model's own code: 0 male, 1 female
-    return sex_value(str(value))
 
 
 def _n_segments(connectome) -> int:

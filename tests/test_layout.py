@@ -234,6 +234,86 @@ def test_npz_files_are_opened_by_their_formats_owners_only():
     assert loading == {"eegformer_cli.preprocess.output", "eegformer_cli.explain.class_summary"}
 
 
+#: The file names of each output folder, by the module that owns them: it reads and writes
+#: them, and every other module asks it for a path or a value (issue 47). ``np.load`` has its
+#: own rule above.
+FILE_OWNERS = {
+    "eegformer_cli.experiment.run_folder": (
+        "config.json",
+        "splits.json",
+        "history.jsonl",
+        "oof_predictions.tsv",
+        "metrics.json",
+        "model.pt",
+        "final.json",
+    ),
+    "eegformer_cli.preprocess.output": ("manifest.tsv", "preprocess.json", "connectomes"),
+    "eegformer_cli.explain.class_summary": ("class_summary.json", "class_summary.npz"),
+}
+#: The owners' names for those files and paths: a JSON read that names one outside its owner
+#: reads the file around it.
+OWNED_NAMES = (
+    "CONFIG",
+    "SPLITS",
+    "HISTORY",
+    "METRICS",
+    "FINAL",
+    "SETTINGS_NAME",
+    "SUMMARY_JSON",
+    "model_path",
+    "metrics_path",
+)
+#: ``ownership`` (the base layer, below every owner) tells whose folder a folder is by one
+#: marker file of each; it names those markers and reads no value from them.
+MARKER_READERS = {"eegformer_cli.ownership": ("manifest.tsv", "config.json", "class_summary.json")}
+JSON_READS = ("json.load", "json.loads", "read_json")
+
+
+def files_read_around_their_owners(sources: dict[str, str]) -> list[str]:
+    """``module:line: what`` for every string that is exactly an owned file name outside its
+    owner (a path built by hand: ``run_dir / "model.pt"``), and every JSON read outside an
+    owner whose argument names an owned file or an owner's name for it."""
+    owner_of = {name: owner for owner, names in FILE_OWNERS.items() for name in names}
+    found = []
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and node.value in owner_of:
+                allowed = {
+                    owner_of[node.value],
+                    *(m for m, names in MARKER_READERS.items() if node.value in names),
+                }
+                if module not in allowed:
+                    found.append(f"{module}:{node.lineno}: {node.value!r}")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(JSON_READS):
+                argument = " ".join(ast.unparse(a) for a in node.args)
+                named = [n for n in (*owner_of, *OWNED_NAMES) if n in argument]
+                if named and module not in FILE_OWNERS:
+                    found.append(f"{module}:{node.lineno}: JSON read of {named[0]}")
+    return found
+
+
+def test_the_owner_rule_finds_a_path_built_by_hand_and_a_json_read():
+    hand = 'from pathlib import Path\nmodel = Path("run") / "model.pt"\n'
+    read = "import json\nfrom eegformer_cli.preprocess import output\n"
+    read += "json.loads((data / output.SETTINGS_NAME).read_text())\n"
+    assert files_read_around_their_owners({"eegformer_cli.report.build": hand}) == [
+        "eegformer_cli.report.build:2: 'model.pt'"
+    ]
+    assert files_read_around_their_owners({"eegformer_cli.experiment.audit": read}) == [
+        "eegformer_cli.experiment.audit:3: JSON read of SETTINGS_NAME"
+    ]
+    assert files_read_around_their_owners({"eegformer_cli.experiment.run_folder": hand}) == []
+
+
+def test_run_and_preprocess_folder_files_are_read_by_their_owners_only():
+    """Every run-folder path comes from ``experiment/run_folder.py``, ``preprocess.json`` and
+    the manifest are read by ``preprocess/output.py`` and the class summary by
+    ``explain/class_summary.py``: no other module spells their names or reads their JSON."""
+    sources = {module_name(p): p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py")}
+    found = files_read_around_their_owners(sources)
+    assert not found, "\n".join(found)
+
+
 def test_no_module_is_longer_than_max_lines():
     lengths = {
         module_name(p): len(p.read_text(encoding="utf-8").splitlines())

@@ -11,15 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eegformer_cli.errors import InputDataError
+from eegformer_cli.recordings.demographics import MISSING_VALUES, parse_age, parse_sex
 from eegformer_cli.recordings.metadata import (
-    MISSING_VALUES,
     find_participants_file,
     find_recordings_file,
     load_participants,
     load_recordings_table,
     match_participant,
-    parse_age,
-    parse_sex,
     read_table,
 )
 from eegformer_cli.recordings.reading import find_recordings

@@ -10,6 +10,7 @@ import pytest
 
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.preprocess import output
+from eegformer_cli.recordings import demographics
 
 CHANNELS, BANDS = ["Fz", "Cz", "Pz"], ["theta", "alpha"]
 
@@ -112,8 +113,9 @@ def test_the_manifest_reads_back_what_was_written(tmp_path):
     assert header[-3:] == list(output.MANIFEST_TRAILING_COLUMNS)
     assert header[len(output.MANIFEST_LEADING_COLUMNS) : -3] == ["site", "group"]
     assert read[0]["age"] == "41.5" and read[1]["age"] == read[1]["site"] == output.MISSING
-    assert output.age_value(read[0]["age"]) == 41.5 and math.isnan(output.age_value(read[1]["age"]))
-    assert output.sex_value(read[0]["sex"]) == 1.0
+    age = demographics.age_value
+    assert age(read[0]["age"]) == 41.5 and math.isnan(age(read[1]["age"]))
+    assert demographics.sex_value(read[0]["sex"]) == 1.0
     assert output.connectome_path(tmp_path, read[0]) == tmp_path / "connectomes" / "a.npz"
     assert output.connectome_path(tmp_path, {"recording_id": "b"}) == tmp_path / "connectomes/b.npz"
     with pytest.raises(InputDataError, match="no manifest.tsv: not a preprocess output folder"):

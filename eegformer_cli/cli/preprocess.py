@@ -103,7 +103,7 @@ def preprocess(
         f"preprocess: {summary.n_ok} ok, {summary.n_error} errors "
         f"({summary.n_skipped} already done) of {summary.n_recordings} recordings"
     )
-    console.stdout.print(f"connectomes: {summary.out_dir / 'connectomes'}")
+    console.stdout.print(f"connectomes: {summary.connectome_dir}")
     console.stdout.print(f"manifest: {summary.manifest}")
     console.stdout.print(f"settings: {summary.settings_file}")
 

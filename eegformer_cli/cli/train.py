@@ -66,6 +66,8 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
     reports)."""
     if metrics is None:
         return
+    from eegformer_cli.experiment import run_folder
+
     shown = console.stderr if as_json else console.stdout
     shown.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
     shown.print(_summary_table(metrics))
@@ -92,7 +94,7 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
         from eegformer_cli.experiment.permutation import describe_permutation_test
 
         shown.print(describe_permutation_test(metrics.permutation_test))
-    shown.print(f"run folder: {out} (model file: {out / 'model.pt'})")
+    shown.print(f"run folder: {out} (model file: {run_folder.model_path(out)})")
     if as_json:
         typer.echo(json.dumps(_json_summary(metrics, out), indent=2))
 

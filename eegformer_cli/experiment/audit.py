@@ -75,7 +75,7 @@ from eegformer_cli.evaluation.metrics import against_chance, classification_metr
 from eegformer_cli.evaluation.run_metrics import AuditVariable, FoldScores, ShortcutAudit
 from eegformer_cli.experiment.null_labels import p_value, permuted_labels
 from eegformer_cli.preprocess import output
-from eegformer_cli.recordings import metadata
+from eegformer_cli.recordings import demographics
 from eegformer_cli.recordings.reading import input_folder
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
@@ -171,7 +171,7 @@ def _check_confounds(columns: list[str], confounds: list[str], data: TrainingDat
             )
         if column not in available:
             raise UsageError(
-                f"--confounds column {column!r} is not in {data.data_dir / 'manifest.tsv'}"
+                f"--confounds column {column!r} is not in {data.data_dir / output.MANIFEST_NAME}"
                 f"{did_you_mean(column, available)}; available columns are "
                 f"{', '.join(available)}"
             )
@@ -184,12 +184,12 @@ def _builtin_variables(rows: list[dict], data: TrainingData) -> list[Variable]:
         if "channels_interpolated" not in rows[0]
         else [
             0.0
-            if metadata.is_missing(row["channels_interpolated"])
+            if demographics.is_missing(row["channels_interpolated"])
             else float(len(row["channels_interpolated"].split(",")))
             for row in rows
         ]
     )
-    ages = None if "age" not in rows[0] else [output.age_value(row["age"]) for row in rows]
+    ages = None if "age" not in rows[0] else [demographics.age_value(row["age"]) for row in rows]
     crop = data.preprocess.crop_s if data.preprocess else None
     duration = _column_variable(rows, "duration_s", "recording duration, s", kind="numeric")
     if crop is not None and duration.values is not None:  # what the tokens were computed on
@@ -232,17 +232,17 @@ def _column_variable(
     if column not in rows[0]:
         return Variable(column, description, kind or "numeric", None, source)
     texts = [row[column] for row in rows]
-    known = [text for text in texts if not metadata.is_missing(text)]
+    known = [text for text in texts if not demographics.is_missing(text)]
     if kind is None:
         kind = "numeric" if all(_is_number(text) for text in known) else "categorical"
     values: list[float] | list[str]
     if kind == "numeric":
         values = [
-            float("nan") if metadata.is_missing(text) or not _is_number(text) else float(text)
+            float("nan") if demographics.is_missing(text) or not _is_number(text) else float(text)
             for text in texts
         ]
     else:
-        values = [MISSING if metadata.is_missing(text) else text.strip() for text in texts]
+        values = [MISSING if demographics.is_missing(text) else text.strip() for text in texts]
     return Variable(column, description, kind, values, source)
 
 
@@ -369,7 +369,7 @@ def _audit_variable(
     if variable.values is None:
         return {**entry, "status": "not recorded"}
     values = variable.values
-    known = [v for v in values if not metadata.is_missing(v)]
+    known = [v for v in values if not demographics.is_missing(v)]
     entry["by_class"] = _by_class(variable, plan.data.label_names, labels)
     if not known:
         return {**entry, "status": "unknown"}

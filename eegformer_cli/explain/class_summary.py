@@ -216,3 +216,12 @@ def read_class_summary_json(folder: str | Path) -> dict:
     """``class_summary.json`` as written: the settings, bands, channels, labels, recordings,
     failures, per class its entry, the ``contrast`` and the kept ``interactions``."""
     return read_json(Path(folder) / SUMMARY_JSON)
+
+
+def earlier_recordings(out_dir: Path) -> list[str]:
+    """The recording ids an earlier ``explain`` into ``out_dir`` wrote files for (from its
+    ``class_summary.json``; empty when there is none or it cannot be read)."""
+    try:
+        return [str(r) for r in read_class_summary_json(out_dir).get("recordings", [])]
+    except (OSError, ValueError, AttributeError, InputDataError):
+        return []

@@ -65,7 +65,6 @@ explained class, the true class where the input gives it, provenance and warning
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -511,20 +510,6 @@ def read_recordings_table(folder: str | Path) -> list[dict] | None:
         return None
     with open(path, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
-
-
-def earlier_recordings(out_dir: Path) -> list[str]:
-    """The recording ids an earlier ``explain`` into ``out_dir`` wrote files for (from its
-    ``class_summary.json``; empty when there is none or it cannot be read)."""
-    try:
-        return [
-            str(r)
-            for r in json.loads((Path(out_dir) / "class_summary.json").read_text()).get(
-                "recordings", []
-            )
-        ]
-    except (OSError, ValueError, AttributeError):
-        return []
 
 
 def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> int:

@@ -131,7 +131,7 @@ class ExplainCall:
         """``out`` claimed for ``explain`` (:mod:`eegformer_cli.ownership`), with the settings
         its JSON files record (``given``: the call's inputs) and the recordings an earlier run
         explained into it."""
-        from eegformer_cli.explain import export
+        from eegformer_cli.explain import class_summary
         from eegformer_cli.ownership import claim_folder
 
         path = claim_folder(out, "explain", overwrite)
@@ -152,7 +152,7 @@ class ExplainCall:
             "model_trained_on": self.bundle.trained_on,
             "run_dir": None if self.run_dir is None else str(self.run_dir),
         }
-        return OutFolder(path, settings, export.earlier_recordings(path))
+        return OutFolder(path, settings, class_summary.earlier_recordings(path))
 
     def explain(
         self, items, folder: OutFolder | None

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from eegformer_cli import provenance
-from eegformer_cli.errors import EegformerError, InputDataError, UsageError
+from eegformer_cli.errors import EegformerError, InputDataError
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.preprocess import output
+from eegformer_cli.recordings import demographics
 
 
 @dataclass
@@ -120,8 +121,8 @@ def load_inputs(
     recording, a participants table that cannot be read, or a preprocess folder made with
     other channels, bands or preprocessing settings than the model's, InputDataError.
     """
-    forced_age = _checked_age(age)
-    forced_sex = _sex_code(sex) if sex is not None else None
+    forced_age = demographics.age_flag(age)
+    forced_sex = demographics.sex_flag(sex) if sex is not None else None
     settings = _raw_settings(bundle, max_interpolated)
     entries = [Path(entry) for entry in inputs]
     folders = {
@@ -288,16 +289,9 @@ def _raw_settings(bundle, max_interpolated: int | None):
 def _set_demographics(item: InputRecording, age, sex, source: str) -> None:
     """``item``'s age and sex from table or manifest values (text, number or None), each with
     ``source`` where known and ``"none"`` where not."""
-    item.age, item.sex = output.age_value(age), output.sex_value(sex)
+    item.age, item.sex = demographics.age_value(age), demographics.sex_value(sex)
     item.age_source = source if not math.isnan(item.age) else "none"
     item.sex_source = source if not math.isnan(item.sex) else "none"
-
-
-def _sex_code(sex) -> float:
-    code = output.sex_value(str(sex))
-    if math.isnan(code):
-        raise UsageError(f"invalid --sex {sex!r}; use M or F (or male/female)")
-    return code
 
 
 def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputRecording:
@@ -379,8 +373,8 @@ def raw_inputs(
     ids = [
         next(file_ids) if path is not None else f"raw-{index}" for index, path in enumerate(files)
     ]
-    checked_ages = [_checked_age(age) for age in ages]
-    checked_sexes = [None if sex is None else _sex_code(sex) for sex in sexes]
+    checked_ages = [demographics.age_flag(age) for age in ages]
+    checked_sexes = [None if sex is None else demographics.sex_flag(sex) for sex in sexes]
     table = _participants_table(participants, named)
     call = _Call(bundle, settings, None, None, table, bool(participants), {})
     given = [None if pid is None else str(pid) for pid in participant_ids or [None] * len(raws)]
@@ -395,19 +389,6 @@ def raw_inputs(
         )
 
     return InputRecordings([functools.partial(from_raw, index) for index in range(len(raws))])
-
-
-def _checked_age(age) -> float | None:
-    """``--age`` in years, checked (UsageError), or None."""
-    if age is None:
-        return None
-    try:
-        value = float(age)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not 0 <= value < 150:
-        raise UsageError(f"invalid --age {age!r}; give years, e.g. 42")
-    return value
 
 
 def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:

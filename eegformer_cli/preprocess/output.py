@@ -38,7 +38,8 @@ None and []. Manifest: tab-separated, ``n/a`` for unknown (:data:`MISSING`); col
 :data:`MANIFEST_LEADING_COLUMNS`, every metadata column of the participants and recordings
 tables, then :data:`MANIFEST_TRAILING_COLUMNS` (``connectome``: the file's path relative to
 DIR). Its ``age`` (years) and ``sex`` (``M``/``F``) are the model's inputs through
-:func:`age_value` and :func:`sex_value`. docs/architecture.md gives the same contract.
+:func:`~eegformer_cli.recordings.demographics.age_value` and
+:func:`~eegformer_cli.recordings.demographics.sex_value`. docs/architecture.md gives the same contract.
 
 A truncated or damaged connectome file raises InputDataError "cannot read connectome: ..."
 naming the file, whoever reads it (:func:`load_connectome`, the public reader, keeps NumPy's
@@ -89,8 +90,6 @@ MANIFEST_LEADING_COLUMNS = (
 MANIFEST_TRAILING_COLUMNS = ("signal_sha256", "connectome", "settings_hash")
 #: What reading a damaged manifest raises (beside FileNotFoundError, an OSError).
 MANIFEST_ERRORS = (OSError, csv.Error, UnicodeDecodeError)
-#: The model's sex input of each manifest sex.
-SEX_CODES = {"M": 0.0, "F": 1.0}
 #: What a connectome file records about its recording that a prediction's provenance carries,
 #: with the type of each key (:func:`read_provenance`).
 RECORDED = {
@@ -535,27 +534,3 @@ def read_settings_file(data_dir: str | Path) -> PreprocessFile | None:
     except (OSError, ValueError):
         return None
     return PreprocessFile(stored) if isinstance(stored, dict) else None
-
-
-def age_value(text: str | None) -> float:
-    """Manifest age (years or ``n/a``) -> the model's age input: float years, NaN when unknown
-    (or unreadable)."""
-    from eegformer_cli.recordings import metadata  # here: it imports MNE, reading files does not
-
-    try:
-        age = metadata.parse_age(text)
-    except ValueError:
-        return float("nan")
-    return float("nan") if age is None else age
-
-
-def sex_value(text: str | None) -> float:
-    """Sex text (``M``/``F``/``male``/... or ``n/a``, see ``metadata.parse_sex``) -> the
-    model's sex input: 0.0 male, 1.0 female, NaN when unknown (or unreadable)."""
-    from eegformer_cli.recordings import metadata
-
-    try:
-        sex = metadata.parse_sex(text)
-    except ValueError:
-        return float("nan")
-    return float("nan") if sex is None else SEX_CODES[sex]

@@ -81,6 +81,11 @@ class PreprocessSummary:
     manifest: Path
     settings_file: Path
 
+    @property
+    def connectome_dir(self) -> Path:
+        """The folder of the connectome files."""
+        return self.out_dir / CONNECTOME_DIR
+
 
 def run_preprocess(
     inputs: Sequence[str | Path],

@@ -6,7 +6,8 @@
   a recording's entities, and its ``channels.tsv`` (channel types, bad channels).
 - :mod:`.channels`: channel names to canonical 10-20 names, the run's channel set, montage and
   interpolation of a few missing channels.
-- :mod:`.metadata`: participants/recordings tables, age and sex codes, matching a recording to
-  its participant.
+- :mod:`.metadata`: participants/recordings tables, matching a recording to its participant.
+- :mod:`.demographics`: age and sex, every reading of them (tables, manifests, flags, the
+  scikit-learn table) as the model's inputs.
 - :mod:`.cleaning`: resampling, filtering, epochs, ICA.
 """

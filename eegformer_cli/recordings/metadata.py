@@ -6,117 +6,27 @@ and ``sex`` (or ``gender``), and any other columns (diagnosis, group ...). An op
 ``recordings.tsv`` has one row per recording: ``file`` (path relative to the table's folder),
 ``participant_id`` and per-recording columns such as ``condition``.
 
-Value conventions (documented for users):
-
-- age: years, decimal point or decimal comma (``51,59``); ``n/a``/empty = unknown;
-  negative, above 130 or non-numeric values are rejected.
-- sex: ``M``/``F``, ``male``/``female``, ``man``/``woman``, ``boy``/``girl`` in any case; the
-  numeric codes of EDF+/MNE, ``1`` = male, ``2`` = female, ``0`` = unknown; ``O``/``other``,
-  ``U`` and ``n/a``/empty = unknown (the model knows only male/female). In a ``gender`` column
-  numbers are refused (datasets disagree on whether 0 or 1 is male), unless a BIDS
-  ``participants.json`` beside the table gives their ``Levels`` (e.g. ``{"0": "female",
-  "1": "male"}``), which then apply to any sex/gender column.
+Age and sex are read by :mod:`.demographics` (its docstring gives the accepted values).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import re
 from pathlib import Path
 
 from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.recordings.demographics import is_missing, parse_age, parse_sex
 from eegformer_cli.recordings.reading import recording_suffix
-
-#: Spellings read as "unknown" in any column (compared in lower case, after stripping).
-MISSING_VALUES = frozenset({"", "n/a", "na", "nan", "none", "null", "unknown", "?"})
-
-_SEX_BY_SPELLING = {
-    **dict.fromkeys(("m", "male", "man", "boy"), "M"),
-    **dict.fromkeys(("f", "female", "woman", "girl"), "F"),
-    **dict.fromkeys(("o", "other", "u"), None),
-}
-_SEX_BY_NUMBER = {0: None, 1: "M", 2: "F"}
-_ACCEPTED_SEX = (
-    "M/F, male/female, man/woman, boy/girl, 1 = male, 2 = female; 0, O/other, U or n/a = unknown"
-)
 
 #: Accepted names of the participant id column, in order of preference (case-insensitive).
 PARTICIPANT_ID_COLUMNS = ("participant_id", "participant", "subject", "subject_id", "id")
-MAX_AGE_YEARS = 130.0
 #: How many folders above an input are searched for the tables (a BIDS root is usually 2-3 up).
 TABLE_SEARCH_LEVELS = 3
 
 _BIDS_SUBJECT = re.compile(r"(?:^|_)sub-([A-Za-z0-9]+)")
-
-
-def is_missing(value) -> bool:
-    """True for None, NaN and the texts of :data:`MISSING_VALUES` (any case, blanks stripped)."""
-    if value is None:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    return isinstance(value, str) and value.strip().lower() in MISSING_VALUES
-
-
-def parse_sex(value, numeric_codes: bool = True) -> str | None:
-    """``"M"``, ``"F"`` or None (unknown) from a sex/gender value (see the module docstring).
-
-    Parameters
-    ----------
-    value : str, int or float as found in a table.
-    numeric_codes : accept the numeric codes 0/1/2 (False for a ``gender`` column).
-
-    Raises
-    ------
-    ValueError : an unrecognised value; the message lists the accepted codes.
-    """
-    if is_missing(value):
-        return None
-    text = str(value).strip().lower()
-    if text in _SEX_BY_SPELLING:
-        return _SEX_BY_SPELLING[text]
-    try:
-        number = float(text)
-    except ValueError:
-        number = None
-    if number is not None:
-        if not numeric_codes:
-            raise ValueError(
-                f"numeric gender code {str(value).strip()!r} is ambiguous (datasets "
-                "differ on which number is male); write M/F, or give the codes' "
-                "Levels in participants.json"
-            )
-        if number in _SEX_BY_NUMBER:
-            return _SEX_BY_NUMBER[int(number)]
-    raise ValueError(f"unknown sex code {str(value).strip()!r}; accepted: {_ACCEPTED_SEX}")
-
-
-def parse_age(value) -> float | None:
-    """Age in years (float) or None (unknown), from a number or text such as ``"51,59"``.
-
-    Raises
-    ------
-    ValueError : not a number, not finite, negative, or above 130 years.
-    """
-    if is_missing(value):
-        return None
-    text = str(value).strip()
-    if text.count(",") == 1 and "." not in text:
-        text = text.replace(",", ".")
-    try:
-        age = float(text)
-    except ValueError:
-        raise ValueError(f"age {str(value).strip()!r} is not a number of years") from None
-    if not math.isfinite(age):
-        raise ValueError(f"age {str(value).strip()!r} is not a finite number of years")
-    if age < 0:
-        raise ValueError(f"age {str(value).strip()!r} is negative")
-    if age > MAX_AGE_YEARS:
-        raise ValueError(f"age {str(value).strip()!r} is above {MAX_AGE_YEARS:g} years")
-    return age
 
 
 def _delimiter(path: Path, header_line: str) -> str:

@@ -58,7 +58,7 @@ def check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
         raise InputDataError(
             "explains another model than this run's: " + "; ".join(differing),
             path=explanations_dir,
-            hint=f"run `eegformer explain {run_dir / 'model.pt'} DATA --out DIR`",
+            hint=f"run `eegformer explain {run_folder.model_path(run_dir)} DATA --out DIR`",
         )
 
 

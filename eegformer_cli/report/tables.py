@@ -149,7 +149,7 @@ def run_summary_html(
             ),
         ),
         ("model", inline_code(_model_text(model))),
-        ("model.pt", inline_code(_final_model_text(scheme, config.get("n_participants")))),
+        (run_folder.MODEL, inline_code(_final_model_text(scheme, config.get("n_participants")))),
         ("device", inline_code(str(config.get("device")))),
         (
             "versions",

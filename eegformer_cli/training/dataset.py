@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError, did_you_mean
 from eegformer_cli.preprocess import output
-from eegformer_cli.recordings import metadata
+from eegformer_cli.recordings import demographics
 
 
 @dataclass
@@ -77,7 +77,7 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
         raise InputDataError(
             f"column {label_column!r} has only one class ({label_names[0]!r}) "
             "among the usable recordings; a classifier needs at least two",
-            path=data_dir / "manifest.tsv",
+            path=data_dir / output.MANIFEST_NAME,
         )
     channels, bands, band_edges = output.read_layout(recordings[0].connectome)
     preprocess = output.read_settings_file(data_dir)
@@ -90,7 +90,7 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     known = {
         row["recording_id"]
         for row in ok_rows
-        if not metadata.is_missing((row.get("participant_id") or "").strip())
+        if not demographics.is_missing((row.get("participant_id") or "").strip())
     }
     return TrainingData(
         data_dir,
@@ -116,7 +116,7 @@ def _labelled_rows(data_dir: Path, label_column: str) -> tuple[list[dict], list[
             c for c in rows[0] if c not in ("status", "error", "connectome", "settings_hash")
         ]
         raise UsageError(
-            f"label column {label_column!r} is not in {data_dir / 'manifest.tsv'}"
+            f"label column {label_column!r} is not in {data_dir / output.MANIFEST_NAME}"
             f"{did_you_mean(label_column, columns)}; available columns are {', '.join(columns)}",
             hint="check --label-column",
         )
@@ -128,12 +128,12 @@ def _labelled_rows(data_dir: Path, label_column: str) -> tuple[list[dict], list[
             hint="see the error column of manifest.tsv",
         )
     unlabeled = [
-        row["recording_id"] for row in ok_rows if metadata.is_missing(row.get(label_column))
+        row["recording_id"] for row in ok_rows if demographics.is_missing(row.get(label_column))
     ]
     if unlabeled and len(unlabeled) == len(ok_rows):
         raise InputDataError(
             f"every recording has a missing {label_column!r} label",
-            path=data_dir / "manifest.tsv",
+            path=data_dir / output.MANIFEST_NAME,
             hint="fill the label column",
         )
     if unlabeled:
@@ -146,21 +146,21 @@ def _labelled_rows(data_dir: Path, label_column: str) -> tuple[list[dict], list[
 
 def _recording_info(data_dir: Path, row: dict, label_column: str) -> RecordingInfo:
     participant = (row.get("participant_id") or "").strip()
-    if metadata.is_missing(participant):
+    if demographics.is_missing(participant):
         participant = row["recording_id"]
     try:
         n_segments = int(float(row["n_segments"]))
     except (KeyError, ValueError):
         raise InputDataError(
             f"recording {row['recording_id']!r} has no valid n_segments",
-            path=data_dir / "manifest.tsv",
+            path=data_dir / output.MANIFEST_NAME,
         ) from None
     return RecordingInfo(
         row["recording_id"],
         participant,
         row[label_column].strip(),
-        output.age_value(row.get("age")),
-        output.sex_value(row.get("sex")),
+        demographics.age_value(row.get("age")),
+        demographics.sex_value(row.get("sex")),
         output.connectome_path(data_dir, row),
         n_segments,
     )

@@ -34,6 +34,7 @@ from eegformer_cli.evaluation.reference import (
 )
 from eegformer_cli.evaluation.tangent_space import fit_tangent_space, shrunk_covariances
 from eegformer_cli.model.devices import resolve_device, resolve_precision
+from eegformer_cli.preprocess.output import MANIFEST_NAME
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (
@@ -149,7 +150,7 @@ def plan_run(
         data.without_participant,
         len(data.recordings),
         split_by,
-        data.data_dir / "manifest.tsv",
+        data.data_dir / MANIFEST_NAME,
     )
     groups = np.array([r.participant_id for r in data.recordings])
     labels = data.label_indices()
