@@ -317,5 +317,7 @@ def test_drofe_default_demographics_change_the_angles_and_unknown_is_neutral():
 
 
 def test_unknown_frequency_encoding_lists_allowed_values():
-    with pytest.raises(UsageError, match="drofe_paper"):
-        BandRotaryEncoding("sinusoidal", 16, PAPER_EDGES)
+    from eegformer_cli.model import ModelConfig
+
+    with pytest.raises(UsageError, match="drofe_paper"):  # checked where it enters: the config
+        ModelConfig(4, ["theta"], [(4.0, 8.0)], 2, frequency_encoding="sinusoidal")

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from eegformer_cli.errors import check_choice
 from eegformer_cli.model.precision import float32_forward
 
 NORMS = ("timm_rms", "rms")
@@ -117,8 +116,8 @@ class RmsNorm(nn.RMSNorm):
 
 
 def make_norm(kind: str, dim: int, eps: float) -> TimmRmsNorm | RmsNorm:
-    """``"timm_rms"`` (paper: :class:`TimmRmsNorm`) or ``"rms"`` (:class:`RmsNorm`)."""
-    check_choice("norm", kind, NORMS)
+    """``"timm_rms"`` (paper: :class:`TimmRmsNorm`) or ``"rms"`` (:class:`RmsNorm`); ``kind``
+    was checked once, by ``ModelConfig.validate``."""
     if kind == "timm_rms":
         return TimmRmsNorm(dim, eps=eps)
     return RmsNorm(dim, eps=eps)

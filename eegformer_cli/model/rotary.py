@@ -31,8 +31,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from eegformer_cli.choices import FREQUENCY_ENCODINGS
-from eegformer_cli.errors import UsageError, check_choice
+from eegformer_cli.errors import UsageError
 
 #: Default dRoFE: base of the geometric frequency schedule (radians per Hz run from 1 down to 1/100).
 DROFE_DEFAULT_BASE = 100.0
@@ -256,8 +255,7 @@ class BandRotaryEncoding(nn.Module):
     theta: Tensor
 
     def __init__(self, encoding: str, head_dim: int, band_edges_hz: Tensor):
-        super().__init__()
-        check_choice("frequency_encoding", encoding, FREQUENCY_ENCODINGS)
+        super().__init__()  # ``encoding`` was checked once, by ModelConfig.validate
         self.encoding = encoding
         self.register_buffer("band_edges_hz", band_edges_hz.float().clone(), persistent=False)
         if encoding == "drofe_paper":

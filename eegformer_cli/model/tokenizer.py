@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from eegformer_cli.errors import UsageError, check_choice
+from eegformer_cli.errors import UsageError
 from eegformer_cli.model.layers import GeGLU, make_norm, norm_then_linear
 from eegformer_cli.model.rotary import apply_rose, rose_frequencies
 
@@ -264,15 +264,12 @@ class ConnectomeTokenizer(nn.Module):
         node_features: str = "coherence",
         n_bands: int | None = None,
     ):
-        super().__init__()
-        check_choice("spatial_encoding", spatial_encoding, SPATIAL_ENCODINGS)
-        check_choice("readout", readout, READOUTS)
+        super().__init__()  # the choices were checked once, by ModelConfig.validate
         if readout == "channel_flatten_per_band" and not n_bands:
             # einsum would broadcast a single band's weights over all bands without a word
             raise UsageError(
                 "readout='channel_flatten_per_band' needs n_bands (the number of bands, F)"
             )
-        check_choice("node_features", node_features, NODE_FEATURES)
         self.node_features = node_features
         width = 2 * n_channels if node_features == "coherence_wpli" else n_channels
         self.node_embedding = nn.Linear(width, dim)
@@ -281,7 +278,6 @@ class ConnectomeTokenizer(nn.Module):
         )
         self.edge_embedding = nn.Linear(1, dim)
         self.blocks = nn.ModuleList(GnnBlock(dim, norm, dropout) for _ in range(n_layers))
-        check_choice("edges", edges, EDGES)
         self.edges = edges
         self.spatial = None
         if spatial_encoding == "rose":

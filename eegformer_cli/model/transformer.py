@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from eegformer_cli.errors import check_choice
 from eegformer_cli.model.layers import GegluMLP, LayerScale, make_norm
 from eegformer_cli.model.precision import at_least_float32, float32_forward
 from eegformer_cli.model.rotary import BandRotaryEncoding
@@ -131,8 +130,7 @@ class RotaryAttention(nn.Module):
         dropout: float,
         guidance: str = "paper",
     ):
-        super().__init__()
-        check_choice("guidance", guidance, GUIDANCES)
+        super().__init__()  # ``guidance`` was checked once, by ModelConfig.validate
         self.n_heads = n_heads
         self.guidance = guidance
         self.qkv = nn.Linear(dim, 3 * dim)
