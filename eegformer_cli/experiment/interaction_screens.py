@@ -38,16 +38,17 @@ def outcome(fit: str, record: dict | None) -> ScreenOutcome:
 
 
 def summarise_screens(
-    results: list[FoldRecord], pairs: bool, with_age: bool, final: dict | None
+    results: list[FoldRecord], interactions: bool, age_interactions: bool, final: dict | None
 ) -> InteractionScreens:
     """``metrics.json``'s ``interaction_screens`` from the folds' records (``results``), the
-    settings' two screens (``pairs``, ``with_age``: the training config's ``interactions`` and
-    ``age_interactions``) and the final model's screen record (``final``, None: none)."""
-    screened = pairs or with_age
+    settings' two screens (the training config's ``interactions`` and ``age_interactions``,
+    which metrics.json keeps as ``pairs`` and ``with_age``) and the final model's screen record
+    (``final``, None: none)."""
+    screened = interactions or age_interactions
     per_fold = [outcome(f"r{r.repeat}_f{r.fold}", r.interaction_screen) for r in results]
     return InteractionScreens(
-        pairs=pairs,
-        with_age=with_age,
+        pairs=interactions,
+        with_age=age_interactions,
         n_folds=len(results),
         folds_kept=sum(bool(fold.kept) for fold in per_fold),
         per_fold=per_fold if screened else [],

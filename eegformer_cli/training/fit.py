@@ -430,8 +430,8 @@ def screen_fit(
         n_permutations=config.interaction_permutations,
         null_quantile=config.interaction_null_quantile,
         seed=seed,
-        pairs=config.interactions,
-        with_age=config.age_interactions,
+        interactions=config.interactions,
+        age_interactions=config.age_interactions,
         proxy_correlation=PROXY_CORRELATION if config.interaction_proxies else None,
     )
 

@@ -295,29 +295,30 @@ def screen_interactions(
     n_permutations: int,
     null_quantile: float,
     seed: int,
-    pairs: bool = True,
-    with_age: bool = True,
+    interactions: bool = True,
+    age_interactions: bool = True,
     proxy_correlation: float | None = None,
 ) -> ScreenResult:
     """Screen and gate (module docstring) on one fit's training recordings.
 
     features float64 (n, P) (:func:`entry_means` per recording), labels int (n,), groups the
     participant of each recording (n,), age_z (n,) z-scored ages with unknown at 0 (None: age
-    not known for anyone), entries the P :class:`Entry` of the columns. ``pairs`` /
-    ``with_age`` switch the two candidate sets; ``proxy_correlation``: the level of
+    not known for anyone), entries the P :class:`Entry` of the columns. ``interactions`` /
+    ``age_interactions`` (the training config's, ``--no-interactions`` /
+    ``--no-age-interactions``) switch the two candidate sets; ``proxy_correlation``: the level of
     :func:`group_proxies` (None: no grouping, the best ``max_pairs`` of each set). Deterministic
     in ``seed``.
     """
     start = time.perf_counter()
     labels, groups = np.asarray(labels), np.asarray(groups)
     # the ages screened (None: the entry-age pairs are not)
-    age = age_z if with_age and age_z is not None and np.std(age_z) > 0 else None
+    age = age_z if age_interactions and age_z is not None and np.std(age_z) > 0 else None
     rng = np.random.default_rng([SEED_TAG, seed])
     null_pair, null_age = [], []
-    for _ in range(n_permutations if (pairs or age is not None) else 0):
+    for _ in range(n_permutations if (interactions or age is not None) else 0):
         permutation = permuted(labels, groups, rng)
         factors = contrast_factors(features, permutation)
-        if pairs:
+        if interactions:
             null_pair.append(largest_pair_score(factors))
         if age is not None:
             null_age.append(age_scores(factors, contrast_factors(age, permutation)).max())
@@ -325,7 +326,7 @@ def screen_interactions(
     n_candidates = max_pairs * (1 if proxy_correlation is None else CANDIDATES_PER_PLACE)
     kept: list[Interaction] = []
     pair_threshold = age_threshold = top_pair = top_age = None
-    if pairs:
+    if interactions:
         pair_threshold = float(np.quantile(null_pair, null_quantile))
         found, scores = top_pairs(factors, n_candidates)
         top_pair = float(scores[0])
