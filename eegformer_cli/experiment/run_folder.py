@@ -47,12 +47,13 @@ from eegformer_cli.atomic import DirectoryLock, ensure_dir, read_json, write_jso
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.evaluation.run_metrics import RunMetrics, nan_to_none
 from eegformer_cli.ownership import remove_outputs
-from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.versions import package_versions
 
-if TYPE_CHECKING:  # folds imports torch, which reading a run folder does not need
+if TYPE_CHECKING:  # run_plan imports torch and splits scikit-learn, which predict's reading
+    # of a model's run folder (model_path, oof_path) does not need: imported where used
+    from eegformer_cli.training import splits
     from eegformer_cli.training.run_plan import RunPlan
 
 CONFIG, SPLITS, HISTORY = "config.json", "splits.json", "history.jsonl"
@@ -146,6 +147,8 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
             "versions": package_versions(),
         },
     )
+    from eegformer_cli.training import splits
+
     splits.save_splits(run_dir / SPLITS, plan.scheme, plan.folds)
 
 
@@ -227,6 +230,8 @@ def read_config_request(run_dir: str | Path) -> tuple[Path, str, dict, str | Non
 
 def read_planned_folds(run_dir: str | Path) -> tuple[dict, list[splits.Fold]] | None:
     """(scheme, folds) of ``splits.json`` (:func:`splits.load_splits`), None without one."""
+    from eegformer_cli.training import splits
+
     path = Path(run_dir) / SPLITS
     return splits.load_splits(path) if path.is_file() else None
 
