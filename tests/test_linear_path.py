@@ -2,17 +2,21 @@
 features in the screen's and the reference's order, its logit weights equal to the fitted
 pipeline, the built-in reference when it is that reference's L2 fit, the linear fit alone when
 the residual is off, the residual off where the effect is linear, the cross-fitted offsets of
-training, and the model file's round trip."""
+training, and the model file's round trip; and a logit its kept interactions' products alone
+carry (every entry's weight 0, the residual off): explain names no top band and no pair of
+value 0, the report outlines no band, draws no head of zeros and says what carries it."""
 
 from __future__ import annotations
 
 import csv
+import html
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
-from builders import write_connectome_folder
+from builders import exit_code, write_connectome_folder
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -230,3 +234,191 @@ def test_the_paths_share_the_logit_and_the_attributions_add_up(
     summed = explanation.channel_pairs[:, upper[0], upper[1]].sum()
     total = explanation.paths["target"]["total"]
     assert summed == pytest.approx(total, rel=0.01, abs=1e-4)  # completeness
+
+
+# ------------------------------------------------------------------------------------------
+# a logit carried by the kept interactions' products alone: no band, no pair named
+
+
+def test_top_band_and_strongest_pairs_name_only_what_carries_the_logit():
+    """All-zero band importance has no top band (not the first band), and the strongest pairs
+    are only those with a non-zero value: none of an all-zero map, one of a map with one."""
+    from eegformer_cli.explain.attributions import top_band
+    from eegformer_cli.explain.export import contrast_entry, strongest_pairs
+
+    bands, channels = ["delta", "theta", "alpha"], ["Fp1", "Fp2", "C3", "O1"]
+    cautions = {"eye movements": {"bands": ["delta", "theta"], "channels": ["Fp1", "Fp2"]}}
+    assert top_band(np.zeros(3)) is None
+    assert top_band(np.array([0.0, np.nan, -0.0])) is None
+    assert top_band(np.array([0.0, -0.5, 0.25])) == 1
+    pairs = np.zeros((3, 4, 4))
+    assert strongest_pairs(pairs, bands, channels, cautions=cautions) == []
+    entry = contrast_entry(["a", "b"], pairs, np.zeros(3), bands, channels, cautions)
+    assert entry["top_band"] is None and entry["strongest_channel_pairs"] == []
+    pairs[2, 1, 3] = pairs[2, 3, 1] = -0.3
+    assert strongest_pairs(pairs, bands, channels, cautions=cautions) == [
+        {"band": "alpha", "channel_a": "Fp2", "channel_b": "O1", "value": -0.3, "caution": ""}
+    ]
+
+
+def test_the_report_charts_no_band_and_draws_no_zero_head():
+    """The band chart outlines no band of a class whose bands are all 0 and its legend says
+    so; the head of such a class, drawn only for a band named with --band, has no line; the
+    contrast of all-zero bands is its bars alone, none outlined."""
+    from matplotlib.collections import LineCollection
+
+    from eegformer_cli.report.figures import (
+        band_importance_figure,
+        connectivity_head_figure,
+        contrast_figure,
+    )
+
+    bands, channels = ["theta", "alpha", "beta"], ["F3", "F4", "C3", "C4"]
+    importance = np.array([[0.0, 0.0, 0.0], [0.2, -0.8, 0.0]])
+    fig = band_importance_figure(importance, ["control", "patient"], bands)
+    ax = fig.axes[0]
+    assert ax.get_legend_handles_labels()[1] == [
+        "control (no top band)",
+        "patient (top band alpha)",
+    ]
+    outlined = [
+        (k, t)
+        for k, container in enumerate(ax.containers)
+        for t, bar in enumerate(container)
+        if tuple(bar.get_edgecolor()) == (0.0, 0.0, 0.0, 1.0)  # black; "none" has alpha 0
+    ]
+    assert outlined == [(1, 1)]  # patient's alpha only
+    assert "no connectivity entry carries any of" in ax.get_title().replace("\n", " ")
+    head = connectivity_head_figure(
+        np.zeros((1, 3, 4, 4)),
+        ["control"],
+        bands,
+        channels,
+        band_importance=np.zeros((1, 3)),
+        band="beta",
+    )
+    lines = [c for c in head.axes[0].collections if isinstance(c, LineCollection)]
+    assert len(lines) == 1 and not lines[0].get_segments()
+    assert "no pair with a non-zero attribution, beta" in head.axes[0].get_title()
+    zeros = np.zeros((3, 4, 4))
+    summary = {
+        "bands": bands,
+        "channels": channels,
+        "contrast_band": np.zeros(3),
+        **dict.fromkeys(("contrast_coh_pairs", "contrast_wpli_pairs"), zeros),
+        **dict.fromkeys(("coh_difference", "wpli_difference"), zeros),
+    }
+    contrast = contrast_figure(summary, ["control", "patient"])
+    assert len(contrast.axes) == 1  # the bars alone
+    assert "No band outlined" in contrast.axes[0].get_title()
+
+
+def prep_subset(prep, out, per_class: int):
+    """A preprocess folder at ``out`` of the first ``per_class`` recordings of each class of
+    ``prep`` (its manifest rows and connectomes, its settings): fewer to explain."""
+    with open(prep / "manifest.tsv", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    kept = [
+        row
+        for label in sorted({row["diagnosis"] for row in rows})
+        for row in [r for r in rows if r["diagnosis"] == label][:per_class]
+    ]
+    (out / "connectomes").mkdir(parents=True)
+    shutil.copy(prep / "preprocess.json", out / "preprocess.json")
+    for row in kept:
+        shutil.copy(prep / row["connectome"], out / row["connectome"])
+    with open(out / "manifest.tsv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t")
+        writer.writeheader()
+        writer.writerows(kept)
+    return out
+
+
+@pytest.fixture(scope="module")
+def product_only_run(interaction_run, tmp_path_factory) -> dict:
+    """A copy of conftest.py's interaction run whose model reads only its kept interactions'
+    products: every connectivity entry's weight in its linear path 0, each product's not, the
+    transformer residual off; 12 of its recordings explained (by the model file) into
+    ``explanations``."""
+    out = tmp_path_factory.mktemp("product-only")
+    run = out / "run"
+    shutil.copytree(interaction_run["run"], run)
+    bundle = torch.load(run / "model.pt", map_location="cpu", weights_only=True)
+    n_products = len(bundle["model_config"]["interactions"])
+    assert n_products and bundle["model_config"]["linear_path"]
+    weight = bundle["state_dict"]["model.linear.weight"]
+    weight[:, :-n_products] = 0.0
+    weight[:, -n_products:] = torch.tensor([-0.5, 0.5])[:, None]  # a two-class logit pair
+    bundle["model_config"]["residual_kept"] = False
+    torch.save(bundle, run / "model.pt")
+    explanations = out / "explanations"
+    assert (
+        exit_code(
+            "explain",
+            run / "model.pt",
+            prep_subset(interaction_run["prep"], out / "prep", 6),
+            "--out",
+            explanations,
+            "--n-steps",
+            4,
+        )
+        == 0
+    )
+    return {"run": run, "explanations": explanations, "out": out}
+
+
+def test_a_logit_carried_by_products_names_no_band_and_no_pair(product_only_run):
+    """explain writes no top band (null, not the first band) and no strongest pair of value 0,
+    in each recording's JSON, its contrast and the class summary; the paths say the linear
+    path carries the whole logit."""
+    folder = product_only_run["explanations"]
+    recordings = sorted(folder.glob("sub-*.json"))
+    assert recordings
+    for path in recordings:
+        data = json.loads(path.read_text())
+        assert data["top_band"] is None, path.name
+        assert data["strongest_channel_pairs"] == []
+        assert data["contrast"]["top_band"] is None
+        assert data["contrast"]["strongest_channel_pairs"] == []
+        paths = data["paths"]["target"]
+        assert paths["linear"] != 0 and paths["transformer"] == 0
+        assert any(row["value"] for row in data["interactions"])
+    summary = json.loads((folder / "class_summary.json").read_text())
+    for name, entry in summary["classes"].items():
+        assert entry["top_band"] is None and entry["strongest_channel_pairs"] == [], name
+    assert summary["contrast"]["top_band"] is None
+    assert summary["contrast"]["strongest_channel_pairs"] == []
+
+
+def test_the_report_of_such_a_logit_outlines_no_band_and_says_what_carries_it(
+    product_only_run,
+):
+    """No band outlined and no head plot of zeros: a note says the kept products carry the
+    logit; the class contrast lists no pair; --band NAME still draws its head plot."""
+    run, folder, out = (product_only_run[k] for k in ("run", "explanations", "out"))
+    texts = {}
+    for name, extra in (("default", []), ("band", ["--band", "theta"])):
+        assert (
+            exit_code(
+                "report", run, "--explanations", folder, "--out", out / f"{name}.html", *extra
+            )
+            == 0
+        )
+        texts[name] = html.unescape((out / f"{name}.html").read_text(encoding="utf-8"))
+    text = texts["default"]
+    note = text[text.index("Where no band carries the logit") :]
+    for name in ("control", "patient"):
+        assert (
+            f"{name}: no connectivity entry carries any of its logit (every band's importance "
+            "is 0), so the band chart outlines no band for it and no head plot is drawn: it is "
+            "carried by the kept interactions' products"
+        ) in note
+    assert "coh theta C3-P4 x wpli beta F4-C4" in note
+    assert "Strongest channel-pair attributions" not in text  # no head plot of zeros
+    assert "top band of the chart" not in text
+    assert "no channel pair carries any of it (every pair 0)" in text
+    assert "No channel pair carries any of the class contrast: every pair's value is 0." in text
+    assert "<td>delta</td>" not in text and "eye movements</td>" not in text
+    band = texts["band"]
+    assert "Strongest channel-pair attributions" in band
+    assert "its head plot (theta, chosen with --band) shows no pair" in band

@@ -52,7 +52,9 @@ class contrast
 top band
     :func:`top_band`: the band whose band importance has the largest absolute value, the tallest
     bar of the band-importance chart; the report draws its channel pairs on the head (unless the
-    user names another band), so the chart and the head always show the same band.
+    user names another band), so the chart and the head always show the same band. None (JSON
+    ``null``) when every band's importance is 0: no connectivity entry carries any of the
+    logit (it is the kept interactions' products', or the linear path's other inputs').
 attention
     Softmax attention weights of the coarse and refined passes, per layer: (L, T, T) (mean over
     heads and segments; ``all_heads`` keeps (L, H, T, T)). Each row sums to 1 (query band ->
@@ -194,11 +196,17 @@ def normalise_signed(values: np.ndarray) -> np.ndarray:
     return values / total if total > 0 else np.zeros_like(values)
 
 
-def top_band(band_importance: np.ndarray) -> int:
+def top_band(band_importance: np.ndarray) -> int | None:
     """Index of the band with the largest |band importance| ((T,) in; the first on a tie): the
     tallest bar of the band-importance chart, whose channel pairs the report draws on the
-    head."""
-    return int(np.argmax(np.abs(np.asarray(band_importance))))
+    head. None when no band has a finite non-zero value: no connectivity entry carries any of
+    the logit (a model whose linear path reads only its kept interactions' products, its
+    transformer residual off), and naming the first band would say it does."""
+    magnitude = np.abs(np.asarray(band_importance, dtype=np.float64))
+    magnitude[~np.isfinite(magnitude)] = 0.0
+    if not magnitude.any():
+        return None
+    return int(np.argmax(magnitude))
 
 
 def pair_band_sums(pairs: np.ndarray) -> np.ndarray:

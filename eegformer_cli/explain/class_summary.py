@@ -5,9 +5,11 @@ The npz holds the explained classes (``classes`` (K',), ``n_recordings`` (K',)),
 means of :data:`~eegformer_cli.explain.attributions.MEAN_FIELDS` stacked on a first axis
 (``band_importance`` (K', T), ...) and the contrast's arrays (:data:`CONTRAST_ARRAYS`); the
 JSON the settings, bands, channels, labels, recordings, failures, per class its count, mean
-band importance, top band, strongest pairs, attention diagnostics and ``paths`` (the mean
-of its recordings' :attr:`~.attributions.RecordingExplanation.paths`: how much of the logit
-the linear path and the transformer carry), the ``contrast`` and the kept ``interactions``. The rest of the folder is :mod:`.export`'s.
+band importance, top band (null when no band carries any of the logit), strongest pairs (only
+non-zero ones), attention diagnostics and ``paths`` (the mean of its recordings'
+:attr:`~.attributions.RecordingExplanation.paths`: how much of the logit the linear path and
+the transformer carry), the ``contrast`` and the kept ``interactions``. The rest of the folder
+is :mod:`.export`'s.
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ from eegformer_cli.explain.attributions import (
     MEAN_FIELDS,
     RecordingExplanation,
     mean_paths,
-    top_band,
 )
-from eegformer_cli.explain.export import contrast_entry, strongest_pairs
+from eegformer_cli.explain.export import contrast_entry, strongest_pairs, top_band_name
 from eegformer_cli.model.diagnostics import mean_diagnostics
 
 #: The two files, written and read here only.
@@ -133,7 +134,7 @@ def _class_json(
     return {
         "n_recordings": mean["n_recordings"],
         "band_importance": dict(zip(bands, map(float, mean["band_importance"]))),
-        "top_band": bands[top_band(mean["band_importance"])],
+        "top_band": top_band_name(mean["band_importance"], bands),
         "strongest_channel_pairs": strongest_pairs(
             mean["channel_pairs"], bands, channels, cautions=cautions
         ),

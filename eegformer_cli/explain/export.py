@@ -15,12 +15,14 @@ file                           content
                                ``mean_wpli`` (T, C, C)) plus ``bands``, ``channels``,
                                ``label_names``, ``contrast_classes``
 ``<recording_id>.json``        summary: prediction, probabilities, explained class, band
-                               importance per band and its ``top_band``, the :data:`TOP_PAIRS`
-                               strongest channel pairs (each with its artefact ``caution``), the
-                               contrast's strongest pairs, ``paths`` (how much of the logit
-                               change the linear path and the transformer each carry, for the
-                               explained class and the contrast; null without a linear path),
-                               attention diagnostics, settings, provenance
+                               importance per band and its ``top_band`` (null when no band
+                               carries any of the logit), the :data:`TOP_PAIRS` strongest
+                               channel pairs with a non-zero value (each with its artefact
+                               ``caution``), the contrast's strongest pairs, ``paths`` (how
+                               much of the logit change the linear path and the transformer
+                               each carry, for the explained class and the contrast; null
+                               without a linear path), attention diagnostics, settings,
+                               provenance
 ``band_importance.csv``        ``recording_id, participant_id, target, band, value``
 ``attention.csv``              ``recording_id, target, pass (coarse|refined), layer, head
                                (mean|0..H-1), query_band, key_band, value`` (a model with kept
@@ -87,6 +89,13 @@ from eegformer_cli.provenance import PROVENANCE_COLUMNS, flat_row
 TOP_PAIRS = 10
 
 
+def top_band_name(band_importance: np.ndarray, bands: Sequence[str]) -> str | None:
+    """The name of the :func:`~eegformer_cli.explain.attributions.top_band` of
+    ``band_importance`` (T,), None (JSON ``null``) when no band carries any of the logit."""
+    top = top_band(band_importance)
+    return None if top is None else bands[top]
+
+
 def strongest_pairs(
     pairs: np.ndarray,
     bands: Sequence[str],
@@ -97,12 +106,15 @@ def strongest_pairs(
     """The ``k`` entries of a (T, C, C) symmetric map with the largest |value| (i < j only):
     ``[{"band", "channel_a", "channel_b", "value", "caution"}, ...]``, strongest first;
     ``caution`` the artefacts that can fake the pair in that band under the rule ``cautions``
-    (:func:`~eegformer_cli.connectivity.artefacts.caution_rules`), ``""`` for none."""
+    (:func:`~eegformer_cli.connectivity.artefacts.caution_rules`), ``""`` for none. Only pairs
+    with a finite non-zero value: fewer than ``k``, or none, when the map carries less (a
+    pair of value 0 carries none of the logit, and listing it would say it does)."""
     upper_i, upper_j = np.triu_indices(len(channels), 1)
     values = pairs[:, upper_i, upper_j]  # (T, n_pairs)
     order = np.argsort(-np.abs(values), axis=None, kind="stable")[:k]
+    carried = np.isfinite(values.flat[order]) & (values.flat[order] != 0)
     out = []
-    for flat in order:
+    for flat in order[carried]:
         band, pair = (int(index) for index in np.unravel_index(flat, values.shape))
         out.append(
             {
@@ -156,7 +168,7 @@ def write_recording(
             "target": e.target,
             "probabilities": dict(zip(label_names, map(float, e.probabilities))),
             "band_importance": dict(zip(bands, map(float, e.band_importance))),
-            "top_band": bands[top_band(e.band_importance)],
+            "top_band": top_band_name(e.band_importance, bands),
             "strongest_channel_pairs": strongest_pairs(
                 e.channel_pairs, bands, channels, cautions=cautions
             ),
@@ -203,7 +215,7 @@ def contrast_entry(
         "classes": classes,
         "meaning": meaning.format(a=classes[0], b=classes[1]),
         "per_band": dict(zip(bands, map(float, per_band))),
-        "top_band": bands[top_band(per_band)],
+        "top_band": top_band_name(per_band, bands),
         "strongest_channel_pairs": strongest_pairs(pairs, bands, channels, cautions=cautions),
     }
 

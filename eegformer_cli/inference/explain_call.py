@@ -144,7 +144,8 @@ class ExplainCall:
             "all_heads": options.all_heads,
             "device": str(self.device),
             "band_importance": "channel-pair attributions summed per band, abs-sum 1",
-            "top_band": "the band with the largest |band importance|",
+            "top_band": "the band with the largest |band importance|; null when every band's is 0 "
+            "(no connectivity entry carries any of the logit)",
             "contrast": None if options.contrast is None else list(options.contrast),
             "artefact_caution": self.caution,
             "baseline": self.bundle.reference["description"],

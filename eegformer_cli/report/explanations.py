@@ -26,6 +26,7 @@ from eegformer_cli.report.notes import (
     contrast_table_html,
     explanations_source_html,
     interactions_lead,
+    no_band_note,
 )
 from eegformer_cli.report.page import add_figure, add_note
 
@@ -105,7 +106,7 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         section=section,
     )
     _add_paths_note(report, written.get("classes") or {}, section)
-    _add_attribution_figures(report, summary, settings, section, band)
+    _add_attribution_figures(report, summary, written, section, band)
     _add_contrast(
         report,
         summary,
@@ -162,12 +163,17 @@ def _add_attention_figures(report, summary: dict, section: str) -> None:
 
 
 def _add_attribution_figures(
-    report, summary: dict, settings: dict, section: str, band: str | None
+    report, summary: dict, written: dict, section: str, band: str | None
 ) -> None:
     """Band importance and the channel pairs on the head, each said against the reference
     connectome the explanations used (``settings["baseline"]``); the head shows each class's
-    top band of the chart, or ``band``."""
+    top band of the chart, or ``band``. A class whose bands are all 0 (no connectivity entry
+    carries any of its logit) gets no head plot without ``band`` but a note on what carries
+    its logit (``written``: ``class_summary.json``, its ``paths`` and kept interactions)."""
+    from eegformer_cli.explain.attributions import top_band
+
     classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
+    settings = written.get("settings", {})
     reference = str(settings.get("baseline") or "zero connectivity")
     add_figure(
         report,
@@ -182,14 +188,20 @@ def _add_attribution_figures(
         else "the class's top band (the outlined bar of the band-importance chart: the "
         "largest |band importance|; `eegformer report --band NAME` shows another)"
     )
+    empty = [k for k, values in enumerate(summary["band_importance"]) if top_band(values) is None]
+    if empty:
+        _add_no_band_note(report, written, [classes[k] for k in empty], band, section)
+    drawn = [k for k in range(len(classes)) if band is not None or k not in empty]
+    if not drawn:
+        return
     add_figure(
         report,
         connectivity_head_figure(
-            summary["channel_pairs"],
-            classes,
+            summary["channel_pairs"][drawn],
+            [classes[k] for k in drawn],
             bands,
             channels,
-            band_importance=summary["band_importance"],
+            band_importance=summary["band_importance"][drawn],
             band=band,
             cautions=settings.get("artefact_caution"),
             reference=reference,
@@ -204,6 +216,30 @@ def _add_attribution_figures(
             "with it, blue lowers it; thicker is stronger. Each class on its own colour "
             "scale (its colour bar gives the values, logit units). " + caution_note(settings)
         ),
+    )
+
+
+def _add_no_band_note(
+    report, written: dict, classes: list[str], band: str | None, section: str
+) -> None:
+    """The note on what carries the logit of each of ``classes``, whose bands are all 0
+    (``written``: ``class_summary.json``, its ``paths`` and kept interactions; ``band``: the
+    band named with --band, None: their head plots are not drawn)."""
+    per_class = ((written.get("interactions") or {}).get("per_class")) or {}
+    entries = written.get("classes") or {}
+    add_note(
+        report,
+        "Where no band carries the logit",
+        " ".join(
+            no_band_note(
+                name,
+                (entries.get(name, {}).get("paths") or {}).get("target"),
+                per_class.get(name) or [],
+                band,
+            )
+            for name in classes
+        ),
+        section,
     )
 
 
@@ -239,7 +275,7 @@ def _add_contrast(
     """The class contrast (figure and table of its strongest pairs) beside the per-class
     attributions, or a note on why there is none; first, where the kept ``interactions``
     (``class_summary.json``'s) carry more of it than any single pair, a note saying so."""
-    from eegformer_cli.explain.export import TOP_PAIRS, contrast_rows
+    from eegformer_cli.explain.attributions import top_band
 
     why_not = _no_contrast(contrast, summary)
     if why_not is not None or contrast is None:
@@ -254,23 +290,54 @@ def _add_contrast(
     )
     if lead is not None:
         add_note(report, "Class contrast: the interactions first", lead, section)
+    elif top_band(summary["contrast_band"]) is None:
+        add_note(
+            report,
+            "Class contrast: no band carries it",
+            f"No channel pair carries any of the contrast of {second} against {first} (every "
+            "band's sum is 0), so no band is outlined and no pair of it is drawn on the head: the "
+            "classes differ, for the model, in its inputs beside the connectivity entries "
+            "(the kept interactions' products, where it keeps some).",
+            section,
+        )
     cautions = settings.get("artefact_caution") or {}
     add_figure(
         report,
         contrast_figure(summary, [first, second], band=band, cautions=cautions),
         f"Class contrast: {second} against {first}",
         section,
-        caption=contrast_note(contrast, settings) + " " + caution_note(settings),
+        caption=contrast_note(contrast, settings)
+        + (
+            " Here every band's sum is 0 (no channel pair carries any of the contrast): the "
+            "bars alone, no head drawn."
+            if band is None and top_band(summary["contrast_band"]) is None
+            else ""
+        )
+        + " "
+        + caution_note(settings),
     )
+    _add_contrast_pairs(report, summary, contrast, cautions, section)
+
+
+def _add_contrast_pairs(
+    report, summary: dict, contrast: dict, cautions: dict, section: str
+) -> None:
+    """The class contrast's strongest pairs in sentences and a table, only those with a
+    non-zero value (a pair of value 0 carries none of the contrast), or a line saying no pair
+    carries any of it."""
+    from eegformer_cli.explain.export import TOP_PAIRS, contrast_rows
+
     columns, rows = contrast_rows(
-        {**summary, "classes": [first, second], "grouped_by": contrast["grouped_by"]},
+        {**summary, "classes": list(contrast["classes"]), "grouped_by": contrast["grouped_by"]},
         summary["bands"],
         summary["channels"],
         cautions,
     )
-    strongest = [dict(zip(columns, row)) for row in rows[:TOP_PAIRS]]
+    strongest = [dict(zip(columns, row)) for row in rows[:TOP_PAIRS] if row[columns.index("value")]]
     report.add_html(
-        contrast_sentences_html(strongest) + contrast_table_html(strongest),
+        contrast_sentences_html(strongest) + contrast_table_html(strongest)
+        if strongest
+        else "<p>No channel pair carries any of the class contrast: every pair's value is 0.</p>",
         f"Class contrast: the {TOP_PAIRS} strongest pairs",
         section=section,
     )

@@ -14,6 +14,9 @@ from eegformer_cli.evaluation.run_metrics import MeanScores
 
 #: Channel pairs drawn per class on the head (strongest by |value|).
 HEAD_PAIRS = 20
+#: What a chart says in place of a top band when every band's value is 0: no connectivity
+#: entry carries any of the logit (:func:`eegformer_cli.explain.attributions.top_band`).
+NO_BAND = "no band outlined: no connectivity entry carries any of the logit"
 
 
 def _inches(width: float, height: float) -> tuple[float, float]:
@@ -186,7 +189,9 @@ def band_importance_figure(
     """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in, each
     class's top band (largest |value|, the band its head plot shows) outlined; the title says
     what the sign is against (``reference``), on lines that fit the figure; the legend below
-    the bars."""
+    the bars. A class whose bands are all 0 (no connectivity entry carries any of its logit:
+    :func:`attributions.top_band` is None) has no band outlined, and its legend entry says
+    so."""
     import textwrap
 
     from eegformer_cli.explain.attributions import top_band
@@ -195,13 +200,14 @@ def band_importance_figure(
     fig, ax = plt.subplots(figsize=width_in, layout="constrained")
     width = 0.8 / len(classes)
     x = np.arange(len(bands))
+    tops = [top_band(values) for values in band_importance]
     for k, name in enumerate(classes):
-        top = top_band(band_importance[k])
+        top = tops[k]
         ax.bar(
             x + (k - (len(classes) - 1) / 2) * width,
             band_importance[k],
             width,
-            label=f"{name} (top band {bands[top]})",
+            label=f"{name} (top band {bands[top]})" if top is not None else f"{name} (no top band)",
             edgecolor=["black" if t == top else "none" for t in range(len(bands))],
             linewidth=1.5,
         )
@@ -214,7 +220,13 @@ def band_importance_figure(
             textwrap.wrap(
                 "Band importance per explained class (mean): > 0 the band's connectivity raises the "
                 f"class's logit compared with {reference}, < 0 lowers it; outlined: each "
-                "class's top band",
+                "class's top band"
+                + (
+                    ""
+                    if all(t is not None for t in tops)
+                    else " (no top band: every band 0, no connectivity entry carries any of "
+                    "the class's logit)"
+                ),
                 characters,
             )
         ),
@@ -351,9 +363,12 @@ def _caution_line(shown: np.ndarray, cautioned: np.ndarray) -> str:
     return f"\ncaution: {n} of {len(shown)} dashed (eye or muscle artefacts can fake them)"
 
 
-def shown_band(band_importance: np.ndarray, bands: list[str], band: str | None = None) -> int:
+def shown_band(
+    band_importance: np.ndarray, bands: list[str], band: str | None = None
+) -> int | None:
     """The band a head plot shows: ``band`` when given (by name), else the top band of the
-    chart whose values are ``band_importance`` (T,) (:func:`attributions.top_band`)."""
+    chart whose values are ``band_importance`` (T,) (:func:`attributions.top_band`); None when
+    no band is given and the chart's are all 0 (no band to show)."""
     from eegformer_cli.explain.attributions import top_band
 
     return bands.index(band) if band is not None else top_band(band_importance)
@@ -392,11 +407,20 @@ def connectivity_head_figure(
     for k, (name, ax) in enumerate(zip(classes, axes[0])):
         positions = _head_axes(ax, channels)
         shown = shown_band(band_importance[k], bands, band)
+        if shown is None:  # no band carries any of the logit: no pair to draw
+            ax.set_title(f"{name}: no pairs drawn\n({NO_BAND})", fontsize=9)
+            continue
         values = channel_pairs[k, shown, upper_i, upper_j]
         drawn = _strongest(values, n_lines)
         limit = _draw_pairs(ax, positions, values, masks[shown], drawn)
         _colour_bar(fig, ax, limit, "attribution (logit units)")
-        count = "strongest pair" if len(drawn) == 1 else f"strongest {len(drawn)} pairs"
+        count = (
+            "strongest pair"
+            if len(drawn) == 1
+            else f"strongest {len(drawn)} pairs"
+            if len(drawn)
+            else "no pair with a non-zero attribution"
+        )
         why = "chosen with --band" if band is not None else "top band of the chart"
         ax.set_title(
             f"{name}: {count}, {bands[shown]}\n({why}){_caution_line(drawn, masks[shown])}",
@@ -415,7 +439,7 @@ def connectivity_head_figure(
 def _contrast_band_bars(ax, contrast_band: np.ndarray, bands: list[str], classes: list[str]):
     """The contrast's sum per band (``contrast_band`` (T,), logit units) as bars on ``ax``: red
     towards the second class, blue towards the first, the top band (largest |value|)
-    outlined."""
+    outlined; none when every band's sum is 0, and the title says so."""
     from eegformer_cli.explain.attributions import top_band
 
     first, second = classes
@@ -431,11 +455,26 @@ def _contrast_band_bars(ax, contrast_band: np.ndarray, bands: list[str], classes
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, bands)
     ax.set_ylabel("logit units", fontsize=8)
+    outlined = "Outlined: the top band" if top is not None else "\n" + NO_BAND.capitalize()
     ax.set_title(
         f"Per band (pairs summed): > 0 {second}'s connectivity, against {first}'s, pushes "
-        f"towards {second}; < 0 towards {first}. Outlined: the top band",
+        f"towards {second}; < 0 towards {first}. {outlined}",
         fontsize=9,
     )
+
+
+def _contrast_bars_alone(contrast_band: np.ndarray, bands: list[str], classes: list[str]):
+    """The class contrast's figure when every band's sum is 0 (``contrast_band`` (T,)): its
+    bars alone, none outlined, and no head, as no channel pair carries any of it."""
+    first, second = classes
+    fig = plt.figure(figsize=_inches(10.5, 4.0), layout="constrained")
+    _contrast_band_bars(fig.add_subplot(), contrast_band, bands, classes)
+    fig.suptitle(
+        f"Class contrast, {second} against {first}: no head plots, as no channel pair "
+        "carries any of it",
+        fontsize=10,
+    )
+    return fig
 
 
 #: The measures of the class contrast's heads, each on its own: its name in words, and the keys
@@ -467,16 +506,19 @@ def contrast_figure(
     which are more connected in B than in A by that measure; right, how that measure's
     difference pushes the prediction (red towards B, blue towards A). Each head on its own
     scale, with its colour bar; dashed: pairs that artefacts can fake in that band
-    (``cautions``)."""
+    (``cautions``). With no ``band`` and every band's sum 0 (no channel pair carries any of
+    the contrast), the bars alone: no band to draw on the head."""
     from eegformer_cli.connectivity.artefacts import caution_masks
 
     first, second = classes
     bands, channels = list(summary["bands"]), list(summary["channels"])
+    shown = shown_band(summary["contrast_band"], bands, band)
+    if shown is None:  # no band carries any of the contrast: the bars alone, no heads
+        return _contrast_bars_alone(summary["contrast_band"], bands, classes)
     fig = plt.figure(figsize=_inches(10.5, 16.0))
     grid = fig.add_gridspec(3, 2, height_ratios=[0.6, 1, 1], hspace=0.4, wspace=0.1)
     _contrast_band_bars(fig.add_subplot(grid[0, :]), summary["contrast_band"], bands, classes)
     upper_i, upper_j = np.triu_indices(len(channels), 1)
-    shown = shown_band(summary["contrast_band"], bands, band)
     mask = caution_masks(cautions or {}, bands, channels)[shown, upper_i, upper_j]
     for row, (measure, push_key, difference_key) in enumerate(CONTRAST_MEASURES, start=1):
         push = summary[push_key][shown, upper_i, upper_j]

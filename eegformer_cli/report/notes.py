@@ -2,7 +2,8 @@
 (which model, which recordings, whether the model trained on them), the captions of its
 figures (band importance, artefact cautions, the class contrast), the tables of the
 contrast's strongest pairs and of the kept interactions, and what the contrast says first when
-those interactions carry more of it than any pair. Each a function of plain data (the explain
+those interactions carry more of it than any pair, and what carries a class's logit when no
+connectivity entry carries any of it. Each a function of plain data (the explain
 folder's settings, rows and summaries) returning an HTML string (values escaped) or, for a
 note, plain text; :mod:`.explanations` and :mod:`.interactions` put them on the
 page.
@@ -369,6 +370,15 @@ def interactions_lead(
     together = (
         f" (the {len(products)} kept products together {total:+.3g})" if len(products) > 1 else ""
     )
+    if not pairs[band, pair] > 0:  # no pair carries any of it: name none
+        return (
+            "The kept interactions carry more of the class contrast than any single pair: "
+            f"{strongest['interaction']} pushes {strongest['value']:+.3g} logit "
+            f"units{together}, and no channel pair carries any of it (every pair 0). The "
+            "classes differ in how those entries combine, which no pair shows on its own, so "
+            "no band is outlined and no pair of it is drawn on the head (the Interactions "
+            "section lists every kept interaction)."
+        )
     return (
         "The kept interactions carry more of the class contrast than any single pair: "
         f"{strongest['interaction']} pushes {strongest['value']:+.3g} logit units{together}, "
@@ -377,4 +387,46 @@ def interactions_lead(
         "those entries combine, which no pair shows on its own: read the pairs below as what "
         "is left beside the interactions, not as the cause (the Interactions section lists "
         "every kept interaction)."
+    )
+
+
+def no_band_note(
+    name: str, paths: dict | None, products: list[dict], band: str | None = None
+) -> str:
+    """What carries the explained logit of class ``name`` when no connectivity entry carries
+    any of it (its band importance all 0, no top band): its kept interactions' mean
+    attributions (``products``, ``class_summary.json``'s ``interactions.per_class`` rows,
+    logit units) and how its ``paths`` (``class_summary.json``'s ``paths.target``: total,
+    linear, transformer; None without a linear path) split it; ``band``: the band the head
+    plots show, chosen with ``--band`` (None: no head plot is drawn for the class)."""
+    carried = [row for row in products if row.get("value")]
+    if carried:
+        strongest = max(carried, key=lambda row: abs(row["value"]))
+        total = sum(row["value"] for row in carried)
+        together = (
+            f" (the {len(carried)} kept products together {total:+.3g})" if len(carried) > 1 else ""
+        )
+        what = (
+            "it is carried by the kept interactions' products, which no single pair shows: "
+            f"{strongest['interaction']} {strongest['value']:+.3g} logit units{together}"
+        )
+    else:
+        what = "it is carried by the model's inputs beside the connectivity entries"
+    split = (
+        f"; of its change from the typical training recording ({paths['total']:+.2f}), "
+        f"{paths['linear']:+.2f} comes from the linear path and {paths['transformer']:+.2f} "
+        "from the transformer"
+        if paths
+        else ""
+    )
+    return (
+        f"{name}: no connectivity entry carries any of its logit (every band's importance is "
+        f"0), so the band chart outlines no band for it and "
+        + (
+            "no head plot is drawn"
+            if band is None
+            else f"its head plot ({band}, chosen with --band) shows no pair"
+        )
+        + f": {what}"
+        f"{split}."
     )
