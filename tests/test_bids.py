@@ -13,6 +13,7 @@ its shortcut audit checks ``task`` like a site; ``predict`` shows the entities.
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import warnings
@@ -265,6 +266,23 @@ def test_train_on_task_keeps_each_participant_on_one_side_and_predict_shows_enti
     ]
     assert (rows[-1]["subject"], rows[-1]["session"], rows[-1]["task"]) == ("sub-02", "2", "rest")
     assert rows[-1]["run"] == "n/a"
+    # explain's recordings.csv carries the same entity columns as predict's rows
+    explained = dataset["base"] / "explained"
+    code, output = run_main(
+        capsys, "explain", run_dir / "model.pt", recording, "--out", explained, "--n-steps", "4"
+    )
+    assert code == 0, output
+    with open(explained / "recordings.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert list(table[0])[:6] == [  # the entities this recording's name has
+        "recording_id",
+        "participant_id",
+        "subject",
+        "session",
+        "task",
+        "true_class",
+    ]
+    assert (table[0]["subject"], table[0]["session"], table[0]["task"]) == ("sub-02", "2", "rest")
 
 
 def test_the_shortcut_audit_checks_task_like_a_site(dataset):

@@ -458,10 +458,11 @@ def write_tables(
     )
 
 
-def recording_columns(label_names: Sequence[str]) -> list[str]:
-    """The columns of ``recordings.csv`` (and of :func:`recording_rows`)."""
+def recording_columns(label_names: Sequence[str], entity_columns: Sequence[str] = ()) -> list[str]:
+    """The columns of ``recordings.csv`` (and of :func:`recording_rows`): the BIDS
+    ``entity_columns`` after ``participant_id``, as in ``predict``'s rows."""
     return (
-        ["recording_id", "participant_id", "true_class", "predicted", "target"]
+        ["recording_id", "participant_id", *entity_columns, "true_class", "predicted", "target"]
         + [f"prob_{name}" for name in label_names]
         + ["explained_by"]
         + list(PROVENANCE_COLUMNS)
@@ -497,11 +498,14 @@ def write_recordings_table(
     explanations: Sequence[RecordingExplanation],
     provenance_rows: Sequence[dict],
     label_names: Sequence[str],
+    entity_columns: Sequence[str] = (),
 ) -> None:
     """``recordings.csv``: :func:`recording_rows` (probabilities to 6 significant digits, lists
-    joined as in ``predict``'s CSV)."""
+    joined as in ``predict``'s CSV), with the ``entity_columns`` that ``provenance_rows``
+    carry."""
+    columns = recording_columns(label_names, entity_columns)
     with atomic_open(out_dir / "recordings.csv") as handle:
-        writer = csv.DictWriter(handle, recording_columns(label_names), lineterminator="\n")
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
         writer.writeheader()
         for row in recording_rows(explanations, provenance_rows, label_names):
             writer.writerow(

@@ -182,7 +182,11 @@ class ExplainCall:
                     explanation = self._explain_recording(item, chooser)
                     warning_lines.print(item.recording_id, item.warnings)
                     provenance_rows.append(
-                        {"recording_id": item.recording_id, **provenance.row_fields(item)}
+                        {
+                            "recording_id": item.recording_id,
+                            **{c: item.entities.get(c) for c in items.entity_columns},
+                            **provenance.row_fields(item),
+                        }
                     )
                     self._write_recording(folder, explanation, provenance_rows[-1])
                     explanations.append(explanation)
@@ -191,9 +195,11 @@ class ExplainCall:
                 bar.advance(task)
         warning_lines.close()
         if folder is not None:
-            self._write_tables(folder, explanations, provenance_rows, failures)
+            self._write_tables(
+                folder, explanations, provenance_rows, failures, items.entity_columns
+            )
         return (
-            self._explanations(explanations, provenance_rows),
+            self._explanations(explanations, provenance_rows, items.entity_columns),
             failures,
             [row["recording_id"] for row in provenance_rows if row["warnings"]],
         )
@@ -246,10 +252,15 @@ class ExplainCall:
             )
 
     def _write_tables(
-        self, folder: OutFolder, explanations: list, provenance_rows: list[dict], failures: list
+        self,
+        folder: OutFolder,
+        explanations: list,
+        provenance_rows: list[dict],
+        failures: list,
+        entity_columns: Sequence[str],
     ) -> None:
-        """``explain``'s tables, recordings.csv and the class summary, once every recording
-        is explained."""
+        """``explain``'s tables, recordings.csv (with the BIDS ``entity_columns``, as
+        ``predict``'s rows) and the class summary, once every recording is explained."""
         from eegformer_cli.explain import attributions, class_summary, export
 
         bundle = self.bundle
@@ -263,7 +274,7 @@ class ExplainCall:
             folder.settings["artefact_caution"],
         )
         export.write_recordings_table(
-            folder.path, explanations, provenance_rows, bundle.label_names
+            folder.path, explanations, provenance_rows, bundle.label_names, entity_columns
         )
         class_summary.write_class_summary(
             folder.path,
@@ -278,7 +289,9 @@ class ExplainCall:
             contrasted,
         )
 
-    def _explanations(self, explanations: list, provenance_rows: list[dict]) -> Explanations:
+    def _explanations(
+        self, explanations: list, provenance_rows: list[dict], entity_columns: Sequence[str]
+    ) -> Explanations:
         """The :class:`Explanations` of the explained recordings (the files' tables as
         DataFrames)."""
         import pandas as pd
@@ -297,7 +310,7 @@ class ExplainCall:
         tables["contrast"] = pd.DataFrame(contrast_rows, columns=contrast_columns)
         recordings = pd.DataFrame(
             export.recording_rows(explanations, provenance_rows, classes),
-            columns=export.recording_columns(classes),
+            columns=export.recording_columns(classes, entity_columns),
         )
         return Explanations(recordings=recordings, per_recording=list(explanations), **tables)
 
