@@ -806,7 +806,9 @@ def test_the_preprocessing_table_lists_every_setting_the_crop_first():
         "settings": {**settings, "crop_s": 62.0},
         "settings_hash": "abc",
         "epoch_length_s": 30.0,
-        "participant_pattern": "Subject(\\d+)_",  # an entry this table does not know yet
+        "participant_pattern": "Subject(\\d+)_",
+        "bids_selection": {"task": ["rest"], "session": [], "run": ["1", "2"]},
+        "later_entry": "a<b",  # an entry this table does not know yet: shown as it is
         "versions": {"mne": "1.13"},
     }
     table = preprocessing_html(PreprocessFile(document))
@@ -819,5 +821,9 @@ def test_the_preprocessing_table_lists_every_setting_the_crop_first():
     assert values["ICA + ICLabel artefact removal"] == "on"
     assert values["frequency bands (tokens)"].endswith("theta_beta_ratio 4-8 Hz / 12-30 Hz")
     assert values["reference"] == "average of all channels (always)"
-    assert values["participant_pattern"] == html.escape("Subject(\\d+)_")
+    assert values["participant id pattern"] == html.escape("Subject(\\d+)_")
+    assert values["BIDS selection"] == "task rest; run 1, 2"
+    assert values["later_entry"] == html.escape("a<b")
+    nothing_chosen = {"settings": settings, "bids_selection": {"task": [], "session": []}}
+    assert "none: every task, session and run" in preprocessing_html(PreprocessFile(nothing_chosen))
     assert "versions" not in labels  # the run summary lists them

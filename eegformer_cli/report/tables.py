@@ -440,6 +440,15 @@ def _microvolts(value) -> str:
     return "off" if value is None else f"{value * 1e6:g} uV peak-to-peak in a 3 s window"
 
 
+def _bids_selection_text(selection) -> str:
+    """``{"task": ["rest"], "session": [], "run": []}`` -> ``"task rest"``; nothing chosen ->
+    ``"none: every task, session and run"``."""
+    if not isinstance(selection, dict):
+        return str(selection)
+    chosen = [f"{key} {', '.join(map(str, values))}" for key, values in selection.items() if values]
+    return "; ".join(chosen) if chosen else "none: every task, session and run"
+
+
 def _bands_text(spec) -> str:
     """``"delta:2-4,theta:4-8,tbr:4-8/12-30"`` -> ``"delta 2-4 Hz, theta 4-8 Hz, tbr
     4-8 Hz / 12-30 Hz"``."""
@@ -480,6 +489,7 @@ PREPROCESS_SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "bands": ("frequency bands (tokens)", _bands_text),
     "channels": ("channels", lambda v: ", ".join(v) if isinstance(v, list) else str(v)),
     "max_interpolated": ("most channels interpolated per recording", str),
+    "resample_method": ("resampling", str),
 }
 #: Entries of preprocess.json beside ``settings`` that the section shows, with their labels
 #: (``settings``, ``bands``, ``channels``, ``band_edges_hz`` and ``versions`` repeat what is
@@ -498,6 +508,8 @@ PREPROCESS_RUN_ENTRIES = {
         ),
     ),
     "settings_hash": ("settings hash", str),
+    "participant_pattern": ("participant id pattern", str),
+    "bids_selection": ("BIDS selection", _bids_selection_text),
 }
 PREPROCESS_REPEATED = ("settings", "bands", "channels", "band_edges_hz", "versions")
 
