@@ -358,8 +358,19 @@ def test_label_problems_are_input_errors(tmp_path):
 # whole runs
 
 
+@pytest.fixture
+def one_thread():
+    """PyTorch on one thread for the test, as each pool worker runs (``parallel.py``): a run in
+    this process is then compared with a run in workers at the same thread count, whatever
+    the machine's (a float32 sum split over 2 threads rounds differently, 1e-5 after training)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
-def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypatch):
+def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypatch, one_thread):
     """Where torch sees a CUDA device the pool spawns its workers (a forked worker's backward
     fails once this process has run one there); spawned workers give the numbers of one
     process, as forked ones do."""
@@ -379,7 +390,7 @@ def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypa
 
 
 @pytest.mark.slow
-def test_same_seed_gives_identical_results(synthetic_dir, tmp_path):
+def test_same_seed_gives_identical_results(synthetic_dir, tmp_path, one_thread):
     config = tiny_config(cv=3)
     a = run_training(synthetic_dir, tmp_path / "a", "diagnosis", config)
     b = run_training(synthetic_dir, tmp_path / "b", "diagnosis", config)
