@@ -104,6 +104,26 @@ TINY = {
 }
 
 
+#: The manifest columns the two folder builders below write: a subset of those preprocess
+#: writes (the readers take a manifest without the others), plus the label ``diagnosis``.
+BUILT_MANIFEST_COLUMNS = (
+    "recording_id",
+    "participant_id",
+    "source_file",
+    "status",
+    "error",
+    "n_segments",
+    "sfreq",
+    "duration_s",
+    "channels_interpolated",
+    "age",
+    "sex",
+    "diagnosis",
+    "connectome",
+    "settings_hash",
+)
+
+
 def make_connectome_folder(
     root: Path, n_participants: int = 24, n_segments: int = 2, seed: int = 0, labels=None
 ) -> Path:
@@ -114,22 +134,7 @@ def make_connectome_folder(
     rng, signals = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     (root / "connectomes").mkdir(parents=True)
     c = len(CHANNELS)
-    header = [
-        "recording_id",
-        "participant_id",
-        "source_file",
-        "status",
-        "error",
-        "n_segments",
-        "sfreq",
-        "duration_s",
-        "channels_interpolated",
-        "age",
-        "sex",
-        "diagnosis",
-        "connectome",
-        "settings_hash",
-    ]
+    header = list(BUILT_MANIFEST_COLUMNS)
     rows = []
     for p in range(n_participants):
         label = labels[p] if labels is not None else ("patient" if p % 2 else "control")
@@ -225,22 +230,7 @@ def write_connectome_folder(
     each sex), one recording each."""
     rng = np.random.default_rng(seed)
     n_channels = len(channels)
-    columns = [
-        "recording_id",
-        "participant_id",
-        "source_file",
-        "status",
-        "error",
-        "n_segments",
-        "sfreq",
-        "duration_s",
-        "channels_interpolated",
-        "age",
-        "sex",
-        "diagnosis",
-        "connectome",
-        "settings_hash",
-    ]
+    columns = BUILT_MANIFEST_COLUMNS
     lines = ["\t".join(columns)]
     for i in range(n_participants):
         diagnosis = "schizophrenia" if i % 2 else "healthy"
