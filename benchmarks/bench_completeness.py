@@ -28,6 +28,7 @@ import torch
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.explain.segment_attributions import channel_pair_attributions
+from eegformer_cli.model.linear_path import recording_offset
 from eegformer_cli.training.model_file import load_model_file
 
 
@@ -47,13 +48,22 @@ def relative_gap(
         if reference is None
         else (reference[0].expand_as(coh), reference[1].expand_as(wpli))
     )
+    # a linear path on recording means: each side's recording offset (None: per segment)
+    offset = recording_offset(model, coh, wpli, nan, nan)
+    base_offset = recording_offset(model, base[0][:1], base[1][:1], nan, nan)
+
+    def rows(value):
+        return None if value is None else value.expand(len(coh), -1)
+
     with torch.no_grad():
-        output = model.forward_with_details(coh, wpli, nan, nan)
+        output = model.forward_with_details(coh, wpli, nan, nan, offset=rows(offset))
         target = int(output.logits_refined.mean(dim=0).argmax())
-        at_base = model.forward_with_details(*base, nan, nan, target=output.target).logits_refined
+        at_base = model.forward_with_details(
+            *base, nan, nan, target=output.target, offset=rows(base_offset)
+        ).logits_refined
     change = float((output.logits_refined - at_base)[:, target].mean())
     coh_pairs, wpli_pairs, interactions = channel_pair_attributions(
-        model, coh, wpli, nan, nan, target, n_steps=n_steps, reference=reference
+        model, coh, wpli, nan, nan, target, n_steps=n_steps, reference=reference, offset=offset
     )
     upper = np.triu_indices(coh.shape[-1], 1)
     total = float((coh_pairs + wpli_pairs)[:, upper[0], upper[1]].sum())

@@ -237,6 +237,195 @@ def test_the_paths_share_the_logit_and_the_attributions_add_up(
 
 
 # ------------------------------------------------------------------------------------------
+# the linear path on recording means: the products of a recording's means, one logit per
+# recording given to every segment; model files of earlier versions per segment
+
+
+@pytest.fixture(scope="module")
+def means_model(linear_study):
+    """A default model with one entry x entry and one entry x age interaction, its linear path
+    fitted (L2: every weight non-zero) on 24 recordings of 3 segments, its transformer
+    untrained (head at zero: the model is its linear path)."""
+    from eegformer_cli.model.interactions import Entry, Interaction
+
+    data = load_training_data(linear_study, "diagnosis")
+    recordings = data.recordings[:24]
+    config = resolve_config("default", None, {**SETTINGS, "linear_penalty": "l2"})
+    kept = [
+        Interaction(
+            Entry("coh", data.bands[0], (data.channels[0], data.channels[1])),
+            Entry("wpli", data.bands[1], (data.channels[1], data.channels[2])),
+            0.5,
+            0.1,
+        ),
+        Interaction(
+            Entry("coh", data.bands[1], (data.channels[0], data.channels[2])), "age", 0.5, 0.1
+        ),
+    ]
+    ages = np.array([r.age for r in recordings[:16]])
+    model = build_model(data, config, ages, kept)
+    train_set = ConnectomeDataset(recordings[:16], data.label_names, data.channels, data.bands)
+    val_set = ConnectomeDataset(recordings[16:], data.label_names, data.channels, data.bands)
+    model.set_stats(connectivity_stats(train_set.recording_arrays(r) for r in range(16)))
+    residual = fit_linear(model, train_set, val_set, config, seed=5)
+    return model.eval(), residual, train_set, ages
+
+
+def products_of_means(model, coh: np.ndarray, wpli: np.ndarray, age: float) -> np.ndarray:
+    """float64 (n_features,): the linear features of a recording computed here from their
+    definition: the standardised mean entries (upper triangles, coherence first, band-major),
+    then the products of those means and mean entry x z-scored age."""
+    stats = {name: getattr(model, name).double().numpy() for name in ("coh_mean", "coh_std")}
+    stats |= {name: getattr(model, name).double().numpy() for name in ("wpli_mean", "wpli_std")}
+    z = {
+        m: (x.astype(np.float64).mean(0) - stats[f"{m}_mean"]) / stats[f"{m}_std"]
+        for m, x in (("coh", coh), ("wpli", wpli))
+    }
+    upper = np.triu_indices(coh.shape[-1], 1)
+    entries = [z[m][:, upper[0], upper[1]].ravel() for m in ("coh", "wpli")]
+    config = model.config
+    age_z = (age - float(model.model.age_mean)) / float(model.model.age_std)
+
+    def value(side) -> float:
+        if side == "age":
+            return age_z
+        measure, band, first, second = side
+        i, j = config.channel_names.index(first), config.channel_names.index(second)
+        return z[measure][config.band_names.index(band), i, j]
+
+    products = [value(item["a"]) * value(item["b"]) for item in config.interactions]
+    return np.concatenate([*entries, products])
+
+
+def test_the_linear_path_alone_is_the_linear_fit_on_products_of_means(means_model):
+    from eegformer_cli.model.predict import recording_logits
+    from eegformer_cli.training.residual import mean_linear_features
+
+    model, residual, train_set, _ = means_model
+    assert model.config.linear_on_means
+    fit = residual.fit
+    features = mean_linear_features(model, train_set)
+    recordings = []
+    for r, rec in enumerate(train_set.recordings):
+        coh, wpli = train_set.recording_arrays(r)
+        assert len(coh) == 3
+        expected = products_of_means(model, coh, wpli, rec.age)
+        np.testing.assert_allclose(features[r], expected, rtol=1e-4, atol=1e-5)
+        recordings.append((coh, wpli, rec.age, rec.sex))
+    # the mean of per-segment products is another thing (what earlier versions read)
+    coh, wpli = train_set.recording_arrays(0)
+    with torch.no_grad():
+        per_segment = model.linear_features(
+            *(torch.from_numpy(a) for a in (coh, wpli)), *(torch.full((3,), 40.0),) * 2
+        )
+    assert abs(per_segment[:, -2].double().mean() - features[0, -2]) > 1e-3
+    # predictions: the refit's logits of those features, whatever the batches
+    logits = recording_logits(model, recordings, torch.device("cpu"))
+    np.testing.assert_allclose(logits, features @ fit.weight.T + fit.bias, rtol=1e-4, atol=1e-5)
+    with linear_path_alone_ctx(model):
+        np.testing.assert_allclose(
+            recording_logits(model, recordings, torch.device("cpu")), logits, atol=1e-6
+        )
+    # the training offsets: the cross-fitted logits of each recording's means
+    item = train_set.recording_arrays(5)
+    offsets = residual.batch_offsets(
+        model,
+        *(torch.from_numpy(a[:1]) for a in item),
+        torch.tensor([0.0]),
+        torch.tensor([0.0]),
+        torch.tensor([5]),
+    )
+    np.testing.assert_allclose(offsets[0].numpy(), fit.cross_fitted[5], rtol=1e-4, atol=1e-5)
+
+
+def linear_path_alone_ctx(model):
+    from eegformer_cli.training.residual import linear_path_alone
+
+    return linear_path_alone(model)
+
+
+def test_a_recording_across_batches_gets_its_offset_on_every_segment(means_model):
+    from eegformer_cli.model.linear_path import recording_linear_logits
+    from eegformer_cli.model.predict import linear_offsets, segment_batches
+
+    model, _, train_set, _ = means_model
+    recordings = [
+        (*train_set.recording_arrays(r), rec.age, rec.sex)
+        for r, rec in enumerate(train_set.recordings[:4])
+    ]
+    counts: list[int] = []
+    batches = list(segment_batches(recordings, counts, size=2, offsets=linear_offsets(model)))
+    offsets = np.concatenate([batch[4] for batch in batches])
+    expected = np.concatenate(
+        [np.repeat(recording_linear_logits(model, *rec).numpy()[None], 3, 0) for rec in recordings]
+    )
+    np.testing.assert_array_equal(offsets, expected)
+    assert counts == [3, 3, 3, 3] and [len(b[0]) for b in batches] == [2] * 6
+
+
+@pytest.mark.parametrize("contrast", [False, True])
+def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast):
+    """Completeness: the pairs' and the products' attributions add up to the explained
+    logit's change (the transformer adds nothing here: its head is at zero), all of it the
+    linear path's, each product's being its weight times the change of the product of means."""
+    from eegformer_cli.explain.paths import path_logit_changes
+    from eegformer_cli.explain.segment_attributions import channel_pair_attributions
+    from eegformer_cli.model.linear_path import recording_offset
+
+    model, _, train_set, _ = means_model
+    coh, wpli = (torch.from_numpy(a) for a in train_set.recording_arrays(2))
+    rec = train_set.recordings[2]
+    age, sex = (torch.full((3,), float(v)) for v in (rec.age, rec.sex))
+    reference = tuple(torch.from_numpy(a.mean(0)) for a in train_set.recording_arrays(7))
+    target = (0, 1) if contrast else 1
+    offset = recording_offset(model, coh, wpli, age, sex)
+    attributions = channel_pair_attributions(
+        model, coh, wpli, age, sex, target, n_steps=4, reference=reference, offset=offset
+    )
+    paths = path_logit_changes(model, coh, wpli, age, sex, target, reference)
+    upper = np.triu_indices(coh.shape[-1], 1)
+    summed = (
+        attributions.coh_pairs[:, upper[0], upper[1]].sum()
+        + attributions.wpli_pairs[:, upper[0], upper[1]].sum()
+        + attributions.interactions.sum()
+    )
+    assert summed == pytest.approx(paths["total"], rel=1e-4, abs=1e-5)
+    assert paths["linear"] == pytest.approx(paths["total"], rel=1e-5, abs=1e-6)
+    features = products_of_means(model, coh.numpy(), wpli.numpy(), rec.age)
+    base = products_of_means(model, reference[0][None].numpy(), reference[1][None].numpy(), rec.age)
+    weight = model.linear.weight.double().numpy()
+    row = weight[1] - weight[0] if contrast else weight[1]
+    np.testing.assert_allclose(
+        attributions.interactions, (row * (features - base))[-2:], rtol=1e-4, atol=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_a_model_file_of_an_earlier_version_predicts_per_segment_as_before(
+    linear_study, linear_run, tmp_path
+):
+    """A model file without ``linear_on_means`` (earlier versions) loads with it false and
+    predicts the segment mean of its per-segment logits (the linear path of the mean
+    per-segment features), as before; the same weights on recording means predict
+    otherwise only through the products (none here: the same)."""
+    from eegformer_cli.model.predict import recording_logits
+
+    raw = torch.load(linear_run / "model.pt", weights_only=True)
+    assert raw["model_config"]["linear_on_means"] is True
+    del raw["model_config"]["linear_on_means"]
+    torch.save(raw, tmp_path / "old.pt")
+    old = load_model_file(tmp_path / "old.pt").model
+    assert old.config.linear_on_means is False
+    coh, wpli, age, sex = recording_tensors(linear_study, 3)
+    with torch.no_grad():
+        _, refined = old(coh, wpli, age, sex)
+    logits = recording_logits(
+        old, [(coh.numpy(), wpli.numpy(), float(age[0]), float(sex[0]))], torch.device("cpu")
+    )
+    np.testing.assert_allclose(logits[0], refined.double().mean(0).numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
 # a logit carried by the kept interactions' products alone: no band, no pair named
 
 

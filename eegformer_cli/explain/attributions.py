@@ -94,6 +94,7 @@ from eegformer_cli.explain.segment_attributions import (
 )
 from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
+from eegformer_cli.model.linear_path import recording_offset
 from eegformer_cli.model.predict import recording_logits
 
 
@@ -286,7 +287,8 @@ def explain_recording(
     tensors = _input_tensors(coh, wpli, age, sex, device)
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
-        coarse, refined, logits = attention_maps(model, *tensors, all_heads=all_heads)
+        offset = recording_offset(model, *tensors)  # a linear path on recording means
+        coarse, refined, logits = attention_maps(model, *tensors, all_heads, offset)
         probabilities = softmax(logits.mean(axis=0))
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
@@ -298,6 +300,7 @@ def explain_recording(
             method=method,
             n_steps=n_steps,
             reference=baseline,
+            offset=offset,
         )
         coh_pairs, wpli_pairs, interactions = attribute(target=target_index)
         contrasted, contrast_interactions, pair = {}, None, None

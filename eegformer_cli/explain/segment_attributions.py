@@ -23,6 +23,7 @@ from torch import Tensor
 from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.model.deeplift import differentiable_explanations
 from eegformer_cli.model.diagnostics import explicit_attention
+from eegformer_cli.model.linear_path import feature_attributions, recording_features
 
 #: Interpolated rows per forward inside captum (bounds memory; results do not depend on it).
 ROWS_PER_FORWARD = 512
@@ -67,12 +68,26 @@ def exact_segment_mean(values: np.ndarray) -> np.ndarray:
     return total / len(values)
 
 
+def _offsets(offset: Tensor | None, n: int) -> Tensor | None:
+    """The recording's linear logits (n_classes,) as the forward's ``offset`` of ``n`` rows
+    (None stays None: the model forms its linear path per segment)."""
+    return None if offset is None else offset.expand(n, -1)
+
+
 def attention_maps(
-    model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, all_heads: bool = False
+    model,
+    coh: Tensor,
+    wpli: Tensor,
+    age: Tensor,
+    sex: Tensor,
+    all_heads: bool = False,
+    offset: Tensor | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(coarse, refined, logits): attention float64 (L, T, T), or (L, H, T, T) with
     ``all_heads``, averaged over segments; ``logits`` float64 (S, K) refined logits. Inputs as
-    ``model.forward_with_details`` (coh, wpli (S, T, C, C); age, sex (S,)), run in batches."""
+    ``model.forward_with_details`` (coh, wpli (S, T, C, C); age, sex (S,)), run in batches;
+    ``offset`` (n_classes,) the recording's linear logits for a model on recording means
+    (``linear_path.recording_offset``)."""
     coarse, refined = SegmentMean(len(coh)), SegmentMean(len(coh))
     logits = []
     n_bands, n_heads = coh.shape[1], model.config.n_heads
@@ -88,7 +103,7 @@ def attention_maps(
     for part in segment_slices(len(coh)):
         inputs = (coh[part], wpli[part], age[part], sex[part])
         with torch.no_grad(), explicit_attention(model):
-            output = model.forward_with_details(*inputs)
+            output = model.forward_with_details(*inputs, offset=_offsets(offset, len(inputs[0])))
         coarse.add(batch_mean(output.attention_coarse), len(inputs[0]))
         refined.add(batch_mean(output.attention_refined), len(inputs[0]))
         logits.append(output.logits_refined.float().cpu().numpy().astype(np.float64))
@@ -143,10 +158,12 @@ class Attributions(NamedTuple):
     interactions: np.ndarray | None = None
 
 
-def _explained_output(model, target: int | tuple[int, int]) -> tuple:
+def _explained_output(model, target: int | tuple[int, int], offset: Tensor | None) -> tuple:
     """(forward, output column) captum attributes: the refined logits and column ``target``,
     or for a pair ``(a, b)`` the one column ``logit(b) - logit(a)``. The forward takes
-    ``(coh, wpli, [products,] age, sex, guiding class)``."""
+    ``(coh, wpli, [products,] age, sex, guiding class)``; ``offset`` (n_classes,), a model on
+    recording means: its recording's linear logits, fixed along the path (their attribution is
+    exact, :func:`_linear_attributions`)."""
 
     def refined_logits(coh_in, wpli_in, *rest):
         *products_in, age_in, sex_in, guiding_in = rest
@@ -157,6 +174,7 @@ def _explained_output(model, target: int | tuple[int, int]) -> tuple:
             sex_in,
             target=guiding_in,
             products=products_in[0] if products_in else None,
+            offset=_offsets(offset, len(coh_in)),
         ).logits_refined.float()
 
     if not isinstance(target, tuple):
@@ -180,6 +198,7 @@ def channel_pair_attributions(
     method: str = DEFAULT_METHOD,
     n_steps: int = DEFAULT_N_STEPS,
     reference: tuple[Tensor, Tensor] | None = None,
+    offset: Tensor | None = None,
 ) -> Attributions:
     """captum attribution of the ``target`` refined logit (a class index), or of
     ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
@@ -194,11 +213,23 @@ def channel_pair_attributions(
     caller for ``gradient_shap`` (random interpolation points, drawn batch by batch). ``method``
     (one of ``choices.CAPTUM_METHODS``) and ``n_steps`` (>= 1) come checked from the entry
     point (``trained_model.check_explain_options``).
+
+    ``offset`` (n_classes,): for a model on recording means (``linear_path.recording_offset``)
+    its recording's linear logits. The segments' attributions are then the transformer's (the
+    offset fixed along the path), and the linear path's exact ones are added: its weights
+    times the change of its features, the recording's means' against the reference's
+    (:func:`_linear_attributions`), the entries' to the pairs and the products' to theirs.
     """
     means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
     for part in segment_slices(len(coh)):
         batch = (coh[part], wpli[part], age[part], sex[part])
-        attributed = _batch_attributions(model, batch, target, method, n_steps, reference)
+        if offset is not None and not model.config.residual_kept:
+            # the logits are the recording's linear ones alone: the segments carry nothing
+            attributed = _zero_attributions(model, batch)
+        else:
+            attributed = _batch_attributions(
+                model, batch, target, method, n_steps, reference, offset
+            )
         for mean, attribution in zip(means, attributed):
             mean.add(attribution.detach().float().mean(dim=0).cpu().numpy(), len(batch[0]))
 
@@ -207,24 +238,65 @@ def channel_pair_attributions(
 
     coh_pairs, wpli_pairs, interactions = (mean.value for mean in means)
     assert coh_pairs is not None and wpli_pairs is not None  # S >= 1
-    return Attributions(
+    result = Attributions(
         pairs(coh_pairs),
         pairs(wpli_pairs),
         None if interactions is None else interactions.astype(np.float64),
     )
+    if offset is None:
+        return result
+    linear_coh, linear_wpli, linear_products = _linear_attributions(
+        model, (coh, wpli, age, sex), target, reference
+    )
+    return Attributions(
+        result.coh_pairs + linear_coh,
+        result.wpli_pairs + linear_wpli,
+        None if result.interactions is None else result.interactions + linear_products,
+    )
+
+
+def _zero_attributions(model, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Zero attributions of the shapes :func:`_batch_attributions` gives, for a batch."""
+    coh, wpli, age, sex = batch
+    with torch.no_grad():
+        products = model.interaction_products(coh, wpli, age, sex)
+    zeros = (torch.zeros_like(coh), torch.zeros_like(wpli))
+    return zeros if products is None else (*zeros, torch.zeros_like(products))
+
+
+def _linear_attributions(
+    model, recording: tuple[Tensor, ...], target: int | tuple[int, int], reference
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact attributions of the explained output's linear part for a model on recording
+    means: (coh, wPLI) float64 (T, C, C) pairs and the products' (K,), adding up to the
+    linear logits' change from the reference connectome (None: zero connectivity) to the
+    recording's means (``linear_path.feature_attributions``)."""
+    coh, wpli, age, sex = recording
+    baseline = (
+        (torch.zeros_like(coh[:1]), torch.zeros_like(wpli[:1]))
+        if reference is None
+        else tuple(r.to(x.dtype)[None] for r, x in zip(reference, (coh, wpli)))
+    )
+    features = recording_features(model, coh, wpli, age, sex)[0]
+    reference_features = recording_features(model, baseline[0], baseline[1], age, sex)[0]
+    weight = model.linear.weight
+    row = weight[target[1]] - weight[target[0]] if isinstance(target, tuple) else weight[target]
+    return feature_attributions(row, features, reference_features, coh.shape[1], coh.shape[-1])
 
 
 def _batch_attributions(
-    model, batch: tuple[Tensor, ...], target, method: str, n_steps: int, reference
+    model, batch: tuple[Tensor, ...], target, method: str, n_steps: int, reference, offset
 ) -> tuple[Tensor, ...]:
     """The captum attributions of one batch of segments (:func:`channel_pair_attributions`):
     coh and wPLI (B, T, C, C), and the kept interactions' products (B, K) when the model has
     them."""
     coh, wpli, age, sex = batch
     with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
-        guiding = model.forward_with_details(coh, wpli, age, sex).target
+        guiding = model.forward_with_details(
+            coh, wpli, age, sex, offset=_offsets(offset, len(coh))
+        ).target
         products = model.interaction_products(coh, wpli, age, sex)
-    explained, explained_target = _explained_output(model, target)
+    explained, explained_target = _explained_output(model, target, offset)
     # The refined pass follows the explanation, so the gradient must follow it too (a
     # second-order backward, which the fused attention kernel does not have), and the
     # explained class stays the input's along the whole path: where the coarse argmax would

@@ -48,7 +48,7 @@ from torch import Tensor
 from eegformer_cli.errors import check_choice
 from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.precision import float32_forward
-from eegformer_cli.model.predict import segment_batches
+from eegformer_cli.model.predict import linear_offsets, segment_batches
 from eegformer_cli.model.transformer import PASSES, RotaryAttention
 
 #: What :func:`replaced_attention` puts in place of a layer's softmax weights.
@@ -132,7 +132,13 @@ def _centred(logits: Tensor) -> Tensor:
 
 
 def segment_diagnostics(
-    model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, ablations: bool = True
+    model,
+    coh: Tensor,
+    wpli: Tensor,
+    age: Tensor,
+    sex: Tensor,
+    ablations: bool = True,
+    offset: Tensor | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """Every quantity of the module docs for a batch of S segments.
 
@@ -140,12 +146,13 @@ def segment_diagnostics(
     age, sex (S,)); the model in eval mode. Returns ``{pass: {quantity: float64 (L, S)}}``
     with the passes the model has (``refined`` only with XAI refinement; ``guidance_ratio``
     only there) and the ablation quantities only with ``ablations``; empty for a model
-    without transformer layers.
+    without transformer layers. ``offset`` (S, n_classes): the forward's (each segment's
+    recording's linear logits, for a linear path on recording means).
     """
     if model.config.n_layers == 0:
         return {}
     with torch.no_grad(), explicit_attention(model):
-        output = model.forward_with_details(coh, wpli, age, sex)
+        output = model.forward_with_details(coh, wpli, age, sex, offset=offset)
     traces = {"coarse": output.attention_coarse}
     logits = {"coarse": output.logits_coarse}
     if model.config.xai_refinement:
@@ -161,7 +168,8 @@ def segment_diagnostics(
         if name == "refined":
             values["guidance_ratio"] = torch.stack([t.guidance_ratio for t in layers])
         if ablations:
-            values.update(_ablations(model, (coh, wpli, age, sex), name, logits[name], len(layers)))
+            inputs = (coh, wpli, age, sex, offset)
+            values.update(_ablations(model, inputs, name, logits[name], len(layers)))
         result[name] = {key: value.double().cpu().numpy() for key, value in values.items()}
     return result
 
@@ -208,9 +216,13 @@ def recording_diagnostics(
     parts = []
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
-        for batch in segment_batches(recordings, counts):
-            coh, wpli, age, sex = (torch.from_numpy(a).to(device) for a in batch)
-            parts.append(segment_diagnostics(model, coh, wpli, age, sex, ablations=ablations))
+        for batch in segment_batches(recordings, counts, offsets=linear_offsets(model)):
+            coh, wpli, age, sex, *offset = (torch.from_numpy(a).to(device) for a in batch)
+            parts.append(
+                segment_diagnostics(
+                    model, coh, wpli, age, sex, ablations, offset[0] if offset else None
+                )
+            )
     per_segment = {
         name: {key: np.concatenate([p[name][key] for p in parts], axis=1) for key in parts[0][name]}
         for name in parts[0]

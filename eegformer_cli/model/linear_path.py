@@ -8,11 +8,23 @@ and the transformer, which is trained on top of it and so can only add what the 
 misses (its residual). The model's logits are ``linear(x) + transformer(x)``; with the residual
 off (validation did not improve by the chosen margin) they are the linear path's alone.
 
-Its inputs, per segment (:func:`linear_features`): the standardised connectivity entries the
-transformer sees, the upper triangle (i < j) of coherence, then wPLI, band by band (the order of
+Its inputs (:func:`linear_features`): the standardised connectivity entries the transformer
+sees, the upper triangle (i < j) of coherence, then wPLI, band by band (the order of
 ``interaction_screen.entry_table``), then the kept interactions' products (entry x entry, entry
-x z-scored age). It is linear in these, so the mean of a recording's segment logits is the
-logit of the recording's mean features: what the fit used.
+x z-scored age).
+
+Of what: a model with ``ModelConfig.linear_on_means`` (every fit of this version) reads them
+from the *recording's mean* connectivity (:func:`recording_linear_logits`): the mean
+standardised entries and the products of those means (mean entry x age_z). Its logit is one per
+recording, added to every segment's logit of that recording as the forward's ``offset``, so the
+mean of the segment logits (a recording's prediction, ``model/predict.py``) is the transformer's
+segment mean plus the linear logit of the recording's means: what the fit used. (On the
+screening studies, products of recording means beat the mean of per-segment products by 0.010
+to 0.016 BAC where an interaction is planted; docs/benchmarks.md, "The linear path".) A model
+file of an earlier version (``linear_on_means`` false) forms the features per segment, and the
+segment mean of their logits is the logit of the mean per-segment features, as before. Without
+an ``offset`` the forward always uses each item's own features: a batch item is then a
+recording of one segment.
 
 Its weights are buffers (the model file stores them as tensors and loads with
 ``weights_only=True``): ``weight`` (n_classes, n_features) and ``bias`` (n_classes,), the
@@ -25,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -38,6 +51,89 @@ def linear_features(coh: Tensor, wpli: Tensor, products: Tensor | None) -> Tenso
     if products is not None:
         parts.append(products.to(coh.dtype))
     return torch.cat(parts, dim=1)
+
+
+#: Segments summed at a time by :func:`segment_mean` (bounded float64 copies).
+MEAN_SEGMENTS = 256
+
+
+def uses_recording_means(model) -> bool:
+    """Whether ``model`` (an ``XAIguiFormer`` or a ``StandardisedModel``) has a linear path on
+    its recordings' means (``ModelConfig.linear_on_means``): its callers pass each recording's
+    :func:`recording_linear_logits` as the forward's ``offset``."""
+    return getattr(model, "linear", None) is not None and bool(
+        getattr(model.config, "linear_on_means", False)
+    )
+
+
+def segment_mean(values: np.ndarray | Tensor) -> Tensor:
+    """The mean over axis 0 of ``values`` (S, ...) (numpy or a tensor), summed in float64
+    :data:`MEAN_SEGMENTS` segments at a time: float32 (1, ...), on the tensor's device."""
+    total = None
+    for start in range(0, len(values), MEAN_SEGMENTS):
+        block = values[start : start + MEAN_SEGMENTS]
+        part = (
+            block.double().sum(0)
+            if isinstance(block, Tensor)
+            else torch.from_numpy(np.asarray(block, dtype=np.float64).sum(0))
+        )
+        total = part if total is None else total + part
+    if total is None:
+        raise ValueError("segment_mean needs at least one segment")
+    return (total / len(values)).float()[None]
+
+
+def _scalar(value) -> float:
+    """A recording's age or sex: a number, or the first of a per-segment array/tensor."""
+    if isinstance(value, Tensor | np.ndarray) and value.ndim > 0:
+        return float(value.reshape(-1)[0])
+    return float(value)
+
+
+def recording_features(model, coh, wpli, age, sex) -> Tensor:
+    """(1, n_features) float32: the linear features of a recording's mean connectivity
+    (``coh``, ``wpli`` raw, (S, T, C, C), numpy or tensors; ``age``, ``sex`` numbers or one per
+    segment): the mean standardised entries and the products of those means, on the device of
+    the model's linear path."""
+    device = model.linear.weight.device
+    mean_coh, mean_wpli = (segment_mean(x).to(device) for x in (coh, wpli))
+    demographics = (torch.full((1,), _scalar(v), device=device) for v in (age, sex))
+    with torch.no_grad():
+        return model.linear_features(mean_coh, mean_wpli, *demographics).float()
+
+
+def recording_linear_logits(model, coh, wpli, age, sex) -> Tensor:
+    """(n_classes,) float32: the linear path's logits of one recording's means
+    (:func:`recording_features`), what every segment of it gets as ``offset``."""
+    with torch.no_grad():
+        return model.linear(recording_features(model, coh, wpli, age, sex))[0].float()
+
+
+def recording_offset(model, coh, wpli, age, sex) -> Tensor | None:
+    """:func:`recording_linear_logits` for a model on recording means, else None (the forward
+    forms the linear path per segment, as earlier versions did)."""
+    if not uses_recording_means(model):
+        return None
+    return recording_linear_logits(model, coh, wpli, age, sex)
+
+
+def feature_attributions(
+    weight: Tensor, features: Tensor, reference: Tensor, n_bands: int, n_channels: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact attribution of a linear output ``weight`` (n_features,) . features to each
+    feature, from ``reference`` (n_features,) to ``features``: (coh, wpli) float64 (T, C, C),
+    symmetric, each pair's value at (i, j) and (j, i) (the channel-pair maps' convention), and
+    the products' float64 (K,)."""
+    values = (weight.double() * (features.double() - reference.double())).cpu().numpy()
+    rows, cols = np.triu_indices(n_channels, k=1)
+    n_pairs = len(rows)
+    maps = []
+    for part in range(2):
+        block = values[part * n_bands * n_pairs : (part + 1) * n_bands * n_pairs]
+        full = np.zeros((n_bands, n_channels, n_channels))
+        full[:, rows, cols] = block.reshape(n_bands, n_pairs)
+        maps.append(full + np.swapaxes(full, -1, -2))
+    return maps[0], maps[1], values[2 * n_bands * n_pairs :]
 
 
 def n_linear_features(n_channels: int, n_bands: int, n_products: int) -> int:

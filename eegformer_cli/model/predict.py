@@ -1,5 +1,7 @@
 """A model's prediction for whole recordings: the refined logits of all a recording's
-segments, averaged (the reference's per-recording logit average).
+segments, averaged (the reference's per-recording logit average). A model whose linear path
+reads recording means (``model/linear_path.py``) gets each recording's linear logits as the
+``offset`` of every one of its segments, whichever batch they fall in.
 
 :func:`recording_logits` is the one function that does this, for the training run's own
 evaluation and for ``predict`` alike, which is why ``predict`` reproduces a run's out-of-fold
@@ -10,12 +12,13 @@ axis=1)``).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
 from eegformer_cli.model.devices import autocast, one_cpu_thread
+from eegformer_cli.model.linear_path import recording_linear_logits, uses_recording_means
 
 #: Segments per forward when averaging logits (bounds memory; results do not depend on it
 #: beyond float rounding).
@@ -23,27 +26,39 @@ SEGMENTS_PER_BATCH = 256
 
 
 def segment_batches(
-    recordings: Iterable[tuple], counts: list[int], size: int = SEGMENTS_PER_BATCH
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    recordings: Iterable[tuple],
+    counts: list[int],
+    size: int = SEGMENTS_PER_BATCH,
+    offsets: Callable[[tuple], np.ndarray] | None = None,
+) -> Iterator[tuple[np.ndarray, ...]]:
     """The segments of ``recordings`` in order, ``size`` at a time (the last batch may be
     shorter): ``(coh, wpli, age, sex)`` float32 numpy, (n, T, C, C) and (n,), the batches the
-    recordings' concatenation would give, without concatenating them.
+    recordings' concatenation would give, without concatenating them; with ``offsets`` (a
+    recording's tuple -> its (n_classes,) offset, :func:`linear_offsets`) a fifth array, float32
+    (n, n_classes): each segment's recording's offset.
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` as for :func:`recording_logits`, read one
     at a time (a generator may load them lazily). A batch within one recording is a view of its
     arrays; one across recordings a copy of its parts. ``counts`` gets each recording's segment
     count appended as it is read.
     """
-    pending: list[tuple] = []  # (coh, wpli, age, sex) parts of the batch being filled
+    pending: list[tuple] = []  # (coh, wpli, age, sex[, offset]) parts of the batch being filled
     filled = 0
-    for coh, wpli, age, sex in recordings:
+    for recording in recordings:
+        coh, wpli, age, sex = recording
+        offset = None if offsets is None else np.asarray(offsets(recording), np.float32)
         counts.append(len(coh))
         start = 0
         while start < len(coh):
             part = slice(start, start + size - filled)
             n = len(coh[part])
             pending.append(
-                (coh[part], wpli[part], *(np.full(n, float(v), np.float32) for v in (age, sex)))
+                (
+                    coh[part],
+                    wpli[part],
+                    *(np.full(n, float(v), np.float32) for v in (age, sex)),
+                    *(() if offset is None else (np.repeat(offset[None], n, axis=0),)),
+                )
             )
             filled, start = filled + n, start + n
             if filled == size:
@@ -53,12 +68,25 @@ def segment_batches(
         yield _joined(pending)
 
 
-def _joined(parts: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _joined(parts: list[tuple]) -> tuple[np.ndarray, ...]:
     """One batch from its parts (the parts themselves when there is one: no copy)."""
     if len(parts) == 1:
         return parts[0]
-    coh, wpli, age, sex = (np.concatenate(column) for column in zip(*parts))
-    return coh, wpli, age, sex
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def linear_offsets(model) -> Callable[[tuple], np.ndarray] | None:
+    """For a model whose linear path reads recording means: a recording's tuple ``(coh, wpli,
+    age, sex)`` -> its linear logits (n_classes,) (``linear_path.recording_linear_logits``,
+    computed where the model is), the offset of each of its segments; None for any other
+    model."""
+    if not uses_recording_means(model):
+        return None
+
+    def offset(recording: tuple) -> np.ndarray:
+        return recording_linear_logits(model, *recording).cpu().numpy()
+
+    return offset
 
 
 def recording_logits(
@@ -76,7 +104,7 @@ def recording_logits(
     counts: list[int] = []
     chunks = []
     with torch.no_grad(), one_cpu_thread():
-        for batch in segment_batches(recordings, counts):
+        for batch in segment_batches(recordings, counts, offsets=linear_offsets(model)):
             with autocast(device, precision):
                 _, refined = model(*(torch.from_numpy(a).to(device) for a in batch))
             chunks.append(refined.float().cpu().numpy().astype(np.float64))

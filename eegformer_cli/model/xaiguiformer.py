@@ -184,6 +184,10 @@ class ModelConfig:
     #: Data-derived: the model has a linear path (``model/linear_path.py``), fitted before the
     #: transformer, whose logits the transformer's are added to; false: the transformer alone.
     linear_path: bool = False
+    #: Data-derived: the linear path reads each recording's mean connectivity (the products of
+    #: its means, one logit per recording given to every segment as ``offset``;
+    #: ``model/linear_path.py``); false (model files of earlier versions): per segment.
+    linear_on_means: bool = False
     #: Data-derived: whether the transformer's logits are added to the linear path's (false:
     #: validation kept the linear path alone; the transformer is in the file but adds nothing).
     residual_kept: bool = True
@@ -478,7 +482,9 @@ class XAIguiFormer(nn.Module):
         of the coarse logits); ``products`` (B, K) replace the interaction products the model
         would form from ``coh`` and ``wpli`` (:meth:`interaction_products`; what ``explain``
         attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the linear
-        path's logits (training passes the cross-fitted ones; ``model/linear_path.py``).
+        path's logits (training passes the cross-fitted ones; a model on recording means is
+        given its recording's by every caller that has the whole recording;
+        ``model/linear_path.py``); without it the linear path reads each item's own features.
 
         Both passes' logits are the linear path's plus the transformer's (the linear path's
         alone when ``config.residual_kept`` is false; the transformer's alone without a linear

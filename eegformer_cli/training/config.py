@@ -78,6 +78,7 @@ DATA_DERIVED_MODEL_FIELDS = (
     "n_classes",
     "channel_names",
     "linear_path",
+    "linear_on_means",
     "residual_kept",
 )
 

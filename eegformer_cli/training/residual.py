@@ -6,7 +6,11 @@ stores the refit's weights in the model. The transformer then trains with the li
 logits as a fixed offset: for a training batch, each recording's *cross-fitted* logits (the
 inner model that did not see its participant, :meth:`Residual.batch_offsets`), and for the
 validation recordings the same (:meth:`Residual.validation_logits`), so that both the
-transformer's gradient and the choice of its epoch see honest linear logits. Its head starts at
+transformer's gradient and the choice of its epoch see honest linear logits. The linear path
+reads each recording's mean connectivity (the products of its means,
+``model/linear_path.py``): the features the fit read are each segment's offset's input, and
+the validation recordings' offsets come from ``predict.recording_logits`` like a test
+recording's. Its head starts at
 zero (``model/xaiguiformer.py``): untrained, the model is its linear path.
 
 After the loop :meth:`Residual.keep` decides on the validation recordings, each candidate's
@@ -38,6 +42,7 @@ import torch
 from scipy.special import log_softmax, softmax
 
 from eegformer_cli.evaluation.calibration import fit_recalibration
+from eegformer_cli.model.linear_path import recording_features, uses_recording_means
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset
 from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
@@ -57,13 +62,19 @@ def calibrated_losses(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
-    """float64 (n_recordings, n_features): each recording's mean over its segments of the
-    model's linear features (``model.linear_features``), :data:`FEATURE_SEGMENTS` segments at a
-    time; the model is on the CPU."""
+    """float64 (n_recordings, n_features): what the linear path reads of each recording. For a
+    model on recording means (``linear_path.uses_recording_means``) the features of its mean
+    connectivity (``linear_path.recording_features``: the products of the means); else the
+    mean over its segments of the per-segment features (``model.linear_features``, earlier
+    versions), :data:`FEATURE_SEGMENTS` segments at a time; the model is on the CPU."""
     rows = []
     with torch.no_grad():
         for r, rec in enumerate(dataset.recordings):
             coh, wpli = dataset.recording_arrays(r)
+            if uses_recording_means(model):
+                features = recording_features(model, coh, wpli, rec.age, rec.sex)
+                rows.append(features[0].double().numpy())
+                continue
             total = torch.zeros((), dtype=torch.float64)
             for start in range(0, len(coh), FEATURE_SEGMENTS):
                 part = slice(start, start + FEATURE_SEGMENTS)
@@ -104,13 +115,22 @@ class Residual:
     linear_val_losses: np.ndarray  # calibrated_losses of the cross-fitted logits, (n_val,)
     mode: str
     margin: float
+    #: float32 (n_train, n_features): the training recordings' features (what the fit read),
+    #: the offsets' input for a model on recording means.
+    train_features: torch.Tensor | None = None
 
     def batch_offsets(self, model, coh, wpli, age, sex, recording: torch.Tensor) -> torch.Tensor:
         """(B, n_classes) cross-fitted linear logits of a training batch (its inputs on the
-        model's device; ``recording`` (B,) the items' training-set recording indices)."""
+        model's device; ``recording`` (B,) the items' training-set recording indices): of
+        each item's recording's features for a model on recording means (with mixing: the
+        first recording's, as its inner model), else of the item's own."""
         with torch.no_grad():
-            features = model.linear_features(coh, wpli, age, sex)
-            return model.linear.cross_fitted(features, self.train_inner[recording.cpu()])
+            index = recording.cpu()
+            if uses_recording_means(model) and self.train_features is not None:
+                features = self.train_features[index].to(coh.device)
+            else:
+                features = model.linear_features(coh, wpli, age, sex)
+            return model.linear.cross_fitted(features, self.train_inner[index])
 
     def validation_logits(
         self, model, val_set: ConnectomeDataset, label_names: list[str], evaluate: Callable
@@ -200,4 +220,5 @@ def fit_linear(
         calibrated_losses(fit.cross_fitted[n_train:], val_set.labels),
         config.residual,
         config.residual_margin,
+        torch.from_numpy(features[:n_train]).float(),
     )
