@@ -400,6 +400,24 @@ def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast
     )
 
 
+def test_a_training_config_of_an_earlier_version_fits_per_segment(linear_study):
+    """``linear_means`` absent from a stored training config (earlier versions) reads false:
+    the model's linear path is per segment, as that run's folds were (a run of an earlier
+    version resumes only with it; the default preset's is true)."""
+    from eegformer_cli.training.config import TrainConfig
+
+    data = load_training_data(linear_study, "diagnosis")
+    stored = resolve_config("default", None, SETTINGS).to_dict()
+    assert stored.pop("linear_means") is True
+    config = TrainConfig.from_dict(stored)
+    assert config.linear_means is False
+    model = build_model(data, config, np.array([40.0]))
+    assert model.config.linear_path and not model.config.linear_on_means
+    assert not build_model(
+        data, resolve_config("paper", None, {}), np.array([40.0])
+    ).config.linear_on_means
+
+
 @pytest.mark.slow
 def test_a_model_file_of_an_earlier_version_predicts_per_segment_as_before(
     linear_study, linear_run, tmp_path

@@ -148,6 +148,9 @@ class TrainConfig:
     linear_penalty: str = "l2"
     residual: str = "auto"
     residual_margin: float = 0.0
+    # the linear path on each recording's mean connectivity (the products of the means, one
+    # logit per recording: ``model/linear_path.py``); false: per segment, as earlier versions
+    linear_means: bool = False
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
@@ -212,6 +215,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "interaction_proxies": True,
         "linear_path": True,
         "linear_penalty": "auto",
+        "linear_means": True,
         "selection_metric": "log_loss",
         "model": {},
     },

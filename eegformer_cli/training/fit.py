@@ -135,7 +135,7 @@ def build_model(
         **config.model,
         **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
         linear_path=config.linear_path,
-        linear_on_means=config.linear_path,
+        linear_on_means=config.linear_path and config.linear_means,
     )
     inner = XAIguiFormer(model_config)
     model: TrainedModel = StandardisedModel(inner) if config.input_standardisation else inner
