@@ -33,6 +33,13 @@ interactions
     segments), in words with what the screen measured (:mod:`.interactions`). What two
     entries do together is there, not in their cells, and pairs and interactions add up to the
     logit's change (Integrated Gradients).
+
+    A model whose linear path reads the recording's means (``model/linear_path.py``): the
+    segments are attributed with its recording's linear logits as a fixed offset (their
+    attributions are the transformer's), and the linear path's exact attributions are added,
+    its weights times the change of its features from the reference's to the recording's
+    means' (the mean entries to their pairs, the products of the means to their
+    interactions): the sums still add up to the logit's change.
 class contrast
     For two classes A and B (:func:`default_contrast`: a two-class model's other class and its
     positive class), the same captum attribution of ``logit(B) - logit(A)`` (the log-odds of B
