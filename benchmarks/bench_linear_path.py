@@ -19,6 +19,9 @@ selected epoch's), so that any rule can be evaluated afterwards: per margin, wit
 the standard error of the gain added to it, the mean test BAC when each fold keeps the
 residual only where the rule says, and in how many folds it does.
 
+``--segments``: either part with the linear path of earlier versions (``linear_means =
+false``: each product formed per segment and averaged), for comparison.
+
 Usage:
   python benchmarks/bench_linear_path.py --part penalty PREP LABEL --seed 1 --repeats 3
   python benchmarks/bench_linear_path.py --part residual PREP LABEL --seed 1 --repeats 1
@@ -198,10 +201,18 @@ def main() -> None:
     parser.add_argument("--part", choices=("penalty", "residual"), required=True)
     parser.add_argument("--seed", type=int, default=1, help="split seed (never msu's 0)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--segments",
+        action="store_true",
+        help="the linear path's products per segment, averaged (earlier versions), instead of "
+        "the products of the recording means",
+    )
     args = parser.parse_args()
     from eegformer_cli.training.run_plan import reference_features
 
     overrides = {"residual": "on"} if args.part == "residual" else {}
+    if args.segments:  # the linear path of earlier versions, for comparison
+        overrides["linear_means"] = False
     plan = _plan(args.prep, args.label, args.seed, args.repeats, overrides)
     _FEATURES[0] = reference_features(plan.data) if args.part == "residual" else None
     one = _penalty_fold if args.part == "penalty" else _residual_fold
