@@ -34,28 +34,10 @@ import numpy as np
 from eegformer_cli import console
 from eegformer_cli.atomic import atomic_path, ensure_dir, write_text
 from eegformer_cli.errors import OutputError, UsageError
+from eegformer_cli.recordings.channels import STANDARD_1020
 
-CHANNELS = (
-    "Fp1",
-    "Fp2",
-    "F7",
-    "F3",
-    "Fz",
-    "F4",
-    "F8",
-    "T7",
-    "C3",
-    "Cz",
-    "C4",
-    "T8",
-    "P7",
-    "P3",
-    "Pz",
-    "P4",
-    "P8",
-    "O1",
-    "O2",
-)
+#: The simulated channels: the 10-20 set in the order every run uses.
+CHANNELS = STANDARD_1020
 FRONTAL = ("F3", "Fz", "F4")
 PARIETAL = ("P3", "Pz", "P4")
 DIAGNOSES = ("healthy", "depression")
