@@ -148,6 +148,11 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         them).
     config_ : dict
         The resolved training settings (``train``'s ``config.json`` ``train_config``).
+    preprocess_settings_ : PreprocessSettings | None
+        The preprocessing settings of the connectome files it was fitted on (their ``preprocess``
+        folder's ``preprocess.json``); ``predict_proba`` refuses files made with other settings
+        that change the tokens. None when ``X`` held Connectome objects or files outside a
+        ``preprocess`` folder: nothing to compare then.
 
     Notes
     -----
@@ -231,6 +236,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         config = self._train_config()
         table = _rows(X)
         recordings, channels, bands, edges = _recordings(table, groups, _labels(y, len(table)))
+        settings = _preprocess_settings(recordings, None)
         if groups is None:
             _warn_without_participants(table)
         classes = _classes(y)
@@ -245,6 +251,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         self.train_participants_, self.val_participants_ = list(train_ids), list(val_ids)
         self.channels_, self.bands_ = channels, bands
         self.config_ = config.to_dict()
+        self.preprocess_settings_ = settings
         self._device = device
         self._precision = resolve_precision(config.precision)
         return self
@@ -310,6 +317,7 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
                 f"{', '.join(bands)}; the estimator was fitted on "
                 f"{', '.join(self.channels_)} and {', '.join(self.bands_)}"
             )
+        _preprocess_settings(recordings, self.preprocess_settings_)
         dataset = ConnectomeDataset(recordings, names, channels, bands)
         with deterministic_algorithms(self._device):
             return softmax(evaluate(self.model_, dataset, self._device, self._precision), axis=1)
@@ -469,6 +477,40 @@ def _recordings(table, groups, labels: list[str]):
         )
     channels, bands, edges = _layout(recordings[0].connectome)
     return recordings, channels, bands, edges
+
+
+def _preprocess_settings(recordings, fitted):
+    """The one set of preprocessing settings of the ``preprocess`` folders that hold the
+    recordings' connectome files (``connectomes/NAME.npz`` beside ``preprocess.json``), or
+    None when no recording is such a file (Connectome objects, loose files).
+
+    Raises InputDataError naming each setting that changes the tokens
+    (:meth:`PreprocessSettings.differences`) where two folders differ, or where a folder
+    differs from ``fitted`` (the settings the estimator was fitted on, None: not known)."""
+    from eegformer_cli.preprocess.settings import PreprocessSettings
+
+    folders = {r.connectome.parent.parent for r in recordings if isinstance(r.connectome, Path)}
+    found = {
+        folder: settings
+        for folder in sorted(folders)
+        if (settings := PreprocessSettings.of_folder(folder)) is not None
+    }
+    reference, against = fitted, "the estimator was fitted on"
+    if reference is None and found:
+        first = next(iter(found))
+        reference, against = found[first], f"those in {first}"
+    for folder, settings in found.items():
+        differences = settings.differences(reference)
+        if differences:
+            raise InputDataError(
+                f"X's recordings in {folder} were preprocessed with other settings than "
+                f"{against}: "
+                + ", ".join(
+                    f"{name} {here} (not {other})" for name, (here, other) in differences.items()
+                ),
+                hint="give recordings preprocessed with one set of settings",
+            )
+    return reference
 
 
 def _n_segments(connectome) -> int:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 from builders import write_connectome_folder
 from sklearn.base import clone
@@ -231,3 +233,30 @@ def test_read_preprocessed_gives_nan_for_every_missing_demographic(tmp_path):
         X, X["diagnosis"].to_numpy()
     )
     assert fitted.predict_proba(X).shape == (8, 2)
+
+
+def test_recordings_preprocessed_otherwise_are_refused(prep, tmp_path):
+    """The estimator compares the preprocessing settings of the folders its files come from,
+    as ``predict`` does: a folder cropped otherwise is refused for predicting, naming the
+    setting, and so is fitting on two folders that differ."""
+    X = read_preprocessed(prep)
+    y = X["diagnosis"].to_numpy()
+    other = tmp_path / "cropped"
+    shutil.copytree(prep, other)
+    stored = json.loads((other / "preprocess.json").read_text())
+    stored["settings"]["crop_s"] = 10.0
+    (other / "preprocess.json").write_text(json.dumps(stored))
+    X_other = read_preprocessed(other)
+    fitted = XAIguiFormerClassifier(config=TINY, epochs=1, device="cpu").fit(X, y)
+    assert fitted.preprocess_settings_.crop_s is None
+    assert fitted.predict_proba(X).shape == (len(X), 2)
+    with pytest.raises(
+        InputDataError, match=r"in \S+cropped were .* fitted on: crop_s 10 \(not none\)"
+    ):
+        fitted.predict_proba(X_other)
+    both = pd.concat([X, X_other], ignore_index=True)
+    with pytest.raises(InputDataError, match="than those in .*: crop_s"):
+        clone(fitted).fit(both, both["diagnosis"].to_numpy())
+    # connectomes in memory carry no folder: nothing to compare
+    in_memory = X_other.assign(connectome=[load_connectome(p) for p in X_other["connectome"]])
+    assert fitted.predict_proba(in_memory).shape == (len(X), 2)
