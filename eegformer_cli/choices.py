@@ -1,5 +1,6 @@
 """The values a user chooses from, and the defaults they get, as plain Python values: presets,
-``--device``, ``--precision``, ``--frequency-encoding``, ``--method`` and ``--n-steps``.
+``--device``, ``--precision``, ``--frequency-encoding``, ``--method``, ``--n-steps`` and the
+default channel set.
 
 Defined here once, without importing torch or any other package module, so that the CLI's
 help (:mod:`eegformer_cli.options`, ``cli/``) and the modules that check and use the values
@@ -33,3 +34,27 @@ DEFAULT_METHOD = "integrated_gradients"
 #: is below 1 % for every measured recording, at about 0.5 s for a 60 s recording on a 2-core
 #: CPU (docs/benchmarks.md).
 DEFAULT_N_STEPS = 128
+
+#: The 19 channels of the 10-20 system, new names, in the order used for every run by default
+#: (``preprocess --channels``' default; the simulator writes them).
+STANDARD_1020: tuple[str, ...] = (
+    "Fp1",
+    "Fp2",
+    "F7",
+    "F3",
+    "Fz",
+    "F4",
+    "F8",
+    "T7",
+    "C3",
+    "Cz",
+    "C4",
+    "T8",
+    "P7",
+    "P3",
+    "Pz",
+    "P4",
+    "P8",
+    "O1",
+    "O2",
+)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from builders import ica_friendly_raw, synthetic_raw, write_edf
 
+from eegformer_cli.choices import STANDARD_1020
 from eegformer_cli.errors import RecordingError
 from eegformer_cli.preprocess import PreprocessSettings, output, process_recording
 from eegformer_cli.preprocess.recording import process_raw
 from eegformer_cli.recordings import chunks, cleaning, reading
-from eegformer_cli.recordings.channels import STANDARD_1020, canonical_names, channel_layout
+from eegformer_cli.recordings.channels import canonical_names, channel_layout
 
 WHOLE = np.inf  # chunk_s: the whole recording at once
 

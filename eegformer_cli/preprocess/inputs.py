@@ -17,12 +17,13 @@ from pathlib import Path
 from rich.markup import escape
 
 from eegformer_cli import console
+from eegformer_cli.choices import STANDARD_1020
 from eegformer_cli.errors import InputDataError, UsageError, first_few
 from eegformer_cli.preprocess.output import MANIFEST_LEADING_COLUMNS, MANIFEST_TRAILING_COLUMNS
 from eegformer_cli.preprocess.settings import PreprocessSettings
 from eegformer_cli.preprocess.workers import Header, RecordingMap, read_header, with_progress
 from eegformer_cli.recordings import bids, cleaning, metadata, reading
-from eegformer_cli.recordings.channels import STANDARD_1020, select_channel_set
+from eegformer_cli.recordings.channels import select_channel_set
 
 
 @dataclass

@@ -20,30 +20,8 @@ from pathlib import Path
 import mne
 import numpy as np
 
+from eegformer_cli.choices import STANDARD_1020
 from eegformer_cli.errors import InputDataError, RecordingError, UsageError
-
-#: The 19 channels of the 10-20 system, new names, in the order used for every run by default.
-STANDARD_1020: tuple[str, ...] = (
-    "Fp1",
-    "Fp2",
-    "F7",
-    "F3",
-    "Fz",
-    "F4",
-    "F8",
-    "T7",
-    "C3",
-    "Cz",
-    "C4",
-    "T8",
-    "P7",
-    "P3",
-    "Pz",
-    "P4",
-    "P8",
-    "O1",
-    "O2",
-)
 
 #: The template montage giving electrode positions (MNE's ``standard_1005``, renamed in MNE 1.13;
 #: identical positions).

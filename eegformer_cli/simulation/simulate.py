@@ -33,8 +33,8 @@ import numpy as np
 
 from eegformer_cli import console
 from eegformer_cli.atomic import atomic_path, ensure_dir, write_text
+from eegformer_cli.choices import STANDARD_1020
 from eegformer_cli.errors import OutputError, UsageError
-from eegformer_cli.recordings.channels import STANDARD_1020
 
 #: The simulated channels: the 10-20 set in the order every run uses.
 CHANNELS = STANDARD_1020
