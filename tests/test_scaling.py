@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from eegformer_cli import parallel
 from eegformer_cli.atomic import DirectoryLock
+from eegformer_cli.choices import STANDARD_1020
 from eegformer_cli.errors import OutputError, UsageError
 from eegformer_cli.experiment.run import merge_run, run_training
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
@@ -472,27 +473,7 @@ def test_incomplete_torchrun_variables_are_usage_errors(environ, fragment):
 
 
 def test_iterating_many_connectome_files_keeps_memory_near_the_cache_bound(tmp_path):
-    channels = [
-        "Fp1",
-        "Fp2",
-        "F7",
-        "F3",
-        "Fz",
-        "F4",
-        "F8",
-        "T7",
-        "C3",
-        "Cz",
-        "C4",
-        "T8",
-        "P7",
-        "P3",
-        "Pz",
-        "P4",
-        "P8",
-        "O1",
-        "O2",
-    ]
+    channels = list(STANDARD_1020)
     bands = [f"band{i}" for i in range(8)]
     edges = np.array([[i + 1.0, i + 2.0] for i in range(8)])
     data_dir = write_connectome_folder(
