@@ -288,9 +288,10 @@ def _add_contrast(
         summary["bands"],
         summary["channels"],
     )
+    no_band = top_band(summary["contrast_band"]) is None  # every band's sum 0
     if lead is not None:
         add_note(report, "Class contrast: the interactions first", lead, section)
-    elif top_band(summary["contrast_band"]) is None:
+    elif no_band:
         add_note(
             report,
             "Class contrast: no band carries it",
@@ -310,7 +311,7 @@ def _add_contrast(
         + (
             " Here every band's sum is 0 (no channel pair carries any of the contrast): the "
             "bars alone, no head drawn."
-            if band is None and top_band(summary["contrast_band"]) is None
+            if band is None and no_band
             else ""
         )
         + " "
