@@ -400,6 +400,42 @@ def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast
     )
 
 
+@pytest.mark.parametrize("on_means", [True, False])
+def test_the_paths_split_of_a_long_recording_goes_batch_by_batch(
+    means_model, monkeypatch, on_means
+):
+    """``path_logit_changes`` runs a recording's segments through the model a batch at a time
+    (``SEGMENTS_PER_EXPLANATION``), as the attributions do, so a recording of any length is
+    split in flat memory; the split is that of one pass over all the segments, for a model on
+    recording means and for one of an earlier version (per segment)."""
+    from eegformer_cli.explain import segment_attributions
+    from eegformer_cli.explain.paths import path_logit_changes
+
+    model, _, train_set, _ = means_model
+    monkeypatch.setattr(model.config, "linear_on_means", on_means)
+    # 9 segments: three recordings' segments as one recording of one participant
+    coh, wpli = (
+        torch.from_numpy(np.concatenate(arrays))
+        for arrays in zip(*(train_set.recording_arrays(r) for r in (2, 3, 4)))
+    )
+    age, sex = torch.full((9,), 40.0), torch.full((9,), 1.0)
+    reference = tuple(torch.from_numpy(a.mean(0)) for a in train_set.recording_arrays(7))
+    whole = path_logit_changes(model, coh, wpli, age, sex, (0, 1), reference)
+    rows = []
+    forward = model.forward
+
+    def counted(coh_in, *args):
+        rows.append(len(coh_in))
+        return forward(coh_in, *args)
+
+    monkeypatch.setattr(model, "forward", counted)
+    monkeypatch.setattr(segment_attributions, "SEGMENTS_PER_EXPLANATION", 4)  # 4, 4, 1
+    batched = path_logit_changes(model, coh, wpli, age, sex, (0, 1), reference)
+    assert rows == [4, 4, 4, 4, 1, 1]  # each batch: the recording's, the reference's
+    for part in ("total", "linear", "transformer"):
+        assert batched[part] == pytest.approx(whole[part], rel=1e-5, abs=1e-6), part
+
+
 def test_a_training_config_of_an_earlier_version_fits_per_segment(linear_study):
     """``linear_means`` absent from a stored training config (earlier versions) reads false:
     the model's linear path is per segment, as that run's folds were (a run of an earlier

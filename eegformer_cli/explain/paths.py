@@ -15,9 +15,12 @@ for a model without a linear path there is no split (None).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
+from eegformer_cli.explain.segment_attributions import segment_slices
 from eegformer_cli.model.linear_path import recording_linear_logits, uses_recording_means
 
 
@@ -44,31 +47,59 @@ def path_logit_changes(
         if reference is None
         else tuple(r.to(x.dtype).expand_as(x) for r, x in zip(reference, (coh, wpli)))
     )
-    if uses_recording_means(model):
-        return _recording_changes(model, (coh, wpli, age, sex), baseline, target)
-    with torch.no_grad():
-        total = _output(model(coh, wpli, age, sex)[1], target) - _output(
-            model(*baseline, age, sex)[1], target
+    recording = (coh, wpli, age, sex)
+    # a model on recording means: each side's linear logits, every one of its segments' offset
+    # (None: the forward forms the linear path per segment)
+    ours_offset, theirs_offset = (
+        (
+            recording_linear_logits(model, *recording),
+            recording_linear_logits(model, baseline[0][:1], baseline[1][:1], age, sex),
         )
-        features = model.linear_features(coh, wpli, age, sex)
-        reference_features = model.linear_features(*baseline, age, sex)
-        linear = _output(model.linear(features) - model.linear(reference_features), target)
-    return _split(float(total.mean()), float(linear.mean()))
+        if uses_recording_means(model)
+        else (None, None)
+    )
+
+    def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, reference coh, reference wpli)
+        ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
+        return _refined(model, ours, target, ours_offset) - _refined(
+            model, theirs, target, theirs_offset
+        )
+
+    def linear(batch: tuple) -> Tensor:
+        ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
+        return _output(
+            model.linear(model.linear_features(*ours))
+            - model.linear(model.linear_features(*theirs)),
+            target,
+        )
+
+    both = (*recording, *baseline)
+    linear_change = (
+        _segment_mean(both, linear)
+        if ours_offset is None or theirs_offset is None
+        else float(_output((ours_offset - theirs_offset)[None], target)[0])
+    )
+    return _split(_segment_mean(both, total), linear_change)
 
 
-def _recording_changes(model, recording: tuple, baseline: tuple, target) -> dict:
-    """:func:`path_logit_changes` of a model on recording means: each side's segments get its
-    recording's linear logits as their offset (the reference's: of the reference connectome)."""
-    coh, wpli, age, sex = recording
-    offset = recording_linear_logits(model, coh, wpli, age, sex)
-    reference_offset = recording_linear_logits(model, baseline[0][:1], baseline[1][:1], age, sex)
-    rows = offset.new_ones(len(coh), 1)
+def _refined(model, inputs: tuple, target, offset: Tensor | None) -> Tensor:
+    """(B,) the explained output of the refined logits of ``inputs`` (coh, wpli, age, sex);
+    ``offset`` (n_classes,): every segment's (a model on recording means: its recording's
+    linear logits; None: the forward forms the linear path per segment)."""
+    rows = None if offset is None else offset.expand(len(inputs[0]), -1)
+    return _output(model(*inputs, rows)[1], target)
+
+
+def _segment_mean(inputs: tuple, output: Callable[[tuple], Tensor]) -> float:
+    """The mean over the segments of ``output`` (a batch of ``inputs`` -> (B,)), computed
+    ``segment_slices`` at a time (flat memory for a recording of any length), summed in
+    float64."""
+    n_segments = len(inputs[0])
+    sum_ = 0.0
     with torch.no_grad():
-        total = _output(model(coh, wpli, age, sex, rows * offset)[1], target) - _output(
-            model(*baseline, age, sex, rows * reference_offset)[1], target
-        )
-    linear = _output((offset - reference_offset)[None], target)
-    return _split(float(total.mean()), float(linear[0]))
+        for part in segment_slices(n_segments):
+            sum_ += float(output(tuple(x[part] for x in inputs)).double().sum())
+    return sum_ / n_segments
 
 
 def _split(total_change: float, linear_change: float) -> dict:
