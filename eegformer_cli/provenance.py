@@ -13,7 +13,7 @@ A warning is one line, ``KIND: text``, KIND one of :data:`WARNING_KINDS`:
 ==================  ===========================================================================
 kind                when
 ==================  ===========================================================================
-``interpolated``    channels the model expects were missing and were interpolated
+``interpolated``    channels the model expects were missing or marked bad, and were interpolated
 ``not_in_table``    a participants table was used but does not list the recording's participant
 ``age``             the age is outside the training recordings' range (or known where no
                     training recording had one, or unknown where every one had one)
@@ -295,9 +295,18 @@ def recording_warnings(item, training: dict | None, oof_file: str | Path) -> lis
     if training is not None:
         out += _membership_warning(item, training, Path(oof_file))
     if item.channels_interpolated:
+        marked = [name for name in item.channels_interpolated if name in item.channels_marked_bad]
+        absent = [name for name in item.channels_interpolated if name not in marked]
+        why = [
+            f"{', '.join(names)} {reason}"
+            for names, reason in (
+                (marked, "marked bad"),
+                (absent, "missing from the recording"),
+            )
+            if names
+        ]
         out.append(
-            f"interpolated: channel(s) {', '.join(item.channels_interpolated)} missing "
-            f"from the recording, interpolated from their neighbours"
+            f"interpolated: channel(s) {' and '.join(why)}, interpolated from their neighbours"
         )
     if item.table is not None and not item.table_lists_participant:
         who = (

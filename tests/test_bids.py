@@ -21,10 +21,11 @@ from pathlib import Path
 
 import mne
 import mne_bids
+import numpy as np
 import pytest
 from builders import SAMPLE_DATA, TINY_TOML, json_rows, run_main
 
-from eegformer_cli.errors import InputDataError, UsageError
+from eegformer_cli.errors import InputDataError, RecordingError, UsageError
 from eegformer_cli.experiment.audit import plan_audit, run_audit
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.preprocess.output import read_manifest
@@ -308,3 +309,221 @@ def test_a_changed_channels_tsv_remakes_its_recording_and_a_mismatch_fails_it(da
     assert rows["sub-02_ses-2_task-rest_eeg"]["channels_interpolated"] == "O1"
     error = rows["sub-01_ses-2_task-rest_run-01_eeg"]["error"]
     assert "channels.tsv names 1 channel(s) the recording lacks (Fp9)" in error
+
+
+# --- every entry point reads a recording's channels as preprocess does ---------------------
+
+#: The recordings the entry points are compared on: F3 marked bad; Fp2 typed EOG.
+MARKED_BAD, TYPED_EOG = "sub-01_ses-1_task-rest_eeg", "sub-02_ses-1_task-arith_eeg"
+#: Three channels marked bad, more than --max-interpolated allows.
+TOO_MANY = "sub-03_ses-1_task-arith_eeg"
+REFUSAL = (
+    "missing channels C3, Cz, C4 (C3, Cz, C4 marked bad in "
+    "sub-03_ses-1_task-arith_channels.tsv; allowed to interpolate at most 2; use "
+    "--max-interpolated)"
+)
+
+
+@pytest.fixture(scope="module")
+def every_channel(dataset, tmp_path_factory) -> dict:
+    """The dataset preprocessed on the 19 channels of 10-20 (Fp2 among them, so that the
+    recording where it is typed EOG fills it by interpolation) and a 2-fold run on its task."""
+    from eegformer_cli.choices import STANDARD_1020
+
+    base = tmp_path_factory.mktemp("every_channel")
+    prep, run_dir = base / "prep", base / "run"
+    settings = PreprocessSettings.from_preset("default", channels=list(STANDARD_1020))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_preprocess([dataset["root"]], prep, settings, n_jobs=2)
+    return {"prep": prep, "run": run_dir, "root": dataset["root"], "base": base}
+
+
+@pytest.fixture(scope="module")
+def trained(every_channel, dataset) -> dict:
+    """``every_channel`` with its run trained (``train --cv 2`` on the task)."""
+    import io
+    import sys
+
+    from eegformer_cli.cli.app import main
+
+    args = ["train", every_channel["prep"], "--out", every_channel["run"], "-l", "task"]
+    args += ["--config", dataset["base"] / "tiny.toml", "--cv", "2"]
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = io.StringIO()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            main([str(a) for a in args])
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+    assert stopped.value.code == 0
+    return every_channel
+
+
+def entry_point_results(entry: str, trained: dict, capsys) -> dict[str, tuple]:
+    """``{recording_id: (probabilities, channels_interpolated)}`` of the compared recordings
+    and ``{TOO_MANY: the error line}``, as the entry point ``entry`` gives them."""
+    from eegformer_cli import load_model
+    from eegformer_cli.errors import EegformerError
+
+    model_file, root, prep = trained["run"] / "model.pt", trained["root"], trained["prep"]
+    files = recording_files(root)
+    if entry in ("file", "root", "preprocess_folder"):
+        inputs = {"file": list(files.values()), "root": [root], "preprocess_folder": [prep]}
+        code, output = run_main(capsys, "predict", model_file, *inputs[entry], "--format", "json")
+        assert (
+            code == (InputDataError if entry == "preprocess_folder" else RecordingError).exit_code
+        )
+        rows = {row["recording_id"]: row for row in json_rows(output)}
+        results = {
+            rid: (
+                [rows[rid][f"prob_{c}"] for c in ("arith", "rest")],
+                rows[rid]["channels_interpolated"],
+            )
+            for rid in (MARKED_BAD, TYPED_EOG)
+        }
+        errors = [line for line in output.splitlines() if TOO_MANY in line and "error" in line]
+        return {**results, TOO_MANY: errors[0] if errors else output}
+    if entry == "explain":
+        out = trained["base"] / "explained"
+        code, output = run_main(
+            capsys, "explain", trained["run"], *files.values(), "--out", out, "--n-steps", "4"
+        )
+        assert code == RecordingError.exit_code, output
+        with open(out / "recordings.csv", newline="") as handle:
+            rows = {row["recording_id"]: row for row in csv.DictReader(handle)}
+        results = {
+            rid: (
+                [float(rows[rid][f"prob_{c}"]) for c in ("arith", "rest")],
+                [c for c in rows[rid]["channels_interpolated"].split(",") if c],
+            )
+            for rid in (MARKED_BAD, TYPED_EOG)
+        }
+        errors = [line for line in output.splitlines() if TOO_MANY in line]
+        return {**results, TOO_MANY: errors[0] if errors else output}
+    raws = bids_raws(root)
+    model = load_model(model_file, device="cpu")
+    table = model.predict([raws[MARKED_BAD], raws[TYPED_EOG]]).set_index("recording_id")
+    results = {
+        rid: (
+            [table.loc[rid, f"prob_{c}"] for c in ("arith", "rest")],
+            list(table.loc[rid, "channels_interpolated"]),
+        )
+        for rid in (MARKED_BAD, TYPED_EOG)
+    }
+    try:
+        model.predict([raws[TOO_MANY]])
+    except EegformerError as exc:
+        return {**results, TOO_MANY: exc.one_line()}
+    return {**results, TOO_MANY: "no error"}
+
+
+def recording_files(root: Path) -> dict[str, Path]:
+    """The compared recordings' files, by recording id."""
+    return {
+        rid: Path(bids_path(root, rid[4:6], rid.split("task-")[1].split("_")[0]).fpath)
+        for rid in (MARKED_BAD, TYPED_EOG, TOO_MANY)
+    }
+
+
+def bids_raws(root: Path) -> dict[str, mne.io.BaseRaw]:
+    """The compared recordings as :func:`mne_bids.read_raw_bids` reads them (its bad channels
+    and types from channels.tsv)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # mne-bids' notes on the files
+        raws = {
+            rid: mne_bids.read_raw_bids(
+                mne_bids.get_bids_path_from_fname(path, check=False).update(root=root),
+                verbose="error",
+            )
+            for rid, path in recording_files(root).items()
+        }
+    assert [bids_electrode(name) for name in raws[MARKED_BAD].info["bads"]] == ["F3"]
+    return raws
+
+
+def test_every_entry_point_reads_channels_tsv_as_preprocess_does(trained, capsys):
+    """The same probabilities and interpolated channels, whichever way the recordings are
+    given; the recording with too many bad channels refused with the same line; explain's
+    out-of-fold probabilities those of oof_predictions.tsv."""
+    manifest = by_id(trained["prep"])
+    assert manifest[MARKED_BAD]["channels_interpolated"] == "F3"
+    assert manifest[TYPED_EOG]["channels_interpolated"] == "Fp2"
+    assert REFUSAL in manifest[TOO_MANY]["error"]
+    results = {
+        entry: entry_point_results(entry, trained, capsys)
+        for entry in ("file", "root", "preprocess_folder", "python_api")
+    }
+    expected = results["preprocess_folder"]
+    for entry, found in results.items():
+        for rid in (MARKED_BAD, TYPED_EOG):
+            np.testing.assert_allclose(found[rid][0], expected[rid][0], rtol=0, atol=1e-6)
+            assert found[rid][1] == [manifest[rid]["channels_interpolated"]], (entry, rid)
+        assert REFUSAL in found[TOO_MANY], (entry, found[TOO_MANY])
+    # explain RUN: out of fold, as oof_predictions.tsv
+    explained = entry_point_results("explain", trained, capsys)
+    with open(trained["run"] / "oof_predictions.tsv", newline="") as handle:
+        oof = {
+            row["recording_id"]: [float(row["prob_arith"]), float(row["prob_rest"])]
+            for row in csv.DictReader(handle, delimiter="\t")
+            if row["model"] == "xaiguiformer"
+        }
+    for rid in (MARKED_BAD, TYPED_EOG):
+        np.testing.assert_allclose(explained[rid][0], oof[rid], rtol=1e-5, atol=1e-6)
+        assert explained[rid][1] == [manifest[rid]["channels_interpolated"]]
+    assert REFUSAL in explained[TOO_MANY], explained[TOO_MANY]
+
+
+def test_preprocess_raw_and_the_estimator_read_a_raws_bad_channels_as_preprocess_does(trained):
+    """An mne.io.Raw from mne-bids (its bad channel in ``info["bads"]``) or from MNE's own
+    reader (channels.tsv found beside its file) gives the preprocess folder's connectome, so the
+    estimator gives its probabilities; too many bad channels, the same refusal."""
+    from eegformer_cli import XAIguiFormerClassifier, read_preprocessed
+    from eegformer_cli.preprocess import load_connectome, preprocess_raw
+
+    prep, root = trained["prep"], trained["root"]
+    settings = PreprocessSettings.of_folder(prep)
+    files, raws = recording_files(root), bids_raws(root)
+    stored = load_connectome(prep / by_id(prep)[MARKED_BAD]["connectome"])
+    given = {
+        "read_raw_bids": raws[MARKED_BAD],
+        "read_raw": mne.io.read_raw(files[MARKED_BAD], verbose="error"),
+    }
+    connectomes = {how: preprocess_raw(raw, settings) for how, raw in given.items()}
+    for how, connectome in connectomes.items():
+        assert connectome.channels_interpolated == ["F3"], how
+        assert connectome.channels_marked_bad == ["F3"], how
+        np.testing.assert_allclose(connectome.coh, stored.coh, rtol=0, atol=1e-6)
+    for raw in (raws[TOO_MANY], mne.io.read_raw(files[TOO_MANY], verbose="error")):
+        with pytest.raises(RecordingError) as refused:
+            preprocess_raw(raw, settings)
+        assert REFUSAL in refused.value.one_line()
+    table = read_preprocessed(prep)
+    estimator = XAIguiFormerClassifier(epochs=1, device="cpu", random_state=0)
+    estimator.fit(table, table["task"], table["participant_id"])
+    stored_file = prep / by_id(prep)[MARKED_BAD]["connectome"]
+    probabilities = estimator.predict_proba([stored_file, *connectomes.values()])
+    np.testing.assert_allclose(probabilities[1:], probabilities[[0, 0]], rtol=0, atol=1e-6)
+
+
+def test_predict_on_a_bids_root_reads_the_recordings_of_the_models_selection(dataset, capsys):
+    """A model trained on ``preprocess --session 1`` predicts a BIDS root's session-1
+    recordings, as its preprocess folder read them."""
+    from eegformer_cli.training.model_file import load_model_file
+
+    base, root = dataset["base"], dataset["root"]
+    prep, run_dir = base / "session_1", base / "session_1_run"
+    settings = PreprocessSettings.from_preset("default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_preprocess([root], prep, settings, selection=bids.Selection.of(sessions=["1"]))
+    args = ["train", prep, "--out", run_dir, "-l", "task", "--cv", "2"]
+    code, output = run_main(capsys, *args, "--config", base / "tiny.toml")
+    assert code == 0, output
+    bundle = load_model_file(run_dir / "model.pt")
+    assert bundle.training_data["bids_selection"] == {"task": [], "session": ["1"], "run": []}
+    code, output = run_main(capsys, "predict", run_dir / "model.pt", root, "--format", "json")
+    assert code == RecordingError.exit_code, output  # sub-03's arithmetic: too many bad channels
+    rows = json_rows(output)
+    assert {row["session"] for row in rows} == {"1"}
+    assert len(rows) == sum(row["status"] == "ok" for row in read_manifest(prep)) == 9

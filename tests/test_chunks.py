@@ -22,9 +22,9 @@ WHOLE = np.inf  # chunk_s: the whole recording at once
 
 
 def awkward_raw(seconds=400.0, sfreq=500.0) -> mne.io.RawArray:
-    """A 500 Hz recording (resampled by 32/125) missing Fz (interpolated), with Pz marked bad
-    (left out of the average reference), a flat channel in one segment and a 40 mV step in
-    another (both rejected)."""
+    """A 500 Hz recording (resampled by 32/125) missing Fz, with Pz marked bad (both
+    interpolated), a flat channel in one segment and a 40 mV step in another (both
+    rejected)."""
     raw = synthetic_raw(seconds=seconds, sfreq=sfreq).drop_channels(["Fz"])
     data = raw.get_data()
     data[3, int(95 * sfreq) : int(125 * sfreq)] = 0.0  # F3 flat in segment 3 (90-120 s)
@@ -51,10 +51,11 @@ def test_chunked_tokens_equal_the_whole_recordings(chunk_s):
     """40 s and 61 s chunks (neither a multiple of the 30 s segments: segments straddle chunks)
     through resampling, interpolation, band-pass, reference and rejection."""
     raw = awkward_raw()
-    settings = PreprocessSettings.from_preset("default", max_interpolated=1)
+    settings = PreprocessSettings.from_preset("default", max_interpolated=2)
     whole = process_raw(raw, settings, STANDARD_1020, chunk_s=WHOLE)
     chunked = process_raw(raw, settings, STANDARD_1020, chunk_s=chunk_s)
-    assert whole.channels_interpolated == ["Fz"] and whole.n_segments_rejected == 2
+    assert whole.channels_interpolated == ["Fz", "Pz"] and whole.channels_marked_bad == ["Pz"]
+    assert whole.n_segments_rejected == 2
     assert whole.n_segments == 11 and 90.0 not in whole.segment_onsets_s
     recording = chunks.ChunkedRecording(
         raw,

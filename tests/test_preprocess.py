@@ -567,3 +567,36 @@ def test_warnings_are_python_warnings_of_the_package_class(messy_folder, tmp_pat
         warnings.simplefilter("ignore", EegformerWarning)
         run_preprocess(files, tmp_path / "b", PreprocessSettings.from_preset("default"))
     assert "warning:" not in capsys.readouterr().err
+
+
+def test_a_fif_files_bad_channels_are_interpolated_and_its_earlier_connectome_remade(tmp_path):
+    """A FIF file keeps ``info["bads"]``: its bad channel is treated as missing (interpolated,
+    said to be marked bad), as an mne.io.Raw's is; a connectome an earlier version made of it
+    (bad channels only left out of the average reference, no channels key in its record) is
+    made again by a rerun."""
+    from eegformer_cli.preprocess import preprocess_raw
+    from eegformer_cli.preprocess.output import connectome_path, read_manifest
+
+    raw = synthetic_raw(seconds=40.0)
+    raw.info["bads"] = ["C3"]
+    folder = tmp_path / "fif"
+    folder.mkdir()
+    raw.save(folder / "sub-01_eeg.fif", verbose=False)
+    settings = PreprocessSettings.from_preset("default", channels=list(STANDARD_1020))
+    run_preprocess([folder], tmp_path / "out", settings)
+    (row,) = read_manifest(tmp_path / "out")
+    assert row["status"] == "ok" and row["channels_interpolated"] == "C3"
+    stored = load_connectome(connectome_path(tmp_path / "out", row))
+    assert stored.channels_marked_bad == ["C3"]
+    in_memory = preprocess_raw(
+        mne.io.read_raw_fif(folder / "sub-01_eeg.fif", verbose=False), settings
+    )
+    np.testing.assert_allclose(in_memory.coh, stored.coh, rtol=0, atol=1e-6)
+    raw.info["bads"] = []
+    unmarked = preprocess_raw(raw, settings)
+    assert unmarked.channels_interpolated == [] and not np.allclose(unmarked.coh, stored.coh)
+    # as an earlier version recorded it: no channels key
+    stored.record = {key: value for key, value in stored.record.items() if key != "channels_key"}
+    stored.save(connectome_path(tmp_path / "out", row))
+    assert run_preprocess([folder], tmp_path / "out", settings).n_skipped == 0
+    assert run_preprocess([folder], tmp_path / "out", settings).n_skipped == 1

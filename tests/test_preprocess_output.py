@@ -29,6 +29,7 @@ def _connectome(n_segments: int = 4, covariance: bool = True) -> output.Connecto
         duration_s=60.0,
         epoch_length_s=15.0,
         channels_interpolated=["Pz"],
+        channels_marked_bad=["Pz"],
         n_segments_rejected=1,
         source_sfreq=256.0,
         signal_sha256="ab12",
@@ -52,6 +53,7 @@ def test_a_saved_connectome_reads_back_through_every_reader(tmp_path):
     assert output.read_provenance(path) == {
         "n_segments_rejected": 1,
         "channels_interpolated": ["Pz"],
+        "channels_marked_bad": ["Pz"],
         "duration_s": 60.0,
         "source_sfreq": 256.0,
         "signal_sha256": "ab12",

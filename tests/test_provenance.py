@@ -405,6 +405,7 @@ def test_warning_rules_on_plain_values(tmp_path):
             "source_sfreq": 128.0,
             "duration_s": 60.0,
             "channels_interpolated": [],
+            "channels_marked_bad": [],
             "table": None,
             "table_lists_participant": None,
             "age_source": "none",
@@ -446,7 +447,13 @@ def test_warning_rules_on_plain_values(tmp_path):
     # an old model file (no training data): only the recording's own warnings
     assert recording_warnings(item(age=35.0, channels_interpolated=["F7"]), None, oof)[
         0
-    ].startswith("interpolated: channel(s) F7")
+    ].startswith("interpolated: channel(s) F7 missing from the recording")
+    # a channel marked bad is said to be, beside one the recording lacks
+    both = item(channels_interpolated=["F7", "T7"], channels_marked_bad=["T7"])
+    assert recording_warnings(both, None, oof) == [
+        "interpolated: channel(s) T7 marked bad and F7 missing from the recording, "
+        "interpolated from their neighbours"
+    ]
 
 
 def test_many_warnings_of_one_kind_show_three_and_count_the_rest(seen_run, capsys):

@@ -246,6 +246,8 @@ def _save_model(
         stats = connectivity_stats(dataset.recording_arrays(r) for r in range(len(fit_recs)))
         reference = {"coh": stats["coh_mean"], "wpli": stats["wpli_mean"]}
     training_data = describe_training_data(seen_recs, manifest, data.data_dir)
+    if data.preprocess is not None and data.preprocess.bids_selection:
+        training_data["bids_selection"] = data.preprocess.bids_selection  # predict's, on a root
     if trained_on != "fold":  # what predict recognises a changed copy of them by
         training_data.update(recording_fingerprints(data, seen_recs, reference))
     save_model_file(

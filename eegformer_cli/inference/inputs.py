@@ -42,7 +42,9 @@ class InputRecording:
     BIDS entities of a recording of a BIDS dataset (``subject``, ``session``, ``task``,
     ``acquisition``, ``run``: its file name's, or its manifest row's); ``label`` the
     recording's class in the model's label column where its manifest row or the participants
-    table gives one of the model's classes (None otherwise); the recording's
+    table gives one of the model's classes (None otherwise); ``channels_interpolated`` the
+    channels filled by interpolation and ``channels_marked_bad`` those of them it has but marks
+    bad (:mod:`eegformer_cli.recordings.channel_facts`); the recording's
     own ``source_sfreq`` (Hz) and ``duration_s`` (s), NaN when unknown; ``signal_sha256`` (None
     when unknown); ``shorter_than_crop_s`` the model's crop (s) when the recording is shorter
     and was analysed whole (None otherwise); ``warnings`` one line each, set by
@@ -60,6 +62,7 @@ class InputRecording:
     source_file: str | None = None
     n_segments_rejected: int | None = None
     channels_interpolated: list[str] = field(default_factory=list)
+    channels_marked_bad: list[str] = field(default_factory=list)
     source_sfreq: float = math.nan
     duration_s: float = math.nan
     signal_sha256: str | None = None
@@ -130,7 +133,7 @@ def load_inputs(
         for index, entry in enumerate(entries)
         if entry.is_dir() and (entry / output.MANIFEST_NAME).is_file()
     }
-    paths_of, ids = _raw_recordings(entries, folders)
+    paths_of, ids = _raw_recordings(bundle, entries, folders)
     table = _participants_table(
         participants, [entry for index, entry in enumerate(entries) if index not in folders]
     )
@@ -176,10 +179,11 @@ class _Call:
 
 
 def _raw_recordings(
-    entries: list[Path], folders: dict[int, list[dict]]
+    bundle, entries: list[Path], folders: dict[int, list[dict]]
 ) -> tuple[dict[int, list[Path]], dict[Path, str]]:
     """Each raw input's recordings (by the input's index; a recording named by two inputs goes
-    with the first) and every raw recording's id."""
+    with the first; a BIDS root's, those :func:`_entry_recordings` selects) and every raw
+    recording's id."""
     from eegformer_cli.recordings import reading
 
     paths_of: dict[int, list[Path]] = {}
@@ -187,11 +191,38 @@ def _raw_recordings(
     for index, entry in enumerate(entries):
         if index not in folders:
             paths_of[index] = [
-                path for path in reading.find_recordings([entry]) if path not in seen
+                path for path in _entry_recordings(bundle, entry) if path not in seen
             ]
             seen.update(paths_of[index])
     paths = [path for found in paths_of.values() for path in found]
     return paths_of, dict(zip(paths, reading.recording_ids(paths))) if paths else {}
+
+
+def _entry_recordings(bundle, entry: Path) -> list[Path]:
+    """The recordings of one raw input: a file, a folder's, or a BIDS root's that the model's
+    preprocess folder selected (``training_data["bids_selection"]``, ``preprocess --task/
+    --session/--run``: the recordings it was trained on are of those; all of them for a model
+    without one).
+
+    Raises InputDataError for a root with no recording of that selection (its files can still
+    be given one by one), and as :func:`reading.find_recordings` does.
+    """
+    from eegformer_cli.errors import UsageError
+    from eegformer_cli.recordings import bids, reading
+
+    stored = (bundle.training_data or {}).get("bids_selection") or {}
+    selection = bids.Selection.of(stored.get("task"), stored.get("session"), stored.get("run"))
+    if not (selection and entry.is_dir() and bids.is_root(entry)):
+        return reading.find_recordings([entry])
+    try:
+        return reading.find_recordings([entry], selection)
+    except (UsageError, InputDataError):
+        raise InputDataError(
+            f"no recording of this BIDS root is of {selection.described()}, the selection of "
+            "the recordings the model was trained on",
+            path=entry,
+            hint="give the recording files themselves to predict them with this model",
+        ) from None
 
 
 def _participants_table(participants, raw_inputs: list[Path]) -> Path | None:
@@ -299,21 +330,24 @@ def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputR
     preprocessed with ``settings`` (:func:`_raw_settings`) and the model's channels, or with
     its ``error``. A recording shorter than the model's crop is preprocessed whole and keeps
     that crop in ``shorter_than_crop_s`` (its warning, :mod:`eegformer_cli.provenance`)."""
-    from eegformer_cli.preprocess.recording import process_raw
-    from eegformer_cli.recordings import reading
+    from eegformer_cli.preprocess.recording import process_raw, process_recording
     from eegformer_cli.recordings.cleaning import ShorterThanCrop
 
     name = item.source_file or item.recording_id
+
+    def connectome_with(settings):
+        """As ``preprocess`` makes it: a file read as ``preprocess`` reads it (its BIDS
+        ``channels.tsv`` and header included), a Raw as given."""
+        if isinstance(recording, Path):
+            return process_recording(recording, settings, bundle.channels)
+        return process_raw(recording, settings, bundle.channels, path=name)
+
     try:
-        raw = recording
-        if isinstance(recording, Path):  # read chunk by chunk where the format allows it
-            raw = reading.read_recording(recording, preload=not reading.reads_lazily(recording))
         try:
-            connectome = process_raw(raw, settings, bundle.channels, path=name)
+            connectome = connectome_with(settings)
         except ShorterThanCrop:
             item.shorter_than_crop_s = settings.crop_s
-            whole = dataclasses.replace(settings, crop_s=None)
-            connectome = process_raw(raw, whole, bundle.channels, path=name)
+            connectome = connectome_with(dataclasses.replace(settings, crop_s=None))
     except EegformerError as exc:
         item.error = exc.one_line()
         return item
@@ -465,6 +499,7 @@ def _set_recorded(item: InputRecording, recorded: dict) -> None:
     is unknown)."""
     item.n_segments_rejected = recorded.get("n_segments_rejected")
     item.channels_interpolated = [c for c in recorded.get("channels_interpolated", []) if c]
+    item.channels_marked_bad = [c for c in recorded.get("channels_marked_bad", []) if c]
     item.duration_s = recorded.get("duration_s", math.nan)
     item.source_sfreq = recorded.get("source_sfreq", math.nan)
     item.signal_sha256 = recorded.get("signal_sha256") or None

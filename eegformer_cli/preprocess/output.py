@@ -31,10 +31,12 @@ key                        dtype, shape                        meaning
 ``signal_sha256``          str ()                              hash of the samples as read
 ``covariance``             float32 (B', C, C)                  band covariances, V^2
 ``covariance_bands``       str (B',)                           their bands (all but ratio tokens)
+``channels_marked_bad``    str (n,)                            those of ``channels_interpolated``
+                                                               the recording has but marks bad
 =========================  ==================================  ===================================
 
-The last four may be absent (files written before eegformer stored them): read as NaN, "",
-None and []. Manifest: tab-separated, ``n/a`` for unknown (:data:`MISSING`); columns
+The last five may be absent (files written before eegformer stored them): read as NaN, "",
+None, [] and []. Manifest: tab-separated, ``n/a`` for unknown (:data:`MISSING`); columns
 :data:`MANIFEST_LEADING_COLUMNS`, every metadata column of the participants and recordings
 tables, then :data:`MANIFEST_TRAILING_COLUMNS` (``connectome``: the file's path relative to
 DIR). Its ``age`` (years) and ``sex`` (``M``/``F``) are the model's inputs through
@@ -95,6 +97,7 @@ MANIFEST_ERRORS = (OSError, csv.Error, UnicodeDecodeError)
 RECORDED = {
     "n_segments_rejected": int,
     "channels_interpolated": list,
+    "channels_marked_bad": list,
     "duration_s": float,
     "source_sfreq": float,
     "signal_sha256": str,
@@ -129,6 +132,8 @@ class Connectome:
         covariance over the kept segments, V^2 (``connectivity.tokens.recording_tokens``; rank
         C - 1 after the average reference), or None (a file written before eegformer stored it).
     covariance_bands : the bands of ``covariance`` (every band but the ratio tokens).
+    channels_marked_bad : those of ``channels_interpolated`` that the recording has but marks
+        bad (:mod:`eegformer_cli.recordings.channel_facts`); the others it lacks.
     """
 
     coh: np.ndarray
@@ -148,6 +153,7 @@ class Connectome:
     signal_sha256: str = ""
     covariance: np.ndarray | None = None
     covariance_bands: list[str] = field(default_factory=list)
+    channels_marked_bad: list[str] = field(default_factory=list)
 
     @property
     def n_segments(self) -> int:
@@ -184,6 +190,7 @@ class Connectome:
             source_sfreq=np.float64(self.source_sfreq),
             signal_sha256=np.array(self.signal_sha256),
             **covariance,
+            channels_marked_bad=np.array(self.channels_marked_bad, dtype=str),
         )
 
 
@@ -319,6 +326,9 @@ def load_connectome(path: str | Path) -> Connectome:
             signal_sha256=str(data["signal_sha256"]) if "signal_sha256" in data else "",
             covariance=data.get("covariance", None),
             covariance_bands=data["covariance_bands"].tolist() if "covariance" in data else [],
+            channels_marked_bad=(
+                data["channels_marked_bad"].tolist() if "channels_marked_bad" in data else []
+            ),
         )
 
 
@@ -524,6 +534,17 @@ class PreprocessFile:
     def inputs(self) -> list[str]:
         """The inputs the folder's runs read (absolute; relative in older folders)."""
         return [str(path) for path in self.entries.get("inputs") or []]
+
+    @property
+    def bids_selection(self) -> dict[str, list[str]]:
+        """``preprocess --task/--session/--run``: ``{"task": [...], "session": [...], "run":
+        [...]}`` as the dataset writes the labels (``bids.Selection.to_json``); {} when it
+        selected nothing (or the folder is of a version that did not keep it)."""
+        stored = self.entries.get("bids_selection")
+        if not isinstance(stored, dict):
+            return {}
+        selection = {str(key): [str(v) for v in values or []] for key, values in stored.items()}
+        return selection if any(selection.values()) else {}
 
 
 def read_settings_file(data_dir: str | Path) -> PreprocessFile | None:

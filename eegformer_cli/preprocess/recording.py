@@ -25,7 +25,8 @@ from eegformer_cli.connectivity.tokens import TokenAccumulator, TokenArrays, cov
 from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
-from eegformer_cli.recordings import bids, chunks, cleaning, reading
+from eegformer_cli.recordings import chunks, cleaning, reading
+from eegformer_cli.recordings.channel_facts import ChannelFacts, channel_facts
 from eegformer_cli.recordings.channels import canonical_names, channel_layout, select_channel_set
 
 #: Where a recording's coherence and wPLI rows can go (:class:`TokenAccumulator`'s ``store``).
@@ -45,8 +46,9 @@ def process_recording(
     Parameters
     ----------
     path : a recording in any format :func:`reading.read_recording` reads. In a BIDS dataset,
-        its ``channels.tsv`` decides which channels are EEG and which are bad (treated as
-        missing: interpolated within ``settings.max_interpolated``): :mod:`.bids`.
+        its ``channels.tsv`` decides which channels are EEG and which are bad, else its header
+        (bad ones are treated as missing: interpolated within ``settings.max_interpolated``):
+        :mod:`eegformer_cli.recordings.channel_facts`.
     settings : the preprocessing settings; ``settings.epoch_length`` "auto" is resolved from this
         recording's length alone (a run resolves it once for all recordings instead).
     channels : the channels to give the recording, in order (any spelling
@@ -69,10 +71,12 @@ def process_recording(
     path = Path(path)
     # samples read chunk by chunk, unless the format cannot be read in spans
     raw = reading.read_recording(path, preload=not reading.reads_lazily(path))
-    sidecar = bids.channels_sidecar(path)
-    if sidecar is not None:
-        sidecar.apply(raw, path)
-    return _process(raw, settings, channels, path, chunk_s, token_store, sidecar)
+    try:
+        facts = channel_facts(raw, path, in_memory=False)
+    except RecordingError as exc:
+        exc.path = exc.path or str(path)
+        raise
+    return _process(raw, settings, channels, path, chunk_s, token_store, facts)
 
 
 def process_raw(
@@ -85,17 +89,21 @@ def process_raw(
     """Connectome of one recording already in memory (``raw`` is not modified; nothing is
     written). What :func:`process_recording` does after reading the file, so a Raw read from a
     file gives the same numbers as the file (see :func:`preprocess_raw` for the parameters; a
-    Raw that is not loaded is read chunk by chunk, as a file).
+    Raw that is not loaded is read chunk by chunk, as a file). The channels its ``info["bads"]``
+    marks are treated as missing, and so are those the BIDS ``channels.tsv`` of the file MNE
+    read it from marks (:mod:`eegformer_cli.recordings.channel_facts`).
 
     ``path``: the recording's file, named in errors (default: the file MNE read ``raw`` from,
     or ``"raw"`` for a recording made in memory).
     """
-    path = (
-        Path(path)
-        if path is not None
-        else Path(raw.filenames[0] if raw.filenames and raw.filenames[0] else "raw")
-    )
-    return _process(raw, settings, channels, path, chunk_s, None, None)
+    source = Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
+    path = Path(path) if path is not None else (source or Path("raw"))
+    try:
+        facts = channel_facts(raw, source, in_memory=True)
+    except RecordingError as exc:
+        exc.path = exc.path or str(path)
+        raise
+    return _process(raw, settings, channels, path, chunk_s, None, facts)
 
 
 def _process(
@@ -105,14 +113,14 @@ def _process(
     path: Path,
     chunk_s: float,
     token_store: TokenStore | None,
-    sidecar: bids.ChannelsSidecar | None,
+    facts: ChannelFacts,
 ) -> Connectome:
-    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``; the
-    channels ``sidecar`` marks bad are treated as missing."""
+    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``; ``facts``
+    say which channels are EEG and which are bad (treated as missing)."""
     signal_hash = reading.SignalHash()
     try:
         source_sfreq = float(raw.info["sfreq"])
-        renamed = canonical_names(raw, path)
+        renamed = canonical_names(raw, path, facts.eeg)
         requested = channels if channels is not None else settings.channels
         channels = select_channel_set(
             [set(renamed.values())], None if requested is None else list(requested)
@@ -123,8 +131,7 @@ def _process(
             list(channels),
             settings.max_interpolated,
             path,
-            marked_bad=sidecar.bad if sidecar else (),
-            marked_in=Path(sidecar.file).name if sidecar else None,
+            marked_bad=facts.marked_bad,
         )
         check_bands_fit_rate(settings.bands, source_sfreq)
         duration_s = raw.n_times / source_sfreq
@@ -158,6 +165,7 @@ def _process(
         duration_s=duration_s,
         epoch_length_s=epoch_length_s,
         channels_interpolated=list(layout.missing),
+        channels_marked_bad=list(layout.marked_bad),
         n_segments_rejected=tokens.n_rejected,
         ica_excluded=tokens.ica_excluded,
         source_sfreq=source_sfreq,

@@ -20,7 +20,8 @@ from eegformer_cli.parallel import leave_interrupts_to_the_parent
 from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.recording import process_recording
 from eegformer_cli.preprocess.settings import PreprocessSettings
-from eegformer_cli.recordings import bids, reading
+from eegformer_cli.recordings import reading
+from eegformer_cli.recordings.channel_facts import channel_facts
 from eegformer_cli.recordings.channels import normalise_channels
 
 #: Signature of the ``map`` that :func:`recording_workers` yields.
@@ -96,8 +97,8 @@ def with_progress(results: Iterable, total: int, description: str) -> Iterator:
 @dataclass(frozen=True)
 class Header:
     """A recording file's header: its canonical EEG channels and length, or why it is unusable;
-    ``channels_key``: :meth:`bids.ChannelsSidecar.key` of its BIDS ``channels.tsv`` (None:
-    none)."""
+    ``channels_key``: :meth:`~eegformer_cli.recordings.channel_facts.ChannelFacts.key` of its channel facts (its BIDS ``channels.tsv``,
+    the bad channels its header marks; None: neither)."""
 
     path: Path
     channels: frozenset[str] = frozenset()
@@ -107,17 +108,15 @@ class Header:
 
 
 def read_header(path: Path) -> Header:
-    """Worker: read one header (no samples) and normalise its channel names; in a BIDS dataset
-    its EEG channels are those its ``channels.tsv`` types EEG (:mod:`.bids`; those it marks
-    bad are counted, the recording interpolates them)."""
+    """Worker: read one header (no samples) and normalise its channel names; its EEG channels
+    are those :func:`channel_facts` gives (in a BIDS dataset, those its ``channels.tsv`` types
+    EEG; those marked bad are counted, the recording interpolates them)."""
     try:
         with warnings.catch_warnings(), mne.use_log_level("error"):
             warnings.simplefilter("ignore")
             raw = reading.read_recording(path, preload=False)
-            sidecar = bids.channels_sidecar(path)
-            if sidecar is not None:
-                sidecar.apply(raw, path)
-            normalised, _ = normalise_channels(raw, path=path)
+            facts = channel_facts(raw, path, in_memory=False)
+            normalised, _ = normalise_channels(raw, path=path, eeg=facts.eeg)
     except EegformerError as exc:
         return Header(path, error=exc.one_line())
     except Exception as exc:  # as in _process_into: one odd file must not stop the run
@@ -127,15 +126,15 @@ def read_header(path: Path) -> Header:
         path,
         frozenset(normalised.ch_names),
         raw.n_times / raw.info["sfreq"],
-        channels_key=None if sidecar is None else sidecar.key(),
+        channels_key=facts.key(),
     )
 
 
 @dataclass(frozen=True)
 class Task:
     """What a worker needs to process one recording and save its connectome; ``channels_key``:
-    :meth:`bids.ChannelsSidecar.key` of its BIDS ``channels.tsv`` (None: none), kept in the
-    connectome's record so that a rerun after the file changes makes it again."""
+    :meth:`~eegformer_cli.recordings.channel_facts.ChannelFacts.key` of its channel facts (None: nothing to key), kept in the
+    connectome's record so that a rerun after they change makes it again."""
 
     recording_id: str
     path: Path

@@ -10,16 +10,11 @@ the :data:`ROOT_LEVELS` folders above it (``root/sub-01/ses-1/eeg/``); a folder 
 names without ``dataset_description.json`` is not a BIDS dataset, and is read as before.
 
 A BIDS recording's ``channels.tsv`` (:func:`channels_sidecar`, the sidecar mne-bids matches to
-it) decides, as in :func:`mne_bids.read_raw_bids`:
-
-- which channels are EEG: those of ``type`` EEG, whatever the file says; a channel of any other
-  type (EOG, ECG, EMG, MISC, ...) is not EEG, whatever its name;
-- which are bad (``status`` ``bad``): they are treated as missing, filled by interpolation
-  within ``max_interpolated`` (and then listed in ``channels_interpolated``), else the recording
-  fails naming them (:func:`eegformer_cli.recordings.channels.channel_layout`).
-
-Every channel it names must be one of the file's (mne-bids' own rule, ``on_ch_mismatch="raise"``):
-else the recording fails, naming those it lacks.
+it) says which channels are EEG (``type`` EEG; any other type, EOG, ECG, EMG, MISC ..., is not
+EEG whatever its name) and which are bad (``status`` ``bad``);
+:mod:`eegformer_cli.recordings.channel_facts` applies it as :func:`mne_bids.read_raw_bids` does,
+wherever a recording is read. Every channel it names must be one of the file's (mne-bids' own
+rule, ``on_ch_mismatch="raise"``): else the recording fails, naming those it lacks.
 """
 
 from __future__ import annotations
@@ -32,10 +27,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import mne
-
 import eegformer_cli
-from eegformer_cli.errors import RecordingError, UsageError, did_you_mean, first_few
+from eegformer_cli.errors import RecordingError, UsageError, did_you_mean
 
 #: The file whose presence makes a folder a BIDS root.
 DESCRIPTION_FILE = "dataset_description.json"
@@ -192,44 +185,21 @@ def dataset_recordings(root: Path, selection: Selection) -> list[Path]:
 class ChannelsSidecar:
     """What a recording's ``channels.tsv`` says (module docstring): the channels it names, in
     its order, those typed EEG, those typed otherwise, and those marked bad (names as in the
-    file); ``file`` is its path."""
+    file); ``has_status``: whether it has a ``status`` column (without one, mne-bids keeps the
+    bad channels the recording's own header marks); ``file`` is its path."""
 
     file: str
     names: tuple[str, ...]
     eeg: tuple[str, ...]
     not_eeg: tuple[str, ...]
     bad: tuple[str, ...]
+    has_status: bool = True
 
     def key(self) -> str:
         """A short hash of what decides the recording's connectome (the types and the bad
         channels): a rerun makes the connectome again when it changes."""
         text = json.dumps([self.eeg, self.not_eeg, self.bad])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-    def apply(self, raw: mne.io.BaseRaw, path: Path) -> None:
-        """Give ``raw`` (read from ``path``; not loaded, its header only is changed) the channel
-        types of this file: ``eeg`` for those typed EEG, ``misc`` for the others.
-
-        Raises RecordingError when the file names channels the recording lacks, or a type
-        cannot be changed (a channel of a projector stored in the file).
-        """
-        lacking = [name for name in self.names if name not in raw.ch_names]
-        if lacking:
-            raise RecordingError(
-                f"{Path(self.file).name} names {len(lacking)} channel(s) the recording lacks "
-                f"({first_few(lacking, 5)}); its channels are {first_few(raw.ch_names, 5)}",
-                path=path,
-                hint="channels.tsv must list the file's channels by their names in the file",
-            )
-        types = {**dict.fromkeys(self.eeg, "eeg"), **dict.fromkeys(self.not_eeg, "misc")}
-        try:
-            raw.set_channel_types(types, on_unit_change="ignore", verbose="error")
-        except RuntimeError as exc:
-            raise RecordingError(
-                f"cannot give the channels the types of {Path(self.file).name} "
-                f"({' '.join(str(exc).split())})",
-                path=path,
-            ) from None
 
 
 def channels_sidecar(path: Path) -> ChannelsSidecar | None:
@@ -283,6 +253,7 @@ def _read_channels_tsv(file: Path) -> ChannelsSidecar:
         eeg=tuple(row["name"] for row in typed if row["type"].upper() == "EEG"),
         not_eeg=tuple(row["name"] for row in typed if row["type"].upper() != "EEG"),
         bad=tuple(row["name"] for row in rows if row.get("status", "").lower() == "bad"),
+        has_status="status" in rows[0],
     )
 
 

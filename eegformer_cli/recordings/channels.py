@@ -12,7 +12,7 @@ every recording exactly those channels (interpolating a few missing ones from th
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -119,9 +119,13 @@ def _data_file(raw: mne.io.BaseRaw) -> str | None:
     return str(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
 
 
-def canonical_names(raw: mne.io.BaseRaw, path: str | Path | None = None) -> dict[str, str]:
+def canonical_names(
+    raw: mne.io.BaseRaw, path: str | Path | None = None, eeg: Sequence[str] | None = None
+) -> dict[str, str]:
     """``{original name: canonical name}`` for the EEG channels of ``raw`` with 10-20/10-05
-    names, in the recording's order (reads the header only: ``raw`` is not copied).
+    names, in the recording's order (reads the header only: ``raw`` is not copied). ``eeg``:
+    its EEG channels (:attr:`.channel_facts.ChannelFacts.eeg`; default those typed EEG in
+    ``raw``).
 
     Raises
     ------
@@ -132,7 +136,9 @@ def canonical_names(raw: mne.io.BaseRaw, path: str | Path | None = None) -> dict
         than the .vhdr).
     """
     path = path or _data_file(raw)
-    eeg_names = [raw.ch_names[i] for i in mne.pick_types(raw.info, eeg=True, exclude=[])]
+    typed = mne.pick_types(raw.info, eeg=True, exclude=[])
+    eeg_set = set(eeg) if eeg is not None else {raw.ch_names[i] for i in typed}
+    eeg_names = [name for name in raw.ch_names if name in eeg_set]
     if _looks_like_numbered_cap(eeg_names):
         raise RecordingError(
             f"channel names follow a numbered cap layout ({_listed(eeg_names, 4)}), not 10-20 "
@@ -171,7 +177,7 @@ def canonical_names(raw: mne.io.BaseRaw, path: str | Path | None = None) -> dict
 
 
 def normalise_channels(
-    raw: mne.io.BaseRaw, path: Path | None = None
+    raw: mne.io.BaseRaw, path: Path | None = None, eeg: Sequence[str] | None = None
 ) -> tuple[mne.io.BaseRaw, dict[str, str]]:
     """Keep the EEG channels with 10-20/10-05 names, renamed to their canonical names.
 
@@ -179,6 +185,7 @@ def normalise_channels(
     ----------
     raw : the recording as read (preloaded or not; it is not modified).
     path : the recording's file, named in errors (see :func:`canonical_names`).
+    eeg : its EEG channels (default: those typed EEG), as in :func:`canonical_names`.
 
     Returns
     -------
@@ -190,7 +197,7 @@ def normalise_channels(
     ------
     RecordingError : as :func:`canonical_names`.
     """
-    renamed = canonical_names(raw, path)
+    renamed = canonical_names(raw, path, eeg)
     normalised = raw.copy().pick(list(renamed))
     normalised.rename_channels(renamed)
     normalised.set_channel_types(dict.fromkeys(normalised.ch_names, "eeg"), on_unit_change="ignore")
@@ -324,12 +331,12 @@ class ChannelLayout:
     rows : int (n_present,), the row in the recording (its channels as read) of each channel it
         has, in ``channels`` order.
     present : int (n_present,), the positions of those channels in ``channels``.
-    missing : the channels filled by interpolation (absent from the recording, or marked bad
-        in its BIDS ``channels.tsv``), in ``channels`` order.
+    missing : the channels filled by interpolation (absent from the recording, or marked bad:
+        :mod:`.channel_facts`), in ``channels`` order.
     interpolation : float64 (n_missing, n_present), each missing channel as a weighted sum of
         the present ones (MNE's spherical splines on the template montage).
-    bads : the channels the recording marks bad (left out of the average reference, as MNE
-        does).
+    marked_bad : those of ``missing`` that the recording has but marks bad, in ``channels``
+        order.
     """
 
     channels: tuple[str, ...]
@@ -337,7 +344,7 @@ class ChannelLayout:
     present: np.ndarray
     missing: tuple[str, ...]
     interpolation: np.ndarray
-    bads: tuple[str, ...]
+    marked_bad: tuple[str, ...] = ()
 
     def conform(self, samples: np.ndarray) -> np.ndarray:
         """The run's channels float64 (C, n) from ``samples`` (n_recording_channels, n), the
@@ -351,11 +358,9 @@ class ChannelLayout:
         return out
 
     def info(self, sfreq: float) -> mne.Info:
-        """An ``mne.Info`` of the run's channels at ``sfreq`` Hz: EEG, the template montage,
-        :attr:`bads` marked."""
+        """An ``mne.Info`` of the run's channels at ``sfreq`` Hz: EEG, the template montage."""
         info = mne.create_info(list(self.channels), sfreq, "eeg")
         info.set_montage(MONTAGE_NAME, verbose="error")
-        info["bads"] = list(self.bads)
         return info
 
 
@@ -365,8 +370,7 @@ def channel_layout(
     channels: list[str],
     max_interpolated: int,
     path: Path | None = None,
-    marked_bad: Sequence[str] = (),
-    marked_in: str | None = None,
+    marked_bad: Mapping[str, str] | None = None,
 ) -> ChannelLayout:
     """The :class:`ChannelLayout` giving a recording exactly ``channels``, reading no sample.
 
@@ -374,20 +378,28 @@ def channel_layout(
     :func:`conform_channels` does (at most ``max_interpolated`` of them, else RecordingError):
     its interpolation is linear in the present channels' samples, so it is found once, by
     conforming an identity matrix (one sample per present channel), and applied to every chunk.
-    ``marked_bad``: channels (names as in ``raw``) that the file ``marked_in`` (a BIDS
-    ``channels.tsv``) marks bad: they count as missing, and the error names them.
+    ``marked_bad``: ``{channel (name as in raw): where it is marked bad}``
+    (:attr:`.channel_facts.ChannelFacts.marked_bad`): they count as missing, and the error
+    names them and where they are marked.
     """
     canonical_of = dict(renamed)
-    unusable = {canonical_of[name] for name in marked_bad if name in canonical_of}
+    marked_bad = marked_bad or {}
+    marked_in = {
+        canonical_of[name]: where for name, where in marked_bad.items() if name in canonical_of
+    }
     row_of = {
         canonical_of[name]: index
         for index, name in enumerate(raw.ch_names)
-        if name in canonical_of and canonical_of[name] not in unusable
+        if name in canonical_of and canonical_of[name] not in marked_in
     }
     missing = [name for name in channels if name not in row_of]
+    marked = [name for name in missing if name in marked_in]
     if len(missing) > max_interpolated:
-        marked = [name for name in missing if name in unusable]
-        because = f"{', '.join(marked)} marked bad in {marked_in}; " if marked else ""
+        because = "".join(
+            f"{', '.join(name for name in marked if marked_in[name] == where)} marked bad in "
+            f"{where}; "
+            for where in dict.fromkeys(marked_in[name] for name in marked)
+        )
         raise RecordingError(
             f"missing channels {', '.join(missing)} ({because}allowed to interpolate at "
             f"most {max_interpolated}; use --max-interpolated)",
@@ -403,12 +415,11 @@ def channel_layout(
         )
         conformed, _ = conform_channels(identity, list(channels), max_interpolated)
         interpolation = conformed.get_data(picks=missing)
-    bads = [canonical_of[name] for name in raw.info["bads"] if canonical_of.get(name) in present]
     return ChannelLayout(
         channels=tuple(channels),
         rows=np.array([row_of[name] for name in present], dtype=int),
         present=np.array([channels.index(name) for name in present], dtype=int),
         missing=tuple(missing),
         interpolation=interpolation,
-        bads=tuple(bads),
+        marked_bad=tuple(marked),
     )

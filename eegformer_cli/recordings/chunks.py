@@ -111,8 +111,7 @@ class ChunkedRecording:
         ``inf``: the whole recording at once (as ``fft`` resampling needs).
 
     Attributes: ``n_times`` (samples of the cleaned recording), ``info`` (its channels at the
-    cleaned rate, montage and bad channels set), ``good`` (bool (C,), channels in the average
-    reference).
+    cleaned rate and montage set).
     """
 
     def __init__(
@@ -130,7 +129,6 @@ class ChunkedRecording:
             self.n_source, self.source_sfreq, steps.sfreq, steps.resample_method
         )
         self.info = layout.info(steps.sfreq)
-        self.good = np.array([name not in layout.bads for name in layout.channels])
         if self.source_sfreq == steps.sfreq:
             self.up = self.down = 1
         else:
@@ -194,7 +192,7 @@ class ChunkedRecording:
             filtered = filtered[:, kept]
             if ica is not None and ica_before_reference:
                 filtered = cleaning.apply_ica(ica, filtered, self.info)
-            referenced = cleaning.average_reference(filtered, self.good)
+            referenced = cleaning.average_reference(filtered)
             if ica is not None and not ica_before_reference:
                 referenced = cleaning.apply_ica(ica, referenced, self.info)
             yield CleanedChunk(max(core_start, start), filtered, referenced)

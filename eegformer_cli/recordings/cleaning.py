@@ -138,15 +138,11 @@ def bandpass(
     )
 
 
-def average_reference(data: np.ndarray, good: np.ndarray | None = None) -> np.ndarray:
-    """``data`` (n_channels, n_times) re-referenced to the average of its ``good`` channels
-    (bool (n_channels,), default all), what ``Raw.set_eeg_reference("average")`` does: the
-    channels marked bad are left out of the average and left as they are."""
-    if good is None or good.all():
-        return data - data.mean(axis=0, keepdims=True)
-    referenced = data.copy()
-    referenced[good] -= data[good].mean(axis=0, keepdims=True)
-    return referenced
+def average_reference(data: np.ndarray) -> np.ndarray:
+    """``data`` (n_channels, n_times) re-referenced to the average of its channels, what
+    ``Raw.set_eeg_reference("average")`` does with no channel marked bad (a recording's bad
+    channels are interpolated before: :mod:`.channel_facts`)."""
+    return data - data.mean(axis=0, keepdims=True)
 
 
 class ShorterThanCrop(RecordingError):

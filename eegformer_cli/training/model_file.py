@@ -29,7 +29,9 @@ key                         value
 ``training_data``           what the model was fitted to (fit and epoch-selection recordings):
                             participant and recording ids, the recordings' signal hashes, age
                             range, sexes, sampling-rate and length ranges
-                            (:func:`eegformer_cli.provenance.describe_training_data`); absent
+                            (:func:`eegformer_cli.provenance.describe_training_data`), and
+                            ``bids_selection`` when its preprocess folder selected a BIDS root's
+                            recordings (``predict`` on a root selects the same); absent
                             from files written before eegformer kept it (they load, and
                             ``predict`` says once that it cannot check against it)
 ``reference_connectome``    ``{"coh", "wpli"}`` float32 tensors (n_bands, C, C): the mean
