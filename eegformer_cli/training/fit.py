@@ -385,8 +385,8 @@ def _shuffling_loader(train_set: ConnectomeDataset, config: TrainConfig, seed: i
 
 def _optimiser(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with ``config``'s learning rate, betas, eps and weight decay."""
-    # fused: one kernel over all parameters (CPU and CUDA) instead of ~10 small ops per tensor;
-    # 3.6 ms instead of 15 ms per step for the paper model's 186 tensors on this project's CPU
+    # fused: one kernel over all parameters (CPU and CUDA) instead of ~10 small ops per tensor,
+    # a few times faster for the paper model's 186 tensors (docs/benchmarks.md, "Training step")
     return torch.optim.AdamW(
         model.parameters(),
         lr=config.lr,
