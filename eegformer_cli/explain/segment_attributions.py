@@ -301,8 +301,7 @@ def _batch_attributions(
     # second-order backward, which the fused attention kernel does not have), and the
     # explained class stays the input's along the whole path: where the coarse argmax would
     # flip between the baseline and the input, the refined logit would jump, and a jump has
-    # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
-    # recording's logit change lost that way).
+    # no gradient to integrate (the attributions would miss that part of the logit's change).
     with differentiable_explanations(model), explicit_attention(model):
         baselines: tuple[Tensor, ...] = (
             (torch.zeros_like(coh), torch.zeros_like(wpli))
