@@ -71,7 +71,7 @@ def lr_at_step(
     step: int, total_steps: int, warmup_steps: int, lr: float, lr_min: float, warmup_lr_init: float
 ) -> float:
     """Learning rate of optimiser step ``step`` (0-based), timm ``CosineLRScheduler`` semantics
-    with ``warmup_prefix=False`` as the reference: linear warmup from ``warmup_lr_init`` over
+    with ``warmup_prefix=False`` as in the paper's code: linear warmup from ``warmup_lr_init`` over
     ``warmup_steps``, and a cosine from ``lr`` to ``lr_min`` over all ``total_steps`` (the
     warmup steps included)."""
     if step < warmup_steps:
