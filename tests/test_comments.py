@@ -46,29 +46,43 @@ NAMES = re.compile(
     r"|\bissue #?\d+|(?<![\w&])#\d{2,}\b",
     re.IGNORECASE,
 )
+
+
+def _spaced(pattern: str) -> str:
+    """``pattern`` with each space matching any run of white space (a docstring wraps anywhere)
+    and each optional space (" ?") any, or none."""
+    return pattern.replace(" ?", r"\s*").replace(" ", r"\s+")
+
+
 #: A machine: accelerators and CPUs by name, "this project's CPU", a load average.
 MACHINE = re.compile(
-    r"\b(H100|H200|A100|V100|EPYC|Xeon|Ryzen|Threadripper)\b|\bHBM\d?\b|\bRTX ?\d{3,4}\b"
-    r"|\b(this|the) project's (\d+-core )?(machine|CPU|VM|GPU)s?\b|\bload average\b|\bVM\b"
+    _spaced(
+        r"\b(H100|H200|A100|V100|EPYC|Xeon|Ryzen|Threadripper)\b|\bHBM\d?\b|\bRTX ?\d{3,4}\b"
+        r"|\b(this|the) project's (\d+-core )?(machine|CPU|VM|GPU)s?\b|\bload average\b|\bVM\b"
+    )
 )
 _NUMBER = r"\d+(?:\.\d+)?"
 _SCORE = r"(?:BAC|AUROC|AUC-PR|balanced accuracy)"
 _UNITS = r"(?:steps?|fits?|folds?|recordings?|epochs?|calls?|permutations?|matri(?:x|ces)|runs?)"
 #: A run's result: "N of M folds", "kept in N", "a 10-person study", a score or a timing.
 RUN_FIGURE = re.compile(
-    r"\b\d+ (?:of|/|out of) \d+ (?:folds?|splits?|seeds?|studies|runs?|recordings|participants"
-    r"|people)\b"
-    r"|\bkept in \d+\b"
-    r"|\b\d+-(?:person|participant|people)\b"
-    rf"|\b{_SCORE}(?: of| =|:)? ?(?!0?\.50*\b)(?:0?\.\d+|1\.0+)\b"
-    rf"|(?<![\w.])(?!0?\.50*\b)0?\.\d+ {_SCORE}\b"
-    r"|\b\d\.\d+ ?(?:->|→) ?\d\.\d+\b"
-    rf"|\b{_NUMBER} ?x (?:faster|slower)\b"
-    rf"|\b{_NUMBER} ?(?:ms|s) (?:per|a|an) {_UNITS}\b"
-    rf"|\b{_NUMBER} ?(?:ms|s) of CPU\b"
-    rf"|\binstead of (?:about )?{_NUMBER} ?(?:ms|s)\b|\b{_NUMBER} ?(?:ms|s) instead of\b",
+    _spaced(
+        r"\b\d+ (?:of|/|out of) \d+ (?:folds?|splits?|seeds?|studies|runs?|recordings|participants"
+        r"|people)\b"
+        r"|\bkept in \d+\b"
+        r"|\b\d+-(?:person|participant|people)\b"
+        rf"|\b{_SCORE}(?: of| =|:)? ?(?!0?\.50*\b)(?:0?\.\d+|1\.0+)\b"
+        rf"|(?<![\w.])(?!0?\.50*\b)0?\.\d+ {_SCORE}\b"
+        r"|\b\d\.\d+ ?(?:->|→) ?\d\.\d+\b"
+        rf"|\b{_NUMBER} ?x (?:faster|slower)\b"
+        rf"|\b{_NUMBER} ?(?:ms|s) (?:per|a|an) {_UNITS}\b"
+        rf"|\b{_NUMBER} ?(?:ms|s) of CPU\b"
+        rf"|\binstead of (?:about )?{_NUMBER} ?(?:ms|s)\b|\b{_NUMBER} ?(?:ms|s) instead of\b"
+    ),
     re.IGNORECASE,
 )
+#: The marker a comment's continuation line starts with ("# ", "#: ").
+COMMENT_MARK = re.compile(r"^#+:? ?")
 #: Placeholders of str.format and of printf-style formatting.
 PLACEHOLDER = re.compile(r"\{[^{}\s]*\}|%(?:\(\w+\))?[-+ #0]*\d*(?:\.\d+)?[sdifrge]")
 #: An inline literal in double backquotes (rst), e.g. an example of an output line.
@@ -90,7 +104,7 @@ def texts(source: str) -> list[tuple[int, str, bool]]:
         line = token.start[0]
         if line == previous + 1 and found:  # a block of comment lines is one text
             start, text, _ = found.pop()
-            found.append((start, f"{text}\n{token.string}", False))
+            found.append((start, f"{text}\n{COMMENT_MARK.sub('', token.string)}", False))
         else:
             found.append((line, token.string, False))
         previous = line
@@ -171,6 +185,9 @@ def test_the_patterns_find_run_figures_and_machines_and_spare_the_exemptions():
     for text in offending:
         assert run_figure_lines(f"# {text}\n"), text
         assert run_figure_lines(f'def f():\n    """{text}."""\n'), text
+    # wrapped lines: a docstring's, a block of comments
+    assert run_figure_lines('"""test BAC\n0.53 on raw inputs."""\n')
+    assert run_figure_lines("# the residual was kept in\n# 6 of 15 folds\nx = 1\n")
     # implicitly joined pieces (a help text) are one text
     assert run_figure_lines('help = ("float32 (no speed gained on an " "H100)")\n')
     assert run_figure_lines('help = (f"{choices} (float32 on an " "H100)")\n')
