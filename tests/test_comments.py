@@ -191,6 +191,12 @@ def test_the_patterns_find_run_figures_and_machines_and_spare_the_exemptions():
     # implicitly joined pieces (a help text) are one text
     assert run_figure_lines('help = ("float32 (no speed gained on an " "H100)")\n')
     assert run_figure_lines('help = (f"{choices} (float32 on an " "H100)")\n')
+    # format strings: spared by the exemption alone (their text matches)
+    for code in ('f"{model}: kept in 3 of 5 folds"', '"%s: BAC 0.91 in 3 of 5 folds" % name'):
+        assert RUN_FIGURE.search(code)
+        assert run_figure_lines(code + "\n") == [], code
+    # an inline literal: spared because figure_text leaves it out
+    assert RUN_FIGURE.search("``BAC 0.66``") and not RUN_FIGURE.search(figure_text("``BAC 0.66``"))
     spared = [
         'f"{n_kept} of {n_folds} folds, BAC {bac:.3f}"',
         '"kept in %d of %d folds" % (kept, folds)',
