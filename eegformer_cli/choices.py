@@ -30,9 +30,9 @@ FREQUENCY_ENCODING_BY_PRESET = {"default": "drofe_default", "paper": "drofe_pape
 CAPTUM_METHODS = ("integrated_gradients", "saliency", "input_x_gradient", "gradient_shap")
 DEFAULT_METHOD = "integrated_gradients"
 #: Default number of Integrated Gradients steps (and Gradient SHAP samples): where the
-#: completeness gap |sum(attr) - (logit(x) - logit(reference))| / |logit(x) - logit(reference)|
-#: is below 1 % for every measured recording, at about 0.5 s for a 60 s recording on a 2-core
-#: CPU (docs/benchmarks.md).
+#: completeness gap |sum(attr) - (logit(x) - logit(baseline))| / |logit(x) - logit(baseline)|
+#: is below 1 % for every measured recording, at a fraction of a second for a 60 s recording
+#: (docs/benchmarks.md, "Completeness of the explanations").
 DEFAULT_N_STEPS = 128
 
 #: The 19 channels of the 10-20 system, new names, in the order used for every run by default

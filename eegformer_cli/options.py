@@ -274,7 +274,7 @@ TRAIN = Options(
         "str | None",
         f"{_PRECISIONS} (mixed precision; attention, norms and "
         "explanations stay float32); auto: float32 (bfloat16 gained no speed "
-        "on an H100 at this model's sizes); recorded in config.json [default: auto].",
+        "on a GPU at this model's sizes); recorded in config.json [default: auto].",
     ),
     no_xai=Option(
         "bool", "Ablation: coarse pass only (no explanation-guided refinement) [default: off]."

@@ -99,7 +99,7 @@ def start_method() -> str:
     device exists, the first backward pass in this process starts them (also for CPU tensors:
     an earlier fit in the same Python session or notebook), and every backward in a forked
     worker then fails ("Unable to handle autograd's threading in combination with fork-based
-    multiprocessing"; seen on an H100, docs/benchmarks.md); a forked worker cannot use CUDA once this
+    multiprocessing"; seen on a GPU machine, docs/benchmarks.md); a forked worker cannot use CUDA once this
     process has, either. Spawned workers import torch anew, a few seconds each. macOS and
     Windows have no safe fork."""
     import torch

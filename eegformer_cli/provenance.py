@@ -32,10 +32,9 @@ kind                when
 
 The connectivity fingerprint: a recording's mean coherence and wPLI of every channel pair and
 band, minus those of the model's training recordings, as a unit vector. A copy cropped to a
-third, band-passed or resampled keeps its original's (cosine 0.63 and above, 12 recordings of
-a resting-state dataset changed six ways each), while no two of that dataset's 84 people, nor
-two of one person's recordings of different conditions in another, come closer than 0.53
-(docs/benchmarks.md): :data:`FINGERPRINT_MATCH` lies between. The signal hash recognises
+third, band-passed or resampled keeps a cosine to its original above :data:`FINGERPRINT_MATCH`,
+while two distinct people, or one person's recordings of different conditions, stay below it
+(docs/benchmarks.md, "Training-data check"). The signal hash recognises
 an unchanged copy under any name; the fingerprint a changed one; neither recognises another
 recording of the same person, which only the participant id can.
 """

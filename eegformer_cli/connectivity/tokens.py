@@ -16,13 +16,12 @@ symmetric with a zero diagonal (mne-connectivity's lower triangle, mirrored).
 
 Why not call mne-connectivity here: it computes one segment per call and one window at a time,
 with fixed overhead (xarray containers) per call. :func:`recording_connectivity` computes the same
-numbers with one FFT and one batched matrix product per segment: measured 4.3x faster on 30 s
-segments of 19 channels at 128 Hz (14x on 15 s segments of 16 channels), and equal to
-``spectral_connectivity_epochs`` to 1e-15 (tests/test_connectivity.py compares them to 1e-6 on
+numbers with one FFT and one batched matrix product per segment, several times faster
+(docs/benchmarks.md, "Preprocessing"), and equal to ``spectral_connectivity_epochs`` to 1e-15 (tests/test_connectivity.py compares them to 1e-6 on
 every band, and tests/test_preprocess.py on a real recording).
 
 Ratio tokens (theta/beta) are the element-wise ratio of two band matrices with inf and NaN (the
-diagonal 0/0 included) set to 0, as the reference's ``cal_tbr_con``; they are unbounded.
+diagonal 0/0 included) set to 0, as the paper's code's ``cal_tbr_con``; they are unbounded.
 
 Band covariances (what the tangent-space reference classifies, :func:`recording_tokens`): one
 channel covariance per band (ratio tokens have none) and recording, from the same tapered spectra:
@@ -30,8 +29,8 @@ by Parseval, ``2 / (n_times * sum of taper weights)`` times the real part of the
 summed over the band's bins is the covariance of the window band-passed to the band (V^2), averaged
 over every window of the kept segments. It is symmetric positive semi-definite, of rank C - 1 after
 the average reference (the all-ones vector is in its null space). Why not MNE's FIR filter bank
-and ``np.cov``: 8 ``mne.filter.filter_data`` calls cost 0.13 s of CPU per one-minute recording, about 3x
-the whole rest of ``preprocess``; these sums cost nothing, and the band edges are the tokens' own
+and ``np.cov``: its 8 ``mne.filter.filter_data`` calls cost more CPU than the whole rest of
+``preprocess`` (docs/benchmarks.md, "The tangent-space reference"); these sums cost nothing, and the band edges are the tokens' own
 (no transition bands).
 """
 

@@ -168,8 +168,8 @@ def recalibrate(recalibration: dict | None, probabilities: np.ndarray) -> np.nda
 # it gives the same T to 4 decimals and the same cross-fitted log-loss to 5 on two- to
 # four-class draws (tests/test_calibration.py checks the temperature). Using it would still
 # take that wrapper class, and the model file stores T as a plain number that predict applies
-# (:func:`recalibrate`), so the formula would live here anyway; our 1-D fit is also 10-30x
-# faster (0.4-5 ms against 12-34 ms per fit). Its method="sigmoid" is not our Platt scaling:
+# (:func:`recalibrate`), so the formula would live here anyway; our 1-D fit is also an
+# order of magnitude faster. Its method="sigmoid" is not our Platt scaling:
 # on probabilities it is a sigmoid of the probability itself (a higher in-sample log-loss on
 # over-confident draws: 0.482 against 0.456), on a pass-through logit difference it fits Platt's
 # smoothed targets instead of the labels (a = 0.32 against 0.36 by maximum likelihood).

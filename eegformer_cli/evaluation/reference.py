@@ -76,8 +76,8 @@ def search_logistic_c(
         cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True, random_state=seed),
     )
     # one BLAS thread, bit-identical results: on busy cores (other jobs, or the --n-jobs
-    # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B 9x slower on these
-    # small problems (15 folds of 84 participants: 55 s instead of 6 s at load 5; 3.1 s either way idle)
+    # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B several times slower on these
+    # small problems, and no faster on idle cores (docs/benchmarks.md, "Permutation test")
     with warnings.catch_warnings(), threadpool_limits(limits=1):
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         # an inner training split with one class: that fold scores nan for every C (tiny data)

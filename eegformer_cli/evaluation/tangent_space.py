@@ -13,8 +13,8 @@ logistic regression of :mod:`reference`, its C chosen by the same inner particip
 
 The tangent space (no labels) is fitted once on the whole training part and the inner CV chooses
 C on its vectors; refitting it inside every inner fold and C (26 Riemannian means per band and
-fold) made the reference 6.7 s of CPU per fold of an 84-participant study instead of about 0.4 s, and the test
-participants never reach it either way.
+fold) made the reference an order of magnitude slower (docs/benchmarks.md, "The tangent-space
+reference"), and the test participants never reach it either way.
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ def run_audit(plan: AuditPlan, positive_label: str | None) -> ShortcutAudit:
     data = plan.data
     labels = data.label_indices()
     positive = None if positive_label is None else data.label_names.index(positive_label)
-    # one BLAS thread: 3-4x faster for these tiny fits than OpenBLAS's threads (measured)
+    # one BLAS thread: faster for these tiny fits than OpenBLAS's threads
     with threadpool_limits(limits=1):
         entries = [
             AuditVariable.from_dict(_audit_variable(variable, plan, labels, positive))

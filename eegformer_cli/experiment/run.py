@@ -4,10 +4,10 @@ separate jobs (``--fold``, ``--merge``).
 
 ``run_training`` does, in order:
 
-1. :func:`folds.plan_run` (data, splits, settings: nothing is written for a run that cannot
+1. :func:`run_plan.plan_run` (data, splits, settings: nothing is written for a run that cannot
    start); write ``config.json`` and ``splits.json`` (or check that the run folder holds the
    same run, to resume it);
-2. for every fold not finished before, :func:`folds.run_fold`, in this process or on
+2. for every fold not finished before, :func:`run_plan.run_fold`, in this process or on
    ``--n-jobs`` workers (:mod:`fold_training`); write the fold's model
    ``folds/<r{repeat}_f{fold}>.pt`` and then ``folds/<r{repeat}_f{fold}>.json``, atomically;
 3. write ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` from all fold files

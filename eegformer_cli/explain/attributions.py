@@ -2,7 +2,7 @@
 
 For one recording (all its segments, float32 (S, T, C, C) coh and wPLI, T bands, C channels):
 
-Every attribution is against a **reference connectome** the reader can name: the mean
+Every attribution is against a **baseline connectome** the reader can name: the mean
 connectome of the model's training recordings (``model_file.reference_connectome``; zero
 connectivity only for a model file that stores none). So a positive value means "this raises
 the explained class's logit compared with the typical training recording", a negative one
@@ -11,24 +11,24 @@ the refined pass (the model's own DeepLIFT against a zero token) is the model's 
 
 channel-pair attributions
     A captum attribution (``choices.CAPTUM_METHODS``; Integrated Gradients by default, the
-    reference connectome as baseline, ``n_steps`` Gauss-Legendre steps) of the explained
+    baseline connectome as its baseline, ``n_steps`` Gauss-Legendre steps) of the explained
     class's refined logit with respect to the raw coh and wPLI inputs, (S, T, C, C) each.
     Combined: ``pair[t, i, j] = coh[t, i, j] + coh[t, j, i] + wpli[t, i, j] + wpli[t, j, i]``,
     the total contribution of pair {i, j} in band t (logit units), averaged over segments ->
     (T, C, C), symmetric with a zero diagonal. Each unordered pair is stored in both entries,
     so the sum over i < j (not the whole matrix) is the total; for Integrated Gradients that
-    total is close to ``logit(x) - logit(reference)`` (completeness). ``coh_pairs`` and
+    total is close to ``logit(x) - logit(baseline)`` (completeness). ``coh_pairs`` and
     ``wpli_pairs`` keep the two measures apart (same combination of the two entries).
 band importance
     The channel-pair attributions summed over the pairs of each band (i < j): (T,) signed,
-    how much each band's connectivity moves the logit away from the reference's; then divided
+    how much each band's connectivity moves the logit away from the baseline's; then divided
     by the sum of its absolute values, so **their absolute values sum to 1** (all zeros when
     every attribution is exactly zero). With Integrated Gradients the undivided values add up
-    to the logit's change from the reference.
+    to the logit's change from the baseline.
 interactions
     For a model with kept interactions (``model/interactions.py``: entry pairs, and entries
     with age, that the training screen found acting together), each kept interaction's product
-    is an input of its own, attributed beside the entries with the reference connectome's
+    is an input of its own, attributed beside the entries with the baseline connectome's
     products as baseline: per kept interaction its attribution (logit units, mean over
     segments), in words with what the screen measured (:mod:`.interactions`). What two
     entries do together is there, not in their cells, and pairs and interactions add up to the
@@ -37,7 +37,7 @@ interactions
     A model whose linear path reads the recording's means (``model/linear_path.py``): the
     segments are attributed with its recording's linear logits as a fixed offset (their
     attributions are the transformer's), and the linear path's exact attributions are added,
-    its weights times the change of its features from the reference's to the recording's
+    its weights times the change of its features from the baseline's to the recording's
     means' (the mean entries to their pairs, the products of the means to their
     interactions): the sums still add up to the logit's change.
 class contrast
@@ -45,12 +45,12 @@ class contrast
     positive class), the same captum attribution of ``logit(B) - logit(A)`` (the log-odds of B
     against A), per recording ``contrast_pairs`` (T, C, C) (``contrast_coh_pairs`` and
     ``contrast_wpli_pairs`` apart): positive, the pair's connectivity pushes the recording
-    towards B compared with the reference connectome, negative towards A; one scale for both
+    towards B compared with the baseline connectome, negative towards A; one scale for both
     directions, unlike the per-class maps (each against its own logit).
     :func:`class_contrast` compares the two groups of recordings: the mean contrast of B's
     recordings minus A's. For a linear model that is exactly ``w * (mean_B(x) - mean_A(x))``:
     how far the log-odds of B move when the pair's connectivity goes from A's mean to B's (the
-    reference cancels). Positive: the classes' difference in this pair pushes towards the
+    baseline cancels). Positive: the classes' difference in this pair pushes towards the
     class that has it (B's connectivity, against A's, towards B); negative: against it. The
     value is the same with A and B swapped; the direction of the difference itself, which
     pairs are more connected in B, is the difference of the groups' mean connectivity
@@ -284,7 +284,7 @@ def explain_recording(
     (NaN = unknown); ``model`` in eval mode on ``device`` (an ``XAIguiFormer`` or a
     ``StandardisedModel``); ``target`` a class name or None (= the predicted class);
     ``contrast`` two class names (A, B) whose log-odds ``logit(B) - logit(A)`` is attributed
-    too, or None (no contrast); ``reference`` the reference connectome (coh, wPLI) float32
+    too, or None (no contrast); ``reference`` the baseline connectome (coh, wPLI) float32
     (T, C, C) the attributions are against (None: zero connectivity).
     """
     contrast = _checked_inputs(coh, label_names, recording_id, target, contrast)
@@ -438,7 +438,7 @@ def explain_with_models(
 def _reference_tensors(
     reference: tuple[np.ndarray, np.ndarray] | None, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The reference connectome (coh, wPLI) as float32 tensors on ``device`` (None stays)."""
+    """The baseline connectome (coh, wPLI) as float32 tensors on ``device`` (None stays)."""
     if reference is None:
         return None
     coh, wpli = (

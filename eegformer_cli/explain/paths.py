@@ -3,11 +3,11 @@ transformer's residual (``model/linear_path.py``).
 
 The channel-pair attributions, band importance, head maps, contrast and interaction table are
 of the whole model: its logit is the linear path's plus the transformer's, and Integrated
-Gradients of that sum add up to the sum's change from the reference connectome. This module
+Gradients of that sum add up to the sum's change from the baseline connectome. This module
 splits that change in two. The linear path's part is exact: its weights times the change of
-its features from the reference's (a linear function's attribution needs no integral): for a
+its features from the baseline's (a linear function's attribution needs no integral): for a
 model on recording means (``linear_path.uses_recording_means``) of the recording's means'
-features, ``w . (features(mean) - features(reference))``, else the mean over the recording's
+features, ``w . (features(mean) - features(baseline))``, else the mean over the recording's
 segments of each segment's; the transformer's part is the rest of the change of the
 segment-mean logit. For a model whose residual was not kept the transformer's part is 0, and
 for a model without a linear path there is no split (None).
@@ -34,7 +34,7 @@ def path_logit_changes(
     reference: tuple[Tensor, Tensor] | None,
 ) -> dict | None:
     """``{"total", "linear", "transformer"}``: the change of the explained output from the
-    reference connectome to the recording (logit units, mean over segments), and each path's
+    baseline connectome to the recording (logit units, mean over segments), and each path's
     part of it; ``target`` a class index, or ``(a, b)`` for ``logit(b) - logit(a)``.
 
     ``coh``, ``wpli`` (S, T, C, C) and ``age``, ``sex`` (S,) on the model's device;

@@ -207,7 +207,7 @@ def channel_pair_attributions(
 
     Returns :class:`Attributions`: the pairs, float64 (T, C, C) each, symmetric: entry (i, j)
     plus entry (j, i) of the attribution, averaged over segments (:mod:`.attributions`); for a
-    model with kept interactions, their products are inputs of their own (the reference's
+    model with kept interactions, their products are inputs of their own (the baseline's
     products as their baseline), attributed beside the entries, so the entries' values hold
     only what they do alone and the three parts add up to the logit's change. Seeded by the
     caller for ``gradient_shap`` (random interpolation points, drawn batch by batch). ``method``
@@ -217,7 +217,7 @@ def channel_pair_attributions(
     ``offset`` (n_classes,): for a model on recording means (``linear_path.recording_offset``)
     its recording's linear logits. The segments' attributions are then the transformer's (the
     offset fixed along the path), and the linear path's exact ones are added: its weights
-    times the change of its features, the recording's means' against the reference's
+    times the change of its features, the recording's means' against the baseline's
     (:func:`_linear_attributions`), the entries' to the pairs and the products' to theirs.
     """
     means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
@@ -269,7 +269,7 @@ def _linear_attributions(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The exact attributions of the explained output's linear part for a model on recording
     means: (coh, wPLI) float64 (T, C, C) pairs and the products' (K,), adding up to the
-    linear logits' change from the reference connectome (None: zero connectivity) to the
+    linear logits' change from the baseline connectome (None: zero connectivity) to the
     recording's means (``linear_path.feature_attributions``)."""
     coh, wpli, age, sex = recording
     baseline = (
@@ -301,8 +301,7 @@ def _batch_attributions(
     # second-order backward, which the fused attention kernel does not have), and the
     # explained class stays the input's along the whole path: where the coarse argmax would
     # flip between the baseline and the input, the refined logit would jump, and a jump has
-    # no gradient to integrate (measured while choosing the guidance: 14 % of one demo
-    # recording's logit change lost that way).
+    # no gradient to integrate (the attributions would miss that part of the logit's change).
     with differentiable_explanations(model), explicit_attention(model):
         baselines: tuple[Tensor, ...] = (
             (torch.zeros_like(coh), torch.zeros_like(wpli))

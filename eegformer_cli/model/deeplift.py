@@ -8,7 +8,7 @@ no module captum's DeepLift rescales (no nn.ReLU/nn.Softmax/...), each call comp
 :func:`one_pass_deeplift` computes all of them from the coarse pass's own graph: the baseline
 (the same for every sample) is one extra row of the coarse pass's batch, and one
 ``autograd.grad`` serves all layers. The numbers equal captum's (tests/test_explanation.py
-calls captum as the reference).
+compares them with captum's).
 """
 
 from __future__ import annotations

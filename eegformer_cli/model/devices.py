@@ -45,9 +45,8 @@ def one_cpu_thread():
     """Run torch's CPU ops on one thread for the duration (restored after; re-entrant).
 
     The model's operations are small (batches of 16-channel graphs), so intra-op parallelism
-    costs more in synchronisation than it gains. Measured on this project's 2-core machine,
-    shared with other jobs: a default-model training step took 0.15-0.37 s on 1 thread against
-    0.68-1.8 s on 2. One thread also fixes the order of float reductions, which keeps CPU runs
+    costs more in synchronisation than it gains, most of all on cores shared with other jobs
+    (docs/benchmarks.md, "Threads"). One thread also fixes the order of float reductions, which keeps CPU runs
     bit-reproducible whatever the machine's core count.
     """
     previous = torch.get_num_threads()
@@ -63,11 +62,10 @@ def resolve_precision(name: str) -> str:
 
     ``auto``: float32 on every device and preset. On the CPU, bfloat16 is slower than float32
     without bfloat16 arithmetic. On CUDA it gains nothing at this model's sizes, which are
-    bound by kernel launches, not arithmetic; measured on an H100 (docs/benchmarks.md): the
-    paper-size training step 147 ms in float32 against 154 ms under bfloat16 autocast,
-    ``default`` predict 1,275 against 752 recordings/s (the casts are extra
-    launches), while bfloat16 moves probabilities by up to 0.005 and, for ``paper`` (raw ages
-    times queries and keys), switches the winning key in 0.7 % of attention rows. ``bfloat16``
+    bound by kernel launches, not arithmetic: the casts are extra launches, so the training
+    step and ``predict`` are no faster under bfloat16 autocast, while bfloat16 moves the
+    probabilities and, for ``paper`` (raw ages times queries and keys), switches the winning
+    key in some attention rows (docs/benchmarks.md, "GPU" and "Mixed precision"). ``bfloat16``
     and ``float16`` remain for a user who asks (the model keeps its attention, norms and
     explanations in float32 under them). Anything else -> UsageError.
     """

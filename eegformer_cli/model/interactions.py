@@ -15,10 +15,10 @@ transformer attends to it, the explanation that guides the refined pass covers i
 
 Why a product, and on the values: dRoFE rotates queries and keys by age, which reweights a
 convex mix of the values and cannot flip the sign of an entry's contribution with age; an
-entry scaled by age can (the multiplicative half of FiLM, Perez et al., AAAI 2018). Measured
-against FiLM of the entry inside the band tokens (``x' = (1 + gamma a) x + beta a``, identity at
-initialisation) on two simulated age studies of 300 people: the product token gave higher
-balanced accuracy in every fold (docs/benchmarks.md, "Ground truth").
+entry scaled by age can (the multiplicative half of FiLM, Perez et al., AAAI 2018). On the
+simulated age studies the product token did better than FiLM of the entry inside the band
+tokens (``x' = (1 + gamma a) x + beta a``, identity at initialisation;
+docs/benchmarks-history.md, "The interaction screens").
 
 Sex has no path of its own: no study the screen was measured on plants a sex effect, and the
 screen never pairs an entry with sex.

@@ -19,8 +19,8 @@ standardised entries and the products of those means (mean entry x age_z). Its l
 recording, added to every segment's logit of that recording as the forward's ``offset``, so the
 mean of the segment logits (a recording's prediction, ``model/predict.py``) is the transformer's
 segment mean plus the linear logit of the recording's means: what the fit used. (On the
-screening studies, products of recording means beat the mean of per-segment products by 0.010
-to 0.016 BAC where an interaction is planted; docs/benchmarks.md, "The linear path".) A model
+screening studies, products of recording means beat the mean of per-segment products where
+an interaction is planted; docs/benchmarks.md, "The linear path".) A model
 file of an earlier version (``linear_on_means`` false) forms the features per segment, and the
 segment mean of their logits is the logit of the mean per-segment features, as before. Without
 an ``offset`` the forward always uses each item's own features: a batch item is then a

@@ -1,5 +1,5 @@
 """A model's prediction for whole recordings: the refined logits of all a recording's
-segments, averaged (the reference's per-recording logit average). A model whose linear path
+segments, averaged (as the paper's code averages a recording's logits). A model whose linear path
 reads recording means (``model/linear_path.py``) gets each recording's linear logits as the
 ``offset`` of every one of its segments, whichever batch they fall in.
 

@@ -61,8 +61,8 @@ class GineAggregation(torch.autograd.Function):
     9 bands, 19 channels, d 128) and keeps them for backward. Here the forward goes one target
     channel at a time over its senders only (half the pairs for directed edges, no mask; the
     sum over senders is written straight into the output), and the backward one sender at a
-    time over its targets, recomputing the pre-activations instead of storing them: about 14x
-    faster than plain autograd for directed edges, 7x for undirected. Equality with an
+    time over its targets, recomputing the pre-activations instead of storing them: many times
+    faster than plain autograd (docs/benchmarks.md, "Training step"). Equality with an
     explicit loop over edges and gradcheck are tested (tests/test_model.py).
     """
 

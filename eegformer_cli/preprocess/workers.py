@@ -41,9 +41,8 @@ def recording_workers(n_workers: int) -> Iterator[RecordingMap]:
     - one worker: this process;
     - Linux: a ``multiprocessing`` pool of *forked* workers. Why not joblib's own pool (loky):
       loky starts every worker as a fresh interpreter that imports numpy, SciPy, MNE and this
-      package again (about 1.5 s of CPU each); on a dataset of 84 one-minute recordings (about
-      6 s of work on this project's 2-core CPU) that cost made ``--n-jobs 2`` only 1.40x faster
-      than 1. Forked workers start with the parent's imports in milliseconds
+      package again, which on a small dataset costs much of what a second worker gains
+      (docs/benchmarks.md, "Preprocessing"). Forked workers start with the parent's imports in milliseconds
       (docs/benchmarks.md). The pool is forked here, before any progress-bar thread exists
       (fork copies only the calling thread), and terminated on leaving (also on Ctrl-C);
     - elsewhere (macOS, Windows: no safe fork): joblib's loky pool.
@@ -76,7 +75,7 @@ def recording_workers(n_workers: int) -> Iterator[RecordingMap]:
 def _import_worker_modules() -> None:
     """Import in the parent what reading and processing a recording import lazily (MNE's
     readers, filters, epochs and montages, SciPy's signal), so that forked workers inherit it:
-    0.75 s once instead of about 0.9 s in every worker."""
+    paid once instead of in every worker."""
     import mne.channels
     import mne.epochs
     import mne.filter

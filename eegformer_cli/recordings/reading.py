@@ -316,8 +316,9 @@ def read_recording(path: Path, preload: bool = True) -> mne.io.BaseRaw:
 def reads_lazily(path: Path) -> bool:
     """Whether a recording is better read a span at a time (``read_recording(path,
     preload=False)``, then :func:`read_samples`) than loaded whole: False for the suffixes of
-    :data:`LOADED_WHOLE_SUFFIXES`, where reading spans costs more than loading the file
-    (measured on a 30-minute ``.fif.gz``: 1.3 s to load, 6.4 s in one-minute spans)."""
+    :data:`LOADED_WHOLE_SUFFIXES`, where reading spans costs more than loading the file (a
+    ``.fif.gz`` is decompressed from its start for every span; docs/benchmarks.md,
+    "Preprocessing")."""
     return recording_suffix(Path(path)) not in LOADED_WHOLE_SUFFIXES
 
 

@@ -16,7 +16,7 @@ How the work is shared, and why the numbers equal a one-process run:
   is the gradient of the whole batch's mean loss (the loss is a mean over samples of
   per-sample terms: nothing in the model mixes samples of a batch). Only the summation order
   differs: the gradients, hence the weights, agree to float32 rounding, which the
-  optimiser and the epochs amplify little (measured below). With ``dropout > 0`` the
+  optimiser and the epochs amplify little (tested below). With ``dropout > 0`` the
   dropout masks are drawn per process and the runs agree only in distribution.
 - Evaluation (validation every epoch, test at the end of a fold) cuts the recordings into fixed
   chunks (:func:`evaluation_chunks`), gives chunk ``i`` to process ``i % world_size`` and
@@ -27,10 +27,10 @@ How the work is shared, and why the numbers equal a one-process run:
 - Only rank 0 writes files (:func:`is_writer`); the other processes log nothing
   (their stderr console is quiet) so the terminal shows one progress display.
 
-Measured on CPU with gloo (tests/test_scaling.py, docs/benchmarks.md): 2 processes vs 1, a
-small model, 4 epochs, uneven batch slices: out-of-fold probabilities differ by at most 2.3e-8
-(the documented tolerance, :data:`PROBABILITY_TOLERANCE`, is 1e-4); predicted labels,
-confusion matrices and selected epochs are the same.
+tests/test_scaling.py runs 2 processes against 1 on CPU with gloo (a small model, 4 epochs,
+uneven batch slices): the out-of-fold probabilities agree within the documented tolerance,
+:data:`PROBABILITY_TOLERANCE`, and the predicted labels, confusion matrices and selected epochs
+are the same (the measured difference: docs/benchmarks.md, "Stress and scaling out").
 
 Backends: ``nccl`` for CUDA (one process per GPU, ``LOCAL_RANK`` picks the GPU), ``gloo`` for
 CPU. Several nodes: every node must see the data folder and the run folder under the same path

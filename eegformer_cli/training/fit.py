@@ -71,7 +71,7 @@ def lr_at_step(
     step: int, total_steps: int, warmup_steps: int, lr: float, lr_min: float, warmup_lr_init: float
 ) -> float:
     """Learning rate of optimiser step ``step`` (0-based), timm ``CosineLRScheduler`` semantics
-    with ``warmup_prefix=False`` as the reference: linear warmup from ``warmup_lr_init`` over
+    with ``warmup_prefix=False`` as in the paper's code: linear warmup from ``warmup_lr_init`` over
     ``warmup_steps``, and a cosine from ``lr`` to ``lr_min`` over all ``total_steps`` (the
     warmup steps included)."""
     if step < warmup_steps:
@@ -385,8 +385,8 @@ def _shuffling_loader(train_set: ConnectomeDataset, config: TrainConfig, seed: i
 
 def _optimiser(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """AdamW with ``config``'s learning rate, betas, eps and weight decay."""
-    # fused: one kernel over all parameters (CPU and CUDA) instead of ~10 small ops per tensor;
-    # 3.6 ms instead of 15 ms per step for the paper model's 186 tensors on this project's CPU
+    # fused: one kernel over all parameters (CPU and CUDA) instead of ~10 small ops per tensor,
+    # a few times faster for the paper model's 186 tensors (docs/benchmarks.md, "Training step")
     return torch.optim.AdamW(
         model.parameters(),
         lr=config.lr,

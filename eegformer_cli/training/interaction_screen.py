@@ -62,8 +62,9 @@ CANDIDATES_PER_PLACE = 5
 #: The grouping level of a fit whose config groups proxies (``interaction_proxies``): two
 #: candidates whose recording-level products correlate by at least this (absolute Pearson r
 #: over the fit's training recordings) stand for one effect. Measured on simulated studies
-#: whose planted sources reach neighbouring electrodes: the best 50 candidates correlate with
-#: the best one by 0.55-0.92; products of independent effects by about 1 / sqrt(n).
+#: whose planted sources reach neighbouring electrodes, the best candidates correlate with the
+#: best one above this, products of independent effects by about 1 / sqrt(n)
+#: (docs/benchmarks.md, "Proxies").
 PROXY_CORRELATION = 0.5
 
 

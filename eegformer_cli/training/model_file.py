@@ -36,7 +36,7 @@ key                         value
                             ``predict`` says once that it cannot check against it)
 ``reference_connectome``    ``{"coh", "wpli"}`` float32 tensors (n_bands, C, C): the mean
                             connectome of the recordings the model was fitted to (mean over
-                            their segments), the reference ``explain`` attributes against;
+                            their segments), the baseline connectome ``explain`` attributes against;
                             absent from earlier files (:func:`reference_connectome` falls back)
 ``recalibration``           ``{"method": "none"|"temperature"|"platt", "params": {...}}``: what
                             ``predict`` applies to the probabilities (:mod:`calibration`);

@@ -21,12 +21,13 @@ only when its selected epoch lowers the recordings' cross-entropy by more than
 standard deviation over the square root of their number). Why the temperature: a strongly
 regularised linear path is under-confident, and a transformer that only sharpens its logits
 lowers the plain cross-entropy without reading anything the linear path missed (on a study
-with a linear effect alone it was "kept" in 4 of 5 folds that way); ``predict``'s
+with a linear effect alone, the plain comparison "kept" such a transformer in most folds);
+``predict``'s
 recalibration sets the scale of either. Why the standard error: a dozen validation people
 (or four recordings) measure a gain with an error far larger than the gain, and the selected
-epoch is the best of many on those same people; on such sets the residual was kept in 6 of 15
-folds of a 10-person study and lost recordings it did not need to (docs/benchmarks.md, "Linear
-path"). ``residual = "off"`` skips the transformer's training (the model is the linear fit);
+epoch is the best of many on those same people; without the standard error, a small study's
+residual was kept in many folds and lost recordings it did not need to (docs/benchmarks.md,
+"The linear path"). ``residual = "off"`` skips the transformer's training (the model is the linear fit);
 ``"on"`` keeps it whatever validation says (an ablation).
 """
 

@@ -6,9 +6,9 @@ feeds it ``(coh - mean) / std`` and ``(wpli - mean) / std``, entry by entry (ban
 the mean and std of the training segments (std floored at :data:`STD_FLOOR`, so the zero
 diagonal stays zero). The statistics are buffers in the state dict, so the model file carries
 them and ``predict`` / ``explain`` apply them exactly as training did; callers keep passing the
-raw connectivity. Measured on a real 84-participant clinical set (3 folds, same recipe otherwise): test BAC
-0.53 on raw inputs (the model barely left chance) against 0.65 standardised. The ``paper``
-preset keeps raw inputs, as the reference (no normalisation anywhere).
+raw connectivity. On a real clinical set the model barely left chance on raw inputs and did
+clearly better on standardised ones (docs/benchmarks.md, "Accuracy"). The ``paper`` preset keeps raw
+inputs, as the paper's code (no normalisation anywhere).
 """
 
 from __future__ import annotations
