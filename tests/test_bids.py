@@ -527,3 +527,23 @@ def test_predict_on_a_bids_root_reads_the_recordings_of_the_models_selection(dat
     rows = json_rows(output)
     assert {row["session"] for row in rows} == {"1"}
     assert len(rows) == sum(row["status"] == "ok" for row in read_manifest(prep)) == 9
+
+
+def test_train_on_a_study_where_no_inner_split_holds_both_classes(dataset, capsys):
+    """Three training participants, one of them the only one of its class: inner splits of the
+    references' and the linear path's C search that train on one class give no model (the
+    linear path's cross-fitted logits there are 0), and the run finishes."""
+    base = dataset["base"]
+    prep = base / "session_1"  # made by the selection test, or here
+    if not (prep / "manifest.tsv").is_file():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_preprocess(
+                [dataset["root"]],
+                prep,
+                PreprocessSettings.from_preset("default"),
+                selection=bids.Selection.of(sessions=["1"]),
+            )
+    args = ["train", prep, "--out", base / "tiny_run", "-l", "diagnosis", "--holdout", "0.4"]
+    code, output = run_main(capsys, *args, "--config", base / "tiny.toml")
+    assert code == 0 and "internal error" not in output, output

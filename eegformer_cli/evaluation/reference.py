@@ -68,12 +68,20 @@ def search_logistic_c(
 ):
     """Choose the C of ``pipeline``'s last step (``logisticregression``) by the inner
     participant-wise CV (``grid``, balanced accuracy) and refit on all of ``features`` (any
-    array whose first axis is the recordings); the fitted GridSearchCV."""
+    array whose first axis is the recordings); the fitted GridSearchCV.
+
+    When no inner split trains on two classes (a training part of a few participants, one of
+    them the only one of its class), C cannot be chosen: scikit-learn's default, C = 1, is
+    refitted on all, and ``best_score_`` is NaN (no inner score)."""
+    splitter = StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True, random_state=seed)
+    splits = list(splitter.split(features, labels, groups))
+    chosen = any(len(np.unique(np.asarray(labels)[inside])) > 1 for inside, _ in splits)
+    everything = np.arange(len(labels))
     search = GridSearchCV(
         pipeline,
-        {"logisticregression__C": list(grid)},
+        {"logisticregression__C": list(grid) if chosen else [1.0]},
         scoring="balanced_accuracy",
-        cv=StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True, random_state=seed),
+        cv=splits if chosen else [(everything, everything)],
     )
     # one BLAS thread, bit-identical results: on busy cores (other jobs, or the --n-jobs
     # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B several times slower on these
@@ -83,6 +91,8 @@ def search_logistic_c(
         # an inner training split with one class: that fold scores nan for every C (tiny data)
         warnings.filterwarnings("ignore", category=FitFailedWarning)
         search.fit(features, labels, groups=groups)
+    if not chosen:
+        search.best_score_ = float("nan")
     return search
 
 

@@ -64,7 +64,7 @@ class LinearFit:
     penalty: str
     C: float
     seconds: float
-    inner_scores: dict[str, float] | None = None  # each candidate penalty's inner-CV BAC
+    inner_scores: dict[str, float | None] | None = None  # each candidate penalty's inner-CV BAC
 
     def summary(self, n_products: int) -> dict:
         """JSON-ready record for a fold file: the chosen penalty and C, how many of the
@@ -150,9 +150,11 @@ def fit_linear_path(
         warnings.filterwarnings("ignore", category=ConvergenceWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         for fold, (inside, held_out) in enumerate(splitter.split(features, labels, groups)):
+            inner_fold[held_out] = fold
+            if len(np.unique(labels[inside])) < 2:  # nothing to learn: logits 0, no evidence
+                continue
             model = clone(search.best_estimator_).fit(features[inside], labels[inside])
             inner_weight[fold], inner_bias[fold] = _logit_weights(model, n_classes)
-            inner_fold[held_out] = fold
             cross_fitted[held_out] = features[held_out] @ inner_weight[fold].T + inner_bias[fold]
     return LinearFit(
         weight,
@@ -164,5 +166,8 @@ def fit_linear_path(
         chosen,
         float(search.best_params_["logisticregression__C"]),
         time.perf_counter() - start,
-        {p: float(s.best_score_) for p, s in zip(candidates, searches)},
+        {  # None: no inner split could score it (``reference.search_logistic_c``)
+            p: None if np.isnan(s.best_score_) else float(s.best_score_)
+            for p, s in zip(candidates, searches)
+        },
     )
