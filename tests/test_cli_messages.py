@@ -207,9 +207,7 @@ def test_a_misspelt_column_or_choice_gets_a_did_you_mean(tmp_path, capsys):
     assert did_you_mean("xyz", ["diagnosis", "age"]) == ""
 
 
-def test_train_on_a_numeric_column_of_many_values_exits_2_naming_it_and_the_fix(
-    tmp_path, capsys
-):
+def test_train_on_a_numeric_column_of_many_values_exits_2_naming_it_and_the_fix(tmp_path, capsys):
     data = make_connectome_folder(tmp_path / "prep", n_participants=24)
     code, output = run_main(capsys, "train", data, "--out", tmp_path / "run", "-l", "age")
     assert code == UsageError.exit_code, output

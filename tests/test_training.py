@@ -359,7 +359,8 @@ def test_a_numeric_label_column_of_many_values_is_refused_before_the_run_folder(
     make classes of it; a few numeric codes (0/1) are classes and train as such."""
     from eegformer_cli import commands
 
-    folder = make_connectome_folder(tmp_path / "p", n_participants=24)  # 16 ages from 31 to 49, 5 n/a
+    # ages: 16 values from 31 to 49, and 5 n/a
+    folder = make_connectome_folder(tmp_path / "p", n_participants=24)
     with pytest.raises(UsageError) as refused:
         load_training_data(folder, "age")
     line = refused.value.one_line()
