@@ -79,6 +79,19 @@ def test_recalibration_undoes_overconfidence_and_is_kept_only_when_it_helps():
     assert calibration.recalibrate(few, probabilities[:3]) is not None
 
 
+def test_a_steep_platt_scaling_of_a_confident_probability_gives_0_and_1_quietly():
+    """A run whose out-of-fold probabilities separate the classes gets a steep Platt slope;
+    a recording the model is sure of then has a logit far beyond exp's range: its recalibrated
+    probabilities are 0 and 1, without numpy's overflow warning on the console."""
+    steep = {"method": "platt", "params": {"a": 40.0, "b": 0.5, "positive_index": 1}}
+    sure = np.array([[1 - 1e-11, 1e-11], [1e-11, 1 - 1e-11], [0.5, 0.5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = calibration.recalibrate(steep, sure)
+    assert out[:2].tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert out[2, 1] == pytest.approx(1 / (1 + np.exp(-0.5)))
+
+
 def test_the_temperature_is_scikit_learn_s():
     """Our temperature fit and scikit-learn's CalibratedClassifierCV(method="temperature"),
     fitted on the same stored probabilities (a pass-through classifier, frozen), agree: the
