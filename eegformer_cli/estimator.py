@@ -229,7 +229,9 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
             connectomes differ in channels or bands, or too few participants for the inner
             validation split.
         UsageError
-            Invalid settings (named as ``train`` names them).
+            Invalid settings (named as ``train`` names them), or ``y`` is a measure, not
+            classes: numbers with more than 10 distinct values (as ``train`` refuses such a
+            label column).
         """
         from eegformer_cli.model.devices import resolve_device, resolve_precision
 
@@ -428,11 +430,19 @@ def _classes(y) -> np.ndarray:
 
 
 def _labels(y, n: int) -> list[str]:
-    """``y`` as the label text of each recording (InputDataError for another length)."""
+    """``y`` as the label text of each recording (InputDataError for another length;
+    UsageError for a measure, as ``train`` refuses its label column:
+    :func:`~eegformer_cli.training.dataset.check_not_a_measure`)."""
+    from eegformer_cli.training.dataset import check_not_a_measure
+
     values = np.asarray(y)
     if values.ndim != 1 or len(values) != n:
         raise InputDataError(f"y has shape {values.shape}; expected one label per recording ({n})")
-    return [str(value) for value in values]
+    labels = [str(value) for value in values]
+    check_not_a_measure(
+        labels, "y", "make classes of it first, e.g. pandas.cut(y, bins, labels=[...])"
+    )
+    return labels
 
 
 def _recordings(table, groups, labels: list[str]):

@@ -231,7 +231,9 @@ TRAIN = Options(
         "path | None", "Run folder (created; a rerun resumes). Required (except with --merge)."
     ),
     label_column=Option(
-        "str | None", "Manifest column holding the class labels. Required (except with --merge)."
+        "str | None",
+        "Manifest column holding the class labels (a numeric column of more than 10 values, "
+        "such as age, is refused: make classes of it first). Required (except with --merge).",
     ),
     preset=Option(
         "str",

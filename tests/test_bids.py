@@ -170,7 +170,10 @@ def test_entities_are_columns_and_sessions_are_one_participant(dataset):
     assert run["participant_id"] == "sub-01" and run["diagnosis"] == "healthy"
     assert rows["sub-02_ses-1_task-arith_eeg"]["run"] == "n/a"
     counts = "13 BIDS recordings of 2 tasks pooled into one study (arith: 5, rest: 8)"
-    assert any(counts in text for text in dataset["warnings"])
+    pooled = next(text for text in dataset["warnings"] if counts in text)
+    # right whether the tasks are the label or pooled beside another one
+    assert "`train --label-column task` tells the tasks apart" in pooled
+    assert "to study one task alone, pass --task NAME" in pooled
 
 
 def test_the_output_is_a_bids_derivative(dataset):
@@ -284,6 +287,7 @@ def test_train_on_task_keeps_each_participant_on_one_side_and_predict_shows_enti
         "true_class",
     ]
     assert (table[0]["subject"], table[0]["session"], table[0]["task"]) == ("sub-02", "2", "rest")
+    assert table[0]["true_class"] == "rest"  # the model's label is the file's task entity
 
 
 def test_the_shortcut_audit_checks_task_like_a_site(dataset):

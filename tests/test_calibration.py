@@ -6,12 +6,16 @@ model file, ``predict``'s recalibrated probabilities and ``--coverage`` sets, an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import exit_code, make_connectome_folder, metrics_of, tiny_config
+from builders import TINY_TOML, exit_code, make_connectome_folder, metrics_of, run_main, tiny_config
 
+from eegformer_cli.errors import EegformerWarning
 from eegformer_cli.evaluation import calibration, conformal
 from eegformer_cli.experiment import verdict
 from eegformer_cli.training.run_plan import default_positive_label, is_control_label
@@ -73,6 +77,19 @@ def test_recalibration_undoes_overconfidence_and_is_kept_only_when_it_helps():
     few = calibration.choose_recalibration(labels[:12], probabilities[:12], groups[:12], 1)
     assert few["method"] == "none" and "too few" in few["reason"]
     assert calibration.recalibrate(few, probabilities[:3]) is not None
+
+
+def test_a_steep_platt_scaling_of_a_confident_probability_gives_0_and_1_quietly():
+    """A run whose out-of-fold probabilities separate the classes gets a steep Platt slope;
+    a recording the model is sure of then has a logit far beyond exp's range: its recalibrated
+    probabilities are 0 and 1, without numpy's overflow warning on the console."""
+    steep = {"method": "platt", "params": {"a": 40.0, "b": 0.5, "positive_index": 1}}
+    sure = np.array([[1 - 1e-11, 1e-11], [1e-11, 1 - 1e-11], [0.5, 0.5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = calibration.recalibrate(steep, sure)
+    assert out[:2].tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert out[2, 1] == pytest.approx(1 / (1 + np.exp(-0.5)))
 
 
 def test_the_temperature_is_scikit_learn_s():
@@ -317,3 +334,62 @@ def test_explain_of_new_recordings_reports_predict_s_recalibrated_probabilities(
         {"method": "temperature", "params": {"temperature": 1 / 3}}, calibrated
     )
     assert np.abs(raw - calibrated).max() > 1e-3
+
+
+@contextlib.contextmanager
+def third_party_warnings_fail():
+    """Inside: a ``UserWarning`` of any library (scikit-learn's, MAPIE's ...) is an error, as
+    ``python -W error::UserWarning`` makes it, so a command in which one would reach the console
+    fails; eegformer's own warnings are shown, each time."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=UserWarning)
+        warnings.filterwarnings("always", category=EegformerWarning)
+        yield
+
+
+def uneven_classes(root: Path, others: list[int]) -> Path:
+    """24 participants, control and patient alternating, those at ``others`` of class other."""
+    labels = ["control", "patient"] * 12
+    for index in others:
+        labels[index] = "other"
+    prep = make_connectome_folder(root / "prep", n_participants=24, labels=labels)
+    (root / "tiny.toml").write_text(TINY_TOML)
+    return prep
+
+
+@pytest.mark.slow
+def test_a_class_in_one_participant_group_is_said_once_in_eegformer_s_words(tmp_path, capsys):
+    """MAPIE warns, for every calibration part without a class, that 'your conformalization
+    dataset has less labels than your training dataset'; train says once what it means."""
+    prep = uneven_classes(tmp_path, others=[3])  # one participant: in one group of five
+    with third_party_warnings_fail():
+        code, output = run_main(
+            capsys, "train", prep, "--out", tmp_path / "run", "-l", "diagnosis", "--cv", "2",
+            "--epochs", "1", "--config", tmp_path / "tiny.toml",
+        )  # fmt: skip
+    assert code == 0, output
+    assert "conformalization" not in output and "UserWarning" not in output
+    said = "prediction sets: all the recordings of class 'other' (1 participant(s)) lie in one "
+    assert output.count(said) == 1, output
+    assert "of the 5 participant groups over which the run's coverage is cross-fitted" in output
+
+
+def test_predict_coverage_says_once_that_the_calibration_recordings_lack_a_class(tmp_path, capsys):
+    """A holdout whose test participants hold no 'other' leaves the model's calibration set
+    without it (MAPIE's warning, once per recording, would say so in its words)."""
+    prep = uneven_classes(tmp_path, others=[3, 8])
+    run = tmp_path / "run"
+    flags = ["--config", tmp_path / "tiny.toml", "--holdout", "0.25", "--seed", "0"]
+    code, output = run_main(capsys, "train", prep, "--out", run, "-l", "diagnosis", *flags)
+    assert code == 0, output
+    test = json.loads((run / "splits.json").read_text())["folds"][0]["test"]
+    assert len(test) == 6 and not {"sub-03", "sub-08"} & set(test)  # no 'other' among them
+    with third_party_warnings_fail():
+        code, output = run_main(capsys, "predict", run / "model.pt", prep, "--coverage", "0.8")
+    assert code == 0, output
+    assert "conformalization" not in output and "UserWarning" not in output
+    said = (
+        "--coverage 0.8: the model's 6 calibration recordings (its run's out-of-fold ones) "
+        "include none of class 'other'"
+    )
+    assert output.count(said) == 1, output

@@ -207,6 +207,15 @@ def test_a_misspelt_column_or_choice_gets_a_did_you_mean(tmp_path, capsys):
     assert did_you_mean("xyz", ["diagnosis", "age"]) == ""
 
 
+def test_train_on_a_numeric_column_of_many_values_exits_2_naming_it_and_the_fix(tmp_path, capsys):
+    data = make_connectome_folder(tmp_path / "prep", n_participants=24)
+    code, output = run_main(capsys, "train", data, "--out", tmp_path / "run", "-l", "age")
+    assert code == UsageError.exit_code, output
+    assert output.startswith("eegformer: error: label column 'age' is numeric with 16 distinct")
+    assert "rerun `eegformer preprocess` into this folder" in output
+    assert len(output.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
 def test_an_option_of_another_command_points_to_it(tmp_path, capsys):
     """``train --crop`` names ``preprocess --crop`` instead of options of similar spelling; a
     mistyped option still gets Click's suggestions."""

@@ -20,6 +20,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from eegformer_cli import (
     InputDataError,
+    UsageError,
     XAIguiFormerClassifier,
     commands,
     load_connectome,
@@ -212,6 +213,10 @@ def test_bad_input_is_named(prep):
         estimator.fit(X, ["healthy"] * len(X))
     with pytest.raises(InputDataError, match=r"y has shape \(3,\)"):
         estimator.fit(X, y[:3])
+    ages = np.linspace(21.5, 74.0, len(X))  # a measure, as train refuses a label column of it
+    with pytest.raises(UsageError, match=r"numeric with 12 distinct values \(21.5 to 74\)") as no:
+        estimator.fit(X, ages)
+    assert no.value.one_line().startswith("y is numeric") and "pandas.cut(y, bins" in no.value.hint
 
 
 def test_read_preprocessed_gives_nan_for_every_missing_demographic(tmp_path):

@@ -354,6 +354,28 @@ def test_label_problems_are_input_errors(tmp_path):
         load_training_data(one_class, "group")
 
 
+def test_a_numeric_label_column_of_many_values_is_refused_before_the_run_folder(tmp_path):
+    """``train -l age`` would make one class per age: refused, naming the column and how to
+    make classes of it; a few numeric codes (0/1) are classes and train as such."""
+    from eegformer_cli import commands
+
+    # ages: 16 values from 31 to 49, and 5 n/a
+    folder = make_connectome_folder(tmp_path / "p", n_participants=24)
+    with pytest.raises(UsageError) as refused:
+        load_training_data(folder, "age")
+    line = refused.value.one_line()
+    assert line.startswith("label column 'age' is numeric with 16 distinct values (31 to 49)")
+    assert "add a column of a few classes made from it to participants.tsv, e.g. age_group" in line
+    assert line.endswith("then train with --label-column age_group)")
+    with pytest.raises(UsageError, match="label column 'age' is numeric"):
+        commands.train(folder, tmp_path / "run", "age", epochs=1)
+    assert not (tmp_path / "run").exists()
+    codes = make_connectome_folder(
+        tmp_path / "codes", n_participants=6, labels=["0", "1", "1", "0", "2", "2"]
+    )
+    assert load_training_data(codes, "diagnosis").label_names == ["0", "1", "2"]
+
+
 # ------------------------------------------------------------------------------------------
 # whole runs
 

@@ -36,7 +36,7 @@ import warnings
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.special import softmax
+from scipy.special import expit, softmax
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss
@@ -154,7 +154,7 @@ def recalibrate(recalibration: dict | None, probabilities: np.ndarray) -> np.nda
         positive = params["positive_index"]
         z = params["a"] * (logp[:, positive] - logp[:, 1 - positive]) + params["b"]
         out = np.empty_like(probabilities)
-        out[:, positive] = 1.0 / (1.0 + np.exp(-z))
+        out[:, positive] = expit(z)  # 1 / (1 + exp(-z)), without numpy's overflow warning
         out[:, 1 - positive] = 1.0 - out[:, positive]
         return out
     if method != "none":

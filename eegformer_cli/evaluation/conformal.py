@@ -17,17 +17,26 @@ model for new ones), so the "classifier" handed to it is :class:`_GivenProbabili
 
 :func:`coverage_out_of_fold` measures the coverage the run's own recordings get: each
 participant group of a participant-wise :data:`CROSS_FIT_GROUPS`-fold split is given sets
-calibrated on the other groups only.
+calibrated on the other groups only; when a class's recordings all lie in one group, that
+group's sets are calibrated without any recording of the class, which one warning says.
+
+MAPIE warns (``UserWarning``) whenever the calibration recordings lack a class; its warning is
+caught where :func:`prediction_sets` conformalizes, and the callers say it in eegformer's words
+once: :func:`coverage_out_of_fold` for ``train``, ``predict --coverage`` for a model file
+(:func:`absent_classes`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.model_selection import GroupKFold
 
+from eegformer_cli import console
 from eegformer_cli.errors import UsageError
 
 #: Coverage levels whose out-of-fold coverage ``train`` measures (the report shows them).
@@ -81,6 +90,15 @@ def check_coverage(coverage: float, n_calibration: int) -> None:
         )
 
 
+#: The start of MAPIE's warning for calibration recordings that lack a class.
+_MAPIE_ABSENT_CLASS = "WARNING: your conformalization dataset has less labels"
+
+
+def absent_classes(labels: np.ndarray, n_classes: int) -> list[int]:
+    """The class indices in ``range(n_classes)`` that none of ``labels`` is."""
+    return sorted(set(range(n_classes)) - {int(label) for label in labels})
+
+
 def prediction_sets(
     calibration_probabilities: np.ndarray,
     calibration_labels: np.ndarray,
@@ -101,7 +119,9 @@ def prediction_sets(
         conformity_score=SCORE,
         prefit=True,
     )
-    conformal.conformalize(calibration_probabilities, np.asarray(calibration_labels, dtype=int))
+    with warnings.catch_warnings():  # a class without calibration recordings: said by callers
+        warnings.filterwarnings("ignore", message=_MAPIE_ABSENT_CLASS, category=UserWarning)
+        conformal.conformalize(calibration_probabilities, np.asarray(calibration_labels, dtype=int))
     _, sets = conformal.predict_set(probabilities)
     sets = np.asarray(sets[:, :, 0], dtype=bool)
     empty = ~sets.any(axis=1)
@@ -110,15 +130,22 @@ def prediction_sets(
 
 
 def coverage_out_of_fold(
-    probabilities: np.ndarray, labels: np.ndarray, groups: np.ndarray, levels=LEVELS
+    probabilities: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    levels=LEVELS,
+    label_names: Sequence[str] | None = None,
 ) -> dict:
     """Empirical coverage of cross-fitted prediction sets on the run's recordings:
     ``{"method", "n", "levels": [{"coverage", "empirical_coverage", "mean_size",
-    "share_ambiguous"}]}`` (levels the recordings cannot give are left out)."""
+    "share_ambiguous"}]}`` (levels the recordings cannot give are left out). One warning
+    names the classes whose recordings all lie in one participant group, by ``label_names``
+    (their indices without it)."""
     probabilities, labels = np.asarray(probabilities, dtype=float), np.asarray(labels, dtype=int)
     groups = np.asarray(groups)
     n_splits = min(CROSS_FIT_GROUPS, len(np.unique(groups)))
     results = []
+    uncalibrated: set[int] = set()
     for level in levels:
         if n_splits < 2:
             break
@@ -130,6 +157,7 @@ def coverage_out_of_fold(
             if len(fit_rows) < fewest_recordings(level):
                 usable[held_out] = False
                 continue
+            uncalibrated.update(set(labels[held_out].tolist()) - set(labels[fit_rows].tolist()))
             sets[held_out] = prediction_sets(
                 probabilities[fit_rows], labels[fit_rows], probabilities[held_out], level
             )
@@ -144,9 +172,33 @@ def coverage_out_of_fold(
                 "share_ambiguous": float((sizes > 1).mean()),
             }
         )
+    if uncalibrated:
+        _warn_uncalibrated(sorted(uncalibrated), labels, groups, n_splits, label_names)
     return {
         "method": f"split-conformal (MAPIE, {SCORE} score), cross-fitted over "
         f"{n_splits} participant groups of the out-of-fold probabilities",
         "n": len(labels),
         "levels": results,
     }
+
+
+def _warn_uncalibrated(
+    classes: list[int],
+    labels: np.ndarray,
+    groups: np.ndarray,
+    n_splits: int,
+    label_names: Sequence[str] | None,
+) -> None:
+    """The warning of :func:`coverage_out_of_fold` for ``classes`` found in one participant
+    group only."""
+    named = ", ".join(
+        f"{label_names[k] if label_names is not None else k!r} "
+        f"({len(np.unique(groups[labels == k]))} participant(s))"
+        for k in classes
+    )
+    console.warn(
+        f"prediction sets: all the recordings of class {named} lie in one of the {n_splits} "
+        "participant groups over which the run's coverage is cross-fitted, so their sets were "
+        "calibrated without that class and the coverage measured for them is not guaranteed "
+        "(more participants of the class fix it)"
+    )

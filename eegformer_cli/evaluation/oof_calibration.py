@@ -77,7 +77,9 @@ def summarise(
     mean, recording_labels, recording_participants = per_recording(
         recalibrated, labels, participants, recordings
     )
-    sets = conformal.coverage_out_of_fold(mean, recording_labels, recording_participants)
+    sets = conformal.coverage_out_of_fold(
+        mean, recording_labels, recording_participants, label_names=label_names
+    )
     entry = {
         "bins": f"{calibration.N_BINS} equal-width bins",
         "models": models,

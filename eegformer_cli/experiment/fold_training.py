@@ -6,11 +6,13 @@ leaves only whole files; the model files of a run (``folds/<name>.pt``, ``model.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from eegformer_cli import console
+from eegformer_cli.errors import EegformerWarning
 from eegformer_cli.evaluation.metrics import MODEL_NAME
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.summaries import write_summaries
@@ -24,6 +26,16 @@ from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
 from eegformer_cli.training.run_plan import RunPlan, recordings_of, run_fold
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
+
+
+def _interim_summaries(
+    run_dir: Path, plan: RunPlan, results: list[FoldRecord], extra: dict | None
+) -> None:
+    """The summaries of the folds finished so far (an interrupted run keeps them), without
+    their warnings: the run's final summaries say once what they find."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EegformerWarning)
+        write_summaries(run_dir, plan, results, extra=extra)
 
 
 def train_models(
@@ -64,7 +76,7 @@ def train_models(
             results[fold.name] = result
             bar.advance(folds_task)
             if distributed.is_writer() and fold_index is None:  # a fold job leaves them to --merge
-                write_summaries(run_dir, plan, in_fold_order(results, folds), extra=extra)
+                _interim_summaries(run_dir, plan, in_fold_order(results, folds), extra)
             _log_fold(fold, result)
         if fold_index is not None:
             return None

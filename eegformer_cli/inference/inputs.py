@@ -262,7 +262,8 @@ def _matched(
     """A raw recording before it is preprocessed: its participant (``participant_id`` when
     given, else the one the name of its ``file`` gives, as ``preprocess`` finds it; None for a
     recording made in memory), with the label, age and sex the call's participants table
-    gives that participant, and the table consulted."""
+    gives that participant (the label from its BIDS entities first, as its manifest row
+    would have them: a model of ``task``), and the table consulted."""
     from eegformer_cli.recordings import bids, metadata
 
     if participant_id is None and file is not None:
@@ -275,7 +276,7 @@ def _matched(
     )
     if file is not None:
         item.entities = bids.entities(file)
-    item.label = _known_label(call.bundle, meta)
+    item.label = _known_label(call.bundle, {**meta, **item.entities})
     _set_demographics(item, meta.get("age"), meta.get("sex"), "table")
     if call.table is not None:
         item.table = str(call.table)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from scipy.special import softmax
 
-from eegformer_cli import provenance
+from eegformer_cli import console, provenance
 from eegformer_cli.inference.inputs import InputRecording
 from eegformer_cli.model.predict import recording_logits
 
@@ -65,10 +65,20 @@ def predict_recordings(
 
 def check_model_coverage(bundle, coverage: float) -> None:
     """UsageError unless ``bundle``'s out-of-fold calibration set can give ``coverage``
-    (a model file without one: written before eegformer kept it)."""
-    from eegformer_cli.evaluation.conformal import check_coverage
+    (a model file without one: written before eegformer kept it); a warning when the set
+    lacks a class of the model (a holdout's test recordings without it)."""
+    from eegformer_cli.evaluation.conformal import absent_classes, check_coverage
 
-    check_coverage(coverage, len((bundle.conformal or {}).get("labels", [])))
+    labels = (bundle.conformal or {}).get("labels", [])
+    check_coverage(coverage, len(labels))
+    absent = [bundle.label_names[k] for k in absent_classes(labels, len(bundle.label_names))]
+    if absent:
+        console.warn(
+            f"--coverage {coverage}: the model's {len(labels)} calibration recordings (its "
+            f"run's out-of-fold ones) include none of class {', '.join(map(repr, absent))}, so "
+            "the coverage is not guaranteed for recordings of that class (train with "
+            "cross-validation, or a larger --holdout, so that its recordings are among them)"
+        )
 
 
 def prediction_set(bundle, probabilities: np.ndarray, coverage: float) -> list[str]:

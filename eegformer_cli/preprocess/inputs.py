@@ -117,9 +117,10 @@ def _warn_pooled_tasks(recordings: list[Recording]) -> None:
     console.warn(
         escape(
             f"{sum(counts.values())} BIDS recordings of {len(counts)} tasks pooled into one "
-            f"study ({', '.join(f'{task}: {n}' for task, n in sorted(counts.items()))}); to "
-            "keep one, pass --task NAME; pooled, task is a manifest column (train "
-            "--label-column task) and train's shortcut audit checks whether it predicts the label"
+            f"study ({', '.join(f'{task}: {n}' for task, n in sorted(counts.items()))}); "
+            "task is a manifest column: `train --label-column task` tells the tasks apart, and "
+            "with another label train's shortcut audit checks whether the task predicts it; to "
+            "study one task alone, pass --task NAME"
         )
     )
 

@@ -66,8 +66,9 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     """Read the manifest and keep the recordings usable for training with ``label_column``.
 
     Recordings with status other than ``ok`` are skipped; recordings with a missing label are
-    skipped with a warning naming them. Raises UsageError when the column does not exist and
-    InputDataError when no recording has a label or only one class remains.
+    skipped with a warning naming them. Raises UsageError when the column does not exist or
+    is a measure, not classes (:func:`check_not_a_measure`), and InputDataError when no
+    recording has a label or only one class remains.
     """
     data_dir = Path(data_dir).resolve()
     ok_rows, labelled = _labelled_rows(data_dir, label_column)
@@ -105,6 +106,30 @@ def load_training_data(data_dir: str | Path, label_column: str) -> TrainingData:
     )
 
 
+#: A numeric label with more distinct values than this is a measure (age, a score), not classes.
+MAX_NUMERIC_CLASSES = 10
+
+
+def check_not_a_measure(labels: list[str], what: str, fix: str) -> None:
+    """UsageError when every one of ``labels`` is a number and there are more than
+    :data:`MAX_NUMERIC_CLASSES` distinct ones: a classifier would make each value a class
+    (``train -l age``: one class per age). ``what`` names the labels, ``fix`` says how to
+    make classes of them."""
+    distinct = sorted(set(labels))
+    if len(distinct) <= MAX_NUMERIC_CLASSES:
+        return
+    try:
+        numbers = sorted(float(label) for label in distinct)
+    except ValueError:
+        return
+    raise UsageError(
+        f"{what} is numeric with {len(distinct)} distinct values ({numbers[0]:g} to "
+        f"{numbers[-1]:g}), a measure: a classifier would make each value a class "
+        f"({MAX_NUMERIC_CLASSES} numeric values or fewer are taken as class codes)",
+        hint=fix,
+    )
+
+
 def _labelled_rows(data_dir: Path, label_column: str) -> tuple[list[dict], list[dict]]:
     """The manifest's rows with status ``ok``, and those of them with a ``label_column``
     label (:func:`load_training_data`'s errors and warning)."""
@@ -136,6 +161,18 @@ def _labelled_rows(data_dir: Path, label_column: str) -> tuple[list[dict], list[
             path=data_dir / output.MANIFEST_NAME,
             hint="fill the label column",
         )
+    check_not_a_measure(
+        [
+            row[label_column].strip()
+            for row in ok_rows
+            if not demographics.is_missing(row.get(label_column))
+        ],
+        f"label column {label_column!r}",
+        f"add a column of a few classes made from it to participants.tsv, e.g. "
+        f"{label_column}_group with values low and high; rerun `eegformer preprocess` into "
+        f"this folder, which rewrites only the manifest; then train with --label-column "
+        f"{label_column}_group",
+    )
     if unlabeled:
         shown = ", ".join(unlabeled[:10]) + (" ..." if len(unlabeled) > 10 else "")
         warn(
