@@ -73,16 +73,6 @@ def search_logistic_c(
     When no inner split trains on two classes (a training part of a few participants, one of
     them the only one of its class), C cannot be chosen: scikit-learn's default, C = 1, is
     refitted on all, and ``best_score_`` is NaN (no inner score)."""
-    splitter = StratifiedGroupKFold(inner_folds(labels, groups), shuffle=True, random_state=seed)
-    splits = list(splitter.split(features, labels, groups))
-    chosen = any(len(np.unique(np.asarray(labels)[inside])) > 1 for inside, _ in splits)
-    everything = np.arange(len(labels))
-    search = GridSearchCV(
-        pipeline,
-        {"logisticregression__C": list(grid) if chosen else [1.0]},
-        scoring="balanced_accuracy",
-        cv=splits if chosen else [(everything, everything)],
-    )
     # one BLAS thread, bit-identical results: on busy cores (other jobs, or the --n-jobs
     # workers, 2 threads each) OpenBLAS's threads made scipy's L-BFGS-B several times slower on these
     # small problems, and no faster on idle cores (docs/benchmarks.md, "Permutation test")
@@ -90,6 +80,18 @@ def search_logistic_c(
         warnings.filterwarnings("ignore", category=UserWarning, module=r"sklearn\.")
         # an inner training split with one class: that fold scores nan for every C (tiny data)
         warnings.filterwarnings("ignore", category=FitFailedWarning)
+        splitter = StratifiedGroupKFold(
+            inner_folds(labels, groups), shuffle=True, random_state=seed
+        )
+        splits = list(splitter.split(features, labels, groups))
+        chosen = any(len(np.unique(np.asarray(labels)[inside])) > 1 for inside, _ in splits)
+        everything = np.arange(len(labels))
+        search = GridSearchCV(
+            pipeline,
+            {"logisticregression__C": list(grid) if chosen else [1.0]},
+            scoring="balanced_accuracy",
+            cv=splits if chosen else [(everything, everything)],
+        )
         search.fit(features, labels, groups=groups)
     if not chosen:
         search.best_score_ = float("nan")
