@@ -30,6 +30,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 SAMPLE_DATA = REPO / "sample_data"
 #: A run folder written by commit 40b91a5 (its README says how).
 EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
+#: A run folder written by commit eb6edf8, fold model files included (its README says how).
+PINNED_RUN = Path(__file__).parent / "data" / "run_folder_eb6edf8"
 
 
 def shared_dataset(name: str) -> Path:
@@ -125,10 +127,16 @@ BUILT_MANIFEST_COLUMNS = (
 
 
 def make_connectome_folder(
-    root: Path, n_participants: int = 24, n_segments: int = 2, seed: int = 0, labels=None
+    root: Path,
+    n_participants: int = 24,
+    n_segments: int = 2,
+    seed: int = 0,
+    labels=None,
+    effect: float = 0.3,
 ) -> Path:
-    """A preprocess-style output folder with a learnable two-class difference (band
-    covariances too: average-referenced random signals, rank C - 1, from their own stream)."""
+    """A preprocess-style output folder with a learnable two-class difference (``effect``
+    added to the patients' alpha coherence; band covariances too: average-referenced random
+    signals, rank C - 1, from their own stream)."""
     from eegformer_cli.preprocess import PreprocessSettings
 
     rng, signals = np.random.default_rng(seed), np.random.default_rng(seed + 1)
@@ -141,7 +149,7 @@ def make_connectome_folder(
         coh = rng.uniform(0.2, 0.6, (n_segments, len(BANDS), c, c))
         wpli = rng.uniform(0.0, 0.3, (n_segments, len(BANDS), c, c))
         if label == "patient":
-            coh[:, 1] += 0.3
+            coh[:, 1] += effect
         for m in (coh, wpli):
             m[:] = (m + m.transpose(0, 1, 3, 2)) / 2
             m[:, :, np.arange(c), np.arange(c)] = 0
