@@ -446,6 +446,7 @@ def bids_raws(root: Path) -> dict[str, mne.io.BaseRaw]:
     return raws
 
 
+@pytest.mark.slow  # trains a model
 def test_every_entry_point_reads_channels_tsv_as_preprocess_does(trained, capsys):
     """The same probabilities and interpolated channels, whichever way the recordings are
     given; the recording with too many bad channels refused with the same line; explain's
@@ -478,6 +479,7 @@ def test_every_entry_point_reads_channels_tsv_as_preprocess_does(trained, capsys
     assert REFUSAL in explained[TOO_MANY], explained[TOO_MANY]
 
 
+@pytest.mark.slow  # trains a model
 def test_preprocess_raw_and_the_estimator_read_a_raws_bad_channels_as_preprocess_does(trained):
     """An mne.io.Raw from mne-bids (its bad channel in ``info["bads"]``) or from MNE's own
     reader (channels.tsv found beside its file) gives the preprocess folder's connectome, so the
@@ -510,6 +512,7 @@ def test_preprocess_raw_and_the_estimator_read_a_raws_bad_channels_as_preprocess
     np.testing.assert_allclose(probabilities[1:], probabilities[[0, 0]], rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow  # trains a model
 def test_predict_on_a_bids_root_reads_the_recordings_of_the_models_selection(dataset, capsys):
     """A model trained on ``preprocess --session 1`` predicts a BIDS root's session-1
     recordings, as its preprocess folder read them."""
@@ -533,6 +536,7 @@ def test_predict_on_a_bids_root_reads_the_recordings_of_the_models_selection(dat
     assert len(rows) == sum(row["status"] == "ok" for row in read_manifest(prep)) == 9
 
 
+@pytest.mark.slow  # trains a model
 def test_train_on_a_study_where_no_inner_split_holds_both_classes(dataset, capsys):
     """Three training participants, one of them the only one of its class: inner splits of the
     references' and the linear path's C search that train on one class give no model (the
@@ -551,3 +555,30 @@ def test_train_on_a_study_where_no_inner_split_holds_both_classes(dataset, capsy
     args = ["train", prep, "--out", base / "tiny_run", "-l", "diagnosis", "--holdout", "0.4"]
     code, output = run_main(capsys, *args, "--config", base / "tiny.toml")
     assert code == 0 and "internal error" not in output, output
+
+
+@pytest.mark.slow  # trains a model
+@pytest.mark.parametrize("given", ["root", "preprocess_folder"])
+def test_explain_of_the_run_gives_its_out_of_fold_probabilities_however_given(
+    trained, capsys, given
+):
+    """``explain RUN`` on the BIDS root or on the preprocess folder: every training recording's
+    probabilities are its out-of-fold ones (oof_predictions.tsv), bad channels or not."""
+    inputs = {"root": trained["root"], "preprocess_folder": trained["prep"]}
+    out = trained["base"] / f"explained_{given}"
+    code, output = run_main(
+        capsys, "explain", trained["run"], inputs[given], "--out", out, "--n-steps", "4"
+    )
+    assert TOO_MANY in output, output  # refused, the others explained
+    with open(out / "recordings.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with open(trained["run"] / "oof_predictions.tsv", newline="") as handle:
+        oof = {
+            row["recording_id"]: [float(row["prob_arith"]), float(row["prob_rest"])]
+            for row in csv.DictReader(handle, delimiter="\t")
+            if row["model"] == "xaiguiformer"
+        }
+    assert len(rows) == len(oof) == 12
+    for row in rows:
+        found = [float(row["prob_arith"]), float(row["prob_rest"])]
+        np.testing.assert_allclose(found, oof[row["recording_id"]], rtol=1e-5, atol=1e-6)
