@@ -569,7 +569,8 @@ def test_explain_of_the_run_gives_its_out_of_fold_probabilities_however_given(
     code, output = run_main(
         capsys, "explain", trained["run"], inputs[given], "--out", out, "--n-steps", "4"
     )
-    assert TOO_MANY in output, output  # refused, the others explained
+    refused = {"root": RecordingError, "preprocess_folder": InputDataError}[given]
+    assert code == refused.exit_code and TOO_MANY in output, output  # the others explained
     with open(out / "recordings.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     with open(trained["run"] / "oof_predictions.tsv", newline="") as handle:
