@@ -533,6 +533,7 @@ def test_predict_on_a_bids_root_reads_the_recordings_of_the_models_selection(dat
     assert code == RecordingError.exit_code, output  # sub-03's arithmetic: too many bad channels
     rows = json_rows(output)
     assert {row["session"] for row in rows} == {"1"}
+    assert "its 10 recording(s) of --session 1 (of 13), the selection the model" in output
     assert len(rows) == sum(row["status"] == "ok" for row in read_manifest(prep)) == 9
 
 

@@ -215,7 +215,7 @@ def _entry_recordings(bundle, entry: Path) -> list[Path]:
     if not (selection and entry.is_dir() and bids.is_root(entry)):
         return reading.find_recordings([entry])
     try:
-        return reading.find_recordings([entry], selection)
+        selected = reading.find_recordings([entry], selection)
     except (UsageError, InputDataError):
         raise InputDataError(
             f"no recording of this BIDS root is of {selection.described()}, the selection of "
@@ -223,6 +223,15 @@ def _entry_recordings(bundle, entry: Path) -> list[Path]:
             path=entry,
             hint="give the recording files themselves to predict them with this model",
         ) from None
+    every = reading.find_recordings([entry])
+    if len(selected) < len(every):
+        from eegformer_cli import console
+
+        console.log(
+            f"{entry}: its {len(selected)} recording(s) of {selection.described()} (of "
+            f"{len(every)}), the selection the model was trained on"
+        )
+    return selected
 
 
 def _participants_table(participants, raw_inputs: list[Path]) -> Path | None:
