@@ -22,8 +22,10 @@ Verdict (first): the score with its interval, the comparison with every referenc
    coverage (:mod:`.calibration`); then the per-recording table and training curves.
 4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
-   the logit change when attention is replaced by a uniform mean or the identity) and the
-   entropy per epoch on the validation participants (history.jsonl).
+   the logit change when attention is replaced by a uniform mean or the identity), first
+   whether the attention reached the output at all (the transformer's residual kept in no
+   fold, or in some only: :func:`~eegformer_cli.experiment.verdict.attention_reach`), and
+   the entropy per epoch on the validation participants (history.jsonl).
 5. Interactions: what every fit's interaction screen kept, its best score and its gate, or
    that nothing was screened (:mod:`.interactions`); with explanations, what each kept
    interaction weighs in a prediction.
@@ -55,6 +57,7 @@ out) and the page (no tags, its styles, a note, a figure) in :mod:`.page`.
 from __future__ import annotations
 
 import tempfile
+import textwrap
 from pathlib import Path
 
 from eegformer_cli import console
@@ -63,6 +66,7 @@ from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_
 from eegformer_cli.evaluation.metrics import describe_comparison
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.verdict import LINEAR_PATH_SCORER, attention_reach, scorer
 from eegformer_cli.preprocess.output import (
     MANIFEST_NAME,
     SETTINGS_NAME,
@@ -97,6 +101,10 @@ from eegformer_cli.report.tables import (
     run_summary_html,
 )
 from eegformer_cli.report.trust import add_trust_section
+
+#: Characters per line of the confusion matrix's title (the model that carries the score, at
+#: 10 pt: the narrowest matrix is 4.5 inches wide).
+CONFUSION_TITLE_CHARACTERS = 44
 
 # ----------------------------------------------------------------------------- report
 
@@ -248,9 +256,16 @@ def _add_cross_validation(
         if labels
         else ""
     )
+    name = scorer(metrics)
+    carries = (
+        ""
+        if name == "XAIguiFormer"
+        else f" The xaiguiformer row is {name}"
+        + (": it repeats the linear_path row." if name == LINEAR_PATH_SCORER else ".")
+    )
     report.add_html(
         "<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
-        f"{chance}</p>" + metrics_html(metrics) + paired,
+        f"{chance}{inline_code(carries)}</p>" + metrics_html(metrics) + paired,
         "Metrics",
         section=section,
     )
@@ -259,7 +274,12 @@ def _add_cross_validation(
     if matrix is not None:
         add_figure(
             report,
-            confusion_matrix_figure(matrix, labels, n_folds=metrics.n_folds),
+            confusion_matrix_figure(
+                matrix,
+                labels,
+                textwrap.fill(name[0].upper() + name[1:], CONFUSION_TITLE_CHARACTERS),
+                n_folds=metrics.n_folds,
+            ),
             "Confusion matrix",
             section,
         )
@@ -312,8 +332,10 @@ def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> N
             section,
         )
         return
+    reach = attention_reach(metrics) if metrics else None
     report.add_html(
-        "<p>What the attention of the two passes does on the test participants of every fold "
+        ("" if reach is None else f'<p class="eeg-reach"><b>{inline_code(reach)}</b></p>')
+        + "<p>What the attention of the two passes does on the test participants of every fold "
         "(mean over a fold's recordings, then over folds). <b>Entropy</b>: how spread each "
         f"band's attention is, in nats; uniform attention over the {attention['n_bands']} bands "
         f"gives ln {attention['n_bands']} = {attention['uniform_entropy']:.3f} (100 %), attention "

@@ -64,6 +64,28 @@ def confusion_matrix_figure(
     return fig
 
 
+def coinciding(curves: dict[str, object]) -> list[list[str]]:
+    """The names of ``curves`` (name -> what draws its curve, compared with ``==``) grouped
+    by equal curves, in first-seen order: a model whose predictions are another's (XAIguiFormer
+    whose transformer was kept in no fold, and its linear path alone) is drawn once."""
+    groups: list[tuple[object, list[str]]] = []
+    for name, data in curves.items():
+        match = next((names for drawn, names in groups if drawn == data), None)
+        if match is None:
+            groups.append((data, [name]))
+        else:
+            match.append(name)
+    return [names for _, names in groups]
+
+
+def same_curve_name(names: list[str]) -> str:
+    """The legend's name of one curve drawn for several models: "xaiguiformer = linear_path
+    (identical curves, drawn once)"."""
+    if len(names) == 1:
+        return names[0]
+    return " = ".join(names) + " (identical curves, drawn once)"
+
+
 def _curve_legend(name: str, short: str, pooled: float, fold_mean: float | None) -> str:
     """A curve's legend: its pooled area and, when known, the mean over folds."""
     text = f"{name}: pooled {short} {pooled:.3f}"
@@ -79,7 +101,8 @@ def roc_pr_figure(
     """ROC and precision-recall curves per model from ``oof_predictions.tsv`` rows (two
     classes: of ``positive_label``; more classes: one-vs-rest of each class, XAIguiFormer).
 
-    Each curve pools every out-of-fold prediction (all folds and repeats); its legend gives
+    Models with the same predictions (:func:`coinciding`) share one curve, its legend naming
+    each. Each curve pools every out-of-fold prediction (all folds and repeats); its legend gives
     that pooled area (ROC: AUC; precision-recall: average precision, the estimator of the
     metrics table) and, from ``fold_means`` (model -> metrics.json's ``mean``), the table's
     mean over folds, which differs from it: pooling mixes folds whose scores are not on one
@@ -95,19 +118,34 @@ def roc_pr_figure(
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 5), layout="constrained")
     models = sorted({row["model"] for row in predictions})
     if positive_label is not None:
-        curves = [(m, positive_label, [r for r in predictions if r["model"] == m]) for m in models]
+        by_model = {m: [r for r in predictions if r["model"] == m] for m in models}
+        groups = coinciding(
+            {
+                m: sorted(
+                    (
+                        r["recording_id"],
+                        r.get("repeat"),
+                        r.get("fold"),
+                        float(r[f"prob_{positive_label}"]),
+                    )
+                    for r in rows
+                )
+                for m, rows in by_model.items()
+            }
+        )
+        curves = [(names, positive_label, by_model[names[0]]) for names in groups]
     else:
         rows = [r for r in predictions if r["model"] == "xaiguiformer"]
-        curves = [(f"xaiguiformer {label}-vs-rest", label, rows) for label in labels]
+        curves = [([f"xaiguiformer {label}-vs-rest"], label, rows) for label in labels]
     means = fold_means or {}
-    for name, label, rows in curves:
+    for names, label, rows in curves:
         truth = np.array([r["label"] == label for r in rows])
         score = np.array([float(r[f"prob_{label}"]) for r in rows])
         if truth.all() or not truth.any():
             continue
         fpr, tpr, _ = roc_curve(truth, score)
         precision, recall, _ = precision_recall_curve(truth, score)
-        mean = means.get(name)
+        mean, name = means.get(names[0]), same_curve_name(names)
         auroc, ap = roc_auc_score(truth, score), average_precision_score(truth, score)
         ax_roc.plot(
             fpr, tpr, label=_curve_legend(name, "AUC", auroc, None if mean is None else mean.auroc)

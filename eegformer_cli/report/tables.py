@@ -16,6 +16,7 @@ import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.verdict import scorer
 from eegformer_cli.preprocess.output import PreprocessFile
 from eegformer_cli.report.page import inline_code
 
@@ -272,8 +273,9 @@ def metric_notes_html(metrics: RunMetrics) -> str:
         ),
         (
             "paired difference and 95 % interval",
-            "the transformer's bac minus a reference's (the logistic regression on the same "
-            "tokens; the tangent space of the band covariances), fold by fold on the same test "
+            f"the bac of {scorer(metrics)} minus a reference's (the logistic regression on "
+            "the same tokens; the tangent space of the band covariances), fold by fold on the "
+            "same test "
             "participants; the interval (corrected resampled t-test, which allows for folds "
             "sharing training participants) shows what the folds cannot rule out: if it contains "
             f"0, these data do not tell which model is better.{clipped}",
@@ -389,7 +391,7 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
     body = [_oof_row_html(row) for row in table]
     n_wrong = sum(t[0] > 0 for t in table)
     return (
-        f"<p>{len(table)} recordings, {n_wrong} misclassified by XAIguiFormer at least once "
+        f"<p>{len(table)} recordings, {n_wrong} misclassified by the model at least once "
         "(tinted, listed first; click a column header to sort, all pages at once). "
         "<i>P(true)</i>: the "
         "probability the model gave the recording's true class, averaged over its "
