@@ -25,12 +25,12 @@ import pytest
 from builders import run_main
 
 from eegformer_cli.cli.app import main
+from eegformer_cli.report.attention_figures import attention_figure
 from eegformer_cli.report.figures import (
-    attention_figure,
     confusion_matrix_figure,
     training_curves_figure,
 )
-from eegformer_cli.report.tables import PREPROCESS_SETTINGS
+from eegformer_cli.report.preprocessing import PREPROCESS_SETTINGS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
@@ -705,12 +705,9 @@ def test_report_band_option_and_its_errors(report_file, sample_run, tmp_path, ca
 
 def test_legends_sit_under_the_plots_over_no_data():
     from eegformer_cli.evaluation.run_metrics import Calibration, PermutationTest
+    from eegformer_cli.report.attention_figures import attention_entropy_figure
     from eegformer_cli.report.calibration import reliability_figure
-    from eegformer_cli.report.figures import (
-        attention_entropy_figure,
-        band_importance_figure,
-        roc_pr_figure,
-    )
+    from eegformer_cli.report.figures import band_importance_figure, roc_pr_figure
     from eegformer_cli.report.trust import null_distribution_figure
 
     rng = np.random.default_rng(0)
@@ -799,7 +796,7 @@ def test_calibration_counts_name_predictions_and_recordings():
 def test_the_preprocessing_table_lists_every_setting_the_crop_first():
     from eegformer_cli.preprocess.output import PreprocessFile
     from eegformer_cli.preprocess.settings import PreprocessSettings
-    from eegformer_cli.report.tables import preprocessing_html
+    from eegformer_cli.report.preprocessing import preprocessing_html
 
     settings = PreprocessSettings.from_preset("paper").to_dict()
     document = {

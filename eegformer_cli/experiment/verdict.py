@@ -45,7 +45,7 @@ from eegformer_cli.evaluation.run_metrics import (
     RunMetrics,
     model_in_words,
 )
-from eegformer_cli.experiment.above_chance import PERMUTATION_HINT, above_chance
+from eegformer_cli.experiment.above_chance import ALPHA, PERMUTATION_HINT, above_chance
 
 #: Prediction-set level quoted in the verdict.
 VERDICT_COVERAGE = 0.9
@@ -161,6 +161,12 @@ def score_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
             else "; this interval does not lie above chance, but the permutation test does"
         ) + " (the headline follows the permutation test)"
         return "score", text, "neutral"
+    if rule.above:
+        text += (
+            "; the permutation test confirms it"
+            if rule.follows == "permutation test"
+            else "; the interval lies above chance"
+        )
     return "score", text, "good" if rule.above else "neutral"
 
 
@@ -270,7 +276,8 @@ def permutation_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, 
     return (
         "permutation test",
         f"p = {rule.p_value:.2g} for the model's balanced accuracy ({n} permutations, "
-        f"{whose}); the headline follows this test",
+        f"{whose}); {'below' if rule.above else 'not below'} {ALPHA:g}, and the headline "
+        "follows this test",
         "good" if rule.above else "warn",
     )
 

@@ -73,13 +73,13 @@ from eegformer_cli.preprocess.output import (
     read_manifest,
     read_settings_file,
 )
+from eegformer_cli.report.attention_figures import attention_entropy_figure
 from eegformer_cli.report.calibration import add_calibration_section, add_verdict
 from eegformer_cli.report.explanations import (
     add_explanations_section,
     check_explanations_match,
 )
 from eegformer_cli.report.figures import (
-    attention_entropy_figure,
     confusion_matrix_figure,
     roc_pr_figure,
     training_curves_figure,
@@ -91,14 +91,15 @@ from eegformer_cli.report.page import (
     inline_code,
     untagged_report,
 )
+from eegformer_cli.report.preprocessing import preprocessing_html
 from eegformer_cli.report.tables import (
     attention_diagnostics_html,
     dataset_summary_html,
     metric_notes_html,
     metrics_html,
     oof_table_html,
-    preprocessing_html,
     run_summary_html,
+    training_curves_caption,
 )
 from eegformer_cli.report.trust import add_trust_section
 
@@ -165,7 +166,7 @@ def build_report(
     if metrics is not None:  # without it, the cross-validation section says why
         add_trust_section(report, run_dir, metrics)
         add_calibration_section(report, metrics)
-        _add_predictions_and_curves(report, run_dir, metrics, history)
+        _add_predictions_and_curves(report, run_dir, config, metrics, history)
     _add_attention(report, metrics, history)
     add_interactions_section(report, run_dir, metrics, explanations_dir)
     add_explanations_section(report, run_dir, explanations_dir, band)
@@ -175,8 +176,9 @@ def build_report(
 def _add_run_summary(report, run_dir: Path, config: dict, metrics: RunMetrics | None) -> None:
     planned = None if metrics and metrics.scheme else run_folder.read_planned_folds(run_dir)
     scheme = metrics.scheme if metrics and metrics.scheme else planned and planned[0]
+    incomplete = _incomplete_run(run_dir, metrics) if metrics is not None else "no metrics.json"
     report.add_html(
-        run_summary_html(run_dir, config, metrics, scheme),
+        run_summary_html(run_dir, config, metrics, scheme, incomplete),
         "Which run this is",
         section="Run summary",
     )
@@ -222,9 +224,15 @@ def _add_preprocessing(report, config: dict) -> None:
         return
     report.add_html(
         f"<p>How the recordings became connectomes: <code>{inline_code(str(settings_file))}"
-        "</code>, every setting, the crop first (a new recording given to "
-        "<code>eegformer predict</code> is preprocessed the same way).</p>"
-        + preprocessing_html(stored),
+        "</code>, every setting that did something, the crop first (a new recording given to "
+        "<code>eegformer predict</code> is preprocessed the same way; with ICA off, its "
+        "parameters are left out).</p>"
+        + preprocessing_html(
+            stored,
+            read_manifest(settings_file.parent)
+            if (settings_file.parent / MANIFEST_NAME).is_file()
+            else None,
+        ),
         "Preprocessing settings",
         section=section,
     )
@@ -256,33 +264,14 @@ def _add_cross_validation(
         if labels
         else ""
     )
-    name = scorer(metrics)
-    carries = (
-        ""
-        if name == "XAIguiFormer"
-        else f" The xaiguiformer row is {name}"
-        + (": it repeats the linear_path row." if name == LINEAR_PATH_SCORER else ".")
-    )
     report.add_html(
         "<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
-        f"{chance}{inline_code(carries)}</p>" + metrics_html(metrics) + paired,
+        f"{chance}{inline_code(_carries(metrics))}</p>" + metrics_html(metrics) + paired,
         "Metrics",
         section=section,
     )
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)
-    matrix = metrics.transformer.confusion_matrix
-    if matrix is not None:
-        add_figure(
-            report,
-            confusion_matrix_figure(
-                matrix,
-                labels,
-                textwrap.fill(name[0].upper() + name[1:], CONFUSION_TITLE_CHARACTERS),
-                n_folds=metrics.n_folds,
-            ),
-            "Confusion matrix",
-            section,
-        )
+    _add_confusion_matrix(report, metrics, labels, section)
     if run_folder.has_oof_predictions(run_dir):
         fold_means = {name: model.mean for name, model in metrics.models.items()}
         predictions = run_folder.read_oof_predictions(run_dir)
@@ -303,8 +292,38 @@ def _add_cross_validation(
         )
 
 
+def _add_confusion_matrix(report, metrics: RunMetrics, labels: list[str], section: str) -> None:
+    """The summed out-of-fold confusion matrix, titled with the model that carries the score
+    (:func:`~eegformer_cli.experiment.verdict.scorer`)."""
+    name = scorer(metrics)
+    matrix = metrics.transformer.confusion_matrix
+    if matrix is None:
+        return
+    add_figure(
+        report,
+        confusion_matrix_figure(
+            matrix,
+            labels,
+            textwrap.fill(name[0].upper() + name[1:], CONFUSION_TITLE_CHARACTERS),
+            n_folds=metrics.n_folds,
+        ),
+        "Confusion matrix",
+        section,
+    )
+
+
+def _carries(metrics: RunMetrics) -> str:
+    """What the metrics table's xaiguiformer row is, where it is not the transformer in every
+    fold (:func:`~eegformer_cli.experiment.verdict.scorer`), else ``""``."""
+    name = scorer(metrics)
+    if name == "XAIguiFormer":
+        return ""
+    repeats = ": it repeats the linear_path row." if name == LINEAR_PATH_SCORER else "."
+    return f" The xaiguiformer row is {name}{repeats}"
+
+
 def _add_predictions_and_curves(
-    report, run_dir: Path, metrics: RunMetrics, history: list[dict]
+    report, run_dir: Path, config: dict, metrics: RunMetrics, history: list[dict]
 ) -> None:
     """Every recording's out-of-fold prediction and the training curves, after the verdict's
     evidence (metrics, audit, calibration)."""
@@ -317,7 +336,15 @@ def _add_predictions_and_curves(
             raise run_folder.damaged_oof_predictions(run_dir, exc) from None
         report.add_html(table, "Per-recording out-of-fold predictions", section=section)
     if history:
-        add_figure(report, training_curves_figure(history), "Training curves per fold", section)
+        add_figure(
+            report,
+            training_curves_figure(history),
+            "Training curves per fold",
+            section,
+            caption=training_curves_caption(
+                history, config.get("train_config", {}), bool(metrics.linear_path)
+            ),
+        )
 
 
 def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.report.attention_figures import attention_figure
 from eegformer_cli.report.figures import (
-    attention_figure,
     band_importance_figure,
     connectivity_head_figure,
     contrast_figure,
@@ -202,7 +202,7 @@ def _add_attribution_figures(
         band_importance_figure(summary["band_importance"], classes, bands, reference),
         "Band importance per class",
         section,
-        caption=band_importance_note(reference),
+        caption=band_importance_note(reference, summary["band_importance"], classes, bands),
     )
     which = (
         f"the band {band} (chosen with --band)"
