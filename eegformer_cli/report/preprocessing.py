@@ -116,7 +116,7 @@ REJECTION_SETTINGS = ("flat_ptp_v", "absurd_ptp_v")
 
 def rejected_segments(manifest: list[dict]) -> tuple[int, int, int] | None:
     """(segments rejected, segments cut, recordings with a rejection) over the manifest's
-    usable recordings; None without counts (a manifest of an earlier version)."""
+    usable recordings; None without counts (a manifest without those columns)."""
     ok = [r for r in manifest if r.get("status") == "ok"]
     try:
         kept = [int(float(r["n_segments"])) for r in ok]
@@ -129,7 +129,7 @@ def rejected_segments(manifest: list[dict]) -> tuple[int, int, int] | None:
 def _rejection_text(counts: tuple[int, int, int] | None) -> str:
     """What the two thresholds together rejected, in words."""
     if counts is None:
-        return "not counted (a manifest of an earlier version)"
+        return "not counted (the manifest has no n_segments_rejected column)"
     rejected, total, recordings = counts
     if not rejected:
         return f"none of the {total} segments: neither threshold rejected any"
