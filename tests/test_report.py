@@ -469,6 +469,28 @@ window.addEventListener('load', () => setTimeout(() => {
   b.setAttribute('data-head-figure', !!(pairImage && pairImage.complete
       && pairImage.naturalWidth > 0 && pairItem.textContent.includes('montage positions')
       && pairItem.textContent.includes('colour bar')));
+  // what a reader reads in the verdict box and in every item on attention
+  b.setAttribute('data-verdict-text', verdict ? verdict.innerText : '');
+  b.setAttribute('data-attention-text', [...document.querySelectorAll('.accordion-item')].filter(
+      e => {
+        const heading = e.querySelector('.accordion-header, button');
+        return heading && /attention/i.test(heading.textContent);
+      }).map(e => e.innerText).join(' | '));
+  // the table of contents: the contrast (WCAG) of its active entry, focused as after a click
+  const entry = document.querySelector('#toc-navbar .nav-link');
+  entry.classList.add('active');
+  entry.focus({preventScroll: true});
+  const luminance = colour => {
+    const [r, g, bl] = colour.match(/[\\d.]+/g).slice(0, 3).map(v => {
+      v = Number(v) / 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
+  };
+  const entryStyle = getComputedStyle(entry);
+  const [light, dark] = [luminance(entryStyle.color), luminance(entryStyle.backgroundColor)]
+      .sort((x, y) => y - x);
+  b.setAttribute('data-toc-contrast', ((light + 0.05) / (dark + 0.05)).toFixed(2));
   const filter = document.getElementById('filter-by-tags-dropdown-menu');
   b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
   const heads = [...document.querySelectorAll('.bootstrap-table thead th')];
@@ -542,6 +564,7 @@ def check_page(attribute) -> None:
     assert attribute("contrast") == "true" and attribute("contrast-measures") == "true"
     assert attribute("crop-first") == "true" and int(attribute("prep-rows")) >= 17
     assert attribute("sorted") == "true"
+    assert float(attribute("toc-contrast")) >= 7  # WCAG AAA: the active entry reads easily
 
 
 @pytest.mark.slow
@@ -588,6 +611,18 @@ def test_reports_render_in_headless_chromium(demo_report, interaction_report, tm
     )
     assert int(attribute("used-rows")) >= 1
     assert "The kept interactions carry more of the class contrast than any single pair" in dom
+    # its transformer was kept in no fold: the verdict names the linear path, and the attention
+    # sections say that the attention did not reach the output
+    verdict = attribute("verdict-text")
+    assert verdict.startswith(
+        "The model (its linear path; the transformer was not kept in any fold): "
+    )
+    assert "XAIguiFormer" not in verdict and "the transformer adds" not in verdict
+    assert "not kept in its one fold" in verdict and "the scores above are the linear path's" in (
+        verdict
+    )
+    attention = attribute("attention-text")
+    assert attention.count("The attention did not reach the output") == 2, attention
 
     screenshot = tmp_path / "report.png"
     subprocess.run(
