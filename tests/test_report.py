@@ -474,7 +474,8 @@ window.addEventListener('load', () => setTimeout(() => {
   b.setAttribute('data-attention-text', [...document.querySelectorAll('.accordion-item')].filter(
       e => {
         const heading = e.querySelector('.accordion-header, button');
-        return heading && /attention/i.test(heading.textContent);
+        return heading && /attention/i.test(heading.textContent)
+               && !e.querySelector('.accordion-item');  // an item, not its section
       }).map(e => e.innerText).join(' | '));
   // the table of contents: the contrast (WCAG) of its active entry, focused as after a click
   const entry = document.querySelector('#toc-navbar .nav-link');
@@ -487,10 +488,12 @@ window.addEventListener('load', () => setTimeout(() => {
     });
     return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
   };
-  const entryStyle = getComputedStyle(entry);
-  const [light, dark] = [luminance(entryStyle.color), luminance(entryStyle.backgroundColor)]
-      .sort((x, y) => y - x);
-  b.setAttribute('data-toc-contrast', ((light + 0.05) / (dark + 0.05)).toFixed(2));
+  setTimeout(() => {  // after the colours' transition
+    const entryStyle = getComputedStyle(entry);
+    const [light, dark] = [luminance(entryStyle.color), luminance(entryStyle.backgroundColor)]
+        .sort((x, y) => y - x);
+    b.setAttribute('data-toc-contrast', ((light + 0.05) / (dark + 0.05)).toFixed(2));
+  }, 600);
   const filter = document.getElementById('filter-by-tags-dropdown-menu');
   b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
   const heads = [...document.querySelectorAll('.bootstrap-table thead th')];

@@ -216,12 +216,12 @@ def same_bands_sentence(band_importance: np.ndarray, classes: list[str], bands: 
     if len(classes) < 2:
         return ""
     tops = {top_band(values) for values in band_importance}
-    same = len(tops) == 1 and None not in tops
+    shared = tops.pop() if len(tops) == 1 else None  # None too where every band is 0
     positive = bool((band_importance >= 0).all() and band_importance.any())
-    if not (same or positive):
+    if shared is None and not positive:
         return ""
     seen = " and ".join(
-        ([f"every class puts {bands[next(iter(tops))]} first"] if same else [])
+        ([f"every class puts {bands[shared]} first"] if shared is not None else [])
         + (["every bar is positive"] if positive else [])
     )
     return (

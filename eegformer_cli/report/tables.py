@@ -153,7 +153,17 @@ def run_summary_html(
                 f"recordings of {config.get('n_participants')} participants"
             ),
         ),
-        ("model", inline_code(_model_text(model))),
+        (
+            "model",
+            inline_code(
+                _model_text(model)
+                + (
+                    f"; the score is that of {scorer(metrics)}"
+                    if metrics and metrics.linear_path
+                    else ""
+                )
+            ),
+        ),
         (
             run_folder.MODEL,
             inline_code(
