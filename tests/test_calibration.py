@@ -253,6 +253,13 @@ def test_every_coloured_verdict_line_says_why():
     assert green[1] == "good" and "(at most 0.10: " in green[0]
     score = verdict.verdict_lines(metrics_of())[0]
     assert score[2] == "good" and score[1].endswith("; the interval lies above chance")
+    agreeing = metrics_of(  # every fold the same score: no interval, and the line says so
+        score={"mean": 0.875, "std": 0.0, "ci95": [None, None]}
+    )
+    _, text, tone = verdict.verdict_lines(agreeing)[0]
+    rule = verdict.above_chance(agreeing)
+    assert "the interval lies above" not in text
+    assert text.endswith(f"; {rule.statement}") and tone == ("good" if rule.above else "neutral")
 
 
 @pytest.fixture(scope="module")

@@ -161,12 +161,13 @@ def score_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
             else "; this interval does not lie above chance, but the permutation test does"
         ) + " (the headline follows the permutation test)"
         return "score", text, "neutral"
-    if rule.above:
-        text += (
-            "; the permutation test confirms it"
-            if rule.follows == "permutation test"
-            else "; the interval lies above chance"
-        )
+    if rule.above:  # green: why, as the rule decided it
+        if rule.follows == "permutation test":
+            text += "; the permutation test confirms it"
+        elif _known(low):
+            text += "; the interval lies above chance"
+        else:
+            text += f"; {rule.statement}"
     return "score", text, "good" if rule.above else "neutral"
 
 
