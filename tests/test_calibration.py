@@ -199,6 +199,86 @@ def test_the_verdict_speaks_of_every_reference_shortcuts_and_chance():
     )
 
 
+def test_the_verdict_names_the_model_that_carries_the_score():
+    """Kept in no fold, the transformer is named nowhere as the scorer: the model is its linear
+    path, said in the headline, the transformer's line, metrics.json's ``scored_by`` and the
+    attention's; kept in some folds, in how many; without a linear path, XAIguiFormer."""
+    linear = {
+        "reference": "linear_path",
+        "metric": "bac",
+        "mean_difference": 0.0,
+        "ci95": [0.0, 0.0],
+    }
+    comparisons = [metrics_of().comparison.to_dict(), linear]
+    nowhere = metrics_of(
+        comparisons=comparisons, linear_path={"n_folds": 5, "residual_kept": 0}, n_folds=5
+    )
+    headline = verdict.headline(nowhere)
+    assert headline.startswith(
+        "The model (its linear path; the transformer was not kept in any fold): above chance"
+    )
+    lines = verdict.verdict_lines(nowhere)
+    said = [headline] + [text for _, text, _ in lines]
+    assert not any("XAIguiFormer" in text or "the transformer adds" in text for text in said)
+    transformer = {topic: text for topic, text, _ in lines}["transformer"]
+    assert transformer.startswith("not kept in any of the 5 folds") and "linear path's" in (
+        transformer
+    )
+    assert verdict.scored_by(nowhere) == {
+        "model": "linear_path",
+        "transformer_folds": 0,
+        "n_folds": 5,
+        "statement": verdict.LINEAR_PATH_SCORER,
+    }
+    assert verdict.attention_reach(nowhere).startswith("The attention did not reach the output")
+
+    some = metrics_of(
+        comparisons=comparisons, linear_path={"n_folds": 5, "residual_kept": 2}, n_folds=5
+    )
+    assert verdict.headline(some).startswith(
+        "XAIguiFormer (the transformer kept in 2 of 5 folds, its linear path alone in the other "
+        "3): above chance"
+    )
+    transformer = {t: x for t, x, _ in verdict.verdict_lines(some)}["transformer"]
+    assert transformer.endswith("; its residual kept in 2 of 5 folds")
+    assert verdict.scored_by(some)["model"] == "xaiguiformer"
+    assert "in 2 of 5 folds only" in verdict.attention_reach(some)
+
+    every = metrics_of(linear_path={"n_folds": 5, "residual_kept": 5}, n_folds=5)
+    assert verdict.headline(every).startswith(
+        "XAIguiFormer (its linear path and the transformer, kept in every fold): "
+    )
+    assert verdict.attention_reach(every) is None and verdict.attention_reach(metrics_of()) is None
+    assert verdict.scored_by(metrics_of())["statement"] == "XAIguiFormer"
+
+
+def test_every_coloured_verdict_line_says_why():
+    def calibration(ece: float) -> dict:
+        summary = {"target": "P(positive class)", "n": 40, "brier": 0.2, "ece": ece}
+        return {"models": {"xaiguiformer": summary}, "recalibration": {"reason": "x"}}
+
+    amber = {
+        t: (x, tone)
+        for t, x, tone in verdict.verdict_lines(metrics_of(calibration=calibration(0.18)))
+    }["calibration"]
+    assert amber[1] == "warn" and "ECE 0.180, Brier 0.200 (above 0.10: the stated " in amber[0]
+    assert "off by 18 percentage points on average" in amber[0]
+    green = {
+        t: (x, tone)
+        for t, x, tone in verdict.verdict_lines(metrics_of(calibration=calibration(0.04)))
+    }["calibration"]
+    assert green[1] == "good" and "(at most 0.10: " in green[0]
+    score = verdict.verdict_lines(metrics_of())[0]
+    assert score[2] == "good" and score[1].endswith("; the interval lies above chance")
+    agreeing = metrics_of(  # every fold the same score: no interval, and the line says so
+        score={"mean": 0.875, "std": 0.0, "ci95": [None, None]}
+    )
+    _, text, tone = verdict.verdict_lines(agreeing)[0]
+    rule = verdict.above_chance(agreeing)
+    assert "the interval lies above" not in text
+    assert text.endswith(f"; {rule.statement}") and tone == ("good" if rule.above else "neutral")
+
+
 @pytest.fixture(scope="module")
 def cv_run(tmp_path_factory) -> dict:
     """A 3-fold CV of a tiny model on 30 synthetic participants (their labels learnable)."""

@@ -25,12 +25,12 @@ import pytest
 from builders import run_main
 
 from eegformer_cli.cli.app import main
+from eegformer_cli.report.attention_figures import attention_figure
 from eegformer_cli.report.figures import (
-    attention_figure,
     confusion_matrix_figure,
     training_curves_figure,
 )
-from eegformer_cli.report.tables import PREPROCESS_SETTINGS
+from eegformer_cli.report.preprocessing import ICA_SETTINGS, PREPROCESS_SETTINGS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = [
@@ -150,12 +150,16 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
     assert 'class="badge' not in text  # no MNE tag badges
     # every setting of preprocess.json, the crop first
     settings = json.loads((report_file.parent / "prep.json").read_text())["settings"]
-    section = text[text.index("Preprocessing settings") :]
+    section = text[text.index("Preprocessing settings") : text.index("Out-of-fold metrics")]
     crop = section.index("crop")
     assert "none: every recording analysed whole" in section
+    assert settings["ica"] is False  # ICA off: none of its parameters, which did nothing
     for key in settings:
         label = PREPROCESS_SETTINGS[key][0] if key in PREPROCESS_SETTINGS else key
-        assert crop < section.index(html.escape(label)), key
+        if key in ICA_SETTINGS:
+            assert f">{html.escape(label)}<" not in section, key
+        else:
+            assert crop < section.index(html.escape(label)), key
     # the title names the model, the data, its crop, the label and the run folder
     assert (
         "<title>XAIguiFormer (default preset) on sample_data, whole recordings: diagnosis; "
@@ -326,6 +330,14 @@ def test_report_of_an_unfinished_run_says_so(sample_run, tmp_path, capsys):
     assert code == 0 and why in output
     verdict = text[text.index('id="eeg-verdict"') :]
     assert verdict.index('scope="row">incomplete run') < verdict.index('scope="row">score')
+    # the run summary: no finish time, and no final model it does not have
+    summary = dict(
+        re.findall(r'<th scope="row">([^<]*)</th><td>(.*?)</td>', text[text.index("Which run") :])
+    )
+    assert summary["finished"].startswith("not finished: 1 of 3 folds finished; no final")
+    assert "UTC" not in summary["finished"]
+    assert summary["model.pt"].startswith("not written: the run stopped before its final model")
+    assert "retrained" not in summary["model.pt"]
 
 
 @pytest.mark.slow
@@ -457,6 +469,31 @@ window.addEventListener('load', () => setTimeout(() => {
   b.setAttribute('data-head-figure', !!(pairImage && pairImage.complete
       && pairImage.naturalWidth > 0 && pairItem.textContent.includes('montage positions')
       && pairItem.textContent.includes('colour bar')));
+  // what a reader reads in the verdict box and in every item on attention
+  b.setAttribute('data-verdict-text', verdict ? verdict.innerText : '');
+  b.setAttribute('data-attention-text', [...document.querySelectorAll('.accordion-item')].filter(
+      e => {
+        const heading = e.querySelector('.accordion-header, button');
+        return heading && /attention/i.test(heading.textContent)
+               && !e.querySelector('.accordion-item');  // an item, not its section
+      }).map(e => e.innerText).join(' | '));
+  // the table of contents: the contrast (WCAG) of its active entry, focused as after a click
+  const entry = document.querySelector('#toc-navbar .nav-link');
+  entry.classList.add('active');
+  entry.focus({preventScroll: true});
+  const luminance = colour => {
+    const [r, g, bl] = colour.match(/[\\d.]+/g).slice(0, 3).map(v => {
+      v = Number(v) / 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
+  };
+  setTimeout(() => {  // after the colours' transition
+    const entryStyle = getComputedStyle(entry);
+    const [light, dark] = [luminance(entryStyle.color), luminance(entryStyle.backgroundColor)]
+        .sort((x, y) => y - x);
+    b.setAttribute('data-toc-contrast', ((light + 0.05) / (dark + 0.05)).toFixed(2));
+  }, 600);
   const filter = document.getElementById('filter-by-tags-dropdown-menu');
   b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
   const heads = [...document.querySelectorAll('.bootstrap-table thead th')];
@@ -530,6 +567,7 @@ def check_page(attribute) -> None:
     assert attribute("contrast") == "true" and attribute("contrast-measures") == "true"
     assert attribute("crop-first") == "true" and int(attribute("prep-rows")) >= 17
     assert attribute("sorted") == "true"
+    assert float(attribute("toc-contrast")) >= 7  # WCAG AAA: the active entry reads easily
 
 
 @pytest.mark.slow
@@ -576,6 +614,18 @@ def test_reports_render_in_headless_chromium(demo_report, interaction_report, tm
     )
     assert int(attribute("used-rows")) >= 1
     assert "The kept interactions carry more of the class contrast than any single pair" in dom
+    # its transformer was kept in no fold: the verdict names the linear path, and the attention
+    # sections say that the attention did not reach the output
+    verdict = attribute("verdict-text")
+    assert verdict.startswith(
+        "The model (its linear path; the transformer was not kept in any fold): "
+    )
+    assert "XAIguiFormer" not in verdict and "the transformer adds" not in verdict
+    assert "not kept in its one fold" in verdict and "the scores above are the linear path's" in (
+        verdict
+    )
+    attention = attribute("attention-text")
+    assert attention.count("The attention did not reach the output") == 2, attention
 
     screenshot = tmp_path / "report.png"
     subprocess.run(
@@ -705,12 +755,9 @@ def test_report_band_option_and_its_errors(report_file, sample_run, tmp_path, ca
 
 def test_legends_sit_under_the_plots_over_no_data():
     from eegformer_cli.evaluation.run_metrics import Calibration, PermutationTest
+    from eegformer_cli.report.attention_figures import attention_entropy_figure
     from eegformer_cli.report.calibration import reliability_figure
-    from eegformer_cli.report.figures import (
-        attention_entropy_figure,
-        band_importance_figure,
-        roc_pr_figure,
-    )
+    from eegformer_cli.report.figures import band_importance_figure, roc_pr_figure
     from eegformer_cli.report.trust import null_distribution_figure
 
     rng = np.random.default_rng(0)
@@ -768,6 +815,147 @@ def test_legends_sit_under_the_plots_over_no_data():
         assert (pixels == np.round(pixels)).all(), pixels
 
 
+def test_a_run_whose_transformer_was_kept_nowhere_names_its_linear_path(
+    interaction_run, tmp_path, capsys
+):
+    """The interaction run's transformer never beat its linear path (the planted product is
+    linear in the path's inputs): metrics.json, train's summary and the report name the linear
+    path as what carries the score, and say that the attention did not reach the output."""
+    from eegformer_cli.cli.train import _report
+    from eegformer_cli.experiment import run_folder
+    from eegformer_cli.experiment.verdict import LINEAR_PATH_SCORER
+
+    run = interaction_run["run"]
+    metrics = run_folder.read_metrics(run)
+    assert metrics.linear_path["residual_kept"] == 0, metrics.linear_path
+    written = json.loads((run / "metrics.json").read_text())["scored_by"]
+    assert written == {
+        "model": "linear_path",
+        "transformer_folds": 0,
+        "n_folds": 1,
+        "statement": LINEAR_PATH_SCORER,
+    }
+    capsys.readouterr()
+    _report(metrics, run, as_json=False)
+    printed = " ".join(re.sub("[│╭╮╰╯─]", " ", capsys.readouterr().out).split())
+    assert printed.startswith("Verdict The model (its linear path; the transformer was not kept")
+    assert "xaiguiformer is the model (its linear path; the transformer was not kept in any " in (
+        printed
+    )
+    assert "The attention did not reach the output" in printed
+    assert "the transformer adds" not in printed
+
+    code, _ = run_main(capsys, "report", run, "--out", tmp_path / "r.html")
+    page = html.unescape((tmp_path / "r.html").read_text(encoding="utf-8"))
+    assert code == 0
+    headline = re.search(r'class="eeg-headline">([^<]*)<', page).group(1)
+    assert headline.startswith(LINEAR_PATH_SCORER[0].upper() + LINEAR_PATH_SCORER[1:] + ": ")
+    verdict = page[page.index('id="eeg-verdict"') : page.index("Which run this is")]
+    assert "XAIguiFormer" not in verdict and "the transformer adds" not in verdict
+    assert "not kept in its one fold" in verdict
+    attention = page[page.index("What attention does (out of fold)") :]
+    assert attention.index("The attention did not reach the output") < attention.index(
+        "What the attention of the two passes does"
+    )
+    assert "the bac of the model (its linear path" in page and "transformer's bac" not in page
+    assert "The xaiguiformer row is the model (its linear path;" in page
+    assert "misclassified by the model at least once" in page
+
+
+def test_curves_that_coincide_are_drawn_once_with_a_legend_that_says_so():
+    from eegformer_cli.evaluation.run_metrics import Calibration
+    from eegformer_cli.report.calibration import reliability_figure
+    from eegformer_cli.report.figures import roc_pr_figure
+
+    rng = np.random.default_rng(0)
+    probabilities = {"xaiguiformer": rng.uniform(0, 1, 40), "logistic_regression": None}
+    probabilities["linear_path"] = probabilities["xaiguiformer"]  # the transformer kept nowhere
+    probabilities["logistic_regression"] = rng.uniform(0, 1, 40)
+    predictions = [
+        {"model": m, "recording_id": f"r{k}", "repeat": 0, "fold": k % 4, "label": "ab"[k % 2]}
+        | {"prob_a": str(1 - p), "prob_b": str(p)}
+        for m, values in probabilities.items()
+        for k, p in enumerate(values)
+    ]
+    fig = roc_pr_figure(predictions, ["a", "b"], "b")
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert len(legend) == 4 and len(fig.axes[0].get_lines()) == 3  # 2 curves and chance
+    assert legend[0].startswith("linear_path = xaiguiformer (identical curves, drawn once): ")
+    assert legend[1].startswith("logistic_regression: pooled AUC")
+    bins = [
+        {"lower": k / 10, "mean_predicted": k / 10 + 0.05, "observed": 0.5, "n": 4}
+        for k in range(10)
+    ]
+    other = [dict(b, observed=0.4) for b in bins]
+    calibration = Calibration.from_dict(
+        {
+            "models": {
+                "xaiguiformer": {"bins": bins, "ece": 0.1},
+                "logistic_regression": {"bins": other, "ece": 0.2},
+                "linear_path": {"bins": bins, "ece": 0.1},
+            }
+        }
+    )
+    fig = reliability_figure(calibration)
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert legend == [
+        "perfectly calibrated",
+        "xaiguiformer = linear_path (identical curves, drawn once): ECE 0.100",
+        "logistic_regression: ECE 0.200",
+    ]
+
+
+def test_captions_say_why_every_class_shares_a_band_and_what_the_training_curves_show():
+    from eegformer_cli.report.notes import band_importance_note
+    from eegformer_cli.report.tables import training_curves_caption
+
+    bands = ["delta", "theta", "alpha"]
+    same = np.array([[0.2, 0.5, 0.3], [0.1, 0.6, 0.3]])  # theta first for both, all positive
+    caption = band_importance_note("the mean connectome", same, ["a", "b"], bands)
+    assert caption.startswith(
+        "Here every class puts theta first and every bar is positive: this is not a difference "
+        "between the classes."
+    )
+    assert "the class contrast below says how the classes differ" in caption
+    apart = np.array([[0.2, -0.5, 0.3], [0.7, 0.1, -0.2]])
+    assert band_importance_note("the mean connectome", apart, ["a", "b"], bands).startswith(
+        "Each bar is"
+    )
+    history = [
+        {"repeat": 0, "fold": f, "epoch": e, "val_loss": loss}
+        for f, losses in ((0, (0.7, 0.6, 0.9)), (1, (0.7, 0.6, 0.61)))
+        for e, loss in enumerate(losses, start=1)
+    ] + [{"repeat": -1, "fold": -1, "epoch": 1, "val_loss": None}]
+    train = {"selection_metric": "log_loss"}
+    caption = training_curves_caption(history, train, linear_path=True)
+    assert "Here it rises after its lowest in 1 of the 2 folds" in caption
+    assert "The epoch with the best validation log_loss in the second half" in caption
+    assert "the linear path's (fixed, fitted first) plus the transformer's residual" in caption
+    flat = training_curves_caption(history[3:], train, linear_path=False)
+    assert "Here it rises" not in flat and "linear path" not in flat
+
+
+def test_the_attention_heat_maps_leave_no_blank_band():
+    """Square heat maps in a figure taller than they need left a blank band above them: the
+    figure now takes the height its panels use, each panel as wide as its box."""
+    import matplotlib.pyplot as plt
+
+    for n_layers, bands in ((1, ["theta", "alpha", "beta"]), (2, list("abcdefgh"))):
+        rng = np.random.default_rng(0)
+        coarse = rng.dirichlet(np.ones(len(bands)), size=(n_layers, len(bands)))
+        fig = attention_figure(coarse, coarse[::-1].copy(), bands, "Attention, class x")
+        fig.canvas.draw()
+        pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]
+        blank = (pixels > 250).all(axis=(1, 2))  # rows without a drawn pixel
+        runs = np.diff(np.flatnonzero(np.diff(np.concatenate([[0], blank, [0]]))))[::2]
+        assert runs.max() < 0.35 * fig.dpi, (n_layers, runs.max())
+        for ax in fig.axes[::2][: 3 * n_layers]:
+            if ax.get_images():
+                box, drawn = ax.get_position(original=True), ax.get_position()
+                assert drawn.width > 0.98 * box.width  # square, and as wide as its box
+        plt.close(fig)
+
+
 def test_calibration_counts_name_predictions_and_recordings():
     from eegformer_cli.evaluation.oof_calibration import summarise
     from eegformer_cli.evaluation.run_metrics import Calibration
@@ -799,7 +987,7 @@ def test_calibration_counts_name_predictions_and_recordings():
 def test_the_preprocessing_table_lists_every_setting_the_crop_first():
     from eegformer_cli.preprocess.output import PreprocessFile
     from eegformer_cli.preprocess.settings import PreprocessSettings
-    from eegformer_cli.report.tables import preprocessing_html
+    from eegformer_cli.report.preprocessing import preprocessing_html
 
     settings = PreprocessSettings.from_preset("paper").to_dict()
     document = {
@@ -824,6 +1012,35 @@ def test_the_preprocessing_table_lists_every_setting_the_crop_first():
     assert values["participant id pattern"] == html.escape("Subject(\\d+)_")
     assert values["BIDS selection"] == "task rest; run 1, 2"
     assert values["later_entry"] == html.escape("a<b")
+    assert "segments rejected" not in values  # no manifest: nothing counted
+
+    # ICA off: none of its parameters; the thresholds with what they rejected (the manifest)
+    plain = PreprocessSettings.from_preset("default").to_dict()
+    assert plain["ica"] is False
+    manifest = [
+        {"status": "ok", "n_segments": "4", "n_segments_rejected": "0"},
+        {"status": "ok", "n_segments": "6", "n_segments_rejected": "0"},
+        {"status": "error", "n_segments": "n/a", "n_segments_rejected": "n/a"},
+    ]
+    table = preprocessing_html(PreprocessFile({"settings": plain}), manifest)
+    values = dict(re.findall(r'<th scope="row">([^<]*)</th><td>([^<]*)</td>', table))
+    assert values["ICA + ICLabel artefact removal"] == "off"
+    assert not {PREPROCESS_SETTINGS[key][0] for key in ICA_SETTINGS} & set(values)
+    assert [label for label in values if "ICA" in label] == ["ICA + ICLabel artefact removal"]
+    assert values["segment rejected when a channel is absurd: above"] == (
+        "25000 \u00b5V (25 mV) peak-to-peak in any of its 3 s windows; rejected no segment here"
+    )
+    assert "uV" not in table
+    assert values["segments rejected"] == "none of the 10 segments: neither threshold rejected any"
+    manifest[1]["n_segments_rejected"] = "2"
+    values = dict(
+        re.findall(
+            r'<th scope="row">([^<]*)</th><td>([^<]*)</td>',
+            preprocessing_html(PreprocessFile({"settings": plain}), manifest),
+        )
+    )
+    assert values["segments rejected"].startswith("2 of 12 segments (16.7%), in 1 recording ")
+    assert not values["segment rejected when a channel is absurd: above"].endswith("here")
     nothing_chosen = {"settings": settings, "bids_selection": {"task": [], "session": []}}
     assert "none: every task, session and run" in preprocessing_html(PreprocessFile(nothing_chosen))
     assert "versions" not in labels  # the run summary lists them

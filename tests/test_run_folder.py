@@ -96,6 +96,13 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
     # what this version adds to an earlier run's metrics: the answer of the above-chance rule
     # (no permutation test unless asked: the interval's)
     assert after.pop("above_chance")["follows"] == "interval"
+    # ... which model carries the score (no linear path: XAIguiFormer whole, in every fold)
+    assert after.pop("scored_by") == {
+        "model": "xaiguiformer",
+        "transformer_folds": 2,
+        "n_folds": 2,
+        "statement": "XAIguiFormer",
+    }
     # ... and the interaction screens (the folds' records as an earlier version wrote them)
     screens = after.pop("interaction_screens")
     assert [fold["recorded"] for fold in screens["per_fold"]] == [False, False]

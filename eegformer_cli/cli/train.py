@@ -34,6 +34,11 @@ def _verdict_panel(metrics: RunMetrics) -> Panel:
 
 
 def _summary_table(metrics: RunMetrics) -> Table:
+    """Every model's BAC, AUROC and AUC-PR, mean and std over folds; the caption names the
+    model that carries the score (:func:`verdict.scorer`) where it is not the transformer in
+    every fold."""
+    from eegformer_cli.experiment.verdict import LINEAR_PATH_SCORER, scorer
+
     n_classes = len(metrics.labels)
     tested = (
         "test recordings only, recording-wise: a person's recordings may be on both sides"
@@ -42,7 +47,14 @@ def _summary_table(metrics: RunMetrics) -> Table:
     )
     table = Table(
         title=f"{metrics.n_folds} fold(s), {tested}",
-        caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), AUROC 0.50",
+        caption=f"chance: BAC {1 / max(n_classes, 1):.2f} ({n_classes} classes), AUROC 0.50"
+        + (
+            "; xaiguiformer is "
+            + scorer(metrics)
+            + (": its row is linear_path's" if scorer(metrics) == LINEAR_PATH_SCORER else "")
+            if metrics.linear_path
+            else ""
+        ),
     )
     table.add_column("model")
     for name in ("BAC", "AUROC", "AUC-PR"):
@@ -78,9 +90,13 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
         for comparison in metrics.all_comparisons:
             shown.print(describe_comparison(comparison))
     if metrics.attention:
+        from eegformer_cli.experiment.verdict import attention_reach
         from eegformer_cli.model.diagnostics import describe
 
-        shown.print(describe(metrics.attention, "out of fold"))
+        reach = attention_reach(metrics)
+        shown.print(
+            describe(metrics.attention, "out of fold") + ("" if reach is None else f". {reach}")
+        )
     from eegformer_cli.experiment.interaction_screens import describe_screens
 
     shown.print(
@@ -126,6 +142,7 @@ def _json_summary(metrics: RunMetrics, out: Path) -> dict:
         "comparisons": [c.to_dict() for c in metrics.all_comparisons],
         "score": part(metrics.score),
         "above_chance": part(metrics.above_chance),
+        "scored_by": metrics.scored_by,
         "calibration": _calibration_summary(metrics.calibration),
         "prediction_sets": part(metrics.prediction_sets),
         "attention": attention or None,

@@ -30,7 +30,11 @@ The tree (each class's fields are its JSON keys, in the file's order):
   variable; a variable's ``by_class`` (class -> level counts or median/min/max) and
   ``per_fold`` (repeat, fold, bac, auroc) stay dicts;
 - ``permutation_test``: :class:`PermutationTest` (:mod:`permutation`), a
-  :class:`NullComparison` per model and the null values per null model.
+  :class:`NullComparison` per model and the null values per null model;
+- ``linear_path``: the model's linear path over the folds, a dict (how many kept the
+  transformer's residual, the penalties and strengths chosen); ``scored_by``, a dict: the
+  model whose out-of-fold predictions the score is, in words and as a model name
+  (``linear_path`` where the residual was kept in no fold).
 
 Earlier versions' files load: a key they lack is None (``complete``: None, not known;
 ``comparisons``: None, use :attr:`RunMetrics.all_comparisons`), and keys this version does not
@@ -416,6 +420,7 @@ class RunMetrics(Record):
         "shortcut_audit",
         "permutation_test",
         "linear_path",
+        "scored_by",
     )
     complete: bool | None = None
     incomplete: str | None = None
@@ -440,6 +445,9 @@ class RunMetrics(Record):
     #: the model's linear path over the folds (``summaries.linear_path_summary``): None
     #: without one
     linear_path: dict | None = None
+    #: which model carries the score (``verdict.scored_by``: ``model``, ``transformer_folds``,
+    #: ``n_folds``, ``statement``), derived from ``linear_path``: None in earlier versions' files
+    scored_by: dict | None = None
 
     @property
     def transformer(self) -> ModelScores:

@@ -8,6 +8,7 @@ complete.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.above_chance import judged
 from eegformer_cli.experiment.interaction_screens import summarise_screens
+from eegformer_cli.experiment.verdict import scored_by
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
 from eegformer_cli.training.fold_record import FoldRecord
@@ -66,7 +68,8 @@ def write_summaries(
     ``extra``: more top-level entries of metrics.json (``shortcut_audit``). First, whether
     the run is complete (:func:`completeness`; ``pending``: a step still to come). Beside the
     models' metrics: ``score`` (the transformer's mean BAC over folds with its 95 % interval
-    against chance), ``above_chance`` (:func:`above_chance.judged`), the out-of-fold
+    against chance), ``above_chance`` (:func:`above_chance.judged`), ``scored_by`` (the model
+    that carries the score: :func:`verdict.scored_by`), the out-of-fold
     calibration and prediction-set coverage (:mod:`oof_calibration`), whose recalibration and
     calibration set go into ``model.pt`` when it exists, and what the interaction screens
     found (:func:`interaction_screens.summarise_screens`)."""
@@ -115,6 +118,7 @@ def write_summaries(
         }
     )
     metrics = judged(metrics)
+    metrics = replace(metrics, scored_by=scored_by(metrics))
     run_folder.write_metrics(run_dir, metrics)
     if run_folder.has_final_model(run_dir):
         add_calibration(run_folder.model_path(run_dir), model_entry)

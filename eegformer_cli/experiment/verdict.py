@@ -1,6 +1,10 @@
 """The verdict: what a run's ``metrics.json`` says, in the few lines a clinician reads first.
 
-A headline, then one line per question, each ``(topic, text, tone)`` with tone ``good`` /
+First, which model carries the score (:func:`scorer`): where the transformer's residual was
+kept in no fold, every out-of-fold prediction is the model's linear path's, so the headline,
+``train``'s summary, ``metrics.json``'s ``scored_by`` and the report name that, never the
+transformer; where it was kept in some folds, in how many. Then a headline, then one line
+per question, each ``(topic, text, tone)`` with tone ``good`` /
 ``neutral`` / ``warn`` (the report colours the line, ``train`` prints it):
 
 - score: the transformer's balanced accuracy, its 95 % interval over folds (corrected resampled
@@ -10,11 +14,15 @@ A headline, then one line per question, each ``(topic, text, tone)`` with tone `
 - one line per reference model of ``metrics.all_comparisons``: "not distinguishable from",
   "better than" or "worse than" it, from whether the paired 95 % interval holds 0;
 - transformer: what the transformer adds to the model's own linear path (the model minus its
-  linear path alone, paired), and in how many folds its residual was kept;
+  linear path alone, paired), and in how many folds its residual was kept (kept in none: that
+  the model is its linear path, and no difference to quote);
 - shortcuts: flagged and borderline variables of the shortcut audit;
 - the permutation test's p, when computed, and whose null it is;
 - calibration: the out-of-fold expected calibration error and Brier score, what ``predict``
-  does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets.
+  does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets; the
+  line says why it is coloured (ECE at most or above :data:`ECE_ACCEPTED`).
+
+Every coloured line says why in its text: a test, an interval or a threshold it passed or failed.
 
 Above chance or not is :mod:`.above_chance`'s rule alone: the headline says its answer and the
 test it follows, and the score and permutation lines are coloured by the same answer, so the
@@ -37,10 +45,81 @@ from eegformer_cli.evaluation.run_metrics import (
     RunMetrics,
     model_in_words,
 )
-from eegformer_cli.experiment.above_chance import PERMUTATION_HINT, above_chance
+from eegformer_cli.experiment.above_chance import ALPHA, PERMUTATION_HINT, above_chance
 
 #: Prediction-set level quoted in the verdict.
 VERDICT_COVERAGE = 0.9
+#: The out-of-fold expected calibration error the verdict accepts (green at most, amber
+#: above): the stated probabilities off by at most 10 points on average.
+ECE_ACCEPTED = 0.1
+#: The model that carries the score where the transformer's residual was kept in no fold.
+LINEAR_PATH_SCORER = "the model (its linear path; the transformer was not kept in any fold)"
+
+
+def transformer_folds(metrics: RunMetrics) -> tuple[int, int] | None:
+    """(folds whose transformer's residual was kept, folds with a linear path) from
+    ``metrics.json``'s ``linear_path``; None for a model without a linear path (the ``paper``
+    preset, a run of an earlier version), whose transformer is the whole model."""
+    kept = metrics.linear_path
+    if not kept or not kept.get("n_folds"):
+        return None
+    return int(kept["residual_kept"]), int(kept["n_folds"])
+
+
+def scorer(metrics: RunMetrics) -> str:
+    """The model whose out-of-fold predictions the score is, in words: "XAIguiFormer" (no
+    linear path), :data:`LINEAR_PATH_SCORER` (the residual kept in no fold), "XAIguiFormer
+    (the transformer kept in 2 of 5 folds, its linear path alone in the other 3)", or
+    "XAIguiFormer (its linear path and the transformer, kept in every fold)"."""
+    folds = transformer_folds(metrics)
+    if folds is None:
+        return "XAIguiFormer"
+    kept, n = folds
+    if kept == 0:
+        return LINEAR_PATH_SCORER
+    if kept < n:
+        return (
+            f"XAIguiFormer (the transformer kept in {kept} of {n} folds, its linear path alone "
+            f"in the other {n - kept})"
+        )
+    every = "its one fold" if n == 1 else "every fold"
+    return f"XAIguiFormer (its linear path and the transformer, kept in {every})"
+
+
+def scored_by(metrics: RunMetrics) -> dict:
+    """``metrics.json``'s ``scored_by``: ``model`` (``linear_path`` where the transformer's
+    residual was kept in no fold, else ``xaiguiformer``), ``transformer_folds`` (folds whose
+    prediction the transformer reached), ``n_folds`` and ``statement`` (:func:`scorer`)."""
+    folds = transformer_folds(metrics)
+    kept, n = folds if folds else (metrics.n_folds, metrics.n_folds)
+    return {
+        "model": LINEAR_PATH_NAME if folds and kept == 0 else MODEL_NAME,
+        "transformer_folds": kept,
+        "n_folds": n,
+        "statement": scorer(metrics),
+    }
+
+
+def attention_reach(metrics: RunMetrics) -> str | None:
+    """Whether the transformer's attention reached the model's output, said where it did not
+    in every fold (None where it did: no linear path, or the residual kept in every fold)."""
+    folds = transformer_folds(metrics)
+    if folds is None or folds[0] == folds[1]:
+        return None
+    kept, n = folds
+    if kept == 0:
+        return (
+            "The attention did not reach the output: the transformer's residual was kept in "
+            "no fold (on the validation participants it never beat the linear path alone), so "
+            "every prediction is the linear path's: this attention is a transformer's that was "
+            "trained but not used, and replacing it changes no logit (0)."
+        )
+    return (
+        f"The attention reached the output in {kept} of {n} folds only, those whose "
+        f"transformer's residual was kept; in the other {n - kept} the model is its linear "
+        "path and replacing the attention changes no logit, so the means over folds mix "
+        "folds where it does nothing with those where it acts."
+    )
 
 
 def _known(value: float | None) -> TypeGuard[float]:
@@ -48,7 +127,7 @@ def _known(value: float | None) -> TypeGuard[float]:
 
 
 def _mean_bac(metrics: RunMetrics) -> float | None:
-    """The transformer's mean BAC: the score's (an earlier version's: the model table's)."""
+    """The model's mean BAC: the score's (an earlier version's: the model table's)."""
     return metrics.score.mean if metrics.score else metrics.transformer.mean.bac
 
 
@@ -82,12 +161,23 @@ def score_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
             else "; this interval does not lie above chance, but the permutation test does"
         ) + " (the headline follows the permutation test)"
         return "score", text, "neutral"
+    if rule.above:  # green: why, as the rule decided it
+        if rule.follows == "permutation test":
+            text += "; the permutation test confirms it"
+        elif _known(low):
+            text += "; the interval lies above chance"
+        else:
+            text += f"; {rule.statement}"
     return "score", text, "good" if rule.above else "neutral"
 
 
-def comparison_line(comparison: Comparison) -> tuple[str, str, str]:
+def comparison_line(
+    comparison: Comparison, folds: tuple[int, int] | None = None
+) -> tuple[str, str, str]:
+    """The model against one reference (``folds``: :func:`transformer_folds`, for the line of
+    the model's own linear path)."""
     if comparison.reference == LINEAR_PATH_NAME:
-        return transformer_line(comparison)
+        return transformer_line(comparison, folds)
     name = model_in_words(comparison.reference or "reference")
     mean, (low, high), metric = comparison.mean_difference, comparison.ci95, comparison.metric
     if not _known(mean):
@@ -104,16 +194,31 @@ def comparison_line(comparison: Comparison) -> tuple[str, str, str]:
     return "reference", f"not distinguishable from {name} ({figure})", "neutral"
 
 
-def transformer_line(comparison: Comparison) -> tuple[str, str, str]:
+def transformer_line(
+    comparison: Comparison, folds: tuple[int, int] | None = None
+) -> tuple[str, str, str]:
     """What the transformer adds to the model's own linear path (the full model minus the
-    linear path alone, paired over folds): topic ``transformer``, never a warning (where it
-    adds nothing, the model is its linear path)."""
+    linear path alone, paired over folds) and in how many of them its residual was kept
+    (``folds``: :func:`transformer_folds`): topic ``transformer``, never a warning (where it
+    adds nothing, the model is its linear path); green where the interval lies above 0."""
+    if folds is not None and folds[0] == 0:
+        return (
+            "transformer",
+            f"not kept in {'its one fold' if folds[1] == 1 else f'any of the {folds[1]} folds'}"
+            " (on the validation participants its "
+            "residual never beat the linear path alone), so the model is its linear path: "
+            "the scores above are the linear path's",
+            "neutral",
+        )
     mean, (low, high), metric = comparison.mean_difference, comparison.ci95, comparison.metric
+    kept = "" if folds is None else f"; its residual kept in {folds[0]} of {folds[1]} folds"
     if not _known(mean):
-        return "transformer", "no fold to compare with the linear path alone", "neutral"
+        return "transformer", "no fold to compare with the linear path alone" + kept, "neutral"
     interval = f", 95 % CI {low:+.3f} to {high:+.3f}" if _known(low) else ", no interval"
-    text = f"the transformer adds {mean:+.3f} {metric} to the linear path alone{interval}"
-    return "transformer", text, "good" if _known(low) and low > 0 else "neutral"
+    text = f"the transformer adds {mean:+.3f} {metric} to the linear path alone{interval}{kept}"
+    if _known(low) and low > 0:
+        return "transformer", text + " (the interval lies above 0)", "good"
+    return "transformer", text, "neutral"
 
 
 def shortcut_line(metrics: RunMetrics) -> tuple[str, str, str]:
@@ -152,8 +257,9 @@ def shortcut_line(metrics: RunMetrics) -> tuple[str, str, str]:
 
 
 def permutation_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
-    """The permutation test's p for XAIguiFormer and whose null it is (with a reference's
-    null, the reference's own p), coloured by ``rule``'s answer when the rule follows it."""
+    """The permutation test's p for the model's score and whose null it is (with a
+    reference's null, the reference's own p), coloured by ``rule``'s answer when the rule
+    follows it."""
     test = metrics.permutation_test
     if rule.follows != "permutation test" or not test:
         return "permutation test", f"not computed ({PERMUTATION_HINT})", "neutral"
@@ -170,8 +276,9 @@ def permutation_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, 
         )
     return (
         "permutation test",
-        f"p = {rule.p_value:.2g} for XAIguiFormer's balanced accuracy ({n} permutations, "
-        f"{whose}); the headline follows this test",
+        f"p = {rule.p_value:.2g} for the model's balanced accuracy ({n} permutations, "
+        f"{whose}); {'below' if rule.above else 'not below'} {ALPHA:g}, and the headline "
+        "follows this test",
         "good" if rule.above else "warn",
     )
 
@@ -205,22 +312,24 @@ def calibration_line(metrics: RunMetrics) -> tuple[str, str, str]:
             f"{sets.empirical_coverage:.0%} out of fold, "
             f"{sets.share_ambiguous:.0%} hold more than one class"
         )
-    tone = "good" if model.ece is not None and model.ece <= 0.1 else "warn"
-    return "calibration", "; ".join(parts), tone
+    if model.ece is None:
+        return "calibration", "; ".join(parts), "neutral"
+    accepted = model.ece <= ECE_ACCEPTED
+    parts[0] += (
+        f" ({'at most' if accepted else 'above'} {ECE_ACCEPTED:.2f}: the stated probabilities "
+        f"are off by {model.ece * 100:.0f} percentage points on average"
+        + ("" if accepted else ", so read them with care")
+        + ")"
+    )
+    return "calibration", "; ".join(parts), "good" if accepted else "warn"
 
 
 def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
     """The verdict of a run (module docstring), from its ``metrics.json``."""
-    rule = above_chance(metrics)
-    lines = [score_line(metrics, rule)] + [comparison_line(c) for c in metrics.all_comparisons]
-    for i, (topic, text, tone) in enumerate(lines):
-        if topic == "transformer" and metrics.linear_path:
-            kept = metrics.linear_path
-            lines[i] = (
-                topic,
-                f"{text}; its residual kept in {kept['residual_kept']} of {kept['n_folds']} folds",
-                tone,
-            )
+    rule, folds = above_chance(metrics), transformer_folds(metrics)
+    lines = [score_line(metrics, rule)] + [
+        comparison_line(c, folds) for c in metrics.all_comparisons
+    ]
     return lines + [
         shortcut_line(metrics),
         permutation_line(metrics, rule),
@@ -229,8 +338,9 @@ def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
 
 
 def headline(metrics: RunMetrics) -> str:
-    """One sentence: above chance or not by :func:`above_chance` (the test it follows, and
-    recording-wise splits, said), against the references, shortcuts."""
+    """One sentence: the model that carries the score (:func:`scorer`), above chance or not
+    by :func:`above_chance` (the test it follows, and recording-wise splits, said), against
+    the references, shortcuts."""
     lines = verdict_lines(metrics)
     words = [above_chance(metrics).statement]
     for topic, text, _ in lines:
@@ -238,4 +348,5 @@ def headline(metrics: RunMetrics) -> str:
             words.append(text.split(" (")[0])
     if any(topic == "shortcuts" and tone == "warn" for topic, _, tone in lines):
         words.append("a shortcut may explain the score")
-    return "XAIguiFormer: " + "; ".join(words) + "."
+    name = scorer(metrics)
+    return name[0].upper() + name[1:] + ": " + "; ".join(words) + "."

@@ -22,8 +22,10 @@ Verdict (first): the score with its interval, the comparison with every referenc
    coverage (:mod:`.calibration`); then the per-recording table and training curves.
 4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
-   the logit change when attention is replaced by a uniform mean or the identity) and the
-   entropy per epoch on the validation participants (history.jsonl).
+   the logit change when attention is replaced by a uniform mean or the identity), first
+   whether the attention reached the output at all (the transformer's residual kept in no
+   fold, or in some only: :func:`~eegformer_cli.experiment.verdict.attention_reach`), and
+   the entropy per epoch on the validation participants (history.jsonl).
 5. Interactions: what every fit's interaction screen kept, its best score and its gate, or
    that nothing was screened (:mod:`.interactions`); with explanations, what each kept
    interaction weighs in a prediction.
@@ -55,6 +57,7 @@ out) and the page (no tags, its styles, a note, a figure) in :mod:`.page`.
 from __future__ import annotations
 
 import tempfile
+import textwrap
 from pathlib import Path
 
 from eegformer_cli import console
@@ -63,19 +66,20 @@ from eegformer_cli.errors import InputDataError, OutputError, UsageError, check_
 from eegformer_cli.evaluation.metrics import describe_comparison
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.verdict import LINEAR_PATH_SCORER, attention_reach, scorer
 from eegformer_cli.preprocess.output import (
     MANIFEST_NAME,
     SETTINGS_NAME,
     read_manifest,
     read_settings_file,
 )
+from eegformer_cli.report.attention_figures import attention_entropy_figure
 from eegformer_cli.report.calibration import add_calibration_section, add_verdict
 from eegformer_cli.report.explanations import (
     add_explanations_section,
     check_explanations_match,
 )
 from eegformer_cli.report.figures import (
-    attention_entropy_figure,
     confusion_matrix_figure,
     roc_pr_figure,
     training_curves_figure,
@@ -87,16 +91,21 @@ from eegformer_cli.report.page import (
     inline_code,
     untagged_report,
 )
+from eegformer_cli.report.preprocessing import preprocessing_html
 from eegformer_cli.report.tables import (
     attention_diagnostics_html,
     dataset_summary_html,
     metric_notes_html,
     metrics_html,
     oof_table_html,
-    preprocessing_html,
     run_summary_html,
+    training_curves_caption,
 )
 from eegformer_cli.report.trust import add_trust_section
+
+#: Characters per line of the confusion matrix's title (the model that carries the score, at
+#: 10 pt: the narrowest matrix is 4.5 inches wide).
+CONFUSION_TITLE_CHARACTERS = 44
 
 # ----------------------------------------------------------------------------- report
 
@@ -157,7 +166,7 @@ def build_report(
     if metrics is not None:  # without it, the cross-validation section says why
         add_trust_section(report, run_dir, metrics)
         add_calibration_section(report, metrics)
-        _add_predictions_and_curves(report, run_dir, metrics, history)
+        _add_predictions_and_curves(report, run_dir, config, metrics, history)
     _add_attention(report, metrics, history)
     add_interactions_section(report, run_dir, metrics, explanations_dir)
     add_explanations_section(report, run_dir, explanations_dir, band)
@@ -167,8 +176,9 @@ def build_report(
 def _add_run_summary(report, run_dir: Path, config: dict, metrics: RunMetrics | None) -> None:
     planned = None if metrics and metrics.scheme else run_folder.read_planned_folds(run_dir)
     scheme = metrics.scheme if metrics and metrics.scheme else planned and planned[0]
+    incomplete = _incomplete_run(run_dir, metrics) if metrics is not None else "no metrics.json"
     report.add_html(
-        run_summary_html(run_dir, config, metrics, scheme),
+        run_summary_html(run_dir, config, metrics, scheme, incomplete),
         "Which run this is",
         section="Run summary",
     )
@@ -214,9 +224,15 @@ def _add_preprocessing(report, config: dict) -> None:
         return
     report.add_html(
         f"<p>How the recordings became connectomes: <code>{inline_code(str(settings_file))}"
-        "</code>, every setting, the crop first (a new recording given to "
-        "<code>eegformer predict</code> is preprocessed the same way).</p>"
-        + preprocessing_html(stored),
+        "</code>, every setting that did something, the crop first (a new recording given to "
+        "<code>eegformer predict</code> is preprocessed the same way; with ICA off, its "
+        "parameters are left out).</p>"
+        + preprocessing_html(
+            stored,
+            read_manifest(settings_file.parent)
+            if (settings_file.parent / MANIFEST_NAME).is_file()
+            else None,
+        ),
         "Preprocessing settings",
         section=section,
     )
@@ -250,19 +266,12 @@ def _add_cross_validation(
     )
     report.add_html(
         "<p>Out-of-fold metrics, mean +- std over folds (bac = balanced accuracy)."
-        f"{chance}</p>" + metrics_html(metrics) + paired,
+        f"{chance}{inline_code(_carries(metrics))}</p>" + metrics_html(metrics) + paired,
         "Metrics",
         section=section,
     )
     report.add_html(metric_notes_html(metrics), "What these numbers mean", section=section)
-    matrix = metrics.transformer.confusion_matrix
-    if matrix is not None:
-        add_figure(
-            report,
-            confusion_matrix_figure(matrix, labels, n_folds=metrics.n_folds),
-            "Confusion matrix",
-            section,
-        )
+    _add_confusion_matrix(report, metrics, labels, section)
     if run_folder.has_oof_predictions(run_dir):
         fold_means = {name: model.mean for name, model in metrics.models.items()}
         predictions = run_folder.read_oof_predictions(run_dir)
@@ -283,8 +292,38 @@ def _add_cross_validation(
         )
 
 
+def _add_confusion_matrix(report, metrics: RunMetrics, labels: list[str], section: str) -> None:
+    """The summed out-of-fold confusion matrix, titled with the model that carries the score
+    (:func:`~eegformer_cli.experiment.verdict.scorer`)."""
+    name = scorer(metrics)
+    matrix = metrics.transformer.confusion_matrix
+    if matrix is None:
+        return
+    add_figure(
+        report,
+        confusion_matrix_figure(
+            matrix,
+            labels,
+            textwrap.fill(name[0].upper() + name[1:], CONFUSION_TITLE_CHARACTERS),
+            n_folds=metrics.n_folds,
+        ),
+        "Confusion matrix",
+        section,
+    )
+
+
+def _carries(metrics: RunMetrics) -> str:
+    """What the metrics table's xaiguiformer row is, where it is not the transformer in every
+    fold (:func:`~eegformer_cli.experiment.verdict.scorer`), else ``""``."""
+    name = scorer(metrics)
+    if name == "XAIguiFormer":
+        return ""
+    repeats = ": it repeats the linear_path row." if name == LINEAR_PATH_SCORER else "."
+    return f" The xaiguiformer row is {name}{repeats}"
+
+
 def _add_predictions_and_curves(
-    report, run_dir: Path, metrics: RunMetrics, history: list[dict]
+    report, run_dir: Path, config: dict, metrics: RunMetrics, history: list[dict]
 ) -> None:
     """Every recording's out-of-fold prediction and the training curves, after the verdict's
     evidence (metrics, audit, calibration)."""
@@ -297,7 +336,15 @@ def _add_predictions_and_curves(
             raise run_folder.damaged_oof_predictions(run_dir, exc) from None
         report.add_html(table, "Per-recording out-of-fold predictions", section=section)
     if history:
-        add_figure(report, training_curves_figure(history), "Training curves per fold", section)
+        add_figure(
+            report,
+            training_curves_figure(history),
+            "Training curves per fold",
+            section,
+            caption=training_curves_caption(
+                history, config.get("train_config", {}), bool(metrics.linear_path)
+            ),
+        )
 
 
 def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> None:
@@ -312,8 +359,10 @@ def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> N
             section,
         )
         return
+    reach = attention_reach(metrics) if metrics else None
     report.add_html(
-        "<p>What the attention of the two passes does on the test participants of every fold "
+        ("" if reach is None else f'<p class="eeg-reach"><b>{inline_code(reach)}</b></p>')
+        + "<p>What the attention of the two passes does on the test participants of every fold "
         "(mean over a fold's recordings, then over folds). <b>Entropy</b>: how spread each "
         f"band's attention is, in nats; uniform attention over the {attention['n_bands']} bands "
         f"gives ln {attention['n_bands']} = {attention['uniform_entropy']:.3f} (100 %), attention "

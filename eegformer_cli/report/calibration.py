@@ -25,7 +25,7 @@ from eegformer_cli.evaluation.run_metrics import (
     RunMetrics,
 )
 from eegformer_cli.experiment.verdict import headline, verdict_lines
-from eegformer_cli.report.figures import legend_below
+from eegformer_cli.report.figures import coinciding, legend_below, same_curve_name
 from eegformer_cli.report.page import inline_code
 
 SECTION = "How far to trust a probability"
@@ -211,10 +211,18 @@ def prediction_sets_html(sets: PredictionSets) -> str:
 
 def reliability_figure(calibration: Calibration):
     """Observed frequency against mean stated probability per bin, one line per model (and the
-    recalibrated transformer), marker area by the bin's predictions; the diagonal is perfect
+    recalibrated transformer; models with the same bins share one line, its legend naming each:
+    :func:`.figures.coinciding`), marker area by the bin's predictions; the diagonal is perfect
     calibration. Below: how many out-of-fold predictions each bin holds; the legend under
     both, over no data."""
-    curves = _curves(calibration, "xaiguiformer, recalibrated (cross-fitted)")
+    everything = _curves(calibration, "xaiguiformer, recalibrated (cross-fitted)")
+    summaries = dict(everything)
+    curves = [
+        (same_curve_name(names), summaries[names[0]])
+        for names in coinciding(
+            {name: [b.to_dict() for b in summary.bins] for name, summary in everything}
+        )
+    ]
     fig, (ax, ax_count) = plt.subplots(
         2,
         1,

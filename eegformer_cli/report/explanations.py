@@ -12,8 +12,8 @@ from pathlib import Path
 
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.report.attention_figures import attention_figure
 from eegformer_cli.report.figures import (
-    attention_figure,
     band_importance_figure,
     connectivity_head_figure,
     contrast_figure,
@@ -116,7 +116,7 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         section,
         band,
     )
-    _add_attention_figures(report, summary, section)
+    _add_attention_figures(report, summary, written.get("classes") or {}, section)
 
 
 def _add_paths_note(report, classes: dict, section: str) -> None:
@@ -146,8 +146,30 @@ def _add_paths_note(report, classes: dict, section: str) -> None:
         )
 
 
-def _add_attention_figures(report, summary: dict, section: str) -> None:
-    """Coarse versus refined attention, one figure per explained class (its mean)."""
+def attention_unused(classes: dict) -> bool:
+    """Whether the transformer carries none of any explained class's logit (``classes``:
+    ``class_summary.json``'s, each with its ``paths``; False for a model without a linear
+    path, whose transformer is the whole model): its residual was not kept in the models
+    explained, so their attention never reached the output."""
+    parts = [(entry.get("paths") or {}).get("target") for entry in classes.values()]
+    return bool(parts) and all(part and part["transformer"] == 0 for part in parts)
+
+
+def _add_attention_figures(report, summary: dict, classes: dict, section: str) -> None:
+    """Coarse versus refined attention, one figure per explained class (its mean); first,
+    where the transformer carries none of the explained logits (:func:`attention_unused`),
+    a note that this attention did not reach the output."""
+    if attention_unused(classes):
+        add_note(
+            report,
+            "Attention: it did not reach the output",
+            "The attention did not reach the output: the transformer carries none of the "
+            "explained logits (0 for every class: its residual was not kept in the models "
+            "explained, so each prediction is the linear path's). The heat maps below are "
+            "of a transformer that was trained but not used; they say nothing about what "
+            "the model's predictions rest on.",
+            section,
+        )
     for k, name in enumerate(summary["classes"]):
         add_figure(
             report,
@@ -180,7 +202,7 @@ def _add_attribution_figures(
         band_importance_figure(summary["band_importance"], classes, bands, reference),
         "Band importance per class",
         section,
-        caption=band_importance_note(reference),
+        caption=band_importance_note(reference, summary["band_importance"], classes, bands),
     )
     which = (
         f"the band {band} (chosen with --band)"

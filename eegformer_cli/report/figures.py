@@ -1,5 +1,6 @@
 """The report's figures: each function takes plain data and returns a matplotlib figure (Agg
-backend; the caller embeds and closes it), so each can be tested and reused alone.
+backend; the caller embeds and closes it), so each can be tested and reused alone; the
+attention figures are :mod:`.attention_figures`'.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ HEAD_PAIRS = 20
 NO_BAND = "no band outlined: no connectivity entry carries any of the logit"
 
 
-def _inches(width: float, height: float) -> tuple[float, float]:
+def inches(width: float, height: float) -> tuple[float, float]:
     """A computed figure size on a quarter-inch grid. mne.Report reads a figure's pixels back
     with int(size x dpi), so a width such as 9.2 in (919.999... px at 100 dpi) loses a pixel
     and the image comes out sheared; quarter inches are exact in binary floating point."""
@@ -55,7 +56,7 @@ def confusion_matrix_figure(
 
     longest = max(len(label) for label in labels)
     fig, ax = plt.subplots(
-        figsize=_inches(3.6 + 0.09 * longest + 0.45 * len(labels), 3.4 + 0.45 * len(labels))
+        figsize=inches(3.6 + 0.09 * longest + 0.45 * len(labels), 3.4 + 0.45 * len(labels))
     )
     ConfusionMatrixDisplay(np.asarray(matrix), display_labels=labels).plot(ax=ax, colorbar=False)
     summed = "" if n_folds is None else f", summed over {n_folds} fold{'s' * (n_folds != 1)}"
@@ -64,10 +65,59 @@ def confusion_matrix_figure(
     return fig
 
 
+def coinciding(curves: dict[str, object]) -> list[list[str]]:
+    """The names of ``curves`` (name -> what draws its curve, compared with ``==``) grouped
+    by equal curves, in first-seen order: a model whose predictions are another's (XAIguiFormer
+    whose transformer was kept in no fold, and its linear path alone) is drawn once."""
+    groups: list[tuple[object, list[str]]] = []
+    for name, data in curves.items():
+        match = next((names for drawn, names in groups if drawn == data), None)
+        if match is None:
+            groups.append((data, [name]))
+        else:
+            match.append(name)
+    return [names for _, names in groups]
+
+
+def same_curve_name(names: list[str]) -> str:
+    """The legend's name of one curve drawn for several models: "xaiguiformer = linear_path
+    (identical curves, drawn once)"."""
+    if len(names) == 1:
+        return names[0]
+    return " = ".join(names) + " (identical curves, drawn once)"
+
+
 def _curve_legend(name: str, short: str, pooled: float, fold_mean: float | None) -> str:
     """A curve's legend: its pooled area and, when known, the mean over folds."""
     text = f"{name}: pooled {short} {pooled:.3f}"
     return text if fold_mean is None else f"{text}, mean over folds {fold_mean:.3f}"
+
+
+def _roc_curves(
+    predictions: list[dict], labels: list[str], positive_label: str | None
+) -> list[tuple[list[str], str, list[dict]]]:
+    """The curves of :func:`roc_pr_figure`: (the models it stands for, the class, their rows);
+    models with the same predictions (:func:`coinciding`) share one."""
+    models = sorted({row["model"] for row in predictions})
+    if positive_label is None:
+        rows = [r for r in predictions if r["model"] == "xaiguiformer"]
+        return [([f"xaiguiformer {label}-vs-rest"], label, rows) for label in labels]
+    by_model = {m: [r for r in predictions if r["model"] == m] for m in models}
+    groups = coinciding(
+        {
+            m: sorted(
+                (
+                    r.get("recording_id"),
+                    r.get("repeat"),
+                    r.get("fold"),
+                    float(r[f"prob_{positive_label}"]),
+                )
+                for r in rows
+            )
+            for m, rows in by_model.items()
+        }
+    )
+    return [(names, positive_label, by_model[names[0]]) for names in groups]
 
 
 def roc_pr_figure(
@@ -79,7 +129,8 @@ def roc_pr_figure(
     """ROC and precision-recall curves per model from ``oof_predictions.tsv`` rows (two
     classes: of ``positive_label``; more classes: one-vs-rest of each class, XAIguiFormer).
 
-    Each curve pools every out-of-fold prediction (all folds and repeats); its legend gives
+    Models with the same predictions (:func:`coinciding`) share one curve, its legend naming
+    each. Each curve pools every out-of-fold prediction (all folds and repeats); its legend gives
     that pooled area (ROC: AUC; precision-recall: average precision, the estimator of the
     metrics table) and, from ``fold_means`` (model -> metrics.json's ``mean``), the table's
     mean over folds, which differs from it: pooling mixes folds whose scores are not on one
@@ -93,21 +144,16 @@ def roc_pr_figure(
     )
 
     fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 5), layout="constrained")
-    models = sorted({row["model"] for row in predictions})
-    if positive_label is not None:
-        curves = [(m, positive_label, [r for r in predictions if r["model"] == m]) for m in models]
-    else:
-        rows = [r for r in predictions if r["model"] == "xaiguiformer"]
-        curves = [(f"xaiguiformer {label}-vs-rest", label, rows) for label in labels]
+    curves = _roc_curves(predictions, labels, positive_label)
     means = fold_means or {}
-    for name, label, rows in curves:
+    for names, label, rows in curves:
         truth = np.array([r["label"] == label for r in rows])
         score = np.array([float(r[f"prob_{label}"]) for r in rows])
         if truth.all() or not truth.any():
             continue
         fpr, tpr, _ = roc_curve(truth, score)
         precision, recall, _ = precision_recall_curve(truth, score)
-        mean = means.get(name)
+        mean, name = means.get(names[0]), same_curve_name(names)
         auroc, ap = roc_auc_score(truth, score), average_precision_score(truth, score)
         ax_roc.plot(
             fpr, tpr, label=_curve_legend(name, "AUC", auroc, None if mean is None else mean.auroc)
@@ -151,35 +197,6 @@ def training_curves_figure(history: list[dict]):
     return fig
 
 
-def attention_entropy_figure(history: list[dict], uniform_entropy: float):
-    """Attention entropy (nats, mean over layers and validation recordings) of each pass
-    against epoch, the mean over folds with the range over folds shaded."""
-    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
-    rows = [h for h in history if h.get("attention") and h.get("fold", 0) >= 0]
-    for name, colour in (("coarse", "tab:blue"), ("refined", "tab:orange")):
-        by_epoch: dict[int, list[float]] = {}
-        for h in rows:
-            if name in h["attention"]:
-                by_epoch.setdefault(h["epoch"], []).append(
-                    float(np.mean(h["attention"][name]["entropy"]))
-                )
-        if by_epoch:
-            epochs = sorted(by_epoch)
-            values = [by_epoch[e] for e in epochs]
-            ax.plot(epochs, [np.mean(v) for v in values], color=colour, label=name)
-            ax.fill_between(
-                epochs, [min(v) for v in values], [max(v) for v in values], color=colour, alpha=0.2
-            )
-    ax.axhline(uniform_entropy, color="grey", linestyle=":", label="uniform (ln T)")
-    ax.set(
-        xlabel="epoch",
-        ylabel="entropy (nats)",
-        title="Attention entropy on the validation participants",
-    )
-    legend_below(fig, ax, ncol=3)
-    return fig
-
-
 def band_importance_figure(
     band_importance: np.ndarray,
     classes: list[str],
@@ -196,7 +213,7 @@ def band_importance_figure(
 
     from eegformer_cli.explain.attributions import top_band
 
-    width_in = _inches(max(6, len(bands) * 0.9), 4.25)
+    width_in = inches(max(6, len(bands) * 0.9), 4.25)
     fig, ax = plt.subplots(figsize=width_in, layout="constrained")
     width = 0.8 / len(classes)
     x = np.arange(len(bands))
@@ -233,64 +250,6 @@ def band_importance_figure(
         fontsize=9,
     )
     legend_below(fig, ax, ncol=min(len(classes), 3))
-    return fig
-
-
-#: Font size (points) of the attention heat maps' band labels: about 12 px on the page, where
-#: the report shows the figure's 850 pixels in a column of about 800 (a 1,100 px window).
-ATTENTION_LABEL_PT = 9
-
-
-def attention_figure(coarse: np.ndarray, refined: np.ndarray, bands: list[str], title: str):
-    """Per layer: coarse and refined attention as differences from uniform attention (1/T),
-    and refined - coarse; query rows, key columns; (L, T, T) in (a head axis is averaged).
-
-    Softmax rows sum to 1, so raw weights all sit near 1/T and one colour scale from 0 hides
-    every difference: each panel shows its departure from 1/T (or from the coarse pass) on a
-    diverging scale of its own, symmetric about 0, with its colour bar. 8.5 inches wide, the
-    widest figure mne.Report embeds at full resolution, with band labels of
-    :data:`ATTENTION_LABEL_PT` points (the query bands once per layer, at its left).
-    """
-    from eegformer_cli.explain.attributions import token_names
-
-    if coarse.ndim == 4:
-        coarse, refined = coarse.mean(axis=1), refined.mean(axis=1)
-    n_layers, n_bands = coarse.shape[0], coarse.shape[-1]
-    bands = token_names(bands, n_bands)  # the interaction token, when the models have one
-    uniform = 1.0 / n_bands
-    size = ATTENTION_LABEL_PT
-    fig, axes = plt.subplots(
-        n_layers,
-        3,
-        figsize=_inches(8.5, 1.0 + 3.5 * n_layers),
-        squeeze=False,
-        sharey=True,
-        layout="constrained",
-    )
-    for layer in range(n_layers):
-        for col, (name, data) in enumerate(
-            (
-                (f"coarse - 1/{n_bands}", coarse[layer] - uniform),
-                (f"refined - 1/{n_bands}", refined[layer] - uniform),
-                ("refined - coarse", refined[layer] - coarse[layer]),
-            )
-        ):
-            ax = axes[layer, col]
-            limit = float(np.abs(data).max()) or 1e-6
-            image = ax.imshow(data, cmap="RdBu_r", vmin=-limit, vmax=limit)
-            ax.set_xticks(range(len(bands)), bands, rotation=90, fontsize=size)
-            ax.set_yticks(range(len(bands)), bands, fontsize=size)
-            ax.set_title(f"layer {layer}: {name}", fontsize=size)
-            if col == 0:
-                ax.set_ylabel("query band", fontsize=size)
-            ax.set_xlabel("key band", fontsize=size)
-            bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
-            bar.ax.tick_params(labelsize=size - 1)
-    fig.suptitle(
-        f"{title}\nred: more attention than uniform ({uniform:.3f}) or than the coarse "
-        "pass; blue: less; each panel on its own scale",
-        fontsize=size + 1,
-    )
     return fig
 
 
@@ -400,7 +359,7 @@ def connectivity_head_figure(
     from eegformer_cli.connectivity.artefacts import caution_masks
 
     fig, axes = plt.subplots(
-        1, len(classes), figsize=_inches(4.75 * len(classes), 5.5), squeeze=False
+        1, len(classes), figsize=inches(4.75 * len(classes), 5.5), squeeze=False
     )
     upper_i, upper_j = np.triu_indices(len(channels), 1)
     masks = caution_masks(cautions or {}, bands, channels)[:, upper_i, upper_j]
@@ -467,7 +426,7 @@ def _contrast_bars_alone(contrast_band: np.ndarray, bands: list[str], classes: l
     """The class contrast's figure when every band's sum is 0 (``contrast_band`` (T,)): its
     bars alone, none outlined, and no head, as no channel pair carries any of it."""
     first, second = classes
-    fig = plt.figure(figsize=_inches(10.5, 4.0), layout="constrained")
+    fig = plt.figure(figsize=inches(10.5, 4.0), layout="constrained")
     _contrast_band_bars(fig.add_subplot(), contrast_band, bands, classes)
     fig.suptitle(
         f"Class contrast, {second} against {first}: no head plots, as no channel pair "
@@ -515,7 +474,7 @@ def contrast_figure(
     shown = shown_band(summary["contrast_band"], bands, band)
     if shown is None:  # no band carries any of the contrast: the bars alone, no heads
         return _contrast_bars_alone(summary["contrast_band"], bands, classes)
-    fig = plt.figure(figsize=_inches(10.5, 16.0))
+    fig = plt.figure(figsize=inches(10.5, 16.0))
     grid = fig.add_gridspec(3, 2, height_ratios=[0.6, 1, 1], hspace=0.4, wspace=0.1)
     _contrast_band_bars(fig.add_subplot(grid[0, :]), summary["contrast_band"], bands, classes)
     upper_i, upper_j = np.triu_indices(len(channels), 1)

@@ -176,9 +176,22 @@ def out_of_fold_html(rows: list[dict], n_recordings: int) -> str:
     )
 
 
-def band_importance_note(reference: str) -> str:
-    """The band-importance figure's caption, for explanations against ``reference``."""
-    return (
+def band_importance_note(
+    reference: str,
+    band_importance: np.ndarray | None = None,
+    classes: list[str] | None = None,
+    bands: list[str] | None = None,
+) -> str:
+    """The band-importance figure's caption, for explanations against ``reference``; with the
+    chart's values (``band_importance`` (K', T) of ``classes`` and ``bands``), first what it
+    shows that a reader would take for a class difference (every class with the same top
+    band, every bar positive) and why it is not one (:func:`same_bands_sentence`)."""
+    first = (
+        same_bands_sentence(np.asarray(band_importance), classes, bands)
+        if band_importance is not None and classes and bands
+        else ""
+    )
+    return first + (
         "Each bar is the explained class's attribution (captum, Integrated Gradients by "
         "default) to a band's connectivity, summed over its channel pairs, averaged over the "
         "class's recordings and scaled so that the absolute values sum to 1 (the share each "
@@ -188,6 +201,35 @@ def band_importance_note(reference: str) -> str:
         "logit's change from the reference (completeness), so sign and size both mean "
         "something. The refined pass itself is guided by another explanation (the model's "
         "DeepLIFT against a zero token), which this does not show."
+    )
+
+
+def same_bands_sentence(band_importance: np.ndarray, classes: list[str], bands: list[str]) -> str:
+    """Why every class has the same top band, or every bar is positive, where the chart
+    (``band_importance`` (K', T)) shows either with two classes or more; ``""`` otherwise.
+    Each class's bars are of its own logit against the typical training recording: a
+    recording explained for its predicted class has that class's logit above the typical
+    one, so its bars are mostly positive, and the bands that move a logit most can be the
+    same for every class. The class contrast says how the classes differ."""
+    from eegformer_cli.explain.attributions import top_band
+
+    if len(classes) < 2:
+        return ""
+    tops = {top_band(values) for values in band_importance}
+    shared = tops.pop() if len(tops) == 1 else None  # None too where every band is 0
+    positive = bool((band_importance >= 0).all() and band_importance.any())
+    if shared is None and not positive:
+        return ""
+    seen = " and ".join(
+        ([f"every class puts {bands[shared]} first"] if shared is not None else [])
+        + (["every bar is positive"] if positive else [])
+    )
+    return (
+        f"Here {seen}: this is not a difference between the classes. Each class's bars are "
+        "of its own logit against the typical training recording, and a recording explained "
+        "for its class has that logit above the typical one, so the bars lean positive and "
+        "the bands that move a logit most can be the same for every class; the class "
+        "contrast below says how the classes differ. "
     )
 
 

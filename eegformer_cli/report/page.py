@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # before pyplot (figures.py chooses it too; either may co
 import matplotlib.pyplot as plt
 
 #: Styles added to MNE's page: the tag filter hidden (the report has no tags), the title whole,
-#: the notes boxed, tables inside the page.
+#: the notes boxed, tables inside the page, a table of contents of readable contrast.
 REPORT_CSS = """
 #filter-by-tags-dropdown-menu { display: none !important; }
 /* the title (data, crop, label, run folder) whole in the top bar: smaller, wrapping if it must */
@@ -34,6 +34,13 @@ table.table { max-width: 100%; }
 table.table td { overflow-wrap: break-word; }
 table.table th { overflow-wrap: normal; word-break: normal; hyphens: manual; }
 .eeg-oof td { overflow-wrap: anywhere; }
+/* the table of contents: the entry of the section in view white on dark blue, hovered or
+   focused too (Bootstrap's pills give white on #0d6efd, 4.5:1; this is 11:1), the others
+   near black */
+#toc-navbar .nav-link { color: #1c2733; }
+#toc-navbar .nav-link.active, #toc-navbar .nav-link.active:hover,
+#toc-navbar .nav-link.active:focus { color: #ffffff; background-color: #1f3b63;
+  border-color: #1f3b63; font-weight: 600; }
 .eeg-oof .bootstrap-table .fixed-table-container .table thead th .th-inner {
   white-space: normal; overflow-wrap: normal; word-break: normal; padding: .3rem; }
 /* the sort arrows under a sortable header's words, not beside them: 11 columns fit the page */

@@ -1,22 +1,21 @@
-"""The report's HTML pieces for the run's own sections (run summary, dataset, preprocessing,
-cross-validation, per-recording predictions, attention): tables and plain-language notes, each
+"""The report's HTML pieces for the run's own sections (run summary, dataset, cross-validation,
+per-recording predictions, training curves, attention): tables and plain-language notes, each
 a function of the run folder's plain data returning an HTML string (values escaped). The
-explanations section's are in :mod:`.notes`.
+preprocessing table is :mod:`.preprocessing`'s, the explanations section's pieces
+:mod:`.notes`'.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import run_folder
-from eegformer_cli.preprocess.output import PreprocessFile
+from eegformer_cli.experiment.verdict import scorer
 from eegformer_cli.report.page import inline_code
 
 METRICS = ("bac", "auroc", "auc_pr", "accuracy")
@@ -90,7 +89,7 @@ def metrics_html(metrics: RunMetrics) -> str:
     return table_html(["model"] + list(METRICS), rows)
 
 
-def _rows_html(rows: list[tuple[str, str]]) -> str:
+def rows_html(rows: list[tuple[str, str]]) -> str:
     """A two-column table of (label, HTML value) rows; labels are escaped, values are not."""
     body = "".join(
         f'<tr><th scope="row">{inline_code(label)}</th><td>{value}</td></tr>'
@@ -126,16 +125,22 @@ def _scheme_text(scheme: dict | None, n_folds: int | None) -> str:
 
 
 def run_summary_html(
-    run_dir: Path, config: dict, metrics: RunMetrics | None, scheme: dict | None
+    run_dir: Path,
+    config: dict,
+    metrics: RunMetrics | None,
+    scheme: dict | None,
+    incomplete: str | None = None,
 ) -> str:
     """Which run made this report: preset, epochs, evaluation, seed, classes and positive
     class, data, model, final model, device and versions (from ``config.json``, and
-    ``metrics.json`` / ``splits.json`` when there)."""
+    ``metrics.json`` / ``splits.json`` when there). ``incomplete``: why the run is not
+    finished (None: it is), said in place of a finish time; without ``model.pt`` its row
+    says it was not written, never what it would be."""
     train, model = config.get("train_config", {}), config.get("model_config", {})
     versions = config.get("versions", {})
     rows = [
         ("run folder", inline_code(str(run_dir.resolve()))),
-        ("finished", inline_code(_finished_text(run_dir))),
+        ("finished", inline_code(_finished_text(run_dir, incomplete))),
         ("preset", f"<code>{inline_code(str(config.get('preset', train.get('preset'))))}</code>"),
         ("evaluation", _scheme_text(scheme, metrics.n_folds if metrics else None)),
         ("training", inline_code(_training_text(train))),
@@ -148,22 +153,43 @@ def run_summary_html(
                 f"recordings of {config.get('n_participants')} participants"
             ),
         ),
-        ("model", inline_code(_model_text(model))),
-        (run_folder.MODEL, inline_code(_final_model_text(scheme, config.get("n_participants")))),
+        (
+            "model",
+            inline_code(
+                _model_text(model)
+                + (
+                    f"; the score is that of {scorer(metrics)}"
+                    if metrics and metrics.linear_path
+                    else ""
+                )
+            ),
+        ),
+        (
+            run_folder.MODEL,
+            inline_code(
+                _final_model_text(scheme, config.get("n_participants"))
+                if run_folder.has_final_model(run_dir)
+                else "not written: the run stopped before its final model; rerun the same "
+                "`eegformer train` command to train it"
+            ),
+        ),
         ("device", inline_code(str(config.get("device")))),
         (
             "versions",
             inline_code(", ".join(f"{name} {version}" for name, version in versions.items())),
         ),
     ]
-    return _rows_html(rows)
+    return rows_html(rows)
 
 
-def _finished_text(run_dir: Path) -> str:
-    """When the run wrote its ``metrics.json`` (UTC, to the minute), or that it did not."""
+def _finished_text(run_dir: Path, incomplete: str | None = None) -> str:
+    """When the run wrote its ``metrics.json`` (UTC, to the minute), or that it did not
+    finish: ``incomplete``, why (a time would read as the end of a run that has none)."""
     finished = run_folder.metrics_time(run_dir)
     if finished is None:
         return "not finished (no metrics.json)"
+    if incomplete is not None:
+        return "not finished: " + incomplete.removeprefix("incomplete run: ")
     return datetime.datetime.fromtimestamp(finished, datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"
     )
@@ -172,19 +198,62 @@ def _finished_text(run_dir: Path) -> str:
 def _training_text(train: dict) -> str:
     """The training settings of ``config.json``'s ``train_config`` in words: epochs, which
     epoch is kept, early stop, batch, learning rate and weight decay."""
-    metric = train.get("selection_metric", "score")
-    # runs of earlier versions may have selected over every epoch ("best")
-    selection = (
-        f"the epoch with the best validation {metric} is kept"
-        if train.get("selection") == "best"
-        else f"the epoch with the best validation {metric} in the second half of training is kept"
-    )
+    selection = _selection_text(train)
     patience = train.get("patience") or 0
     return (
         f"up to {train.get('epochs')} epochs ({selection}; early stop "
         f"{'after ' + str(patience) + ' epochs without improvement' if patience else 'off'}), "
         f"batch of {train.get('batch_size')} segments, peak learning rate {train.get('lr')}, "
         f"weight decay {train.get('weight_decay')}"
+    )
+
+
+def _selection_text(train: dict) -> str:
+    """Which epoch a fit keeps, from ``config.json``'s ``train_config``."""
+    metric = train.get("selection_metric", "score")
+    # runs of earlier versions may have selected over every epoch ("best")
+    if train.get("selection") == "best":
+        return f"the epoch with the best validation {metric} is kept"
+    return f"the epoch with the best validation {metric} in the second half of training is kept"
+
+
+#: A fold's validation loss "rises" when its last epoch's is this much above its lowest.
+RISING_LOSS = 1.1
+
+
+def training_curves_caption(history: list[dict], train: dict, linear_path: bool) -> str:
+    """The training curves' caption: what each panel is, which epoch is kept (``train``:
+    ``config.json``'s ``train_config``), what a rising validation loss means, and in how many
+    folds of ``history`` (history.jsonl's records) it rises (its last epoch's above
+    :data:`RISING_LOSS` times its lowest); ``linear_path``: the model has one."""
+    folds: dict[tuple, list[float]] = {}
+    for h in history:
+        if h.get("fold", 0) >= 0 and h.get("val_loss") is not None:
+            folds.setdefault((h.get("repeat", 0), h.get("fold", 0)), []).append(h["val_loss"])
+    rising = sum(len(v) > 1 and v[-1] > RISING_LOSS * min(v) for v in folds.values())
+    here = (
+        f" Here it rises after its lowest in {rising} of the {len(folds)} folds (its last epoch "
+        f"more than {RISING_LOSS - 1:.0%} above it)."
+        if rising
+        else ""
+    )
+    offset = (
+        " The logits are the linear path's (fixed, fitted first) plus the transformer's "
+        "residual, so these curves are the transformer's training on top of the linear path; "
+        "whether its residual is kept is decided at the kept epoch."
+        if linear_path
+        else ""
+    )
+    return (
+        "One line per fold, the final model black and dashed. train loss: the cross-entropy "
+        "(nats) per segment on the fold's training participants, with augmentation; val loss "
+        "and val bac: of each validation recording's logits (participants set aside inside "
+        "the fold's training part, never its test participants)."
+        f"{offset} {_selection_text(train).capitalize()}, and only that epoch is scored out "
+        "of fold. A validation loss that rises while the training loss falls is the model "
+        "fitting its training participants beyond what carries over (overfitting); with val "
+        "bac steady it means probabilities growing over-confident (the calibration section "
+        f"measures them).{here}"
     )
 
 
@@ -272,8 +341,9 @@ def metric_notes_html(metrics: RunMetrics) -> str:
         ),
         (
             "paired difference and 95 % interval",
-            "the transformer's bac minus a reference's (the logistic regression on the same "
-            "tokens; the tangent space of the band covariances), fold by fold on the same test "
+            f"the bac of {scorer(metrics)} minus a reference's (the logistic regression on "
+            "the same tokens; the tangent space of the band covariances), fold by fold on the "
+            "same test "
             "participants; the interval (corrected resampled t-test, which allows for folds "
             "sharing training participants) shows what the folds cannot rule out: if it contains "
             f"0, these data do not tell which model is better.{clipped}",
@@ -389,7 +459,7 @@ def oof_table_html(predictions: list[dict], labels: list[str]) -> str:
     body = [_oof_row_html(row) for row in table]
     n_wrong = sum(t[0] > 0 for t in table)
     return (
-        f"<p>{len(table)} recordings, {n_wrong} misclassified by XAIguiFormer at least once "
+        f"<p>{len(table)} recordings, {n_wrong} misclassified by the model at least once "
         "(tinted, listed first; click a column header to sort, all pages at once). "
         "<i>P(true)</i>: the "
         "probability the model gave the recording's true class, averaged over its "
@@ -426,118 +496,3 @@ def attention_diagnostics_html(attention: dict) -> str:
                 ]
             )
     return table_html(["pass", "layer"] + [title for _, title, _ in columns], rows)
-
-
-def _seconds(value) -> str:
-    return f"{value:g} s" if isinstance(value, int | float) else str(value)
-
-
-def _hertz(value) -> str:
-    return f"{value:g} Hz" if isinstance(value, int | float) else str(value)
-
-
-def _microvolts(value) -> str:
-    return "off" if value is None else f"{value * 1e6:g} uV peak-to-peak in a 3 s window"
-
-
-def _bids_selection_text(selection) -> str:
-    """``{"task": ["rest"], "session": [], "run": []}`` -> ``"task rest"``; nothing chosen ->
-    ``"none: every task, session and run"``."""
-    if not isinstance(selection, dict):
-        return str(selection)
-    chosen = [f"{key} {', '.join(map(str, values))}" for key, values in selection.items() if values]
-    return "; ".join(chosen) if chosen else "none: every task, session and run"
-
-
-def _bands_text(spec) -> str:
-    """``"delta:2-4,theta:4-8,tbr:4-8/12-30"`` -> ``"delta 2-4 Hz, theta 4-8 Hz, tbr
-    4-8 Hz / 12-30 Hz"``."""
-    if not isinstance(spec, str):
-        return str(spec)
-    parts = []
-    for entry in spec.split(","):
-        name, _, ranges = entry.partition(":")
-        parts.append(f"{name} " + " / ".join(f"{r} Hz" for r in ranges.split("/")))
-    return ", ".join(parts)
-
-
-#: preprocess.json's ``settings``: key -> (label, value -> text), in the order the report lists
-#: them after the crop (a key not listed here is shown as it is, after these).
-PREPROCESS_SETTINGS: dict[str, tuple[str, Callable[[Any], str]]] = {
-    "preset": ("preset", str),
-    "sfreq": ("sampling rate after cleaning", _hertz),
-    "l_freq": ("high-pass edge (band-pass low edge)", _hertz),
-    "h_freq": ("low-pass edge (band-pass high edge)", _hertz),
-    "h_trans_bandwidth": (
-        "low-pass transition band",
-        lambda v: _hertz(v) if v != "auto" else "auto (MNE's rule)",
-    ),
-    "epoch_length": (
-        "segment length",
-        lambda v: "auto (from the shortest recording)" if v == "auto" else _seconds(v),
-    ),
-    "window_s": ("spectral window inside a segment", _seconds),
-    "flat_ptp_v": ("segment rejected when a channel is flat: below", _microvolts),
-    "absurd_ptp_v": ("segment rejected when a channel is absurd: above", _microvolts),
-    "ica": ("ICA + ICLabel artefact removal", lambda v: "on" if v else "off"),
-    "ica_n_components": ("ICA components", str),
-    "ica_random_state": ("ICA seed", str),
-    "ica_before_reference": (
-        "ICA fitted",
-        lambda v: "before the average reference" if v else "after the average reference",
-    ),
-    "bands": ("frequency bands (tokens)", _bands_text),
-    "channels": ("channels", lambda v: ", ".join(v) if isinstance(v, list) else str(v)),
-    "max_interpolated": ("most channels interpolated per recording", str),
-    "resample_method": ("resampling", str),
-}
-#: Entries of preprocess.json beside ``settings`` that the section shows, with their labels
-#: (``settings``, ``bands``, ``channels``, ``band_edges_hz`` and ``versions`` repeat what is
-#: shown elsewhere; any other entry is shown as it is).
-PREPROCESS_RUN_ENTRIES = {
-    "epoch_length_s": ("segment length used", _seconds),
-    "inputs": ("inputs", lambda v: ", ".join(map(str, v)) if isinstance(v, list) else str(v)),
-    "participants_file": ("participants table", str),
-    "recordings_file": ("recordings table", str),
-    "counts": (
-        "recordings",
-        lambda v: (
-            ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in v.items())
-            if isinstance(v, dict)
-            else str(v)
-        ),
-    ),
-    "settings_hash": ("settings hash", str),
-    "participant_pattern": ("participant id pattern", str),
-    "bids_selection": ("BIDS selection", _bids_selection_text),
-}
-PREPROCESS_REPEATED = ("settings", "bands", "channels", "band_edges_hz", "versions")
-
-
-def preprocessing_html(stored: PreprocessFile) -> str:
-    """A preprocess folder's ``preprocess.json`` as one table: the crop first, then every
-    setting (:data:`PREPROCESS_SETTINGS` order, unknown ones after), the average reference
-    (always applied), then the run's other entries (inputs, tables, counts, hash)."""
-    settings = {key: v for key, v in (stored.settings or {}).items() if key != "crop_s"}
-    crop = stored.crop_s
-    rows = [
-        (
-            "crop",
-            inline_code(
-                f"the first {crop:g} s of every recording"
-                if isinstance(crop, int | float)
-                else "none: every recording analysed whole"
-            ),
-        )
-    ]
-    for key, (label, text) in PREPROCESS_SETTINGS.items():
-        if key in settings:
-            rows.append((label, inline_code(text(settings.pop(key)))))
-    rows += [(key, inline_code(str(value))) for key, value in settings.items()]
-    rows.append(("reference", "average of all channels (always)"))
-    for key, value in stored.entries.items():
-        if key in PREPROCESS_REPEATED:
-            continue
-        label, text = PREPROCESS_RUN_ENTRIES.get(key, (key, str))
-        rows.append((label, inline_code(text(value) if value is not None else "none")))
-    return _rows_html(rows)

@@ -27,6 +27,7 @@ from eegformer_cli.experiment.audit import (
     describe_figure,
 )
 from eegformer_cli.experiment.permutation import describe_permutation_test
+from eegformer_cli.experiment.verdict import scorer
 from eegformer_cli.report.figures import legend_below
 from eegformer_cli.report.page import inline_code
 
@@ -52,9 +53,10 @@ def add_trust_section(report, run_dir: Path, metrics: RunMetrics) -> None:
     """Add the section to ``report`` (an :class:`mne.Report`) from the run's ``metrics``
     (``RUN_DIR/metrics.json``; ``run_dir`` is named in the commands that add what is missing)."""
     audit, test = metrics.shortcut_audit, metrics.permutation_test
-    rule = above_chance(metrics)
+    rule, name = above_chance(metrics), scorer(metrics)
     report.add_html(
-        f"<p><b>XAIguiFormer: {inline_code(rule.statement)}.</b> {inline_code(rule.meaning)}</p>",
+        f"<p><b>{inline_code(name[0].upper() + name[1:])}: {inline_code(rule.statement)}.</b> "
+        f"{inline_code(rule.meaning)}</p>",
         "Above chance: the test the verdict follows",
         section=SECTION,
     )
