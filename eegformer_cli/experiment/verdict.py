@@ -69,7 +69,7 @@ def transformer_folds(metrics: RunMetrics) -> tuple[int, int] | None:
 def scorer(metrics: RunMetrics) -> str:
     """The model whose out-of-fold predictions the score is, in words: "XAIguiFormer" (no
     linear path), :data:`LINEAR_PATH_SCORER` (the residual kept in no fold), "XAIguiFormer
-    (the transformer kept in 2 of 5 folds, its linear path alone in the other 3)", or
+    (the transformer kept in K of N folds, its linear path alone in the other N - K)", or
     "XAIguiFormer (its linear path and the transformer, kept in every fold)"."""
     folds = transformer_folds(metrics)
     if folds is None:
