@@ -70,7 +70,7 @@ METHOD = (
     "corrected resampled t-test (Nadeau & Bengio 2003): variance of the mean "
     "(1/J + n_test/n_train) s^2 over J fold scores, s^2 taken to scale as 1/N at the same "
     "folds and repeats; power from the non-central t with J - 1 degrees of freedom; split "
-    "seeds: a new seed's fold scores as J draws with this run's mean and spread "
+    "seeds: another seed draws each fold's own part (the 1/J term) anew "
     "(docs/guide/results.md, 'What this N resolves')"
 )
 
@@ -285,11 +285,14 @@ def statement(sample: SampleSize, metrics: RunMetrics, references: dict[str, Spr
     people = f"{sample.n_participants} {sample.unit}s"
     mean = metrics.score.mean if metrics.score else None
     if sample.half_width is None or mean is None:
+        splits = "one split" if (sample.n_folds or 0) <= 1 else f"{sample.n_folds} folds"
         return (
-            f"with {people} and {sample.n_folds or 0} split(s) there is no spread over folds to "
-            "scale: cross-validate (`--cv 5 --repeats 3`) to learn what this N resolves"
+            f"with {people} in {splits} there is no spread over folds to scale: "
+            "cross-validate (`--cv 5 --repeats 3`) to learn what this N resolves"
         )
-    words = [f"with {people} the balanced accuracy is {mean:.2f} ± {sample.half_width:.2f}"]
+    words = [
+        f"with {people} the balanced accuracy is {mean:.2f} {_plus_minus(sample.half_width, 1, 2)}"
+    ]
     for name, spread in references.items():
         words.append(_telling_apart(name, spread, sample.participants_needed.get(name), sample))
     return "; ".join(words)
@@ -312,6 +315,14 @@ def _telling_apart(name: str, spread: Spread | None, needed: int | None, sample:
     return f"telling it from {whose} would take about {needed:,} {sample.unit}s"
 
 
+def _plus_minus(width: float, whole: float, digits: int = 3) -> str:
+    """``± width``, said to cover every possible value when it reaches ``whole`` (1 for a
+    BAC, 2 for a difference of two)."""
+    if width >= whole:
+        return f"± {width:.{digits}f} (every possible value: too few folds)"
+    return f"± {width:.{digits}f}"
+
+
 def describe(sample: SampleSize) -> list[str]:
     """``train``'s lines, one per figure: the score's half-width, each reference's figures,
     the split seeds, and the sentence to quote."""
@@ -320,7 +331,7 @@ def describe(sample: SampleSize) -> list[str]:
     if sample.half_width is None:
         return [f"{head}; {sample.statement}"]
     lines = [
-        f"{head}: the balanced accuracy's 95 % interval is ± {sample.half_width:.3f} "
+        f"{head}: the balanced accuracy's 95 % interval is {_plus_minus(sample.half_width, 1)} "
         "(corrected resampled t-test)"
     ]
     for name, width in sample.difference_half_width.items():
@@ -343,7 +354,8 @@ def describe(sample: SampleSize) -> list[str]:
             "is about zero or favours the reference)"
         )
         lines.append(
-            f"sample size, against {model_in_words(name)}: interval ± {width:.3f}; {resolves}; "
+            f"sample size, against {model_in_words(name)}: interval {_plus_minus(width, 2)}; "
+            f"{resolves}; "
             f"{observed}"
         )
     if sample.split_seeds:

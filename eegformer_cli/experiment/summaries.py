@@ -1,13 +1,14 @@
 """A run's summaries, rewritten from its fold results after every fold and at the end:
 ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` (each model's scores per fold
 and over folds, the comparisons with the references, the score against chance, the out-of-fold
-calibration and prediction sets, attention, the interaction screens), and whether the run is
-complete.
+calibration and prediction sets, attention, the interaction screens, what the number of
+participants resolves), and whether the run is complete.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from eegformer_cli.evaluation.metrics import (
     summarise_folds,
 )
 from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
+from eegformer_cli.evaluation.sample_size import assess
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.above_chance import judged
 from eegformer_cli.experiment.interaction_screens import summarise_screens
@@ -69,7 +71,8 @@ def write_summaries(
     against chance), ``above_chance`` (:func:`above_chance.judged`), the out-of-fold
     calibration and prediction-set coverage (:mod:`oof_calibration`), whose recalibration and
     calibration set go into ``model.pt`` when it exists, and what the interaction screens
-    found (:func:`interaction_screens.summarise_screens`)."""
+    found (:func:`interaction_screens.summarise_screens`), and what the run's number of
+    participants resolves (:func:`sample_size.assess`)."""
     history = [record for result in results for record in result.history]
     history += final_history or []
     run_folder.write_history(run_dir, history)
@@ -115,10 +118,16 @@ def write_summaries(
         }
     )
     metrics = judged(metrics)
+    metrics = replace(metrics, sample_size=assess(metrics, _n_participants(plan), ratio))
     run_folder.write_metrics(run_dir, metrics)
     if run_folder.has_final_model(run_dir):
         add_calibration(run_folder.model_path(run_dir), model_entry)
     return metrics
+
+
+def _n_participants(plan: RunPlan) -> int:
+    """The participants (recordings, on recording-wise splits) that the plan's folds split."""
+    return len({unit for fold in plan.folds for unit in (*fold.train, *fold.val, *fold.test)})
 
 
 def _model_names(results: list[FoldRecord]) -> list[str]:
