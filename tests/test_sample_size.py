@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from eegformer_cli.evaluation.sample_size import (
     split_seeds,
 )
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.verdict import headline, verdict_lines
 
 #: How much a fold's training set moves its model's threshold (times the mean influence).
 TRAINING_EFFECT = 1.0
@@ -248,16 +250,29 @@ def test_a_fragile_run_says_the_repeats_and_a_run_without_folds_says_why():
     fragile = assess(_run(0.0, {}, score={"mean": 0.69, "std": 0.054, "n_folds": 5}), 26, 0.25)
     assert fragile.split_seeds.fragile and fragile.split_seeds.repeats is not None
     assert f"`--repeats {fragile.split_seeds.repeats}`" in fragile.split_seeds.statement
+    metrics = replace(_run(0.0, {}), sample_size=fragile)
+    assert verdict_lines(metrics)[-1] == (
+        "sample size",
+        f"{fragile.statement}; {fragile.split_seeds.statement}",
+        "warn",
+    )
+    assert headline(metrics).endswith(
+        f"; one split is fragile at this N (`--repeats {fragile.split_seeds.repeats}` settles it)."
+    )
     holdout = assess(
         _run(0.0, {}, scheme={"kind": "holdout", "fraction": 0.25}, n_folds=1), 12, 1 / 3
     )
     assert holdout.half_width is None and holdout.participants_needed == {}
     assert "no spread over folds" in holdout.statement
+    stable = replace(metrics, sample_size=holdout)
+    assert verdict_lines(stable)[-1] == ("sample size", holdout.statement, "neutral")
+    assert "fragile" not in headline(stable)
 
 
 def test_the_sample_run_and_its_merge_hold_the_figures(sample_run, tmp_path, capsys):
     """The sample run (12 participants, a 25 % holdout): metrics.json's ``sample_size`` says
-    that one split has no spread to scale; ``train --merge`` of a copy prints it."""
+    that one split has no spread to scale; ``train --merge`` of a copy prints it, and its
+    report says it in the verdict and under "What this N resolves"."""
     metrics = run_folder.read_metrics(sample_run["run"])
     sample = metrics.sample_size
     assert sample is not None and sample.n_participants == 12 and sample.half_width is None
@@ -268,4 +283,6 @@ def test_the_sample_run_and_its_merge_hold_the_figures(sample_run, tmp_path, cap
     shutil.copytree(sample_run["run"], run)
     code, printed = run_main(capsys, "train", "--merge", run)
     assert code == 0, printed
-    assert "sample size: 12 participants, 1 test fold(s); with 12 participants in one split" in printed
+    assert (
+        "sample size: 12 participants, 1 test fold(s); with 12 participants in one split" in printed
+    )

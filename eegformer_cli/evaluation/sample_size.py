@@ -324,8 +324,8 @@ def _plus_minus(width: float, whole: float, digits: int = 3) -> str:
 
 
 def describe(sample: SampleSize) -> list[str]:
-    """``train``'s lines, one per figure: the score's half-width, each reference's figures,
-    the split seeds, and the sentence to quote."""
+    """``train``'s lines, one per figure: the score's half-width, each reference's figures and
+    the split seeds (the sentence to quote is the verdict's)."""
     unit = f"{sample.unit}s"
     head = f"sample size: {sample.n_participants} {unit}, {sample.n_folds} test fold(s)"
     if sample.half_width is None:
@@ -360,4 +360,4 @@ def describe(sample: SampleSize) -> list[str]:
         )
     if sample.split_seeds:
         lines.append(f"split seeds: {sample.split_seeds.statement}")
-    return [*lines, f"in short: {sample.statement}"]
+    return lines

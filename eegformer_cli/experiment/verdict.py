@@ -14,7 +14,9 @@ A headline, then one line per question, each ``(topic, text, tone)`` with tone `
 - shortcuts: flagged and borderline variables of the shortcut audit;
 - the permutation test's p, when computed, and whose null it is;
 - calibration: the out-of-fold expected calibration error and Brier score, what ``predict``
-  does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets.
+  does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets;
+- sample size: what this N resolves (``metrics.sample_size``), and where one split is fragile
+  at this N, the ``--repeats`` that settles it (also said in the headline).
 
 Above chance or not is :mod:`.above_chance`'s rule alone: the headline says its answer and the
 test it follows, and the score and permutation lines are coloured by the same answer, so the
@@ -225,7 +227,21 @@ def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
         shortcut_line(metrics),
         permutation_line(metrics, rule),
         calibration_line(metrics),
+        *sample_size_lines(metrics),
     ]
+
+
+def sample_size_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
+    """What this N resolves (``metrics.sample_size``, none in runs of earlier versions): the
+    sentence to quote, and where one split is fragile at this N, how often another split seed
+    changes the headline and the ``--repeats`` that settles it (a warning then)."""
+    sample = metrics.sample_size
+    if sample is None:
+        return []
+    seeds = sample.split_seeds
+    if seeds and seeds.fragile:
+        return [("sample size", f"{sample.statement}; {seeds.statement}", "warn")]
+    return [("sample size", sample.statement, "neutral")]
 
 
 def headline(metrics: RunMetrics) -> str:
@@ -238,4 +254,10 @@ def headline(metrics: RunMetrics) -> str:
             words.append(text.split(" (")[0])
     if any(topic == "shortcuts" and tone == "warn" for topic, _, tone in lines):
         words.append("a shortcut may explain the score")
+    seeds = metrics.sample_size.split_seeds if metrics.sample_size else None
+    if seeds and seeds.fragile:
+        words.append(
+            "one split is fragile at this N"
+            + (f" (`--repeats {seeds.repeats}` settles it)" if seeds.repeats else "")
+        )
     return "XAIguiFormer: " + "; ".join(words) + "."
