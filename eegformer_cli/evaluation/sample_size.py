@@ -246,7 +246,9 @@ def assess(metrics: RunMetrics, n_participants: int, ratio: float) -> SampleSize
     comparison's figures from ``metrics`` (its score, comparisons and scheme)."""
     score = metrics.score
     parts: dict[str, Spread | None] = {
-        "score": score and spread_of(score.mean, score.std, score.n_folds, ratio, metrics.chance)
+        "score": spread_of(score.mean, score.std, score.n_folds, ratio, metrics.chance)
+        if score
+        else None
     }
     for comparison in _references(metrics):
         parts[comparison.reference or ""] = spread_of(
