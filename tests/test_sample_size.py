@@ -123,10 +123,10 @@ def test_the_predicted_number_of_participants_reaches_the_stated_power(k, repeat
     needed = participants_needed(spread, pilot_n)
     assert needed is not None and needed > 5 * pilot_n
     n = 2 * round(needed / 2)
-    power = share_resolved(paired_differences(rng, 2000, n, k, repeats), ratio)
+    power = share_resolved(paired_differences(rng, 1500, n, k, repeats), ratio)
     assert abs(power - POWER) <= 0.1, (needed, power)
     if repeats == 1:  # the check can fail: at half that N the power is well below
-        half = share_resolved(paired_differences(rng, 2000, n // 2, k, repeats), ratio)
+        half = share_resolved(paired_differences(rng, 1500, n // 2, k, repeats), ratio)
         assert half < POWER - 0.2, half
 
 
@@ -155,7 +155,7 @@ def test_the_share_of_split_seeds_that_change_the_headline_is_what_resplitting_g
 
 def test_the_repeats_said_settle_the_headline_when_resplit():
     """Of fragile runs of 26-participant studies, the ``--repeats`` said leaves the score's
-    answer to all but about :data:`FRAGILE_SHARE` of re-splits (measured: within 0.1 of it)."""
+    answer to all but about :data:`FRAGILE_SHARE` of re-splits (measured: at most 0.05 more)."""
     rng = np.random.default_rng(1)
     unsettled = []
     while len(unsettled) < 20:
@@ -171,7 +171,7 @@ def test_the_repeats_said_settle_the_headline_when_resplit():
         bound = resplit.mean(1) - critical(j) * math.sqrt(1 / j + 0.25) * resplit.std(1, ddof=1)
         above = np.mean(bound > 0.5)
         unsettled.append(min(above, 1 - above))
-    assert np.mean(unsettled) <= FRAGILE_SHARE + 0.1, unsettled
+    assert np.mean(unsettled) <= FRAGILE_SHARE + 0.05, unsettled
 
 
 def test_the_figures_follow_the_scaling_they_assume():
@@ -272,7 +272,7 @@ def test_a_fragile_run_says_the_repeats_and_a_run_without_folds_says_why():
 def test_the_sample_run_and_its_merge_hold_the_figures(sample_run, tmp_path, capsys):
     """The sample run (12 participants, a 25 % holdout): metrics.json's ``sample_size`` says
     that one split has no spread to scale; ``train --merge`` of a copy prints it, and its
-    report says it in the verdict and under "What this N resolves"."""
+    report says it in the verdict and under "What this N resolves"; ``--json`` holds it."""
     metrics = run_folder.read_metrics(sample_run["run"])
     sample = metrics.sample_size
     assert sample is not None and sample.n_participants == 12 and sample.half_width is None
@@ -281,8 +281,10 @@ def test_the_sample_run_and_its_merge_hold_the_figures(sample_run, tmp_path, cap
     }
     run = tmp_path / "run"
     shutil.copytree(sample_run["run"], run)
-    code, printed = run_main(capsys, "train", "--merge", run)
+    code, printed = run_main(capsys, "train", "--merge", run, "--json")
     assert code == 0, printed
+    summary, _ = json.JSONDecoder().raw_decode(printed)  # stdout (the JSON) comes first
+    assert summary["sample_size"] == run_folder.read_metrics(run).sample_size.to_dict()
     assert (
         "sample size: 12 participants, 1 test fold(s); with 12 participants in one split" in printed
     )

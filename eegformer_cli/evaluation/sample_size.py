@@ -349,12 +349,15 @@ def describe(sample: SampleSize) -> list[str]:
             if smallest <= 1
             else f"this N resolves no possible difference at {sample.power:.0%} power"
         )
-        observed = (
-            f"the observed difference would take about {needed:,} {unit}"
-            if needed is not None
-            else "no N would be expected to show the model better (the observed difference "
-            "is about zero or favours the reference)"
-        )
+        if needed is None:
+            observed = (
+                "no N would be expected to show the model better (the observed difference "
+                "is about zero or favours the reference)"
+            )
+        else:
+            observed = f"the observed difference would take about {needed:,} {unit}" + (
+                " (this N is enough)" if needed <= (sample.n_participants or 0) else ""
+            )
         lines.append(
             f"sample size, against {model_in_words(name)}: interval {_plus_minus(width, 2)}; "
             f"{resolves}; "
