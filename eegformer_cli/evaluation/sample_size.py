@@ -32,8 +32,8 @@ non-central t with J - 1 degrees of freedom and non-centrality
 ``(mean - c) * sqrt(J) / (sigma * sqrt(2))``; ``sigma^2``, unknown, is averaged over the scaled
 inverse chi-squared (J - 1 degrees of freedom) that this run's ``s^2`` leaves. ``--repeats r``
 shrinks the 1/J term (J = k * r): a run of J' folds has the participants' own mean plus
-N(0, sigma^2 / J'), sigma taken as this run's s; the r said is the smallest at which every part of the headline keeps its
-most likely answer for all but :data:`FRAGILE_SHARE` of the seeds.
+N(0, sigma^2 / J'), sigma taken as this run's s; the r said is the smallest at which every part
+of the headline keeps its most likely answer for all but :data:`FRAGILE_SHARE` of the seeds.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ class Spread:
     n_folds: int
     ratio: float
 
-    def factor(self, n_folds: int | None = None) -> float:
-        """``sqrt(1/J + rho)`` (J: ``n_folds``, else the run's)."""
-        return math.sqrt(1 / (n_folds or self.n_folds) + self.ratio)
+    def factor(self) -> float:
+        """``sqrt(1/J + rho)``: the interval's standard error over ``std``."""
+        return math.sqrt(1 / self.n_folds + self.ratio)
 
     def half_width(self) -> float:
         """The 95 % interval's ± (unclipped)."""
