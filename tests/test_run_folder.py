@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from builders import EARLIER_RUN, exit_code, make_connectome_folder
+from builders import EARLIER_RUN, exit_code, make_connectome_folder, run_main
 from sources import PACKAGE, module_name
 from tolerance import assert_same_json
 
@@ -80,7 +80,7 @@ def earlier_run(tmp_path) -> Path:
     return run
 
 
-def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
+def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path, capsys):
     report = tmp_path / "report.html"
     assert exit_code("report", earlier_run, "--out", report) == 0
     page = report.read_text(encoding="utf-8")
@@ -91,7 +91,10 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
         record = json.loads(fold.read_text())
         del record["interaction_screen"]
         fold.write_text(json.dumps(record))
-    assert exit_code("train", "--merge", earlier_run) == 0
+    code, printed = run_main(capsys, "train", "--merge", earlier_run)
+    assert code == 0, printed
+    assert "sample size: 20 participants, 2 test fold(s): the balanced accuracy's" in printed
+    assert "split seeds: stable over split seeds at this N" in printed
     after = json.loads((earlier_run / "metrics.json").read_text())
     # what this version adds to an earlier run's metrics: the answer of the above-chance rule
     # (no permutation test unless asked: the interval's)
@@ -106,6 +109,13 @@ def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path):
     # ... and the interaction screens (the folds' records as an earlier version wrote them)
     screens = after.pop("interaction_screens")
     assert [fold["recorded"] for fold in screens["per_fold"]] == [False, False]
+    # ... and what its number of participants resolves (it costs nothing): 20 participants
+    # in 2 folds; XAIguiFormer is below the logistic regression and level with the
+    # tangent-space reference, so no N would show it better than either
+    sample = after.pop("sample_size")
+    assert (sample["n_participants"], sample["n_folds"], sample["test_train_ratio"]) == (20, 2, 1)
+    assert sample["participants_needed"] == {"logistic_regression": None, "tangent_space": None}
+    assert sample["half_width"] > 1 and "no number of participants" in sample["statement"]
     # the merge recomputes every summary from the fold records, and adds no permutation test
     # unless asked: the same figures
     for entry in (before, after):

@@ -72,7 +72,7 @@ def _summary_table(metrics: RunMetrics) -> Table:
 
 def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
     """The summary: the verdict, the table of every model and what the comparisons, the
-    attention, the interaction screens, the shortcut audit and the permutation test say, on
+    sample size, the interaction screens, the shortcut audit and the permutation test say, on
     stdout (a result, as ``predict``'s rows), or with ``--json`` on stderr and the JSON alone
     on stdout; nothing on torchrun processes other than rank 0 (``metrics`` None: rank 0
     reports)."""
@@ -89,6 +89,11 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
 
         for comparison in metrics.all_comparisons:
             shown.print(describe_comparison(comparison))
+    if metrics.sample_size:
+        from eegformer_cli.evaluation.sample_size import describe as describe_sample_size
+
+        for line in describe_sample_size(metrics.sample_size):
+            shown.print(line)
     if metrics.attention:
         from eegformer_cli.experiment.verdict import attention_reach
         from eegformer_cli.model.diagnostics import describe
@@ -149,6 +154,7 @@ def _json_summary(metrics: RunMetrics, out: Path) -> dict:
         "interaction_screens": part(metrics.interaction_screens),
         "shortcut_audit": _audit_summary(metrics.shortcut_audit),
         "permutation_test": None if test is None else {k: test[k] for k in test if k != "null"},
+        "sample_size": part(metrics.sample_size),
     }
 
 

@@ -13,4 +13,6 @@ which scores every fit with them).
                                                   recalibration
 - :mod:`~eegformer_cli.evaluation.conformal`       split-conformal prediction sets (MAPIE)
 - :mod:`~eegformer_cli.evaluation.oof_calibration` a run's out-of-fold rows -> both
+- :mod:`~eegformer_cli.evaluation.sample_size`     what a run's N resolves: interval widths,
+                                                  power, participants needed, split seeds
 """

@@ -35,6 +35,9 @@ The tree (each class's fields are its JSON keys, in the file's order):
   transformer's residual, the penalties and strengths chosen); ``scored_by``, a dict: the
   model whose out-of-fold predictions the score is, in words and as a model name
   (``linear_path`` where the residual was kept in no fold).
+- ``sample_size``: :class:`SampleSize`, what the run's number of participants resolves
+  (:mod:`~eegformer_cli.evaluation.sample_size`), with :class:`SplitSeeds`, how often another
+  split seed would change the headline.
 
 Earlier versions' files load: a key they lack is None (``complete``: None, not known;
 ``comparisons``: None, use :attr:`RunMetrics.all_comparisons`), and keys this version does not
@@ -402,6 +405,52 @@ class PermutationTest(Record):
 
 
 @dataclass
+class SplitSeeds(Record):
+    """How often another split seed of the same participants would change the headline
+    (:func:`sample_size.split_seeds`): ``flip_share`` per part of it (``score``: above chance
+    or not; a reference's name: better, worse or not distinguishable), the share of split
+    seeds whose interval gives another answer than this run's (None: no interval);
+    ``fragile`` whether a part's share reaches :data:`sample_size.FRAGILE_SHARE`; ``repeats``
+    the ``--repeats`` at which every part's answer is settled (None: not fragile, no k-fold
+    scheme, or no number up to :data:`sample_size.MAX_REPEATS` settles it); ``statement`` in
+    words."""
+
+    flip_share: dict[str, float | None] = field(default_factory=dict)
+    fragile: bool = False
+    repeats: int | None = None
+    statement: str = ""
+
+
+@dataclass
+class SampleSize(Record):
+    """What the run's number of participants resolves (:func:`sample_size.assess`), by the
+    corrected resampled t-test the verdict uses: ``n_participants`` (``unit`` s: participants,
+    or recordings on recording-wise splits), the score's ``n_folds`` and the folds'
+    ``test_train_ratio``; at ``power`` and two-sided ``alpha``: ``half_width`` of the score's
+    95 % interval (BAC, unclipped), and per reference (name -> value) the half-width of the
+    paired difference's interval (``difference_half_width``), the smallest difference this N
+    resolves (``smallest_difference``, BAC) and the participants that would resolve the observed
+    difference (``participants_needed``, rounded to two significant figures; None where the
+    difference is about zero or favours the reference); ``split_seeds`` (:class:`SplitSeeds`);
+    ``statement`` the sentence to quote; ``method`` the assumptions, in words. Figures are None
+    where there is no interval (one split, or every fold scored the same)."""
+
+    n_participants: int | None = None
+    unit: str = "participant"
+    n_folds: int | None = None
+    test_train_ratio: float | None = None
+    power: float = 0.8
+    alpha: float = 0.05
+    half_width: float | None = None
+    difference_half_width: dict[str, float | None] = field(default_factory=dict)
+    smallest_difference: dict[str, float | None] = field(default_factory=dict)
+    participants_needed: dict[str, int | None] = field(default_factory=dict)
+    split_seeds: SplitSeeds | None = None
+    statement: str = ""
+    method: str = ""
+
+
+@dataclass
 class RunMetrics(Record):
     """``metrics.json`` (module docstring)."""
 
@@ -421,6 +470,7 @@ class RunMetrics(Record):
         "permutation_test",
         "linear_path",
         "scored_by",
+        "sample_size",
     )
     complete: bool | None = None
     incomplete: str | None = None
@@ -448,6 +498,7 @@ class RunMetrics(Record):
     #: which model carries the score (``verdict.scored_by``: ``model``, ``transformer_folds``,
     #: ``n_folds``, ``statement``), derived from ``linear_path``: None in earlier versions' files
     scored_by: dict | None = None
+    sample_size: SampleSize | None = None
 
     @property
     def transformer(self) -> ModelScores:

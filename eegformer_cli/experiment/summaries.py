@@ -1,8 +1,8 @@
 """A run's summaries, rewritten from its fold results after every fold and at the end:
 ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` (each model's scores per fold
 and over folds, the comparisons with the references, the score against chance, the out-of-fold
-calibration and prediction sets, attention, the interaction screens), and whether the run is
-complete.
+calibration and prediction sets, attention, the interaction screens, what the number of
+participants resolves), and whether the run is complete.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from eegformer_cli.evaluation.metrics import (
     summarise_folds,
 )
 from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
+from eegformer_cli.evaluation.sample_size import assess
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.above_chance import judged
 from eegformer_cli.experiment.interaction_screens import summarise_screens
@@ -55,6 +56,24 @@ def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | N
     }
 
 
+def _write_history_and_oof(
+    run_dir: Path,
+    label_names: list[str],
+    results: list[FoldRecord],
+    names: list[str],
+    final_history: list[dict] | None,
+) -> None:
+    """history.jsonl (every fold's epochs, then the final model's) and oof_predictions.tsv
+    (the rows of the models ``names``)."""
+    history = [record for result in results for record in result.history]
+    run_folder.write_history(run_dir, history + (final_history or []))
+    run_folder.write_oof_predictions(
+        run_dir,
+        label_names,
+        [row for result in results for row in result.oof if row["model"] in names],
+    )
+
+
 def write_summaries(
     run_dir: Path,
     plan: RunPlan,
@@ -72,17 +91,11 @@ def write_summaries(
     that carries the score: :func:`verdict.scored_by`), the out-of-fold
     calibration and prediction-set coverage (:mod:`oof_calibration`), whose recalibration and
     calibration set go into ``model.pt`` when it exists, and what the interaction screens
-    found (:func:`interaction_screens.summarise_screens`)."""
-    history = [record for result in results for record in result.history]
-    history += final_history or []
-    run_folder.write_history(run_dir, history)
+    found (:func:`interaction_screens.summarise_screens`), and what the run's number of
+    participants resolves (:func:`sample_size.assess`)."""
     label_names = plan.data.label_names
     names = _model_names(results)
-    run_folder.write_oof_predictions(
-        run_dir,
-        label_names,
-        [row for result in results for row in result.oof if row["model"] in names],
-    )
+    _write_history_and_oof(run_dir, label_names, results, names, final_history)
     ratio = splits.test_train_ratio(plan.folds)
     per_fold = {name: [r.scores(name) for r in results] for name in names}
     models, comparisons = _models_and_comparisons(per_fold, ratio)
@@ -119,10 +132,16 @@ def write_summaries(
     )
     metrics = judged(metrics)
     metrics = replace(metrics, scored_by=scored_by(metrics))
+    metrics = replace(metrics, sample_size=assess(metrics, _n_participants(plan), ratio))
     run_folder.write_metrics(run_dir, metrics)
     if run_folder.has_final_model(run_dir):
         add_calibration(run_folder.model_path(run_dir), model_entry)
     return metrics
+
+
+def _n_participants(plan: RunPlan) -> int:
+    """The participants (recordings, on recording-wise splits) that the plan's folds split."""
+    return len({unit for fold in plan.folds for unit in (*fold.train, *fold.val, *fold.test)})
 
 
 def _model_names(results: list[FoldRecord]) -> list[str]:

@@ -20,7 +20,9 @@ per question, each ``(topic, text, tone)`` with tone ``good`` /
 - the permutation test's p, when computed, and whose null it is;
 - calibration: the out-of-fold expected calibration error and Brier score, what ``predict``
   does about it (recalibration), and the out-of-fold coverage of 90 % prediction sets; the
-  line says why it is coloured (ECE at most or above :data:`ECE_ACCEPTED`).
+  line says why it is coloured (ECE at most or above :data:`ECE_ACCEPTED`);
+- sample size: what this N resolves (``metrics.sample_size``), and where one split is fragile
+  at this N, the ``--repeats`` that settles it (also said in the headline).
 
 Every coloured line says why in its text: a test, an interval or a threshold it passed or failed.
 
@@ -334,7 +336,21 @@ def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
         shortcut_line(metrics),
         permutation_line(metrics, rule),
         calibration_line(metrics),
+        *sample_size_lines(metrics),
     ]
+
+
+def sample_size_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
+    """What this N resolves (``metrics.sample_size``, none in runs of earlier versions): the
+    sentence to quote, and where one split is fragile at this N, how often another split seed
+    changes the headline and the ``--repeats`` that settles it (a warning then)."""
+    sample = metrics.sample_size
+    if sample is None:
+        return []
+    seeds = sample.split_seeds
+    if seeds and seeds.fragile:
+        return [("sample size", f"{sample.statement}; {seeds.statement}", "warn")]
+    return [("sample size", sample.statement, "neutral")]
 
 
 def headline(metrics: RunMetrics) -> str:
@@ -348,5 +364,11 @@ def headline(metrics: RunMetrics) -> str:
             words.append(text.split(" (")[0])
     if any(topic == "shortcuts" and tone == "warn" for topic, _, tone in lines):
         words.append("a shortcut may explain the score")
+    seeds = metrics.sample_size.split_seeds if metrics.sample_size else None
+    if seeds and seeds.fragile:
+        words.append(
+            "one split is fragile at this N"
+            + (f" (`--repeats {seeds.repeats}` settles it)" if seeds.repeats else "")
+        )
     name = scorer(metrics)
     return name[0].upper() + name[1:] + ": " + "; ".join(words) + "."

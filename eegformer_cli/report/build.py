@@ -15,8 +15,9 @@ Verdict (first): the score with its interval, the comparison with every referenc
 2. Cross-validation: mean +- std of each metric per model (XAIguiFormer, the logistic
    regression and tangent-space references, ablations if present) with a plain-language note
    on each metric and the paired intervals, confusion matrix, ROC and precision-recall curves
-   from the out-of-fold predictions, a sortable table of every recording's out-of-fold prediction
-   (misclassified first), training curves per fold.
+   from the out-of-fold predictions, what this N resolves (:mod:`.sample_size`), a sortable
+   table of every recording's out-of-fold prediction (misclassified first), training curves
+   per fold.
 3. Is the score real?: the shortcut audit and the permutation test (:mod:`.trust`),
    then how far to trust a probability: calibration, reliability diagram, prediction-set
    coverage (:mod:`.calibration`); then the per-recording table and training curves.
@@ -92,6 +93,7 @@ from eegformer_cli.report.page import (
     untagged_report,
 )
 from eegformer_cli.report.preprocessing import preprocessing_html
+from eegformer_cli.report.sample_size import add_sample_size_section
 from eegformer_cli.report.tables import (
     attention_diagnostics_html,
     dataset_summary_html,
@@ -164,6 +166,7 @@ def build_report(
     _add_preprocessing(report, config)
     _add_cross_validation(report, run_dir, metrics, history)
     if metrics is not None:  # without it, the cross-validation section says why
+        add_sample_size_section(report, metrics, "Cross-validation")
         add_trust_section(report, run_dir, metrics)
         add_calibration_section(report, metrics)
         _add_predictions_and_curves(report, run_dir, config, metrics, history)
