@@ -81,6 +81,8 @@ EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 #: docs/benchmarks.md.
 ACCEPTANCE_SEED = 30506
 SPENT_ACCEPTANCE_SEEDS = (2711, 9692, 60221)
+#: The power scenario's own acceptance seed, drawn at random and fixed before any run of it.
+POWER_ACCEPTANCE_SEED = 22489
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
 CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
