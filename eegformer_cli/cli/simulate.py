@@ -61,13 +61,14 @@ def simulate(
     strength: float = typer.Option(
         DEFAULT_STRENGTH,
         "--strength",
-        help="With --scenario: a present coupling's source amplitude "
+        help="With a coupling --scenario (not power): a present coupling's source amplitude "
         "over the background's in its band.",
     ),
     spread: float = typer.Option(
         0.0,
         "--spread",
-        help="With --scenario: volume conduction of the planted couplings: each planted "
+        help="With a coupling --scenario (not power): volume conduction of the planted "
+        "couplings: each planted "
         "channel's 3 nearest electrodes also get its source, times this weight in [0, 1) "
         "(e.g. 0.6), so one coupling is seen by many channel pairs; 0: off.",
     ),
