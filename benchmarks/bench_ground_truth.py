@@ -1,6 +1,6 @@
 """Ground truth: what XAIguiFormer learns when the cause of the label is known.
 
-For each scenario of ``eegformer simulate --scenario`` (linear, interaction, age, null;
+For each scenario of ``eegformer simulate --scenario`` (linear, interaction, age, null, power;
 eegformer_cli/simulation/scenarios.py) this simulates a study, preprocesses it with the real command, and
 trains every model on the same participant-wise 5-fold CV (one ``train --fold k`` process per
 fold, two side by side; no final model):
@@ -8,6 +8,8 @@ fold, two side by side; no final model):
   oracle            logistic regression on the planted pairs' coherence in the planted bands,
                     with the interaction given (products; age for ``age``): the practical limit
   logistic_regression  the built-in reference (every fold of every run; reported from default's)
+  tangent_space     the second reference, the band covariances (reported from default's)
+  linear_path       default's linear path alone (reported from default's)
   screen_l1         the interaction screen with default's settings, its kept products added
                     to every entry, a logistic regression with its penalty (L1 or L2) and C
                     chosen as the linear path's are (``linear_fit.fit_linear_path``): what
@@ -23,8 +25,8 @@ fold, two side by side; no final model):
 
 Per scenario at ``--n`` (default 300), so that the whole benchmark fits a working session on 2
 cores: linear default, no_screens (the screens cost the linear case nothing); interaction
-default, no_interactions; age default, no_age_interactions; null default (``--variants`` runs
-any list instead). At ``--n-large`` participants (default 1000) interaction default, and age
+default, no_interactions; age default, no_age_interactions; null default; power default
+(``--variants`` runs any list instead). At ``--n-large`` participants (default 1000) interaction default, and age
 default, no_drofe and no_age_interactions (the paired differences the acceptance asks for).
 ``--skip-small`` runs only those, so two processes can share the work. Each fold's kept
 interactions are reported, and in how many folds the planted one was kept first.
@@ -42,13 +44,20 @@ every other (pair, band) cell, the rank of the planted bands in mean |band impor
 share of recordings whose top 5 cells hold a planted one, and for the interaction study the
 kept interaction's attribution against every (band, pair) cell's.
 
-The acceptance seed is ACCEPTANCE_SEED: it confirms, it is never used to choose a design.
-Screen on other seeds (``--seed``).
+The acceptance seed is ACCEPTANCE_SEED (the power scenario's: POWER_ACCEPTANCE_SEED, used
+without ``--seed``): it confirms, it is never used to choose a design. Screen on other seeds
+(``--seed``; ``screen_power.py`` fits the power scenario's references alone).
+
+The power scenario (a gain on one channel's own signal in one band: the band covariances see it,
+coherence and wPLI do not) reports its oracle (a logistic regression on the planted channel's
+log band power over the other channels') and each model's 95 % interval against chance, as the
+null study does. ``--power-channel``, ``--power-band`` and ``--gain`` vary its cause (default:
+the channel and band drawn from the seed, ``simulate``'s gain).
 
 Usage:
   python benchmarks/bench_ground_truth.py --out /tmp/gt [--seed 2711] [--n 300] [--n-large 1000]
-      [--scenarios linear,interaction,age,null] [--skip-large] [--explain] [--n-jobs 2]
-      [--spread 0.6]
+      [--scenarios linear,interaction,age,null,power] [--skip-large] [--explain] [--n-jobs 2]
+      [--spread 0.6] [--power-channel Fz] [--power-band theta] [--gain 1.2]
 ``--spread W`` simulates every study with ``simulate --spread W`` (planted sources reach their
 electrodes' neighbours, so each coupling has proxies; 0: off, the studies of earlier runs); each
 scenario then also reports in how many folds the planted pair was kept, as a kept pair or one of
@@ -81,6 +90,8 @@ EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 #: docs/benchmarks.md.
 ACCEPTANCE_SEED = 30506
 SPENT_ACCEPTANCE_SEEDS = (2711, 9692, 60221)
+#: The power scenario's own acceptance seed, drawn at random and fixed before any run of it.
+POWER_ACCEPTANCE_SEED = 22489
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
 CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
@@ -95,6 +106,7 @@ VARIANTS = {
     **{name: ["--config", f"{{{name}_toml}}"] for name in CONFIG_FILES},
 }
 SMALL = {
+    "power": ["default"],
     "linear": ["default", "no_screens"],
     "interaction": ["default", "no_interactions"],
     "age": ["default", "no_age_interactions"],
@@ -122,11 +134,15 @@ def study(
     n_jobs: int,
     log: Path,
     spread: float = 0.0,
+    power: tuple[str, ...] = (),
 ) -> tuple[Path, Path]:
     """Simulate and preprocess one study (reused when already there); (study dir, prep dir).
-    ``spread``: ``simulate --spread`` (0: off)."""
-    name = f"{scenario}-n{n}-seed{seed}-layout{layout_seed}" + (
-        f"-spread{spread:g}" if spread else ""
+    ``spread``: ``simulate --spread`` (0: off); ``power``: the power scenario's options
+    (:func:`power_options`)."""
+    name = (
+        f"{scenario}-n{n}-seed{seed}-layout{layout_seed}"
+        + (f"-spread{spread:g}" if spread else "")
+        + "".join(f"-{v}" for v in power[1::2])
     )
     data, prep = out / "studies" / name, out / "prep" / name
     if not (prep / "manifest.tsv").exists():
@@ -146,14 +162,34 @@ def study(
                 str(seed),
                 "--layout-seed",
                 str(layout_seed),
-                "--spread",
-                str(spread),
+                *(["--spread", str(spread)] if scenario != "power" else []),
+                *power,
                 "--overwrite",
             ],
             log,
         )
         run(EEGFORMER + ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs)], log)
     return data, prep
+
+
+def power_options(scenario: str, args) -> tuple[str, ...]:
+    """``simulate``'s options of the power scenario from the command line (``--power-channel``,
+    ``--power-band``, ``--gain``: those given); none for the others."""
+    if scenario != "power":
+        return ()
+    given = [
+        ("--power-channel", args.power_channel),
+        ("--power-band", args.power_band),
+        ("--gain", args.gain),
+    ]
+    return tuple(x for option, value in given if value is not None for x in (option, str(value)))
+
+
+def scenario_seed(scenario: str, seed: int | None) -> int:
+    """``--seed``, else the scenario's acceptance seed (the power scenario has its own)."""
+    if seed is not None:
+        return seed
+    return POWER_ACCEPTANCE_SEED if scenario == "power" else ACCEPTANCE_SEED
 
 
 def without_ages(prep: Path) -> Path:
@@ -451,12 +487,13 @@ def evaluate_scenario(
     n_jobs: int,
     log: Path,
     spread: float = 0.0,
+    power: tuple[str, ...] = (),
 ) -> dict:
     from eegformer_cli.evaluation.metrics import against_chance
     from eegformer_cli.simulation.scenarios import ground_truth_path, read_ground_truth
     from eegformer_cli.training.splits import load_splits
 
-    data, prep = study(out, scenario, n, seed, seed, n_jobs, log, spread)
+    data, prep = study(out, scenario, n, seed, seed, n_jobs, log, spread, power)
     truth = read_ground_truth(ground_truth_path(data))
     result = {
         "n": n,
@@ -464,6 +501,7 @@ def evaluate_scenario(
         "spread": spread,
         "rule": truth["rule"],
         "factors": truth["factors"],
+        **({"power": truth["power"], "gain": truth["gain"]} if "power" in truth else {}),
         "models": {},
         "paired_vs_default": {},
         "seconds": {},
@@ -477,6 +515,9 @@ def evaluate_scenario(
         per_fold[variant] = [f.metrics["xaiguiformer"] for f in folds]
         if variant == "default":
             per_fold["logistic_regression"] = [f.metrics["logistic_regression"] for f in folds]
+            for name in ("linear_path", "tangent_space"):  # where the run has them
+                if all(name in f.metrics for f in folds):
+                    per_fold[name] = [f.metrics[name] for f in folds]
             per_fold["oracle"] = oracle_per_fold(truth, prep, run_dir)
             per_fold["screen_l1"], result["screen_l1_kept"] = screen_l1_per_fold(
                 prep, load_splits(run_dir / "splits.json")[1], screen_settings()
@@ -488,7 +529,7 @@ def evaluate_scenario(
             result["planted_kept_in_folds"] = planted_kept(truth, result["kept_by_default"])
     for name, folds in per_fold.items():
         result["models"][name] = summary(folds)
-        if scenario == "null":
+        if scenario in ("null", "power"):
             result["models"][name]["bac_ci95"] = against_chance(
                 folds, "bac", 0.5, 1 / (CV_FOLDS - 1)
             )["ci95"]
@@ -652,12 +693,16 @@ def main() -> None:
     parser.add_argument(
         "--seed",
         type=int,
-        default=ACCEPTANCE_SEED,
-        help=f"simulation seed (acceptance: {ACCEPTANCE_SEED}; screen on others)",
+        default=None,
+        help=f"simulation seed (acceptance: {ACCEPTANCE_SEED}, power {POWER_ACCEPTANCE_SEED}; "
+        "screen on others)",
     )
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--n-large", type=int, default=1000)
-    parser.add_argument("--scenarios", default="linear,interaction,age,null")
+    parser.add_argument("--scenarios", default="linear,interaction,age,null,power")
+    parser.add_argument("--power-channel", default=None, help="simulate --power-channel")
+    parser.add_argument("--power-band", default=None, help="simulate --power-band")
+    parser.add_argument("--gain", type=float, default=None, help="simulate --gain")
     parser.add_argument("--variants", default=None, help="comma list instead of each scenario's")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-small", action="store_true", help="only the --n-large runs")
@@ -682,6 +727,7 @@ def main() -> None:
         "machine": machine(),
         "seed": args.seed,
         "acceptance_seed": ACCEPTANCE_SEED,
+        "power_acceptance_seed": POWER_ACCEPTANCE_SEED,
         "small": {},
         "large": {},
     }
@@ -690,20 +736,23 @@ def main() -> None:
             args.out,
             scenario,
             args.n,
-            args.seed,
+            scenario_seed(scenario, args.seed),
             chosen or SMALL[scenario],
             args.n_jobs,
             log,
             args.spread,
+            power_options(scenario, args),
         )
         print(json.dumps({scenario: report["small"][scenario]["models"]}), file=sys.stderr)
     if "null" in scenarios and not (args.skip_null_trust or args.skip_small):
         report["null_trust"] = null_trust(
-            args.out, args.seed, args.n, args.n_jobs, log, args.spread
+            args.out, scenario_seed("null", args.seed), args.n, args.n_jobs, log, args.spread
         )
     if args.explain and not args.skip_small:
         report["explanations"] = {
-            s: explanation_check(args.out, s, args.n, args.seed, args.n_jobs, log, args.spread)
+            s: explanation_check(
+                args.out, s, args.n, scenario_seed(s, args.seed), args.n_jobs, log, args.spread
+            )
             for s in ("linear", "interaction")
             if s in scenarios
         }
@@ -713,7 +762,7 @@ def main() -> None:
                 args.out,
                 scenario,
                 args.n_large,
-                args.seed,
+                scenario_seed(scenario, args.seed),
                 chosen or LARGE[scenario],
                 args.n_jobs,
                 log,

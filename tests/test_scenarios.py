@@ -15,12 +15,23 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from eegformer_cli import commands
 from eegformer_cli.preprocess import load_connectome
+from eegformer_cli.preprocess.recording import preprocess_raw
+from eegformer_cli.simulation.power import (
+    DEFAULT_GAIN,
+    PowerGain,
+    power_filter,
+    power_log_gains,
+    relative_band_power,
+)
 from eegformer_cli.simulation.scenarios import (
     LABELS,
     MIN_PAIR_DISTANCE_M,
+    PLANTABLE,
     SCENARIOS,
+    SOURCE_BANDS,
     SPREAD_NEIGHBOURS,
     draw_layout,
+    draw_power,
     ground_truth_path,
     oracle_features,
     oracle_model,
@@ -29,7 +40,12 @@ from eegformer_cli.simulation.scenarios import (
     simulate_scenario,
     spread_neighbours,
 )
-from eegformer_cli.simulation.simulate import CHANNELS, channel_positions, draw_participants
+from eegformer_cli.simulation.simulate import (
+    CHANNELS,
+    channel_positions,
+    draw_participants,
+    simulate_participant,
+)
 
 #: SHA-256 of every file of ``simulate --scenario interaction --n-participants 4 --duration 10
 #: --seed 3`` (its folder and ground truth) as made before ``--spread`` existed.
@@ -51,7 +67,7 @@ SPREAD_OFF_FILES = {
 }
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "power"])
 def test_layouts_follow_the_layout_seed_with_distant_distinct_pairs(scenario):
     positions = dict(zip(CHANNELS, channel_positions()))
     layouts = [draw_layout(scenario, seed) for seed in range(6)]
@@ -196,3 +212,133 @@ def test_spread_is_checked_and_goes_with_a_scenario(tmp_path, capsys):
     assert "--spread" in capsys.readouterr().err
     assert exit_code("simulate", "--out", out, "--scenario", "age", "--spread", "1.0") == 2
     assert "[0, 1)" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_the_power_scenario_draws_its_channel_and_band_from_the_layout_seed_unless_given():
+    drawn = [draw_power(seed) for seed in range(8)]
+    assert draw_power(3) == drawn[3] and len(set(drawn)) > 1
+    assert all(p.channel in PLANTABLE and p.token_band in SOURCE_BANDS for p in drawn)
+    assert draw_power(3, "Fz", "low_beta") == PowerGain("Fz", "low_beta", SOURCE_BANDS["low_beta"])
+    assert draw_layout("power", 3)[0].couplings == ()  # no coupling is planted
+
+
+def test_the_power_truth_records_channel_band_gain_and_carriers(tmp_path, capsys):
+    out = tmp_path / "study"
+    args = ["--scenario", "power", "--n-participants", "8", "--duration", "10", "--seed", "6"]
+    options = ["--power-channel", "Fz", "--power-band", "low_beta", "--gain", "1.3"]
+    assert exit_code("simulate", "--out", str(out), *args, *options) == 0
+    assert "Fz in low_beta" in capsys.readouterr().err
+    truth = json.loads(ground_truth_path(out).read_text())
+    assert truth["scenario"] == "power" and truth["gain"] == 1.3
+    assert {k: truth["power"][k] for k in ("channel", "token_band", "band_hz")} == {
+        "channel": "Fz",
+        "token_band": "low_beta",
+        "band_hz": list(SOURCE_BANDS["low_beta"]),
+    }
+    assert truth["factors"] == [{"name": "A", "couplings": []}]
+    people = truth["participants"]
+    assert sum(p["factors"]["A"] for p in people) == 4
+    for person in people:
+        carrier = person["factors"]["A"] == 1
+        assert person["diagnosis"] == LABELS[int(carrier)]
+        assert (person["gains"]["A"] > 1) if carrier else person["gains"]["A"] == 1.0
+    with open(out / "participants.tsv", newline="") as handle:
+        assert list(next(csv.DictReader(handle, delimiter="\t"))) == [
+            "participant_id",
+            "diagnosis",
+            "age",
+            "sex",
+        ]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--gain", "1.3"], "--gain"),  # without a scenario
+        (["--scenario", "linear", "--power-band", "theta"], "--scenario power"),
+        (["--scenario", "power", "--spread", "0.5"], "--spread"),
+        (["--scenario", "power", "--gain", "1"], "--gain"),
+        (["--scenario", "power", "--power-band", "alpha"], "'theta'"),
+        (["--scenario", "power", "--power-channel", "Fp1"], "--power-channel"),
+    ],
+)
+def test_power_settings_are_checked(tmp_path, capsys, options, message):
+    out = tmp_path / "x"
+    assert exit_code("simulate", "--out", str(out), "--n-participants", "4", *options) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("band", list(SOURCE_BANDS))
+def test_a_gain_raises_the_channels_band_power_and_leaves_its_coherence_and_wpli(band):
+    """The same participant with and without the gain, through the real preprocessing (average
+    reference included): the planted channel's power in the band rises by about 2 log(gain),
+    its coherence and wPLI with every other channel move by far less than the tokens' spread
+    between people; an independent source of the same power would lower its coherence by a
+    factor 1 / gain."""
+    power = PowerGain("C3", band, SOURCE_BANDS[band])
+    person = draw_participants(2, 9)[1]
+    none = np.zeros((len(CHANNELS), 60 * 128))
+    connectomes = [
+        preprocess_raw(
+            simulate_participant(
+                person,
+                60,
+                128,
+                planted=lambda rng, n_times, sfreq: none,
+                filtered=power_filter(
+                    power_log_gains(power, log_gain, person, SOURCE_BANDS), SOURCE_BANDS
+                ),
+            )
+        )
+        for log_gain in (0.0, np.log(DEFAULT_GAIN))
+    ]
+    before, after = connectomes
+    k, b = before.channels.index("C3"), before.bands.index(band)
+    rise = relative_band_power(after, "C3", band) - relative_band_power(before, "C3", band)
+    assert 0.6 * 2 * np.log(DEFAULT_GAIN) < rise < 1.05 * 2 * np.log(DEFAULT_GAIN)
+    moved = {
+        measure: np.delete(
+            getattr(after, measure).mean(0)[b, k] - getattr(before, measure).mean(0)[b, k], k
+        )
+        for measure in ("coh", "wpli")
+    }
+    for measure, change in moved.items():
+        assert np.abs(change).max() < 0.025 and abs(change.mean()) < 0.005, measure
+    strongest = np.delete(before.coh.mean(0)[b, k], k).max()
+    assert strongest * (1 - 1 / DEFAULT_GAIN) > 2 * np.abs(moved["coh"]).max()
+
+
+def test_power_carriers_differ_in_band_power_and_the_oracle_reads_it(tmp_path):
+    """A small power study through ``preprocess``: the planted channel's relative band power
+    (the oracle's input) is higher in every carrier's group by about 2 log(gain), and the
+    planted channel's tokens in the band do not separate the groups."""
+    study = tmp_path / "power"
+    truth = simulate_scenario(
+        study, "power", 12, 30, 128, seed=11, power_channel="Pz", power_band="theta", gain=1.5
+    )
+    prep = tmp_path / "prep"
+    commands.preprocess(study, prep)
+    people = {p["participant_id"]: p for p in truth["participants"]}
+    connectomes = {
+        pid: load_connectome(prep / "connectomes" / f"{pid}_task-rest_eeg.npz") for pid in people
+    }
+    features = oracle_features(truth, connectomes, {pid: p["age"] for pid, p in people.items()})
+    carriers = np.array([people[pid]["factors"]["A"] for pid in sorted(people)])
+    x = np.array([features[pid][0] for pid in sorted(people)])
+    gains = np.array([people[pid]["gains"]["A"] for pid in sorted(people)])
+    difference = x[carriers == 1].mean() - x[carriers == 0].mean()
+    expected = 2 * np.log(gains[carriers == 1]).mean()
+    assert 0.5 * expected < difference < 1.3 * expected
+    assert roc_auc_score(carriers, x) == 1.0
+    first = connectomes[sorted(people)[0]]
+    k, b = first.channels.index("Pz"), first.bands.index("theta")
+    for measure in ("coh", "wpli"):
+        tokens = np.stack(
+            [
+                np.delete(getattr(connectomes[pid], measure).mean(0)[b, k], k)
+                for pid in sorted(people)
+            ]
+        )
+        spread = tokens.std(axis=0, ddof=1)
+        gap = tokens[carriers == 1].mean(axis=0) - tokens[carriers == 0].mean(axis=0)
+        assert np.abs(gap / spread).mean() < 1.0, measure  # the groups overlap

@@ -8,8 +8,10 @@ import typer
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
+from eegformer_cli.simulation.power import DEFAULT_GAIN, NATURAL_POWER_SD
 from eegformer_cli.simulation.scenarios import (
     DEFAULT_STRENGTH,
+    SOURCE_BANDS,
     ground_truth_path,
     simulate_scenario,
 )
@@ -44,9 +46,10 @@ def simulate(
     scenario: str | None = typer.Option(
         None,
         "--scenario",
-        help="A ground-truth study instead: linear, interaction, age or null "
-        "(the label is caused by planted channel-pair couplings; the truth "
-        "goes to OUT.ground_truth.json beside --out) [default: none, the "
+        help="A ground-truth study instead: linear, interaction, age, null or power "
+        "(the label is caused by planted channel-pair couplings, or for power by a "
+        "gain on one channel's band power, which coherence and wPLI do not see; the "
+        "truth goes to OUT.ground_truth.json beside --out) [default: none, the "
         "sample study].",
     ),
     layout_seed: int | None = typer.Option(
@@ -58,15 +61,35 @@ def simulate(
     strength: float = typer.Option(
         DEFAULT_STRENGTH,
         "--strength",
-        help="With --scenario: a present coupling's source amplitude "
+        help="With a coupling --scenario (not power): a present coupling's source amplitude "
         "over the background's in its band.",
     ),
     spread: float = typer.Option(
         0.0,
         "--spread",
-        help="With --scenario: volume conduction of the planted couplings: each planted "
+        help="With a coupling --scenario (not power): volume conduction of the planted "
+        "couplings: each planted "
         "channel's 3 nearest electrodes also get its source, times this weight in [0, 1) "
         "(e.g. 0.6), so one coupling is seen by many channel pairs; 0: off.",
+    ),
+    power_channel: str | None = typer.Option(
+        None,
+        "--power-channel",
+        help="With --scenario power: the channel whose band power carriers have raised "
+        "(any 10-20 channel but Fp1 and Fp2) [default: drawn from --layout-seed].",
+    ),
+    power_band: str | None = typer.Option(
+        None,
+        "--power-band",
+        help=f"With --scenario power: the band of the gain: {', '.join(SOURCE_BANDS)} "
+        "[default: drawn from --layout-seed].",
+    ),
+    gain: float = typer.Option(
+        DEFAULT_GAIN,
+        "--gain",
+        help="With --scenario power: a carrier's typical amplitude gain on the channel's own "
+        "signal in the band (power: its square), on top of every channel's natural "
+        f"log-normal spread (sd {NATURAL_POWER_SD:g} in log amplitude).",
     ),
 ) -> None:
     """Simulate a small EEG study: healthy vs depression, 19 channels of the 10-20 system, EDF.
@@ -78,19 +101,24 @@ def simulate(
 
     With --scenario, a study whose label has a known cause (linear: a coupling; interaction: the
     xor of two couplings in two bands; age: a coupling that means the opposite above age 50;
-    null: none), to check what a model learns and whether its explanations point at the cause.
-    --spread makes each planted source reach its channels' neighbours too (volume conduction),
-    so that a coupling has proxies: the pairs of those neighbours.
+    null: none; power: a gain on one channel's own signal in one band, invisible to coherence and
+    wPLI, seen by the band covariances), to check what a model learns and whether its
+    explanations point at the cause. --spread makes each planted source reach its channels'
+    neighbours too (volume conduction), so that a coupling has proxies: the pairs of those
+    neighbours.
 
     Example:
 
         eegformer simulate --out my_data --n-participants 40 --duration 60 --seed 1
 
         eegformer simulate --out xor_study --scenario interaction --n-participants 300 --duration 60
+
+        eegformer simulate --out power_study --scenario power --power-channel Fz --power-band theta
     """
     if scenario is None:
-        if layout_seed is not None or strength != DEFAULT_STRENGTH or spread:
-            raise UsageError("--layout-seed, --strength and --spread go with --scenario")
+        _check_no_scenario_options(
+            (layout_seed, power_channel, power_band), (strength, spread, gain)
+        )
         participants = simulate_dataset(
             out,
             n_participants=n_participants,
@@ -103,7 +131,7 @@ def simulate(
             f"wrote {len(participants)} recordings ({duration} s, {sfreq} Hz) and participants.tsv"
         )
     else:
-        truth = simulate_scenario(
+        _simulate_scenario(
             out,
             scenario,
             n_participants,
@@ -114,20 +142,70 @@ def simulate(
             strength,
             overwrite,
             spread,
-        )
-        planted = "; ".join(
-            f"{f['name']}: "
-            + ", ".join(f"{'-'.join(c['channels'])} in {c['token_band']}" for c in f["couplings"])
-            for f in truth["factors"]
-        )
-        console.log(
-            f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
-            f"participants.tsv; {scenario}: {truth['rule']} ({planted})"
-            + (f", spread {spread:g} to 3 neighbours" if spread else "")
-            + "; ground truth in "
-            f"{ground_truth_path(out)}"
+            power_channel,
+            power_band,
+            gain,
         )
     console.stdout.print(str(out))
+
+
+def _check_no_scenario_options(unset: tuple, defaults: tuple) -> None:
+    """Raise :class:`UsageError` when an option of --scenario is given without one: ``unset``
+    (--layout-seed, --power-channel, --power-band) must be None and ``defaults`` (--strength,
+    --spread, --gain) their defaults."""
+    if any(v is not None for v in unset) or defaults != (DEFAULT_STRENGTH, 0.0, DEFAULT_GAIN):
+        raise UsageError(
+            "--layout-seed, --strength, --spread, --power-channel, --power-band and --gain "
+            "go with --scenario"
+        )
+
+
+def _simulate_scenario(
+    out: Path,
+    scenario: str,
+    n_participants: int,
+    duration: int,
+    sfreq: int,
+    seed: int,
+    layout_seed: int | None,
+    strength: float,
+    overwrite: bool,
+    spread: float,
+    power_channel: str | None,
+    power_band: str | None,
+    gain: float,
+) -> None:
+    """``simulate --scenario``: the study, its truth, and a line saying what was planted."""
+    truth = simulate_scenario(
+        out,
+        scenario,
+        n_participants,
+        duration,
+        sfreq,
+        seed,
+        layout_seed,
+        strength,
+        overwrite,
+        spread,
+        power_channel,
+        power_band,
+        gain,
+    )
+    planted = "; ".join(
+        f"{f['name']}: "
+        + ", ".join(f"{'-'.join(c['channels'])} in {c['token_band']}" for c in f["couplings"])
+        for f in truth["factors"]
+    )
+    if "power" in truth:
+        power = truth["power"]
+        planted = f"A: {power['channel']} in {power['token_band']}, gain {gain:g}"
+    console.log(
+        f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
+        f"participants.tsv; {scenario}: {truth['rule']} ({planted})"
+        + (f", spread {spread:g} to 3 neighbours" if spread else "")
+        + "; ground truth in "
+        f"{ground_truth_path(out)}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,8 @@ wPLI both rise in that band), present or absent per participant. The label (``di
 ``age``         one factor; patient <=> A xor (age > 50): the coupling means the opposite in
                 the old and the young
 ``null``        one factor planted in half the participants, independent of the label
+``power``       no coupling: factor A is a gain on one channel's own signal in one band;
+                patient <=> A (:mod:`eegformer_cli.simulation.power`)
 ==============  ===========================================================================
 
 Pairs and bands are drawn from ``layout_seed`` (two studies with the same layout seed share
@@ -26,9 +28,16 @@ years) and sex is listed. A present factor's strength is drawn per participant a
 ``strength``, the ratio of the shared source's amplitude to the background's in the same band,
 so a factor alone is detected from its pair's coherence with AUROC about 0.95-0.99, not 1.
 
-The ground truth (the layout, the rule, and each participant's factors and strengths) is written
-to ``<out>.ground_truth.json`` beside the dataset folder, never into ``participants.tsv``.
-:func:`oracle_features` reads the planted pairs' coherence back from a ``preprocess`` output.
+The power scenario's channel and band are drawn from ``layout_seed`` too (:func:`draw_power`)
+unless given (``--power-channel``, ``--power-band``); half the participants carry the gain, a
+carrier's being ``gain`` ** exp(N(0, 0.35)) (the spread of a coupling's strength, on the log
+gain).
+
+The ground truth (the layout, the rule, and each participant's factors and strengths; for
+``power`` the planted channel and band and each participant's gain) is written to
+``<out>.ground_truth.json`` beside the dataset folder, never into ``participants.tsv``.
+:func:`oracle_features` reads the planted pairs' coherence (``power``: the planted channel's
+relative band power) back from a ``preprocess`` output.
 """
 
 from __future__ import annotations
@@ -44,6 +53,14 @@ import numpy as np
 
 from eegformer_cli.atomic import write_json
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.simulation.power import (
+    DEFAULT_GAIN,
+    PowerGain,
+    power_filter,
+    power_log_gains,
+    power_record,
+    relative_band_power,
+)
 from eegformer_cli.simulation.simulate import (
     CHANNELS,
     SimulatedParticipant,
@@ -55,7 +72,7 @@ from eegformer_cli.simulation.simulate import (
     write_dataset,
 )
 
-SCENARIOS = ("linear", "interaction", "age", "null")
+SCENARIOS = ("linear", "interaction", "age", "null", "power")
 LABELS = ("control", "patient")
 AGE_CUT = 50
 DEFAULT_STRENGTH = 0.9
@@ -93,8 +110,11 @@ def draw_layout(scenario: str, layout_seed: int) -> tuple[Factor, ...]:
 
     Every planted channel is distinct, and the two channels of a pair are at least
     MIN_PAIR_DISTANCE_M apart. ``interaction`` puts its two factors in different bands.
+    ``power`` has one factor without couplings (its cause: :func:`draw_power`).
     """
     check_choice("scenario", scenario, SCENARIOS)
+    if scenario == "power":
+        return (Factor("A", ()),)
     rng = np.random.default_rng([layout_seed, SCENARIOS.index(scenario), 27])
     n_couplings = {"linear": (2,), "interaction": (1, 1), "age": (1,), "null": (1,)}[scenario]
     bands = rng.permutation(list(SOURCE_BANDS))
@@ -106,6 +126,18 @@ def draw_layout(scenario: str, layout_seed: int) -> tuple[Factor, ...]:
         factors.append(Factor("AB"[index], couplings))
         used += count
     return tuple(factors)
+
+
+def draw_power(layout_seed: int, channel: str | None = None, band: str | None = None) -> PowerGain:
+    """The power scenario's planted channel (one of :data:`PLANTABLE`) and band (one of
+    :data:`SOURCE_BANDS`): each the one given, else drawn from ``layout_seed``."""
+    rng = np.random.default_rng([layout_seed, SCENARIOS.index("power"), 27])
+    drawn_channel, drawn_band = str(rng.choice(PLANTABLE)), str(rng.choice(list(SOURCE_BANDS)))
+    channel = drawn_channel if channel is None else channel
+    band = drawn_band if band is None else band
+    check_choice("power channel", channel, PLANTABLE)
+    check_choice("power band", band, tuple(SOURCE_BANDS))
+    return PowerGain(channel, band, SOURCE_BANDS[band])
 
 
 def _distinct_pairs(rng: np.random.Generator, n_pairs: int) -> list[tuple[str, str]]:
@@ -127,6 +159,7 @@ def label_rule(scenario: str) -> str:
         "interaction": "patient <=> A xor B",
         "age": f"patient <=> A xor (age > {AGE_CUT})",
         "null": "label independent of A",
+        "power": "patient <=> A",
     }[scenario]
 
 
@@ -143,7 +176,7 @@ def draw_factors(
     names = ("A", "B") if scenario == "interaction" else ("A",)
     present = {name: rng.permutation(np.arange(n) % 2) for name in names}
     strengths = {name: present[name] * strength * np.exp(rng.normal(0, 0.35, n)) for name in names}
-    if scenario == "linear":
+    if scenario in ("linear", "power"):
         labels = present["A"]
     elif scenario == "interaction":
         labels = present["A"] ^ present["B"]
@@ -227,19 +260,29 @@ def simulate_scenario(
     strength: float = DEFAULT_STRENGTH,
     overwrite: bool = False,
     spread: float = 0.0,
+    power_channel: str | None = None,
+    power_band: str | None = None,
+    gain: float = DEFAULT_GAIN,
 ) -> dict:
     """Write a ground-truth study to ``out_dir`` and its truth to :func:`ground_truth_path`;
     returns the truth (what the JSON file holds). ``spread`` in [0, 1): the weight of a planted
     source on its channels' nearest electrodes (module docs; 0: off, earlier versions' files
     byte for byte; on, the truth's ``spread`` gives it and the electrodes each channel reaches).
+    ``power_channel``, ``power_band``, ``gain``: the ``power`` scenario's planted channel and
+    band (None: drawn from ``layout_seed``, :func:`draw_power`) and a carrier's typical
+    amplitude gain in that band; the truth's ``power`` records them, and each participant's
+    ``gains`` their gain (1 for a non-carrier).
     """
     check_choice("scenario", scenario, SCENARIOS)
     check_simulation_settings(n_participants, duration_s, sfreq)
     _check_source_settings(strength, spread)
+    _check_power_settings(scenario, power_channel, power_band, gain, strength, spread)
     layout_seed = seed if layout_seed is None else layout_seed
     factors = draw_layout(scenario, layout_seed)
     drawn = draw_participants(n_participants, seed)
-    labels, present, strengths = draw_factors(scenario, drawn, seed, strength)
+    power = draw_power(layout_seed, power_channel, power_band) if scenario == "power" else None
+    size = float(np.log(gain)) if power else strength  # power: the log gain is drawn
+    labels, present, strengths = draw_factors(scenario, drawn, seed, size)
     participants = [
         dataclasses.replace(
             p,
@@ -252,42 +295,77 @@ def simulate_scenario(
     ]
 
     def planted_of(participant: SimulatedParticipant):
-        return planted_signals(
-            factors,
-            {name: float(s[participant.index]) for name, s in strengths.items()},
-            participant,
-            spread,
-        )
+        own = {name: float(s[participant.index]) for name, s in strengths.items()}
+        return planted_signals(factors, own, participant, spread)
 
-    write_dataset(out_dir, participants, duration_s, sfreq, overwrite, planted_of)
-    truth = {
+    def filtered_of(participant: SimulatedParticipant):
+        assert power is not None  # given to write_dataset for the power scenario only
+        log_gain = float(strengths["A"][participant.index])
+        log_gains = power_log_gains(power, log_gain, participant, SOURCE_BANDS)
+        return power_filter(log_gains, SOURCE_BANDS)
+
+    filters = filtered_of if power else None
+    write_dataset(out_dir, participants, duration_s, sfreq, overwrite, planted_of, filters)
+    effect = {"gain": gain} if power else {"strength": strength}
+    truth = _truth(scenario, seed, layout_seed, effect, factors, spread, power)
+    sizes = {"gains": {n: np.exp(s) for n, s in strengths.items()}} if power else None
+    truth["participants"] = _participant_records(
+        participants, present, sizes or {"strengths": strengths}
+    )
+    write_json(ground_truth_path(out_dir), truth)
+    return truth
+
+
+def _participant_records(
+    participants: list[SimulatedParticipant],
+    present: dict[str, np.ndarray],
+    sizes: dict[str, dict[str, np.ndarray]],
+) -> list[dict]:
+    """The ground truth's ``participants``: each one's table row, factors (0/1) and effect
+    sizes (``sizes``: ``strengths`` or, for power, ``gains``, each factor name -> (n,))."""
+    return [
+        {
+            "participant_id": p.participant_id,
+            "diagnosis": p.diagnosis,
+            "age": p.age,
+            "sex": p.sex,
+            "factors": {name: int(present[name][p.index]) for name in present},
+            **{
+                key: {name: float(v[p.index]) for name, v in values.items()}
+                for key, values in sizes.items()
+            },
+        }
+        for p in participants
+    ]
+
+
+def _truth(
+    scenario: str,
+    seed: int,
+    layout_seed: int,
+    effect: dict,
+    factors: tuple[Factor, ...],
+    spread: float,
+    power: PowerGain | None,
+) -> dict:
+    """The ground truth of :func:`simulate_scenario` but its participants, in the file's key
+    order; ``effect``: the planted effect's size (``strength``, or ``gain`` for power)."""
+    return {
         "scenario": scenario,
         "rule": label_rule(scenario),
         "label_column": "diagnosis",
         "labels": list(LABELS),
         "seed": seed,
         "layout_seed": layout_seed,
-        "strength": strength,
+        **effect,
         "age_cut": AGE_CUT,
         "factors": [
             {"name": f.name, "couplings": [dataclasses.asdict(c) for c in f.couplings]}
             for f in factors
         ],
         **_spread_record(factors, spread),
-        "participants": [
-            {
-                "participant_id": p.participant_id,
-                "diagnosis": p.diagnosis,
-                "age": p.age,
-                "sex": p.sex,
-                "factors": {name: int(present[name][p.index]) for name in present},
-                "strengths": {name: float(strengths[name][p.index]) for name in strengths},
-            }
-            for p in participants
-        ],
+        **power_record(power, SOURCE_BANDS),
     }
-    write_json(ground_truth_path(out_dir), truth)
-    return truth
 
 
 def _check_source_settings(strength: float, spread: float) -> None:
@@ -300,6 +378,30 @@ def _check_source_settings(strength: float, spread: float) -> None:
             f"--spread must be in [0, 1) (a neighbour gets less than the planted channel), "
             f"got {spread}"
         )
+
+
+def _check_power_settings(
+    scenario: str,
+    channel: str | None,
+    band: str | None,
+    gain: float,
+    strength: float,
+    spread: float,
+) -> None:
+    """Raise :class:`UsageError` when the power scenario's settings cannot be simulated, are
+    given to another scenario, or a coupling's settings to it."""
+    if scenario != "power":
+        if channel is not None or band is not None or gain != DEFAULT_GAIN:
+            raise UsageError("--power-channel, --power-band and --gain go with --scenario power")
+        return
+    if strength != DEFAULT_STRENGTH or spread:
+        raise UsageError("--strength and --spread go with a coupling scenario, not power")
+    if not (gain > 0 and gain != 1):
+        raise UsageError(f"--gain must be > 0 and not 1 (an amplitude gain), got {gain}")
+    if channel is not None:
+        check_choice("--power-channel", channel, PLANTABLE)
+    if band is not None:
+        check_choice("--power-band", band, tuple(SOURCE_BANDS))
 
 
 def _spread_record(factors: tuple[Factor, ...], spread: float) -> dict:
@@ -345,17 +447,30 @@ class _Connectome(Protocol):
     def bands(self) -> Sequence[str]: ...
     @property
     def coh(self) -> np.ndarray: ...
+    @property
+    def covariance(self) -> np.ndarray | None: ...
+    @property
+    def covariance_bands(self) -> Sequence[str]: ...
 
 
 def oracle_features(
     truth: dict, connectomes: Mapping[str, _Connectome], ages: dict[str, float]
 ) -> dict:
     """The oracle's inputs per recording: each planted coupling's coherence (mean over segments,
-    in its token band), each factor the mean of its couplings, plus age (years) for ``age``.
+    in its token band), each factor the mean of its couplings, plus age (years) for ``age``;
+    for ``power``, :func:`relative_band_power` of the planted channel and band.
 
     ``connectomes``: recording id -> :class:`~eegformer_cli.preprocess.Connectome`;
     ``ages``: recording id -> age. Returns recording id -> float array (n_features,).
     """
+    if truth["scenario"] == "power":
+        planted = truth["power"]
+        return {
+            recording_id: np.array(
+                [relative_band_power(connectome, planted["channel"], planted["token_band"])]
+            )
+            for recording_id, connectome in connectomes.items()
+        }
     factors: dict[str, list[Coupling]] = {}
     for name, coupling in planted_couplings(truth):
         factors.setdefault(name, []).append(coupling)

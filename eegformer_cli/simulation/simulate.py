@@ -285,12 +285,16 @@ def simulate_participant(
     duration_s: float = DEFAULT_DURATION_S,
     sfreq: float = DEFAULT_SFREQ,
     planted=None,
+    filtered=None,
 ) -> mne.io.RawArray:
     """The participant's recording: 19 EEG channels in volts, labelled as in their EDF file.
 
     ``planted``: None for this study's fronto-parietal theta :func:`coupling`, or a function
     ``(rng, n_times, sfreq) -> (n_channels, n_times)`` volts put in its place (the ground-truth
-    scenarios, :mod:`eegformer_cli.simulation.scenarios`).
+    scenarios, :mod:`eegformer_cli.simulation.scenarios`). ``filtered``: None, or a function
+    ``(signals, sfreq) -> signals`` ((n_channels, n_times) volts) applied to the whole recording,
+    artefacts included, so that a channel's gain scales all of its signal (the power scenario's
+    per-channel band gains).
     The random numbers come from one Generator seeded with (seed, index, 1), so a participant's
     signal does not depend on how many others are simulated. ``meas_date`` is fixed
     (MEAS_DATE plus ``index`` days) so that exported files are byte-identical between runs.
@@ -330,6 +334,8 @@ def simulate_participant(
             participant.line_amplitude_v,
         )
     )
+    if filtered is not None:
+        data = filtered(data, sfreq)
     info = mne.create_info(edf_channel_labels(participant.channel_style), sfreq, "eeg")
     raw = mne.io.RawArray(data, info, verbose="error")
     raw.set_meas_date(MEAS_DATE + dt.timedelta(days=participant.index))
@@ -404,11 +410,13 @@ def write_dataset(
     sfreq: float,
     overwrite: bool,
     planted_of=None,
+    filtered_of=None,
 ) -> None:
     """Write ``participants``' EDF files and ``participants.tsv`` into ``out_dir``.
 
     ``planted_of(participant)``: the ``planted`` argument of :func:`simulate_participant` for
-    that participant (None: this study's theta coupling). Refuses (:class:`OutputError`) a
+    that participant (None: this study's theta coupling); ``filtered_of(participant)`` its
+    ``filtered`` argument (None: none). Refuses (:class:`OutputError`) a
     folder that already holds a dataset unless ``overwrite``; then stale EDF files of a larger
     earlier dataset are removed and other files (a README) kept.
     """
@@ -429,8 +437,9 @@ def write_dataset(
         task = bar.add_task("simulate", total=len(participants), status="")
         for participant in participants:
             planted = None if planted_of is None else planted_of(participant)
+            filtered = None if filtered_of is None else filtered_of(participant)
             write_edf(
-                simulate_participant(participant, duration_s, sfreq, planted),
+                simulate_participant(participant, duration_s, sfreq, planted, filtered),
                 eeg_dir / participant.file_name,
             )
             bar.update(task, advance=1, status=participant.participant_id)
