@@ -148,7 +148,7 @@ def score_line(metrics: RunMetrics, rule: AboveChance) -> tuple[str, str, str]:
         f"balanced accuracy {mean:.3f}{interval}, chance {metrics.chance:.2f} "
         f"({len(metrics.labels)} classes)"
         + (f"; AUROC {auroc:.3f}" if _known(auroc) else "")
-        + f"; {metrics.n_folds} test folds, out of fold"
+        + f"; {metrics.n_folds} test fold{'s' if metrics.n_folds != 1 else ''}, out of fold"
     )
     if metrics.recording_wise:
         text += (

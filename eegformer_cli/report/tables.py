@@ -334,8 +334,8 @@ def metric_notes_html(metrics: RunMetrics) -> str:
         ),
         (
             "mean +- std",
-            f"mean over the {n_folds} test folds and the standard deviation between "
-            "them: how much the result varies with the participants tested, not a "
+            f"mean over the {n_folds} test fold{'s' if n_folds != 1 else ''} and the standard "
+            "deviation between them: how much the result varies with the participants tested, not a "
             "confidence interval. A fold's test participants were never used to "
             "train or choose its model.",
         ),
