@@ -287,10 +287,15 @@ def statement(sample: SampleSize, metrics: RunMetrics, references: dict[str, Spr
     people = f"{sample.n_participants} {sample.unit}s"
     mean = metrics.score.mean if metrics.score else None
     if sample.half_width is None or mean is None:
-        splits = "one split" if (sample.n_folds or 0) <= 1 else f"{sample.n_folds} folds"
+        if (sample.n_folds or 0) <= 1:
+            return (
+                f"with {people} in one split there is no spread over folds to scale: "
+                "cross-validate (`--cv 5 --repeats 3`) to learn what this N resolves"
+            )
         return (
-            f"with {people} in {splits} there is no spread over folds to scale: "
-            "cross-validate (`--cv 5 --repeats 3`) to learn what this N resolves"
+            f"with {people}, each of the {sample.n_folds} folds scored the same, so there is "
+            "no spread over folds to scale: repeat the cross-validation (`--repeats 3`) to "
+            "learn what this N resolves"
         )
     words = [
         f"with {people} the balanced accuracy is {mean:.2f} {_plus_minus(sample.half_width, 1, 2)}"
