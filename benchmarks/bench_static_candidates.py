@@ -76,6 +76,15 @@ ALTERNATIVES = {
     "conn_tv": ("ts", "joint_tv", "stacked_tv"),
 }
 STACK_GRID = (1e-2, 1e-1, 1.0, 10.0)
+#: The rule chosen on the screening studies (msu seeds 1 and 2, eegmat seeds 0 and 1, the
+#: simulated studies of seeds 101, 202, 303), fixed before msu seed 0 was run: the stacked
+#: candidate where its inner score beats the linear path's by more than 0.01, the tangent space
+#: where its inner score does by more than 0.05 (the best inner score where both do).
+CHOSEN = {"stacked": 0.01, "ts": 0.05}
+CHOSEN_NAME = "chosen: conn | stacked @ 0.01, ts @ 0.05"
+#: ``--rng-offset``: added to the seed of NumPy's global generator before each linear fit (0:
+#: as ``train``); another value measures how much liblinear's draw alone moves the figures.
+RNG_OFFSET = [0]
 
 
 def _plan(prep: str, label: str, seed: int, repeats: int):
@@ -138,7 +147,7 @@ def _linear(x_fit, y_fit, groups, x_test, n_classes, seed):
     from eegformer_cli.model.devices import seed_everything
     from eegformer_cli.training.linear_fit import fit_linear_path
 
-    seed_everything(seed)
+    seed_everything(seed + RNG_OFFSET[0])
     fit = fit_linear_path(x_fit, y_fit, groups, n_classes, seed, "auto")
     scores = [s for s in (fit.inner_scores or {}).values() if s is not None]
     return fit, x_test @ fit.weight.T + fit.bias, max(scores) if scores else None
@@ -277,23 +286,27 @@ def run_fold(plan, fold, features) -> dict:
     }
 
 
-def rule_choice(record: dict, base: str, alternatives: tuple[str, ...], margin: float) -> str:
+def rule_choice(
+    record: dict, base: str, alternatives: tuple[str, ...], margin: float | dict[str, float]
+) -> str:
     """The candidate the rule picks on one fold: ``base`` unless an alternative's inner score
-    beats it by more than ``margin`` (then the best such alternative)."""
+    beats it by more than ``margin`` (one for all, or one per alternative; then the best such
+    alternative)."""
     base_score = record["inner"].get(base)
     if base_score is None:
         return base
+    margins = margin if isinstance(margin, dict) else dict.fromkeys(alternatives, margin)
     better = [
         (record["inner"][a], a)
         for a in alternatives
-        if record["inner"].get(a) is not None and record["inner"][a] > base_score + margin
+        if record["inner"].get(a) is not None and record["inner"][a] > base_score + margins[a]
     ]
     return max(better)[1] if better else base
 
 
-def rules() -> list[tuple[str, str, tuple[str, ...], float]]:
-    """(name, base, alternatives, margin) of every rule evaluated."""
-    out = []
+def rules() -> list[tuple[str, str, tuple[str, ...], float | dict[str, float]]]:
+    """(name, base, alternatives, margin) of every rule evaluated, :data:`CHOSEN` first."""
+    out = [(CHOSEN_NAME, "conn", tuple(CHOSEN), CHOSEN)]
     for base, alternatives in ALTERNATIVES.items():
         for size in range(1, len(alternatives) + 1):
             for chosen in itertools.combinations(alternatives, size):
@@ -393,6 +406,12 @@ def main() -> None:
     parser.add_argument("--n-jobs", type=int, default=1, help="folds at a time (fork)")
     parser.add_argument("--name", help="the study's name in --combine (default: the folder's)")
     parser.add_argument("--out", type=Path, help="also write the JSON here")
+    parser.add_argument(
+        "--rng-offset",
+        type=int,
+        default=0,
+        help="added to the global NumPy seed before each linear fit (0: as train)",
+    )
     parser.add_argument("--combine", nargs="+", type=Path, help="JSON files of earlier runs")
     args = parser.parse_args()
     if args.combine:
@@ -404,6 +423,7 @@ def main() -> None:
 
         from eegformer_cli.training.run_plan import reference_features
 
+        RNG_OFFSET[0] = args.rng_offset
         start = time.time()
         plan = _plan(args.prep, args.label, args.seed, args.repeats)
         features = reference_features(plan.data)
@@ -418,6 +438,7 @@ def main() -> None:
             "label": args.label,
             "seed": args.seed,
             "repeats": args.repeats,
+            "rng_offset": args.rng_offset,
             "wall_s": time.time() - start,
             "machine": machine(),
             "summary": summarise(folds),
