@@ -85,6 +85,10 @@ CHOSEN_NAME = "chosen: conn | stacked @ 0.01, ts @ 0.05"
 #: ``--rng-offset``: added to the seed of NumPy's global generator before each linear fit (0:
 #: as ``train``); another value measures how much liblinear's draw alone moves the figures.
 RNG_OFFSET = [0]
+#: ``--power-gain``: the band (index into the covariance bands) and channels of the planted
+#: power effect.
+POWER_BAND = 2
+POWER_CHANNELS = (0, 1)
 
 
 def _plan(prep: str, label: str, seed: int, repeats: int):
@@ -397,6 +401,25 @@ def combine(paths: list[Path]) -> dict:
     return {"studies": list(studies), "reference_means": reference_means, "models": table}
 
 
+def plant_power(plan, features, gain: float, spread: float, seed: int) -> None:
+    """A power effect that only the tangent space can see, planted in the stored covariances
+    (in memory; coherence and wPLI do not change with a channel's scale): every recording's
+    :data:`POWER_CHANNELS` in band :data:`POWER_BAND` scaled in power by exp(N(0, spread)),
+    times ``gain`` for the recordings of the second label (``--power-gain``)."""
+    from eegformer_cli.training.run_plan import TANGENT_SPACE_NAME
+
+    rng = np.random.default_rng(seed)
+    covariances = features[TANGENT_SPACE_NAME]
+    for rec in plan.data.recordings:
+        label = int(plan.data.label_indices([rec])[0])
+        scale = np.exp(0.5 * (rng.normal(0.0, spread) + np.log(gain) * label))
+        matrix = covariances[rec.recording_id].copy()
+        for channel in POWER_CHANNELS:
+            matrix[POWER_BAND, channel, :] *= scale
+            matrix[POWER_BAND, :, channel] *= scale
+        covariances[rec.recording_id] = matrix
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("prep", nargs="?", help="a preprocess output folder")
@@ -412,6 +435,13 @@ def main() -> None:
         default=0,
         help="added to the global NumPy seed before each linear fit (0: as train)",
     )
+    parser.add_argument(
+        "--power-gain",
+        type=float,
+        help="plant a power effect in the covariances only (plant_power): the second label's "
+        "power gain in two channels of one band",
+    )
+    parser.add_argument("--power-spread", type=float, default=0.3, help="its log-normal sd")
     parser.add_argument("--combine", nargs="+", type=Path, help="JSON files of earlier runs")
     args = parser.parse_args()
     if args.combine:
@@ -427,6 +457,8 @@ def main() -> None:
         start = time.time()
         plan = _plan(args.prep, args.label, args.seed, args.repeats)
         features = reference_features(plan.data)
+        if args.power_gain:
+            plant_power(plan, features, args.power_gain, args.power_spread, args.seed + 97)
         if args.n_jobs > 1:
             with multiprocessing.get_context("fork").Pool(args.n_jobs) as pool:
                 folds = pool.starmap(run_fold, [(plan, f, features) for f in plan.folds])
@@ -439,6 +471,8 @@ def main() -> None:
             "seed": args.seed,
             "repeats": args.repeats,
             "rng_offset": args.rng_offset,
+            "power_gain": args.power_gain,
+            "power_spread": args.power_spread if args.power_gain else None,
             "wall_s": time.time() - start,
             "machine": machine(),
             "summary": summarise(folds),
