@@ -47,6 +47,10 @@ Usage:
   python benchmarks/bench_static_candidates.py PREP LABEL --seed 1 --repeats 3 --out X.json
       [--n-jobs 2] [--name msu-s1]
   python benchmarks/bench_static_candidates.py --combine X.json Y.json ... [--out C.json]
+``--rng-offset K``: NumPy's global generator seeded with the fold seed + K before each linear fit
+(liblinear draws from it; 0, as ``train``). ``--power-gain G``: a power effect planted in the
+stored covariances only (:func:`plant_power`), which the tangent space sees and the connectivity
+tokens cannot: how the rules behave where the tangent space leads.
 """
 
 from __future__ import annotations
