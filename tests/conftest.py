@@ -49,3 +49,14 @@ def package_warnings_on_stderr():
 
     with warnings_on_stderr():
         yield
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Every matplotlib figure a test made is closed after it (a test that draws a figure and
+    checks it need not), so that one worker's tests never hold many figures open at once."""
+    yield
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")

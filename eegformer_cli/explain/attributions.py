@@ -82,6 +82,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -194,7 +195,9 @@ def mean_over(arrays: Sequence[np.ndarray], n_tokens: int | None = None) -> np.n
     for a in arrays:
         extra = size - a.shape[-1]
         padded.append(np.pad(a, [(0, 0)] * (a.ndim - 2) + [(0, extra)] * 2, constant_values=np.nan))
-    return np.nanmean(padded, axis=0)
+    with warnings.catch_warnings():  # a cell no model has stays NaN: numpy's "empty slice"
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(padded, axis=0)
 
 
 def normalise_signed(values: np.ndarray) -> np.ndarray:

@@ -131,11 +131,15 @@ def _captum_attribution(
             n_steps=n_steps,
             internal_batch_size=ROWS_PER_FORWARD,
         )
+    # the gradient methods need inputs that require grad (captum warns and sets it otherwise)
+    gradient_inputs = tuple(x.detach().requires_grad_() for x in inputs)
     if method == "saliency":  # |gradient|: unsigned, so pairs are sums of magnitudes
-        return ca.Saliency(forward).attribute(inputs, target=target, additional_forward_args=extra)
+        return ca.Saliency(forward).attribute(
+            gradient_inputs, target=target, additional_forward_args=extra
+        )
     if method == "input_x_gradient":
         return ca.InputXGradient(forward).attribute(
-            inputs, target=target, additional_forward_args=extra
+            gradient_inputs, target=target, additional_forward_args=extra
         )
     # gradient_shap: expected gradients between the baseline and the input, n_steps samples
     return ca.GradientShap(forward).attribute(

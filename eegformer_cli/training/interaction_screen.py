@@ -127,6 +127,8 @@ def _within_class_z(values: np.ndarray, members: np.ndarray) -> np.ndarray:
     sqrt(n_members), so that ``z.T @ z`` is their correlation matrix (a constant column gives
     zeros); float32."""
     part = values[members].astype(np.float32)
+    if len(part) == 0:  # a class absent from a tiny training part: nothing to correlate
+        return part
     centred = part - part.mean(axis=0)
     norm = np.sqrt((centred**2).sum(axis=0))
     return np.divide(centred, norm, out=np.zeros_like(centred), where=norm > 0)
