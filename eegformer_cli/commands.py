@@ -407,7 +407,7 @@ def report(
         one of the explanations' bands; ``run_dir`` is not a run folder (or the explanations
         are another model's); the file cannot be written.
     """
-    from eegformer_cli.ownership import claim_file
+    from eegformer_cli.overwrite_protection import claim_file
     from eegformer_cli.report.build import write_report
 
     out = Path(out) if out is not None else Path(run_dir) / "report.html"

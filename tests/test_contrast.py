@@ -239,8 +239,8 @@ def test_the_contrast_shows_each_measure_on_its_own_and_says_each_top_pair_in_wo
     import matplotlib.pyplot as plt
 
     from eegformer_cli.explain.export import contrast_rows
+    from eegformer_cli.report.explanation_notes import contrast_sentences_html
     from eegformer_cli.report.figures import contrast_figure
-    from eegformer_cli.report.notes import contrast_sentences_html
 
     channels, bands = ["F8", "P3", "Cz", "O1"], ["theta", "alpha"]
     maps = {k: np.zeros((2, 4, 4)) for k in ("coh", "wpli", "coh_push", "wpli_push")}

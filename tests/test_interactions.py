@@ -189,7 +189,7 @@ def test_a_model_file_keeps_its_interactions_and_the_run_says_so(interaction_run
 
 
 def test_the_screens_say_what_they_kept_or_that_they_kept_nothing_or_did_not_run():
-    from eegformer_cli.experiment.interaction_screens import describe_screens, summarise_screens
+    from eegformer_cli.experiment.screen_outcomes import describe_screens, summarise_screens
     from eegformer_cli.training.fold_record import FoldRecord
 
     def record(kept=(), pair=(0.62, 0.71), age=(0.40, 0.55)) -> dict:

@@ -6,8 +6,8 @@ upward arrow hidden in a function is still one a reader has to untangle.
 The layers, bottom first (:data:`LAYERS`); a module may import its own layer and those below:
 
 1. base (the package root, choices, errors, atomic, console, versions, parallel, provenance,
-   ownership): files, terminal, workers, provenance rules on plain values, which outputs may be
-   written over; no EEG idea (the root's public names are loaded by name when first used, not
+   overwrite_protection): files, terminal, workers, provenance rules on plain values, which
+   outputs may be written over; no EEG idea (the root's public names are loaded by name when first used, not
    imported); ``choices`` holds the user-facing choice tuples and defaults as plain values,
    imported by every layer that checks or documents them (the model, the attributions,
    ``options`` and ``cli/``), so it sits at the bottom and imports nothing;
@@ -66,7 +66,7 @@ LAYERS = (
         "versions",
         "parallel",
         "provenance",
-        "ownership",
+        "overwrite_protection",
     ),
     ("simulation",),
     ("recordings",),
@@ -101,7 +101,7 @@ ROOT_MODULES = {
     "choices": "shared: the user-facing choice tuples and defaults, as plain values",
     "atomic": "shared: atomic writes and reads of files",
     "console": "shared: the terminal (messages, warnings, progress)",
-    "ownership": "shared: which outputs may be written over",
+    "overwrite_protection": "shared: which outputs may be written over",
     "parallel": "shared: worker processes and their threads",
     "provenance": "shared: provenance rules on plain values (training and inference use them)",
     "versions": "shared: the package versions every output records",
@@ -263,9 +263,11 @@ OWNED_NAMES = (
     "model_path",
     "metrics_path",
 )
-#: ``ownership`` (the base layer, below every owner) tells whose folder a folder is by one
-#: marker file of each; it names those markers and reads no value from them.
-MARKER_READERS = {"eegformer_cli.ownership": ("manifest.tsv", "config.json", "class_summary.json")}
+#: ``overwrite_protection`` (the base layer, below every owner) tells whose folder a folder is
+#: by one marker file of each; it names those markers and reads no value from them.
+MARKER_READERS = {
+    "eegformer_cli.overwrite_protection": ("manifest.tsv", "config.json", "class_summary.json")
+}
 JSON_READS = ("json.load", "json.loads", "read_json")
 
 

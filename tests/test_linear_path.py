@@ -368,7 +368,7 @@ def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast
     """Completeness: the pairs' and the products' attributions add up to the explained
     logit's change (the transformer adds nothing here: its head is at zero), all of it the
     linear path's, each product's being its weight times the change of the product of means."""
-    from eegformer_cli.explain.paths import path_logit_changes
+    from eegformer_cli.explain.path_shares import path_logit_changes
     from eegformer_cli.explain.segment_attributions import channel_pair_attributions
     from eegformer_cli.model.linear_path import recording_offset
 
@@ -409,7 +409,7 @@ def test_the_paths_split_of_a_long_recording_goes_batch_by_batch(
     split in flat memory; the split is that of one pass over all the segments, for a model on
     recording means and for one of an earlier version (per segment)."""
     from eegformer_cli.explain import segment_attributions
-    from eegformer_cli.explain.paths import path_logit_changes
+    from eegformer_cli.explain.path_shares import path_logit_changes
 
     model, _, train_set, _ = means_model
     monkeypatch.setattr(model.config, "linear_on_means", on_means)

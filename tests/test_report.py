@@ -906,7 +906,7 @@ def test_curves_that_coincide_are_drawn_once_with_a_legend_that_says_so():
 
 
 def test_captions_say_why_every_class_shares_a_band_and_what_the_training_curves_show():
-    from eegformer_cli.report.notes import band_importance_note
+    from eegformer_cli.report.explanation_notes import band_importance_note
     from eegformer_cli.report.tables import training_curves_caption
 
     bands = ["delta", "theta", "alpha"]

@@ -18,7 +18,7 @@ import eegformer_cli
 from eegformer_cli import console
 from eegformer_cli.atomic import atomic_open
 from eegformer_cli.errors import InputDataError
-from eegformer_cli.ownership import claim_folder
+from eegformer_cli.overwrite_protection import claim_folder
 
 #: Where a source checkout keeps the synthetic dataset (see sample_data/README.md).
 SAMPLE_DATA = Path(eegformer_cli.__file__).resolve().parents[1] / "sample_data"

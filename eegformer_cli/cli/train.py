@@ -102,7 +102,7 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
         shown.print(
             describe(metrics.attention, "out of fold") + ("" if reach is None else f". {reach}")
         )
-    from eegformer_cli.experiment.interaction_screens import describe_screens
+    from eegformer_cli.experiment.screen_outcomes import describe_screens
 
     shown.print(
         "interaction screens: " + describe_screens(metrics.interaction_screens, metrics.preset)

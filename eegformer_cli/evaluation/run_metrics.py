@@ -24,7 +24,7 @@ The tree (each class's fields are its JSON keys, in the file's order):
   ``per_fold``; they stay a dict, owned and read by :mod:`model.diagnostics` and the report's
   attention table;
 - ``interaction_screens``: :class:`InteractionScreens`, what every fit's interaction screen
-  found (:mod:`~eegformer_cli.experiment.interaction_screens`): a :class:`ScreenOutcome` per
+  found (:mod:`~eegformer_cli.experiment.screen_outcomes`): a :class:`ScreenOutcome` per
   fold and for the final model;
 - ``shortcut_audit``: :class:`ShortcutAudit` (:mod:`audit`), one :class:`AuditVariable` per
   variable; a variable's ``by_class`` (class -> level counts or median/min/max) and

@@ -56,7 +56,7 @@ from eegformer_cli.experiment import audit, permutation, run_folder
 from eegformer_cli.experiment.fold_training import in_fold_order, train_models
 from eegformer_cli.experiment.run_folder import prepare_run_dir, run_folder_lock
 from eegformer_cli.experiment.summaries import completeness, write_summaries
-from eegformer_cli.ownership import claim_folder
+from eegformer_cli.overwrite_protection import claim_folder
 from eegformer_cli.parallel import worker_count
 from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.config import TrainConfig

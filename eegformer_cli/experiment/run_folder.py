@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from eegformer_cli.atomic import DirectoryLock, ensure_dir, read_json, write_json, write_text
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.evaluation.run_metrics import RunMetrics, nan_to_none
-from eegformer_cli.ownership import remove_outputs
+from eegformer_cli.overwrite_protection import remove_outputs
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.versions import package_versions
@@ -157,7 +157,7 @@ RUN_FILE_PATTERNS = ("folds/r*_f*.*", "folds/final.json", "permutations/*/[0-9]*
 
 
 def _clear_run(run_dir: Path) -> None:
-    """Delete an earlier run's files (:func:`ownership.remove_outputs`: no other file)."""
+    """Delete an earlier run's files (:func:`overwrite_protection.remove_outputs`: no other file)."""
     remove_outputs(run_dir, (*RUN_FILES, *RUN_FILE_PATTERNS))
 
 

@@ -25,7 +25,7 @@ from eegformer_cli.evaluation.run_metrics import FoldScores, RunMetrics
 from eegformer_cli.evaluation.sample_size import assess
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.above_chance import judged
-from eegformer_cli.experiment.interaction_screens import summarise_screens
+from eegformer_cli.experiment.screen_outcomes import summarise_screens
 from eegformer_cli.experiment.verdict import scored_by
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
@@ -91,7 +91,7 @@ def write_summaries(
     that carries the score: :func:`verdict.scored_by`), the out-of-fold
     calibration and prediction-set coverage (:mod:`oof_calibration`), whose recalibration and
     calibration set go into ``model.pt`` when it exists, and what the interaction screens
-    found (:func:`interaction_screens.summarise_screens`), and what the run's number of
+    found (:func:`screen_outcomes.summarise_screens`), and what the run's number of
     participants resolves (:func:`sample_size.assess`)."""
     label_names = plan.data.label_names
     names = _model_names(results)

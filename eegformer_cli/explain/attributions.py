@@ -94,7 +94,7 @@ from scipy.special import softmax
 from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.explain import interactions as kept_interactions
-from eegformer_cli.explain.paths import path_logit_changes
+from eegformer_cli.explain.path_shares import path_logit_changes
 from eegformer_cli.explain.segment_attributions import (
     attention_maps,
     channel_pair_attributions,
@@ -123,7 +123,7 @@ class RecordingExplanation:
     ``interactions`` the kept interactions' rows (:mod:`.interactions`), None for a model
     without; ``paths`` how much of the explained class's logit change (``"target"``) and of
     the contrast's (``"contrast"``) the model's linear path and its transformer carry
-    (:func:`.paths.path_logit_changes`), None for a model without a linear path.
+    (:func:`.path_shares.path_logit_changes`), None for a model without a linear path.
     """
 
     recording_id: str

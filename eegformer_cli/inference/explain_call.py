@@ -128,11 +128,11 @@ class ExplainCall:
         self.caution = caution
 
     def claim_out_folder(self, out: str | os.PathLike, overwrite: bool, given: list) -> OutFolder:
-        """``out`` claimed for ``explain`` (:mod:`eegformer_cli.ownership`), with the settings
+        """``out`` claimed for ``explain`` (:mod:`eegformer_cli.overwrite_protection`), with the settings
         its JSON files record (``given``: the call's inputs) and the recordings an earlier run
         explained into it."""
         from eegformer_cli.explain import class_summary
-        from eegformer_cli.ownership import claim_folder
+        from eegformer_cli.overwrite_protection import claim_folder
 
         path = claim_folder(out, "explain", overwrite)
         options = self.options

@@ -172,7 +172,7 @@ _EXPLAIN = Options(
     overwrite=Option(
         "bool",
         "``out`` may hold files eegformer did not write (they are kept); without it such a "
-        "folder is refused with a UsageError (:mod:`eegformer_cli.ownership`).",
+        "folder is refused with a UsageError (:mod:`eegformer_cli.overwrite_protection`).",
     ),
 )
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from eegformer_cli import atomic, console, ownership
+from eegformer_cli import atomic, console, overwrite_protection
 from eegformer_cli.connectivity.bands import band_edges_hz, band_names
 from eegformer_cli.errors import InputDataError, PartialFailure
 from eegformer_cli.parallel import preprocess_backend, worker_count
@@ -112,7 +112,7 @@ def run_preprocess(
     workers and where they run (:func:`parallel.preprocess_backend`).
     ``overwrite``: allow ``out_dir`` to hold recordings preprocessed with other settings (their
     rows leave the manifest, so it never mixes settings), or files eegformer did not write
-    (:mod:`eegformer_cli.ownership`: they are kept); without it such a folder is refused.
+    (:mod:`eegformer_cli.overwrite_protection`: they are kept); without it such a folder is refused.
     ``participant_pattern``: a regular expression whose first group, searched in a file name,
     is the recording's participant (:func:`metadata.participant_pattern`; after the
     recordings table's ``participant_id``, before the names of the participants table); kept
@@ -133,7 +133,9 @@ def run_preprocess(
     n_workers = worker_count(n_jobs)  # a bad --n-jobs is refused before anything is written
     pattern = metadata.participant_pattern(participant_pattern)
     out_dir = Path(out_dir)
-    ownership.check_folder(out_dir, "preprocess", overwrite)  # before the headers are read
+    overwrite_protection.check_folder(
+        out_dir, "preprocess", overwrite
+    )  # before the headers are read
     sources = Sources.find(
         inputs, participants, recordings_table, participant_pattern, selection or bids.Selection()
     )
@@ -142,7 +144,7 @@ def run_preprocess(
         resolved = resolve_settings(
             settings, [rec.header for rec in recordings if rec.header.error is None]
         )
-        ownership.claim_folder(out_dir, "preprocess", overwrite)
+        overwrite_protection.claim_folder(out_dir, "preprocess", overwrite)
         with atomic.DirectoryLock(out_dir, what="another eegformer preprocess run"):
             rows, summary = _update_folder(
                 out_dir, recordings, resolved, workers, overwrite, sources

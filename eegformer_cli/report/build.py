@@ -49,7 +49,7 @@ This module reads the run folder and assembles the sections from the run's files
 each other section has a module of its own: the verdict and calibration
 (:mod:`.calibration`), "Is the score real?" (:mod:`.trust`), the interactions
 (:mod:`.interactions`) and the explanations
-(:mod:`.explanations`, its words and tables in :mod:`.notes`). The figures
+(:mod:`.explanations`, its words and tables in :mod:`.explanation_notes`). The figures
 are in :mod:`.figures` (plain data in, a matplotlib figure out, so each can be tested
 and reused alone), the run's tables and notes in :mod:`.tables` (plain data in, HTML
 out) and the page (no tags, its styles, a note, a figure) in :mod:`.page`.

@@ -2,7 +2,7 @@
 recordings they come from, band importance per class, the strongest channel pairs on the
 head, the class contrast (figure and its strongest pairs, said first where the kept
 interactions carry more of it than any pair) and coarse versus refined attention per class; and the check that the folder explains the run's model
-(its classes, bands and channels). The words and tables are :mod:`.notes`'s, the
+(its classes, bands and channels). The words and tables are :mod:`.explanation_notes`'s, the
 figures :mod:`.figures`'.
 """
 
@@ -13,12 +13,7 @@ from pathlib import Path
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.report.attention_figures import attention_figure
-from eegformer_cli.report.figures import (
-    band_importance_figure,
-    connectivity_head_figure,
-    contrast_figure,
-)
-from eegformer_cli.report.notes import (
+from eegformer_cli.report.explanation_notes import (
     band_importance_note,
     caution_note,
     contrast_note,
@@ -27,6 +22,11 @@ from eegformer_cli.report.notes import (
     explanations_source_html,
     interactions_lead,
     no_band_note,
+)
+from eegformer_cli.report.figures import (
+    band_importance_figure,
+    connectivity_head_figure,
+    contrast_figure,
 )
 from eegformer_cli.report.page import add_figure, add_note
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from eegformer_cli.evaluation.run_metrics import InteractionScreens, RunMetrics, ScreenOutcome
-from eegformer_cli.experiment.interaction_screens import describe_screens
-from eegformer_cli.report.notes import interactions_table_html
+from eegformer_cli.experiment.screen_outcomes import describe_screens
+from eegformer_cli.report.explanation_notes import interactions_table_html
 from eegformer_cli.report.page import add_note, inline_code
 from eegformer_cli.report.tables import table_html
 

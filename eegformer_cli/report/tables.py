@@ -2,7 +2,7 @@
 per-recording predictions, training curves, attention): tables and plain-language notes, each
 a function of the run folder's plain data returning an HTML string (values escaped). The
 preprocessing table is :mod:`.preprocessing`'s, the explanations section's pieces
-:mod:`.notes`'.
+:mod:`.explanation_notes`'.
 """
 
 from __future__ import annotations

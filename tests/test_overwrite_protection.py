@@ -16,7 +16,7 @@ from builders import SAMPLE_DATA, make_connectome_folder, run_main, tiny_config
 from eegformer_cli.errors import UsageError
 from eegformer_cli.experiment.run import run_training
 from eegformer_cli.experiment.run_folder import RUN_FILES, _clear_run
-from eegformer_cli.ownership import (
+from eegformer_cli.overwrite_protection import (
     MARKER,
     check_folder,
     claim_file,
