@@ -75,7 +75,7 @@ from eegformer_cli.preprocess.output import (
     read_settings_file,
 )
 from eegformer_cli.report.attention_figures import attention_entropy_figure
-from eegformer_cli.report.calibration import add_calibration_section, add_verdict
+from eegformer_cli.report.calibration import add_calibration_section
 from eegformer_cli.report.explanations import (
     add_explanations_section,
     check_explanations_match,
@@ -104,6 +104,7 @@ from eegformer_cli.report.tables import (
     training_curves_caption,
 )
 from eegformer_cli.report.trust import add_trust_section
+from eegformer_cli.report.verdict_box import add_verdict
 
 #: Characters per line of the confusion matrix's title (the model that carries the score, at
 #: 10 pt: the narrowest matrix is 4.5 inches wide).

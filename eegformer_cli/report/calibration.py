@@ -1,8 +1,6 @@
-"""The report's verdict box and its section "How far to trust a probability": calibration and
-prediction sets.
+"""The report's section "How far to trust a probability": calibration and prediction sets.
 
-From ``metrics.json``: the verdict (:mod:`eegformer_cli.experiment.verdict`) as the report's first
-item; ``calibration`` (:mod:`eegformer_cli.evaluation.calibration`: Brier score, expected
+From ``metrics.json``: ``calibration`` (:mod:`eegformer_cli.evaluation.calibration`: Brier score, expected
 calibration error, calibration slope and intercept of each model's out-of-fold probabilities,
 and the recalibration ``predict`` applies) as a table and a reliability diagram; and
 ``prediction_sets`` (:mod:`eegformer_cli.evaluation.conformal`) as a table of the empirical
@@ -24,19 +22,10 @@ from eegformer_cli.evaluation.run_metrics import (
     PredictionSets,
     RunMetrics,
 )
-from eegformer_cli.experiment.verdict import headline, verdict_lines
 from eegformer_cli.report.figures import coinciding, legend_below, same_curve_name
 from eegformer_cli.report.page import inline_code
 
 SECTION = "How far to trust a probability"
-VERDICT_CSS = """
-.eeg-verdict { border: 2px solid #4a6fa5; border-radius: 6px; padding: .8em 1.2em;
-               margin: .5em 0 1em 0; background: #fbfcfe; }
-.eeg-verdict .eeg-headline { font-size: 1.15em; font-weight: 600; margin-bottom: .4em; }
-.eeg-verdict th { white-space: nowrap; padding-right: 1em; vertical-align: top; }
-.eeg-verdict .eeg-good { color: #1b6e20; }
-.eeg-verdict .eeg-warn { color: #8a5a00; font-weight: 600; }
-"""
 CALIBRATION_MEANING = (
     "A probability is calibrated when, of the recordings given 0.8, about 80 % are of that "
     "class. Out-of-fold probabilities, pooled over folds (each fold model on its own test "
@@ -57,36 +46,6 @@ SETS_MEANING = (
     "participants is given sets calibrated on the others only; the guarantee assumes new "
     "recordings resemble the training ones (same population, same site)."
 )
-
-
-def verdict_html(metrics: RunMetrics) -> str:
-    """The verdict box: a headline and one row per question, coloured by tone; first, when
-    metrics.json says the run is incomplete, why."""
-    lines = verdict_lines(metrics)
-    if metrics.complete is False:
-        lines = [("incomplete run", metrics.incomplete or "incomplete run", "warn"), *lines]
-    rows = "".join(
-        f'<tr><th scope="row">{inline_code(topic)}</th>'
-        f'<td class="eeg-{tone}">{inline_code(text)}</td></tr>'
-        for topic, text, tone in lines
-    )
-    return (
-        f'<div class="eeg-verdict" id="eeg-verdict"><div class="eeg-headline">'
-        f"{inline_code(headline(metrics))}</div>"
-        f'<table class="table table-sm"><tbody>{rows}</tbody></table></div>'
-    )
-
-
-def add_verdict(report, metrics: RunMetrics | None) -> None:
-    """The report's first item (an :class:`mne.Report`)."""
-    report.add_custom_css(VERDICT_CSS)
-    body = (
-        verdict_html(metrics)
-        if metrics is not None
-        else '<div class="eeg-verdict" id="eeg-verdict">No verdict: the run has no metrics.json '
-        "(the training did not finish).</div>"
-    )
-    report.add_html(body, "Verdict", section="Verdict")
 
 
 def add_calibration_section(report, metrics: RunMetrics) -> None:
