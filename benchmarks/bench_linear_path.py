@@ -140,7 +140,7 @@ def _penalty_fold(plan, fold) -> dict:
 def _residual_fold(plan, fold) -> dict:
     """One fold with the residual always kept: test BAC of the model and its linear path,
     the validation losses of the keep rule."""
-    from eegformer_cli.training.run_plan import run_fold
+    from eegformer_cli.training.fold_job import run_fold
 
     features = _FEATURES[0]
     record, _ = run_fold(plan, fold, features)
@@ -208,7 +208,7 @@ def main() -> None:
         "the products of the recording means",
     )
     args = parser.parse_args()
-    from eegformer_cli.training.run_plan import reference_features
+    from eegformer_cli.training.fold_job import reference_features
 
     overrides = {"residual": "on"} if args.part == "residual" else {}
     if args.segments:  # the linear path of earlier versions, for comparison

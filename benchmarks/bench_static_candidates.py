@@ -206,15 +206,15 @@ def run_fold(plan, fold, features) -> dict:
     from scipy.special import softmax
     from threadpoolctl import threadpool_limits
 
-    from eegformer_cli.evaluation.metrics import classification_metrics
+    from eegformer_cli.evaluation.metrics import (
+        REFERENCE_NAME,
+        TANGENT_SPACE_NAME,
+        classification_metrics,
+    )
     from eegformer_cli.evaluation.reference import fit_reference, reference_probabilities
     from eegformer_cli.evaluation.tangent_space import BandTangentSpace, fit_tangent_space
     from eegformer_cli.training.fit import seed_of
-    from eegformer_cli.training.run_plan import (
-        REFERENCE_NAME,
-        TANGENT_SPACE_NAME,
-        recordings_of,
-    )
+    from eegformer_cli.training.run_plan import recordings_of
 
     start = time.process_time()
     data, config = plan.data, plan.config
@@ -410,7 +410,7 @@ def plant_power(plan, features, gain: float, spread: float, seed: int) -> None:
     (in memory; coherence and wPLI do not change with a channel's scale): every recording's
     :data:`POWER_CHANNELS` in band :data:`POWER_BAND` scaled in power by exp(N(0, spread)),
     times ``gain`` for the recordings of the second label (``--power-gain``)."""
-    from eegformer_cli.training.run_plan import TANGENT_SPACE_NAME
+    from eegformer_cli.evaluation.metrics import TANGENT_SPACE_NAME
 
     rng = np.random.default_rng(seed)
     covariances = features[TANGENT_SPACE_NAME]
@@ -455,7 +455,7 @@ def main() -> None:
             parser.error("PREP and LABEL are needed (or --combine)")
         from machine import machine  # benchmarks/machine.py
 
-        from eegformer_cli.training.run_plan import reference_features
+        from eegformer_cli.training.fold_job import reference_features
 
         RNG_OFFSET[0] = args.rng_offset
         start = time.time()

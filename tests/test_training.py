@@ -852,7 +852,8 @@ def test_tangent_space_reference_is_pyriemanns_pipeline_on_the_same_folds(sample
     from eegformer_cli.experiment import permutation
     from eegformer_cli.experiment.run import read_run_request
     from eegformer_cli.training.fit import fold_seed
-    from eegformer_cli.training.run_plan import plan_run, reference_features
+    from eegformer_cli.training.fold_job import reference_features
+    from eegformer_cli.training.run_plan import plan_run
 
     run = sample_run["run"]
     metrics = json.loads((run / "metrics.json").read_text())

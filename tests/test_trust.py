@@ -24,7 +24,8 @@ from eegformer_cli.evaluation.run_metrics import AuditVariable, RunMetrics, Shor
 from eegformer_cli.experiment import audit, null_labels, permutation
 from eegformer_cli.experiment.run import run_training
 from eegformer_cli.training.dataset import RecordingInfo, TrainingData
-from eegformer_cli.training.run_plan import plan_run, reference_features
+from eegformer_cli.training.fold_job import reference_features
+from eegformer_cli.training.run_plan import plan_run
 
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "sample_data"
 

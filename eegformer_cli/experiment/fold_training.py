@@ -22,9 +22,10 @@ from eegformer_cli.preprocess.output import read_manifest
 from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingInfo, recording_fingerprints
 from eegformer_cli.training.fit import FitResult, deterministic_algorithms, fit_model
+from eegformer_cli.training.fold_job import run_fold
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
-from eegformer_cli.training.run_plan import RunPlan, recordings_of, run_fold
+from eegformer_cli.training.run_plan import RunPlan, recordings_of
 from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
 
 

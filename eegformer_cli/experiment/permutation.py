@@ -124,7 +124,7 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model:
     [...]}``. ``null_model`` :data:`~eegformer_cli.evaluation.metrics.MODEL_NAME` retrains both
     models exactly as the run's folds do; else that reference alone is refit. With the real
     labels this is the run's own BAC."""
-    from eegformer_cli.training.run_plan import run_fold  # torch: only when training
+    from eegformer_cli.training.fold_job import run_fold  # torch: only when training
 
     recordings = [
         dataclasses.replace(rec, label=label) for rec, label in zip(plan.data.recordings, labels)
@@ -151,8 +151,9 @@ def refit_scores(plan, features: dict[str, dict], labels: list[str], null_model:
 
 def _reference_bac(plan, fold, features: dict[str, dict], name: str) -> float:
     """BAC of reference ``name`` on ``fold``'s test recordings, fit as in the run
-    (:func:`~eegformer_cli.training.run_plan.fit_fold_reference`)."""
-    from eegformer_cli.training.run_plan import fit_fold_reference, recordings_of
+    (:func:`~eegformer_cli.training.fold_job.fit_fold_reference`)."""
+    from eegformer_cli.training.fold_job import fit_fold_reference
+    from eegformer_cli.training.run_plan import recordings_of
 
     _, probabilities = fit_fold_reference(plan, fold, features, name)
     test_labels = plan.data.label_indices(recordings_of(plan.data, fold.test))

@@ -7,7 +7,7 @@ separate jobs (``--fold``, ``--merge``).
 1. :func:`run_plan.plan_run` (data, splits, settings: nothing is written for a run that cannot
    start); write ``config.json`` and ``splits.json`` (or check that the run folder holds the
    same run, to resume it);
-2. for every fold not finished before, :func:`run_plan.run_fold`, in this process or on
+2. for every fold not finished before, :func:`fold_job.run_fold`, in this process or on
    ``--n-jobs`` workers (:mod:`fold_training`); write the fold's model
    ``folds/<r{repeat}_f{fold}>.pt`` and then ``folds/<r{repeat}_f{fold}>.json``, atomically;
 3. write ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` from all fold files
@@ -61,8 +61,9 @@ from eegformer_cli.parallel import worker_count
 from eegformer_cli.training import distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.fit import deterministic_algorithms
+from eegformer_cli.training.fold_job import reference_features
 from eegformer_cli.training.fold_record import FoldRecord
-from eegformer_cli.training.run_plan import RunPlan, is_control_label, plan_run, reference_features
+from eegformer_cli.training.run_plan import RunPlan, is_control_label, plan_run
 
 
 def run_training(

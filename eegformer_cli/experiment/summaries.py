@@ -29,9 +29,10 @@ from eegformer_cli.experiment.screen_outcomes import summarise_screens
 from eegformer_cli.experiment.verdict import scored_by
 from eegformer_cli.model.diagnostics import mean_diagnostics
 from eegformer_cli.training import splits
+from eegformer_cli.training.fold_job import REFERENCES
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.model_file import add_calibration, is_linear_path_alone
-from eegformer_cli.training.run_plan import REFERENCES, RunPlan
+from eegformer_cli.training.run_plan import RunPlan
 
 
 def completeness(run_dir: Path, plan: RunPlan, n_finished: int, pending: str | None = None) -> dict:

@@ -1,6 +1,6 @@
 """A finished fold's record, ``folds/<name>.json`` of the run folder, as a typed object.
 
-:func:`~eegformer_cli.training.run_plan.run_fold` makes one; the run folder's owner
+:func:`~eegformer_cli.training.fold_job.run_fold` makes one; the run folder's owner
 (:mod:`~eegformer_cli.experiment.run_folder`) writes and reads it (:meth:`FoldRecord.to_dict`,
 :meth:`FoldRecord.from_dict`); every other module reads its attributes.
 """
