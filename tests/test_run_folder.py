@@ -174,7 +174,7 @@ def test_an_earlier_run_folder_resumes_without_the_settings_it_lacks():
     stored = json.loads((EARLIER_RUN / "config.json").read_text())["identity"]["train_config"]
     assert "interaction_proxies" not in stored
     identity = run_folder._stored_identity(EARLIER_RUN / "config.json")
-    _, _, requested, _ = run_folder.read_config_request(EARLIER_RUN)
+    _, _, requested, _ = run_folder.request_in_config(EARLIER_RUN)
     assert identity["train_config"] == TrainConfig.from_dict(requested).to_dict()
     assert identity["train_config"]["interaction_proxies"] is False
 

@@ -309,7 +309,7 @@ def read_run_request(run_dir: str | Path) -> RunRequest:
     Raises InputDataError naming the file when RUN_DIR is not a ``train`` run folder.
     """
     run_dir = Path(run_dir)
-    request = run_folder.read_config_request(run_dir)
+    request = run_folder.request_in_config(run_dir)
     if request is None:
         raise InputDataError(
             "no config.json: not a train run folder",

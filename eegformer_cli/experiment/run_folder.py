@@ -9,7 +9,7 @@ The layout of ``RUN_DIR`` (every file written atomically):
   data folder, label column, labels, positive label, device, folds), then the resolved
   ``preset``, ``train_config``, ``model_config``, ``data_dir``, ``label_column``, ``labels``,
   ``positive_label``, ``device``, ``precision``, ``n_recordings``, ``n_participants`` and
-  package ``versions`` (:func:`prepare_run_dir`, :func:`read_config`); it marks the folder as
+  package ``versions`` (:func:`prepare_run_dir`, :func:`read_config_file`); it marks the folder as
   a run folder;
 - ``splits.json``: the scheme and every fold's participants; its format belongs to
   :mod:`splits` (``train --splits`` reads one from anywhere), which this module calls;
@@ -189,7 +189,7 @@ def is_run_folder(run_dir: str | Path) -> bool:
     return (Path(run_dir) / CONFIG).is_file()
 
 
-def read_config(run_dir: str | Path) -> dict:
+def read_config_file(run_dir: str | Path) -> dict:
     """``config.json`` (module docstring) as a dict; InputDataError when ``run_dir`` is not a
     run folder (no ``config.json``) or the file is damaged."""
     path = Path(run_dir) / CONFIG
@@ -207,7 +207,7 @@ def read_config(run_dir: str | Path) -> dict:
     return config
 
 
-def read_config_request(run_dir: str | Path) -> tuple[Path, str, dict, str | None] | None:
+def request_in_config(run_dir: str | Path) -> tuple[Path, str, dict, str | None] | None:
     """(data folder, label column, training config dict, positive label) that ``config.json``
     says the run was asked for; None without a ``config.json``, InputDataError when it lacks
     them."""

@@ -115,7 +115,7 @@ CONFUSION_TITLE_CHARACTERS = 44
 
 def _check_run_dir(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
-    run_folder.read_config(run_dir)  # InputDataError when it is not a run folder
+    run_folder.read_config_file(run_dir)  # InputDataError when it is not a run folder
     return run_dir
 
 
@@ -157,7 +157,7 @@ def build_report(
     show (None: each chart's top band). Raises InputDataError when ``run_dir`` is not a run
     folder (no ``config.json``)."""
     run_dir = Path(run_dir)
-    config = run_folder.read_config(run_dir)
+    config = run_folder.read_config_file(run_dir)
     metrics = run_folder.read_metrics(run_dir)
     history = run_folder.read_history(run_dir)
     report = untagged_report(report_title(config, run_dir))

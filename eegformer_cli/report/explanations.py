@@ -37,7 +37,7 @@ def check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
     dataset's explanations beside another's metrics."""
     from eegformer_cli.explain.class_summary import load_class_summary
 
-    config = run_folder.read_config(run_dir)
+    config = run_folder.read_config_file(run_dir)
     summary = load_class_summary(explanations_dir)
     model = config.get("model_config", {})
     expected = {
