@@ -92,6 +92,8 @@ ACCEPTANCE_SEED = 30506
 SPENT_ACCEPTANCE_SEEDS = (2711, 9692, 60221)
 #: The power scenario's own acceptance seed, drawn at random and fixed before any run of it.
 POWER_ACCEPTANCE_SEED = 22489
+#: The dynamic scenario's own acceptance seed, drawn at random and fixed before any run of it.
+DYNAMIC_ACCEPTANCE_SEED = 70486
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
 CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
