@@ -20,7 +20,7 @@ This is a screening tool: never run it on ``bench_ground_truth.DYNAMIC_ACCEPTANC
 
 Usage:
   python benchmarks/screen_dynamic.py --out /tmp/dy --seeds 101,202 [--n 200] [--duration 120]
-      [--segment-length 12] [--burst-segments 1] [--n-jobs 2]
+      [--segment-length 12] [--burst-segments 1] [--strength 0.9] [--n-jobs 2]
 Prints one JSON object (also OUT/screen_dynamic.json).
 """
 
@@ -54,8 +54,9 @@ def run(command: list[str], log: Path) -> None:
 def study(out: Path, seed: int, args, log: Path) -> tuple[Path, Path]:
     """Simulate and preprocess one dynamic study (reused when there); (study dir, prep dir)."""
     bursts = ["--burst-segments", str(args.burst_segments)] if args.burst_segments else []
+    bursts += ["--strength", str(args.strength)] if args.strength else []
     name = f"dynamic-n{args.n}-d{args.duration}-s{args.segment_length}-seed{seed}" + "".join(
-        f"-b{v}" for v in bursts[1:]
+        f"-{option[2]}{value}" for option, value in zip(bursts[::2], bursts[1::2])
     )
     data, prep = out / "studies" / name, out / "prep" / name
     if not (prep / "manifest.tsv").exists():
@@ -225,6 +226,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=120)
     parser.add_argument("--segment-length", type=int, default=12)
     parser.add_argument("--burst-segments", type=int, default=None)
+    parser.add_argument("--strength", type=float, default=None, help="simulate --strength")
     parser.add_argument("--cv-seed", type=int, default=0)
     parser.add_argument("--n-jobs", type=int, default=2)
     args = parser.parse_args()
