@@ -119,10 +119,9 @@ def simulate(
     null: none; power: a gain on one channel's own signal in one band, invisible to coherence and
     wPLI, seen by the band covariances; dynamic: two couplings in bursts in everyone, together in
     patients and in turn in controls, so that no entry's mean or spread over segments tells the
-    groups apart), to check what a model learns and whether its
-    explanations point at the cause. --spread makes each planted source reach its channels'
-    neighbours too (volume conduction), so that a coupling has proxies: the pairs of those
-    neighbours.
+    groups apart), to check what a model learns and whether its explanations point at the cause.
+    --spread makes each planted source reach its channels' neighbours too (volume conduction),
+    so that a coupling has proxies: the pairs of those neighbours.
 
     Example:
 

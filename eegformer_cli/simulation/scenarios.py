@@ -59,6 +59,7 @@ from eegformer_cli.atomic import write_json
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.simulation.dynamic import (
     DEFAULT_SEGMENT_S,
+    BurstGrid,
     burst_envelope,
     burst_grid,
     draw_bursts,
@@ -305,12 +306,8 @@ def simulate_scenario(
     check_simulation_settings(n_participants, duration_s, sfreq)
     _check_source_settings(strength, spread)
     _check_power_settings(scenario, power_channel, power_band, gain, strength, spread)
-    if scenario != "dynamic" and (segment_s != DEFAULT_SEGMENT_S or burst_segments is not None):
-        raise UsageError("--segment-length and --burst-segments go with --scenario dynamic")
     layout_seed = seed if layout_seed is None else layout_seed
-    grid = None
-    if scenario == "dynamic":
-        grid = burst_grid(layout_seed, duration_s, segment_s, burst_segments)
+    grid = _dynamic_grid(scenario, layout_seed, duration_s, segment_s, burst_segments)
     factors = draw_layout(scenario, layout_seed)
     drawn = draw_participants(n_participants, seed)
     power = draw_power(layout_seed, power_channel, power_band) if scenario == "power" else None
@@ -331,14 +328,7 @@ def simulate_scenario(
         for p in participants
         if grid is not None
     }
-
-    def planted_of(participant: SimulatedParticipant):
-        own = {name: float(s[participant.index]) for name, s in strengths.items()}
-        if grid is None:
-            return planted_signals(factors, own, participant, spread)
-        on = bursts[participant.participant_id]
-        envelopes = {name: burst_envelope(on[name], grid.segment_s) for name in on}
-        return planted_signals(factors, own, participant, spread, envelopes)
+    planted_of = _planted_of(factors, strengths, spread, grid, bursts)
 
     def filtered_of(participant: SimulatedParticipant):
         assert power is not None  # given to write_dataset for the power scenario only
@@ -359,6 +349,44 @@ def simulate_scenario(
         record["bursts"] = {k: v.tolist() for k, v in bursts[record["participant_id"]].items()}
     write_json(ground_truth_path(out_dir), truth)
     return truth
+
+
+def _dynamic_grid(
+    scenario: str,
+    layout_seed: int,
+    duration_s: float,
+    segment_s: float,
+    burst_segments: int | None,
+) -> BurstGrid | None:
+    """The dynamic scenario's :func:`dynamic.burst_grid`, None for the others
+    (:class:`UsageError` when they are given a grid's settings)."""
+    if scenario == "dynamic":
+        return burst_grid(layout_seed, duration_s, segment_s, burst_segments)
+    if segment_s != DEFAULT_SEGMENT_S or burst_segments is not None:
+        raise UsageError("--segment-length and --burst-segments go with --scenario dynamic")
+    return None
+
+
+def _planted_of(
+    factors: tuple[Factor, ...],
+    strengths: dict[str, np.ndarray],
+    spread: float,
+    grid: BurstGrid | None,
+    bursts: dict[str, dict[str, np.ndarray]],
+):
+    """``planted_of(participant)`` for :func:`simulate.write_dataset`: their
+    :func:`planted_signals`, each factor's sources on in its ``bursts`` (participant id ->
+    factor -> 0/1 per segment of ``grid``) when ``grid`` is given, always on otherwise."""
+
+    def planted_of(participant: SimulatedParticipant):
+        own = {name: float(s[participant.index]) for name, s in strengths.items()}
+        if grid is None:
+            return planted_signals(factors, own, participant, spread)
+        on = bursts[participant.participant_id]
+        envelopes = {name: burst_envelope(on[name], grid.segment_s) for name in on}
+        return planted_signals(factors, own, participant, spread, envelopes)
+
+    return planted_of
 
 
 def _participant_records(
