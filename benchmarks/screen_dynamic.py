@@ -16,6 +16,10 @@ are the grid's), and on one participant-wise 5-fold CV (stratified, shuffled wit
   screen_segment_l1    :func:`screen_segment_l1`: a screen of per-segment products and an L1
                        logistic regression fitted outside the model
 
+Then the entries themselves (:func:`entry_tests`): each entry's recording mean and its spread
+over segments, Welch's t between the classes; the share at p < 0.05 (chance: 5 %) and the
+largest |t|.
+
 This is a screening tool: never run it on ``bench_ground_truth.DYNAMIC_ACCEPTANCE_SEED``.
 
 Usage:
@@ -154,6 +158,21 @@ def screen_segment_l1(segments: list[np.ndarray], labels: np.ndarray, fit, test,
     return reference_probabilities(search, design(test), 2)[:, 1], kept.tolist()
 
 
+def entry_tests(means: np.ndarray, spread: np.ndarray, labels: np.ndarray) -> dict:
+    """Per summary (every entry's recording mean, its spread over segments), Welch's t between
+    the classes: the share of entries at p < 0.05 and the largest |t|."""
+    from scipy.stats import ttest_ind
+
+    out = {}
+    for name, x in (("mean", means), ("spread", spread)):
+        test = ttest_ind(x[labels == 1], x[labels == 0], equal_var=False)
+        out[name] = {
+            "share_p05": float(np.mean(test.pvalue < 0.05)),
+            "max_abs_t": float(np.nanmax(np.abs(test.statistic))),
+        }
+    return out
+
+
 def evaluate(study_dir: Path, prep: Path, cv_seed: int) -> dict:
     """Every row of the module docs on one study, participant-wise 5-fold CV."""
     from sklearn.metrics import balanced_accuracy_score, roc_auc_score
@@ -213,6 +232,7 @@ def evaluate(study_dir: Path, prep: Path, cv_seed: int) -> dict:
             for name, folds_ in scores.items()
         },
         "screen_segment_l1_kept": kept_per_fold,
+        "entry_tests": entry_tests(means, spread, labels),
     }
 
 
