@@ -124,7 +124,7 @@ VARIANTS = {
 DURATION_S = {"dynamic": 120}
 SEGMENT_S = {"dynamic": 12}
 #: simulate --strength per scenario where not its default: a dynamic coupling is on in half the
-#: segments only, and at 1.5 its oracle comes near 1 (0.90-0.94 at the default 0.9).
+#: segments only, and a stronger source brings its oracle near 1 (docs/benchmarks.md).
 STRENGTH = {"dynamic": 1.5}
 SMALL = {
     "dynamic": ["default"],
