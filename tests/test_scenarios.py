@@ -394,7 +394,7 @@ def test_blocks_of_a_coupling_do_not_depend_on_the_label():
     "options, message",
     [
         (["--scenario", "dynamic", "--segment-length", "10"], "multiple of 3"),
-        (["--scenario", "dynamic", "--duration", "30", "--segment-length", "12"], "2 bursts"),
+        (["--scenario", "dynamic", "--duration", "30", "--burst-segments", "2"], "2 bursts"),
         (["--scenario", "linear", "--burst-segments", "2"], "--scenario dynamic"),
         (["--segment-length", "6"], "--segment-length"),
     ],
