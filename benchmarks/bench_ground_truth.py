@@ -54,9 +54,20 @@ log band power over the other channels') and each model's 95 % interval against 
 null study does. ``--power-channel``, ``--power-band`` and ``--gain`` vary its cause (default:
 the channel and band drawn from the seed, ``simulate``'s gain).
 
+The dynamic scenario (``--scenarios dynamic``; not in the default list) plants two couplings in
+bursts in everyone, together in patients and in turn in controls, so that no entry's recording
+mean or spread tells the classes apart, at ``simulate --strength`` 1.5 (``STRENGTH``: a coupling
+is on in half the segments). Its recordings last ``DURATION_S`` (120 s) and are
+preprocessed with ``--epoch-length`` equal to the burst grid's segment (``SEGMENT_S``, 12 s: 10
+segments, each burst on whole segments); its oracle reads the planted pairs' mean per-segment
+product of coherence, and it adds the row ``screen_segment_l1`` (``screen_dynamic.py``: a screen
+of every per-segment product of two standardised entries, its kept products beside every
+entry's recording mean, an L1 logistic regression: the bar the transformer must reach). Its own
+acceptance seed: DYNAMIC_ACCEPTANCE_SEED (``screen_dynamic.py`` fits its references alone).
+
 Usage:
   python benchmarks/bench_ground_truth.py --out /tmp/gt [--seed 2711] [--n 300] [--n-large 1000]
-      [--scenarios linear,interaction,age,null,power] [--skip-large] [--explain] [--n-jobs 2]
+      [--scenarios linear,interaction,age,null,power,dynamic] [--skip-large] [--explain] [--n-jobs 2]
       [--spread 0.6] [--power-channel Fz] [--power-band theta] [--gain 1.2]
 ``--spread W`` simulates every study with ``simulate --spread W`` (planted sources reach their
 electrodes' neighbours, so each coupling has proxies; 0: off, the studies of earlier runs); each
@@ -92,6 +103,8 @@ ACCEPTANCE_SEED = 30506
 SPENT_ACCEPTANCE_SEEDS = (2711, 9692, 60221)
 #: The power scenario's own acceptance seed, drawn at random and fixed before any run of it.
 POWER_ACCEPTANCE_SEED = 22489
+#: The dynamic scenario's own acceptance seed, drawn at random and fixed before any run of it.
+DYNAMIC_ACCEPTANCE_SEED = 70486
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
 CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
@@ -105,7 +118,16 @@ VARIANTS = {
     "age_withheld": [],  # default on a copy of the data without ages
     **{name: ["--config", f"{{{name}_toml}}"] for name in CONFIG_FILES},
 }
+#: Recording length (s) per scenario (60 s unless named), and preprocess's --epoch-length
+#: where it is set: the dynamic scenario's bursts sit on a grid of 12 s segments (simulate
+#: --segment-length), which preprocess's segments must be, 10 of them.
+DURATION_S = {"dynamic": 120}
+SEGMENT_S = {"dynamic": 12}
+#: simulate --strength per scenario where not its default: a dynamic coupling is on in half the
+#: segments only, and a stronger source brings its oracle near 1 (docs/benchmarks.md).
+STRENGTH = {"dynamic": 1.5}
 SMALL = {
+    "dynamic": ["default"],
     "power": ["default"],
     "linear": ["default", "no_screens"],
     "interaction": ["default", "no_interactions"],
@@ -143,7 +165,11 @@ def study(
         f"{scenario}-n{n}-seed{seed}-layout{layout_seed}"
         + (f"-spread{spread:g}" if spread else "")
         + "".join(f"-{v}" for v in power[1::2])
+        + (f"-d{DURATION_S[scenario]}" if scenario in DURATION_S else "")
+        + (f"-strength{STRENGTH[scenario]:g}" if scenario in STRENGTH else "")
     )
+    segment = ["--segment-length", str(SEGMENT_S[scenario])] if scenario in SEGMENT_S else []
+    segment += ["--strength", str(STRENGTH[scenario])] if scenario in STRENGTH else []
     data, prep = out / "studies" / name, out / "prep" / name
     if not (prep / "manifest.tsv").exists():
         run(
@@ -157,7 +183,8 @@ def study(
                 "--n-participants",
                 str(n),
                 "--duration",
-                "60",
+                str(DURATION_S.get(scenario, 60)),
+                *segment,
                 "--seed",
                 str(seed),
                 "--layout-seed",
@@ -168,7 +195,12 @@ def study(
             ],
             log,
         )
-        run(EEGFORMER + ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs)], log)
+        epochs = ["--epoch-length", str(SEGMENT_S[scenario])] if scenario in SEGMENT_S else []
+        run(
+            EEGFORMER
+            + ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs), *epochs],
+            log,
+        )
     return data, prep
 
 
@@ -186,10 +218,11 @@ def power_options(scenario: str, args) -> tuple[str, ...]:
 
 
 def scenario_seed(scenario: str, seed: int | None) -> int:
-    """``--seed``, else the scenario's acceptance seed (the power scenario has its own)."""
+    """``--seed``, else the scenario's acceptance seed (power and dynamic have their own)."""
     if seed is not None:
         return seed
-    return POWER_ACCEPTANCE_SEED if scenario == "power" else ACCEPTANCE_SEED
+    own = {"power": POWER_ACCEPTANCE_SEED, "dynamic": DYNAMIC_ACCEPTANCE_SEED}
+    return own.get(scenario, ACCEPTANCE_SEED)
 
 
 def without_ages(prep: Path) -> Path:
@@ -454,6 +487,34 @@ def screen_l1_per_fold(prep: Path, folds: list, config) -> tuple[list, list[list
     return out, kept_per_fold
 
 
+def segment_l1_per_fold(prep: Path, folds: list) -> tuple[list, list[list[int]]]:
+    """The dynamic study's "screen of per-segment products + L1" row, per fold of ``folds``
+    (the run's own splits; ``screen_dynamic.screen_segment_l1`` on train + val, tested on the
+    fold's test participants). Returns (metrics per fold, kept entry pairs per fold)."""
+    from screen_dynamic import screen_segment_l1, segment_entries
+
+    from eegformer_cli.evaluation.metrics import classification_metrics
+    from eegformer_cli.preprocess import load_connectome
+    from eegformer_cli.simulation.scenarios import LABELS
+
+    with open(prep / "manifest.tsv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle, delimiter="\t") if r["status"] == "ok"]
+    index = {r["participant_id"]: k for k, r in enumerate(rows)}
+    labels = np.array([LABELS.index(r["diagnosis"]) for r in rows])
+    connectomes = [load_connectome(prep / r["connectome"]) for r in rows]
+    segments = [segment_entries(c.coh, c.wpli) for c in connectomes]
+    out, kept_per_fold = [], []
+    for fold in folds:
+        fit = np.array([index[p] for p in fold.train + fold.val])
+        test = np.array([index[p] for p in fold.test])
+        probability, kept = screen_segment_l1(segments, labels, fit, test, fold.fold)
+        out.append(
+            classification_metrics(labels[test], np.column_stack([1 - probability, probability]), 1)
+        )
+        kept_per_fold.append(kept)
+    return out, kept_per_fold
+
+
 def summary(per_fold: list) -> dict:
     from eegformer_cli.evaluation.metrics import summarise_folds
 
@@ -502,6 +563,7 @@ def evaluate_scenario(
         "rule": truth["rule"],
         "factors": truth["factors"],
         **({"power": truth["power"], "gain": truth["gain"]} if "power" in truth else {}),
+        **({"dynamic": truth["dynamic"]} if "dynamic" in truth else {}),
         "models": {},
         "paired_vs_default": {},
         "seconds": {},
@@ -522,6 +584,10 @@ def evaluate_scenario(
             per_fold["screen_l1"], result["screen_l1_kept"] = screen_l1_per_fold(
                 prep, load_splits(run_dir / "splits.json")[1], screen_settings()
             )
+            if scenario == "dynamic":
+                per_fold["screen_segment_l1"], result["screen_segment_l1_kept"] = (
+                    segment_l1_per_fold(prep, load_splits(run_dir / "splits.json")[1])
+                )
             result["kept_by_default"] = [
                 (f.interaction_screen or {}).get("kept", []) for f in folds
             ]
@@ -694,8 +760,8 @@ def main() -> None:
         "--seed",
         type=int,
         default=None,
-        help=f"simulation seed (acceptance: {ACCEPTANCE_SEED}, power {POWER_ACCEPTANCE_SEED}; "
-        "screen on others)",
+        help=f"simulation seed (acceptance: {ACCEPTANCE_SEED}, power {POWER_ACCEPTANCE_SEED}, "
+        f"dynamic {DYNAMIC_ACCEPTANCE_SEED}; screen on others)",
     )
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--n-large", type=int, default=1000)
@@ -728,6 +794,7 @@ def main() -> None:
         "seed": args.seed,
         "acceptance_seed": ACCEPTANCE_SEED,
         "power_acceptance_seed": POWER_ACCEPTANCE_SEED,
+        "dynamic_acceptance_seed": DYNAMIC_ACCEPTANCE_SEED,
         "small": {},
         "large": {},
     }

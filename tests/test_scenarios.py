@@ -16,6 +16,12 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from eegformer_cli import commands
 from eegformer_cli.preprocess import load_connectome
 from eegformer_cli.preprocess.recording import preprocess_raw
+from eegformer_cli.simulation.dynamic import (
+    BURST_SEGMENT_CHOICES,
+    burst_envelope,
+    burst_grid,
+    draw_bursts,
+)
 from eegformer_cli.simulation.power import (
     DEFAULT_GAIN,
     PowerGain,
@@ -35,6 +41,7 @@ from eegformer_cli.simulation.scenarios import (
     ground_truth_path,
     oracle_features,
     oracle_model,
+    planted_couplings,
     planted_signals,
     read_ground_truth,
     simulate_scenario,
@@ -80,7 +87,7 @@ def test_layouts_follow_the_layout_seed_with_distant_distinct_pairs(scenario):
         for c in couplings:
             first, second = (positions[name] for name in c.channels)
             assert np.linalg.norm(first - second) >= MIN_PAIR_DISTANCE_M
-        if scenario == "interaction":
+        if scenario in ("interaction", "dynamic"):
             assert len({factor.couplings[0].token_band for factor in layout}) == 2
 
 
@@ -342,3 +349,96 @@ def test_power_carriers_differ_in_band_power_and_the_oracle_reads_it(tmp_path):
         spread = tokens.std(axis=0, ddof=1)
         gap = tokens[carriers == 1].mean(axis=0) - tokens[carriers == 0].mean(axis=0)
         assert np.abs(gap / spread).mean() < 1.0, measure  # the groups overlap
+
+
+def test_bursts_sit_on_the_grid_co_occur_in_patients_and_alternate_in_controls():
+    """Every participant's bursts: whole blocks of ``burst_segments`` segments, each coupling on
+    in half the blocks (so its share of segments on and its spread over segments are the same
+    in everyone), B in A's blocks for a patient and in none of them for a control; the
+    envelope is 1 exactly in the samples of the segments on."""
+    drawn = {burst_grid(seed, 120, 12, None).burst_segments for seed in range(12)}
+    assert drawn == set(BURST_SEGMENT_CHOICES)  # the layout seed draws the burst length
+    for burst_segments, duration in ((1, 120), (2, 120), (3, 100)):
+        grid = burst_grid(0, duration, 12, burst_segments)
+        assert grid.n_segments == duration // 12
+        shares = set()
+        for index in range(40):
+            patient = index % 2 == 1
+            on = draw_bursts(grid, patient, 3, index)
+            for states in on.values():
+                blocks = states[: grid.n_blocks * burst_segments].reshape(grid.n_blocks, -1)
+                assert set(np.unique(blocks.std(axis=1))) == {0.0}  # whole blocks
+                assert not states[grid.n_blocks * burst_segments :].any()
+                shares.add((int(states.sum()), round(float(states.std()), 9)))
+            together = on["A"] & on["B"]
+            if patient:
+                np.testing.assert_array_equal(on["A"], on["B"])
+            else:
+                assert not together.any()
+        assert len(shares) == 1  # every coupling's mean and spread over segments, everyone
+    envelope = burst_envelope(np.array([0, 1, 0, 1]), 6)(26 * 128, 128)
+    segments = envelope[: 24 * 128].reshape(4, -1)
+    np.testing.assert_array_equal(segments.min(axis=1), [0, 1, 0, 1])
+    np.testing.assert_array_equal(segments.max(axis=1), [0, 1, 0, 1])
+    assert not envelope[24 * 128 :].any()
+
+
+def test_blocks_of_a_coupling_do_not_depend_on_the_label():
+    grid = burst_grid(0, 120, 12, 1)
+    for index in range(10):
+        patient, control = (draw_bursts(grid, p, 4, index) for p in (True, False))
+        np.testing.assert_array_equal(patient["A"], control["A"])
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--scenario", "dynamic", "--segment-length", "10"], "multiple of 3"),
+        (["--scenario", "dynamic", "--duration", "30", "--burst-segments", "2"], "2 bursts"),
+        (["--scenario", "linear", "--burst-segments", "2"], "--scenario dynamic"),
+        (["--segment-length", "6"], "--segment-length"),
+    ],
+)
+def test_dynamic_settings_are_checked(tmp_path, capsys, options, message):
+    out = tmp_path / "x"
+    assert exit_code("simulate", "--out", str(out), "--n-participants", "4", *options) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_a_dynamic_study_through_preprocess_hides_the_label_from_means_and_spreads(tmp_path):
+    """A small dynamic study through ``preprocess`` with ``--epoch-length`` the grid's segment:
+    the truth records each participant's bursts on the segment grid, the planted pairs'
+    coherence is higher in the segments recorded as bursts, each planted entry's recording mean
+    and spread over segments do not separate the classes beyond noise, and the oracle's mean
+    per-segment product does (at the bench's strength)."""
+    study = tmp_path / "dynamic"
+    truth = simulate_scenario(
+        study, "dynamic", 16, 60, 128, seed=12, strength=1.5, segment_s=6, burst_segments=1
+    )
+    assert truth["dynamic"]["n_segments"] == 10 and truth["dynamic"]["segment_s"] == 6
+    written = json.loads(ground_truth_path(study).read_text())
+    assert written["participants"] == truth["participants"]
+    assert written["dynamic"] == truth["dynamic"]
+    prep = tmp_path / "prep"
+    commands.preprocess(study, prep, epoch_length=6)
+    people = {p["participant_id"]: p for p in truth["participants"]}
+    ids = sorted(people)
+    connectomes = {
+        pid: load_connectome(prep / "connectomes" / f"{pid}_task-rest_eeg.npz") for pid in ids
+    }
+    labels = np.array([LABELS.index(people[pid]["diagnosis"]) for pid in ids])
+    first = connectomes[ids[0]]
+    for name, coupling in planted_couplings(truth):
+        b = first.bands.index(coupling.token_band)
+        i, j = (first.channels.index(c) for c in coupling.channels)
+        series = np.stack([connectomes[pid].coh[:, b, i, j] for pid in ids])  # (n, segments)
+        assert series.shape == (16, 10)
+        on = np.stack([people[pid]["bursts"][name] for pid in ids])
+        assert on.shape == (16, 10) and set(on.sum(axis=1)) == {5}
+        assert roc_auc_score(on.ravel(), (series - series.mean(1, keepdims=True)).ravel()) > 0.95
+        for summary in (series.mean(axis=1), series.std(axis=1)):
+            gap = summary[labels == 1].mean() - summary[labels == 0].mean()
+            assert abs(gap) < 2.5 * summary.std(ddof=1) / np.sqrt(4), (name, gap)  # noise
+    features = oracle_features(truth, connectomes, {})
+    product = np.array([features[pid][0] for pid in ids])
+    assert product[labels == 1].min() > 0.3 > -0.3 > product[labels == 0].max()

@@ -8,6 +8,7 @@ import typer
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError
+from eegformer_cli.simulation.dynamic import DEFAULT_SEGMENT_S
 from eegformer_cli.simulation.power import DEFAULT_GAIN, NATURAL_POWER_SD
 from eegformer_cli.simulation.scenarios import (
     DEFAULT_STRENGTH,
@@ -46,9 +47,10 @@ def simulate(
     scenario: str | None = typer.Option(
         None,
         "--scenario",
-        help="A ground-truth study instead: linear, interaction, age, null or power "
+        help="A ground-truth study instead: linear, interaction, age, null, power or dynamic "
         "(the label is caused by planted channel-pair couplings, or for power by a "
-        "gain on one channel's band power, which coherence and wPLI do not see; the "
+        "gain on one channel's band power, which coherence and wPLI do not see, or for "
+        "dynamic by whether two bursting couplings share segments; the "
         "truth goes to OUT.ground_truth.json beside --out) [default: none, the "
         "sample study].",
     ),
@@ -91,6 +93,19 @@ def simulate(
         "signal in the band (power: its square), on top of every channel's natural "
         f"log-normal spread (sd {NATURAL_POWER_SD:g} in log amplitude).",
     ),
+    segment_length: int = typer.Option(
+        DEFAULT_SEGMENT_S,
+        "--segment-length",
+        help="With --scenario dynamic: the burst grid's segment length in seconds (a multiple "
+        "of 3, from the recording's start); preprocess with --epoch-length of the same value "
+        "so that its segments are the grid's.",
+    ),
+    burst_segments: int | None = typer.Option(
+        None,
+        "--burst-segments",
+        help="With --scenario dynamic: a burst's length in segments; each coupling bursts in "
+        "half the bursts the recording holds [default: 1 or 2, drawn from --layout-seed].",
+    ),
 ) -> None:
     """Simulate a small EEG study: healthy vs depression, 19 channels of the 10-20 system, EDF.
 
@@ -102,10 +117,11 @@ def simulate(
     With --scenario, a study whose label has a known cause (linear: a coupling; interaction: the
     xor of two couplings in two bands; age: a coupling that means the opposite above age 50;
     null: none; power: a gain on one channel's own signal in one band, invisible to coherence and
-    wPLI, seen by the band covariances), to check what a model learns and whether its
-    explanations point at the cause. --spread makes each planted source reach its channels'
-    neighbours too (volume conduction), so that a coupling has proxies: the pairs of those
-    neighbours.
+    wPLI, seen by the band covariances; dynamic: two couplings in bursts in everyone, together in
+    patients and in turn in controls, so that no entry's mean or spread over segments tells the
+    groups apart), to check what a model learns and whether its explanations point at the cause.
+    --spread makes each planted source reach its channels' neighbours too (volume conduction),
+    so that a coupling has proxies: the pairs of those neighbours.
 
     Example:
 
@@ -114,10 +130,13 @@ def simulate(
         eegformer simulate --out xor_study --scenario interaction --n-participants 300 --duration 60
 
         eegformer simulate --out power_study --scenario power --power-channel Fz --power-band theta
+
+        eegformer simulate --out burst_study --scenario dynamic --duration 120 --segment-length 12
     """
     if scenario is None:
         _check_no_scenario_options(
-            (layout_seed, power_channel, power_band), (strength, spread, gain)
+            (layout_seed, power_channel, power_band, burst_segments),
+            (strength, spread, gain, segment_length),
         )
         participants = simulate_dataset(
             out,
@@ -145,18 +164,20 @@ def simulate(
             power_channel,
             power_band,
             gain,
+            (segment_length, burst_segments),
         )
     console.stdout.print(str(out))
 
 
 def _check_no_scenario_options(unset: tuple, defaults: tuple) -> None:
     """Raise :class:`UsageError` when an option of --scenario is given without one: ``unset``
-    (--layout-seed, --power-channel, --power-band) must be None and ``defaults`` (--strength,
-    --spread, --gain) their defaults."""
-    if any(v is not None for v in unset) or defaults != (DEFAULT_STRENGTH, 0.0, DEFAULT_GAIN):
+    (--layout-seed, --power-channel, --power-band, --burst-segments) must be None and
+    ``defaults`` (--strength, --spread, --gain, --segment-length) their defaults."""
+    expected = (DEFAULT_STRENGTH, 0.0, DEFAULT_GAIN, DEFAULT_SEGMENT_S)
+    if any(v is not None for v in unset) or defaults != expected:
         raise UsageError(
-            "--layout-seed, --strength, --spread, --power-channel, --power-band and --gain "
-            "go with --scenario"
+            "--layout-seed, --strength, --spread, --power-channel, --power-band, --gain, "
+            "--segment-length and --burst-segments go with --scenario"
         )
 
 
@@ -174,8 +195,10 @@ def _simulate_scenario(
     power_channel: str | None,
     power_band: str | None,
     gain: float,
+    bursts: tuple[int, int | None],
 ) -> None:
-    """``simulate --scenario``: the study, its truth, and a line saying what was planted."""
+    """``simulate --scenario``: the study, its truth, and a line saying what was planted;
+    ``bursts``: the dynamic scenario's (--segment-length, --burst-segments)."""
     truth = simulate_scenario(
         out,
         scenario,
@@ -190,6 +213,7 @@ def _simulate_scenario(
         power_channel,
         power_band,
         gain,
+        *bursts,
     )
     planted = "; ".join(
         f"{f['name']}: "
@@ -199,6 +223,12 @@ def _simulate_scenario(
     if "power" in truth:
         power = truth["power"]
         planted = f"A: {power['channel']} in {power['token_band']}, gain {gain:g}"
+    if "dynamic" in truth:
+        grid = truth["dynamic"]
+        planted += (
+            f"; bursts of {grid['burst_segments']} x {grid['segment_s']:g} s segments, "
+            f"{grid['n_segments']} segments"
+        )
     console.log(
         f"wrote {n_participants} recordings ({duration} s, {sfreq} Hz) and "
         f"participants.tsv; {scenario}: {truth['rule']} ({planted})"

@@ -16,6 +16,10 @@ wPLI both rise in that band), present or absent per participant. The label (``di
 ``null``        one factor planted in half the participants, independent of the label
 ``power``       no coupling: factor A is a gain on one channel's own signal in one band;
                 patient <=> A (:mod:`eegformer_cli.simulation.power`)
+``dynamic``     factors A and B in two bands on two pairs, in bursts on a segment grid in
+                everyone; patient <=> their bursts co-occur (controls: they alternate), each
+                entry's recording mean and spread alike in both groups
+                (:mod:`eegformer_cli.simulation.dynamic`)
 ==============  ===========================================================================
 
 Pairs and bands are drawn from ``layout_seed`` (two studies with the same layout seed share
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +57,15 @@ import numpy as np
 
 from eegformer_cli.atomic import write_json
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
+from eegformer_cli.simulation.dynamic import (
+    DEFAULT_SEGMENT_S,
+    BurstGrid,
+    burst_envelope,
+    burst_grid,
+    draw_bursts,
+    dynamic_record,
+    segment_product,
+)
 from eegformer_cli.simulation.power import (
     DEFAULT_GAIN,
     PowerGain,
@@ -72,7 +85,7 @@ from eegformer_cli.simulation.simulate import (
     write_dataset,
 )
 
-SCENARIOS = ("linear", "interaction", "age", "null", "power")
+SCENARIOS = ("linear", "interaction", "age", "null", "power", "dynamic")
 LABELS = ("control", "patient")
 AGE_CUT = 50
 DEFAULT_STRENGTH = 0.9
@@ -109,14 +122,17 @@ def draw_layout(scenario: str, layout_seed: int) -> tuple[Factor, ...]:
     """The scenario's factors with pairs and bands drawn from ``layout_seed``.
 
     Every planted channel is distinct, and the two channels of a pair are at least
-    MIN_PAIR_DISTANCE_M apart. ``interaction`` puts its two factors in different bands.
+    MIN_PAIR_DISTANCE_M apart. ``interaction`` and ``dynamic`` put their two factors in
+    different bands.
     ``power`` has one factor without couplings (its cause: :func:`draw_power`).
     """
     check_choice("scenario", scenario, SCENARIOS)
     if scenario == "power":
         return (Factor("A", ()),)
     rng = np.random.default_rng([layout_seed, SCENARIOS.index(scenario), 27])
-    n_couplings = {"linear": (2,), "interaction": (1, 1), "age": (1,), "null": (1,)}[scenario]
+    n_couplings = {"linear": (2,), "interaction": (1, 1), "age": (1,), "null": (1,)}.get(
+        scenario, (1, 1)
+    )
     bands = rng.permutation(list(SOURCE_BANDS))
     pairs = _distinct_pairs(rng, sum(n_couplings))
     factors, used = [], 0
@@ -160,6 +176,7 @@ def label_rule(scenario: str) -> str:
         "age": f"patient <=> A xor (age > {AGE_CUT})",
         "null": "label independent of A",
         "power": "patient <=> A",
+        "dynamic": "patient <=> A and B burst in the same segments (control: in turn)",
     }[scenario]
 
 
@@ -170,11 +187,14 @@ def draw_factors(
 
     Factors are balanced (half the participants each, shuffled); a present factor's strength is
     ``strength`` times a log-normal spread (sd 0.35), so some carriers are hard to detect.
+    ``dynamic``: both factors present in everyone (in bursts), the labels balanced apart.
     """
     n = len(participants)
     rng = np.random.default_rng([seed, n, 27])
-    names = ("A", "B") if scenario == "interaction" else ("A",)
+    names = ("A", "B") if scenario in ("interaction", "dynamic") else ("A",)
     present = {name: rng.permutation(np.arange(n) % 2) for name in names}
+    if scenario == "dynamic":
+        present = {name: np.ones(n, dtype=int) for name in names}
     strengths = {name: present[name] * strength * np.exp(rng.normal(0, 0.35, n)) for name in names}
     if scenario in ("linear", "power"):
         labels = present["A"]
@@ -213,13 +233,15 @@ def planted_signals(
     strengths: dict[str, float],
     participant: SimulatedParticipant,
     spread: float = 0.0,
+    envelopes: Mapping[str, Callable[[int, float], np.ndarray]] | None = None,
 ):
     """The ``planted`` function of :func:`simulate.simulate_participant` for one participant:
     every coupling of every factor, each source with std ``strength`` x the background's std in
     its band, (n_channels, n_times) volts; with ``spread`` > 0 each planted channel's
-    :func:`spread_neighbours` also get its copy times ``spread``. Sources are drawn even for
-    absent factors (strength 0), so a participant's other signals do not depend on which
-    factors they carry."""
+    :func:`spread_neighbours` also get its copy times ``spread``; ``envelopes``: factor name ->
+    ``envelope(n_times, sfreq)`` multiplying its sources (the dynamic scenario's bursts; None:
+    always on). Sources are drawn even for absent factors (strength 0), so a participant's
+    other signals do not depend on which factors they carry."""
     neighbours = {
         c: spread_neighbours(c) for factor in factors for c in factor.couplings if spread > 0
     }
@@ -233,6 +255,8 @@ def planted_signals(
                     band_fraction(participant.background_exponent, coupling.band_hz, sfreq)
                 )
                 amplitude = strengths[factor.name] * in_band
+                if envelopes is not None:
+                    amplitude = amplitude * envelopes[factor.name](n_times, sfreq)
                 copies = (source, phase_shifted(source, coupling.lag_rad))
                 for name, copy in zip(coupling.channels, copies):
                     signals[CHANNELS.index(name)] += amplitude * copy
@@ -263,6 +287,8 @@ def simulate_scenario(
     power_channel: str | None = None,
     power_band: str | None = None,
     gain: float = DEFAULT_GAIN,
+    segment_s: float = DEFAULT_SEGMENT_S,
+    burst_segments: int | None = None,
 ) -> dict:
     """Write a ground-truth study to ``out_dir`` and its truth to :func:`ground_truth_path`;
     returns the truth (what the JSON file holds). ``spread`` in [0, 1): the weight of a planted
@@ -271,13 +297,17 @@ def simulate_scenario(
     ``power_channel``, ``power_band``, ``gain``: the ``power`` scenario's planted channel and
     band (None: drawn from ``layout_seed``, :func:`draw_power`) and a carrier's typical
     amplitude gain in that band; the truth's ``power`` records them, and each participant's
-    ``gains`` their gain (1 for a non-carrier).
+    ``gains`` their gain (1 for a non-carrier). ``segment_s``, ``burst_segments``: the
+    ``dynamic`` scenario's burst grid (:func:`dynamic.burst_grid`; None: the burst length drawn
+    from ``layout_seed``); the truth's ``dynamic`` records it, and each participant's
+    ``bursts`` each factor's 0/1 state per segment.
     """
     check_choice("scenario", scenario, SCENARIOS)
     check_simulation_settings(n_participants, duration_s, sfreq)
     _check_source_settings(strength, spread)
     _check_power_settings(scenario, power_channel, power_band, gain, strength, spread)
     layout_seed = seed if layout_seed is None else layout_seed
+    grid = _dynamic_grid(scenario, layout_seed, duration_s, segment_s, burst_segments)
     factors = draw_layout(scenario, layout_seed)
     drawn = draw_participants(n_participants, seed)
     power = draw_power(layout_seed, power_channel, power_band) if scenario == "power" else None
@@ -293,10 +323,12 @@ def simulate_scenario(
         )
         for p in drawn
     ]
-
-    def planted_of(participant: SimulatedParticipant):
-        own = {name: float(s[participant.index]) for name, s in strengths.items()}
-        return planted_signals(factors, own, participant, spread)
+    bursts = {
+        p.participant_id: draw_bursts(grid, bool(labels[p.index]), seed, p.index)
+        for p in participants
+        if grid is not None
+    }
+    planted_of = _planted_of(factors, strengths, spread, grid, bursts)
 
     def filtered_of(participant: SimulatedParticipant):
         assert power is not None  # given to write_dataset for the power scenario only
@@ -308,12 +340,53 @@ def simulate_scenario(
     write_dataset(out_dir, participants, duration_s, sfreq, overwrite, planted_of, filters)
     effect = {"gain": gain} if power else {"strength": strength}
     truth = _truth(scenario, seed, layout_seed, effect, factors, spread, power)
+    truth.update(dynamic_record(grid))
     sizes = {"gains": {n: np.exp(s) for n, s in strengths.items()}} if power else None
     truth["participants"] = _participant_records(
         participants, present, sizes or {"strengths": strengths}
     )
+    for record in truth["participants"] if grid else ():
+        record["bursts"] = {k: v.tolist() for k, v in bursts[record["participant_id"]].items()}
     write_json(ground_truth_path(out_dir), truth)
     return truth
+
+
+def _dynamic_grid(
+    scenario: str,
+    layout_seed: int,
+    duration_s: float,
+    segment_s: float,
+    burst_segments: int | None,
+) -> BurstGrid | None:
+    """The dynamic scenario's :func:`dynamic.burst_grid`, None for the others
+    (:class:`UsageError` when they are given a grid's settings)."""
+    if scenario == "dynamic":
+        return burst_grid(layout_seed, duration_s, segment_s, burst_segments)
+    if segment_s != DEFAULT_SEGMENT_S or burst_segments is not None:
+        raise UsageError("--segment-length and --burst-segments go with --scenario dynamic")
+    return None
+
+
+def _planted_of(
+    factors: tuple[Factor, ...],
+    strengths: dict[str, np.ndarray],
+    spread: float,
+    grid: BurstGrid | None,
+    bursts: dict[str, dict[str, np.ndarray]],
+):
+    """``planted_of(participant)`` for :func:`simulate.write_dataset`: their
+    :func:`planted_signals`, each factor's sources on in its ``bursts`` (participant id ->
+    factor -> 0/1 per segment of ``grid``) when ``grid`` is given, always on otherwise."""
+
+    def planted_of(participant: SimulatedParticipant):
+        own = {name: float(s[participant.index]) for name, s in strengths.items()}
+        if grid is None:
+            return planted_signals(factors, own, participant, spread)
+        on = bursts[participant.participant_id]
+        envelopes = {name: burst_envelope(on[name], grid.segment_s) for name in on}
+        return planted_signals(factors, own, participant, spread, envelopes)
+
+    return planted_of
 
 
 def _participant_records(
@@ -460,9 +533,18 @@ def oracle_features(
     in its token band), each factor the mean of its couplings, plus age (years) for ``age``;
     for ``power``, :func:`relative_band_power` of the planted channel and band.
 
+    for ``dynamic``, :func:`dynamic.segment_product` of the two planted couplings (the mean
+    per-segment product of their coherence, each standardised over the recording's segments).
+
     ``connectomes``: recording id -> :class:`~eegformer_cli.preprocess.Connectome`;
     ``ages``: recording id -> age. Returns recording id -> float array (n_features,).
     """
+    if truth["scenario"] == "dynamic":
+        couplings = [c for _, c in planted_couplings(truth)]
+        return {
+            recording_id: np.array([segment_product(connectome, couplings)])
+            for recording_id, connectome in connectomes.items()
+        }
     if truth["scenario"] == "power":
         planted = truth["power"]
         return {
