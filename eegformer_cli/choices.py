@@ -3,7 +3,7 @@
 default channel set.
 
 Defined here once, without importing torch or any other package module, so that the CLI's
-help (:mod:`eegformer_cli.options`, ``cli/``) and the modules that check and use the values
+help (:mod:`eegformer_cli.option_docs`, ``cli/``) and the modules that check and use the values
 (:mod:`eegformer_cli.model.devices`, the model, the attributions, the entry points' signatures) import
 the same objects, and ``eegformer --help`` stays fast.
 """

@@ -6,7 +6,7 @@ CLI does is reachable from Python. Bad input raises the exception of
 :mod:`eegformer_cli.errors` that gives the CLI its exit code, with the message the CLI prints.
 
 Each parameter's text is the one ``--help`` shows for the option (both come from
-:mod:`eegformer_cli.options`). Imports of MNE, torch and scikit-learn happen inside the
+:mod:`eegformer_cli.option_docs`). Imports of MNE, torch and scikit-learn happen inside the
 functions, so importing this module is cheap.
 """
 
@@ -25,7 +25,7 @@ from eegformer_cli.choices import (
     DEFAULT_PRESET,
 )
 from eegformer_cli.errors import UsageError
-from eegformer_cli.options import EXPLAIN, PREDICT, PREPROCESS, REPORT, TRAIN, document
+from eegformer_cli.option_docs import EXPLAIN, PREDICT, PREPROCESS, REPORT, TRAIN, document
 
 if TYPE_CHECKING:  # the results' types; importing them at run time would load numpy
     from eegformer_cli.evaluation.run_metrics import RunMetrics

@@ -32,7 +32,7 @@ from sklearn.utils.validation import check_is_fitted
 from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_PRESET
 from eegformer_cli.console import warn
 from eegformer_cli.errors import InputDataError, UsageError
-from eegformer_cli.options import ESTIMATOR, document
+from eegformer_cli.option_docs import ESTIMATOR, document
 
 #: Columns of ``X`` the estimator reads (the others are ignored).
 CONNECTOME_COLUMN = "connectome"

@@ -1,6 +1,6 @@
 """Readers of the project's own sources that several test modules use: the package's modules
 by name (test_layout, test_run_folder) and an ``eegformer`` command line parsed by the CLI's
-own parser (test_docs, test_options).
+own parser (test_docs, test_option_docs).
 
 A plain module, not a test module: test modules import from here, never from each other.
 """

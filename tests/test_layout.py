@@ -10,7 +10,7 @@ The layers, bottom first (:data:`LAYERS`); a module may import its own layer and
    outputs may be written over; no EEG idea (the root's public names are loaded by name when first used, not
    imported); ``choices`` holds the user-facing choice tuples and defaults as plain values,
    imported by every layer that checks or documents them (the model, the attributions,
-   ``options`` and ``cli/``), so it sits at the bottom and imports nothing;
+   ``option_docs`` and ``cli/``), so it sits at the bottom and imports nothing;
 2. simulation: synthetic recordings for the demo and tests (simulate, scenarios); they import
    only the base, and no product code needs them;
 3. recordings: reading EEG files, channel names, cleaning, participants tables;
@@ -28,7 +28,7 @@ The layers, bottom first (:data:`LAYERS`); a module may import its own layer and
 10. experiment: a ``train`` run and its judgement (the run, its run folder, the shortcut audit,
     the permutation test and its null labels, the verdict): it calls the fold runner of
     ``training`` (the permutation test refits every fold), so it sits above fitting;
-11. options: every option's text, once (it reads the training presets), for the estimator's
+11. option_docs: every option's text, once (it reads the training presets), for the estimator's
     docstring, the commands' docstrings and the CLI's help;
 12. estimator: the scikit-learn estimator (fits and predicts through ``training``);
 13. explain: attributions and the explanation files, from model files and run folders;
@@ -77,7 +77,7 @@ LAYERS = (
     ("evaluation",),
     ("training",),
     ("experiment",),
-    ("options",),
+    ("option_docs",),
     ("estimator",),
     ("explain",),
     ("report",),
@@ -97,7 +97,7 @@ ROOT_MODULES = {
     "commands": "entry point and public module: the function behind each command",
     "estimator": "public API: the scikit-learn estimator",
     "errors": "public API and shared: the exceptions, each the CLI's exit code",
-    "options": "the entry points' option texts, once, for docstrings and --help",
+    "option_docs": "the entry points' option texts, once, for docstrings and --help",
     "choices": "shared: the user-facing choice tuples and defaults, as plain values",
     "atomic": "shared: atomic writes and reads of files",
     "console": "shared: the terminal (messages, warnings, progress)",

@@ -9,7 +9,7 @@ import typer
 from eegformer_cli import commands
 from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.cli.arguments import expand_stdin
-from eegformer_cli.options import EXPLAIN
+from eegformer_cli.option_docs import EXPLAIN
 
 
 def explain(

@@ -13,7 +13,7 @@ from eegformer_cli import commands, provenance
 from eegformer_cli.choices import DEFAULT_DEVICE, DEFAULT_PRECISION
 from eegformer_cli.cli.arguments import expand_stdin
 from eegformer_cli.errors import EegformerError, check_choice
-from eegformer_cli.options import PREDICT
+from eegformer_cli.option_docs import PREDICT
 
 FORMATS = ("csv", "json", "jsonl")
 

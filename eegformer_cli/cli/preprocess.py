@@ -8,7 +8,7 @@ import typer
 
 from eegformer_cli import commands, console
 from eegformer_cli.choices import DEFAULT_PRESET
-from eegformer_cli.options import PREPROCESS
+from eegformer_cli.option_docs import PREPROCESS
 
 
 def preprocess(

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from eegformer_cli import commands
-from eegformer_cli.options import REPORT
+from eegformer_cli.option_docs import REPORT
 
 
 def report(

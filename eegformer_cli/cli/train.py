@@ -13,7 +13,7 @@ from rich.text import Text
 
 from eegformer_cli import commands, console
 from eegformer_cli.choices import DEFAULT_PRESET
-from eegformer_cli.options import TRAIN
+from eegformer_cli.option_docs import TRAIN
 
 if TYPE_CHECKING:
     from eegformer_cli.evaluation.run_metrics import Calibration, RunMetrics, ShortcutAudit

@@ -37,7 +37,7 @@ from eegformer_cli.inference.outcomes import (
     print_failure,
     raise_for_outcome,
 )
-from eegformer_cli.options import Option, Options, document
+from eegformer_cli.option_docs import Option, Options, document
 
 
 def load_model(
@@ -92,7 +92,7 @@ def check_explain_options(method: str, n_steps: int) -> None:
         raise UsageError(f"invalid --n-steps {n_steps}; must be >= 1, e.g. {DEFAULT_N_STEPS}")
 
 
-#: The parameters that ``predict`` and ``explain`` share (:func:`~eegformer_cli.options.document`
+#: The parameters that ``predict`` and ``explain`` share (:func:`~eegformer_cli.option_docs.document`
 #: writes each method's Parameters section from its table).
 _RECORDINGS = Options(
     raw_or_paths=Option(

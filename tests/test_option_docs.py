@@ -1,5 +1,5 @@
 """Options documented once: each command's ``--help`` text of an option is its API docstring's
-text for the parameter (both from :mod:`eegformer_cli.options`), every parameter of a
+text for the parameter (both from :mod:`eegformer_cli.option_docs`), every parameter of a
 ``commands.*`` function and of the estimator is documented, the choice lists are the package's
 own, and no ``--help`` mentions data a user of the package does not have.
 """
@@ -14,7 +14,8 @@ import typer.main
 from sources import parse_command_line
 
 import eegformer_cli
-from eegformer_cli import commands, options
+from eegformer_cli import commands
+from eegformer_cli import option_docs as options
 from eegformer_cli.cli.app import app, main
 
 COMMANDS = {

@@ -81,7 +81,7 @@ def document(table: Options):
         if sorted(names) != sorted(table):
             raise TypeError(
                 f"{obj.__qualname__}: parameters {sorted(set(names) ^ set(table))} "
-                "are documented in eegformer_cli.options or in the signature, not both"
+                "are documented in eegformer_cli.option_docs or in the signature, not both"
             )
         doc = obj.__doc__
         heading = re.search(r"^( *)\w[\w ]*\n *-{3,}\n", doc, re.M)
