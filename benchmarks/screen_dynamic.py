@@ -32,27 +32,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_ground_truth import EEGFORMER, run  # the simulate / preprocess runner
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 CV_FOLDS = 5
 #: How many per-segment products the screen keeps.
 KEPT_PRODUCTS = 5
-
-
-def run(command: list[str], log: Path) -> None:
-    with open(log, "a") as handle:
-        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
-    if done.returncode != 0:
-        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}; see {log}")
 
 
 def study(out: Path, seed: int, args, log: Path) -> tuple[Path, Path]:
