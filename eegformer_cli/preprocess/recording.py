@@ -26,7 +26,7 @@ from eegformer_cli.errors import RecordingError, UsageError
 from eegformer_cli.preprocess.output import Connectome, TokenFiles
 from eegformer_cli.preprocess.settings import PRESETS, PreprocessSettings
 from eegformer_cli.recordings import chunks, cleaning, reading
-from eegformer_cli.recordings.channel_facts import ChannelFacts, channel_facts
+from eegformer_cli.recordings.channel_facts import channel_facts
 from eegformer_cli.recordings.channels import canonical_names, channel_layout, select_channel_set
 
 #: Where a recording's coherence and wPLI rows can go (:class:`TokenAccumulator`'s ``store``).
@@ -71,12 +71,7 @@ def process_recording(
     path = Path(path)
     # samples read chunk by chunk, unless the format cannot be read in spans
     raw = reading.read_recording(path, preload=not reading.reads_lazily(path))
-    try:
-        facts = channel_facts(raw, path, in_memory=False)
-    except RecordingError as exc:
-        exc.path = exc.path or str(path)
-        raise
-    return _process(raw, settings, channels, path, chunk_s, token_store, facts)
+    return _process(raw, settings, channels, path, chunk_s, token_store, path, False)
 
 
 def process_raw(
@@ -98,12 +93,7 @@ def process_raw(
     """
     source = Path(raw.filenames[0]) if raw.filenames and raw.filenames[0] else None
     path = Path(path) if path is not None else (source or Path("raw"))
-    try:
-        facts = channel_facts(raw, source, in_memory=True)
-    except RecordingError as exc:
-        exc.path = exc.path or str(path)
-        raise
-    return _process(raw, settings, channels, path, chunk_s, None, facts)
+    return _process(raw, settings, channels, path, chunk_s, None, source, True)
 
 
 def _process(
@@ -113,12 +103,15 @@ def _process(
     path: Path,
     chunk_s: float,
     token_store: TokenStore | None,
-    facts: ChannelFacts,
+    source: Path | None,
+    in_memory: bool,
 ) -> Connectome:
-    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``; ``facts``
-    say which channels are EEG and which are bad (treated as missing)."""
+    """:func:`process_raw` (``raw`` lazy or loaded), the rows into ``token_store``; ``source``
+    (the file whose ``channels.tsv`` counts) and ``in_memory`` as :func:`channel_facts` takes
+    them, which says which channels are EEG and which are bad (treated as missing)."""
     signal_hash = reading.SignalHash()
     try:
+        facts = channel_facts(raw, source, in_memory)
         source_sfreq = float(raw.info["sfreq"])
         renamed = canonical_names(raw, path, facts.eeg)
         requested = channels if channels is not None else settings.channels
