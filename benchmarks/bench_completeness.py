@@ -28,7 +28,7 @@ import torch
 from machine import machine  # benchmarks/machine.py (scripts run from this folder)
 
 from eegformer_cli.explain.segment_attributions import channel_pair_attributions
-from eegformer_cli.model.linear_path import recording_offset
+from eegformer_cli.model.static_paths import recording_offset
 from eegformer_cli.training.model_file import load_model_file
 
 
@@ -49,8 +49,8 @@ def relative_gap(
         else (reference[0].expand_as(coh), reference[1].expand_as(wpli))
     )
     # a linear path on recording means: each side's recording offset (None: per segment)
-    offset = recording_offset(model, coh, wpli, nan, nan)
-    base_offset = recording_offset(model, base[0][:1], base[1][:1], nan, nan)
+    offset = recording_offset(model, (coh, wpli, nan, nan))
+    base_offset = recording_offset(model, (base[0][:1], base[1][:1], nan, nan))
 
     def rows(value):
         return None if value is None else value.expand(len(coh), -1)

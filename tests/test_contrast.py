@@ -19,11 +19,8 @@ from builders import random_connectivity, random_model, run_main
 
 from eegformer_cli.connectivity.artefacts import caution_masks, caution_rules, pair_caution
 from eegformer_cli.connectivity.bands import BAND_PRESETS, band_names
-from eegformer_cli.explain.attributions import (
-    class_contrast,
-    default_contrast,
-    explain_recording,
-)
+from eegformer_cli.explain.attributions import default_contrast, explain_recording
+from eegformer_cli.explain.class_summary import class_contrast
 from eegformer_cli.recordings.channels import STANDARD_1020
 
 

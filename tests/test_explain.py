@@ -26,7 +26,8 @@ from builders import (
 from scipy.stats import spearmanr
 
 from eegformer_cli.choices import CAPTUM_METHODS
-from eegformer_cli.explain.attributions import class_means, explain_recording
+from eegformer_cli.explain.attributions import explain_recording
+from eegformer_cli.explain.class_summary import class_means
 from eegformer_cli.inference.inputs import load_inputs
 from eegformer_cli.inference.predictions import predict_recordings
 from eegformer_cli.training.model_file import load_model_file

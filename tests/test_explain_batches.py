@@ -58,6 +58,9 @@ def test_a_recording_explained_in_several_batches_equals_one_batch(monkeypatch):
     assert (batched.predicted, batched.target) == (whole.predicted, whole.target)
     for name in RECORDING_ARRAYS:
         expected, got = getattr(whole, name), getattr(batched, name)
+        if expected is None:  # a model that reads no covariances has no band power
+            assert got is None, name
+            continue
         assert got.shape == expected.shape and got.dtype == np.float64, name
         scale = np.abs(expected).max()
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6 * scale, err_msg=name)

@@ -346,7 +346,7 @@ def linear_path_alone_ctx(model):
 
 def test_a_recording_across_batches_gets_its_offset_on_every_segment(means_model):
     from eegformer_cli.model.linear_path import recording_linear_logits
-    from eegformer_cli.model.predict import linear_offsets, segment_batches
+    from eegformer_cli.model.predict import segment_batches, static_offsets
 
     model, _, train_set, _ = means_model
     recordings = [
@@ -354,7 +354,7 @@ def test_a_recording_across_batches_gets_its_offset_on_every_segment(means_model
         for r, rec in enumerate(train_set.recordings[:4])
     ]
     counts: list[int] = []
-    batches = list(segment_batches(recordings, counts, size=2, offsets=linear_offsets(model)))
+    batches = list(segment_batches(recordings, counts, size=2, offsets=static_offsets(model)))
     offsets = np.concatenate([batch[4] for batch in batches])
     expected = np.concatenate(
         [np.repeat(recording_linear_logits(model, *rec).numpy()[None], 3, 0) for rec in recordings]
@@ -370,7 +370,7 @@ def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast
     linear path's, each product's being its weight times the change of the product of means."""
     from eegformer_cli.explain.path_shares import path_logit_changes
     from eegformer_cli.explain.segment_attributions import channel_pair_attributions
-    from eegformer_cli.model.linear_path import recording_offset
+    from eegformer_cli.model.static_paths import recording_offset
 
     model, _, train_set, _ = means_model
     coh, wpli = (torch.from_numpy(a) for a in train_set.recording_arrays(2))
@@ -378,7 +378,7 @@ def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast
     age, sex = (torch.full((3,), float(v)) for v in (rec.age, rec.sex))
     reference = tuple(torch.from_numpy(a.mean(0)) for a in train_set.recording_arrays(7))
     target = (0, 1) if contrast else 1
-    offset = recording_offset(model, coh, wpli, age, sex)
+    offset = recording_offset(model, (coh, wpli, age, sex))
     attributions = channel_pair_attributions(
         model, coh, wpli, age, sex, target, n_steps=4, reference=reference, offset=offset
     )

@@ -136,7 +136,7 @@ def test_report_is_one_self_contained_file_with_every_section(report_file):
         "Per-recording out-of-fold predictions",
         "About the explanations",
         "two paths",
-        "from the linear path and",
+        "from the linear path",
         "the transformer adds",
         "Paired over the same folds: xaiguiformer - linear_path, bac:",
         "What attention does (out of fold)",

@@ -19,7 +19,8 @@ from eegformer_cli.evaluation.tangent_space import BandTangentSpace, shrunk_cova
 from eegformer_cli.model.tangent_space_path import (
     SHRINKAGE,
     TangentSpacePath,
-    band_power_shares,
+    attribution_baseline,
+    average_referenced,
     baseline_covariance,
     logm,
     n_tangent_features,
@@ -156,9 +157,11 @@ def test_the_baseline_shrinks_to_the_reference_and_has_a_zero_vector(fitted_path
 
 
 def test_integrated_gradients_are_complete(fitted_path, recordings):
-    baseline = baseline_covariance(fitted_path)[None]
     for index, target in ((0, 1), (5, 0)):
         covariance = recordings[index]
+        assert average_referenced(torch.from_numpy(covariance).double())
+        baseline = attribution_baseline(fitted_path, torch.from_numpy(covariance))[None]
+        assert baseline.sum(-1).abs().max() < 1e-12 * baseline.abs().max()  # projected
         attributions, delta = tangent_space_attributions(fitted_path, covariance, target)
         assert attributions.shape == (N_BANDS, N_CHANNELS, N_CHANNELS)
         np.testing.assert_array_equal(attributions, np.swapaxes(attributions, -1, -2))
@@ -167,16 +170,6 @@ def test_integrated_gradients_are_complete(fitted_path, recordings):
         assert abs(difference) > 0.1
         assert abs(delta) < 1e-4 * abs(difference)
         assert attributions.sum() == pytest.approx(difference, rel=1e-4)
-        shares = band_power_shares(attributions)
-        assert shares.shape == (N_BANDS, N_CHANNELS)
-        assert shares.sum() == pytest.approx(attributions.sum(), rel=1e-12)
-
-
-def test_band_power_shares_split_each_pair_between_its_channels():
-    attributions = np.zeros((1, 3, 3))
-    attributions[0, 0, 0] = 1.0
-    attributions[0, 1, 2] = attributions[0, 2, 1] = 0.5  # the pair (1, 2) carries 1.0
-    np.testing.assert_allclose(band_power_shares(attributions), [[1.0, 0.5, 0.5]])
 
 
 def test_a_planted_channel_gain_shows_in_its_band_and_channel():
@@ -196,5 +189,5 @@ def test_a_planted_channel_gain_shows_in_its_band_and_channel():
     assert largest[0] == band and channel in largest[1:]
     band_totals = np.abs(attributions).sum((1, 2))
     assert band_totals.argmax() == band
-    shares = band_power_shares(attributions)
-    assert np.unravel_index(np.abs(shares).argmax(), shares.shape) == (band, channel)
+    power = np.diagonal(attributions, axis1=-2, axis2=-1)  # each channel's variance
+    assert np.unravel_index(power.argmax(), power.shape) == (band, channel)

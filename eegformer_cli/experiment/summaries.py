@@ -166,7 +166,8 @@ def _shipped(run_dir: Path, names: list[str]) -> str:
 def linear_path_summary(results: list[FoldRecord]) -> dict | None:
     """metrics.json's ``linear_path``: over the folds with one, how many kept the
     transformer's residual, which penalties and strengths the inner CV chose, how many
-    features (and products) the path kept, and its fit's time; None without a linear path."""
+    features (and products) the path kept, its fit's time, and which static candidate carried
+    each fold (a model with a tangent-space path); None without a linear path."""
     records = [r.linear_path for r in results if r.linear_path]
     if not records:
         return None
@@ -179,7 +180,15 @@ def linear_path_summary(results: list[FoldRecord]) -> dict | None:
         "n_nonzero": [r["n_nonzero"] for r in records],
         "n_products_nonzero": [r["n_products_nonzero"] for r in records],
         "seconds": float(np.mean([r["seconds"] for r in records])),
+        **_static_candidates(records),
     }
+
+
+def _static_candidates(records: list[dict]) -> dict:
+    """``static_candidates``: how many folds each static candidate carried
+    (``static_choice.py``), for a model with a tangent-space path; {} without one."""
+    chosen = [r["static"]["candidate"] for r in records if r.get("static")]
+    return {"static_candidates": dict(Counter(chosen))} if chosen else {}
 
 
 def _models_and_comparisons(

@@ -88,6 +88,29 @@ def scorer(metrics: RunMetrics) -> str:
     return f"XAIguiFormer (its linear path and the transformer, kept in {every})"
 
 
+#: The static candidates in words (``training/static_choice.py``).
+STATIC_CANDIDATE_WORDS = {
+    "connectivity": "the linear path on connectivity",
+    "tangent_space": "the tangent space of the band covariances",
+    "stacked": "both stacked",
+}
+
+
+def static_statement(metrics: RunMetrics) -> str | None:
+    """Which static candidate carried the model in how many folds, in one line ("The model's
+    static stage: the linear path on connectivity in K of N folds, both stacked in the
+    others' count, ..."); None for a model without a tangent-space path."""
+    counts = (metrics.linear_path or {}).get("static_candidates")
+    if not counts:
+        return None
+    n = sum(counts.values())
+    parts = [
+        f"{STATIC_CANDIDATE_WORDS.get(name, name)} in {count}" + (f" of {n} folds" if not i else "")
+        for i, (name, count) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1]))
+    ]
+    return "The model's static stage: " + ", ".join(parts) + ", chosen by the inner CV."
+
+
 def scored_by(metrics: RunMetrics) -> dict:
     """``metrics.json``'s ``scored_by``: ``model`` (``linear_path`` where the transformer's
     residual was kept in no fold, else ``xaiguiformer``), ``transformer_folds`` (folds whose

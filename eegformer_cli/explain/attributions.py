@@ -94,7 +94,11 @@ from scipy.special import softmax
 from eegformer_cli.choices import DEFAULT_METHOD, DEFAULT_N_STEPS
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
 from eegformer_cli.explain import interactions as kept_interactions
-from eegformer_cli.explain.path_shares import path_logit_changes
+from eegformer_cli.explain.path_shares import (
+    band_power,
+    covariance_attributions,
+    path_logit_changes,
+)
 from eegformer_cli.explain.segment_attributions import (
     attention_maps,
     channel_pair_attributions,
@@ -102,8 +106,8 @@ from eegformer_cli.explain.segment_attributions import (
 )
 from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
-from eegformer_cli.model.linear_path import recording_offset
 from eegformer_cli.model.predict import recording_logits
+from eegformer_cli.model.static_paths import recording_offset
 
 
 @dataclass
@@ -123,7 +127,10 @@ class RecordingExplanation:
     ``interactions`` the kept interactions' rows (:mod:`.interactions`), None for a model
     without; ``paths`` how much of the explained class's logit change (``"target"``) and of
     the contrast's (``"contrast"``) the model's linear path and its transformer carry
-    (:func:`.path_shares.path_logit_changes`), None for a model without a linear path.
+    (:func:`.path_shares.path_logit_changes`), None for a model without a linear path;
+    ``covariance_pairs`` / ``contrast_covariance_pairs`` float64 (K, C, C) and ``band_power``
+    (K, C), the tangent-space path's attributions onto the band covariances
+    (:func:`.path_shares.covariance_attributions`), None for a model that reads none.
     """
 
     recording_id: str
@@ -149,6 +156,9 @@ class RecordingExplanation:
     true_class: str | None = None
     interactions: list[dict] | None = None
     paths: dict | None = None
+    covariance_pairs: np.ndarray | None = None
+    band_power: np.ndarray | None = None
+    contrast_covariance_pairs: np.ndarray | None = None
 
 
 #: Every array of a :class:`RecordingExplanation`, in the order its ``ID.npz`` holds them: the
@@ -168,6 +178,9 @@ RECORDING_ARRAYS = (
     "contrast_wpli_pairs",
     "mean_coh",
     "mean_wpli",
+    "covariance_pairs",
+    "band_power",
+    "contrast_covariance_pairs",
 )
 
 
@@ -280,6 +293,7 @@ def explain_recording(
     all_heads: bool = False,
     device: torch.device | str = "cpu",
     reference: tuple[np.ndarray, np.ndarray] | None = None,
+    covariance: np.ndarray | None = None,
 ) -> RecordingExplanation:
     """All explanations of one recording (module docs).
 
@@ -288,7 +302,8 @@ def explain_recording(
     ``StandardisedModel``); ``target`` a class name or None (= the predicted class);
     ``contrast`` two class names (A, B) whose log-odds ``logit(B) - logit(A)`` is attributed
     too, or None (no contrast); ``reference`` the baseline connectome (coh, wPLI) float32
-    (T, C, C) the attributions are against (None: zero connectivity).
+    (T, C, C) the attributions are against (None: zero connectivity); ``covariance`` the
+    recording's band covariances (K, C, C), V^2 (a tangent-space path's input).
     """
     contrast = _checked_inputs(coh, label_names, recording_id, target, contrast)
     device = torch.device(device)
@@ -297,7 +312,7 @@ def explain_recording(
     tensors = _input_tensors(coh, wpli, age, sex, device)
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
-        offset = recording_offset(model, *tensors)  # a linear path on recording means
+        offset = recording_offset(model, (*tensors, covariance))  # a static stage
         coarse, refined, logits = attention_maps(model, *tensors, all_heads, offset)
         probabilities = softmax(logits.mean(axis=0))
         predicted = int(probabilities.argmax())
@@ -313,13 +328,12 @@ def explain_recording(
             offset=offset,
         )
         coh_pairs, wpli_pairs, interactions = attribute(target=target_index)
-        contrasted, contrast_interactions, pair = {}, None, None
-        if contrast is not None:
-            pair = (list(label_names).index(contrast[0]), list(label_names).index(contrast[1]))
-            contrast_coh, contrast_wpli, contrast_interactions = attribute(target=pair)
-            contrasted = _contrast_fields(contrast, contrast_coh, contrast_wpli)
-        paths = _paths(model, tensors, target_index, pair, baseline)
-        diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex)], device)[0]
+        covariance_pairs = covariance_attributions(model, covariance, target_index, n_steps)
+        contrasted, contrast_interactions, pair = _contrasted(
+            attribute, contrast, label_names, model, covariance, n_steps
+        )
+        paths = _paths(model, tensors, target_index, pair, baseline, covariance)
+        diagnostics = recording_diagnostics(model, [(coh, wpli, age, sex, covariance)], device)[0]
     return RecordingExplanation(
         recording_id=recording_id,
         participant_id=participant_id,
@@ -338,8 +352,14 @@ def explain_recording(
         paths=paths,
         mean_coh=exact_segment_mean(coh),
         mean_wpli=exact_segment_mean(wpli),
+        **_covariance_fields(covariance_pairs),
         **contrasted,
     )
+
+
+def _covariance_fields(covariance_pairs: np.ndarray | None) -> dict:
+    """The tangent-space path's fields of a :class:`RecordingExplanation`."""
+    return {"covariance_pairs": covariance_pairs, "band_power": band_power(covariance_pairs)}
 
 
 def _input_tensors(
@@ -379,6 +399,18 @@ def _checked_inputs(
     return checked
 
 
+def _contrasted(attribute, contrast, label_names, model, covariance, n_steps) -> tuple:
+    """The contrast's fields (:func:`_contrast_fields`, with the covariance attributions), the
+    interactions' attributions and the class pair; ({}, None, None) without a contrast."""
+    if contrast is None:
+        return {}, None, None
+    pair = (list(label_names).index(contrast[0]), list(label_names).index(contrast[1]))
+    contrast_coh, contrast_wpli, contrast_interactions = attribute(target=pair)
+    fields = _contrast_fields(contrast, contrast_coh, contrast_wpli)
+    fields["contrast_covariance_pairs"] = covariance_attributions(model, covariance, pair, n_steps)
+    return fields, contrast_interactions, pair
+
+
 def _contrast_fields(
     contrast: tuple[str, str], coh_pairs: np.ndarray, wpli_pairs: np.ndarray
 ) -> dict:
@@ -408,8 +440,9 @@ def explain_with_models(
     fold models of a run that did not train on it, one per repeat) and averaged
     (:func:`mean_explanation`). All explain the same class: ``target``, else the class of the
     mean probabilities. ``options``: :func:`explain_recording`'s other keywords."""
+    covariance = options.get("covariance")
     if len(models) > 1 and target is None:
-        recording = [(coh, wpli, age, sex)]
+        recording = [(coh, wpli, age, sex, covariance)]
         mean = np.mean(
             [
                 softmax(recording_logits(model, recording, torch.device(device)), axis=1)[0]
@@ -456,14 +489,15 @@ def _paths(
     target: int,
     pair: tuple[int, int] | None,
     baseline: tuple[torch.Tensor, torch.Tensor] | None,
+    covariance: np.ndarray | None,
 ) -> dict | None:
     """:attr:`RecordingExplanation.paths` of the explained class and (``pair``) the contrast;
     None for a model without a linear path."""
-    paths = {"target": path_logit_changes(model, *tensors, target, baseline)}
+    paths = {"target": path_logit_changes(model, *tensors, target, baseline, covariance)}
     if paths["target"] is None:
         return None
     if pair is not None:
-        paths["contrast"] = path_logit_changes(model, *tensors, pair, baseline)
+        paths["contrast"] = path_logit_changes(model, *tensors, pair, baseline, covariance)
     return paths
 
 
@@ -510,82 +544,3 @@ def mean_explanation(
         else {**diagnostics, "n": (first.attention_diagnostics or {}).get("n")},
         **means,
     )
-
-
-#: Array fields of :class:`RecordingExplanation` averaged per class by :func:`class_means`.
-MEAN_FIELDS = (
-    "band_importance",
-    "attention_coarse",
-    "attention_refined",
-    "channel_pairs",
-    "coh_pairs",
-    "wpli_pairs",
-)
-
-
-def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]:
-    """Per explained class: ``{"n_recordings": int, <field>: mean array}`` for each of
-    :data:`MEAN_FIELDS` (unweighted mean over the class's recordings; the mean band importance
-    is renormalised so its absolute values sum to 1 again)."""
-    out = {}
-    n_tokens = max(e.attention_coarse.shape[-1] for e in explanations) if explanations else 0
-    for name in sorted({e.target for e in explanations}):
-        members = [e for e in explanations if e.target == name]
-        means = {
-            field: mean_over([getattr(e, field) for e in members], n_tokens)
-            if field in TOKEN_ARRAYS
-            else np.mean([getattr(e, field) for e in members], axis=0)
-            for field in MEAN_FIELDS
-        }
-        means["band_importance"] = normalise_signed(means["band_importance"])
-        out[name] = {"n_recordings": len(members), **means}
-    return out
-
-
-#: The class contrast's maps (T, C, C), each the mean over B's recordings minus the mean over
-#: A's of the recording array it is named after (:func:`class_contrast`).
-CONTRAST_FIELDS = {
-    "contrast_pairs": "contrast_pairs",
-    "contrast_coh_pairs": "contrast_coh_pairs",
-    "contrast_wpli_pairs": "contrast_wpli_pairs",
-    "coh_difference": "mean_coh",
-    "wpli_difference": "mean_wpli",
-}
-GROUPED_BY = ("true class", "predicted class")
-
-
-def class_contrast(explanations: Sequence[RecordingExplanation]) -> dict | None:
-    """The two classes compared (module docs), from recordings explained with one contrast
-    (A, B); None when none was (more than two classes and no ``contrast`` asked for).
-
-    Returns ``{"classes": [A, B], "grouped_by": "true class" | "predicted class",
-    "n_recordings": [n_A, n_B]}`` and, when both groups have recordings, for each key of
-    :data:`CONTRAST_FIELDS` the mean over B's recordings minus the mean over A's, float64
-    (T, C, C), and ``contrast_band`` (T,): ``contrast_pairs`` summed over each band's pairs,
-    logit units (> 0: B's connectivity, against A's, pushes towards B). With Integrated
-    Gradients the contrast pairs of all bands add up to about the difference between the
-    groups' mean ``logit(B) - logit(A)`` (completeness).
-    Recordings are grouped by true class when every one has a known one (those of a third
-    class are left out), else by predicted class.
-    """
-    contrasted = [e for e in explanations if e.contrast_classes is not None]
-    classes = contrasted[0].contrast_classes if contrasted else None
-    if classes is None:
-        return None
-    by_truth = all(e.true_class is not None for e in contrasted)
-    groups = [
-        [e for e in contrasted if (e.true_class if by_truth else e.predicted) == name]
-        for name in classes
-    ]
-    out = {
-        "classes": list(classes),
-        "grouped_by": GROUPED_BY[0] if by_truth else GROUPED_BY[1],
-        "n_recordings": [len(group) for group in groups],
-    }
-    if not all(groups):
-        return out
-    differences = {}
-    for name, source in CONTRAST_FIELDS.items():
-        first, second = (np.mean([getattr(e, source) for e in group], axis=0) for group in groups)
-        differences[name] = second - first
-    return {**out, **differences, "contrast_band": pair_band_sums(differences["contrast_pairs"])}

@@ -1,8 +1,9 @@
 """``class_summary.npz`` and ``class_summary.json`` of an ``eegformer explain`` folder: the
-per-class means and the class contrast, written (atomically) and read back.
+per-class means (:func:`class_means`) and the class contrast (:func:`class_contrast`), computed,
+written (atomically) and read back.
 
 The npz holds the explained classes (``classes`` (K',), ``n_recordings`` (K',)), the class
-means of :data:`~eegformer_cli.explain.attributions.MEAN_FIELDS` stacked on a first axis
+means of :data:`~eegformer_cli.explain.class_summary.MEAN_FIELDS` stacked on a first axis
 (``band_importance`` (K', T), ...) and the contrast's arrays (:data:`CONTRAST_ARRAYS`); the
 JSON the settings, bands, channels, labels, recordings, failures, per class its count, mean
 band importance, top band (null when no band carries any of the logit), strongest pairs (only
@@ -24,19 +25,107 @@ from eegformer_cli.atomic import read_json, save_npz, write_json
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.explain import interactions
 from eegformer_cli.explain.attributions import (
-    CONTRAST_FIELDS,
-    GROUPED_BY,
-    MEAN_FIELDS,
+    TOKEN_ARRAYS,
     RecordingExplanation,
+    mean_over,
     mean_paths,
+    normalise_signed,
+    pair_band_sums,
 )
 from eegformer_cli.explain.export import contrast_entry, strongest_pairs, top_band_name
 from eegformer_cli.model.diagnostics import mean_diagnostics
 
+#: Array fields of :class:`RecordingExplanation` averaged per class by :func:`class_means`.
+MEAN_FIELDS = (
+    "band_importance",
+    "attention_coarse",
+    "attention_refined",
+    "channel_pairs",
+    "coh_pairs",
+    "wpli_pairs",
+)
+
+
+#: Array fields averaged per class where every recording of the class has them: the
+#: tangent-space path's band power (K, C) (a model whose static stage reads covariances).
+OPTIONAL_MEAN_FIELDS = ("band_power",)
+
+
+def class_means(explanations: Sequence[RecordingExplanation]) -> dict[str, dict]:
+    """Per explained class: ``{"n_recordings": int, <field>: mean array}`` for each of
+    :data:`MEAN_FIELDS` (unweighted mean over the class's recordings; the mean band importance
+    is renormalised so its absolute values sum to 1 again)."""
+    out = {}
+    n_tokens = max(e.attention_coarse.shape[-1] for e in explanations) if explanations else 0
+    for name in sorted({e.target for e in explanations}):
+        members = [e for e in explanations if e.target == name]
+        means = {
+            field: mean_over([getattr(e, field) for e in members], n_tokens)
+            if field in TOKEN_ARRAYS
+            else np.mean([getattr(e, field) for e in members], axis=0)
+            for field in MEAN_FIELDS
+        }
+        means["band_importance"] = normalise_signed(means["band_importance"])
+        for field in OPTIONAL_MEAN_FIELDS:  # where every member has it
+            if all(getattr(e, field) is not None for e in members):
+                means[field] = np.mean([getattr(e, field) for e in members], axis=0)
+        out[name] = {"n_recordings": len(members), **means}
+    return out
+
+
+#: The class contrast's maps (T, C, C), each the mean over B's recordings minus the mean over
+#: A's of the recording array it is named after (:func:`class_contrast`).
+CONTRAST_FIELDS = {
+    "contrast_pairs": "contrast_pairs",
+    "contrast_coh_pairs": "contrast_coh_pairs",
+    "contrast_wpli_pairs": "contrast_wpli_pairs",
+    "coh_difference": "mean_coh",
+    "wpli_difference": "mean_wpli",
+}
+GROUPED_BY = ("true class", "predicted class")
+
+
+def class_contrast(explanations: Sequence[RecordingExplanation]) -> dict | None:
+    """The two classes compared (module docs), from recordings explained with one contrast
+    (A, B); None when none was (more than two classes and no ``contrast`` asked for).
+
+    Returns ``{"classes": [A, B], "grouped_by": "true class" | "predicted class",
+    "n_recordings": [n_A, n_B]}`` and, when both groups have recordings, for each key of
+    :data:`CONTRAST_FIELDS` the mean over B's recordings minus the mean over A's, float64
+    (T, C, C), and ``contrast_band`` (T,): ``contrast_pairs`` summed over each band's pairs,
+    logit units (> 0: B's connectivity, against A's, pushes towards B). With Integrated
+    Gradients the contrast pairs of all bands add up to about the difference between the
+    groups' mean ``logit(B) - logit(A)`` (completeness).
+    Recordings are grouped by true class when every one has a known one (those of a third
+    class are left out), else by predicted class.
+    """
+    contrasted = [e for e in explanations if e.contrast_classes is not None]
+    classes = contrasted[0].contrast_classes if contrasted else None
+    if classes is None:
+        return None
+    by_truth = all(e.true_class is not None for e in contrasted)
+    groups = [
+        [e for e in contrasted if (e.true_class if by_truth else e.predicted) == name]
+        for name in classes
+    ]
+    out = {
+        "classes": list(classes),
+        "grouped_by": GROUPED_BY[0] if by_truth else GROUPED_BY[1],
+        "n_recordings": [len(group) for group in groups],
+    }
+    if not all(groups):
+        return out
+    differences = {}
+    for name, source in CONTRAST_FIELDS.items():
+        first, second = (np.mean([getattr(e, source) for e in group], axis=0) for group in groups)
+        differences[name] = second - first
+    return {**out, **differences, "contrast_band": pair_band_sums(differences["contrast_pairs"])}
+
+
 #: The two files, written and read here only.
 SUMMARY_NPZ, SUMMARY_JSON = "class_summary.npz", "class_summary.json"
 #: The contrast's arrays in ``class_summary.npz``: the maps of
-#: :data:`~eegformer_cli.explain.attributions.CONTRAST_FIELDS` (T, C, C), ``contrast_band``
+#: :data:`~eegformer_cli.explain.class_summary.CONTRAST_FIELDS` (T, C, C), ``contrast_band``
 #: (T,), ``contrast_classes`` (2,) and ``contrast_n_recordings`` (2,).
 CONTRAST_ARRAYS = (*CONTRAST_FIELDS, "contrast_band")
 #: What the class contrast's values mean, in ``class_summary.json`` (``{a}``, ``{b}``: the
@@ -62,9 +151,9 @@ def write_class_summary(
     contrast: dict | None = None,
 ) -> None:
     """``class_summary.npz`` and ``class_summary.json`` from
-    :func:`~eegformer_cli.explain.attributions.class_means` output (and, per class, the mean
+    :func:`~eegformer_cli.explain.class_summary.class_means` output (and, per class, the mean
     attention diagnostics of ``explanations``) and the class ``contrast``
-    (:func:`~eegformer_cli.explain.attributions.class_contrast`, None: none)."""
+    (:func:`~eegformer_cli.explain.class_summary.class_contrast`, None: none)."""
     classes = list(means)
     cautions = settings.get("artefact_caution") or {}
     save_npz(
@@ -106,7 +195,8 @@ def write_class_summary(
 
 def _summary_arrays(means: dict[str, dict], contrast: dict | None) -> dict[str, np.ndarray]:
     """``class_summary.npz``'s arrays beside the names and counts: the class means of
-    :data:`~eegformer_cli.explain.attributions.MEAN_FIELDS` stacked (K', ...) and the
+    :data:`MEAN_FIELDS` (and of :data:`OPTIONAL_MEAN_FIELDS` where every class has them)
+    stacked (K', ...) and the
     contrast's classes, counts and maps (:data:`CONTRAST_ARRAYS`)."""
     classes = list(means)
     arrays = (
@@ -114,6 +204,9 @@ def _summary_arrays(means: dict[str, dict], contrast: dict | None) -> dict[str, 
         if classes
         else {}
     )
+    for field in OPTIONAL_MEAN_FIELDS:
+        if classes and all(field in means[c] for c in classes):
+            arrays[field] = np.stack([means[c][field] for c in classes])
     if contrast is not None:
         arrays["contrast_classes"] = np.array(contrast["classes"], dtype=str)
         arrays["contrast_n_recordings"] = np.array(contrast["n_recordings"], dtype=np.int64)

@@ -374,7 +374,7 @@ def contrast_rows(
     contrast: dict | None, bands: Sequence[str], channels: Sequence[str], cautions: dict
 ) -> tuple[list[str], list[list]]:
     """``(columns, rows)`` of ``contrast_pairs.csv``: the class contrast
-    (:func:`~eegformer_cli.explain.attributions.class_contrast`), one row per band and
+    (:func:`~eegformer_cli.explain.class_summary.class_contrast`), one row per band and
     unordered pair, strongest |value| first: ``class_a, class_b, grouped_by, band, channel_a,
     channel_b, value`` (the mean over B's recordings minus A's of the attribution of
     logit(class_b) - logit(class_a): > 0 B's connectivity, against A's, pushes towards B),

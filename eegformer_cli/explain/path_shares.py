@@ -1,27 +1,56 @@
-"""How much of one recording's logit each path of the model carries: its linear path and the
-transformer's residual (``model/linear_path.py``).
+"""How much of one recording's logit each path of the model carries: its linear path, its
+tangent-space path (``model/static_paths.py``, where it has one) and the transformer's residual
+(``model/linear_path.py``).
 
 The channel-pair attributions, band importance, head maps, contrast and interaction table are
 of the whole model: its logit is the linear path's plus the transformer's, and Integrated
 Gradients of that sum add up to the sum's change from the baseline connectome. This module
-splits that change in two. The linear path's part is exact: its weights times the change of
+splits that change by path. The linear path's part is exact: its weights times the change of
 its features from the baseline's (a linear function's attribution needs no integral): for a
 model on recording means (``linear_path.uses_recording_means``) of the recording's means'
-features, ``w . (features(mean) - features(baseline))``, else the mean over the recording's
-segments of each segment's; the transformer's part is the rest of the change of the
-segment-mean logit. For a model whose residual was not kept the transformer's part is 0, and
-for a model without a linear path there is no split (None).
+features, ``w . (features(mean) - features(baseline))`` (times the static mix's weight on it,
+for a model with a tangent-space path), else the mean over the recording's segments of each
+segment's; the tangent-space path's part is its mix weight times the change of its logits from
+the reference point's; the transformer's part is the rest of the change of the segment-mean
+logit. For a model whose residual was not kept the transformer's part is 0, and for a model
+without a linear path there is no split (None).
+
+The tangent-space path's attributions onto the band covariances (:func:`covariance_attributions`).
+A model whose static stage mixes a tangent-space path in (``model/static_paths.py``: the mix's
+weight on it not 0) moves a recording's logit by ``weight[1] * (ts(covariance) -
+ts(baseline))`` beside what its connectivity does. That part is attributed onto the raw
+covariance entries by Integrated Gradients through the matrix logarithm
+(``model/tangent_space_path.tangent_space_attributions``, as a function of the
+average-referenced matrix), from the raw covariance whose shrunk matrix is the path's reference
+point (the training recordings' Riemannian mean, average-referenced: the covariance side of the
+baseline connectome), times the mix's weight, so
+that the connectivity's attributions, the interactions', the transformer's and these add up to
+the logit's change from the baseline.
+
+``covariance_pairs`` (K, C, C), symmetric, logit units, K the covariance bands: entry (i, i)
+a channel's band power (its variance in the band), (i, j) and (j, i) together the pair's
+covariance. ``band_power`` (K, C): the diagonal, what each channel's band power carries, the
+report's head maps of band power (its pairs' covariances are apart: under the average reference
+a channel's row of covariances sums to zero, so its pairs move against its power whenever it
+changes, and a sum of the two would hide it). Both None for a model whose static stage reads no
+covariances.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from eegformer_cli.explain.segment_attributions import segment_slices
 from eegformer_cli.model.linear_path import recording_linear_logits, uses_recording_means
+from eegformer_cli.model.static_paths import reads_covariance, tangent_space_of
+from eegformer_cli.model.tangent_space_path import (
+    attribution_baseline,
+    tangent_space_attributions,
+)
 
 
 def path_logit_changes(
@@ -32,13 +61,17 @@ def path_logit_changes(
     sex: Tensor,
     target: int | tuple[int, int],
     reference: tuple[Tensor, Tensor] | None,
+    covariance: Tensor | None = None,
 ) -> dict | None:
-    """``{"total", "linear", "transformer"}``: the change of the explained output from the
-    baseline connectome to the recording (logit units, mean over segments), and each path's
-    part of it; ``target`` a class index, or ``(a, b)`` for ``logit(b) - logit(a)``.
+    """``{"total", "linear", "transformer"}`` (and ``"tangent_space"`` for a model whose
+    static stage has a tangent-space path): the change of the explained output from the
+    baseline to the recording (logit units, mean over segments), and each path's part of it;
+    ``target`` a class index, or ``(a, b)`` for ``logit(b) - logit(a)``.
 
     ``coh``, ``wpli`` (S, T, C, C) and ``age``, ``sex`` (S,) on the model's device;
-    ``reference`` (coh, wPLI) (T, C, C) (None: zero connectivity). None for a model without a
+    ``reference`` (coh, wPLI) (T, C, C) (None: zero connectivity); ``covariance`` the
+    recording's band covariances (K, C, C) (its baseline: the tangent-space path's reference
+    point, ``tangent_space_path.attribution_baseline``). None for a model without a
     linear path."""
     if getattr(model, "linear", None) is None:
         return None
@@ -48,16 +81,12 @@ def path_logit_changes(
         else tuple(r.to(x.dtype).expand_as(x) for r, x in zip(reference, (coh, wpli)))
     )
     recording = (coh, wpli, age, sex)
-    # a model on recording means: each side's linear logits, every one of its segments' offset
-    # (None: the forward forms the linear path per segment)
-    ours_offset, theirs_offset = (
-        (
-            recording_linear_logits(model, *recording),
-            recording_linear_logits(model, baseline[0][:1], baseline[1][:1], age, sex),
-        )
+    static = (
+        _static_changes(model, recording, baseline, covariance, target)
         if uses_recording_means(model)
-        else (None, None)
+        else None
     )
+    ours_offset, theirs_offset = (None, None) if static is None else static.pop("offsets")
 
     def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, reference coh, reference wpli)
         ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
@@ -74,12 +103,44 @@ def path_logit_changes(
         )
 
     both = (*recording, *baseline)
-    linear_change = (
-        _segment_mean(both, linear)
-        if ours_offset is None or theirs_offset is None
-        else float(_output((ours_offset - theirs_offset)[None], target)[0])
+    if static is None:  # a model of an earlier version: its linear path per segment
+        static = {"linear": _segment_mean(both, linear)}
+    return _split(_segment_mean(both, total), static)
+
+
+def _static_changes(model, recording: tuple, baseline: tuple, covariance, target) -> dict:
+    """A model on recording means: each side's static logits (``"offsets"``: the recording's
+    and the baseline's, every one of its segments' offset) and the change of the explained
+    output they carry, the linear path's part (``"linear"``, times the mix's weight on it) and
+    the tangent-space path's (``"tangent_space"``, for a model with one)."""
+    coh, wpli, age, sex = recording
+    path = tangent_space_of(model)
+    ours = recording_linear_logits(model, coh, wpli, age, sex)
+    theirs = recording_linear_logits(model, baseline[0][:1], baseline[1][:1], age, sex)
+    if path is None:
+        change = float(_output((ours - theirs)[None], target)[0])
+        return {"offsets": (ours, theirs), "linear": change}
+    covariances = (None, None)  # a recording without them: its static logits raised first
+    if covariance is not None:
+        matrix = torch.as_tensor(covariance, device=path.reference_invsqrt.device).double()
+        with torch.no_grad():
+            covariances = tuple(
+                path.logits64(c[None]) for c in (matrix, attribution_baseline(path, matrix))
+            )
+    weight = model.static_mix.weight
+    offsets = tuple(
+        model.static_mix(c[None], t)[0].float() for c, t in zip((ours, theirs), covariances)
     )
-    return _split(_segment_mean(both, total), linear_change)
+    tangent = (
+        0.0
+        if covariances[0] is None
+        else float(weight[1]) * float(_output(covariances[0] - covariances[1], target)[0])
+    )
+    return {
+        "offsets": offsets,
+        "linear": float(weight[0]) * float(_output((ours - theirs)[None], target)[0]),
+        "tangent_space": tangent,
+    }
 
 
 def _refined(model, inputs: tuple, target, offset: Tensor | None) -> Tensor:
@@ -102,12 +163,14 @@ def _segment_mean(inputs: tuple, output: Callable[[tuple], Tensor]) -> float:
     return sum_ / n_segments
 
 
-def _split(total_change: float, linear_change: float) -> dict:
-    """The change of the explained output and its two paths' parts."""
+def _split(total_change: float, static: dict) -> dict:
+    """The change of the explained output and its paths' parts: ``static`` the static
+    paths' (``"linear"``, and ``"tangent_space"`` where the model has one), the transformer
+    the rest."""
     return {
         "total": total_change,
-        "linear": linear_change,
-        "transformer": total_change - linear_change,
+        **static,
+        "transformer": total_change - sum(static.values()),
     }
 
 
@@ -116,3 +179,28 @@ def _output(logits: Tensor, target: int | tuple[int, int]) -> Tensor:
     if isinstance(target, tuple):
         return logits[:, target[1]] - logits[:, target[0]]
     return logits[:, target]
+
+
+def covariance_attributions(
+    model, covariance: np.ndarray | None, target: int | tuple[int, int], n_steps: int
+) -> np.ndarray | None:
+    """float64 (K, C, C): the tangent-space part's attributions (module docstring) of the
+    explained output, ``target`` a class index or ``(a, b)`` for ``logit(b) - logit(a)``;
+    None for a model that reads no covariances (or a recording without them: its static
+    logits raised already)."""
+    if covariance is None or not reads_covariance(model):
+        return None
+    path = tangent_space_of(model)
+    weight = float(model.static_mix.weight[1])
+
+    def of(k: int) -> np.ndarray:
+        return tangent_space_attributions(path, covariance, k, n_steps)[0]
+
+    attributions = of(target[1]) - of(target[0]) if isinstance(target, tuple) else of(target)
+    return weight * attributions
+
+
+def band_power(attributions: np.ndarray | None) -> np.ndarray | None:
+    """(K, C) float64: the diagonal of ``attributions`` (K, C, C), each band's and channel's
+    power (module docstring); None stays None."""
+    return None if attributions is None else np.diagonal(attributions, axis1=-2, axis2=-1).copy()

@@ -87,7 +87,7 @@ def attention_maps(
     ``all_heads``, averaged over segments; ``logits`` float64 (S, K) refined logits. Inputs as
     ``model.forward_with_details`` (coh, wpli (S, T, C, C); age, sex (S,)), run in batches;
     ``offset`` (n_classes,) the recording's linear logits for a model on recording means
-    (``linear_path.recording_offset``)."""
+    (``static_paths.recording_offset``)."""
     coarse, refined = SegmentMean(len(coh)), SegmentMean(len(coh))
     logits = []
     n_bands, n_heads = coh.shape[1], model.config.n_heads
@@ -218,7 +218,7 @@ def channel_pair_attributions(
     (one of ``choices.CAPTUM_METHODS``) and ``n_steps`` (>= 1) come checked from the entry
     point (``trained_model.check_explain_options``).
 
-    ``offset`` (n_classes,): for a model on recording means (``linear_path.recording_offset``)
+    ``offset`` (n_classes,): for a model on recording means (``static_paths.recording_offset``)
     its recording's linear logits. The segments' attributions are then the transformer's (the
     offset fixed along the path), and the linear path's exact ones are added: its weights
     times the change of its features, the recording's means' against the baseline's
@@ -284,6 +284,8 @@ def _linear_attributions(
     features = recording_features(model, coh, wpli, age, sex)[0]
     reference_features = recording_features(model, baseline[0], baseline[1], age, sex)[0]
     weight = model.linear.weight
+    if model.static_mix is not None:  # the static mix's weight on the linear path
+        weight = weight * model.static_mix.weight[0]
     row = weight[target[1]] - weight[target[0]] if isinstance(target, tuple) else weight[target]
     return feature_attributions(row, features, reference_features, coh.shape[1], coh.shape[-1])
 

@@ -149,6 +149,8 @@ class ExplainCall:
             "contrast": None if options.contrast is None else list(options.contrast),
             "artefact_caution": self.caution,
             "baseline": self.bundle.reference["description"],
+            # the bands of band_power and covariance_pairs (a tangent-space path's; [] none)
+            "covariance_bands": list(self.bundle.model_config.get("tangent_space_bands") or []),
             "inputs": [_described(e) for e in given],
             "model_trained_on": self.bundle.trained_on,
             "run_dir": None if self.run_dir is None else str(self.run_dir),
@@ -229,6 +231,7 @@ class ExplainCall:
             n_steps=options.n_steps,
             all_heads=options.all_heads,
             device=self.device,
+            covariance=item.covariance,
         )
         explanation.explained_by = explained_by
         explanation.true_class = item.label
@@ -261,10 +264,10 @@ class ExplainCall:
     ) -> None:
         """``explain``'s tables, recordings.csv (with the BIDS ``entity_columns``, as
         ``predict``'s rows) and the class summary, once every recording is explained."""
-        from eegformer_cli.explain import attributions, class_summary, export
+        from eegformer_cli.explain import class_summary, export
 
         bundle = self.bundle
-        contrasted = attributions.class_contrast(explanations)
+        contrasted = class_summary.class_contrast(explanations)
         export.write_tables(
             folder.path,
             explanations,
@@ -278,7 +281,7 @@ class ExplainCall:
         )
         class_summary.write_class_summary(
             folder.path,
-            attributions.class_means(explanations),
+            class_summary.class_means(explanations),
             bundle.bands,
             bundle.channels,
             bundle.label_names,
@@ -296,7 +299,7 @@ class ExplainCall:
         DataFrames)."""
         import pandas as pd
 
-        from eegformer_cli.explain import attributions, export
+        from eegformer_cli.explain import class_summary, export
 
         bands, channels = list(self.bundle.bands), list(self.bundle.channels)
         classes = list(self.bundle.label_names)
@@ -305,7 +308,7 @@ class ExplainCall:
             columns, rows = export.table_rows(name, explanations, bands, channels)
             tables[name] = pd.DataFrame(list(rows), columns=columns)
         contrast_columns, contrast_rows = export.contrast_rows(
-            attributions.class_contrast(explanations), bands, channels, self.caution
+            class_summary.class_contrast(explanations), bands, channels, self.caution
         )
         tables["contrast"] = pd.DataFrame(contrast_rows, columns=contrast_columns)
         recordings = pd.DataFrame(

@@ -31,6 +31,8 @@ class InputRecording:
     """One recording ready for the model, or the reason it is not.
 
     ``coh``, ``wpli`` float32 (n_segments, n_bands, C, C) in the model's channel and band order;
+    ``covariance`` float32 (n_covariance_bands, C, C), V^2, the band covariances (None when the
+    connectome has none: ``model/static_paths.py``);
     ``age`` years (NaN = unknown); ``sex`` 0 = male, 1 = female, NaN = unknown; ``error`` a
     one-line reason when the recording could not be used (then coh/wpli are None).
 
@@ -56,6 +58,7 @@ class InputRecording:
     source: str
     coh: np.ndarray | None = None
     wpli: np.ndarray | None = None
+    covariance: np.ndarray | None = None
     age: float = math.nan
     sex: float = math.nan
     error: str | None = None
@@ -73,6 +76,12 @@ class InputRecording:
     label: str | None = None
     shorter_than_crop_s: float | None = None
     warnings: list[str] = field(default_factory=list)
+
+    def recording_tuple(self) -> tuple:
+        """``(coh, wpli, age, sex, covariance)``: what ``model/predict.recording_logits``
+        reads of a usable recording."""
+        return (self.coh, self.wpli, self.age, self.sex, self.covariance)
+
     entities: dict[str, str] = field(default_factory=dict)
 
 
@@ -367,7 +376,7 @@ def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputR
             f"from the model's {bundle.bands}"
         )
         return item
-    item.coh, item.wpli = connectome.coh, connectome.wpli
+    item.coh, item.wpli, item.covariance = connectome.coh, connectome.wpli, connectome.covariance
     _set_recorded(item, {key: getattr(connectome, key) for key in output.RECORDED})
     item.signal_sha256 = _comparable_hash(bundle, recording, connectome.signal_sha256)
     return item
@@ -463,6 +472,7 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
                     path=folder,
                     hint=hint,
                 )
+        _check_covariances(bundle, folder, output.connectome_path(folder, ok_rows[0]))
     settings = PreprocessSettings.of_folder(folder)
     if settings is None:
         raise InputDataError(
@@ -482,6 +492,21 @@ def _checked_preprocess_folder(bundle, folder: Path) -> list[dict]:
             hint=hint,
         )
     return rows
+
+
+def _check_covariances(bundle, folder: Path, connectome: Path) -> None:
+    """InputDataError when the model's static stage reads band covariances
+    (``static_paths.reads_covariance``) and the folder's connectomes hold none (preprocessed
+    by an earlier eegformer)."""
+    from eegformer_cli.model.static_paths import reads_covariance
+
+    if reads_covariance(bundle.model) and not output.read_covariance_bands(connectome):
+        raise InputDataError(
+            "this preprocess output holds no band covariances (made by an earlier "
+            "eegformer), which the model's tangent-space path reads",
+            path=folder,
+            hint=_other_settings_hint(bundle),
+        )
 
 
 def _other_settings_hint(bundle) -> str:
@@ -550,6 +575,7 @@ def _preprocessed_input(
         item.coh, item.wpli = output.read_tokens(
             path, bundle.channels, bundle.bands, n_segments, row["recording_id"]
         )
+        item.covariance = output.read_covariances(path, len(bundle.channels), row["recording_id"])
     except InputDataError as exc:
         item.error = exc.one_line()
         return item

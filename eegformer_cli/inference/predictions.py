@@ -51,9 +51,7 @@ def predict_recordings(
             yield {**row, "error": item.error}
             continue
         row.update({column: item.entities.get(column) for column in entity_columns})
-        logits = recording_logits(
-            bundle.model, [(item.coh, item.wpli, item.age, item.sex)], device, precision
-        )
+        logits = recording_logits(bundle.model, [item.recording_tuple()], device, precision)
         probabilities = recalibrate(bundle.recalibration, softmax(logits, axis=1))[0]
         row["predicted"] = bundle.label_names[int(probabilities.argmax())]
         row.update({f"prob_{name}": float(p) for name, p in zip(bundle.label_names, probabilities)})

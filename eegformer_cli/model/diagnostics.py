@@ -48,7 +48,7 @@ from torch import Tensor
 from eegformer_cli.errors import check_choice
 from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.precision import float32_forward
-from eegformer_cli.model.predict import linear_offsets, segment_batches
+from eegformer_cli.model.predict import segment_batches, static_offsets
 from eegformer_cli.model.transformer import PASSES, RotaryAttention
 
 #: What :func:`replaced_attention` puts in place of a layer's softmax weights.
@@ -196,7 +196,7 @@ def recording_diagnostics(
 ) -> list[dict | None]:
     """Per recording, the mean over its segments of every quantity, per pass and layer.
 
-    ``recordings``: tuples ``(coh, wpli, age, sex)`` as for
+    ``recordings``: tuples ``(coh, wpli, age, sex[, covariance])`` as for
     :func:`~eegformer_cli.model.predict.recording_logits` (float32 numpy (S, T, C, C), scalar
     age/sex), read one at a time (a generator may load them lazily). Segments of several
     recordings share forwards of up to
@@ -216,7 +216,7 @@ def recording_diagnostics(
     parts = []
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
-        for batch in segment_batches(recordings, counts, offsets=linear_offsets(model)):
+        for batch in segment_batches(recordings, counts, offsets=static_offsets(model)):
             coh, wpli, age, sex, *offset = (torch.from_numpy(a).to(device) for a in batch)
             parts.append(
                 segment_diagnostics(

@@ -109,14 +109,6 @@ def recording_linear_logits(model, coh, wpli, age, sex) -> Tensor:
         return model.linear(recording_features(model, coh, wpli, age, sex))[0].float()
 
 
-def recording_offset(model, coh, wpli, age, sex) -> Tensor | None:
-    """:func:`recording_linear_logits` for a model on recording means, else None (the forward
-    forms the linear path per segment, as earlier versions did)."""
-    if not uses_recording_means(model):
-        return None
-    return recording_linear_logits(model, coh, wpli, age, sex)
-
-
 def feature_attributions(
     weight: Tensor, features: Tensor, reference: Tensor, n_bands: int, n_channels: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
 """A model's prediction for whole recordings: the refined logits of all a recording's
 segments, averaged (as the paper's code averages a recording's logits). A model whose linear path
-reads recording means (``model/linear_path.py``) gets each recording's linear logits as the
+reads recording means (``model/linear_path.py``) gets each recording's static logits (the linear
+path's, mixed with a tangent-space path's where it has one: ``model/static_paths.py``) as the
 ``offset`` of every one of its segments, whichever batch they fall in.
 
 :func:`recording_logits` is the one function that does this, for the training run's own
@@ -18,7 +19,8 @@ import numpy as np
 import torch
 
 from eegformer_cli.model.devices import autocast, one_cpu_thread
-from eegformer_cli.model.linear_path import recording_linear_logits, uses_recording_means
+from eegformer_cli.model.linear_path import uses_recording_means
+from eegformer_cli.model.static_paths import recording_static_logits
 
 #: Segments per forward when averaging logits (bounds memory; results do not depend on it
 #: beyond float rounding).
@@ -34,7 +36,7 @@ def segment_batches(
     """The segments of ``recordings`` in order, ``size`` at a time (the last batch may be
     shorter): ``(coh, wpli, age, sex)`` float32 numpy, (n, T, C, C) and (n,), the batches the
     recordings' concatenation would give, without concatenating them; with ``offsets`` (a
-    recording's tuple -> its (n_classes,) offset, :func:`linear_offsets`) a fifth array, float32
+    recording's tuple -> its (n_classes,) offset, :func:`static_offsets`) a fifth array, float32
     (n, n_classes): each segment's recording's offset.
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` as for :func:`recording_logits`, read one
@@ -45,7 +47,7 @@ def segment_batches(
     pending: list[tuple] = []  # (coh, wpli, age, sex[, offset]) parts of the batch being filled
     filled = 0
     for recording in recordings:
-        coh, wpli, age, sex = recording
+        coh, wpli, age, sex = recording[:4]
         offset = None if offsets is None else np.asarray(offsets(recording), np.float32)
         counts.append(len(coh))
         start = 0
@@ -75,16 +77,16 @@ def _joined(parts: list[tuple]) -> tuple[np.ndarray, ...]:
     return tuple(np.concatenate(column) for column in zip(*parts))
 
 
-def linear_offsets(model) -> Callable[[tuple], np.ndarray] | None:
-    """For a model whose linear path reads recording means: a recording's tuple ``(coh, wpli,
-    age, sex)`` -> its linear logits (n_classes,) (``linear_path.recording_linear_logits``,
+def static_offsets(model) -> Callable[[tuple], np.ndarray] | None:
+    """For a model on recording means: a recording's tuple ``(coh, wpli, age, sex[,
+    covariance])`` -> its static logits (n_classes,) (``static_paths.recording_static_logits``,
     computed where the model is), the offset of each of its segments; None for any other
     model."""
     if not uses_recording_means(model):
         return None
 
     def offset(recording: tuple) -> np.ndarray:
-        return recording_linear_logits(model, *recording).cpu().numpy()
+        return recording_static_logits(model, recording).cpu().numpy()
 
     return offset
 
@@ -95,8 +97,10 @@ def recording_logits(
     """Mean refined logits per recording: float64 (n_recordings, n_classes), the model run in
     ``precision`` (resolved: ``devices.resolve_precision``).
 
-    ``recordings``: tuples ``(coh, wpli, age, sex)`` with coh/wpli float32 numpy
-    (n_segments, n_bands, C, C) and scalar age/sex. Segments of several recordings share
+    ``recordings``: tuples ``(coh, wpli, age, sex[, covariance])`` with coh/wpli float32 numpy
+    (n_segments, n_bands, C, C), scalar age/sex and the band covariances (float32
+    (n_covariance_bands, C, C), V^2; ``model/static_paths.py``), needed by a model whose static
+    stage reads them. Segments of several recordings share
     forwards of up to :data:`SEGMENTS_PER_BATCH` segments (:func:`segment_batches`: one batch
     in memory beside the recordings); the model runs in eval mode.
     """
@@ -104,7 +108,7 @@ def recording_logits(
     counts: list[int] = []
     chunks = []
     with torch.no_grad(), one_cpu_thread():
-        for batch in segment_batches(recordings, counts, offsets=linear_offsets(model)):
+        for batch in segment_batches(recordings, counts, offsets=static_offsets(model)):
             with autocast(device, precision):
                 _, refined = model(*(torch.from_numpy(a).to(device) for a in batch))
             chunks.append(refined.float().cpu().numpy().astype(np.float64))

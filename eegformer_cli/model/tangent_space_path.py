@@ -25,7 +25,8 @@ differences.
 Attributions (:func:`tangent_space_attributions`): Integrated Gradients (captum) of one class's
 logit onto the raw covariance entries, from the raw covariance whose shrunk matrix is the
 reference point (:func:`baseline_covariance`: its tangent vector is zero), and each band's and
-channel's share of them (:func:`band_power_shares`).
+channel's band power (the diagonal entries: a channel's variance in the band; the off-diagonal
+entries are pairs' covariances).
 """
 
 from __future__ import annotations
@@ -215,6 +216,35 @@ def baseline_covariance(path: TangentSpacePath) -> Tensor:
     return unshrink(path.reference())
 
 
+#: A covariance whose rows sum to at most this fraction of its mean variance is taken as one
+#: of average-referenced signals (every row of such a covariance sums to zero).
+AVERAGE_REFERENCED = 1e-4
+
+
+def average_referenced(covariance: Tensor) -> bool:
+    """Whether every band's matrix of ``covariance`` (K, C, C) has rows summing to zero (up to
+    :data:`AVERAGE_REFERENCED` of its mean variance): signals after the average reference."""
+    variance = torch.diagonal(covariance, dim1=-2, dim2=-1).mean(-1)
+    return bool((covariance.sum(-1).abs().amax(-1) <= AVERAGE_REFERENCED * variance).all())
+
+
+def average_reference_projector(n_channels: int, device=None) -> Tensor:
+    """float64 (C, C): ``I - 1 1^T / C``, the average reference as a matrix."""
+    eye = torch.eye(n_channels, dtype=torch.float64, device=device)
+    return eye - 1.0 / n_channels
+
+
+def attribution_baseline(path: TangentSpacePath, covariance: Tensor) -> Tensor:
+    """float64 (K, C, C), V^2: the baseline :func:`tangent_space_attributions` integrates from
+    for ``covariance``: :func:`baseline_covariance`, average-referenced (projected) when
+    ``covariance`` is (:func:`average_referenced`)."""
+    baseline = baseline_covariance(path)
+    if not average_referenced(covariance.to(baseline)):
+        return baseline
+    projector = average_reference_projector(baseline.shape[-1], baseline.device)
+    return projector @ baseline @ projector
+
+
 def tangent_space_attributions(
     path: TangentSpacePath, covariance: np.ndarray | Tensor, target: int, n_steps: int = 64
 ) -> tuple[np.ndarray, float]:
@@ -222,7 +252,17 @@ def tangent_space_attributions(
     the logit of class ``target`` (float64, :meth:`TangentSpacePath.logits64`; a binary model's
     logits are -z/2, +z/2, and the one of ``target`` is taken as is) onto the raw covariance
     entries of one recording, ``covariance`` (K, C, C), V^2, from
-    :func:`baseline_covariance`.
+    :func:`attribution_baseline`.
+
+    A covariance of average-referenced signals (:func:`average_referenced`) lies where every
+    row sums to zero; the entries are then redundant (a variance is minus the sum of its
+    row's covariances), and the gradient at such a matrix has parts along directions no
+    recording moves in, which the shrinkage's small eigenvalue on the all-ones direction makes
+    large: an entry's attribution would then be that part times its change, large and of
+    either sign, cancelling across entries. So the logit is integrated as a function of the
+    average-referenced matrix, ``logit(Pi C Pi)`` with ``Pi = I - 1 1^T / C`` (the same logit
+    for every recording, which is already average-referenced), from the average-referenced
+    baseline: a channel's variance then carries what its power does.
 
     Returns ``(attributions, delta)``: float64 (K, C, C), symmetric ``(A + A^T) / 2`` (entries
     (i, j) and (j, i) together carry the pair), in logit units, summing to
@@ -232,8 +272,15 @@ def tangent_space_attributions(
 
     device = path.reference_invsqrt.device
     inputs = torch.as_tensor(covariance).detach().to(device=device, dtype=torch.float64)[None]
-    baseline = baseline_covariance(path)[None]
-    integrated = IntegratedGradients(path.logits64)
+    baseline = attribution_baseline(path, inputs[0])[None]
+    logits = path.logits64
+    if average_referenced(inputs[0]):
+        projector = average_reference_projector(inputs.shape[-1], device)
+
+        def logits(matrix: Tensor) -> Tensor:
+            return path.logits64(projector @ matrix @ projector)
+
+    integrated = IntegratedGradients(logits)
     attributions, delta = integrated.attribute(
         inputs,
         baselines=baseline,
@@ -243,16 +290,3 @@ def tangent_space_attributions(
         return_convergence_delta=True,
     )
     return symmetrise(attributions[0].detach()).cpu().numpy(), float(delta.reshape(-1)[0])
-
-
-def band_power_shares(attributions: np.ndarray) -> np.ndarray:
-    """Symmetric attributions (K, C, C) (:func:`tangent_space_attributions`) -> (K, C): each
-    band's and channel's share, its variance's (diagonal) attribution plus half of every pair
-    it is in (a pair's total is its entries (i, j) and (j, i) together, split evenly between its
-    two channels): the row sums. What the report's head maps show; they add up to the
-    attributions' total."""
-    attributions = np.asarray(attributions, dtype=np.float64)
-    pairs = attributions + np.swapaxes(attributions, -1, -2)
-    diagonal = np.diagonal(attributions, axis1=-2, axis2=-1)
-    off_diagonal = pairs.sum(-1) - 2 * diagonal
-    return diagonal + off_diagonal / 2

@@ -29,6 +29,8 @@ from eegformer_cli.model.rotary import (
     drofe_default_demographics,
     drofe_paper_demographics,
 )
+from eegformer_cli.model.static_paths import StaticMix, reads_covariance
+from eegformer_cli.model.tangent_space_path import TangentSpacePath
 from eegformer_cli.model.tokenizer import (
     EDGES,
     NODE_FEATURES,
@@ -191,6 +193,10 @@ class ModelConfig:
     #: Data-derived: whether the transformer's logits are added to the linear path's (false:
     #: validation kept the linear path alone; the transformer is in the file but adds nothing).
     residual_kept: bool = True
+    #: Data-derived: the bands of the band covariances a tangent-space path reads
+    #: (``model/tangent_space_path.py``; the static stage mixes it with the linear path,
+    #: ``model/static_paths.py``); empty: no tangent-space path, the model of earlier versions.
+    tangent_space_bands: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -252,6 +258,11 @@ class ModelConfig:
         parse_interactions(self.interactions, self.band_names, self.channel_names)
         if not (self.residual_kept or self.linear_path):
             raise UsageError("residual_kept=false needs linear_path=true: the model would be empty")
+        if self.tangent_space_bands and not (self.linear_path and self.linear_on_means):
+            raise UsageError(
+                "tangent_space_bands needs linear_path=true and linear_on_means=true: the "
+                "tangent-space path is a part of the static stage on whole recordings"
+            )
 
     def token_names(self) -> list[str]:
         """The names of the transformer's tokens, in order: the bands, then
@@ -381,6 +392,7 @@ class XAIguiFormer(nn.Module):
             else None
         )
         self.linear = self._linear_path(len(interactions)) if config.linear_path else None
+        self.tangent_space, self.static_mix = self._tangent_space_path()
 
     def _linear_path(self, n_products: int) -> LinearPath:
         """The linear path (its weights zero until fitted), with the transformer's head set to
@@ -390,6 +402,18 @@ class XAIguiFormer(nn.Module):
         nn.init.zeros_(self.encoder.head.fc2.weight)
         nn.init.zeros_(self.encoder.head.fc2.bias)
         return LinearPath(n_features, config.n_classes)
+
+    def _tangent_space_path(self) -> tuple[TangentSpacePath | None, StaticMix | None]:
+        """The tangent-space path and the static mix of a model with covariance bands
+        (``model/static_paths.py``; the mix the linear path alone until fitted); else None."""
+        config = self.config
+        if not config.tangent_space_bands:
+            return None, None
+        n_bands = len(config.tangent_space_bands)
+        return (
+            TangentSpacePath(n_bands, config.n_channels, config.n_classes),
+            StaticMix(config.n_classes),
+        )
 
     def describe(self) -> dict:
         """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
@@ -498,7 +522,7 @@ class XAIguiFormer(nn.Module):
             token = self.interaction_token.embed(products)
             tokens = torch.cat((tokens, token[:, None]), dim=1)
         if offset is None and self.linear is not None:
-            offset = self.linear(self.linear_features(coh, wpli, age, sex, products))
+            offset = self._item_static_logits(coh, wpli, age, sex, products)
         if not self.config.xai_refinement:
             coarse = self.encoder.run(tokens, demographics)
             logits = self._with_linear(coarse.logits, offset)
@@ -536,6 +560,20 @@ class XAIguiFormer(nn.Module):
         if not grad_was_enabled:
             output = _detached(output)
         return output
+
+    def _item_static_logits(self, coh, wpli, age, sex, products) -> Tensor:
+        """(B, n_classes): the static stage of each batch item on its own (no ``offset``
+        given: an item is a recording of one segment). A model whose static stage reads band
+        covariances needs its recordings' offsets (``static_paths.recording_static_logits``)."""
+        logits = self.linear(self.linear_features(coh, wpli, age, sex, products))
+        if self.static_mix is None:
+            return logits
+        if reads_covariance(self):
+            raise RuntimeError(
+                "a model whose static stage reads band covariances is given its recordings' "
+                "static logits as offset (static_paths.recording_static_logits)"
+            )
+        return self.static_mix(logits, None)
 
     def _with_linear(self, transformer: Tensor, offset: Tensor | None) -> Tensor:
         """The model's logits from the transformer's (B, n_classes) and the linear path's."""

@@ -355,6 +355,16 @@ def _opened(path: str | Path) -> Iterator:
         ) from None
 
 
+def read_covariance_bands(source) -> list[str]:
+    """The bands of the band covariances of a connectome file (``source`` a path) or of a
+    :class:`Connectome` in memory; [] when it has none (written before eegformer stored
+    them)."""
+    if not isinstance(source, (str, Path)):
+        return list(source.covariance_bands) if source.covariance is not None else []
+    with _opened(source) as data:
+        return [str(b) for b in data["covariance_bands"]] if "covariance" in data else []
+
+
 def read_layout(path: Path) -> tuple[list[str], list[str], np.ndarray]:
     """(channels, bands, band edges float64 (B, 2) Hz) of a connectome file, without its
     arrays; InputDataError when it is unreadable."""

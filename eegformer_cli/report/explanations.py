@@ -29,6 +29,7 @@ from eegformer_cli.report.figures import (
     contrast_figure,
 )
 from eegformer_cli.report.page import add_figure, add_note
+from eegformer_cli.report.power_figures import add_band_power_section
 
 
 def check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
@@ -107,6 +108,7 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
     )
     _add_paths_note(report, written.get("classes") or {}, section)
     _add_attribution_figures(report, summary, written, section, band)
+    add_band_power_section(report, summary, written, section)
     _add_contrast(
         report,
         summary,
@@ -127,11 +129,13 @@ def _add_paths_note(report, classes: dict, section: str) -> None:
     for name, entry in classes.items():
         paths = (entry.get("paths") or {}).get("target")
         if paths:
+            tangent = paths.get("tangent_space")
             sentences.append(
                 f"{name} ({entry['n_recordings']} recordings): the logit of {name} moved by "
                 f"{paths['total']:+.2f} on average from the typical training recording, "
-                f"{paths['linear']:+.2f} of it from the linear path and "
-                f"{paths['transformer']:+.2f} from the transformer"
+                f"{paths['linear']:+.2f} of it from the linear path"
+                + ("" if tangent is None else f", {tangent:+.2f} from the tangent-space path,")
+                + f" and {paths['transformer']:+.2f} from the transformer"
             )
     if sentences:
         add_note(

@@ -304,7 +304,7 @@ def _draw_pairs(
     return limit
 
 
-def _colour_bar(fig, ax, limit: float, label: str):
+def colour_bar(fig, ax, limit: float, label: str):
     from matplotlib.colors import Normalize
 
     mappable = plt.cm.ScalarMappable(norm=Normalize(-limit, limit), cmap=plt.get_cmap("RdBu_r"))
@@ -372,7 +372,7 @@ def connectivity_head_figure(
         values = channel_pairs[k, shown, upper_i, upper_j]
         drawn = _strongest(values, n_lines)
         limit = _draw_pairs(ax, positions, values, masks[shown], drawn)
-        _colour_bar(fig, ax, limit, "attribution (logit units)")
+        colour_bar(fig, ax, limit, "attribution (logit units)")
         count = (
             "strongest pair"
             if len(drawn) == 1
@@ -452,7 +452,7 @@ def contrast_figure(
     cautions: dict | None = None,
     n_lines: int = HEAD_PAIRS,
 ):
-    """The class contrast of classes (A, B) (:func:`attributions.class_contrast`), each
+    """The class contrast of classes (A, B) (:func:`class_summary.class_contrast`), each
     connectivity measure on its own, so that a measure higher in B and one lower never cancel.
 
     ``summary``: the class summary's arrays (:func:`class_summary.load_class_summary`):
@@ -499,7 +499,7 @@ def contrast_figure(
         ):
             ax = fig.add_subplot(grid[row, column])
             limit = _draw_pairs(ax, _head_axes(ax, channels), data, mask, drawn)
-            _colour_bar(fig, ax, limit, label)
+            colour_bar(fig, ax, limit, label)
             ax.set_title(title + _caution_line(drawn, mask), fontsize=9)
     why = "chosen with --band" if band is not None else "the top band"
     fig.suptitle(

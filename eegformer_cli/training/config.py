@@ -69,6 +69,9 @@ LINEAR_PENALTIES = ("l2", "l1", "auto")
 #: Whether the transformer's residual is kept (``residual.py``): chosen on validation, never
 #: trained, always kept.
 RESIDUAL_MODES = ("auto", "off", "on")
+#: The static stage's candidates (``static_choice.py``): the inner CV's rule, or one candidate
+#: whatever it says ("connectivity": the linear path alone, as earlier versions).
+STATIC_PATHS = ("connectivity", "auto", "tangent_space", "stacked")
 
 # Fields of ModelConfig that come from the data, not from the user.
 DATA_DERIVED_MODEL_FIELDS = (
@@ -80,6 +83,7 @@ DATA_DERIVED_MODEL_FIELDS = (
     "linear_path",
     "linear_on_means",
     "residual_kept",
+    "tangent_space_bands",
 )
 
 
@@ -151,6 +155,10 @@ class TrainConfig:
     # the linear path on each recording's mean connectivity (the products of the means, one
     # logit per recording: ``model/linear_path.py``); false: per segment, as earlier versions
     linear_means: bool = False
+    # the static stage's candidates (static_choice.py): "auto" the connectivity path unless
+    # the tangent space or both stacked beat it by the inner CV's margin; "connectivity" the
+    # linear path alone (earlier versions); "tangent_space" / "stacked" that candidate
+    static_path: str = "connectivity"
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
@@ -216,6 +224,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "linear_path": True,
         "linear_penalty": "auto",
         "linear_means": True,
+        "static_path": "auto",
         "selection_metric": "log_loss",
         "model": {},
     },
@@ -376,6 +385,7 @@ def validate(config: TrainConfig) -> None:
     check_choice("selection_metric", config.selection_metric, SELECTION_METRICS)
     check_choice("linear_penalty", config.linear_penalty, LINEAR_PENALTIES)
     check_choice("residual", config.residual, RESIDUAL_MODES)
+    check_choice("static_path", config.static_path, STATIC_PATHS)
     _check_range("residual_margin", config.residual_margin, 0, None)
     if config.residual != "auto" and not config.linear_path:
         raise UsageError(

@@ -55,6 +55,16 @@ class TrainingData:
     #: ids of the recordings whose participant the manifest does not know (their
     #: ``participant_id`` is their recording id: splits of them are recording-wise)
     without_participant: list[str] = field(default_factory=list)
+    _covariance_bands: list[str] | None = field(default=None, repr=False)
+
+    def covariance_bands(self) -> list[str]:
+        """The bands of the band covariances every recording's connectome holds (what a
+        tangent-space path reads; read once, then kept); [] when any lacks them (preprocessed
+        by an earlier eegformer) or they differ."""
+        if self._covariance_bands is None:
+            found = {tuple(output.read_covariance_bands(r.connectome)) for r in self.recordings}
+            self._covariance_bands = list(found.pop()) if len(found) == 1 else []
+        return self._covariance_bands
 
     def label_indices(self, recordings: list[RecordingInfo] | None = None) -> np.ndarray:
         """int64 class index per recording (all recordings by default)."""
@@ -272,6 +282,7 @@ class ConnectomeDataset(Dataset):
             dtype=np.int64,
         ).reshape(-1, 2)
         self.cache = cache if cache is not None else RecordingCache(cache_bytes)
+        self._covariances: dict[str, np.ndarray | None] = {}
         self.segment_averaging = segment_averaging
         self.rng = rng if rng is not None else np.random.default_rng(0)
 
@@ -305,6 +316,20 @@ class ConnectomeDataset(Dataset):
     def recording_arrays(self, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(coh, wpli) float32 (n_segments, n_bands, C, C) of recording ``r`` (cached)."""
         return self.cache.get(self.recordings[r], self.channels, self.bands)
+
+    def recording_covariance(self, r: int) -> np.ndarray | None:
+        """The band covariances float32 (n_covariance_bands, C, C), V^2, of recording ``r``
+        (kept once read: a few kB each), None when its connectome has none."""
+        rec = self.recordings[r]
+        if rec.recording_id not in self._covariances:
+            self._covariances[rec.recording_id] = read_covariances(rec, self.channels)
+        return self._covariances[rec.recording_id]
+
+    def recording_tuple(self, r: int) -> tuple:
+        """Recording ``r`` as ``model/predict.recording_logits`` reads it: ``(coh, wpli, age,
+        sex, covariance)`` (``model/static_paths.py``)."""
+        rec = self.recordings[r]
+        return (*self.recording_arrays(r), rec.age, rec.sex, self.recording_covariance(r))
 
 
 def read_covariances(recording: RecordingInfo, channels: list[str]) -> np.ndarray | None:

@@ -32,6 +32,7 @@ from eegformer_cli.model.devices import autocast, one_cpu_thread, resolve_precis
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
+from eegformer_cli.model.static_paths import clear_cross_fitted
 from eegformer_cli.training import augment, distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (
@@ -136,6 +137,7 @@ def build_model(
         **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
         linear_path=config.linear_path,
         linear_on_means=config.linear_path and config.linear_means,
+        tangent_space_bands=tangent_space_bands(data, config),
     )
     inner = XAIguiFormer(model_config)
     model: TrainedModel = StandardisedModel(inner) if config.input_standardisation else inner
@@ -144,6 +146,16 @@ def build_model(
         *(None, None) if stats is None else (stats["age_mean"], stats["age_std"])
     )
     return model
+
+
+def tangent_space_bands(data: TrainingData, config: TrainConfig) -> list[str]:
+    """The covariance bands of the model's tangent-space path: those of the data when the
+    config has a static stage with candidates (``static_path`` not "connectivity", a linear path
+    on recording means) and every recording holds band covariances; else [] (no such path;
+    ``fold_job`` says when the folder has no covariances)."""
+    if config.static_path == "connectivity" or not (config.linear_path and config.linear_means):
+        return []
+    return data.covariance_bands()
 
 
 def _loss(logits_coarse, logits_refined, targets, config: TrainConfig, weight):
@@ -168,13 +180,7 @@ def evaluate(
 
     def chunk_logits(chunk: list[int]) -> np.ndarray:
         return recording_logits(
-            model,
-            [
-                (*dataset.recording_arrays(r), dataset.recordings[r].age, dataset.recordings[r].sex)
-                for r in chunk
-            ],
-            device,
-            precision,
+            model, [dataset.recording_tuple(r) for r in chunk], device, precision
         )
 
     chunks = distributed.evaluation_chunks(
@@ -193,9 +199,7 @@ def attention_summary(
     dataset's cache), never all at once."""
     if not dataset.recordings:
         return None
-    recordings = (
-        (*dataset.recording_arrays(r), rec.age, rec.sex) for r, rec in enumerate(dataset.recordings)
-    )
+    recordings = (dataset.recording_tuple(r) for r in range(len(dataset.recordings)))
     return mean_diagnostics(recording_diagnostics(model, recordings, device, ablations))
 
 
@@ -275,7 +279,7 @@ def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
     kept = loop.residual.keep(selection.val_loss)
     loop.model.config.residual_kept = kept
     if loop.model.linear is not None:  # a residual is fitted only with a linear path
-        loop.model.linear.clear_cross_fitted()
+        clear_cross_fitted(loop.model)
     if not kept:
         selection.epoch = 0
     n_products = len(loop.screen.kept) if loop.screen else 0

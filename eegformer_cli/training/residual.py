@@ -44,9 +44,11 @@ from scipy.special import log_softmax, softmax
 
 from eegformer_cli.evaluation.calibration import fit_recalibration
 from eegformer_cli.model.linear_path import recording_features, uses_recording_means
+from eegformer_cli.model.static_paths import static_inner, tangent_space_of
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset
 from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
+from eegformer_cli.training.static_choice import fit_static_stage
 
 #: Segments of a recording through the model at a time when averaging its linear features.
 FEATURE_SEGMENTS = 256
@@ -105,9 +107,9 @@ def linear_path_alone(model):
 
 @dataclass
 class Residual:
-    """What the epoch loop needs of the linear path: each training recording's inner fold
+    """What the epoch loop needs of the static stage: each training recording's inner fold
     (``train_inner`` int64 (n_train,), indexed by the training set's recording index), each
-    validation recording's (``val_inner`` (n_val,)), and the linear path's own validation
+    validation recording's (``val_inner`` (n_val,)), and the static stage's own validation
     losses (:func:`calibrated_losses` of its cross-fitted logits)."""
 
     fit: LinearFit
@@ -116,21 +118,23 @@ class Residual:
     linear_val_losses: np.ndarray  # calibrated_losses of the cross-fitted logits, (n_val,)
     mode: str
     margin: float
-    #: float32 (n_train, n_features): the training recordings' features (what the fit read),
-    #: the offsets' input for a model on recording means.
-    train_features: torch.Tensor | None = None
+    #: float32 (n_train, n_classes): the training recordings' cross-fitted static logits, the
+    #: offsets of a model on recording means.
+    train_offsets: torch.Tensor | None = None
+    #: the static stage's choice among its candidates (``static_choice.StaticChoice.record``;
+    #: None: a model without a tangent-space path, the linear path alone)
+    static: dict | None = None
 
     def batch_offsets(self, model, coh, wpli, age, sex, recording: torch.Tensor) -> torch.Tensor:
-        """(B, n_classes) cross-fitted linear logits of a training batch (its inputs on the
-        model's device; ``recording`` (B,) the items' training-set recording indices): of
-        each item's recording's features for a model on recording means (with mixing: the
-        first recording's, as its inner model), else of the item's own."""
+        """(B, n_classes) cross-fitted static logits of a training batch (its inputs on the
+        model's device; ``recording`` (B,) the items' training-set recording indices): each
+        item's recording's for a model on recording means (with mixing: the first
+        recording's, as its inner model), else the linear path of the item's own features."""
         with torch.no_grad():
             index = recording.cpu()
-            if uses_recording_means(model) and self.train_features is not None:
-                features = self.train_features[index].to(coh.device)
-            else:
-                features = model.linear_features(coh, wpli, age, sex)
+            if uses_recording_means(model) and self.train_offsets is not None:
+                return self.train_offsets[index].to(coh.device)
+            features = model.linear_features(coh, wpli, age, sex)
             return model.linear.cross_fitted(features, self.train_inner[index])
 
     def validation_logits(
@@ -149,7 +153,7 @@ class Residual:
                 val_set.bands,
                 cache=val_set.cache,
             )
-            with model.linear.using_inner(int(k)):
+            with static_inner(model, int(k)):
                 logits[members] = evaluate(subset)
         return logits
 
@@ -177,6 +181,7 @@ class Residual:
         gain = self.gain(val_losses)
         return {
             **self.fit.summary(n_products),
+            **({} if self.static is None else {"static": self.static}),
             "residual": kept,
             "residual_mode": self.mode,
             "residual_margin": self.margin,
@@ -198,9 +203,10 @@ def fit_linear(
     config: TrainConfig,
     seed: int,
 ) -> Residual:
-    """Fit the linear path of ``model`` (on the CPU, statistics set) on the training and
-    validation recordings, store the refit and the inner models in it; the
-    :class:`Residual` the epoch loop uses."""
+    """Fit the static stage of ``model`` (on the CPU, statistics set) on the training and
+    validation recordings: its linear path, and for a model with a tangent-space path that
+    path and the choice among the candidates (``static_choice.py``); store the refits and the
+    inner models in it; the :class:`Residual` the epoch loop uses."""
     start = time.perf_counter()
     features = np.concatenate(
         [mean_linear_features(model, train_set), mean_linear_features(model, val_set)]
@@ -209,17 +215,29 @@ def fit_linear(
     groups = np.array([r.participant_id for r in train_set.recordings + val_set.recordings])
     n_classes = model.config.n_classes
     fit = fit_linear_path(features, labels, groups, n_classes, seed, config.linear_penalty)
-    fit.seconds = time.perf_counter() - start  # the features' time too
     weight, bias, inner_weight, inner_bias = fit.tensors()
     model.linear.set_weights(weight, bias)
     model.linear.set_cross_fitted(inner_weight, inner_bias)
+    cross_fitted, static = fit.cross_fitted, None
+    if tangent_space_of(model) is not None:
+        covariances = np.stack(
+            [
+                d.recording_covariance(r)
+                for d in (train_set, val_set)
+                for r in range(len(d.recordings))
+            ]
+        )
+        choice = fit_static_stage(model, fit, covariances, labels, groups, seed, config.static_path)
+        cross_fitted, static = choice.cross_fitted, choice.record()
+    fit.seconds = time.perf_counter() - start  # the features' and the other candidates' time too
     n_train = len(train_set.recordings)
     return Residual(
         fit,
         torch.from_numpy(fit.inner_fold[:n_train]),
         fit.inner_fold[n_train:],
-        calibrated_losses(fit.cross_fitted[n_train:], val_set.labels),
+        calibrated_losses(cross_fitted[n_train:], val_set.labels),
         config.residual,
         config.residual_margin,
-        torch.from_numpy(features[:n_train]).float(),
+        torch.from_numpy(cross_fitted[:n_train]).float(),
+        static,
     )

@@ -110,6 +110,16 @@ class StandardisedModel(nn.Module):
         """The wrapped model's linear path (None without one)."""
         return self.model.linear
 
+    @property
+    def tangent_space(self):
+        """The wrapped model's tangent-space path (None without one)."""
+        return self.model.tangent_space
+
+    @property
+    def static_mix(self):
+        """The wrapped model's static mix (None without a tangent-space path)."""
+        return self.model.static_mix
+
     def forward(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, offset=None):
         return self.model(*self._standardise(coh, wpli), age, sex, offset)
 
