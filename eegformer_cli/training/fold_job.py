@@ -3,7 +3,7 @@ its ``val`` participants (:func:`fit.fit_model`), the references on train + val 
 regression, :mod:`reference`, and the tangent space, :mod:`tangent_space`, when the connectome
 files hold band covariances), all evaluated on the ``test`` participants, per recording
 (:func:`run_fold`); its result is what ``folds/<r{repeat}_f{fold}>.json`` holds. The
-permutation test reruns folds through it too.
+permutation test and the learning curve rerun folds through it too.
 """
 
 from __future__ import annotations
@@ -68,10 +68,15 @@ def _oof_rows(
 
 
 def run_fold(
-    plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.ndarray]], on_epoch=None
+    plan: RunPlan,
+    fold: splits.Fold,
+    features: dict[str, dict[str, np.ndarray]],
+    on_epoch=None,
+    attention: bool = True,
 ) -> tuple[FoldRecord, torch.nn.Module]:
     """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
-    :func:`reference_features`).
+    :func:`reference_features`); ``attention`` False leaves out the attention diagnostics
+    (the learning curve's refits: their scores alone are kept).
 
     Returns the fold's record (what ``folds/<name>.json`` holds) and the selected model.
     """
@@ -114,7 +119,9 @@ def run_fold(
         reference_C=chosen_c[REFERENCE_NAME],
         references_C=chosen_c,
         history=fit.history,
-        attention=attention_summary(fit.model, test_set, plan.device, ablations=True),
+        attention=attention_summary(fit.model, test_set, plan.device, ablations=True)
+        if attention
+        else None,
         oof=[
             row
             for name, probs in probabilities.items()
