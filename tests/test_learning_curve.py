@@ -94,7 +94,7 @@ def test_a_rising_curve_is_fitted_and_projected_with_an_interval():
 def test_a_flat_curve_is_said_to_be_flat_and_projects_its_level():
     curve, projection = simulated(dict.fromkeys((0.25, 0.5, 0.75, 1.0), 0.5), seed=1)
     assert curve.status == "flat" and curve.params is None
-    assert abs(curve.level - 0.5) < 0.05
+    assert curve.level == curve.points[-1].bac and abs(curve.level - 0.5) < 0.05
     assert {p.bac for p in projection} == {curve.level}
     assert projection[0].interval[0] < 0.5 < projection[0].interval[1]
     assert "the learning curve is flat" in curve.statement

@@ -26,8 +26,8 @@ than :data:`MIN_POINTS` points (the smaller subsets too small for the validation
 curve that is not monotone (a point below the one before it by more than twice their
 difference's standard error): the fit is unreliable; a flat curve (the rise from the smallest
 subset to the whole run is below :data:`NEGLIGIBLE_RISE`, or not above zero in 95 % of the
-draws of the test participants alone, which move every point's alike): its level, the mean of
-the points, is the projection.
+draws of the test participants alone, which move every point's alike): its level, the run's
+own BAC (the last point), is the projection, with that point's interval.
 """
 
 from __future__ import annotations
@@ -311,8 +311,8 @@ def model_curve(
     sigma = point_errors(known, tested)
     drop = non_monotone_drop(known, sigma)
     if drop is None and not rises(known, tested):
-        level = float(bac.mean())
-        interval = _percentiles(np.nanmean(boot, axis=0), level)
+        level = float(bac[-1])  # the run itself: a larger study is expected to measure it
+        interval = _percentiles(boot[-1], level)
         curve = ModelCurve(points=points, status="flat", level=level)
         projection = [ProjectedBac(n_participants=s, bac=level, interval=interval) for s in sizes]
         return _said(curve, projection, unit), projection
@@ -355,8 +355,9 @@ def _said(
     elif curve.status == "flat":
         text = (
             f"the learning curve is flat: from {known[0].n_participants:.0f} to "
-            f"{known[-1].n_participants:.0f} {units} the balanced accuracy stays at about "
-            f"{curve.level:.2f}, so more {units} of this kind are not expected to raise it"
+            f"{known[-1].n_participants:.0f} {units} the balanced accuracy does not rise "
+            f"beyond its noise ({known[0].bac:.2f} to {curve.level:.2f}), so more {units} of "
+            "this kind are not expected to raise it"
         )
     else:
         first, *rest = projection

@@ -75,8 +75,9 @@ def run_fold(
     attention: bool = True,
 ) -> tuple[FoldRecord, torch.nn.Module]:
     """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
-    :func:`reference_features`); ``attention`` False leaves out the attention diagnostics
-    (the learning curve's refits: their scores alone are kept).
+    :func:`reference_features`); ``attention`` False leaves out the attention diagnostics, on
+    the test recordings and in every epoch's history (the learning curve's refits: their
+    scores alone are kept).
 
     Returns the fold's record (what ``folds/<name>.json`` holds) and the selected model.
     """
@@ -93,6 +94,7 @@ def run_fold(
         seed,
         {"repeat": fold.repeat, "fold": fold.fold},
         on_epoch,
+        epoch_attention=attention,
     )
     positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
