@@ -75,12 +75,9 @@ def run_fold(
     attention: bool = True,
 ) -> tuple[FoldRecord, torch.nn.Module]:
     """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
-    :func:`reference_features`); ``attention`` False leaves out the attention diagnostics, on
-    the test recordings and in every epoch's history (the learning curve's refits: their
-    scores alone are kept).
-
-    Returns the fold's record (what ``folds/<name>.json`` holds) and the selected model.
-    """
+    :func:`reference_features`); returns the fold's record (what ``folds/<name>.json`` holds)
+    and the selected model. ``attention`` False: no attention diagnostics, on the test
+    recordings nor in the history (the learning curve's refits keep their scores alone)."""
     data, config = plan.data, plan.config
     train_recs, val_recs = recordings_of(data, fold.train), recordings_of(data, fold.val)
     test_recs = recordings_of(data, fold.test)
