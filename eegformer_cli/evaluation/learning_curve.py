@@ -18,11 +18,12 @@ Uncertainty: a bootstrap over participants (:data:`N_BOOTSTRAP` draws, :func:`bo
 the folds drawn with replacement (each fold's models stand for another training set), then
 each fold's test participants (one draw for every fraction and model, so the points move
 together), every point's BAC recomputed from the stored predictions and the curve refitted; the
-interval is the 2.5 and 97.5 percentiles of the refits' projections.
+interval is the 2.5 and 97.5 percentiles of the refits' projections (widened to hold the
+fitted value, where it is not inside them).
 
 A point's standard error is the larger of its standard error over folds and its standard
-deviation over the draws of the test participants. What is said instead of a projection to quote (:data:`STATUSES`): fewer
-than :data:`MIN_POINTS` points (the smaller subsets too small for the validation split); a
+deviation over the draws of the test participants. What is said instead of a projection to
+quote (:data:`STATUSES`): fewer than :data:`MIN_POINTS` points (the smaller subsets too small for the validation split); a
 curve that is not monotone (a point below the one before it by more than twice their
 difference's standard error): the fit is unreliable; a flat curve (the rise from the smallest
 subset to the whole run is below :data:`NEGLIGIBLE_RISE`, or not above zero in 95 % of the
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +65,8 @@ METHOD = (
     "nested stratified participant subsets of each outer training part, refit with the run's "
     "settings and scored on the fold's test participants; BAC(n) = a - b n^-c by weighted "
     "least squares (scipy.optimize.curve_fit); interval: 2.5-97.5 percentiles over a "
-    "bootstrap of each fold's test participants (docs/guide/results.md, 'Learning curve')"
+    "bootstrap of the folds and their test participants, the curve refitted on each draw "
+    "(docs/guide/results.md, 'Learning curve')"
 )
 
 
@@ -133,10 +136,12 @@ def fit_power_law(n, bac, sigma, start: Fit | None = None) -> Fit | None:
     best, best_cost = None, math.inf
     for p0 in starts:
         try:
-            params, _ = optimize.curve_fit(
-                power_law, x, bac, p0=p0, sigma=sigma, absolute_sigma=True, bounds=bounds
-            )
-        except (RuntimeError, ValueError, optimize.OptimizeWarning):
+            with warnings.catch_warnings():  # no covariance with as many points as parameters
+                warnings.simplefilter("ignore", optimize.OptimizeWarning)
+                params, _ = optimize.curve_fit(
+                    power_law, x, bac, p0=p0, sigma=sigma, absolute_sigma=True, bounds=bounds
+                )
+        except (RuntimeError, ValueError):
             continue
         cost = float(np.sum(((power_law(x, *params) - bac) / sigma) ** 2))
         if cost < best_cost:

@@ -66,11 +66,12 @@ def _band(
     """The extrapolation band: x from today's N through the projected sizes, and the lower
     and upper bounds there (today's: the last point's spread, or for a flat curve its level's
     interval)."""
-    last = [p for p in curve.points if p.bac is not None][-1]
-    spread = last.std or 0.0
-    xs, lows, highs = [n_now], [last.bac - spread], [last.bac + spread]
-    if curve.level is not None and projection[0].interval[0] is not None:
-        lows[0], highs[0] = projection[0].interval
+    last = float([p.bac for p in curve.points if p.bac is not None][-1])
+    spread = float([p.std for p in curve.points if p.bac is not None][-1] or 0.0)
+    xs, lows, highs = [n_now], [last - spread], [last + spread]
+    low, high = projection[0].interval
+    if curve.level is not None and low is not None and high is not None:
+        lows[0], highs[0] = low, high
     for point in projection:
         low, high = point.interval
         if low is not None and high is not None:
@@ -93,7 +94,7 @@ def learning_curve_figure(sample: SampleSize):
             continue
         ax.errorbar(  # each model a little to the side, so that the error bars do not hide
             [p.n_participants * (1 + 0.012 * (k - 1.5)) for p in known],
-            [p.bac for p in known],
+            [float(p.bac or 0.0) for p in known],
             yerr=[p.std or 0.0 for p in known],
             fmt="o",
             color=colour,
