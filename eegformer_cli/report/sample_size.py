@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from eegformer_cli.evaluation.learning_curve import Fit, describe_curves
 from eegformer_cli.evaluation.run_metrics import ModelCurve, ProjectedBac, RunMetrics, SampleSize
@@ -115,7 +116,11 @@ def learning_curve_figure(sample: SampleSize):
             xs, lows, highs = _band(curve, projection, n_now)
             ax.fill_between(xs, lows, highs, color=colour, alpha=0.15, linewidth=0)
     ax.axvline(n_now, color="grey", linewidth=1, linestyle=":", label=f"this study ({n_now:.0f})")
-    ax.set_xscale("log")
+    ax.set_xscale("log")  # ticks as numbers of participants, the minor ones at 2, 3 and 5
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_formatter(
+        FuncFormatter(lambda value, _: f"{value:g}" if f"{value:g}"[0] in "235" else "")
+    )
     ax.set(
         xlabel=f"{sample.unit}s in the study",
         ylabel="balanced accuracy (mean over folds)",
