@@ -210,6 +210,7 @@ def train(
     permutations: int = 0,
     permutation_model: str = "reference",
     split_by: str = "participant",
+    learning_curve: bool = False,
 ) -> RunMetrics | FoldRecord | None:
     """Cross-validate XAIguiFormer beside the reference models and write the final
     model file (``eegformer train``).
@@ -233,7 +234,9 @@ def train(
     if merge is not None:
         given = locals()  # every parameter of train, by name
         _refuse_settings_beside_merge({name: given[name] for name in _TRAINING_SETTINGS})
-        return merge_run(Path(merge), columns, permutations, permutation_model, n_jobs)
+        return merge_run(
+            Path(merge), columns, permutations, permutation_model, n_jobs, learning_curve
+        )
     if data_dir is None or out is None or label_column is None:
         raise _missing(data_dir, out, label_column)
     _check_scheme(cv, repeats, holdout, splits)
@@ -264,6 +267,7 @@ def train(
         permutations=permutations,
         permutation_model=permutation_model,
         split_by=split_by,
+        learning_curve=learning_curve,
     )
 
 

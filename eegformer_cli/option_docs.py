@@ -328,7 +328,7 @@ TRAIN = Options(
     merge=Option(
         "path | None",
         "Finish a run whose folds were trained by --fold jobs: final "
-        "model and summaries (also adds --confounds or --permutations to a finished "
+        "model and summaries (also adds --confounds, --permutations or --learning-curve to a finished "
         "run; every training setting comes from the run folder) [default: none].",
     ),
     confounds=Option(
@@ -351,6 +351,14 @@ TRAIN = Options(
         "refused when a recording's participant is unknown) or recording (recordings without "
         "a participant id count as participants of their own; the run and its report then say "
         "recording-wise, as a person's recordings may be on both sides).",
+    ),
+    learning_curve=Option(
+        "bool",
+        "Learning curve: refit every model on nested, stratified participant subsets (25, 50, "
+        "75 %) of each fold's training part, scored on the fold's test participants, and "
+        "project the BAC to larger studies (an inverse power law, with a bootstrap interval); "
+        "in metrics.json's sample_size and the report. Resumable, spread by --n-jobs "
+        "[default: off].",
     ),
     permutation_model=Option(
         "str",

@@ -128,3 +128,17 @@ def test_a_paired_interval_wider_than_possible_is_clipped_and_said():
     )
     assert not narrow["ci95_clipped"] and -1 < narrow["ci95"][0] < narrow["ci95"][1] < 1
     assert "clipped" not in describe_comparison(compared(narrow, "a", "b"))
+
+
+def test_the_selection_scores_are_those_of_the_full_metrics():
+    from eegformer_cli.evaluation.metrics import classification_metrics, selection_scores
+
+    rng = np.random.default_rng(0)
+    for n_classes, labels in ((2, None), (3, None), (3, [0, 0, 2, 2, 0, 2])):
+        y = np.array(labels) if labels else rng.integers(0, n_classes, 40)
+        probabilities = rng.dirichlet(np.ones(n_classes), len(y))
+        full, chosen = (
+            classification_metrics(y, probabilities, None),
+            selection_scores(y, probabilities),
+        )
+        assert (chosen.bac, chosen.paper_bac, chosen.n) == (full.bac, full.paper_bac, full.n)

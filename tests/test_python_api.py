@@ -55,7 +55,8 @@ SIGNATURES = {
     "no_age_interactions=False, frequency_encoding=None, "
     "positive_label=None, "
     "n_jobs=1, overwrite=False, fold=None, merge=None, confounds=None, "
-    "permutations=0, permutation_model='reference', split_by='participant')",
+    "permutations=0, permutation_model='reference', split_by='participant', "
+    "learning_curve=False)",
     "commands.predict": "(model, inputs, *, participants=None, age=None, sex=None, "
     "max_interpolated=None, device='auto', precision='auto', strict=False, "
     "on_row=None, coverage=None)",

@@ -279,6 +279,9 @@ def train(
         help=TRAIN.help("permutation_model"),
         rich_help_panel=TRUST,
     ),
+    learning_curve: bool = typer.Option(
+        False, "--learning-curve", help=TRAIN.help("learning_curve"), rich_help_panel=TRUST
+    ),
 ) -> None:
     """Train XAIguiFormer with participant-wise validation, beside two reference models.
 

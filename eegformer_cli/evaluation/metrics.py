@@ -89,6 +89,26 @@ def _classification_metrics(y_true, probabilities, positive_index) -> FoldScores
     )
 
 
+def selection_scores(y_true: np.ndarray, probabilities: np.ndarray) -> FoldScores:
+    """The scores an epoch's selection reads, ``bac`` and ``paper_bac``, the values
+    :func:`classification_metrics` gives (recall over the classes present in ``y_true``), and
+    ``n``; the others (AUROC, AUC-PR, accuracy) left None: a fit's validation after every epoch
+    needs none of them."""
+    y_true = np.asarray(y_true, dtype=int)
+    n_classes = np.asarray(probabilities).shape[1]
+    predicted = np.asarray(probabilities).argmax(axis=1)
+    matrix = np.bincount(y_true * n_classes + predicted, minlength=n_classes**2).reshape(
+        n_classes, n_classes
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        recall = np.diag(matrix) / matrix.sum(axis=1)
+    return FoldScores(
+        bac=float(np.mean(recall[~np.isnan(recall)])),
+        paper_bac=paper_balanced_accuracy(matrix),
+        n=len(y_true),
+    )
+
+
 def paper_balanced_accuracy(matrix: np.ndarray) -> float:
     """(macro specificity + macro recall) / 2 from a confusion matrix, over classes present."""
     matrix = np.asarray(matrix, dtype=float)

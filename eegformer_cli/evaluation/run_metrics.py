@@ -37,7 +37,8 @@ The tree (each class's fields are its JSON keys, in the file's order):
   (``linear_path`` where the residual was kept in no fold).
 - ``sample_size``: :class:`SampleSize`, what the run's number of participants resolves
   (:mod:`~eegformer_cli.evaluation.sample_size`), with :class:`SplitSeeds`, how often another
-  split seed would change the headline.
+  split seed would change the headline, and with ``train --learning-curve`` the learning curve
+  and its projection (:mod:`~eegformer_cli.evaluation.learning_curve`).
 
 Earlier versions' files load: a key they lack is None (``complete``: None, not known;
 ``comparisons``: None, use :attr:`RunMetrics.all_comparisons`), and keys this version does not
@@ -422,6 +423,60 @@ class SplitSeeds(Record):
 
 
 @dataclass
+class CurvePoint(Record):
+    """One point of a learning curve (:mod:`learning_curve`): the ``fraction`` of each outer
+    training part, the study size it stands for (``n_participants``), the mean training
+    participants per fold (``n_training``), the mean BAC over folds, its ``std`` over folds,
+    ``n_folds`` and each fold's BAC (``per_fold``, in fold order)."""
+
+    fraction: float = 1.0
+    n_participants: float = 0.0
+    n_training: float = 0.0
+    bac: float | None = None
+    std: float | None = None
+    n_folds: int = 0
+    per_fold: list[float | None] = field(default_factory=list)
+
+
+@dataclass
+class ModelCurve(Record):
+    """One model's learning curve: its ``points``, ``status`` (one of
+    :data:`learning_curve.STATUSES`), the fitted ``params`` (``a``, ``b``, ``c`` of
+    ``a - b n^-c``, n in participants; None when none was fitted), the ``level`` of a flat
+    curve and the ``statement`` in words."""
+
+    points: list[CurvePoint] = field(default_factory=list)
+    status: str = "fitted"
+    params: dict[str, float] | None = None
+    level: float | None = None
+    statement: str = ""
+
+
+@dataclass
+class ProjectedBac(Record):
+    """A learning curve's BAC at a study of ``n_participants``, with its 95 % ``interval``."""
+
+    n_participants: int = 0
+    bac: float | None = None
+    interval: list[float | None] = field(default_factory=lambda: [None, None])
+
+
+@dataclass
+class LearningCurveRun(Record):
+    """How the learning curve was made: the ``fractions`` of each outer training part refit,
+    those ``skipped`` (why, in words), the bootstrap's ``n_bootstrap`` draws, the refits'
+    ``seconds``, the ``statement`` to quote (``statement`` of the sample size, then the model's
+    curve) and the ``method``."""
+
+    fractions: list[float] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    n_bootstrap: int = 0
+    seconds: float | None = None
+    statement: str = ""
+    method: str = ""
+
+
+@dataclass
 class SampleSize(Record):
     """What the run's number of participants resolves (:func:`sample_size.assess`), by the
     corrected resampled t-test the verdict uses: ``n_participants`` (``unit`` s: participants,
@@ -433,8 +488,12 @@ class SampleSize(Record):
     difference (``participants_needed``, rounded to two significant figures; None where the
     difference is about zero or favours the reference); ``split_seeds`` (:class:`SplitSeeds`);
     ``statement`` the sentence to quote; ``method`` the assumptions, in words. Figures are None
-    where there is no interval (one split, or every fold scored the same)."""
+    where there is no interval (one split, or every fold scored the same). With
+    ``train --learning-curve`` (:mod:`learning_curve`; absent otherwise): ``learning_curve``
+    per model (:class:`ModelCurve`), ``projection`` per model (:class:`ProjectedBac` at round
+    study sizes) and ``learning_curve_run`` (:class:`LearningCurveRun`)."""
 
+    OPTIONAL = ("learning_curve", "projection", "learning_curve_run")
     n_participants: int | None = None
     unit: str = "participant"
     n_folds: int | None = None
@@ -448,6 +507,9 @@ class SampleSize(Record):
     split_seeds: SplitSeeds | None = None
     statement: str = ""
     method: str = ""
+    learning_curve: dict[str, ModelCurve] | None = None
+    projection: dict[str, list[ProjectedBac]] | None = None
+    learning_curve_run: LearningCurveRun | None = None
 
 
 @dataclass

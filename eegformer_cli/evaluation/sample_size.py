@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
+from eegformer_cli.evaluation.learning_curve import describe_curves
 from eegformer_cli.evaluation.run_metrics import (
     LINEAR_PATH_NAME,
     Comparison,
@@ -331,12 +332,14 @@ def _plus_minus(width: float, whole: float, digits: int = 3) -> str:
 
 
 def describe(sample: SampleSize) -> list[str]:
-    """``train``'s lines, one per figure: the score's half-width, each reference's figures and
-    the split seeds (the sentence to quote is the verdict's)."""
+    """``train``'s lines, one per figure: the score's half-width, each reference's figures,
+    the split seeds (the sentence to quote is the verdict's) and, with a learning curve, one
+    line per model (:func:`learning_curve.describe_curves`)."""
+    curves = describe_curves(sample.learning_curve)
     unit = f"{sample.unit}s"
     head = f"sample size: {sample.n_participants} {unit}, {sample.n_folds} test fold(s)"
     if sample.half_width is None:
-        return [f"{head}; {sample.statement}"]
+        return [f"{head}; {sample.statement}", *curves]
     lines = [
         f"{head}: the balanced accuracy's 95 % interval is {_plus_minus(sample.half_width, 1)} "
         "(corrected resampled t-test)"
@@ -370,4 +373,4 @@ def describe(sample: SampleSize) -> list[str]:
         )
     if sample.split_seeds:
         lines.append(f"split seeds: {sample.split_seeds.statement}")
-    return lines
+    return lines + curves

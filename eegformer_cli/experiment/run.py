@@ -11,7 +11,8 @@ separate jobs (``--fold``, ``--merge``).
    ``--n-jobs`` workers (:mod:`fold_training`); write the fold's model
    ``folds/<r{repeat}_f{fold}>.pt`` and then ``folds/<r{repeat}_f{fold}>.json``, atomically;
 3. write ``history.jsonl``, ``oof_predictions.tsv`` and ``metrics.json`` from all fold files
-   (:mod:`summaries`; with the shortcut audit and, on request, the permutation test);
+   (:mod:`summaries`; with the shortcut audit and, on request, the permutation test and the
+   learning curve, :mod:`.learning_curve`);
 4. the model file ``model.pt``: with ``holdout`` it is the model evaluated on the held-out
    participants (so ``predict`` on them reproduces ``oof_predictions.tsv``); with CV it is a
    model retrained on all participants with the same recipe (an inner validation split for
@@ -37,7 +38,9 @@ RUN_DIR's ``config.json`` and ``splits.json``, so the merged folder equals the f
 single run with the same settings (timings aside). A merge with folds missing names them and
 changes nothing. The shortcut audit and the permutation test concern the whole run, so they
 run here (``--confounds``, ``--permutations``, with ``--n-jobs`` workers), never in a fold job;
-a merge of a finished run adds them to it.
+a merge of a finished run adds them to it. The learning curve (``--learning-curve``) is made
+here too, but its refits are per fold: a fold job given it refits its own fold's subsets
+beside its record, and the merge computes only those missing.
 
 Locks: a whole run or a merge takes RUN_DIR's lock exclusively; fold jobs share it, so they run
 side by side but never alongside a whole run or a merge.
@@ -53,6 +56,7 @@ from eegformer_cli.atomic import ensure_dir, remove_stale_temporaries
 from eegformer_cli.errors import InputDataError, UsageError
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import audit, permutation, run_folder
+from eegformer_cli.experiment import learning_curve as learning_curve_module
 from eegformer_cli.experiment.fold_training import in_fold_order, train_models
 from eegformer_cli.experiment.run_folder import prepare_run_dir, run_folder_lock
 from eegformer_cli.experiment.summaries import completeness, write_summaries
@@ -80,6 +84,7 @@ def run_training(
     permutations: int = 0,
     permutation_model: str = "reference",
     split_by: str = "participant",
+    learning_curve: bool = False,
 ) -> RunMetrics | FoldRecord | None:
     """The whole ``eegformer train``; returns its metrics (also in ``metrics.json``).
 
@@ -95,7 +100,9 @@ def run_training(
     built-in nuisance variables; ``permutations``: refit the CV that many times on permuted
     labels, the null model being ``permutation_model`` (:mod:`permutation`). Both concern the
     whole run (and ``train --merge``), not a fold job. ``split_by``: ``"recording"`` accepts
-    recordings without a participant id (:func:`splits.split_unit`).
+    recordings without a participant id (:func:`splits.split_unit`). ``learning_curve``: refit
+    nested participant subsets of every fold's training part (:mod:`.learning_curve`; a fold
+    job refits its own fold's) and add the curve to ``sample_size``.
 
     Steps: :func:`_plan_request` (nothing written for a run that cannot start), then in the
     locked run folder :func:`_run_in_folder`.
@@ -105,8 +112,10 @@ def run_training(
     """
     request = RunRequest(data_dir, label_column, config, positive_label, splits_file, split_by)
     job = _plan_request(
-        request, fold_index, overwrite, n_jobs, confounds, permutations, permutation_model
+        request, fold_index, overwrite, n_jobs, confounds, (permutations, permutation_model)
     )
+    job = replace(job, learning_curve=learning_curve)
+    learning_curve_module.check_settings(learning_curve, len(job.plan.folds))
     run_dir = Path(run_dir)
     if distributed.is_writer():
         claim_folder(run_dir, "train", overwrite)
@@ -130,6 +139,7 @@ class _Job:
     n_workers: int  # parallel.worker_count of --n-jobs
     permutations: int
     permutation_model: str
+    learning_curve: bool = False
 
 
 def _run_in_folder(
@@ -154,12 +164,20 @@ def _run_in_folder(
         run_dir, plan, job.folds, results, features, job.n_workers, job.fold_index, extra
     )
     if job.fold_index is not None:
+        if writer and job.learning_curve:  # this fold's refits, beside its record
+            learning_curve_module.compute_records(run_dir, plan, job.folds, features, job.n_workers)
         return results[job.folds[0].name] if writer else None
-    pending = "the permutation test not finished" if job.permutations else None
-    metrics = (
-        write_summaries(
-            run_dir, plan, in_fold_order(results, job.folds), final_history, extra, pending
+    pending = [
+        what
+        for what, asked in (
+            ("the permutation test not finished", job.permutations),
+            (learning_curve_module.PENDING, job.learning_curve),
         )
+        if asked
+    ]
+    folds = in_fold_order(results, job.folds)
+    metrics = (
+        write_summaries(run_dir, plan, folds, final_history, extra, "; ".join(pending) or None)
         if writer
         else None
     )
@@ -167,7 +185,11 @@ def _run_in_folder(
         metrics = permutation.run_permutation_test(
             run_dir, plan, features, metrics, job.permutations, job.permutation_model, job.n_workers
         )
-        # the test is done ("complete" stays first)
+    if metrics is not None and job.learning_curve:
+        metrics = learning_curve_module.run_learning_curve(
+            run_dir, plan, features, metrics, folds, job.n_workers
+        )
+    if metrics is not None and pending:  # they are done ("complete" stays first)
         metrics = replace(metrics, **completeness(run_dir, plan, len(results)))
         run_folder.write_metrics(run_dir, metrics)
     return metrics
@@ -179,10 +201,11 @@ def _plan_request(
     overwrite: bool,
     n_jobs: int,
     confounds,
-    permutations: int,
-    permutation_model: str,
+    null_test: tuple[int, str],
 ) -> _Job:
-    """Check :func:`run_training`'s arguments and plan the run before anything is written."""
+    """Check :func:`run_training`'s arguments and plan the run before anything is written
+    (``null_test``: ``--permutations`` and ``--permutation-model``)."""
+    permutations, permutation_model = null_test
     n_workers = worker_count(n_jobs)
     permutation.check_settings(permutations, permutation_model)
     if fold_index is not None and (confounds or permutations):
@@ -234,6 +257,7 @@ def _claim_run_dir(
     if fold_index is None:
         remove_stale_temporaries(run_dir)
         remove_stale_temporaries(folds_dir)
+        remove_stale_temporaries(folds_dir / run_folder.LEARNING_CURVE)
     prepare_run_dir(run_dir, plan, overwrite)
     if positive_label is None and plan.positive_label is not None:
         why = (
@@ -345,11 +369,13 @@ def merge_run(
     permutations: int = 0,
     permutation_model: str = "reference",
     n_jobs: int = 1,
+    learning_curve: bool = False,
 ) -> RunMetrics | None:
     """``train --merge``: finish a run whose folds were trained by ``--fold`` jobs (or add the
-    shortcut audit's ``confounds`` or a permutation test to a finished run).
+    shortcut audit's ``confounds``, a permutation test or the learning curve to a finished
+    run, also one of an earlier version).
 
-    ``confounds``, ``permutations``, ``permutation_model`` and ``n_jobs``: as
+    ``confounds``, ``permutations``, ``permutation_model``, ``n_jobs`` and ``learning_curve``: as
     :func:`run_training`'s (they are not part of the run's
     identity). Returns the metrics (also written to ``metrics.json``; None on torchrun
     processes other than rank 0). Raises InputDataError when RUN_DIR is not a run folder,
@@ -375,6 +401,7 @@ def merge_run(
         permutations=permutations,
         permutation_model=permutation_model,
         split_by=request.split_by,
+        learning_curve=learning_curve,
     )
     assert not isinstance(metrics, FoldRecord)  # only a --fold job returns a fold's record
     return metrics

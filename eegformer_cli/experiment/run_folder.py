@@ -29,6 +29,10 @@ The layout of ``RUN_DIR`` (every file written atomically):
   ``repeat``, ``fold``, ``recording_id``, ``participant_id``, ``label``, ``predicted``,
   ``prob_<label>`` per class (:func:`write_oof_predictions`, :func:`read_oof_predictions`);
 - ``metrics.json``: :class:`run_metrics.RunMetrics` (its keys are documented there);
+- ``folds/learning_curve/<r{repeat}_f{fold}>_<percent>pct.json``: one refit of a fold's
+  nested participant subset for the learning curve (``repeat``, ``fold``, ``fraction``, its
+  ``train`` and ``val`` participants, ``metrics`` per model, ``oof`` rows, ``seconds``;
+  :mod:`learning_curve`), written beside the fold's by a whole run or by its ``--fold`` job;
 - ``permutations/<null model>/NNNNN.json``: one permutation's result (``index``, ``bac`` per
   model refit, ``seconds``; :mod:`permutation`);
 - ``model.pt``: the model file (its format belongs to :mod:`model_file`).
@@ -59,6 +63,7 @@ if TYPE_CHECKING:  # run_plan imports torch and splits scikit-learn, which predi
 CONFIG, SPLITS, HISTORY = "config.json", "splits.json", "history.jsonl"
 OOF, METRICS, MODEL = "oof_predictions.tsv", "metrics.json", "model.pt"
 FOLDS, FINAL, PERMUTATIONS = "folds", "final.json", "permutations"
+LEARNING_CURVE = "learning_curve"  # below FOLDS
 RUN_FILES = (
     CONFIG,
     SPLITS,
@@ -152,8 +157,14 @@ def prepare_run_dir(run_dir: Path, plan: RunPlan, overwrite: bool) -> None:
     splits.save_splits(run_dir / SPLITS, plan.scheme, plan.folds)
 
 
-#: The rest of a run's files (glob patterns below RUN_DIR): fold files, permutations.
-RUN_FILE_PATTERNS = ("folds/r*_f*.*", "folds/final.json", "permutations/*/[0-9]*.json")
+#: The rest of a run's files (glob patterns below RUN_DIR): fold files, learning-curve refits,
+#: permutations.
+RUN_FILE_PATTERNS = (
+    "folds/r*_f*.*",
+    "folds/final.json",
+    "folds/learning_curve/r*_f*_*pct.json",
+    "permutations/*/[0-9]*.json",
+)
 
 
 def _clear_run(run_dir: Path) -> None:
@@ -403,3 +414,27 @@ def write_permutation_result(run_dir: str | Path, null_model: str, result: dict)
     path = _permutation_path(run_dir, null_model, result["index"])
     ensure_dir(path.parent)
     write_json(path, result)
+
+
+def _subset_path(run_dir: str | Path, fold_name: str, fraction: float) -> Path:
+    return Path(run_dir) / FOLDS / LEARNING_CURVE / f"{fold_name}_{round(fraction * 100)}pct.json"
+
+
+def read_subset_record(run_dir: str | Path, fold_name: str, fraction: float) -> dict | None:
+    """The learning curve's refit of fold ``fold_name`` at ``fraction`` (module docstring),
+    None when it is not on disk (or unreadable: refit)."""
+    path = _subset_path(run_dir, fold_name, fraction)
+    if not path.is_file():
+        return None
+    try:
+        record = read_json(path)
+    except InputDataError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_subset_record(run_dir: str | Path, fold_name: str, record: dict) -> None:
+    """``folds/learning_curve/<fold>_<percent>pct.json`` of one refit (``record["fraction"]``)."""
+    path = _subset_path(run_dir, fold_name, record["fraction"])
+    ensure_dir(path.parent)
+    write_json(path, nan_to_none(record))

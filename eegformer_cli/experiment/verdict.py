@@ -365,15 +365,17 @@ def verdict_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
 
 def sample_size_lines(metrics: RunMetrics) -> list[tuple[str, str, str]]:
     """What this N resolves (``metrics.sample_size``, none in runs of earlier versions): the
-    sentence to quote, and where one split is fragile at this N, how often another split seed
+    sentence to quote (with the model's learning curve when there is one), and where one split is fragile at this N, how often another split seed
     changes the headline and the ``--repeats`` that settles it (a warning then)."""
     sample = metrics.sample_size
     if sample is None:
         return []
+    curve = sample.learning_curve_run  # with a learning curve, the sentence goes on with it
+    statement = curve.statement if curve is not None and curve.statement else sample.statement
     seeds = sample.split_seeds
     if seeds and seeds.fragile:
-        return [("sample size", f"{sample.statement}; {seeds.statement}", "warn")]
-    return [("sample size", sample.statement, "neutral")]
+        return [("sample size", f"{statement}; {seeds.statement}", "warn")]
+    return [("sample size", statement, "neutral")]
 
 
 def headline(metrics: RunMetrics) -> str:

@@ -27,7 +27,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from torch.utils.data import DataLoader
 
 from eegformer_cli.errors import UsageError
-from eegformer_cli.evaluation.metrics import FoldScores, classification_metrics
+from eegformer_cli.evaluation.metrics import FoldScores, selection_scores
 from eegformer_cli.model.devices import autocast, one_cpu_thread, resolve_precision, seed_everything
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.interactions import Interaction
@@ -212,18 +212,24 @@ def fit_model(
     seed: int,
     tag: dict,
     on_epoch=None,
+    epoch_attention: bool = True,
 ) -> FitResult:
     """Train one model on ``train_recs``, selecting the epoch on ``val_recs`` (per recording).
 
     ``tag`` (``{"repeat", "fold"}``) is copied into every history record; ``on_epoch(record)``
-    is called after each epoch (progress display). Returns the model with the selected
-    epoch's weights, on ``device``, in eval mode.
+    is called after each epoch (progress display); ``epoch_attention`` False leaves the
+    attention summary out of the history (a fit whose history is not kept). Returns the model
+    with the selected epoch's weights, on ``device``, in eval mode.
     """
     with one_cpu_thread():
-        return _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch)
+        return _fit_model(
+            data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention
+        )
 
 
-def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) -> FitResult:
+def _fit_model(
+    data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention=True
+) -> FitResult:
     """:func:`fit_model`: set up, then per epoch :func:`train_one_epoch`, :func:`validate` and
     the selection, until the last epoch or ``config.patience`` epochs without a better one."""
     start = time.perf_counter()
@@ -234,7 +240,9 @@ def _fit_model(data, train_recs, val_recs, config, device, seed, tag, on_epoch) 
     for epoch in range(epochs):
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)
-        val_loss, scores, attention, calibrated = validate(loop, config, device, tag, epoch)
+        val_loss, scores, attention, calibrated = validate(
+            loop, config, device, tag, epoch, epoch_attention
+        )
         record = {
             **tag,
             "epoch": epoch + 1,
@@ -512,11 +520,16 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
 
 
 def validate(
-    loop: _Loop, config: TrainConfig, device: torch.device, tag: dict, epoch: int
+    loop: _Loop,
+    config: TrainConfig,
+    device: torch.device,
+    tag: dict,
+    epoch: int,
+    attention: bool = True,
 ) -> tuple[float, FoldScores, dict | None, np.ndarray | None]:
     """The model on the validation recordings after epoch ``epoch`` (0-based): (cross-entropy
-    of the per-recording logits, :func:`classification_metrics` of their softmax, the attention
-    summary without ablations, with a linear path the cross-entropy at the logits' best
+    of the per-recording logits, the :func:`selection_scores` of their softmax, the attention
+    summary without ablations (None without ``attention``), with a linear path the cross-entropy at the logits' best
     temperature per recording, ``residual.calibrated_losses``). UsageError when the logits are
     not finite
     (diverged)."""
@@ -540,10 +553,10 @@ def validate(
         )
     labels = loop.val_set.labels
     val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
-    metrics = classification_metrics(labels, softmax(logits, axis=1), None)
+    metrics = selection_scores(labels, softmax(logits, axis=1))
     calibrated = None if loop.residual is None else calibrated_losses(logits, labels)
-    attention = attention_summary(loop.model, loop.val_set, device, ablations=False)
-    return val_loss, metrics, attention, calibrated
+    summary = attention_summary(loop.model, loop.val_set, device, False) if attention else None
+    return val_loss, metrics, summary, calibrated
 
 
 @dataclass

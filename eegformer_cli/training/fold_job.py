@@ -3,7 +3,7 @@ its ``val`` participants (:func:`fit.fit_model`), the references on train + val 
 regression, :mod:`reference`, and the tangent space, :mod:`tangent_space`, when the connectome
 files hold band covariances), all evaluated on the ``test`` participants, per recording
 (:func:`run_fold`); its result is what ``folds/<r{repeat}_f{fold}>.json`` holds. The
-permutation test reruns folds through it too.
+permutation test and the learning curve rerun folds through it too.
 """
 
 from __future__ import annotations
@@ -68,13 +68,16 @@ def _oof_rows(
 
 
 def run_fold(
-    plan: RunPlan, fold: splits.Fold, features: dict[str, dict[str, np.ndarray]], on_epoch=None
+    plan: RunPlan,
+    fold: splits.Fold,
+    features: dict[str, dict[str, np.ndarray]],
+    on_epoch=None,
+    attention: bool = True,
 ) -> tuple[FoldRecord, torch.nn.Module]:
     """Train, select and evaluate one fold (XAIguiFormer and the references of ``features``,
-    :func:`reference_features`).
-
-    Returns the fold's record (what ``folds/<name>.json`` holds) and the selected model.
-    """
+    :func:`reference_features`); returns the fold's record (what ``folds/<name>.json`` holds)
+    and the selected model. ``attention`` False: no attention diagnostics, on the test
+    recordings nor in the history (the learning curve's refits keep their scores alone)."""
     data, config = plan.data, plan.config
     train_recs, val_recs = recordings_of(data, fold.train), recordings_of(data, fold.val)
     test_recs = recordings_of(data, fold.test)
@@ -88,6 +91,7 @@ def run_fold(
         seed,
         {"repeat": fold.repeat, "fold": fold.fold},
         on_epoch,
+        epoch_attention=attention,
     )
     positive = None if plan.positive_label is None else data.label_names.index(plan.positive_label)
     test_set = ConnectomeDataset(test_recs, data.label_names, data.channels, data.bands)
@@ -114,7 +118,9 @@ def run_fold(
         reference_C=chosen_c[REFERENCE_NAME],
         references_C=chosen_c,
         history=fit.history,
-        attention=attention_summary(fit.model, test_set, plan.device, ablations=True),
+        attention=attention_summary(fit.model, test_set, plan.device, ablations=True)
+        if attention
+        else None,
         oof=[
             row
             for name, probs in probabilities.items()
