@@ -61,7 +61,7 @@ def path_logit_changes(
     sex: Tensor,
     target: int | tuple[int, int],
     reference: tuple[Tensor, Tensor] | None,
-    covariance: Tensor | None = None,
+    covariance: np.ndarray | Tensor | None = None,
 ) -> dict | None:
     """``{"total", "linear", "transformer"}`` (and ``"tangent_space"`` for a model whose
     static stage has a tangent-space path): the change of the explained output from the

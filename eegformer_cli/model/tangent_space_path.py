@@ -273,12 +273,14 @@ def tangent_space_attributions(
     device = path.reference_invsqrt.device
     inputs = torch.as_tensor(covariance).detach().to(device=device, dtype=torch.float64)[None]
     baseline = attribution_baseline(path, inputs[0])[None]
-    logits = path.logits64
-    if average_referenced(inputs[0]):
-        projector = average_reference_projector(inputs.shape[-1], device)
+    projector = (
+        average_reference_projector(inputs.shape[-1], device)
+        if average_referenced(inputs[0])
+        else None
+    )
 
-        def logits(matrix: Tensor) -> Tensor:
-            return path.logits64(projector @ matrix @ projector)
+    def logits(matrix: Tensor) -> Tensor:
+        return path.logits64(matrix if projector is None else projector @ matrix @ projector)
 
     integrated = IntegratedGradients(logits)
     attributions, delta = integrated.attribute(

@@ -565,7 +565,9 @@ class XAIguiFormer(nn.Module):
         """(B, n_classes): the static stage of each batch item on its own (no ``offset``
         given: an item is a recording of one segment). A model whose static stage reads band
         covariances needs its recordings' offsets (``static_paths.recording_static_logits``)."""
-        logits = self.linear(self.linear_features(coh, wpli, age, sex, products))
+        linear = self.linear
+        assert linear is not None  # the forward asks only a model with a linear path
+        logits = linear(self.linear_features(coh, wpli, age, sex, products))
         if self.static_mix is None:
             return logits
         if reads_covariance(self):

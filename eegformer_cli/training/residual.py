@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from scipy.special import log_softmax, softmax
 
+from eegformer_cli.errors import InputDataError
 from eegformer_cli.evaluation.calibration import fit_recalibration
 from eegformer_cli.model.linear_path import recording_features, uses_recording_means
 from eegformer_cli.model.static_paths import static_inner, tangent_space_of
@@ -220,13 +221,7 @@ def fit_linear(
     model.linear.set_cross_fitted(inner_weight, inner_bias)
     cross_fitted, static = fit.cross_fitted, None
     if tangent_space_of(model) is not None:
-        covariances = np.stack(
-            [
-                d.recording_covariance(r)
-                for d in (train_set, val_set)
-                for r in range(len(d.recordings))
-            ]
-        )
+        covariances = _covariances(train_set, val_set)
         choice = fit_static_stage(model, fit, covariances, labels, groups, seed, config.static_path)
         cross_fitted, static = choice.cross_fitted, choice.record()
     fit.seconds = time.perf_counter() - start  # the features' and the other candidates' time too
@@ -241,3 +236,23 @@ def fit_linear(
         torch.from_numpy(cross_fitted[:n_train]).float(),
         static,
     )
+
+
+def _covariances(*datasets: ConnectomeDataset) -> np.ndarray:
+    """float32 (n, K, C, C): the band covariances of every recording of ``datasets``, in
+    order; InputDataError naming one that has none (a folder preprocessed partly by an
+    earlier eegformer: ``TrainingData.covariance_bands`` reads every file first, so only a
+    file changed since)."""
+    out = []
+    for dataset in datasets:
+        for r, rec in enumerate(dataset.recordings):
+            covariance = dataset.recording_covariance(r)
+            if covariance is None:
+                raise InputDataError(
+                    f"recording {rec.recording_id!r} holds no band covariances, which this "
+                    "model's tangent-space path reads",
+                    path=rec.connectome,
+                    hint="rerun `eegformer preprocess` into this folder",
+                )
+            out.append(covariance)
+    return np.stack(out)
