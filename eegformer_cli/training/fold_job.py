@@ -187,8 +187,8 @@ def reference_features(data: TrainingData) -> dict[str, dict[str, np.ndarray]]:
         console.warn(
             f"{len(missing)} of {len(covariances)} connectome files hold no band "
             "covariances (preprocessed by an earlier eegformer): this run has no "
-            "tangent-space reference; rerun `eegformer preprocess` with the same "
-            "inputs and --out to add them"
+            "tangent-space reference, and its model no tangent-space path; rerun "
+            "`eegformer preprocess` with the same inputs and --out to add them"
         )
     else:
         features[TANGENT_SPACE_NAME] = {
