@@ -19,7 +19,8 @@ folds), and on every fold's training part (train + val participants, as the refe
   joint          ``conn``'s features beside the tangent-space vectors (``BandTangentSpace`` on the
                  training part) in one ``fit_linear_path`` (StandardScaler, L1 or L2 and C by the
                  inner CV); ``joint_tv`` the same on ``conn_tv``'s features
-  stacked        a class-balanced logistic regression (C by the inner CV) on two columns: the
+  stacked        a class-balanced logistic regression (C by the inner CV) on two columns (no
+                 candidate where either weight is negative, as in ``train``): the
                  cross-fitted decision values of ``conn`` (the linear path's own inner folds,
                  ``LinearFit.cross_fitted``) and of ``ts`` (the same inner folds, its chosen C
                  refitted per inner fold); at test time the refits' decision values. ``stacked_tv``
@@ -79,7 +80,6 @@ ALTERNATIVES = {
     "conn": ("ts", "joint", "stacked"),
     "conn_tv": ("ts", "joint_tv", "stacked_tv"),
 }
-STACK_GRID = (1e-2, 1e-1, 1.0, 10.0)
 #: The rule chosen on the screening studies (msu seeds 1 and 2, eegmat seeds 0 and 1, the
 #: simulated studies of seeds 101, 202, 303), fixed before msu seed 0 was run: the stacked
 #: candidate where its inner score beats the linear path's by more than 0.01, the tangent space
@@ -189,6 +189,7 @@ def _stack(z_fit, y_fit, groups, z_test, seed):
         reference_probabilities,
         search_logistic_c,
     )
+    from eegformer_cli.training.static_choice import STACK_GRID, stacker_mix
 
     search = search_logistic_c(
         make_pipeline(StandardScaler(), balanced_logistic_regression()),
@@ -198,7 +199,10 @@ def _stack(z_fit, y_fit, groups, z_test, seed):
         seed,
         STACK_GRID,
     )
-    return reference_probabilities(search, z_test, 2), _score(search.best_score_)
+    # as train's static stage: a stacker with a negative weight is no candidate
+    weight, _ = stacker_mix(search.best_estimator_)
+    score = _score(search.best_score_) if (weight >= 0).all() else None
+    return reference_probabilities(search, z_test, 2), score
 
 
 def run_fold(plan, fold, features) -> dict:

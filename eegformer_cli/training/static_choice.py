@@ -124,7 +124,7 @@ def _decision(logits: np.ndarray) -> np.ndarray:
     return logits[:, 1] - logits[:, 0]
 
 
-def _stacker_mix(pipeline) -> tuple[np.ndarray, np.ndarray]:
+def stacker_mix(pipeline) -> tuple[np.ndarray, np.ndarray]:
     """A fitted StandardScaler + LogisticRegression on the two decision values as a mix:
     ``weight`` (2,) on the paths' logits and ``bias`` (2,), so that the mix's logits are
     (-d/2, +d/2) of the stacker's decision d (each path's logits are (-z/2, +z/2))."""
@@ -144,7 +144,7 @@ def _stack(connectivity: LinearFit, tangent: LinearFit, labels, groups, seed):
     )
     pipeline = make_pipeline(StandardScaler(), balanced_logistic_regression())
     search = search_logistic_c(pipeline, values, labels, groups, seed, STACK_GRID)
-    weight, bias = _stacker_mix(search.best_estimator_)
+    weight, bias = stacker_mix(search.best_estimator_)
     # a path's decision values move the stacked one its own way or not at all: a negative
     # weight is the stacker fitting noise (two anti-correlated cross-fitted scores on a few
     # dozen people), so such a fit is no candidate (non-negative stacking, Breiman's)
@@ -162,7 +162,7 @@ def _stack(connectivity: LinearFit, tangent: LinearFit, labels, groups, seed):
             if len(np.unique(labels[inside])) < 2:
                 continue
             model = clone(search.best_estimator_).fit(values[inside], labels[inside])
-            inner_weight[fold], inner_bias[fold] = _stacker_mix(model)
+            inner_weight[fold], inner_bias[fold] = stacker_mix(model)
             cross_fitted[held] = (
                 np.einsum("p,npc->nc", inner_weight[fold], paths[held]) + inner_bias[fold]
             )
