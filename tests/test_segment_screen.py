@@ -10,6 +10,7 @@ import torch
 from builders import PLANTED, dynamic_study, tiny_config
 from sklearn.metrics import balanced_accuracy_score
 
+from eegformer_cli.explain.attributions import explain_recording
 from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.linear_path import recording_features
 from eegformer_cli.training import interaction_screen as screen
@@ -90,10 +91,21 @@ def test_the_linear_path_on_segment_products_reads_a_pair_that_bursts_together(t
     )
     assert model.config.linear_segment_products and model.config.interactions
     assert on_segments >= 0.85 and on_segments > on_means + 0.2
-    coh, wpli = ConnectomeDataset(
-        data.recordings[:1], data.label_names, data.channels, data.bands
-    ).recording_arrays(0)
+    first = ConnectomeDataset(data.recordings[:1], data.label_names, data.channels, data.bands)
+    coh, wpli = first.recording_arrays(0)
     age, sex = (torch.full((len(coh),), v) for v in (data.recordings[0].age, 0.0))
     products = model.interaction_products(torch.from_numpy(coh), torch.from_numpy(wpli), age, sex)
     features = recording_features(model, coh, wpli, data.recordings[0].age, 0.0)
     torch.testing.assert_close(features[0, -products.shape[1] :], products.mean(0))
+    explained = explain_recording(
+        model,
+        coh,
+        wpli,
+        data.recordings[0].age,
+        0.0,
+        data.label_names,
+        recording_id="sub-00",
+        n_steps=4,
+        covariance=first.recording_covariance(0),
+    )
+    assert np.isfinite(explained.paths["target"]["linear"])
