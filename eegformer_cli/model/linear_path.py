@@ -20,7 +20,10 @@ recording, added to every segment's logit of that recording as the forward's ``o
 mean of the segment logits (a recording's prediction, ``model/predict.py``) is the transformer's
 segment mean plus the linear logit of the recording's means: what the fit used. (On the
 screening studies, products of recording means beat the mean of per-segment products where
-an interaction is planted; docs/benchmarks.md, "The linear path".) A model
+an interaction is planted; docs/benchmarks.md, "The linear path".) With
+``ModelConfig.linear_segment_products`` the products are instead each recording's mean of its
+segments' products (:func:`mean_segment_products`): two couplings that burst in the same
+segments change that mean, not the product of the two means. A model
 file of an earlier version (``linear_on_means`` false) forms the features per segment, and the
 segment mean of their logits is the logit of the mean per-segment features, as before. Without
 an ``offset`` the forward always uses each item's own features: a batch item is then a
