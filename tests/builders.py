@@ -331,6 +331,36 @@ def planted_study(root, rule: str, n: int = 160, seed: int = 0):
     return folder
 
 
+def dynamic_study(root, n: int = 60, n_segments: int = 8, seed: int = 0):
+    """A folder of ``n`` participants of ``n_segments`` segments whose label is whether the two
+    :data:`PLANTED` entries are raised in the same segments: in patients both in one half of
+    the segments, in controls each in its own half (the dynamic scenario's design: every
+    entry's recording mean and spread alike in the classes)."""
+    rng = np.random.default_rng([seed, 36])
+    label = np.arange(n) % 2
+    folder = make_connectome_folder(
+        root,
+        n,
+        n_segments=n_segments,
+        seed=seed,
+        labels=["patient" if y else "control" for y in label],
+        effect=0.0,
+    )
+    for p in range(n):
+        path = folder / "connectomes" / f"sub-{p:02d}_rest.npz"
+        with np.load(path) as saved:
+            arrays = {key: saved[key] for key in saved.files}
+        order = rng.permutation(n_segments)
+        on_a = order[: n_segments // 2]
+        on_b = on_a if label[p] else order[n_segments // 2 :]
+        for on, entry in zip((on_a, on_b), PLANTED):
+            band, i, j = _entry_slot(entry)
+            arrays[entry.measure][on, band, i, j] += 0.25
+            arrays[entry.measure][on, band, j, i] += 0.25
+        np.savez(path, **arrays)
+    return folder
+
+
 # ------------------------------------------------------------------------------------------
 # synthetic recordings
 

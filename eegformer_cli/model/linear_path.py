@@ -20,7 +20,10 @@ recording, added to every segment's logit of that recording as the forward's ``o
 mean of the segment logits (a recording's prediction, ``model/predict.py``) is the transformer's
 segment mean plus the linear logit of the recording's means: what the fit used. (On the
 screening studies, products of recording means beat the mean of per-segment products where
-an interaction is planted; docs/benchmarks.md, "The linear path".) A model
+an interaction is planted; docs/benchmarks.md, "The linear path".) With
+``ModelConfig.linear_segment_products`` the products are instead each recording's mean of its
+segments' products (:func:`mean_segment_products`): two couplings that burst in the same
+segments change that mean, not the product of the two means. A model
 file of an earlier version (``linear_on_means`` false) forms the features per segment, and the
 segment mean of their logits is the logit of the mean per-segment features, as before. Without
 an ``offset`` the forward always uses each item's own features: a batch item is then a
@@ -93,13 +96,43 @@ def _scalar(value) -> float:
 def recording_features(model, coh, wpli, age, sex) -> Tensor:
     """(1, n_features) float32: the linear features of a recording's mean connectivity
     (``coh``, ``wpli`` raw, (S, T, C, C), numpy or tensors; ``age``, ``sex`` numbers or one per
-    segment): the mean standardised entries and the products of those means, on the device of
-    the model's linear path."""
+    segment): the mean standardised entries and the products of those means (with
+    ``ModelConfig.linear_segment_products`` the mean of the segments' products,
+    :func:`mean_segment_products`), on the device of the model's linear path."""
     device = model.linear.weight.device
     mean_coh, mean_wpli = (segment_mean(x).to(device) for x in (coh, wpli))
-    demographics = (torch.full((1,), _scalar(v), device=device) for v in (age, sex))
+    demographics = [torch.full((1,), _scalar(v), device=device) for v in (age, sex)]
+    products = None
+    if getattr(model.config, "linear_segment_products", False):
+        products = mean_segment_products(model, coh, wpli, *demographics)
     with torch.no_grad():
-        return model.linear_features(mean_coh, mean_wpli, *demographics).float()
+        return model.linear_features(mean_coh, mean_wpli, *demographics, products).float()
+
+
+def mean_segment_products(model, coh, wpli, age: Tensor, sex: Tensor) -> Tensor | None:
+    """(1, K) float32: the mean over a recording's segments of the kept pairs' products
+    (``model.interaction_products`` of each segment's raw ``coh``, ``wpli`` (S, T, C, C), numpy
+    or tensors; ``age``, ``sex`` (1,) on the linear path's device), summed in float64
+    :data:`MEAN_SEGMENTS` segments at a time; None for a model without kept pairs. A pair that
+    acts within recordings (two couplings bursting in the same segments) moves this mean while
+    the product of the two entries' means stays as it is; a recording's linear logit stays the
+    mean of its segments' (the logit is linear in the products)."""
+    device = model.linear.weight.device
+    total = None
+    with torch.no_grad():
+        for start in range(0, len(coh), MEAN_SEGMENTS):
+            block = [
+                torch.as_tensor(x[start : start + MEAN_SEGMENTS]).to(device) for x in (coh, wpli)
+            ]
+            n = len(block[0])
+            products = model.interaction_products(*block, age.expand(n), sex.expand(n))
+            if products is None:
+                return None
+            part = products.double().sum(0)
+            total = part if total is None else total + part
+    if total is None:
+        raise ValueError("mean_segment_products needs at least one segment")
+    return (total / len(coh)).float()[None]
 
 
 def recording_linear_logits(model, coh, wpli, age, sex) -> Tensor:

@@ -190,6 +190,8 @@ class ModelConfig:
     #: its means, one logit per recording given to every segment as ``offset``;
     #: ``model/linear_path.py``); false (model files of earlier versions): per segment.
     linear_on_means: bool = False
+    #: Data-derived: the linear path reads the mean of each segment's products, not the means'.
+    linear_segment_products: bool = False
     #: Data-derived: whether the transformer's logits are added to the linear path's (false:
     #: validation kept the linear path alone; the transformer is in the file but adds nothing).
     residual_kept: bool = True
@@ -239,10 +241,8 @@ class ModelConfig:
                 f"frequency_encoding={self.frequency_encoding!r}"
             )
         if self.channel_names is not None and len(self.channel_names) != self.n_channels:
-            raise UsageError(
-                f"channel_names has {len(self.channel_names)} names for "
-                f"n_channels={self.n_channels}"
-            )
+            n_names = len(self.channel_names)
+            raise UsageError(f"channel_names has {n_names} names for n_channels={self.n_channels}")
         if self.mlp_ratio <= 0 or self.n_gnn_layers < 0:
             raise UsageError(
                 f"invalid mlp_ratio={self.mlp_ratio!r} or n_gnn_layers="

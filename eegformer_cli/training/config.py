@@ -82,6 +82,7 @@ DATA_DERIVED_MODEL_FIELDS = (
     "channel_names",
     "linear_path",
     "linear_on_means",
+    "linear_segment_products",
     "residual_kept",
     "tangent_space_bands",
 )
@@ -144,6 +145,15 @@ class TrainConfig:
     interaction_permutations: int = 20
     interaction_null_quantile: float = 1.0
     interaction_proxies: bool = False
+    # ``interaction_segments``: the screen reads every training segment (its recording's
+    # label; permutations between participants) instead of each recording's mean, so that a
+    # pair acting together within recordings is found (off: recording means, as earlier
+    # versions)
+    interaction_segments: bool = False
+    # ``linear_segment_products``: the linear path on recording means reads the kept pairs'
+    # products as each recording's mean of its segments' products (off: the products of its
+    # means, as earlier versions)
+    linear_segment_products: bool = False
     # the linear path (linear_fit.py, residual.py): fitted first and convexly with
     # ``linear_penalty``; the transformer trained on its residual and kept (``residual``
     # "auto") only when validation cross-entropy improves by more than ``residual_margin``

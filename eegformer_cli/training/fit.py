@@ -44,8 +44,8 @@ from eegformer_cli.training.dataset import (
 from eegformer_cli.training.interaction_screen import (
     PROXY_CORRELATION,
     ScreenResult,
-    entry_means,
     entry_table,
+    screen_inputs,
     screen_interactions,
 )
 from eegformer_cli.training.model_file import demographic_stats
@@ -137,6 +137,7 @@ def build_model(
         **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
         linear_path=config.linear_path,
         linear_on_means=config.linear_path and config.linear_means,
+        linear_segment_products=config.linear_segment_products,
         tangent_space_bands=tangent_space_bands(data, config),
     )
     inner = XAIguiFormer(model_config)
@@ -418,25 +419,28 @@ def screen_fit(
     seed: int,
 ) -> ScreenResult | None:
     """The interaction screen on a fit's training recordings (``interaction_screen.py``):
-    their mean standardised entries (raw entries without input standardisation), labels,
-    participants and z-scored ages; None when the config screens nothing."""
+    their mean standardised entries (raw entries without input standardisation; each
+    segment's with ``config.interaction_segments``: ``screen_inputs``), labels, participants
+    and z-scored ages; None when the config screens nothing."""
     if not (config.interactions or config.age_interactions):
         return None
     identity = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
-    features = np.stack(
-        [
-            entry_means(*train_set.recording_arrays(r), stats or identity)
-            for r in range(len(train_set.recordings))
-        ]
-    )
     demographics = demographic_stats(ages)
     age_z = None
     if demographics is not None:
         age_z = np.nan_to_num((ages - demographics["age_mean"]) / demographics["age_std"])
-    return screen_interactions(
-        features,
+    features, labels, groups, age_z = screen_inputs(
+        (train_set.recording_arrays(r) for r in range(len(train_set.recordings))),
+        stats or identity,
         train_set.labels,
         np.array([r.participant_id for r in train_set.recordings]),
+        age_z,
+        config.interaction_segments,
+    )
+    return screen_interactions(
+        features,
+        labels,
+        groups,
         age_z,
         entry_table(data.channels, data.bands),
         max_pairs=config.interaction_max_pairs,
