@@ -64,7 +64,7 @@ def path_logit_changes(
     covariance: np.ndarray | Tensor | None = None,
 ) -> dict | None:
     """``{"total", "linear", "transformer"}`` (and ``"tangent_space"`` for a model whose
-    static stage has a tangent-space path): the change of the explained output from the
+    static stage gives a tangent-space path a weight): the change of the explained output from the
     baseline to the recording (logit units, mean over segments), and each path's part of it;
     ``target`` a class index, or ``(a, b)`` for ``logit(b) - logit(a)``.
 
@@ -117,9 +117,14 @@ def _static_changes(model, recording: tuple, baseline: tuple, covariance, target
     path = tangent_space_of(model)
     ours = recording_linear_logits(model, coh, wpli, age, sex)
     theirs = recording_linear_logits(model, baseline[0][:1], baseline[1][:1], age, sex)
-    if path is None:
-        change = float(_output((ours - theirs)[None], target)[0])
-        return {"offsets": (ours, theirs), "linear": change}
+    if path is None or not reads_covariance(model):  # no tangent part: its weight is 0
+        offsets = (
+            (ours, theirs)
+            if path is None
+            else tuple(model.static_mix(c[None], None)[0].float() for c in (ours, theirs))
+        )
+        change = float(_output((offsets[0] - offsets[1])[None], target)[0])
+        return {"offsets": offsets, "linear": change}
     covariances = (None, None)  # a recording without them: its static logits raised first
     if covariance is not None:
         matrix = torch.as_tensor(covariance, device=path.reference_invsqrt.device).double()

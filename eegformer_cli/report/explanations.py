@@ -137,12 +137,22 @@ def _add_paths_note(report, classes: dict, section: str) -> None:
                 + ("" if tangent is None else f", {tangent:+.2f} from the tangent-space path,")
                 + f" and {paths['transformer']:+.2f} from the transformer"
             )
+    tangent = any(
+        "tangent_space" in ((entry.get("paths") or {}).get("target") or {})
+        for entry in classes.values()
+    )
     if sentences:
         add_note(
             report,
-            "The model's two paths",
-            "The model adds a linear path (a logistic regression fitted first) and a "
-            "transformer trained on what it misses; the maps below are of the whole model. "
+            "The model's three paths" if tangent else "The model's two paths",
+            (
+                "The model adds a linear path and a tangent-space path (logistic regressions "
+                "fitted first, on the mean connectivity and on the band covariances)"
+                if tangent
+                else "The model adds a linear path (a logistic regression fitted first)"
+            )
+            + " and a transformer trained on what it misses; the maps below are of the whole "
+            "model. "
             + "; ".join(sentences)
             + ". A transformer part near 0 means the transformer adds nothing here (its "
             "residual was not kept, or it agrees with the linear path).",
