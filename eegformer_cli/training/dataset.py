@@ -220,12 +220,21 @@ CACHE_BYTES = 512 * 2**20
 class RecordingCache:
     """The most recently used recordings' (coh, wpli) arrays, at most ``max_bytes`` of them
     (beside the one being read), keyed by recording id: one may be shared by the datasets of a
-    fit, so their recordings are bounded together, not per dataset."""
+    fit, so their recordings are bounded together, not per dataset. Their band covariances
+    (a few kB each) are kept once read, outside the bound."""
 
     def __init__(self, max_bytes: int = CACHE_BYTES):
         self.max_bytes = max_bytes
         self._arrays: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._bytes = 0
+        self._covariances: dict[str, np.ndarray | None] = {}
+
+    def covariance(self, rec: RecordingInfo, channels: list[str]) -> np.ndarray | None:
+        """The band covariances float32 (n_covariance_bands, C, C), V^2, of ``rec``
+        (:func:`read_covariances`, read once), None when its connectome has none."""
+        if rec.recording_id not in self._covariances:
+            self._covariances[rec.recording_id] = read_covariances(rec, channels)
+        return self._covariances[rec.recording_id]
 
     def get(self, rec: RecordingInfo, channels: list[str], bands: list[str]) -> tuple:
         """(coh, wpli) float32 (n_segments, n_bands, C, C) of ``rec``, read when not cached."""
@@ -282,7 +291,6 @@ class ConnectomeDataset(Dataset):
             dtype=np.int64,
         ).reshape(-1, 2)
         self.cache = cache if cache is not None else RecordingCache(cache_bytes)
-        self._covariances: dict[str, np.ndarray | None] = {}
         self.segment_averaging = segment_averaging
         self.rng = rng if rng is not None else np.random.default_rng(0)
 
@@ -319,11 +327,9 @@ class ConnectomeDataset(Dataset):
 
     def recording_covariance(self, r: int) -> np.ndarray | None:
         """The band covariances float32 (n_covariance_bands, C, C), V^2, of recording ``r``
-        (kept once read: a few kB each), None when its connectome has none."""
-        rec = self.recordings[r]
-        if rec.recording_id not in self._covariances:
-            self._covariances[rec.recording_id] = read_covariances(rec, self.channels)
-        return self._covariances[rec.recording_id]
+        (in the shared cache: the inner folds' validation subsets read no file again), None
+        when its connectome has none."""
+        return self.cache.covariance(self.recordings[r], self.channels)
 
     def recording_tuple(self, r: int) -> tuple:
         """Recording ``r`` as ``model/predict.recording_logits`` reads it: ``(coh, wpli, age,

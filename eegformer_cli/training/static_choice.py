@@ -32,7 +32,8 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from eegformer_cli.evaluation.reference import balanced_logistic_regression, search_logistic_c
-from eegformer_cli.evaluation.tangent_space import BandTangentSpace, shrunk_covariances
+from eegformer_cli.evaluation.tangent_space import BandTangentSpace
+from eegformer_cli.model.tangent_space_path import shrink
 from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
 
 #: Inner-CV balanced accuracy a candidate must beat the connectivity path's by to carry the
@@ -101,22 +102,17 @@ def fit_tangent_space_path(path, covariances: np.ndarray, labels, groups, n_clas
     (n, K, C, C) raw, V^2. Sets its reference point and its classifier's refit and inner
     models; returns the classifier's :class:`LinearFit` (its ``inner_fold`` the same folds as
     the linear path's, as both come from the same labels, participants and seed)."""
-    with threadpool_limits(limits=1):
-        tangent = BandTangentSpace().fit(shrunk_covariances_of(covariances))
+    raw = torch.from_numpy(np.asarray(covariances, dtype=np.float64))
+    with threadpool_limits(limits=1):  # the reference points: pyRiemann's mean, as the reference's
+        tangent = BandTangentSpace().fit(shrink(raw).numpy())
     path.set_reference(np.stack([band.reference_ for band in tangent.bands_]))
     with torch.no_grad():
-        vectors = path.features(torch.from_numpy(np.asarray(covariances))).double().numpy()
+        vectors = path.features(raw).double().numpy()
     fit = fit_linear_path(vectors, labels, groups, n_classes, seed, "l2")
     weight, bias, inner_weight, inner_bias = fit.tensors()
     path.classifier.set_weights(weight, bias)
     path.classifier.set_cross_fitted(inner_weight, inner_bias)
     return fit
-
-
-def shrunk_covariances_of(covariances: np.ndarray) -> np.ndarray:
-    """float64 (n, K, C, C): every recording's band covariances shrunk
-    (``tangent_space.shrunk_covariances``)."""
-    return np.stack([shrunk_covariances(c) for c in covariances])
 
 
 def _decision(logits: np.ndarray) -> np.ndarray:
