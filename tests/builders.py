@@ -32,6 +32,8 @@ SAMPLE_DATA = REPO / "sample_data"
 EARLIER_RUN = Path(__file__).parent / "data" / "run_folder_40b91a5"
 #: A run folder written by commit eb6edf8, fold model files included (its README says how).
 PINNED_RUN = Path(__file__).parent / "data" / "run_folder_eb6edf8"
+#: A run folder whose models have a tangent-space path, its logits stacked with the linear path's.
+STACKED_RUN = Path(__file__).parent / "data" / "run_folder_78d9a86"
 
 
 def shared_dataset(name: str) -> Path:

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from builders import EARLIER_RUN, PINNED_RUN, make_connectome_folder
+from builders import EARLIER_RUN, PINNED_RUN, STACKED_RUN, make_connectome_folder
 
 from eegformer_cli import load_model
 
 #: Each committed run folder and the ``make_connectome_folder`` arguments of its data.
-PINNED = {EARLIER_RUN: {"n_participants": 20}, PINNED_RUN: {"n_participants": 20, "effect": 0.05}}
+PINNED = {
+    EARLIER_RUN: {"n_participants": 20},
+    PINNED_RUN: {"n_participants": 20, "effect": 0.05},
+    STACKED_RUN: {"n_participants": 20, "effect": 0.05},
+}
 
 
 def stored_predictions(run: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -45,10 +49,11 @@ def test_committed_model_files_predict_what_they_predicted(run, tmp_path):
             )
 
 
-def test_fold_models_give_the_runs_out_of_fold_predictions():
-    """The pinned run's fold models on their test recordings: oof_predictions.tsv's rows."""
-    stored = stored_predictions(PINNED_RUN)
-    with open(PINNED_RUN / "oof_predictions.tsv", newline="") as handle:
+@pytest.mark.parametrize("run", [PINNED_RUN, STACKED_RUN], ids=lambda run: run.name)
+def test_fold_models_give_the_runs_out_of_fold_predictions(run):
+    """A pinned run's fold models on their test recordings: oof_predictions.tsv's rows."""
+    stored = stored_predictions(run)
+    with open(run / "oof_predictions.tsv", newline="") as handle:
         oof = list(csv.DictReader(handle, delimiter="\t"))
     model_rows = [row for row in oof if row["model"] == "xaiguiformer"]
     assert len(model_rows) == 20
