@@ -41,7 +41,7 @@ from eegformer_cli.cli.app import main
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.preprocess import PreprocessSettings, run_preprocess
 from eegformer_cli.training.model_file import save_model_file
-from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
+from eegformer_cli.training.standardise import connectivity_stats
 
 
 def make_model_file(prep: Path, path: Path) -> int:
@@ -60,8 +60,9 @@ def make_model_file(prep: Path, path: Path) -> int:
         band_edges_hz=edges.tolist(),
         n_classes=2,
         channel_names=channels,
+        input_standardisation=True,
     )
-    model = StandardisedModel(XAIguiFormer(config))
+    model = XAIguiFormer(config)
     model.set_stats(connectivity_stats([(coh, wpli)]))
     save_model_file(
         path,

@@ -34,11 +34,6 @@ from eegformer_cli.model.precision import policy_off
 from eegformer_cli.training.model_file import load_model_file
 
 
-def xaiguiformer(model):
-    """The XAIguiFormer inside a model file's model (a StandardisedModel wraps it)."""
-    return getattr(model, "model", model)
-
-
 @contextlib.contextmanager
 def attention_logit_peak(model, peak: list):
     """Record in ``peak[0]`` the largest |q.k| / sqrt(Dh) of every transformer layer."""
@@ -49,8 +44,7 @@ def attention_logit_peak(model, peak: list):
         peak[0] = max(peak[0], float(logits.detach().abs().max()))
 
     handles = [
-        layer.attn.rotary.register_forward_hook(hook)
-        for layer in xaiguiformer(model).encoder.layers
+        layer.attn.rotary.register_forward_hook(hook) for layer in model.transformer.encoder.layers
     ]
     try:
         yield

@@ -108,13 +108,15 @@ class CaptumDeepLift(torch.nn.Module):
         from captum.attr import LayerDeepLift
 
         model = self.model
-        tokens = model.tokenizer(coh, wpli)
-        demographics = model.encode_demographics(age, sex)
-        coarse = model.encoder(tokens, demographics)
+        tokens = model.transformer.tokenizer(coh, wpli)
+        demographics = model.transformer.encode_demographics(age, sex)
+        coarse = model.transformer.encoder(tokens, demographics)
         target = coarse.detach().argmax(dim=1)
         explanations = []
-        for layer in model.encoder.layers:
-            attribution = LayerDeepLift(model.encoder, layer, multiply_by_inputs=True).attribute(
+        for layer in model.transformer.encoder.layers:
+            attribution = LayerDeepLift(
+                model.transformer.encoder, layer, multiply_by_inputs=True
+            ).attribute(
                 (tokens, demographics),
                 (torch.zeros_like(tokens), torch.zeros_like(demographics)),
                 target=target,
@@ -125,7 +127,7 @@ class CaptumDeepLift(torch.nn.Module):
             explanations.append(
                 attribution.detach() if model.config.detach_explanations else attribution
             )
-        refined = model.encoder.run(tokens, demographics, explanations).logits
+        refined = model.transformer.encoder.run(tokens, demographics, explanations).logits
         return SimpleNamespace(
             logits_coarse=coarse, logits_refined=refined, explanations=explanations
         )
@@ -213,7 +215,6 @@ def differences(one_pass: XAIguiFormer, captum: XAIguiFormer, inputs) -> dict:
 def default_step(args) -> dict:
     """Median step seconds of the ``--preset`` preset's model (module docs)."""
     from eegformer_cli.training.config import TrainConfig
-    from eegformer_cli.training.standardise import StandardisedModel
 
     bands, edges = BANDS[:8], BAND_EDGES_HZ[:8]
     fields = json.loads(args.model_json) if args.model_json else {}
@@ -224,12 +225,10 @@ def default_step(args) -> dict:
         band_names=bands,
         band_edges_hz=edges,
         n_classes=2,
+        input_standardisation=TrainConfig.preset_config(args.preset).input_standardisation,
         **fields,
     )
-    model = XAIguiFormer(config)
-    if TrainConfig.preset_config(args.preset).input_standardisation:
-        model = StandardisedModel(model)
-    model = model.to(args.device).train()
+    model = XAIguiFormer(config).to(args.device).train()
     generator = torch.Generator().manual_seed(0)
     coh, wpli = (
         torch.rand(args.batch, 8, args.channels, args.channels, generator=generator)

@@ -61,8 +61,8 @@ def test_residual_share_and_guidance_ratio_follow_their_definitions():
     coh, wpli, age, sex = connectome_batch()
     with explicit_attention(model):
         output = model.forward_with_details(coh, wpli, age, sex)
-    layer = model.encoder.layers[0]
-    demographics = model.encode_demographics(age, sex)
+    layer = model.transformer.encoder.layers[0]
+    demographics = model.transformer.encode_demographics(age, sex)
     for trace, explanation in (
         (output.attention_coarse[0], None),
         (output.attention_refined[0], output.explanations[0]),
@@ -87,9 +87,9 @@ def test_replaced_attention_is_a_plain_mean_or_the_identity_and_is_restored(kind
     torch.manual_seed(3)
     model = perturb(XAIguiFormer(small_config("default"))).eval()
     _coh, _wpli, age, sex = connectome_batch()
-    layer = model.encoder.layers[1].attn
+    layer = model.transformer.encoder.layers[1].attn
     tokens, explanation = torch.randn(3, T, 32), torch.randn(3, T, 32)
-    demographics = model.encode_demographics(age, sex)
+    demographics = model.transformer.encode_demographics(age, sex)
     before = layer(tokens, demographics, explanation)[0]
     with replaced_attention(model, "coarse", 1, kind):
         out, trace = layer(tokens, demographics)

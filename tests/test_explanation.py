@@ -41,14 +41,14 @@ def layer_deeplift(encoder, tokens, demographics, target, detach=False) -> list[
 def captum_forward(model: XAIguiFormer, coh, wpli, age, sex):
     """The model's forward with the explanations from :func:`layer_deeplift`: (coarse logits,
     refined logits, explained class, explanations)."""
-    tokens = model.tokenizer(coh, wpli)
-    demographics = model.encode_demographics(age, sex)
-    coarse = model.encoder(tokens, demographics)
+    tokens = model.transformer.tokenizer(coh, wpli)
+    demographics = model.transformer.encode_demographics(age, sex)
+    coarse = model.transformer.encoder(tokens, demographics)
     target = coarse.detach().argmax(dim=1)
     explanations = layer_deeplift(
-        model.encoder, tokens, demographics, target, model.config.detach_explanations
+        model.transformer.encoder, tokens, demographics, target, model.config.detach_explanations
     )
-    refined = model.encoder.run(tokens, demographics, explanations).logits
+    refined = model.transformer.encoder.run(tokens, demographics, explanations).logits
     return coarse, refined, target, explanations
 
 
@@ -89,12 +89,14 @@ def test_one_pass_equals_captum_without_the_model_wrapper():
     """Direct call on the transformer, with a target that is not argmax."""
     model = twin_model("paper")
     coh, wpli, age, sex = inputs()
-    tokens = model.tokenizer(coh, wpli).detach().requires_grad_()
-    demographics = model.encode_demographics(age, sex)
-    plain = model.encoder.run(tokens, demographics, keep_layer_inputs=True)
+    tokens = model.transformer.tokenizer(coh, wpli).detach().requires_grad_()
+    demographics = model.transformer.encode_demographics(age, sex)
+    plain = model.transformer.encoder.run(tokens, demographics, keep_layer_inputs=True)
     target = (plain.logits.argmax(1) + 1) % 3
-    coarse, chosen, ours = one_pass_deeplift(model.encoder, tokens, demographics, target)
-    theirs = layer_deeplift(model.encoder, tokens, demographics, target)
+    coarse, chosen, ours = one_pass_deeplift(
+        model.transformer.encoder, tokens, demographics, target
+    )
+    theirs = layer_deeplift(model.transformer.encoder, tokens, demographics, target)
     np.testing.assert_allclose(torch.stack(ours).detach(), torch.stack(theirs).detach(), atol=1e-5)
     # the baseline row appended to the batch leaves the samples' own coarse pass as it was
     assert torch.equal(chosen, target)

@@ -130,12 +130,12 @@ def test_an_unknown_age_acts_as_the_training_mean_age_in_the_interaction_token()
     # the entry-age product: 0 at the mean and for an unknown age, the entry times 3 at +3 SD
     assert torch.equal(products["unknown"][:, 0], torch.zeros(2))
     torch.testing.assert_close(products["mean"], products["unknown"])
-    entry = entry_values(coh, wpli, model.interaction_token.index_a)[:, 0]
+    entry = entry_values(coh, wpli, model.transformer.interaction_token.index_a)[:, 0]
     torch.testing.assert_close(products["older"][:, 0], 3 * entry)
     # the entry pair's product does not depend on age
     torch.testing.assert_close(products["older"][:, 1], products["mean"][:, 1])
     with torch.no_grad():
-        model.interaction_token.embed.weight.normal_(0, 5.0)
+        model.transformer.interaction_token.embed.weight.normal_(0, 5.0)
     logits = {k: model(coh, wpli, torch.tensor([v, v]), sex)[1] for k, v in ages.items()}
     torch.testing.assert_close(logits["unknown"], logits["mean"])
     # the path acts: the older people's logits with their products against the mean's products
@@ -153,7 +153,7 @@ def test_a_model_file_keeps_its_interactions_and_the_run_says_so(interaction_run
     bundle = load_model_file(run / "model.pt")
     kept = [Interaction.from_dict(d) for d in bundle.model.config.interactions]
     assert kept and {kept[0].a, kept[0].b} == set(PLANTED)
-    assert bundle.model.model.interaction_token is not None
+    assert bundle.model.transformer.interaction_token is not None
     # metrics.json and train's summary: what the screen kept, its best score and its gate
     metrics = run_folder.read_metrics(run)
     screens = metrics.interaction_screens

@@ -180,15 +180,15 @@ def test_a_linear_effect_keeps_no_residual_and_the_model_file_round_trips(linear
     metrics = json.loads((linear_run / "metrics.json").read_text())
     assert metrics["linear_path"]["residual_kept"] == sum(r["residual"] for r in records)
     raw = torch.load(linear_run / "model.pt", weights_only=True)
-    assert {"model.linear.weight", "model.linear.bias"} <= set(raw["state_dict"])
+    assert {"static.linear.weight", "static.linear.bias"} <= set(raw["state_dict"])
     bundle = load_model_file(linear_run / "model.pt")
     assert bundle.model.config.linear_path
-    assert torch.count_nonzero(bundle.model.linear.weight) > 0
+    assert torch.count_nonzero(bundle.model.static.linear.weight) > 0
     coh, wpli, age, sex = recording_tensors(linear_study, 0)
     with torch.no_grad():
-        linear = bundle.model.linear(bundle.model.linear_features(coh, wpli, age, sex))
+        linear = bundle.model.static.linear(bundle.model.linear_features(coh, wpli, age, sex))
         _, refined = bundle.model(coh, wpli, age, sex)
-    if not bundle.model.config.residual_kept:
+    if not bundle.model.kept:
         np.testing.assert_allclose(refined.numpy(), linear.numpy(), rtol=1e-6)
 
 
@@ -211,7 +211,7 @@ def test_the_paths_share_the_logit_and_the_attributions_add_up(
     from eegformer_cli.explain.attributions import explain_recording
 
     bundle = load_model_file(linear_run / "model.pt")
-    bundle.model.config.residual_kept = residual_kept
+    bundle.model.keep_transformer(residual_kept)
     coh, wpli, age, sex = recording_tensors(linear_study, 3)
     explanation = explain_recording(
         bundle.model,
@@ -275,8 +275,13 @@ def products_of_means(model, coh: np.ndarray, wpli: np.ndarray, age: float) -> n
     """float64 (n_features,): the linear features of a recording computed here from their
     definition: the standardised mean entries (upper triangles, coherence first, band-major),
     then the products of those means and mean entry x z-scored age."""
-    stats = {name: getattr(model, name).double().numpy() for name in ("coh_mean", "coh_std")}
-    stats |= {name: getattr(model, name).double().numpy() for name in ("wpli_mean", "wpli_std")}
+    stats = {
+        name: getattr(model.standardiser, name).double().numpy() for name in ("coh_mean", "coh_std")
+    }
+    stats |= {
+        name: getattr(model.standardiser, name).double().numpy()
+        for name in ("wpli_mean", "wpli_std")
+    }
     z = {
         m: (x.astype(np.float64).mean(0) - stats[f"{m}_mean"]) / stats[f"{m}_std"]
         for m, x in (("coh", coh), ("wpli", wpli))
@@ -284,7 +289,7 @@ def products_of_means(model, coh: np.ndarray, wpli: np.ndarray, age: float) -> n
     upper = np.triu_indices(coh.shape[-1], 1)
     entries = [z[m][:, upper[0], upper[1]].ravel() for m in ("coh", "wpli")]
     config = model.config
-    age_z = (age - float(model.model.age_mean)) / float(model.model.age_std)
+    age_z = (age - float(model.transformer.age_mean)) / float(model.transformer.age_std)
 
     def value(side) -> float:
         if side == "age":
@@ -322,7 +327,7 @@ def test_the_linear_path_alone_is_the_linear_fit_on_products_of_means(means_mode
     # predictions: the refit's logits of those features, whatever the batches
     logits = recording_logits(model, recordings, torch.device("cpu"))
     np.testing.assert_allclose(logits, features @ fit.weight.T + fit.bias, rtol=1e-4, atol=1e-5)
-    with linear_path_alone_ctx(model):
+    with model.static_alone():
         np.testing.assert_allclose(
             recording_logits(model, recordings, torch.device("cpu")), logits, atol=1e-6
         )
@@ -336,12 +341,6 @@ def test_the_linear_path_alone_is_the_linear_fit_on_products_of_means(means_mode
         torch.tensor([5]),
     )
     np.testing.assert_allclose(offsets[0].numpy(), fit.cross_fitted[5], rtol=1e-4, atol=1e-5)
-
-
-def linear_path_alone_ctx(model):
-    from eegformer_cli.training.residual import linear_path_alone
-
-    return linear_path_alone(model)
 
 
 def test_a_recording_across_batches_gets_its_offset_on_every_segment(means_model):
@@ -393,7 +392,7 @@ def test_the_linear_attributions_of_recording_means_add_up(means_model, contrast
     assert paths["linear"] == pytest.approx(paths["total"], rel=1e-5, abs=1e-6)
     features = products_of_means(model, coh.numpy(), wpli.numpy(), rec.age)
     base = products_of_means(model, reference[0][None].numpy(), reference[1][None].numpy(), rec.age)
-    weight = model.linear.weight.double().numpy()
+    weight = model.static.linear.weight.double().numpy()
     row = weight[1] - weight[0] if contrast else weight[1]
     np.testing.assert_allclose(
         attributions.interactions, (row * (features - base))[-2:], rtol=1e-4, atol=1e-6
@@ -589,10 +588,10 @@ def product_only_run(interaction_run, tmp_path_factory) -> dict:
     bundle = torch.load(run / "model.pt", map_location="cpu", weights_only=True)
     n_products = len(bundle["model_config"]["interactions"])
     assert n_products and bundle["model_config"]["linear_path"]
-    weight = bundle["state_dict"]["model.linear.weight"]
+    weight = bundle["state_dict"]["static.linear.weight"]
     weight[:, :-n_products] = 0.0
     weight[:, -n_products:] = torch.tensor([-0.5, 0.5])[:, None]  # a two-class logit pair
-    bundle["model_config"]["residual_kept"] = False
+    bundle["state_dict"]["transformer_kept"] = torch.tensor(False)
     torch.save(bundle, run / "model.pt")
     explanations = out / "explanations"
     assert (

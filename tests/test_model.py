@@ -67,7 +67,7 @@ def test_every_config_runs_forward_and_backward(name):
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     if config.n_layers:
-        assert model.encoder.layers[0].attn.qkv.weight.grad.abs().sum() > 0
+        assert model.transformer.encoder.layers[0].attn.qkv.weight.grad.abs().sum() > 0
 
 
 def test_timm_rms_norm_divides_by_the_unbiased_std_without_recentring():
@@ -229,7 +229,7 @@ def test_rose_needs_known_channel_names():
 
 def test_rose_positions_are_a_buffer_in_centimetres():
     model = XAIguiFormer(small_config(spatial_encoding="rose", channel_names=MODEL_CHANNELS))
-    positions = model.state_dict()["tokenizer.spatial.positions_cm"]
+    positions = model.state_dict()["transformer.tokenizer.spatial.positions_cm"]
     distance_o1_o2 = float((positions[4] - positions[5]).norm())
     assert 3.0 < distance_o1_o2 < 10.0  # O1-O2 on an adult head: about 5-6 cm
 
@@ -292,7 +292,7 @@ def test_config_and_state_dict_round_trip():
     model = XAIguiFormer(small_config(frequency_encoding="drofe_default"))
     model.set_demographic_stats(age_mean=44.0, age_std=12.0)
     with torch.no_grad():
-        model.encoder.layers[0].attn.rotary.beta.fill_(0.4)
+        model.transformer.encoder.layers[0].attn.rotary.beta.fill_(0.4)
     config = ModelConfig.from_dict(json.loads(json.dumps(model.config.to_dict())))
     assert config == model.config
     restored = XAIguiFormer(config)
@@ -324,7 +324,7 @@ def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
         torch.manual_seed(0)
         tokenizer = XAIguiFormer(
             small_config(readout=readout, n_gnn_layers=0, channel_embedding=False)
-        ).tokenizer.eval()
+        ).transformer.tokenizer.eval()
         tokens[readout] = (tokenizer(coh, wpli), tokenizer(swapped, wpli))
     torch.testing.assert_close(tokens["mean"][0], tokens["mean"][1], rtol=1e-5, atol=1e-6)
     flattened = tokens["channel_flatten_per_band"]
@@ -334,7 +334,7 @@ def test_mean_readout_sees_only_node_strengths_and_channel_flatten_sees_pairs():
 def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     torch.manual_seed(4)
     config = small_config(readout="channel_flatten_per_band", n_gnn_layers=0)
-    tokenizer = XAIguiFormer(config).tokenizer.eval()
+    tokenizer = XAIguiFormer(config).transformer.tokenizer.eval()
     readout = tokenizer.output_embedding
     n_bands, n, d = len(MODEL_BANDS), len(MODEL_CHANNELS), config.d_model
     assert readout.weight.shape == (n_bands, d, n * d) and readout.bias.shape == (n_bands, d)
@@ -353,7 +353,7 @@ def test_per_band_readout_is_one_linear_per_band_starting_from_shared_weights():
     tokens = tokenizer(coh, wpli)
     assert (tokens[:, 0] - tokens[:, 1]).abs().max() > 1e-3
     torch.manual_seed(4)
-    shared = XAIguiFormer(config).tokenizer.eval()  # the weights as initialised
+    shared = XAIguiFormer(config).transformer.tokenizer.eval()  # the weights as initialised
     torch.testing.assert_close(shared(coh, wpli)[:, 0], shared(coh, wpli)[:, 1])
     with pytest.raises(UsageError, match="needs n_bands"):
         ConnectomeTokenizer(
@@ -377,7 +377,7 @@ def test_wpli_reaches_the_tokens_through_node_features_only_with_coherence_wpli(
         torch.manual_seed(0)
         tokenizer = XAIguiFormer(
             small_config(node_features=node_features, n_gnn_layers=0)
-        ).tokenizer.eval()
+        ).transformer.tokenizer.eval()
         change = (tokenizer(coh, wpli) - tokenizer(coh, other_wpli)).abs().max()
         assert (change > 1e-3) if moves else (change == 0), (node_features, change)
     assert tokenizer.node_embedding.in_features == 2 * len(MODEL_CHANNELS)
@@ -388,19 +388,21 @@ def test_channel_identity_shapes_parameters_and_round_trip():
     config = small_config(readout="channel_flatten_per_band", channel_embedding=True)
     model = XAIguiFormer(config)
     n, d = len(MODEL_CHANNELS), config.d_model
-    assert model.tokenizer.channel_embedding.shape == (n, d)
-    assert model.tokenizer.output_embedding.weight.shape == (len(MODEL_BANDS), d, n * d)
-    assert XAIguiFormer(small_config("paper")).tokenizer.channel_embedding is None  # reference
+    assert model.transformer.tokenizer.channel_embedding.shape == (n, d)
+    assert model.transformer.tokenizer.output_embedding.weight.shape == (len(MODEL_BANDS), d, n * d)
+    assert (
+        XAIguiFormer(small_config("paper")).transformer.tokenizer.channel_embedding is None
+    )  # reference
     coh, wpli, age, sex = connectome_batch()
-    assert model.tokenizer(coh, wpli).shape == (3, len(MODEL_BANDS), d)
+    assert model.transformer.tokenizer(coh, wpli).shape == (3, len(MODEL_BANDS), d)
     restored = XAIguiFormer(ModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))))
     restored.load_state_dict(model.state_dict())
     assert torch.equal(model(coh, wpli, age, sex)[1], restored(coh, wpli, age, sex)[1])
     # the channel embedding is part of the computation: zeroing it changes the tokens
-    before = model.tokenizer(coh, wpli)
+    before = model.transformer.tokenizer(coh, wpli)
     with torch.no_grad():
-        model.tokenizer.channel_embedding.zero_()
-    assert (model.tokenizer(coh, wpli) - before).abs().max() > 1e-4
+        model.transformer.tokenizer.channel_embedding.zero_()
+    assert (model.transformer.tokenizer(coh, wpli) - before).abs().max() > 1e-4
 
 
 def test_paper_parameter_count_matches_reference():

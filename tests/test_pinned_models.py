@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from builders import EARLIER_RUN, PINNED_RUN, STACKED_RUN, make_connectome_folder
 
 from eegformer_cli import load_model
+from eegformer_cli.training.model_file import load_model_file
 
 #: Each committed run folder and the ``make_connectome_folder`` arguments of its data.
 PINNED = {
@@ -65,3 +67,28 @@ def test_fold_models_give_the_runs_out_of_fold_predictions(run):
             rtol=0,
             atol=1e-5,
         )
+
+
+@pytest.mark.parametrize("run", list(PINNED), ids=lambda run: run.name)
+def test_model_files_of_format_version_1_read_back_as_stages(run):
+    """Every tensor of a version-1 file lands in its stage, the keep decision in
+    ``transformer_kept``; the standardiser and the static stage exist as the file said."""
+    for path in [run / "model.pt", *sorted((run / "folds").glob("*.pt"))]:
+        raw = torch.load(path, weights_only=True)
+        assert raw["format_version"] == 1
+        model = load_model_file(path).model
+        config = raw["model_config"]
+        assert (model.standardiser is not None) == raw["input_standardisation"]
+        assert (model.static is not None) == bool(config.get("linear_path"))
+        assert model.kept == config.get("residual_kept", True)
+        state = model.state_dict()
+        assert len(state) == len(raw["state_dict"]) + 1  # transformer_kept
+        for key, value in raw["state_dict"].items():
+            key = key.removeprefix("model.") if raw["input_standardisation"] else key
+            if key in ("coh_mean", "coh_std", "wpli_mean", "wpli_std"):
+                staged = f"standardiser.{key}"
+            elif key.split(".")[0] in ("linear", "tangent_space", "static_mix"):
+                staged = "static." + key.replace("static_mix.", "mix.")
+            else:
+                staged = f"transformer.{key}"
+            torch.testing.assert_close(state[staged], value, rtol=0, atol=0, equal_nan=True)

@@ -123,8 +123,7 @@ def peak_attention_logit(model, inputs) -> float:
         peak[0] = max(peak[0], float(logits.abs().max()))
 
     handles = [
-        layer.attn.rotary.register_forward_hook(hook)
-        for layer in getattr(model, "model", model).encoder.layers
+        layer.attn.rotary.register_forward_hook(hook) for layer in model.transformer.encoder.layers
     ]
     with torch.no_grad():
         model(*inputs)
@@ -218,7 +217,9 @@ def test_policy_keeps_attention_norms_and_explanations_in_float32(runs):
     for name, context in (("policy", contextlib.nullcontext), ("off", policy_off)):
         with context(), torch.no_grad(), bf16(), explicit_attention(model):
             output = model.forward_with_details(*inputs)
-            norm = model.encoder.layers[0].norm1.normalise(torch.randn(3, 32, dtype=torch.bfloat16))
+            norm = model.transformer.encoder.layers[0].norm1.normalise(
+                torch.randn(3, 32, dtype=torch.bfloat16)
+            )
         dtypes[name] = (
             output.attention_coarse[0].weights.dtype,
             output.explanations[0].dtype,

@@ -75,17 +75,28 @@ def test_a_power_study_is_carried_by_the_tangent_space_the_reference_inside_the_
 
 
 def test_a_saved_model_reads_back_as_its_stages(power_run):
+    from eegformer_cli.model.stages import Standardiser, StaticStage
     from eegformer_cli.model.static_paths import reads_covariance
-    from eegformer_cli.training.model_file import load_model_file
+    from eegformer_cli.model.transformer_path import TransformerPath
+    from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 
     for path in sorted((power_run["run"] / "folds").glob("*.pt")):
+        raw = torch.load(path, weights_only=True)
+        assert raw["format_version"] == FORMAT_VERSION
+        stages = {key.split(".")[0] for key in raw["state_dict"]}
+        assert stages == {"standardiser", "static", "transformer", "transformer_kept"}
         bundle = load_model_file(path)
-        record = json.loads(path.with_suffix(".json").read_text())["linear_path"]["static"]
+        fold = json.loads(path.with_suffix(".json").read_text())["linear_path"]
+        record = fold["static"]
         model = bundle.model
-        assert model.linear is not None and model.tangent_space is not None
-        np.testing.assert_allclose(model.static_mix.weight.numpy(), record["weight"], rtol=1e-6)
+        assert isinstance(model.standardiser, Standardiser)
+        assert isinstance(model.static, StaticStage) and model.static.on_means
+        assert isinstance(model.transformer, TransformerPath)
+        assert model.kept == fold["residual"]
+        assert model.static.linear is not None and model.static.tangent_space is not None
+        np.testing.assert_allclose(model.static.mix.weight.numpy(), record["weight"], rtol=1e-6)
         assert reads_covariance(model) == (record["weight"][1] != 0)
-        assert model.tangent_space.reference_invsqrt.dtype == torch.float64
+        assert model.static.tangent_space.reference_invsqrt.dtype == torch.float64
         assert bundle.model_config["tangent_space_bands"]
 
 

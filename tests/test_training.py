@@ -701,7 +701,9 @@ def test_model_file_errors(tmp_path, synthetic_dir, holdout_run):
     bundle["format_version"] = FORMAT_VERSION + 1
     newer = tmp_path / "newer.pt"
     torch.save(bundle, newer)
-    with pytest.raises(ModelFileError, match="format version 2 is not supported"):
+    with pytest.raises(
+        ModelFileError, match=f"format version {FORMAT_VERSION + 1} is not supported"
+    ):
         load_model_file(newer)
     done = run_cli("predict", bad, synthetic_dir)
     assert done.returncode == 4 and str(bad) in done.stderr

@@ -26,7 +26,7 @@ from eegformer_cli.training.fold_job import run_fold
 from eegformer_cli.training.fold_record import FoldRecord
 from eegformer_cli.training.model_file import demographic_stats, save_model_file
 from eegformer_cli.training.run_plan import RunPlan, recordings_of
-from eegformer_cli.training.standardise import StandardisedModel, connectivity_stats
+from eegformer_cli.training.standardise import connectivity_stats
 
 
 def _interim_summaries(
@@ -250,8 +250,9 @@ def _save_model(
 
     data = plan.data
     manifest = {row["recording_id"]: row for row in read_manifest(data.data_dir)}
-    if isinstance(model, StandardisedModel):  # its input means are that mean connectome
-        reference = {"coh": model.coh_mean.cpu().numpy(), "wpli": model.wpli_mean.cpu().numpy()}
+    if model.standardiser is not None:  # its input means are that mean connectome
+        means = model.standardiser.coh_mean, model.standardiser.wpli_mean
+        reference = {"coh": means[0].cpu().numpy(), "wpli": means[1].cpu().numpy()}
     else:
         dataset = ConnectomeDataset(
             fit_recs, data.label_names, data.channels, data.bands, cache_bytes=0

@@ -298,8 +298,8 @@ def explain_recording(
     """All explanations of one recording (module docs).
 
     ``coh``, ``wpli`` float32 numpy (S, T, C, C) raw connectivity; ``age`` years, ``sex`` 0/1
-    (NaN = unknown); ``model`` in eval mode on ``device`` (an ``XAIguiFormer`` or a
-    ``StandardisedModel``); ``target`` a class name or None (= the predicted class);
+    (NaN = unknown); ``model`` an ``XAIguiFormer`` in eval mode on ``device``; ``target`` a
+    class name or None (= the predicted class);
     ``contrast`` two class names (A, B) whose log-odds ``logit(B) - logit(A)`` is attributed
     too, or None (no contrast); ``reference`` the baseline connectome (coh, wPLI) float32
     (T, C, C) the attributions are against (None: zero connectivity); ``covariance`` the

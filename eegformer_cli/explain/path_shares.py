@@ -73,7 +73,7 @@ def path_logit_changes(
     recording's band covariances (K, C, C) (its baseline: the tangent-space path's reference
     point, ``tangent_space_path.attribution_baseline``). None for a model without a
     linear path."""
-    if getattr(model, "linear", None) is None:
+    if model.static is None:
         return None
     baseline = (
         (torch.zeros_like(coh), torch.zeros_like(wpli))
@@ -97,8 +97,8 @@ def path_logit_changes(
     def linear(batch: tuple) -> Tensor:
         ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
         return _output(
-            model.linear(model.linear_features(*ours))
-            - model.linear(model.linear_features(*theirs)),
+            model.static.linear(model.linear_features(*ours))
+            - model.static.linear(model.linear_features(*theirs)),
             target,
         )
 
@@ -121,7 +121,7 @@ def _static_changes(model, recording: tuple, baseline: tuple, covariance, target
         offsets = (
             (ours, theirs)
             if path is None
-            else tuple(model.static_mix(c[None], None)[0].float() for c in (ours, theirs))
+            else tuple(model.static.mix(c[None], None)[0].float() for c in (ours, theirs))
         )
         change = float(_output((offsets[0] - offsets[1])[None], target)[0])
         return {"offsets": offsets, "linear": change}
@@ -132,9 +132,9 @@ def _static_changes(model, recording: tuple, baseline: tuple, covariance, target
             covariances = tuple(
                 path.logits64(c[None]) for c in (matrix, attribution_baseline(path, matrix))
             )
-    weight = model.static_mix.weight
+    weight = model.static.mix.weight
     offsets = tuple(
-        model.static_mix(c[None], t)[0].float() for c, t in zip((ours, theirs), covariances)
+        model.static.mix(c[None], t)[0].float() for c, t in zip((ours, theirs), covariances)
     )
     tangent = (
         0.0
@@ -196,7 +196,7 @@ def covariance_attributions(
     if covariance is None or not reads_covariance(model):
         return None
     path = tangent_space_of(model)
-    weight = float(model.static_mix.weight[1])
+    weight = float(model.static.mix.weight[1])
 
     def of(k: int) -> np.ndarray:
         return tangent_space_attributions(path, covariance, k, n_steps)[0]

@@ -227,8 +227,8 @@ def channel_pair_attributions(
     means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
     for part in segment_slices(len(coh)):
         batch = (coh[part], wpli[part], age[part], sex[part])
-        if offset is not None and not model.config.residual_kept:
-            # the logits are the recording's linear ones alone: the segments carry nothing
+        if offset is not None and not model.kept:
+            # the logits are the recording's static ones alone: the segments carry nothing
             attributed = _zero_attributions(model, batch)
         else:
             attributed = _batch_attributions(
@@ -283,9 +283,9 @@ def _linear_attributions(
     )
     features = recording_features(model, coh, wpli, age, sex)[0]
     reference_features = recording_features(model, baseline[0], baseline[1], age, sex)[0]
-    weight = model.linear.weight
-    if model.static_mix is not None:  # the static mix's weight on the linear path
-        weight = weight * model.static_mix.weight[0]
+    weight = model.static.linear.weight
+    if model.static.mix is not None:  # the static mix's weight on the linear path
+        weight = weight * model.static.mix.weight[0]
     row = weight[target[1]] - weight[target[0]] if isinstance(target, tuple) else weight[target]
     return feature_attributions(row, features, reference_features, coh.shape[1], coh.shape[-1])
 

@@ -61,12 +61,10 @@ MEAN_SEGMENTS = 256
 
 
 def uses_recording_means(model) -> bool:
-    """Whether ``model`` (an ``XAIguiFormer`` or a ``StandardisedModel``) has a linear path on
-    its recordings' means (``ModelConfig.linear_on_means``): its callers pass each recording's
-    :func:`recording_linear_logits` as the forward's ``offset``."""
-    return getattr(model, "linear", None) is not None and bool(
-        getattr(model.config, "linear_on_means", False)
-    )
+    """Whether ``model`` (an ``XAIguiFormer``) has a static stage on its recordings' means
+    (``ModelConfig.linear_on_means``): its callers pass each recording's static logits
+    (``static_paths.recording_static_logits``) as the forward's ``offset``."""
+    return model.static is not None and model.static.on_means
 
 
 def segment_mean(values: np.ndarray | Tensor) -> Tensor:
@@ -99,7 +97,7 @@ def recording_features(model, coh, wpli, age, sex) -> Tensor:
     segment): the mean standardised entries and the products of those means (with
     ``ModelConfig.linear_segment_products`` the mean of the segments' products,
     :func:`mean_segment_products`), on the device of the model's linear path."""
-    device = model.linear.weight.device
+    device = model.static.linear.weight.device
     mean_coh, mean_wpli = (segment_mean(x).to(device) for x in (coh, wpli))
     demographics = [torch.full((1,), _scalar(v), device=device) for v in (age, sex)]
     products = None
@@ -117,7 +115,7 @@ def mean_segment_products(model, coh, wpli, age: Tensor, sex: Tensor) -> Tensor 
     acts within recordings (two couplings bursting in the same segments) moves this mean while
     the product of the two entries' means stays as it is; a recording's linear logit stays the
     mean of its segments' (the logit is linear in the products)."""
-    device = model.linear.weight.device
+    device = model.static.linear.weight.device
     total = None
     with torch.no_grad():
         for start in range(0, len(coh), MEAN_SEGMENTS):
@@ -139,7 +137,7 @@ def recording_linear_logits(model, coh, wpli, age, sex) -> Tensor:
     """(n_classes,) float32: the linear path's logits of one recording's means
     (:func:`recording_features`), what every segment of it gets as ``offset``."""
     with torch.no_grad():
-        return model.linear(recording_features(model, coh, wpli, age, sex))[0].float()
+        return model.static.linear(recording_features(model, coh, wpli, age, sex))[0].float()
 
 
 def feature_attributions(

@@ -1,14 +1,24 @@
-"""XAIguiFormer: connectome tokenizer -> coarse transformer pass -> explanation of its predicted
-class at every layer -> refined pass whose queries and keys come from the explanations.
+"""XAIguiFormer, the whole model: a standardiser, a static stage and the transformer path.
 
 :class:`ModelConfig` holds every architecture choice (``preset("paper")`` is the official model,
 reference section 4; ``preset("default")`` fixes its known defects, section 9);
-:class:`XAIguiFormer` is the ``nn.Module``. Runs on whatever device its parameters are on; the
-inputs must be on the same device.
+:class:`XAIguiFormer` is the ``nn.Module``, its stages modules of their own
+(``model/stages.py`` draws how they combine):
+
+- ``standardiser`` (:class:`~eegformer_cli.model.stages.Standardiser`, None without input
+  standardisation): per-entry z-scores of coherence and wPLI;
+- ``static`` (:class:`~eegformer_cli.model.stages.StaticStage`, None without a linear path):
+  one logit per recording from convex fits on its averages;
+- ``transformer`` (:class:`~eegformer_cli.model.transformer_path.TransformerPath`): the paper's
+  XAI-guided transformer, segment by segment; ``transformer_kept`` (a bool buffer) says whether
+  its logits are added to the static stage's.
+
+Runs on whatever device its parameters are on; the inputs must be on the same device.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -17,28 +27,15 @@ from torch import Tensor, nn
 
 from eegformer_cli.choices import FREQUENCY_ENCODING_BY_PRESET, FREQUENCY_ENCODINGS, PRESETS
 from eegformer_cli.errors import InputDataError, UsageError, check_choice
-from eegformer_cli.model.deeplift import one_pass_deeplift
-from eegformer_cli.model.interactions import (
-    INTERACTION_TOKEN,
-    InteractionToken,
-    parse_interactions,
-)
+from eegformer_cli.model.interactions import INTERACTION_TOKEN, parse_interactions
 from eegformer_cli.model.layers import NORMS
-from eegformer_cli.model.linear_path import LinearPath, linear_features, n_linear_features
-from eegformer_cli.model.rotary import (
-    drofe_default_demographics,
-    drofe_paper_demographics,
-)
-from eegformer_cli.model.static_paths import StaticMix, reads_covariance
-from eegformer_cli.model.tangent_space_path import TangentSpacePath
-from eegformer_cli.model.tokenizer import (
-    EDGES,
-    NODE_FEATURES,
-    READOUTS,
-    SPATIAL_ENCODINGS,
-    ConnectomeTokenizer,
-)
-from eegformer_cli.model.transformer import GUIDANCES, AttentionTrace, BandTransformer
+from eegformer_cli.model.linear_path import linear_features
+from eegformer_cli.model.stages import Standardiser, StaticStage
+from eegformer_cli.model.tokenizer import EDGES, NODE_FEATURES, READOUTS, SPATIAL_ENCODINGS
+from eegformer_cli.model.transformer import GUIDANCES
+from eegformer_cli.model.transformer_path import ModelOutput, TransformerPath
+
+__all__ = ["PRESETS", "ModelConfig", "ModelOutput", "XAIguiFormer"]
 
 #: Field values of each preset (the data-dependent fields n_channels, band_names, band_edges_hz,
 #: n_classes and channel_names are always given by the caller).
@@ -183,8 +180,9 @@ class ModelConfig:
     #: Data-derived: the interactions a fit's screen kept (``Interaction.to_dict()`` each;
     #: ``model/interactions.py``); empty: no interaction path, the model of earlier versions.
     interactions: list[dict] = field(default_factory=list)
-    #: Data-derived: the model has a linear path (``model/linear_path.py``), fitted before the
-    #: transformer, whose logits the transformer's are added to; false: the transformer alone.
+    #: Data-derived: the model has a static stage with a linear path (``model/stages.py``),
+    #: fitted before the transformer path, whose logits the transformer's are added to; false:
+    #: the transformer path alone.
     linear_path: bool = False
     #: Data-derived: the linear path reads each recording's mean connectivity (the products of
     #: its means, one logit per recording given to every segment as ``offset``;
@@ -192,12 +190,12 @@ class ModelConfig:
     linear_on_means: bool = False
     #: Data-derived: the linear path reads the mean of each segment's products, not the means'.
     linear_segment_products: bool = False
-    #: Data-derived: whether the transformer's logits are added to the linear path's (false:
-    #: validation kept the linear path alone; the transformer is in the file but adds nothing).
-    residual_kept: bool = True
+    #: From the training config: the model standardises its inputs (``model/stages.py``'s
+    #: ``Standardiser``) before both the static stage and the transformer path read them.
+    input_standardisation: bool = False
     #: Data-derived: the bands of the band covariances a tangent-space path reads
     #: (``model/tangent_space_path.py``; the static stage mixes it with the linear path,
-    #: ``model/static_paths.py``); empty: no tangent-space path, the model of earlier versions.
+    #: ``model/stages.py``); empty: no tangent-space path, the model of earlier versions.
     tangent_space_bands: list[str] = field(default_factory=list)
 
     def __post_init__(self):
@@ -256,8 +254,6 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise UsageError(f"invalid value {self.dropout!r} for dropout; must be in [0, 1)")
         parse_interactions(self.interactions, self.band_names, self.channel_names)
-        if not (self.residual_kept or self.linear_path):
-            raise UsageError("residual_kept=false needs linear_path=true: the model would be empty")
         if self.tangent_space_bands and not (self.linear_path and self.linear_on_means):
             raise UsageError(
                 "tangent_space_bands needs linear_path=true and linear_on_means=true: the "
@@ -296,128 +292,69 @@ class ModelConfig:
         return cls(**data)
 
 
-@dataclass
-class ModelOutput:
-    """Everything one forward computes.
-
-    logits_coarse, logits_refined: (B, n_classes) (equal when xai_refinement is off);
-    tokens: (B, T, d); target: (B,) int64, the explained class (coarse argmax unless given);
-    explanations: L tensors (B, T, d), the coarse pass's attributions at each layer input
-    (empty when xai_refinement is off); attention_coarse / attention_refined: one
-    :class:`~eegformer_cli.model.transformer.AttentionTrace` per layer (weights (B, H, T, T),
-    residual share, guidance ratio) with explicit attention (``model/diagnostics.py``), else
-    empty.
-    """
-
-    logits_coarse: Tensor
-    logits_refined: Tensor
-    tokens: Tensor
-    target: Tensor | None = None
-    explanations: list[Tensor] = field(default_factory=list)
-    attention_coarse: list[AttentionTrace] = field(default_factory=list)
-    attention_refined: list[AttentionTrace] = field(default_factory=list)
-
-
 class XAIguiFormer(nn.Module):
-    """The XAI-guided transformer for connectome sequences.
+    """The whole model (module docstring): ``standardiser`` -> ``static`` and ``transformer``.
 
-    Inputs: ``coh``, ``wpli`` float32 (B, n_bands, C, C), symmetric, zero diagonal; ``age``
-    float32 (B,) years, NaN = unknown; ``sex`` float32 (B,), 0 = male, 1 = female, NaN = unknown.
-    Demographic rule (the model owns it; statistics are buffers in the state dict, see
-    :meth:`set_demographic_stats`): ``drofe_paper`` multiplies by raw age (unknown -> training
-    mean age, else 1) and adds sex (unknown -> 0); the other encodings z-score age and centre sex
-    (unknown -> 0, the population average).
+    Inputs: ``coh``, ``wpli`` float32 (B, n_bands, C, C) raw (the model standardises them),
+    symmetric, zero diagonal; ``age`` float32 (B,) years, NaN = unknown; ``sex`` float32 (B,),
+    0 = male, 1 = female, NaN = unknown (the demographic rule:
+    :class:`~eegformer_cli.model.transformer_path.TransformerPath`).
 
     Explanations need gradients: under ``torch.no_grad()`` the model turns grad on for the
     coarse pass and explanation and returns detached outputs; ``torch.inference_mode()`` is not
     supported when ``xai_refinement`` is on.
     """
 
-    age_mean: Tensor
-    age_std: Tensor
+    transformer_kept: Tensor
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         config.validate()
         self.config = config
-        interactions = parse_interactions(
-            config.interactions, config.band_names, config.channel_names
+        n_bands = len(config.band_names)
+        self.standardiser = (
+            Standardiser(n_bands, config.n_channels) if config.input_standardisation else None
         )
-        # the interaction token sits at the frequency origin (0, 0): no rotation of its own
-        edges = torch.tensor(
-            config.band_edges_hz + [(0.0, 0.0)] * bool(interactions), dtype=torch.float32
-        )
-        self.tokenizer = ConnectomeTokenizer(
-            n_channels=config.n_channels,
-            dim=config.d_model,
-            n_layers=config.n_gnn_layers,
-            norm=config.norm,
-            edges=config.edges,
-            dropout=config.dropout,
-            spatial_encoding=config.spatial_encoding,
-            channel_names=config.channel_names,
-            n_heads=config.n_heads,
-            readout=config.readout,
-            channel_embedding=config.channel_embedding,
-            node_features=config.node_features,
-            n_bands=len(config.band_names),
-        )
-        self.encoder = BandTransformer(
-            dim=config.d_model,
-            n_heads=config.n_heads,
-            n_layers=config.n_layers,
-            n_classes=config.n_classes,
-            mlp_ratio=config.mlp_ratio,
-            layerscale_init=config.layerscale_init,
-            norm=config.norm,
-            frequency_encoding=config.frequency_encoding,
-            band_edges_hz=edges,
-            dropout=config.dropout,
-            guidance=config.guidance,
-        )
-        #: set by :func:`~eegformer_cli.model.deeplift.differentiable_explanations`
-        self.differentiable_explanations = False
-        self.register_buffer("age_mean", torch.tensor(float("nan")))
-        self.register_buffer("age_std", torch.tensor(float("nan")))
-        # built last: without kept interactions the parameters are drawn as before
-        self.interaction_token = (
-            InteractionToken(
-                interactions,
-                band_names=config.band_names,
-                # parse_interactions refused any interaction when there are no channel names
-                channel_names=config.channel_names or [],
-                dim=config.d_model,
+        self.transformer = TransformerPath(config)
+        self.static = None
+        if config.linear_path:  # untrained, the model is its static stage
+            self.static = StaticStage(
+                config.n_channels,
+                n_bands,
+                len(config.interactions),
+                config.n_classes,
+                len(config.tangent_space_bands),
+                on_means=config.linear_on_means,
             )
-            if interactions
-            else None
-        )
-        self.linear = self._linear_path(len(interactions)) if config.linear_path else None
-        self.tangent_space, self.static_mix = self._tangent_space_path()
+            self.transformer.zero_head()
+        self.register_buffer("transformer_kept", torch.tensor(True))
 
-    def _linear_path(self, n_products: int) -> LinearPath:
-        """The linear path (its weights zero until fitted), with the transformer's head set to
-        zero: untrained, the model is its linear path."""
-        config = self.config
-        n_features = n_linear_features(config.n_channels, len(config.band_names), n_products)
-        nn.init.zeros_(self.encoder.head.fc2.weight)
-        nn.init.zeros_(self.encoder.head.fc2.bias)
-        return LinearPath(n_features, config.n_classes)
+    @property
+    def kept(self) -> bool:
+        """Whether the transformer path's logits are added to the static stage's."""
+        return bool(self.transformer_kept)
 
-    def _tangent_space_path(self) -> tuple[TangentSpacePath | None, StaticMix | None]:
-        """The tangent-space path and the static mix of a model with covariance bands
-        (``model/static_paths.py``; the mix the linear path alone until fitted); else None."""
-        config = self.config
-        if not config.tangent_space_bands:
-            return None, None
-        n_bands = len(config.tangent_space_bands)
-        return (
-            TangentSpacePath(n_bands, config.n_channels, config.n_classes),
-            StaticMix(config.n_classes),
-        )
+    def keep_transformer(self, kept: bool) -> None:
+        """Store the keep decision (``training/residual.py``); a model without a static stage
+        always keeps its transformer path (it would be empty)."""
+        if not kept and self.static is None:
+            raise UsageError("a model without a static stage keeps its transformer path")
+        self.transformer_kept.fill_(bool(kept))
+
+    @contextlib.contextmanager
+    def static_alone(self):
+        """Within the block the model gives its static stage's logits alone, as a model whose
+        transformer path is not kept; its own decision is restored after."""
+        kept = self.kept
+        self.keep_transformer(False)
+        try:
+            yield
+        finally:
+            self.keep_transformer(kept)
 
     def describe(self) -> dict:
         """JSON-ready: config, parameter counts (total, trainable, per component), age statistics
-        (None when unknown)."""
+        (None when unknown), the stages present and the keep decision."""
 
         def count(module: nn.Module) -> int:
             return sum(p.numel() for p in module.parameters())
@@ -430,29 +367,31 @@ class XAIguiFormer(nn.Module):
             "parameters": {
                 "total": count(self),
                 "trainable": sum(p.numel() for p in self.parameters() if p.requires_grad),
-                "tokenizer": count(self.tokenizer),
-                "transformer_layers": count(self.encoder.layers),
-                "head": count(self.encoder.head),
+                "tokenizer": count(self.transformer.tokenizer),
+                "transformer_layers": count(self.transformer.encoder.layers),
+                "head": count(self.transformer.encoder.head),
             },
-            "age_mean": stat(self.age_mean),
-            "age_std": stat(self.age_std),
+            "age_mean": stat(self.transformer.age_mean),
+            "age_std": stat(self.transformer.age_std),
+            "input_standardisation": self.standardiser is not None,
+            "static_stage": self.static is not None,
+            "transformer_kept": self.kept,
         }
+
+    def set_stats(self, stats: dict) -> None:
+        """Store the standardiser's statistics (``training/standardise.connectivity_stats``)."""
+        if self.standardiser is None:
+            raise UsageError("this model has no input standardisation to set statistics of")
+        self.standardiser.set_stats(stats)
 
     def set_demographic_stats(self, age_mean: float | None, age_std: float | None) -> None:
         """Store the training set's age mean and standard deviation (years; None = unknown)."""
-        self.age_mean.fill_(float("nan") if age_mean is None else float(age_mean))
-        self.age_std.fill_(float("nan") if age_std is None else float(age_std))
+        self.transformer.set_demographic_stats(age_mean, age_std)
 
-    def encode_demographics(self, age: Tensor, sex: Tensor) -> Tensor:
-        """(B,) age and sex -> (B, 2) float32 rotary inputs; (0, 0) is the explanation baseline."""
-        if self.config.frequency_encoding == "drofe_paper":
-            return drofe_paper_demographics(age, sex, self.age_mean)
-        return drofe_default_demographics(age, sex, self.age_mean, self.age_std)
-
-    def age_z(self, age: Tensor, sex: Tensor) -> Tensor:
-        """(B,) z-scored age with the training statistics, unknown at 0 (the training mean):
-        what the interaction token multiplies entries by, whatever the frequency encoding."""
-        return drofe_default_demographics(age, sex, self.age_mean, self.age_std)[:, 0]
+    def standardise(self, coh: Tensor, wpli: Tensor) -> tuple[Tensor, Tensor]:
+        """Raw (B, T, C, C) connectivity -> what the paths read (the same without a
+        standardiser)."""
+        return (coh, wpli) if self.standardiser is None else self.standardiser(coh, wpli)
 
     def _check_inputs(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor) -> None:
         expected = (len(self.config.band_names), self.config.n_channels, self.config.n_channels)
@@ -477,20 +416,19 @@ class XAIguiFormer(nn.Module):
         return output.logits_coarse, output.logits_refined
 
     def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
-        """(B, K) float: the kept pairs' products the interaction token embeds, from the
-        connectivity the model is given (None without an interaction token)."""
-        if self.interaction_token is None:
-            return None
-        return self.interaction_token.products(coh, wpli, self.age_z(age, sex))
+        """(B, K) float: the kept pairs' products, from the raw connectivity the model is given
+        (None without an interaction token)."""
+        return self.transformer.interaction_products(*self.standardise(coh, wpli), age, sex)
 
     def linear_features(
         self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, products: Tensor | None = None
     ) -> Tensor:
         """(B, n_features): what the linear path reads (``linear_path.linear_features``) from
-        the connectivity the model is given; ``products`` as in :meth:`forward_with_details`."""
+        the raw connectivity the model is given; ``products`` as in
+        :meth:`forward_with_details`."""
         if products is None:
             products = self.interaction_products(coh, wpli, age, sex)
-        return linear_features(coh, wpli, products)
+        return linear_features(*self.standardise(coh, wpli), products)
 
     def forward_with_details(
         self,
@@ -505,96 +443,29 @@ class XAIguiFormer(nn.Module):
         """Full forward; ``target`` (B,) int64 picks the explained class (default: the argmax
         of the coarse logits); ``products`` (B, K) replace the interaction products the model
         would form from ``coh`` and ``wpli`` (:meth:`interaction_products`; what ``explain``
-        attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the linear
-        path's logits (training passes the cross-fitted ones; a model on recording means is
-        given its recording's by every caller that has the whole recording;
-        ``model/linear_path.py``); without it the linear path reads each item's own features.
+        attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the static
+        stage's logits (training passes the cross-fitted ones; a model on recording means is
+        given its recording's by every caller that has the whole recording:
+        ``model/static_paths.py``); without it the static stage reads each item's own features.
 
-        Both passes' logits are the linear path's plus the transformer's (the linear path's
-        alone when ``config.residual_kept`` is false; the transformer's alone without a linear
-        path)."""
+        Both passes' logits are the static stage's plus the transformer path's (the static
+        stage's alone when the transformer path is not kept; the transformer's alone without a
+        static stage)."""
         self._check_inputs(coh, wpli, age, sex)
-        demographics = self.encode_demographics(age, sex)
-        tokens = self.tokenizer(coh, wpli)
-        if self.interaction_token is not None:
+        coh, wpli = self.standardise(coh, wpli)
+        if offset is None and self.static is not None:
             if products is None:
-                products = self.interaction_products(coh, wpli, age, sex)
-            token = self.interaction_token.embed(products)
-            tokens = torch.cat((tokens, token[:, None]), dim=1)
-        if offset is None and self.linear is not None:
-            offset = self._item_static_logits(coh, wpli, age, sex, products)
-        if not self.config.xai_refinement:
-            coarse = self.encoder.run(tokens, demographics)
-            logits = self._with_linear(coarse.logits, offset)
-            return ModelOutput(
-                logits,
-                logits,
-                tokens,
-                attention_coarse=coarse.attention,
-                attention_refined=coarse.attention,
-            )
-        grad_was_enabled = torch.is_grad_enabled()
-        with torch.enable_grad():
-            if not tokens.requires_grad:
-                tokens = tokens.detach().requires_grad_()
-            differentiable = self.differentiable_explanations
-            coarse, target, explanations = one_pass_deeplift(
-                self.encoder,
-                tokens,
-                demographics,
-                target,
-                self.config.detach_explanations and not differentiable,
-                create_graph=differentiable,
-                offset=offset,
-            )
-        refined = self.encoder.run(tokens, demographics, explanations)
-        output = ModelOutput(
-            self._with_linear(coarse.logits, offset),
-            self._with_linear(refined.logits, offset),
-            tokens,
-            target,
-            explanations,
-            coarse.attention,
-            refined.attention,
+                products = self.transformer.interaction_products(coh, wpli, age, sex)
+            offset = self.static(linear_features(coh, wpli, products))
+        output = self.transformer.forward_with_details(
+            coh, wpli, age, sex, target, products, offset
         )
-        if not grad_was_enabled:
-            output = _detached(output)
-        return output
-
-    def _item_static_logits(self, coh, wpli, age, sex, products) -> Tensor:
-        """(B, n_classes): the static stage of each batch item on its own (no ``offset``
-        given: an item is a recording of one segment). A model whose static stage reads band
-        covariances needs its recordings' offsets (``static_paths.recording_static_logits``)."""
-        linear = self.linear
-        assert linear is not None  # the forward asks only a model with a linear path
-        logits = linear(self.linear_features(coh, wpli, age, sex, products))
-        if self.static_mix is None:
-            return logits
-        if reads_covariance(self):
-            raise RuntimeError(
-                "a model whose static stage reads band covariances is given its recordings' "
-                "static logits as offset (static_paths.recording_static_logits)"
-            )
-        return self.static_mix(logits, None)
-
-    def _with_linear(self, transformer: Tensor, offset: Tensor | None) -> Tensor:
-        """The model's logits from the transformer's (B, n_classes) and the linear path's."""
         if offset is None:
-            return transformer
-        offset = offset.to(transformer.dtype)
-        return transformer + offset if self.config.residual_kept else offset
-
-
-def _detached(output: ModelOutput) -> ModelOutput:
-    def cut(values: list) -> list:
-        return [value.detach() for value in values]
-
-    return ModelOutput(
-        output.logits_coarse.detach(),
-        output.logits_refined.detach(),
-        output.tokens.detach(),
-        output.target,
-        cut(output.explanations),
-        cut(output.attention_coarse),
-        cut(output.attention_refined),
-    )
+            return output
+        offset = offset.to(output.logits_coarse.dtype)
+        kept = self.transformer_kept.to(offset.dtype)  # no host synchronisation
+        return dataclasses.replace(
+            output,
+            logits_coarse=offset + kept * output.logits_coarse,
+            logits_refined=offset + kept * output.logits_refined,
+        )

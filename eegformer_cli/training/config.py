@@ -73,7 +73,8 @@ RESIDUAL_MODES = ("auto", "off", "on")
 #: whatever it says ("connectivity": the linear path alone, as earlier versions).
 STATIC_PATHS = ("connectivity", "auto", "tangent_space", "stacked")
 
-# Fields of ModelConfig that come from the data, not from the user.
+# Fields of ModelConfig that come from the data or from the training config itself, not from
+# its model overrides.
 DATA_DERIVED_MODEL_FIELDS = (
     "n_channels",
     "band_names",
@@ -83,7 +84,7 @@ DATA_DERIVED_MODEL_FIELDS = (
     "linear_path",
     "linear_on_means",
     "linear_segment_products",
-    "residual_kept",
+    "input_standardisation",
     "tangent_space_bands",
 )
 

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,7 +33,6 @@ from eegformer_cli.model.devices import autocast, one_cpu_thread, resolve_precis
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
 from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
-from eegformer_cli.model.static_paths import clear_cross_fitted
 from eegformer_cli.training import augment, distributed, splits
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import (
@@ -50,11 +50,10 @@ from eegformer_cli.training.interaction_screen import (
 )
 from eegformer_cli.training.model_file import demographic_stats
 from eegformer_cli.training.residual import Residual, calibrated_losses, fit_linear
-from eegformer_cli.training.standardise import (
-    StandardisedModel,
-    TrainedModel,
-    connectivity_stats,
-)
+from eegformer_cli.training.standardise import connectivity_stats
+
+if TYPE_CHECKING:
+    from eegformer_cli.model.xaiguiformer import XAIguiFormer
 
 
 @contextlib.contextmanager
@@ -105,7 +104,7 @@ def selection_improved(config: TrainConfig, epoch: int, metric: float, best: flo
 
 @dataclass
 class FitResult:
-    model: torch.nn.Module
+    model: XAIguiFormer
     history: list[dict]
     best_epoch: int  # 1-based
     seconds: float
@@ -118,10 +117,10 @@ def build_model(
     config: TrainConfig,
     ages: np.ndarray,
     interactions: list[Interaction] | None = None,
-) -> TrainedModel:
-    """An XAIguiFormer for ``data`` with the config's model preset and overrides (inside a
-    :class:`StandardisedModel` when ``config.input_standardisation``; its statistics are set
-    by the caller); demographic scaling from the training recordings' ``ages`` (years, NaN =
+) -> XAIguiFormer:
+    """An XAIguiFormer for ``data`` with the config's model preset and overrides (with a
+    standardiser when ``config.input_standardisation``; its statistics are set by the
+    caller); demographic scaling from the training recordings' ``ages`` (years, NaN =
     unknown); ``interactions`` the screen's kept :class:`Interaction` list (None or empty:
     no interaction path)."""
     from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
@@ -139,9 +138,9 @@ def build_model(
         linear_on_means=config.linear_path and config.linear_means,
         linear_segment_products=config.linear_segment_products,
         tangent_space_bands=tangent_space_bands(data, config),
+        input_standardisation=config.input_standardisation,
     )
-    inner = XAIguiFormer(model_config)
-    model: TrainedModel = StandardisedModel(inner) if config.input_standardisation else inner
+    model = XAIguiFormer(model_config)
     stats = demographic_stats(ages)
     model.set_demographic_stats(
         *(None, None) if stats is None else (stats["age_mean"], stats["age_std"])
@@ -282,13 +281,13 @@ def _fit_model(
 
 def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
     """After the epoch loop: keep the transformer's residual or not (``residual.py``), the
-    model's config saying which; the linear path's record (None without one)."""
+    model's ``transformer_kept`` saying which; the linear path's record (None without one)."""
     if loop.residual is None:
         return None
     kept = loop.residual.keep(selection.val_loss)
-    loop.model.config.residual_kept = kept
-    if loop.model.linear is not None:  # a residual is fitted only with a linear path
-        clear_cross_fitted(loop.model)
+    loop.model.keep_transformer(kept)
+    if loop.model.static is not None:  # a residual is fitted only with a static stage
+        loop.model.static.clear_cross_fitted()
     if not kept:
         selection.epoch = 0
     n_products = len(loop.screen.kept) if loop.screen else 0
@@ -299,7 +298,7 @@ def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
 class _Loop:
     """One fit's training state (:func:`_setup`); ``step`` counts the optimiser steps so far."""
 
-    model: TrainedModel
+    model: XAIguiFormer
     train_model: torch.nn.Module  # what batches go through: DDP under torchrun, else model
     train_set: ConnectomeDataset
     val_set: ConnectomeDataset
@@ -351,7 +350,7 @@ def _setup(
     # the model's parameters are drawn here, after the screen (which draws from a generator
     # of its own), in the order of earlier versions: no kept pair gives their model
     model = build_model(data, config, ages, None if screen is None else screen.kept)
-    if stats is not None and isinstance(model, StandardisedModel):  # input_standardisation
+    if stats is not None:  # input_standardisation
         model.set_stats(stats)
     residual = fit_linear(model, train_set, val_set, config, seed) if config.linear_path else None
     model = model.to(device)

@@ -36,7 +36,6 @@ from eegformer_cli.training.dataset import (
 )
 from eegformer_cli.training.fit import attention_summary, evaluate, fit_model, seed_of
 from eegformer_cli.training.fold_record import FoldRecord
-from eegformer_cli.training.residual import linear_path_alone
 from eegformer_cli.training.run_plan import RunPlan, recordings_of
 
 #: Each reference model: the function fitting it on a training part (inputs, labels, groups,
@@ -100,8 +99,8 @@ def run_fold(
     probabilities = {
         MODEL_NAME: softmax(evaluate(fit.model, test_set, plan.device, precision), axis=1)
     }
-    if fit.linear is not None:  # the same model without the transformer's residual
-        with linear_path_alone(fit.model):
+    if fit.linear is not None:  # the same model without the transformer path
+        with fit.model.static_alone():
             logits = evaluate(fit.model, test_set, plan.device, precision)
         probabilities[LINEAR_PATH_NAME] = softmax(logits, axis=1)
     chosen_c = {}

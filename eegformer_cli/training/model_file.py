@@ -7,13 +7,17 @@ A ``torch.save`` of one dict made of plain types and tensors only (so it loads w
 key                         value
 ==========================  ====================================================================
 ``format``                  ``"eegformer-model"``
-``format_version``          int, :data:`FORMAT_VERSION`; a file with a higher one is refused
+``format_version``          int, :data:`FORMAT_VERSION`; a file with a higher one is refused,
+                            one of version 1 maps onto this version's stages
+                            (:func:`current_layout`)
 ``eegformer_version``       the package version that wrote it
 ``model_config``            ``ModelConfig.to_dict()`` (an earlier version's loads too,
                             ``xaiguiformer.current_model_fields``)
-``input_standardisation``   bool: the weights are a ``StandardisedModel`` (z-scored inputs,
-                            statistics in the state dict; see ``training/standardise.py``)
-``state_dict``              the weights (demographic scaling and input statistics included)
+``input_standardisation``   bool: the model has a standardiser (z-scored inputs, statistics
+                            in the state dict; ``model/stages.py``), as its config says
+``state_dict``              the weights, stage by stage (``standardiser.*``, ``static.*``,
+                            ``transformer.*``, ``transformer_kept``; ``model/stages.py``),
+                            demographic scaling and input statistics included
 ``label_names``             class names, index = class index
 ``label_column``            the manifest column the labels came from
 ``positive_label``          positive class for two-class metrics (None otherwise)
@@ -69,20 +73,30 @@ import torch
 import eegformer_cli
 from eegformer_cli.atomic import write_bytes
 from eegformer_cli.errors import EegformerError, ModelFileError, UsageError
-from eegformer_cli.training.standardise import StandardisedModel, TrainedModel
 from eegformer_cli.versions import package_versions
 
 if TYPE_CHECKING:
-    from eegformer_cli.model.xaiguiformer import ModelConfig
+    from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
 FORMAT_NAME = "eegformer-model"
-FORMAT_VERSION = 1
+#: 2: the state dict stage by stage (``model/stages.py``); 1: an ``XAIguiFormer`` whose
+#: linear path, tangent-space path and static mix were attributes of its own, inside a
+#: ``StandardisedModel`` (keys ``coh_mean``, ..., ``model.*``) when the file said
+#: ``input_standardisation``, the keep decision in the config (``residual_kept``).
+FORMAT_VERSION = 2
+#: Version 1's state-dict prefixes of the static stage's parts, and where they are now; every
+#: other key of an ``XAIguiFormer`` was the transformer path's (``transformer.*``).
+V1_STATIC_PREFIXES = {
+    "linear.": "static.linear.",
+    "tangent_space.": "static.tangent_space.",
+    "static_mix.": "static.mix.",
+}
 
 
 @dataclass
 class ModelBundle:
-    """A loaded model file. ``model`` is an ``XAIguiFormer`` (inside a ``StandardisedModel``
-    when the file says so; same call signatures, raw connectivity in) in eval mode on ``device``."""
+    """A loaded model file. ``model`` is an ``XAIguiFormer`` (raw connectivity in) in eval mode
+    on ``device``; ``model_config`` its config in this version's fields."""
 
     path: Path
     model: torch.nn.Module
@@ -132,7 +146,7 @@ def save_model_file(
         "format_version": FORMAT_VERSION,
         "eegformer_version": eegformer_cli.__version__,
         "model_config": _plain(model.config.to_dict()),
-        "input_standardisation": isinstance(model, StandardisedModel),
+        "input_standardisation": model.standardiser is not None,
         "state_dict": state,
         "label_names": list(label_names),
         "label_column": label_column,
@@ -168,10 +182,38 @@ def add_calibration(path: str | Path, entry: dict) -> None:
 
 
 def is_linear_path_alone(path: str | Path) -> bool:
-    """Whether the model file at ``path`` holds a model whose transformer residual was not
-    kept: its logits are its linear path's alone (``model/linear_path.py``)."""
-    config = torch.load(path, map_location="cpu", weights_only=True)["model_config"]
-    return bool(config.get("linear_path")) and not config.get("residual_kept", True)
+    """Whether the model file at ``path`` holds a model whose transformer path was not kept:
+    its logits are its static stage's alone (``model/stages.py``)."""
+    config, state = current_layout(torch.load(path, map_location="cpu", weights_only=True))
+    return bool(config.get("linear_path")) and not bool(state["transformer_kept"])
+
+
+def current_layout(bundle: dict) -> tuple[dict, dict]:
+    """A model file's ``(model_config, state_dict)`` in this version's stages: a file of
+    format version 1 (:data:`FORMAT_VERSION`) maps onto them: ``residual_kept`` (absent: true)
+    becomes the ``transformer_kept`` buffer, the file's ``input_standardisation`` the config's,
+    a ``StandardisedModel``'s buffers the standardiser's, and each part's keys move under its
+    stage (:data:`V1_STATIC_PREFIXES`, else ``transformer.``). Other files as stored."""
+    config, state = dict(bundle["model_config"]), dict(bundle["state_dict"])
+    if bundle["format_version"] >= 2:
+        return config, state
+    from eegformer_cli.model.stages import STANDARDISER_BUFFERS
+
+    kept = bool(config.pop("residual_kept", True))
+    standardised = bool(bundle["input_standardisation"])
+    config["input_standardisation"] = standardised
+    staged = {}
+    for key, value in state.items():
+        if standardised and key in STANDARDISER_BUFFERS:
+            staged[f"standardiser.{key}"] = value
+            continue
+        key = key.removeprefix("model.") if standardised else key
+        old = next((p for p in V1_STATIC_PREFIXES if key.startswith(p)), None)
+        staged[
+            f"transformer.{key}" if old is None else V1_STATIC_PREFIXES[old] + key[len(old) :]
+        ] = value
+    staged["transformer_kept"] = torch.tensor(kept)
+    return config, staged
 
 
 def _plain(value):
@@ -281,14 +323,14 @@ def _rebuild(
     KeyError, TypeError, ValueError, RuntimeError or an EegformerError."""
     from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
-    config = ModelConfig.from_dict(bundle["model_config"])
-    inner = XAIguiFormer(config)
-    model: TrainedModel = StandardisedModel(inner) if bundle["input_standardisation"] else inner
-    model.load_state_dict(bundle["state_dict"])
+    stored_config, state = current_layout(bundle)
+    config = ModelConfig.from_dict(stored_config)
+    model = XAIguiFormer(config)
+    model.load_state_dict(state)
     result = ModelBundle(
         path=path,
         model=model.to(device).eval(),
-        model_config=bundle["model_config"],
+        model_config=stored_config,
         label_names=[str(n) for n in bundle["label_names"]],
         label_column=str(bundle["label_column"]),
         positive_label=bundle["positive_label"],
@@ -309,7 +351,7 @@ def _rebuild(
     return result, config
 
 
-def reference_connectome(stored: dict | None, model: TrainedModel) -> dict:
+def reference_connectome(stored: dict | None, model: XAIguiFormer) -> dict:
     """What ``explain`` attributes against: ``{"coh", "wpli"}`` float32 numpy (n_bands, C, C)
     and ``"description"`` (said in the report's captions).
 
@@ -320,8 +362,9 @@ def reference_connectome(stored: dict | None, model: TrainedModel) -> dict:
     if stored is not None:
         coh, wpli = (stored[key].float().numpy() for key in ("coh", "wpli"))
         description = "the mean connectome of the model's training recordings"
-    elif isinstance(model, StandardisedModel):
-        coh, wpli = model.coh_mean.cpu().numpy(), model.wpli_mean.cpu().numpy()
+    elif model.standardiser is not None:
+        coh = model.standardiser.coh_mean.cpu().numpy()
+        wpli = model.standardiser.wpli_mean.cpu().numpy()
         description = "the mean connectome of the model's training recordings"
     else:
         shape = (len(model.config.band_names), model.config.n_channels, model.config.n_channels)

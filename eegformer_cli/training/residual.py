@@ -33,7 +33,6 @@ residual was kept in many folds and lost recordings it did not need to (docs/ben
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from scipy.special import log_softmax, softmax
 from eegformer_cli.errors import InputDataError
 from eegformer_cli.evaluation.calibration import fit_recalibration
 from eegformer_cli.model.linear_path import recording_features, uses_recording_means
-from eegformer_cli.model.static_paths import static_inner, tangent_space_of
+from eegformer_cli.model.static_paths import tangent_space_of
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset
 from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
@@ -94,18 +93,6 @@ def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
     return np.stack(rows)
 
 
-@contextlib.contextmanager
-def linear_path_alone(model):
-    """Within the block ``model`` (with a linear path) gives its linear path's logits alone,
-    as without the transformer's residual; its own setting is restored after."""
-    kept = model.config.residual_kept
-    model.config.residual_kept = False
-    try:
-        yield
-    finally:
-        model.config.residual_kept = kept
-
-
 @dataclass
 class Residual:
     """What the epoch loop needs of the static stage: each training recording's inner fold
@@ -136,7 +123,7 @@ class Residual:
             if uses_recording_means(model) and self.train_offsets is not None:
                 return self.train_offsets[index].to(coh.device)
             features = model.linear_features(coh, wpli, age, sex)
-            return model.linear.cross_fitted(features, self.train_inner[index])
+            return model.static.linear.cross_fitted(features, self.train_inner[index])
 
     def validation_logits(
         self, model, val_set: ConnectomeDataset, label_names: list[str], evaluate: Callable
@@ -154,7 +141,7 @@ class Residual:
                 val_set.bands,
                 cache=val_set.cache,
             )
-            with static_inner(model, int(k)):
+            with model.static.inner(int(k)):
                 logits[members] = evaluate(subset)
         return logits
 
@@ -217,8 +204,8 @@ def fit_linear(
     n_classes = model.config.n_classes
     fit = fit_linear_path(features, labels, groups, n_classes, seed, config.linear_penalty)
     weight, bias, inner_weight, inner_bias = fit.tensors()
-    model.linear.set_weights(weight, bias)
-    model.linear.set_cross_fitted(inner_weight, inner_bias)
+    model.static.linear.set_weights(weight, bias)
+    model.static.linear.set_cross_fitted(inner_weight, inner_bias)
     cross_fitted, static = fit.cross_fitted, None
     if tangent_space_of(model) is not None:
         covariances = _covariances(train_set, val_set)

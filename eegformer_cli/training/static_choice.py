@@ -180,7 +180,7 @@ def fit_static_stage(
     "connectivity"; "stacked" needs two classes, else the rule), store the mix and its inner folds' mixes in the model."""
     n_classes = model.config.n_classes
     tangent = fit_tangent_space_path(
-        model.tangent_space, covariances, labels, groups, n_classes, seed
+        model.static.tangent_space, covariances, labels, groups, n_classes, seed
     )
     if not np.array_equal(tangent.inner_fold, connectivity.inner_fold):
         raise RuntimeError("the static candidates were fitted on different inner folds")
@@ -200,8 +200,8 @@ def fit_static_stage(
         weight, cross_fitted = one[candidate]
         bias = np.zeros(n_classes)
         inner_weight, inner_bias = np.tile(weight, (k, 1)), np.zeros((k, n_classes))
-    model.static_mix.set_weights(weight, bias)
-    model.static_mix.set_cross_fitted(inner_weight, inner_bias)
+    model.static.mix.set_weights(weight, bias)
+    model.static.mix.set_cross_fitted(inner_weight, inner_bias)
     return StaticChoice(
         candidate, weight, bias, inner_weight, inner_bias, cross_fitted, scores, tangent
     )
