@@ -28,7 +28,7 @@ LINTED := eegformer_cli tests benchmarks
 # The tests on parallel workers (pytest-xdist), one per core (TEST_WORKERS=0: in one process).
 # Each test file runs whole on one worker (--dist loadfile): the models its module fixtures
 # train are trained once, not once per worker. One PyTorch thread per worker: with more
-# threads than cores PyTorch's threads wait for each other (DEVELOPERS.md: the timings).
+# threads than cores PyTorch's threads wait for each other (docs/benchmarks.md, "Threads").
 TEST_WORKERS ?= auto
 PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 

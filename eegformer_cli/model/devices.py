@@ -65,7 +65,7 @@ def resolve_precision(name: str) -> str:
     bound by kernel launches, not arithmetic: the casts are extra launches, so the training
     step and ``predict`` are no faster under bfloat16 autocast, while bfloat16 moves the
     probabilities and, for ``paper`` (raw ages times queries and keys), switches the winning
-    key in some attention rows (docs/benchmarks.md, "GPU" and "Mixed precision"). ``bfloat16``
+    key in some attention rows (docs/benchmarks.md, "GPU and mixed precision"). ``bfloat16``
     and ``float16`` remain for a user who asks (the model keeps its attention, norms and
     explanations in float32 under them). Anything else -> UsageError.
     """

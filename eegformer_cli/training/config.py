@@ -25,7 +25,7 @@ beats it on validation by more than the standard error of its gain (:mod:`residu
 epoch selected by validation log-loss (balanced accuracy on a dozen validation people is
 noise). The penalty and the keep rule were chosen on screening splits of the two real sets
 (never their acceptance folds) and simulated studies of other seeds than the acceptance one
-(docs/benchmarks.md, "Linear path").
+(docs/benchmarks.md, "The linear path").
 
 Both select the best validation epoch in the second half of training (ties -> later epoch; a
 seeded participant-level validation split). ``patience`` (early stop) stays available, off in
@@ -218,7 +218,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "val_fraction": 0.1,
         "model": {},
     },
-    # chosen by measured accuracy (docs/benchmarks-history.md, "what was tried")
+    # chosen by measured accuracy (docs/benchmarks-history.md, "Accuracy: how `default` got here")
     "default": {
         "preset": "default",
         "epochs": 40,
