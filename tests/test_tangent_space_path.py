@@ -22,6 +22,8 @@ from eegformer_cli.model.tangent_space_path import (
     attribution_baseline,
     average_referenced,
     baseline_covariance,
+    log_power_attributions,
+    log_variance_correlation,
     logm,
     n_tangent_features,
     shrink,
@@ -53,6 +55,20 @@ def simulate_covariances(
                 mix[gain_channel] *= gain
             signal = centring @ mix @ rng.standard_normal((N_CHANNELS, 200))
             out[i, band] = scales[band] * signal @ signal.T / signal.shape[1]
+    return out.astype(np.float32)
+
+
+def vary_channel(covariances: np.ndarray, seed: int, channel: int, band: int, sd: float):
+    """``covariances`` (n, K, C, C) with ``channel``'s signal in ``band`` scaled by a recording's
+    own ``exp(sd N(0, 1))`` after the average reference, then referenced again: one channel
+    whose power varies a lot between recordings, in everyone."""
+    rng = np.random.default_rng(seed)
+    centring = np.eye(N_CHANNELS) - 1 / N_CHANNELS
+    out = covariances.astype(np.float64)
+    for i in range(len(out)):
+        scale = np.eye(N_CHANNELS)
+        scale[channel, channel] = np.exp(sd * rng.standard_normal())
+        out[i, band] = centring @ scale @ out[i, band] @ scale @ centring
     return out.astype(np.float32)
 
 
@@ -191,3 +207,52 @@ def test_a_planted_channel_gain_shows_in_its_band_and_channel():
     assert band_totals.argmax() == band
     power = np.diagonal(attributions, axis1=-2, axis2=-1)  # each channel's variance
     assert np.unravel_index(power.argmax(), power.shape) == (band, channel)
+
+
+def test_log_power_attributions_are_complete_and_keep_the_variances_on_the_diagonal(
+    fitted_path, recordings
+):
+    for index, target in ((0, 1), (5, 0)):
+        covariance = torch.from_numpy(recordings[index]).double()
+        attributions, delta = log_power_attributions(fitted_path, covariance, target)
+        assert attributions.shape == (N_BANDS, N_CHANNELS, N_CHANNELS)
+        np.testing.assert_array_equal(attributions, np.swapaxes(attributions, -1, -2))
+        baseline = attribution_baseline(fitted_path, covariance)[None]
+        logits = fitted_path.logits64(covariance[None])
+        difference = float(logits[0, target] - fitted_path.logits64(baseline)[0, target])
+        assert abs(difference) > 0.1
+        assert abs(delta) < 1e-4 * abs(difference)
+        assert attributions.sum() == pytest.approx(difference, rel=1e-4)
+    log_variance, correlation = log_variance_correlation(covariance)
+    torch.testing.assert_close(log_variance.exp(), torch.diagonal(covariance, dim1=-2, dim2=-1))
+    torch.testing.assert_close(
+        torch.diagonal(correlation, dim1=-2, dim2=-1), torch.ones(N_BANDS, N_CHANNELS).double()
+    )
+
+
+def test_the_log_power_map_ranks_a_planted_gain_first_where_the_raw_diagonal_does_not():
+    """Everyone's channel 6 in band 0 varies a lot in power; cases have a gain on channel 3 in
+    band 1. On the raw entries a recording's large change of channel 6's variance is split into
+    a large variance part and opposite parts in its row's covariances, so its diagonal cell at
+    times outranks the planted one; in log variance and correlation it is one coordinate."""
+    channel, band = 3, 1
+    controls = vary_channel(simulate_covariances(30, seed=5), 7, 6, 0, 0.5)
+    cases = simulate_covariances(30, seed=6, gain_channel=channel, gain_band=band, gain=1.5)
+    cases = vary_channel(cases, 8, 6, 0, 0.5)
+    covariances = np.concatenate([controls, cases])
+    path = TangentSpacePath(N_BANDS, N_CHANNELS, 2)
+    path.set_reference(reference_mean(covariances))
+    vectors = path.features(torch.from_numpy(covariances)).numpy()
+    fit = LogisticRegression(C=1.0, max_iter=2000).fit(vectors, np.repeat([0, 1], 30))
+    z, b = torch.from_numpy(fit.coef_[0]), float(fit.intercept_[0])
+    path.classifier.set_weights(torch.stack([-z / 2, z / 2]), torch.tensor([-b / 2, b / 2]))
+    firsts = {"log power": 0, "raw diagonal": 0}
+    for case in cases:
+        for name, attribute in (
+            ("log power", log_power_attributions),
+            ("raw diagonal", tangent_space_attributions),
+        ):
+            power = np.diagonal(attribute(path, case, 1, 32)[0], axis1=-2, axis2=-1)
+            firsts[name] += np.unravel_index(power.argmax(), power.shape) == (band, channel)
+    assert firsts["log power"] == len(cases), firsts
+    assert firsts["raw diagonal"] < len(cases), firsts

@@ -129,7 +129,8 @@ class RecordingExplanation:
     the contrast's (``"contrast"``) the model's linear path and its transformer carry
     (:func:`.path_shares.path_logit_changes`), None for a model without a linear path;
     ``covariance_pairs`` / ``contrast_covariance_pairs`` float64 (K, C, C) and ``band_power``
-    (K, C), the tangent-space path's attributions onto the band covariances
+    (K, C), the tangent-space path's attributions onto each band's log variances (the
+    diagonal, ``band_power``) and correlations (off it)
     (:func:`.path_shares.covariance_attributions`), None for a model that reads none.
     """
 

@@ -18,22 +18,24 @@ without a linear path there is no split (None).
 The tangent-space path's attributions onto the band covariances (:func:`covariance_attributions`).
 A model whose static stage mixes a tangent-space path in (``model/static_paths.py``: the mix's
 weight on it not 0) moves a recording's logit by ``weight[1] * (ts(covariance) -
-ts(baseline))`` beside what its connectivity does. That part is attributed onto the raw
-covariance entries by Integrated Gradients through the matrix logarithm
-(``model/tangent_space_path.tangent_space_attributions``, as a function of the
-average-referenced matrix), from the raw covariance whose shrunk matrix is the path's reference
-point (the training recordings' Riemannian mean, average-referenced: the covariance side of the
-baseline connectome), times the mix's weight, so
-that the connectivity's attributions, the interactions', the transformer's and these add up to
-the logit's change from the baseline.
+ts(baseline))`` beside what its connectivity does. That part is attributed by Integrated
+Gradients through the matrix logarithm onto each channel's log variance and each pair's
+correlation in each covariance band (``model/tangent_space_path.log_power_attributions``, as a
+function of the average-referenced matrix), from those of the raw covariance whose shrunk matrix
+is the path's reference point (the training recordings' Riemannian mean, average-referenced: the
+covariance side of the baseline connectome), times the mix's weight, so that the connectivity's
+attributions, the interactions', the transformer's and these add up to the logit's change from
+the baseline.
 
 ``covariance_pairs`` (K, C, C), symmetric, logit units, K the covariance bands: entry (i, i)
-a channel's band power (its variance in the band), (i, j) and (j, i) together the pair's
-covariance. ``band_power`` (K, C): the diagonal, what each channel's band power carries, the
-report's head maps of band power (its pairs' covariances are apart: under the average reference
-a channel's row of covariances sums to zero, so its pairs move against its power whenever it
-changes, and a sum of the two would hide it). Both None for a model whose static stage reads no
-covariances.
+what channel i's log band power (its log variance in the band) carries, (i, j) and (j, i)
+together what the pair's correlation carries; the entries sum to the path's part. ``band_power``
+(K, C): the diagonal, the report's head maps of band power. Log variance and correlation rather
+than the raw entries: a gain on one channel's signal changes its log variance alone (its
+correlations stay), so the map puts that channel's effect on its power, where on the raw entries
+it would be split between the channel's variance and every covariance of its row (under the
+average reference a row sums to zero, so those covariances move whenever its power does). Both
+None for a model whose static stage reads no covariances.
 """
 
 from __future__ import annotations
@@ -47,10 +49,7 @@ from torch import Tensor
 from eegformer_cli.explain.segment_attributions import segment_slices
 from eegformer_cli.model.linear_path import recording_linear_logits, uses_recording_means
 from eegformer_cli.model.static_paths import reads_covariance, tangent_space_of
-from eegformer_cli.model.tangent_space_path import (
-    attribution_baseline,
-    tangent_space_attributions,
-)
+from eegformer_cli.model.tangent_space_path import attribution_baseline, log_power_attributions
 
 
 def path_logit_changes(
@@ -189,8 +188,9 @@ def _output(logits: Tensor, target: int | tuple[int, int]) -> Tensor:
 def covariance_attributions(
     model, covariance: np.ndarray | None, target: int | tuple[int, int], n_steps: int
 ) -> np.ndarray | None:
-    """float64 (K, C, C): the tangent-space part's attributions (module docstring) of the
-    explained output, ``target`` a class index or ``(a, b)`` for ``logit(b) - logit(a)``;
+    """float64 (K, C, C), logit units: the tangent-space part's attributions (module
+    docstring) of the explained output, onto each channel's log variance (the diagonal) and
+    each pair's correlation (off it), times the mix's weight; ``target`` a class index or ``(a, b)`` for ``logit(b) - logit(a)``;
     None for a model that reads no covariances (or a recording without them: its static
     logits raised already)."""
     if covariance is None or not reads_covariance(model):
@@ -199,13 +199,13 @@ def covariance_attributions(
     weight = float(model.static.mix.weight[1])
 
     def of(k: int) -> np.ndarray:
-        return tangent_space_attributions(path, covariance, k, n_steps)[0]
+        return log_power_attributions(path, covariance, k, n_steps)[0]
 
     attributions = of(target[1]) - of(target[0]) if isinstance(target, tuple) else of(target)
     return weight * attributions
 
 
 def band_power(attributions: np.ndarray | None) -> np.ndarray | None:
-    """(K, C) float64: the diagonal of ``attributions`` (K, C, C), each band's and channel's
-    power (module docstring); None stays None."""
+    """(K, C) float64, logit units: the diagonal of ``attributions`` (K, C, C), what each
+    channel's log power in each band carries (module docstring); None stays None."""
     return None if attributions is None else np.diagonal(attributions, axis1=-2, axis2=-1).copy()

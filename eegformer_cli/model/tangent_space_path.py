@@ -22,11 +22,14 @@ stays float64 when the module is cast. The matrix logarithm (:func:`logm`) has i
 the identity after whitening), where the backward of ``torch.linalg.eigh`` divides by their
 differences.
 
-Attributions (:func:`tangent_space_attributions`): Integrated Gradients (captum) of one class's
-logit onto the raw covariance entries, from the raw covariance whose shrunk matrix is the
-reference point (:func:`baseline_covariance`: its tangent vector is zero), and each band's and
-channel's band power (the diagonal entries: a channel's variance in the band; the off-diagonal
-entries are pairs' covariances).
+Attributions: Integrated Gradients (captum) of one class's logit from the raw covariance whose
+shrunk matrix is the reference point (:func:`baseline_covariance`: its tangent vector is zero),
+either onto the raw covariance entries (:func:`tangent_space_attributions`: a channel's variance
+in the band on the diagonal, pairs' covariances off it) or onto each channel's log variance and
+each pair's correlation (:func:`log_power_attributions`, what ``explain`` reports). A gain on one
+channel's signal moves its log variance alone in the second coordinates, but its variance and
+every covariance of its row in the first, so the first splits that channel's effect between its
+power and its pairs.
 """
 
 from __future__ import annotations
@@ -292,3 +295,75 @@ def tangent_space_attributions(
         return_convergence_delta=True,
     )
     return symmetrise(attributions[0].detach()).cpu().numpy(), float(delta.reshape(-1)[0])
+
+
+def log_variance_correlation(covariance: Tensor) -> tuple[Tensor, Tensor]:
+    """Covariances (..., C, C), V^2, positive variances -> ``(log variance (..., C), log V^2;
+    correlation (..., C, C), dimensionless, 1 on the diagonal)``."""
+    log_variance = torch.diagonal(covariance, dim1=-2, dim2=-1).log()
+    scale = torch.exp(-log_variance / 2)
+    return log_variance, covariance * scale[..., :, None] * scale[..., None, :]
+
+
+def from_log_variance_correlation(log_variance: Tensor, correlation: Tensor) -> Tensor:
+    """The inverse of :func:`log_variance_correlation`: (..., C) and (..., C, C) -> the
+    covariances (..., C, C), V^2."""
+    scale = torch.exp(log_variance / 2)
+    return correlation * scale[..., :, None] * scale[..., None, :]
+
+
+def log_power_attributions(
+    path: TangentSpacePath, covariance: np.ndarray | Tensor, target: int, n_steps: int = 64
+) -> tuple[np.ndarray, float]:
+    """Integrated Gradients (captum, Gauss-Legendre, ``n_steps``) of the logit of class
+    ``target`` (as in :func:`tangent_space_attributions`) of one recording's ``covariance``
+    (K, C, C), V^2, onto its coordinates of :func:`log_variance_correlation`: each channel's log
+    variance in each band and each pair's correlation, along the straight line in those
+    coordinates from :func:`attribution_baseline`'s (so every variance stays positive and
+    every correlation matrix is a convex combination of two). The logit is taken of the
+    average-referenced matrix rebuilt from them (``Pi C Pi``, for a covariance that is
+    average-referenced, as :func:`tangent_space_attributions` does), which is the recording's
+    at the line's end and the baseline's at its start.
+
+    Why these coordinates: a gain g on one channel's signal adds 2 log g to its log variance and
+    leaves every correlation as it was (before the average reference; nearly so after), so
+    what the path reads of that gain lands on the channel's power; on the raw entries it is
+    split between the variance and the covariances of the channel's row.
+
+    Returns ``(attributions, delta)``: float64 (K, C, C) in logit units, the diagonal each
+    channel's log variance's (its band power's), entries (i, j) and (j, i) together the
+    pair's correlation's (symmetric, halves); they sum to ``logit(covariance) -
+    logit(baseline)`` up to ``delta`` (captum's convergence delta). A band with a variance
+    that is not positive (in the recording or the baseline) has no log: then every band's
+    attributions are :func:`tangent_space_attributions`' (raw entries)."""
+    from captum.attr import IntegratedGradients  # loaded only where attributions are asked for
+
+    device = path.reference_invsqrt.device
+    matrix = torch.as_tensor(covariance).detach().to(device=device, dtype=torch.float64)
+    baseline = attribution_baseline(path, matrix)
+    variances = torch.cat([torch.diagonal(m, dim1=-2, dim2=-1) for m in (matrix, baseline)])
+    if not bool((variances > 0).all()):
+        return tangent_space_attributions(path, covariance, target, n_steps)
+    projector = (
+        average_reference_projector(matrix.shape[-1], device)
+        if average_referenced(matrix)
+        else None
+    )
+
+    def logits(log_variance: Tensor, correlation: Tensor) -> Tensor:
+        rebuilt = from_log_variance_correlation(log_variance, correlation)
+        return path.logits64(rebuilt if projector is None else projector @ rebuilt @ projector)
+
+    inputs = tuple(x[None] for x in log_variance_correlation(matrix))
+    baselines = tuple(x[None] for x in log_variance_correlation(baseline))
+    (power, pairs), delta = IntegratedGradients(logits).attribute(
+        inputs,
+        baselines=baselines,
+        target=int(target),
+        n_steps=n_steps,
+        method="gausslegendre",
+        return_convergence_delta=True,
+    )
+    attributions = symmetrise(pairs[0].detach())  # the diagonal's correlation stays 1: zero
+    attributions = attributions + torch.diag_embed(power[0].detach())
+    return attributions.cpu().numpy(), float(delta.reshape(-1)[0])

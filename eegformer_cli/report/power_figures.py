@@ -2,8 +2,9 @@
 
 For a model whose static stage reads band covariances (``model/static_paths.py``), ``explain``
 attributes that path's part of each logit onto the covariance entries
-(``explain/path_shares.covariance_attributions``); the diagonal, each channel's power in each
-band, is what these head maps show, beside the connectivity maps: one panel per explained
+(``explain/path_shares.covariance_attributions``: onto each channel's log variance and each
+pair's correlation per band); the log variances', what each channel's power in each band
+carries, are what these head maps show, beside the connectivity maps: one panel per explained
 class (the mean over its recordings), the covariance band whose power attributions have the
 largest total |value| (MNE's ``plot_topomap``, montage positions, nose up).
 """
@@ -54,10 +55,11 @@ def add_band_power_section(report, summary: dict, written: dict, section: str) -
         section,
         caption=(
             "The model's tangent-space path (its static stage reads each recording's band "
-            "covariances) attributed onto each channel's power in the band whose power carries "
-            "most of the class's logit (Integrated Gradients through the matrix logarithm, "
-            "against the training recordings' mean covariance, times the path's weight in the "
-            "model): red raises the class's logit, blue lowers it. The pairs' covariances carry "
-            "the rest of the path's part (the paths note gives each path's share)."
+            "covariances) attributed onto each channel's log power in the band whose power "
+            "carries most of the class's logit (Integrated Gradients through the matrix "
+            "logarithm, against the training recordings' mean covariance, times the path's "
+            "weight in the model): red raises the class's logit, blue lowers it. The pairs' "
+            "correlations carry the rest of the path's part (the paths note gives each path's "
+            "share)."
         ),
     )
