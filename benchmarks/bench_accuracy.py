@@ -75,7 +75,7 @@ VARIANT_TOML = {
     "tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
     "rose": '[model]\nspatial_encoding = "rose"\n',
     "no_linear_path": 'linear_path = false\nselection_metric = "bac"\n',
-    "residual_always": 'residual = "on"\n',
+    "residual_always": 'transformer_path = "on"\n',
 }
 
 

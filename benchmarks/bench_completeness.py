@@ -89,7 +89,7 @@ def main() -> None:
     reference = (
         None
         if args.zero
-        else tuple(torch.from_numpy(bundle.reference[key]) for key in ("coh", "wpli"))
+        else tuple(torch.from_numpy(bundle.baseline[key]) for key in ("coh", "wpli"))
     )
     files = sorted((args.data / "connectomes").glob("*.npz"))[: args.recordings]
     results = {
@@ -97,7 +97,7 @@ def main() -> None:
         "model": str(args.model),
         "data": str(args.data),
         "recordings": len(files),
-        "reference": "zero connectivity" if args.zero else bundle.reference["description"],
+        "reference": "zero connectivity" if args.zero else bundle.baseline["description"],
         "load_average_start": os.getloadavg(),
         "steps": {},
     }

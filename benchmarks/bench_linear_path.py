@@ -181,7 +181,7 @@ def _summarise_residual(folds: list[dict]) -> dict:
     gains = []
     for f in folds:
         losses = f["linear"]["val_losses"]
-        gain = np.array(losses["linear"]) - np.array(losses["residual"])
+        gain = np.array(losses["static"]) - np.array(losses["transformer"])
         gains.append((gain.mean(), gain.std(ddof=1) / np.sqrt(len(gain))))
     out["rules"] = {}
     for margin in MARGINS:
@@ -210,7 +210,7 @@ def main() -> None:
     args = parser.parse_args()
     from eegformer_cli.training.fold_job import reference_features
 
-    overrides = {"residual": "on"} if args.part == "residual" else {}
+    overrides = {"transformer_path": "on"} if args.part == "residual" else {}
     if args.segments:  # the linear path of earlier versions, for comparison
         overrides["linear_means"] = False
     plan = _plan(args.prep, args.label, args.seed, args.repeats, overrides)

@@ -211,7 +211,7 @@ def test_the_verdict_names_the_model_that_carries_the_score():
     }
     comparisons = [metrics_of().comparison.to_dict(), linear]
     nowhere = metrics_of(
-        comparisons=comparisons, linear_path={"n_folds": 5, "residual_kept": 0}, n_folds=5
+        comparisons=comparisons, linear_path={"n_folds": 5, "transformer_kept": 0}, n_folds=5
     )
     headline = verdict.headline(nowhere)
     assert headline.startswith(
@@ -233,7 +233,7 @@ def test_the_verdict_names_the_model_that_carries_the_score():
     assert verdict.attention_reach(nowhere).startswith("The attention did not reach the output")
 
     some = metrics_of(
-        comparisons=comparisons, linear_path={"n_folds": 5, "residual_kept": 2}, n_folds=5
+        comparisons=comparisons, linear_path={"n_folds": 5, "transformer_kept": 2}, n_folds=5
     )
     assert verdict.headline(some).startswith(
         "XAIguiFormer (the transformer kept in 2 of 5 folds, its linear path alone in the other "
@@ -244,7 +244,7 @@ def test_the_verdict_names_the_model_that_carries_the_score():
     assert verdict.scored_by(some)["model"] == "xaiguiformer"
     assert "in 2 of 5 folds only" in verdict.attention_reach(some)
 
-    every = metrics_of(linear_path={"n_folds": 5, "residual_kept": 5}, n_folds=5)
+    every = metrics_of(linear_path={"n_folds": 5, "transformer_kept": 5}, n_folds=5)
     assert verdict.headline(every).startswith(
         "XAIguiFormer (its linear path and the transformer, kept in every fold): "
     )

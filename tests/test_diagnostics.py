@@ -181,7 +181,7 @@ def test_trained_default_model_attends_by_its_explanation(tmp_path):
         "diagnosis",
         # the transformer's residual kept in every fold, so that its attention is part of the
         # output (where validation drops it, the model is its linear path: nothing to attend)
-        resolve_config("default", None, {"cv": 3, "device": "cpu", "residual": "on"}),
+        resolve_config("default", None, {"cv": 3, "device": "cpu", "transformer_path": "on"}),
         n_jobs=2,
     )
     attention = metrics.attention["passes"]

@@ -146,7 +146,7 @@ def test_training_offsets_are_the_cross_fitted_logits(linear_study):
 
 def test_the_l2_path_with_nothing_kept_is_the_built_in_reference(linear_study, tmp_path):
     config = resolve_config(
-        "default", None, {**SETTINGS, "cv": 2, "linear_penalty": "l2", "residual": "off"}
+        "default", None, {**SETTINGS, "cv": 2, "linear_penalty": "l2", "transformer_path": "off"}
     )
     metrics = run_training(linear_study, tmp_path / "run", "diagnosis", config)
     predictions = oof(tmp_path / "run")
@@ -158,7 +158,7 @@ def test_the_l2_path_with_nothing_kept_is_the_built_in_reference(linear_study, t
         np.testing.assert_allclose(predictions["xaiguiformer"][recording], probabilities)
     assert metrics.models["linear_path"].mean.bac == metrics.models["logistic_regression"].mean.bac
     folds = [json.loads(p.read_text()) for p in (tmp_path / "run" / "folds").glob("r*.json")]
-    assert all(f["linear_path"]["residual"] is False for f in folds)
+    assert all(f["linear_path"]["transformer_kept"] is False for f in folds)
     assert all(f["history"] == [] for f in folds)  # the transformer was not trained
 
 
@@ -175,10 +175,10 @@ def test_a_linear_effect_keeps_no_residual_and_the_model_file_round_trips(linear
     folds = [json.loads(p.read_text()) for p in (linear_run / "folds").glob("r*.json")]
     assert len(folds) == 5
     records = [f["linear_path"] for f in folds]
-    assert all(r["residual_val_loss"] is not None for r in records)  # it was trained
-    assert sum(r["residual"] for r in records) <= 1, records
+    assert all(r["transformer_val_loss"] is not None for r in records)  # it was trained
+    assert sum(r["transformer_kept"] for r in records) <= 1, records
     metrics = json.loads((linear_run / "metrics.json").read_text())
-    assert metrics["linear_path"]["residual_kept"] == sum(r["residual"] for r in records)
+    assert metrics["linear_path"]["transformer_kept"] == sum(r["transformer_kept"] for r in records)
     raw = torch.load(linear_run / "model.pt", weights_only=True)
     assert {"static.linear.weight", "static.linear.bias"} <= set(raw["state_dict"])
     bundle = load_model_file(linear_run / "model.pt")
@@ -222,7 +222,7 @@ def test_the_paths_share_the_logit_and_the_attributions_add_up(
         bundle.label_names,
         recording_id="r",
         contrast=bundle.label_names,
-        reference=(bundle.reference["coh"], bundle.reference["wpli"]),
+        reference=(bundle.baseline["coh"], bundle.baseline["wpli"]),
     )
     for output in ("target", "contrast"):
         shares = explanation.paths[output]

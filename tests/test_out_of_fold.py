@@ -124,12 +124,12 @@ def test_train_keeps_each_fold_model_with_its_reference(cv_run):
     names = sorted(p.stem for p in (run_dir / "folds").glob("*.pt"))
     assert names == [f"r{r}_f{f}" for r in range(2) for f in range(3)]
     fold = load_model_file(run_dir / "folds" / "r0_f0.pt")
-    assert fold.trained_on == "fold" and fold.reference["coh"].shape == (
+    assert fold.trained_on == "fold" and fold.baseline["coh"].shape == (
         len(fold.bands),
         len(fold.channels),
         len(fold.channels),
     )
-    assert "mean connectome" in fold.reference["description"]
+    assert "mean connectome" in fold.baseline["description"]
     # the fold's test participants are not in what the fold model was trained on
     oof = [
         r

@@ -76,8 +76,13 @@ def test_model_files_of_format_version_1_read_back_as_stages(run):
     for path in [run / "model.pt", *sorted((run / "folds").glob("*.pt"))]:
         raw = torch.load(path, weights_only=True)
         assert raw["format_version"] == 1
-        model = load_model_file(path).model
-        config = raw["model_config"]
+        bundle = load_model_file(path)
+        model, config = bundle.model, raw["model_config"]
+        if "reference_connectome" in raw:  # the baseline connectome's name then
+            for key in ("coh", "wpli"):
+                np.testing.assert_array_equal(
+                    bundle.baseline[key], raw["reference_connectome"][key].numpy()
+                )
         assert (model.standardiser is not None) == raw["input_standardisation"]
         assert (model.static is not None) == bool(config.get("linear_path"))
         assert model.kept == config.get("residual_kept", True)

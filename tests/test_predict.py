@@ -63,7 +63,7 @@ def msu_run(tmp_path_factory) -> dict:
             "holdout": 0.25,
             "val_fraction": 0.25,
             "device": "cpu",
-            "residual": "on",
+            "transformer_path": "on",
             "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "n_gnn_layers": 1},
         },
     )

@@ -827,7 +827,7 @@ def test_a_run_whose_transformer_was_kept_nowhere_names_its_linear_path(
 
     run = interaction_run["run"]
     metrics = run_folder.read_metrics(run)
-    assert metrics.linear_path["residual_kept"] == 0, metrics.linear_path
+    assert metrics.linear_path["transformer_kept"] == 0, metrics.linear_path
     written = json.loads((run / "metrics.json").read_text())["scored_by"]
     assert written == {
         "model": "linear_path",

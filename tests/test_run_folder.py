@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from builders import EARLIER_RUN, exit_code, make_connectome_folder, run_main
+from builders import EARLIER_RUN, PINNED_RUN, exit_code, make_connectome_folder, run_main
 from sources import PACKAGE, module_name
 from tolerance import assert_same_json
 
@@ -177,6 +177,42 @@ def test_an_earlier_run_folder_resumes_without_the_settings_it_lacks():
     _, _, requested, _ = run_folder.request_in_config(EARLIER_RUN)
     assert identity["train_config"] == TrainConfig.from_dict(requested).to_dict()
     assert identity["train_config"]["interaction_proxies"] is False
+
+
+def test_the_keep_decisions_earlier_names_read_under_todays():
+    """A run folder written before the renames (``residual`` settings and record keys): its
+    settings, fold records and metrics.json read under today's names, and a resume of it is
+    the same run."""
+    stored = json.loads((PINNED_RUN / "config.json").read_text())["identity"]["train_config"]
+    assert stored["residual"] == "on" and "transformer_path" not in stored
+    identity = run_folder._stored_identity(PINNED_RUN / "config.json")
+    assert identity["train_config"]["transformer_path"] == "on"
+    assert "residual" not in identity["train_config"]
+    _, _, requested, _ = run_folder.request_in_config(PINNED_RUN)
+    assert identity["train_config"] == TrainConfig.from_dict(requested).to_dict()
+    raw = json.loads((PINNED_RUN / "folds" / "r0_f0.json").read_text())["linear_path"]
+    record = run_folder.read_fold_record(PINNED_RUN, "r0_f0").linear_path
+    assert record["transformer_kept"] is raw["residual"] is True
+    assert record["transformer_val_loss"] == raw["residual_val_loss"]
+    assert record["val_losses"]["static"] == raw["val_losses"]["linear"]
+    assert not {"residual", "residual_mode", "linear_val_loss"} & set(record)
+    metrics = run_folder.read_metrics(PINNED_RUN)
+    assert metrics.linear_path["transformer_kept"] == 2
+    assert "residual_kept" not in metrics.linear_path
+
+
+def test_a_toml_file_may_use_the_earlier_names_of_settings(tmp_path):
+    from eegformer_cli.errors import UsageError
+    from eegformer_cli.training.config import resolve_config
+
+    old = tmp_path / "old.toml"
+    old.write_text('residual = "off"\nresidual_margin = 0.02\n')
+    config = resolve_config("default", old)
+    assert (config.transformer_path, config.keep_margin) == ("off", 0.02)
+    both = tmp_path / "both.toml"
+    both.write_text('residual = "off"\ntransformer_path = "on"\n')
+    with pytest.raises(UsageError, match="both 'residual' and 'transformer_path'"):
+        resolve_config("default", both)
 
 
 def test_only_the_run_folders_owner_opens_its_files():

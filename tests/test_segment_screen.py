@@ -84,7 +84,7 @@ def _linear_path_bac(data, config) -> tuple[float, torch.nn.Module]:
 
 def test_the_linear_path_on_segment_products_reads_a_pair_that_bursts_together(tmp_path):
     data = load_training_data(dynamic_study(tmp_path / "dynamic"), "diagnosis")
-    settings = {"interactions": True, "interaction_segments": True, "residual": "off"}
+    settings = {"interactions": True, "interaction_segments": True, "transformer_path": "off"}
     on_means, _ = _linear_path_bac(data, tiny_config(**settings))
     on_segments, model = _linear_path_bac(
         data, tiny_config(**settings, linear_segment_products=True)

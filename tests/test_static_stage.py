@@ -34,7 +34,7 @@ def power_run(tmp_path_factory) -> dict:
     truth = simulate_scenario(study, "power", 60, 30, 128, seed=3, gain=GAIN)
     run_preprocess([study], prep, PreprocessSettings.from_preset("default"), n_jobs=2)
     config = resolve_config(
-        "default", None, {"epochs": 2, "cv": 3, "residual": "on", "device": "cpu"}
+        "default", None, {"epochs": 2, "cv": 3, "transformer_path": "on", "device": "cpu"}
     )
     run_training(prep, run, "diagnosis", config)
     return {"study": study, "prep": prep, "run": run, "truth": truth}
@@ -92,7 +92,7 @@ def test_a_saved_model_reads_back_as_its_stages(power_run):
         assert isinstance(model.standardiser, Standardiser)
         assert isinstance(model.static, StaticStage) and model.static.on_means
         assert isinstance(model.transformer, TransformerPath)
-        assert model.kept == fold["residual"]
+        assert model.kept == fold["transformer_kept"]
         assert model.static.linear is not None and model.static.tangent_space is not None
         np.testing.assert_allclose(model.static.mix.weight.numpy(), record["weight"], rtol=1e-6)
         assert reads_covariance(model) == (record["weight"][1] != 0)
@@ -195,7 +195,7 @@ def test_explanations_add_up_over_every_path_and_find_the_planted_power(power_ru
         recording_id=rec.recording_id,
         target="patient",
         n_steps=32,
-        reference=(bundle.reference["coh"], bundle.reference["wpli"]),
+        reference=(bundle.baseline["coh"], bundle.baseline["wpli"]),
         covariance=covariance,
     )
     paths = explained.paths["target"]

@@ -562,6 +562,17 @@ class RunMetrics(Record):
     scored_by: dict | None = None
     sample_size: SampleSize | None = None
 
+    @classmethod
+    def from_dict(cls, data: dict) -> RunMetrics:
+        """Also an earlier version's file: its ``linear_path.residual_kept`` read as
+        ``transformer_kept``."""
+        metrics = super().from_dict(data)
+        if metrics.linear_path and "residual_kept" in metrics.linear_path:
+            path = dict(metrics.linear_path)
+            path["transformer_kept"] = path.pop("residual_kept")
+            metrics.linear_path = path
+        return metrics
+
     @property
     def transformer(self) -> ModelScores:
         """The scores of XAIguiFormer (:data:`MODEL_NAME`)."""

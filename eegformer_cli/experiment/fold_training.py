@@ -242,7 +242,7 @@ def _save_model(
     trained_on: str,
     seen_recs: list[RecordingInfo],
 ) -> None:
-    """A model file (``model.pt``, ``folds/<name>.pt``): demographic scaling and the reference
+    """A model file (``model.pt``, ``folds/<name>.pt``): demographic scaling and the baseline
     connectome from ``fit_recs``; ``training_data`` describes ``seen_recs``, every recording
     that shaped the model (fit and epoch selection), and for ``model.pt`` holds their
     connectivity fingerprints (float16 tensors, :func:`provenance.training_fingerprints`)."""
@@ -252,18 +252,18 @@ def _save_model(
     manifest = {row["recording_id"]: row for row in read_manifest(data.data_dir)}
     if model.standardiser is not None:  # its input means are that mean connectome
         means = model.standardiser.coh_mean, model.standardiser.wpli_mean
-        reference = {"coh": means[0].cpu().numpy(), "wpli": means[1].cpu().numpy()}
+        baseline = {"coh": means[0].cpu().numpy(), "wpli": means[1].cpu().numpy()}
     else:
         dataset = ConnectomeDataset(
             fit_recs, data.label_names, data.channels, data.bands, cache_bytes=0
         )
         stats = connectivity_stats(dataset.recording_arrays(r) for r in range(len(fit_recs)))
-        reference = {"coh": stats["coh_mean"], "wpli": stats["wpli_mean"]}
+        baseline = {"coh": stats["coh_mean"], "wpli": stats["wpli_mean"]}
     training_data = describe_training_data(seen_recs, manifest, data.data_dir)
     if data.preprocess is not None and data.preprocess.bids_selection:
         training_data["bids_selection"] = data.preprocess.bids_selection  # predict's, on a root
     if trained_on != "fold":  # what predict recognises a changed copy of them by
-        training_data.update(recording_fingerprints(data, seen_recs, reference))
+        training_data.update(recording_fingerprints(data, seen_recs, baseline))
     save_model_file(
         path,
         model,
@@ -278,5 +278,5 @@ def _save_model(
         train_config=plan.config.to_dict(),
         trained_on=trained_on,
         training_data=training_data,
-        reference_connectome=reference,
+        baseline_connectome=baseline,
     )

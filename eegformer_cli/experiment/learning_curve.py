@@ -132,7 +132,9 @@ def subset_record(plan, subset: splits.Fold, fraction: float, features: dict) ->
             [row["model"], row["participant_id"], row["label"], row["predicted"]]
             for row in result.oof
         ],
-        "residual_kept": bool(result.linear_path["residual"]) if result.linear_path else None,
+        "transformer_kept": (
+            bool(result.linear_path["transformer_kept"]) if result.linear_path else None
+        ),
         "seconds": time.perf_counter() - start,
     }
 

@@ -165,7 +165,7 @@ def _shipped(run_dir: Path, names: list[str]) -> str:
 
 def linear_path_summary(results: list[FoldRecord]) -> dict | None:
     """metrics.json's ``linear_path``: over the folds with one, how many kept the
-    transformer's residual, which penalties and strengths the inner CV chose, how many
+    transformer path, which penalties and strengths the inner CV chose, how many
     features (and products) the path kept, its fit's time, and which static candidate carried
     each fold (a model with a tangent-space path); None without a linear path."""
     records = [r.linear_path for r in results if r.linear_path]
@@ -173,7 +173,7 @@ def linear_path_summary(results: list[FoldRecord]) -> dict | None:
         return None
     return {
         "n_folds": len(records),
-        "residual_kept": sum(bool(r["residual"]) for r in records),
+        "transformer_kept": sum(bool(r["transformer_kept"]) for r in records),
         "penalties": dict(Counter(r["penalty"] for r in records)),
         "C": [r["C"] for r in records],
         "n_features": records[0]["n_features"],

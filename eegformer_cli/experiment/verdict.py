@@ -65,7 +65,7 @@ def transformer_folds(metrics: RunMetrics) -> tuple[int, int] | None:
     kept = metrics.linear_path
     if not kept or not kept.get("n_folds"):
         return None
-    return int(kept["residual_kept"]), int(kept["n_folds"])
+    return int(kept["transformer_kept"]), int(kept["n_folds"])
 
 
 def scorer(metrics: RunMetrics) -> str:

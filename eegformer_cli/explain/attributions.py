@@ -3,7 +3,7 @@
 For one recording (all its segments, float32 (S, T, C, C) coh and wPLI, T bands, C channels):
 
 Every attribution is against a **baseline connectome** the reader can name: the mean
-connectome of the model's training recordings (``model_file.reference_connectome``; zero
+connectome of the model's training recordings (``model_file.baseline_connectome``; zero
 connectivity only for a model file that stores none). So a positive value means "this raises
 the explained class's logit compared with the typical training recording", a negative one
 "lowers it". Only what ``explain`` reports is measured this way: the explanation that guides

@@ -82,7 +82,7 @@ class OutOfFoldModels:
 
 
 def _reference(bundle) -> tuple:
-    return bundle.reference["coh"], bundle.reference["wpli"]
+    return bundle.baseline["coh"], bundle.baseline["wpli"]
 
 
 def _test_folds(run_dir: Path) -> dict[str, tuple[str, list[str]]]:

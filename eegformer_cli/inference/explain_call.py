@@ -148,7 +148,7 @@ class ExplainCall:
             "(no connectivity entry carries any of the logit)",
             "contrast": None if options.contrast is None else list(options.contrast),
             "artefact_caution": self.caution,
-            "baseline": self.bundle.reference["description"],
+            "baseline": self.bundle.baseline["description"],
             # the bands of band_power and covariance_pairs (a tangent-space path's; [] none)
             "covariance_bands": list(self.bundle.model_config.get("tangent_space_bands") or []),
             "inputs": [_described(e) for e in given],
@@ -212,7 +212,7 @@ class ExplainCall:
         from eegformer_cli.explain import attributions
 
         bundle, options = self.bundle, self.options
-        own = [(bundle.model, (bundle.reference["coh"], bundle.reference["wpli"]))]
+        own = [(bundle.model, (bundle.baseline["coh"], bundle.baseline["wpli"]))]
         models, explained_by = (own, "model") if chooser is None else chooser.models_for(item)
         if explained_by.startswith("out_of_fold"):  # the prediction is honest
             item.warnings = [w for w in item.warnings if not w.startswith("in_training_data:")]

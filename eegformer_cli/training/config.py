@@ -66,9 +66,9 @@ SELECTION_METRICS = ("bac", "paper_bac", "log_loss")
 #: The linear path's penalty (``linear_fit.py``): the reference's L2, L1, or the better of the
 #: two by its inner CV.
 LINEAR_PENALTIES = ("l2", "l1", "auto")
-#: Whether the transformer's residual is kept (``residual.py``): chosen on validation, never
+#: Whether the transformer path is kept (``residual.py``): chosen on validation, never
 #: trained, always kept.
-RESIDUAL_MODES = ("auto", "off", "on")
+TRANSFORMER_PATH_MODES = ("auto", "off", "on")
 #: The static stage's candidates (``static_choice.py``): the inner CV's rule, or one candidate
 #: whatever it says ("connectivity": the linear path alone, as earlier versions).
 STATIC_PATHS = ("connectivity", "auto", "tangent_space", "stacked")
@@ -156,13 +156,13 @@ class TrainConfig:
     # means, as earlier versions)
     linear_segment_products: bool = False
     # the linear path (linear_fit.py, residual.py): fitted first and convexly with
-    # ``linear_penalty``; the transformer trained on its residual and kept (``residual``
-    # "auto") only when validation cross-entropy improves by more than ``residual_margin``
-    # (nats) plus the standard error of that gain
+    # ``linear_penalty``; the transformer path trained on its residual and kept
+    # (``transformer_path`` "auto") only when validation cross-entropy improves by more than
+    # ``keep_margin`` (nats) plus the standard error of that gain
     linear_path: bool = False
     linear_penalty: str = "l2"
-    residual: str = "auto"
-    residual_margin: float = 0.0
+    transformer_path: str = "auto"
+    keep_margin: float = 0.0
     # the linear path on each recording's mean connectivity (the products of the means, one
     # logit per recording: ``model/linear_path.py``); false: per segment, as earlier versions
     linear_means: bool = False
@@ -246,6 +246,21 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
 RETIRED_SETTINGS = {"selection": ("second_half",)}
 #: Values of current settings that only experimental variants of earlier versions had.
 RETIRED_SETTING_VALUES = {"augmentation": ("mixup",)}
+#: Settings of earlier versions under their names of today (stored configs and TOML files
+#: read under either name; runs and model files write today's).
+RENAMED_SETTINGS = {"residual": "transformer_path", "residual_margin": "keep_margin"}
+
+
+def renamed_settings(values: dict, source: str) -> dict:
+    """``values`` (TrainConfig fields) with :data:`RENAMED_SETTINGS`' earlier names under
+    today's; UsageError naming ``source`` when both names are given."""
+    out = dict(values)
+    for old, new in RENAMED_SETTINGS.items():
+        if old in out:
+            if new in out:
+                raise UsageError(f"{source} sets both {old!r} and {new!r} (its name today)")
+            out[new] = out.pop(old)
+    return out
 
 
 def current_train_fields(stored: dict) -> dict:
@@ -262,7 +277,12 @@ def current_train_fields(stored: dict) -> dict:
         without_retired,
     )
 
-    current = without_retired(stored, RETIRED_SETTINGS, RETIRED_SETTING_VALUES, "training setting")
+    current = without_retired(
+        renamed_settings(stored, "a stored training config"),
+        RETIRED_SETTINGS,
+        RETIRED_SETTING_VALUES,
+        "training setting",
+    )
     if isinstance(current.get("model"), dict):
         current["model"] = current_model_fields(current["model"])
     return current
@@ -305,6 +325,7 @@ def resolve_config(
     else:
         file_values = load_toml(toml_path) if toml_path else {}
         source = f"config file {toml_path}" if toml_path else "config"
+    file_values = renamed_settings(file_values, source)
     name = file_values.get("preset", preset) if preset == DEFAULT_PRESET else preset
     config = TrainConfig.preset_config(name)
     config = apply_overrides(
@@ -395,13 +416,13 @@ def validate(config: TrainConfig) -> None:
     check_choice("class_weighting", config.class_weighting, CLASS_WEIGHTINGS)
     check_choice("selection_metric", config.selection_metric, SELECTION_METRICS)
     check_choice("linear_penalty", config.linear_penalty, LINEAR_PENALTIES)
-    check_choice("residual", config.residual, RESIDUAL_MODES)
+    check_choice("transformer_path", config.transformer_path, TRANSFORMER_PATH_MODES)
     check_choice("static_path", config.static_path, STATIC_PATHS)
-    _check_range("residual_margin", config.residual_margin, 0, None)
-    if config.residual != "auto" and not config.linear_path:
+    _check_range("keep_margin", config.keep_margin, 0, None)
+    if config.transformer_path != "auto" and not config.linear_path:
         raise UsageError(
-            f"residual={config.residual!r} needs linear_path = true (without a linear path "
-            "the transformer is the whole model)"
+            f"transformer_path={config.transformer_path!r} needs linear_path = true (without "
+            "a linear path the transformer path is the whole model)"
         )
     check_choice("device", config.device, DEVICES)
     check_choice("precision", config.precision, PRECISIONS)

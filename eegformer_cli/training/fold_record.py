@@ -11,6 +11,27 @@ from dataclasses import dataclass, field, replace
 
 from eegformer_cli.evaluation.run_metrics import FoldScores, Record
 
+#: The keep decision's keys in an earlier version's ``linear_path`` record, under today's
+#: names (``val_losses``' own keys: :data:`RENAMED_VAL_LOSSES`).
+RENAMED_KEEP_KEYS = {
+    "residual": "transformer_kept",
+    "residual_mode": "transformer_path",
+    "residual_margin": "keep_margin",
+    "linear_val_loss": "static_val_loss",
+    "residual_val_loss": "transformer_val_loss",
+    "residual_gain": "transformer_gain",
+    "residual_gain_se": "transformer_gain_se",
+}
+RENAMED_VAL_LOSSES = {"linear": "static", "residual": "transformer"}
+
+
+def current_keep_keys(record: dict) -> dict:
+    """A fold's ``linear_path`` record (this or an earlier version's) in today's keys."""
+    out = {RENAMED_KEEP_KEYS.get(k, k): v for k, v in record.items()}
+    if isinstance(out.get("val_losses"), dict):
+        out["val_losses"] = {RENAMED_VAL_LOSSES.get(k, k): v for k, v in out["val_losses"].items()}
+    return out
+
 
 @dataclass
 class FoldRecord(Record):
@@ -19,8 +40,9 @@ class FoldRecord(Record):
     ``repeat``, ``fold``: which fold; ``best_epoch``: the selected epoch; ``seconds``: fitting
     time (s); ``interaction_screen``: :mod:`interaction_screen`'s ``ScreenResult.summary``
     (None when the config screens nothing, or in an earlier version's record);
-    ``linear_path``: the linear path's fit and whether the transformer's residual was kept
-    (``residual.Residual.record``; None without a linear path);
+    ``linear_path``: the static stage's fit and whether the transformer path was kept
+    (``residual.Residual.record``; None without a linear path; an earlier version's keys read
+    under today's names, :data:`RENAMED_KEEP_KEYS`);
     ``reference_C`` / ``references_C``: the regularisation the logistic regression / each
     reference chose; ``history``: the fold's epoch records (``history.jsonl``'s); ``attention``:
     the attention diagnostics on the fold's test recordings (:mod:`model.diagnostics`, None in
@@ -41,6 +63,13 @@ class FoldRecord(Record):
     attention: dict | None = None
     oof: list[dict] = field(default_factory=list)
     metrics: dict[str, FoldScores] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FoldRecord:
+        record = super().from_dict(data)
+        if record.linear_path:
+            record.linear_path = current_keep_keys(record.linear_path)
+        return record
 
     def scores(self, name: str) -> FoldScores:
         """Model ``name``'s scores on this fold, with the fold's ``repeat`` and ``fold``."""

@@ -38,10 +38,11 @@ key                         value
                             recordings (``predict`` on a root selects the same); absent
                             from files written before eegformer kept it (they load, and
                             ``predict`` says once that it cannot check against it)
-``reference_connectome``    ``{"coh", "wpli"}`` float32 tensors (n_bands, C, C): the mean
+``baseline_connectome``     ``{"coh", "wpli"}`` float32 tensors (n_bands, C, C): the mean
                             connectome of the recordings the model was fitted to (mean over
-                            their segments), the baseline connectome ``explain`` attributes against;
-                            absent from earlier files (:func:`reference_connectome` falls back)
+                            their segments), the baseline connectome ``explain`` attributes
+                            against; ``reference_connectome`` in files of format version 1;
+                            absent from earlier ones (:func:`baseline_connectome` falls back)
 ``recalibration``           ``{"method": "none"|"temperature"|"platt", "params": {...}}``: what
                             ``predict`` applies to the probabilities (:mod:`calibration`);
                             absent from files written before it (then none)
@@ -114,7 +115,7 @@ class ModelBundle:
     eegformer_version: str
     versions: dict
     training_data: dict | None = None
-    reference: dict | None = None
+    baseline: dict | None = None
     recalibration: dict | None = None
     conformal: dict | None = None
 
@@ -134,11 +135,11 @@ def save_model_file(
     train_config: dict,
     trained_on: str,
     training_data: dict | None = None,
-    reference_connectome: dict | None = None,
+    baseline_connectome: dict | None = None,
 ) -> None:
     """Write the bundle atomically (a temporary file renamed over ``path``).
 
-    ``reference_connectome``: ``{"coh", "wpli"}`` float32 arrays (n_bands, C, C), the mean
+    ``baseline_connectome``: ``{"coh", "wpli"}`` float32 arrays (n_bands, C, C), the mean
     connectome of the fit recordings (module docs); None: not stored."""
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     bundle = {
@@ -161,9 +162,9 @@ def save_model_file(
         "versions": package_versions(),
         "training_data": _plain(training_data),
     }
-    if reference_connectome is not None:
-        bundle["reference_connectome"] = {
-            key: torch.as_tensor(np.asarray(reference_connectome[key], dtype=np.float32))
+    if baseline_connectome is not None:
+        bundle["baseline_connectome"] = {
+            key: torch.as_tensor(np.asarray(baseline_connectome[key], dtype=np.float32))
             for key in ("coh", "wpli")
         }
     buffer = io.BytesIO()
@@ -347,15 +348,16 @@ def _rebuild(
         recalibration=bundle.get("recalibration"),
         conformal=bundle.get("conformal"),
     )
-    result.reference = reference_connectome(bundle.get("reference_connectome"), model)
+    stored = bundle.get("baseline_connectome", bundle.get("reference_connectome"))
+    result.baseline = baseline_connectome(stored, model)
     return result, config
 
 
-def reference_connectome(stored: dict | None, model: XAIguiFormer) -> dict:
+def baseline_connectome(stored: dict | None, model: XAIguiFormer) -> dict:
     """What ``explain`` attributes against: ``{"coh", "wpli"}`` float32 numpy (n_bands, C, C)
     and ``"description"`` (said in the report's captions).
 
-    The file's ``reference_connectome``; for a file written before eegformer stored it, the
+    The file's ``baseline_connectome``; for a file written before eegformer stored it, the
     input standardisation's means (the same mean connectome of the training segments), and
     for one without either, zero connectivity.
     """

@@ -17,7 +17,7 @@ After the loop :meth:`Residual.keep` decides on the validation recordings, each 
 logits at their own best temperature (:func:`calibrated_losses`): "no residual" (the linear
 path's own cross-fitted logits) is always a candidate and wins ties; the transformer is kept
 only when its selected epoch lowers the recordings' cross-entropy by more than
-``residual_margin`` nats *plus one standard error* of that mean gain (the per-recording gains'
+``keep_margin`` nats *plus one standard error* of that mean gain (the per-recording gains'
 standard deviation over the square root of their number). Why the temperature: a strongly
 regularised linear path is under-confident, and a transformer that only sharpens its logits
 lowers the plain cross-entropy without reading anything the linear path missed (on a study
@@ -27,7 +27,8 @@ recalibration sets the scale of either. Why the standard error: a dozen validati
 (or four recordings) measure a gain with an error far larger than the gain, and the selected
 epoch is the best of many on those same people; without the standard error, a small study's
 residual was kept in many folds and lost recordings it did not need to (docs/benchmarks.md,
-"The linear path"). ``residual = "off"`` skips the transformer's training (the model is the linear fit);
+"The linear path"). ``transformer_path = "off"`` skips the transformer's training (the model
+is the static fit);
 ``"on"`` keeps it whatever validation says (an ablation).
 """
 
@@ -170,16 +171,16 @@ class Residual:
         return {
             **self.fit.summary(n_products),
             **({} if self.static is None else {"static": self.static}),
-            "residual": kept,
-            "residual_mode": self.mode,
-            "residual_margin": self.margin,
-            "linear_val_loss": float(self.linear_val_losses.mean()),
-            "residual_val_loss": None if val_losses is None else float(val_losses.mean()),
-            "residual_gain": None if gain is None else gain[0],
-            "residual_gain_se": None if gain is None else gain[1],
+            "transformer_kept": kept,
+            "transformer_path": self.mode,
+            "keep_margin": self.margin,
+            "static_val_loss": float(self.linear_val_losses.mean()),
+            "transformer_val_loss": None if val_losses is None else float(val_losses.mean()),
+            "transformer_gain": None if gain is None else gain[0],
+            "transformer_gain_se": None if gain is None else gain[1],
             "val_losses": {
-                "linear": self.linear_val_losses.tolist(),
-                "residual": None if val_losses is None else val_losses.tolist(),
+                "static": self.linear_val_losses.tolist(),
+                "transformer": None if val_losses is None else val_losses.tolist(),
             },
         }
 
@@ -218,8 +219,8 @@ def fit_linear(
         torch.from_numpy(fit.inner_fold[:n_train]),
         fit.inner_fold[n_train:],
         calibrated_losses(cross_fitted[n_train:], val_set.labels),
-        config.residual,
-        config.residual_margin,
+        config.transformer_path,
+        config.keep_margin,
         torch.from_numpy(cross_fitted[:n_train]).float(),
         static,
     )
