@@ -69,7 +69,7 @@ def _plan(prep: str, label: str, seed: int, repeats: int, overrides: dict):
 
 def _design(model, dataset) -> np.ndarray:
     """Recording means of the model's linear features (standardised entries, products)."""
-    from eegformer_cli.training.residual import mean_linear_features
+    from eegformer_cli.training.transformer_keep import mean_linear_features
 
     return mean_linear_features(model, dataset)
 

@@ -120,8 +120,8 @@ def _connectivity(data, config, train, fit, test, seed, stats_from, screen_from)
     ``fit``); returns (x_fit, x_test, kept pairs)."""
     from eegformer_cli.training.dataset import ConnectomeDataset
     from eegformer_cli.training.fit import build_model, screen_fit
-    from eegformer_cli.training.residual import mean_linear_features
     from eegformer_cli.training.standardise import connectivity_stats
+    from eegformer_cli.training.transformer_keep import mean_linear_features
 
     def dataset(recs):
         return ConnectomeDataset(recs, data.label_names, data.channels, data.bands)

@@ -1,4 +1,4 @@
-"""The linear path (model/linear_path.py, training/linear_fit.py, training/residual.py): its
+"""The linear path (model/linear_path.py, training/linear_fit.py, training/transformer_keep.py): its
 features in the screen's and the reference's order, its logit weights equal to the fitted
 pipeline, the built-in reference when it is that reference's L2 fit, the linear fit alone when
 the residual is off, the residual off where the effect is linear, the cross-fitted offsets of
@@ -29,8 +29,8 @@ from eegformer_cli.training.fit import build_model
 from eegformer_cli.training.interaction_screen import entry_means
 from eegformer_cli.training.linear_fit import _logit_weights, fit_linear_path
 from eegformer_cli.training.model_file import load_model_file
-from eegformer_cli.training.residual import fit_linear
 from eegformer_cli.training.standardise import connectivity_stats
+from eegformer_cli.training.transformer_keep import fit_static
 
 #: A small run of the default preset (its linear path on), screens off unless a test turns
 #: them on.
@@ -131,7 +131,7 @@ def test_training_offsets_are_the_cross_fitted_logits(linear_study):
     val_set = ConnectomeDataset(recordings[16:], data.label_names, data.channels, data.bands)
     model = build_model(data, config, np.array([r.age for r in recordings[:16]]))
     model.set_stats(connectivity_stats(train_set.recording_arrays(r) for r in range(16)))
-    residual = fit_linear(model, train_set, val_set, config, seed=5)
+    residual = fit_static(model, train_set, val_set, config, seed=5)
     coh, wpli = (torch.from_numpy(a.mean(0, keepdims=True)) for a in train_set.recording_arrays(3))
     age, sex = (torch.tensor([float(getattr(recordings[3], k))]) for k in ("age", "sex"))
     offsets = residual.batch_offsets(model, coh, wpli, age, sex, torch.tensor([3]))
@@ -267,7 +267,7 @@ def means_model(linear_study):
     train_set = ConnectomeDataset(recordings[:16], data.label_names, data.channels, data.bands)
     val_set = ConnectomeDataset(recordings[16:], data.label_names, data.channels, data.bands)
     model.set_stats(connectivity_stats(train_set.recording_arrays(r) for r in range(16)))
-    residual = fit_linear(model, train_set, val_set, config, seed=5)
+    residual = fit_static(model, train_set, val_set, config, seed=5)
     return model.eval(), residual, train_set, ages
 
 
@@ -304,7 +304,7 @@ def products_of_means(model, coh: np.ndarray, wpli: np.ndarray, age: float) -> n
 
 def test_the_linear_path_alone_is_the_linear_fit_on_products_of_means(means_model):
     from eegformer_cli.model.predict import recording_logits
-    from eegformer_cli.training.residual import mean_linear_features
+    from eegformer_cli.training.transformer_keep import mean_linear_features
 
     model, residual, train_set, _ = means_model
     assert model.config.linear_on_means

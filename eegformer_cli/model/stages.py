@@ -16,7 +16,7 @@ its own whose state is tensors in the model file::
 
 A recording's logit is the mean of its segments' (``model/predict.py``): the static logit plus
 the transformer's segment mean when the transformer path is kept (``transformer_kept``, decided
-on validation after training: ``training/residual.py``), the static logit alone when not.
+on validation after training: ``training/transformer_keep.py``), the static logit alone when not.
 
 :class:`Standardiser`: ``(coh - mean) / std`` and ``(wpli - mean) / std`` entry by entry, with
 the training segments' statistics (``training/standardise.connectivity_stats``; std floored

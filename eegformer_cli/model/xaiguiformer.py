@@ -335,7 +335,7 @@ class XAIguiFormer(nn.Module):
         return bool(self.transformer_kept)
 
     def keep_transformer(self, kept: bool) -> None:
-        """Store the keep decision (``training/residual.py``); a model without a static stage
+        """Store the keep decision (``training/transformer_keep.py``); a model without a static stage
         always keeps its transformer path (it would be empty)."""
         if not kept and self.static is None:
             raise UsageError("a model without a static stage keeps its transformer path")

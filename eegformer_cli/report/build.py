@@ -370,7 +370,7 @@ def _add_attention(report, metrics: RunMetrics | None, history: list[dict]) -> N
         "(mean over a fold's recordings, then over folds). <b>Entropy</b>: how spread each "
         f"band's attention is, in nats; uniform attention over the {attention['n_bands']} bands "
         f"gives ln {attention['n_bands']} = {attention['uniform_entropy']:.3f} (100 %), attention "
-        "to one band gives 0. <b>Residual share</b>: the size of the attention update against "
+        "to one band gives 0. <b>TransformerKeep share</b>: the size of the attention update against "
         "the tokens it is added to. <b>Explanation / rest</b> (refined pass): how large the "
         "explanation's part of the refined attention is against the part that does not depend "
         "on it (the qkv bias, or the content logits q.k for band-share guidance); near 0 means "

@@ -21,7 +21,7 @@ weight decay 0.1, inputs z-scored per band and channel pair with training statis
 probability 0.5 (a training segment averaged with others of the same recording; dataset.py),
 keeping the last partial batch; and a linear path fitted first (:mod:`linear_fit`: L1 or L2,
 whichever the inner CV prefers), the transformer trained on its residual and kept only when it
-beats it on validation by more than the standard error of its gain (:mod:`residual`), its
+beats it on validation by more than the standard error of its gain (:mod:`transformer_keep`), its
 epoch selected by validation log-loss (balanced accuracy on a dozen validation people is
 noise). The penalty and the keep rule were chosen on screening splits of the two real sets
 (never their acceptance folds) and simulated studies of other seeds than the acceptance one
@@ -66,7 +66,7 @@ SELECTION_METRICS = ("bac", "paper_bac", "log_loss")
 #: The linear path's penalty (``linear_fit.py``): the reference's L2, L1, or the better of the
 #: two by its inner CV.
 LINEAR_PENALTIES = ("l2", "l1", "auto")
-#: Whether the transformer path is kept (``residual.py``): chosen on validation, never
+#: Whether the transformer path is kept (``transformer_keep.py``): chosen on validation, never
 #: trained, always kept.
 TRANSFORMER_PATH_MODES = ("auto", "off", "on")
 #: The static stage's candidates (``static_choice.py``): the inner CV's rule, or one candidate
@@ -155,7 +155,7 @@ class TrainConfig:
     # products as each recording's mean of its segments' products (off: the products of its
     # means, as earlier versions)
     linear_segment_products: bool = False
-    # the linear path (linear_fit.py, residual.py): fitted first and convexly with
+    # the linear path (linear_fit.py, transformer_keep.py): fitted first and convexly with
     # ``linear_penalty``; the transformer path trained on its residual and kept
     # (``transformer_path`` "auto") only when validation cross-entropy improves by more than
     # ``keep_margin`` (nats) plus the standard error of that gain

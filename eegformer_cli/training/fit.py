@@ -49,8 +49,8 @@ from eegformer_cli.training.interaction_screen import (
     screen_interactions,
 )
 from eegformer_cli.training.model_file import demographic_stats
-from eegformer_cli.training.residual import Residual, calibrated_losses, fit_linear
 from eegformer_cli.training.standardise import connectivity_stats
+from eegformer_cli.training.transformer_keep import TransformerKeep, calibrated_losses, fit_static
 
 if TYPE_CHECKING:
     from eegformer_cli.model.xaiguiformer import XAIguiFormer
@@ -109,7 +109,9 @@ class FitResult:
     best_epoch: int  # 1-based
     seconds: float
     screen: dict | None = None  # the interaction screen's record (ScreenResult.summary())
-    linear: dict | None = None  # the linear path's record (``residual.Residual.record``)
+    linear: dict | None = (
+        None  # the linear path's record (``transformer_keep.TransformerKeep.record``)
+    )
 
 
 def build_model(
@@ -236,7 +238,7 @@ def _fit_model(
     loop = _setup(data, train_recs, val_recs, config, device, seed)
     selection = _Selection()
     history = []
-    epochs = 0 if loop.residual is not None and loop.residual.mode == "off" else config.epochs
+    epochs = 0 if loop.keep is not None and loop.keep.mode == "off" else config.epochs
     for epoch in range(epochs):
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)
@@ -275,23 +277,23 @@ def _fit_model(
         selection.epoch,
         time.perf_counter() - start,
         None if loop.screen is None else loop.screen.summary(),
-        _finish_residual(loop, selection),
+        _finish_keep(loop, selection),
     )
 
 
-def _finish_residual(loop: _Loop, selection: _Selection) -> dict | None:
-    """After the epoch loop: keep the transformer's residual or not (``residual.py``), the
+def _finish_keep(loop: _Loop, selection: _Selection) -> dict | None:
+    """After the epoch loop: keep the transformer path or not (``transformer_keep.py``), the
     model's ``transformer_kept`` saying which; the linear path's record (None without one)."""
-    if loop.residual is None:
+    if loop.keep is None:
         return None
-    kept = loop.residual.keep(selection.val_loss)
+    kept = loop.keep.keep(selection.val_loss)
     loop.model.keep_transformer(kept)
-    if loop.model.static is not None:  # a residual is fitted only with a static stage
+    if loop.model.static is not None:
         loop.model.static.clear_cross_fitted()
     if not kept:
         selection.epoch = 0
     n_products = len(loop.screen.kept) if loop.screen else 0
-    return loop.residual.record(kept, selection.val_loss, n_products)
+    return loop.keep.record(kept, selection.val_loss, n_products)
 
 
 @dataclass
@@ -312,7 +314,7 @@ class _Loop:
     total_steps: int
     warmup_steps: int
     screen: ScreenResult | None = None
-    residual: Residual | None = None  # the linear path's fit and cross-fitted logits
+    keep: TransformerKeep | None = None  # the static stage's fit, offsets and keep rule
     label_names: list[str] = field(default_factory=list)
     step: int = 0
 
@@ -352,7 +354,7 @@ def _setup(
     model = build_model(data, config, ages, None if screen is None else screen.kept)
     if stats is not None:  # input_standardisation
         model.set_stats(stats)
-    residual = fit_linear(model, train_set, val_set, config, seed) if config.linear_path else None
+    keep = fit_static(model, train_set, val_set, config, seed) if config.linear_path else None
     model = model.to(device)
     train_model = distributed.wrap_for_training(model)
     loader = _shuffling_loader(train_set, config, seed)
@@ -376,7 +378,7 @@ def _setup(
         total_steps=config.epochs * len(loader),
         warmup_steps=int(round(config.warmup_epochs * len(loader))),
         screen=screen,
-        residual=residual,
+        keep=keep,
         label_names=data.label_names,
     )
 
@@ -510,8 +512,8 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
     )  # this process's slice of the batch (torchrun)
     coh, wpli, age, sex = (t.to(device) for t in (coh, wpli, age, sex))
     offset = None
-    if loop.residual is not None:  # with mixing: the first recording's inner model
-        offset = loop.residual.batch_offsets(loop.model, coh, wpli, age, sex, recording)
+    if loop.keep is not None:  # with mixing: the first recording's inner model
+        offset = loop.keep.batch_offsets(loop.model, coh, wpli, age, sex, recording)
     with autocast(device, loop.precision):
         coarse, refined = loop.train_model(coh, wpli, age, sex, offset)
     loss = _loss(coarse, refined, targets.to(device), config, loop.weight) * loss_scale
@@ -533,13 +535,13 @@ def validate(
     """The model on the validation recordings after epoch ``epoch`` (0-based): (cross-entropy
     of the per-recording logits, the :func:`selection_scores` of their softmax, the attention
     summary without ablations (None without ``attention``), with a linear path the cross-entropy at the logits' best
-    temperature per recording, ``residual.calibrated_losses``). UsageError when the logits are
+    temperature per recording, ``transformer_keep.calibrated_losses``). UsageError when the logits are
     not finite
     (diverged)."""
-    if loop.residual is None:
+    if loop.keep is None:
         logits = evaluate(loop.model, loop.val_set, device, loop.precision)
     else:
-        logits = loop.residual.validation_logits(
+        logits = loop.keep.validation_logits(
             loop.model,
             loop.val_set,
             loop.label_names,
@@ -557,7 +559,7 @@ def validate(
     labels = loop.val_set.labels
     val_loss = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)))
     metrics = selection_scores(labels, softmax(logits, axis=1))
-    calibrated = None if loop.residual is None else calibrated_losses(logits, labels)
+    calibrated = None if loop.keep is None else calibrated_losses(logits, labels)
     summary = attention_summary(loop.model, loop.val_set, device, False) if attention else None
     return val_loss, metrics, summary, calibrated
 

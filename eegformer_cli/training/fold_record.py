@@ -41,7 +41,7 @@ class FoldRecord(Record):
     time (s); ``interaction_screen``: :mod:`interaction_screen`'s ``ScreenResult.summary``
     (None when the config screens nothing, or in an earlier version's record);
     ``linear_path``: the static stage's fit and whether the transformer path was kept
-    (``residual.Residual.record``; None without a linear path; an earlier version's keys read
+    (``transformer_keep.TransformerKeep.record``; None without a linear path; an earlier version's keys read
     under today's names, :data:`RENAMED_KEEP_KEYS`);
     ``reference_C`` / ``references_C``: the regularisation the logistic regression / each
     reference chose; ``history``: the fold's epoch records (``history.jsonl``'s); ``attention``:

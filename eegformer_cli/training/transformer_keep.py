@@ -1,11 +1,14 @@
-"""The transformer as the linear path's residual, inside one fit (``fit.py``).
+"""The transformer path trained on top of the static stage, and whether it is kept, inside one
+fit (``fit.py``).
 
-Before the epoch loop, :func:`fit_linear` fits the model's linear path (``linear_fit.py``) on the
+Before the epoch loop, :func:`fit_static` fits the model's static stage (the linear path,
+``linear_fit.py``, and where the model has one the tangent-space path and the choice among the
+candidates, ``static_choice.py``) on the
 fit's training part (its training and validation recordings, as the references are fitted) and
 stores the refit's weights in the model. The transformer then trains with the linear path's
 logits as a fixed offset: for a training batch, each recording's *cross-fitted* logits (the
-inner model that did not see its participant, :meth:`Residual.batch_offsets`), and for the
-validation recordings the same (:meth:`Residual.validation_logits`), so that both the
+inner model that did not see its participant, :meth:`TransformerKeep.batch_offsets`), and for the
+validation recordings the same (:meth:`TransformerKeep.validation_logits`), so that both the
 transformer's gradient and the choice of its epoch see honest linear logits. The linear path
 reads each recording's mean connectivity (the products of its means,
 ``model/linear_path.py``): the features the fit read are each segment's offset's input, and
@@ -13,7 +16,7 @@ the validation recordings' offsets come from ``predict.recording_logits`` like a
 recording's. Its head starts at
 zero (``model/xaiguiformer.py``): untrained, the model is its linear path.
 
-After the loop :meth:`Residual.keep` decides on the validation recordings, each candidate's
+After the loop :meth:`TransformerKeep.keep` decides on the validation recordings, each candidate's
 logits at their own best temperature (:func:`calibrated_losses`): "no residual" (the linear
 path's own cross-fitted logits) is always a candidate and wins ties; the transformer is kept
 only when its selected epoch lowers the recordings' cross-entropy by more than
@@ -95,9 +98,10 @@ def mean_linear_features(model, dataset: ConnectomeDataset) -> np.ndarray:
 
 
 @dataclass
-class Residual:
-    """What the epoch loop needs of the static stage: each training recording's inner fold
-    (``train_inner`` int64 (n_train,), indexed by the training set's recording index), each
+class TransformerKeep:
+    """What the epoch loop needs of the static stage, and the keep rule: each training
+    recording's inner fold (``train_inner`` int64 (n_train,), indexed by the training set's
+    recording index), each
     validation recording's (``val_inner`` (n_val,)), and the static stage's own validation
     losses (:func:`calibrated_losses` of its cross-fitted logits)."""
 
@@ -185,17 +189,17 @@ class Residual:
         }
 
 
-def fit_linear(
+def fit_static(
     model,
     train_set: ConnectomeDataset,
     val_set: ConnectomeDataset,
     config: TrainConfig,
     seed: int,
-) -> Residual:
+) -> TransformerKeep:
     """Fit the static stage of ``model`` (on the CPU, statistics set) on the training and
     validation recordings: its linear path, and for a model with a tangent-space path that
     path and the choice among the candidates (``static_choice.py``); store the refits and the
-    inner models in it; the :class:`Residual` the epoch loop uses."""
+    inner models in it; the :class:`TransformerKeep` the epoch loop uses."""
     start = time.perf_counter()
     features = np.concatenate(
         [mean_linear_features(model, train_set), mean_linear_features(model, val_set)]
@@ -214,7 +218,7 @@ def fit_linear(
         cross_fitted, static = choice.cross_fitted, choice.record()
     fit.seconds = time.perf_counter() - start  # the features' and the other candidates' time too
     n_train = len(train_set.recordings)
-    return Residual(
+    return TransformerKeep(
         fit,
         torch.from_numpy(fit.inner_fold[:n_train]),
         fit.inner_fold[n_train:],
