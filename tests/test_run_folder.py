@@ -11,7 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from builders import EARLIER_RUN, PINNED_RUN, exit_code, make_connectome_folder, run_main
+from builders import (
+    EARLIER_RUN,
+    PINNED_RUN,
+    STACKED_RUN,
+    exit_code,
+    make_connectome_folder,
+    run_main,
+)
 from sources import PACKAGE, module_name
 from tolerance import assert_same_json
 
@@ -78,6 +85,31 @@ def earlier_run(tmp_path) -> Path:
     text = (run / "config.json").read_text().replace('"/data/prep"', json.dumps(str(prep)))
     (run / "config.json").write_text(text)
     return run
+
+
+def test_a_run_of_the_model_before_its_stages_merges_and_resumes(tmp_path, capsys):
+    """The run folder of the last version before the stages (format-1 fold files, the keep
+    decision's earlier keys): ``--merge`` recomputes its metrics under today's names, and a
+    rerun of the same request resumes it (every fold done: nothing retrained)."""
+    prep = make_connectome_folder(tmp_path / "prep", n_participants=20, effect=0.05)
+    run = tmp_path / "run"
+    shutil.copytree(STACKED_RUN, run)
+    text = (run / "config.json").read_text().replace('"/data/prep"', json.dumps(str(prep)))
+    (run / "config.json").write_text(text)
+    before = json.loads((run / "metrics.json").read_text())
+    code, printed = run_main(capsys, "train", "--merge", run)
+    assert code == 0, printed
+    after = json.loads((run / "metrics.json").read_text())
+    assert after["linear_path"]["transformer_kept"] == before["linear_path"]["residual_kept"]
+    assert "residual_kept" not in after["linear_path"]
+    for name in ("xaiguiformer", "linear_path"):
+        assert after["models"][name]["mean"]["bac"] == before["models"][name]["mean"]["bac"]
+    folds = {p.name: p.read_bytes() for p in (run / "folds").iterdir()}
+    from eegformer_cli.experiment.run import run_training
+
+    _, _, requested, _ = run_folder.request_in_config(run)
+    run_training(prep, run, "diagnosis", TrainConfig.from_dict(requested), permutations=3)
+    assert {p.name: p.read_bytes() for p in (run / "folds").iterdir()} == folds
 
 
 def test_an_earlier_run_folder_reports_and_merges(earlier_run, tmp_path, capsys):
