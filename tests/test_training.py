@@ -39,7 +39,8 @@ from eegformer_cli.model.xaiguiformer import ModelConfig
 from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingCache, load_training_data
-from eegformer_cli.training.fit import lr_at_step, selection_improved
+from eegformer_cli.training.epoch_selection import selection_improved
+from eegformer_cli.training.fit import lr_at_step
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
@@ -195,7 +196,7 @@ def test_selection_can_select_the_last_epoch_and_otherwise_only_the_second_half(
 
 
 def test_a_one_epoch_run_selects_that_epoch(synthetic_dir, tmp_path):
-    config = tiny_config(epochs=1, holdout=0.25)
+    config = tiny_config(epochs=1, holdout=0.25, transformer_path="on")
     run_training(synthetic_dir, tmp_path / "run", "diagnosis", config)
     fold = json.loads((tmp_path / "run" / "folds" / "r0_f0.json").read_text())
     assert fold["best_epoch"] == 1 and (tmp_path / "run" / "model.pt").exists()

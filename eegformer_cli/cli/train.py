@@ -79,7 +79,7 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
     if metrics is None:
         return
     from eegformer_cli.experiment import run_folder
-    from eegformer_cli.experiment.verdict import static_statement
+    from eegformer_cli.experiment.verdict import static_statement, transformer_statement
 
     shown = console.stderr if as_json else console.stdout
     shown.print(_verdict_panel(metrics), soft_wrap=False)  # wrapped, not cut
@@ -90,9 +90,9 @@ def _report(metrics: RunMetrics | None, out: Path, as_json: bool) -> None:
 
         for comparison in metrics.all_comparisons:
             shown.print(describe_comparison(comparison))
-    static = static_statement(metrics)
-    if static:
-        shown.print(static)
+    for statement in (static_statement(metrics), transformer_statement(metrics)):
+        if statement:
+            shown.print(statement)
     if metrics.sample_size:
         from eegformer_cli.evaluation.sample_size import describe as describe_sample_size
 

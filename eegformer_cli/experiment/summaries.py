@@ -181,7 +181,15 @@ def linear_path_summary(results: list[FoldRecord]) -> dict | None:
         "n_products_nonzero": [r["n_products_nonzero"] for r in records],
         "seconds": float(np.mean([r["seconds"] for r in records])),
         **_static_candidates(records),
+        **_transformer_stops(records),
     }
+
+
+def _transformer_stops(records: list[dict]) -> dict:
+    """``transformer_stopped``: how many folds stopped the transformer path's training early,
+    by reason (``transformer_keep.TransformerKeep.stopped``); empty when none did."""
+    reasons = [r["transformer_stopped"]["reason"] for r in records if r.get("transformer_stopped")]
+    return {"transformer_stopped": dict(Counter(reasons))} if reasons else {}
 
 
 def _static_candidates(records: list[dict]) -> dict:

@@ -111,6 +111,27 @@ def static_statement(metrics: RunMetrics) -> str | None:
     return "The model's static stage: " + ", ".join(parts) + ", chosen by the inner CV."
 
 
+#: Why a fold stopped its transformer path early, in words (``TransformerKeep.stopped``).
+STOP_WORDS = {
+    "keep_patience": "it missed the keep rule on validation for keep_patience epochs in a row",
+    "static_stage_made_no_error": (
+        "not trained: the static stage put no recording of the fold's fit in the wrong class"
+    ),
+}
+
+
+def transformer_statement(metrics: RunMetrics) -> str | None:
+    """In how many folds the transformer path was kept and, where folds stopped its training
+    early, how many and why, in one line; None without a static stage."""
+    path = metrics.linear_path
+    if not path or "transformer_kept" not in path:
+        return None
+    line = f"The transformer path: kept in {path['transformer_kept']} of {path['n_folds']} folds"
+    stops = path.get("transformer_stopped") or {}
+    parts = [f"{count} ({STOP_WORDS.get(reason, reason)})" for reason, count in stops.items()]
+    return line + ("; stopped early in " + ", ".join(parts) if parts else "") + "."
+
+
 def scored_by(metrics: RunMetrics) -> dict:
     """``metrics.json``'s ``scored_by``: ``model`` (``linear_path`` where the transformer's
     residual was kept in no fold, else ``xaiguiformer``), ``transformer_folds`` (folds whose

@@ -163,6 +163,9 @@ class TrainConfig:
     linear_penalty: str = "l2"
     transformer_path: str = "auto"
     keep_margin: float = 0.0
+    # "auto": stop the transformer path's training once ``keep_patience`` epochs in a row
+    # missed the keep rule (0: train every epoch, as earlier versions)
+    keep_patience: int = 0
     # the linear path on each recording's mean connectivity (the products of the means, one
     # logit per recording: ``model/linear_path.py``); false: per segment, as earlier versions
     linear_means: bool = False
@@ -236,6 +239,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "linear_penalty": "auto",
         "linear_means": True,
         "static_path": "auto",
+        "keep_patience": 5,
         "selection_metric": "log_loss",
         "model": {},
     },
@@ -419,6 +423,7 @@ def validate(config: TrainConfig) -> None:
     check_choice("transformer_path", config.transformer_path, TRANSFORMER_PATH_MODES)
     check_choice("static_path", config.static_path, STATIC_PATHS)
     _check_range("keep_margin", config.keep_margin, 0, None)
+    _check_range("keep_patience", config.keep_patience, 0, None)
     if config.transformer_path != "auto" and not config.linear_path:
         raise UsageError(
             f"transformer_path={config.transformer_path!r} needs linear_path = true (without "

@@ -15,7 +15,6 @@ shuffling generator, so two fits with the same seed give identical numbers.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,6 +40,7 @@ from eegformer_cli.training.dataset import (
     RecordingInfo,
     TrainingData,
 )
+from eegformer_cli.training.epoch_selection import EpochSelection
 from eegformer_cli.training.interaction_screen import (
     PROXY_CORRELATION,
     ScreenResult,
@@ -89,17 +89,6 @@ def seed_of(fold: splits.Fold, seed: int) -> int:
     """The seed ``fold`` is trained with: its own (given by a splits file), else
     :func:`fold_seed` of the run's ``seed``."""
     return fold.seed if fold.seed is not None else fold_seed(seed, fold.repeat, fold.fold)
-
-
-def selection_improved(config: TrainConfig, epoch: int, metric: float, best: float | None) -> bool:
-    """Whether epoch ``epoch`` (0-based) becomes the selected one: only epochs >= epochs / 2
-    (the paper's second half), metric >= best (ties -> later epoch).
-
-    The last epoch is always eligible (with ``epochs`` 1 the second half would be empty), and
-    the first eligible epoch is always selected, so a run of any length selects an epoch.
-    """
-    eligible = epoch >= min(config.epochs / 2, config.epochs - 1)
-    return eligible and (best is None or metric >= best)
 
 
 @dataclass
@@ -233,12 +222,14 @@ def _fit_model(
     data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention=True
 ) -> FitResult:
     """:func:`fit_model`: set up, then per epoch :func:`train_one_epoch`, :func:`validate` and
-    the selection, until the last epoch or ``config.patience`` epochs without a better one."""
+    the selection, until the last epoch, ``config.patience`` epochs without a better one, or
+    ``config.keep_patience`` epochs in which the transformer path met the keep rule in none
+    (``transformer_keep.TransformerKeep.stop_early``)."""
     start = time.perf_counter()
     loop = _setup(data, train_recs, val_recs, config, device, seed)
-    selection = _Selection()
+    selection = EpochSelection()
     history = []
-    epochs = 0 if loop.keep is not None and loop.keep.mode == "off" else config.epochs
+    epochs = config.epochs if loop.keep is None else loop.keep.planned_epochs(config.epochs)
     for epoch in range(epochs):
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)
@@ -267,7 +258,9 @@ def _fit_model(
         )
         if on_epoch is not None:
             on_epoch(record)
-        if selection.patience_ran_out(config):
+        if selection.patience_ran_out(config) or (
+            loop.keep is not None and loop.keep.stop_early(epoch, calibrated, config.keep_patience)
+        ):
             break
     if selection.state is not None:
         loop.model.load_state_dict(selection.state)
@@ -281,7 +274,7 @@ def _fit_model(
     )
 
 
-def _finish_keep(loop: _Loop, selection: _Selection) -> dict | None:
+def _finish_keep(loop: _Loop, selection: EpochSelection) -> dict | None:
     """After the epoch loop: keep the transformer path or not (``transformer_keep.py``), the
     model's ``transformer_kept`` saying which; the linear path's record (None without one)."""
     if loop.keep is None:
@@ -562,39 +555,3 @@ def validate(
     calibrated = None if loop.keep is None else calibrated_losses(logits, labels)
     summary = attention_summary(loop.model, loop.val_set, device, False) if attention else None
     return val_loss, metrics, summary, calibrated
-
-
-@dataclass
-class _Selection:
-    """The selected epoch so far (:func:`selection_improved`): its validation metric, weights
-    and 1-based number, and how many epochs since."""
-
-    best: float | None = None
-    state: dict | None = None
-    epoch: int = 0
-    since_best: int = 0
-    val_loss: np.ndarray | None = None  # the selected epoch's calibrated validation losses
-
-    def update(
-        self,
-        config: TrainConfig,
-        epoch: int,
-        metric: float,
-        model: torch.nn.Module,
-        val_loss: np.ndarray | None = None,
-    ) -> None:
-        """Take epoch ``epoch`` (0-based) when it improves the selection, else count it."""
-        if selection_improved(config, epoch, metric, self.best):
-            self.best = metric
-            self.state = copy.deepcopy(model.state_dict())
-            self.epoch, self.since_best = epoch + 1, 0
-            self.val_loss = val_loss
-        else:
-            self.since_best += 1
-
-    def patience_ran_out(self, config: TrainConfig) -> bool:
-        """Whether ``config.patience`` epochs (0: no early stop) passed since the selected one
-        (never before an epoch is selected)."""
-        return (
-            bool(config.patience) and self.best is not None and self.since_best >= config.patience
-        )

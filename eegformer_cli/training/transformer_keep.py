@@ -117,6 +117,43 @@ class TransformerKeep:
     #: the static stage's choice among its candidates (``static_choice.StaticChoice.record``;
     #: None: a model without a tangent-space path, the linear path alone)
     static: dict | None = None
+    #: how many of the fit's recordings (training and validation) the static stage's
+    #: cross-fitted logits put in the wrong class: 0 leaves the transformer path nothing to fix
+    static_errors: int | None = None
+    #: why the transformer path's training stopped before the last epoch
+    #: (:meth:`planned_epochs`, :meth:`stop_early`): ``{"epoch", "reason"}``, None: it did not
+    stopped: dict | None = None
+    _since_promising: int = 0
+
+    def planned_epochs(self, epochs: int) -> int:
+        """The epochs the transformer path is trained for: 0 with ``transformer_path`` "off",
+        and in "auto" when the static stage put none of the fit's recordings in the wrong
+        class (out of its inner folds): the transformer's logits could then only sharpen
+        logits that recalibration scales anyway, which the keep rule cannot tell from a gain
+        (``stopped`` says so); else ``epochs``."""
+        if self.mode == "off":
+            return 0
+        if self.mode == "auto" and self.static_errors == 0:
+            self.stopped = {"epoch": 0, "reason": "static_stage_made_no_error"}
+            return 0
+        return epochs
+
+    def stop_early(self, epoch: int, val_losses: np.ndarray | None, patience: int) -> bool:
+        """Whether to stop the transformer path's training after epoch ``epoch`` (0-based) in
+        "auto": its validation losses ``val_losses`` (:func:`calibrated_losses`) met the keep
+        rule (:meth:`keep`'s test on this epoch) in none of the last ``patience`` epochs (0:
+        never stop). A stopped path is not kept unless the selection took an epoch that met
+        the rule (the cost follows the value: a path that stays below the static stage is not
+        trained to the last epoch)."""
+        if self.mode != "auto" or not patience:
+            return False
+        gain = self.gain(val_losses)
+        promising = gain is not None and gain[0] > self.margin + gain[1]
+        self._since_promising = 0 if promising else self._since_promising + 1
+        if self._since_promising < patience:
+            return False
+        self.stopped = {"epoch": epoch + 1, "reason": "keep_patience"}
+        return True
 
     def batch_offsets(self, model, coh, wpli, age, sex, recording: torch.Tensor) -> torch.Tensor:
         """(B, n_classes) cross-fitted static logits of a training batch (its inputs on the
@@ -182,6 +219,8 @@ class TransformerKeep:
             "transformer_val_loss": None if val_losses is None else float(val_losses.mean()),
             "transformer_gain": None if gain is None else gain[0],
             "transformer_gain_se": None if gain is None else gain[1],
+            "static_errors": self.static_errors,
+            "transformer_stopped": self.stopped,
             "val_losses": {
                 "static": self.linear_val_losses.tolist(),
                 "transformer": None if val_losses is None else val_losses.tolist(),
@@ -227,6 +266,7 @@ def fit_static(
         config.keep_margin,
         torch.from_numpy(cross_fitted[:n_train]).float(),
         static,
+        int((cross_fitted.argmax(axis=1) != labels).sum()),
     )
 
 

@@ -1,0 +1,70 @@
+"""Cost follows value: the transformer path's training stops as soon as it cannot be kept
+(``training/transformer_keep.py``): not trained at all where the static stage put no recording
+of the fit in the wrong class, stopped after ``keep_patience`` epochs that all missed the keep
+rule, trained to the last epoch with ``keep_patience = 0``; the fold records and the run's
+summary say when and why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builders import make_connectome_folder, tiny_config
+
+from eegformer_cli.experiment import run_folder
+from eegformer_cli.experiment.run import run_training
+from eegformer_cli.experiment.verdict import transformer_statement
+
+
+def _folds(run) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run / "folds").glob("r*_f*.json"))]
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keep")
+    return {
+        "separable": make_connectome_folder(root / "separable", n_participants=24, effect=2.0),
+        "null": make_connectome_folder(root / "null", n_participants=24, effect=0.0, seed=3),
+    }
+
+
+def test_a_static_stage_without_errors_leaves_the_transformer_untrained(studies, tmp_path):
+    run = tmp_path / "run"
+    run_training(studies["separable"], run, "diagnosis", tiny_config(cv=2, epochs=6))
+    for fold in _folds(run):
+        record = fold["linear_path"]
+        assert record["static_errors"] == 0
+        assert record["transformer_stopped"] == {
+            "epoch": 0,
+            "reason": "static_stage_made_no_error",
+        }
+        assert fold["history"] == [] and record["transformer_kept"] is False
+    metrics = run_folder.read_metrics(run)
+    assert metrics.linear_path["transformer_stopped"] == {"static_stage_made_no_error": 2}
+    assert "not trained: the static stage put no recording" in transformer_statement(metrics)
+
+
+@pytest.mark.parametrize("patience", [2, 0])
+def test_keep_patience_stops_a_transformer_that_misses_the_keep_rule(studies, tmp_path, patience):
+    run = tmp_path / "run"
+    config = tiny_config(cv=2, epochs=6, keep_patience=patience)
+    run_training(studies["null"], run, "diagnosis", config)
+    for fold in _folds(run):
+        record = fold["linear_path"]
+        assert record["static_errors"] > 0
+        history = fold["history"]
+        gains = [
+            record["static_val_loss"] - epoch["val_loss_calibrated"] for epoch in history
+        ]
+        if patience == 0:
+            assert len(history) == 6 and record["transformer_stopped"] is None
+            continue
+        # stopped at the first epoch that ends `patience` epochs missing the rule
+        stopped = record["transformer_stopped"]
+        assert stopped["reason"] == "keep_patience" and stopped["epoch"] == len(history)
+        assert len(history) < 6, gains
+        assert not record["transformer_kept"]
+    statement = transformer_statement(run_folder.read_metrics(run))
+    assert statement.startswith("The transformer path: kept in 0 of 2 folds")
+    assert ("stopped early in 2" in statement) == bool(patience)
