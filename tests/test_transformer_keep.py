@@ -54,9 +54,7 @@ def test_keep_patience_stops_a_transformer_that_misses_the_keep_rule(studies, tm
         record = fold["linear_path"]
         assert record["static_errors"] > 0
         history = fold["history"]
-        gains = [
-            record["static_val_loss"] - epoch["val_loss_calibrated"] for epoch in history
-        ]
+        gains = [record["static_val_loss"] - epoch["val_loss_calibrated"] for epoch in history]
         if patience == 0:
             assert len(history) == 6 and record["transformer_stopped"] is None
             continue
