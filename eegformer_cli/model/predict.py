@@ -20,7 +20,7 @@ import torch
 
 from eegformer_cli.model.devices import autocast, one_cpu_thread
 from eegformer_cli.model.linear_path import uses_recording_means
-from eegformer_cli.model.static_paths import recording_offset
+from eegformer_cli.model.static_paths import recording_static_logits
 
 #: Segments per forward when averaging logits (bounds memory; results do not depend on it
 #: beyond float rounding).
@@ -79,12 +79,12 @@ def _joined(parts: list[tuple]) -> tuple[np.ndarray, ...]:
 
 def static_offsets(model) -> Callable[[tuple], np.ndarray] | None:
     """For a model on recording means: a recording's tuple ``(coh, wpli, age, sex[,
-    covariance])`` -> its static logits (n_classes,) (``static_paths.recording_offset``,
+    covariance])`` -> its static logits (n_classes,) (``static_paths.recording_static_logits``,
     computed where the model is), the offset of each of its segments; None for any other
     model."""
     if not uses_recording_means(model):
         return None
-    return lambda recording: recording_offset(model, recording).cpu().numpy()
+    return lambda recording: recording_static_logits(model, recording).cpu().numpy()
 
 
 def recording_logits(
