@@ -42,7 +42,7 @@ def test_a_static_stage_without_errors_leaves_the_transformer_untrained(studies,
         assert fold["history"] == [] and record["transformer_kept"] is False
     metrics = run_folder.read_metrics(run)
     assert metrics.linear_path["transformer_stopped"] == {"static_stage_made_no_error": 2}
-    assert "not trained: the static stage put no recording" in transformer_statement(metrics)
+    assert "not trained in 2 (the static stage put no recording" in transformer_statement(metrics)
 
 
 @pytest.mark.parametrize("patience", [2, 0])

@@ -111,11 +111,16 @@ def static_statement(metrics: RunMetrics) -> str | None:
     return "The model's static stage: " + ", ".join(parts) + ", chosen by the inner CV."
 
 
-#: Why a fold stopped its transformer path early, in words (``TransformerKeep.stopped``).
+#: Why folds stopped their transformer path early, in words (``TransformerKeep.stopped``):
+#: what is said of the folds and why.
 STOP_WORDS = {
-    "keep_patience": "it missed the keep rule on validation for keep_patience epochs in a row",
+    "keep_patience": (
+        "stopped early",
+        "it missed the keep rule on validation for keep_patience epochs in a row",
+    ),
     "static_stage_made_no_error": (
-        "not trained: the static stage put no recording of the fold's fit in the wrong class"
+        "not trained",
+        "the static stage put no recording of the fold's fit in the wrong class",
     ),
 }
 
@@ -127,9 +132,10 @@ def transformer_statement(metrics: RunMetrics) -> str | None:
     if not path or "transformer_kept" not in path:
         return None
     line = f"The transformer path: kept in {path['transformer_kept']} of {path['n_folds']} folds"
-    stops = path.get("transformer_stopped") or {}
-    parts = [f"{count} ({STOP_WORDS.get(reason, reason)})" for reason, count in stops.items()]
-    return line + ("; stopped early in " + ", ".join(parts) if parts else "") + "."
+    for reason, count in (path.get("transformer_stopped") or {}).items():
+        said, why = STOP_WORDS.get(reason, (reason, ""))
+        line += f"; {said} in {count}" + (f" ({why})" if why else "")
+    return line + "."
 
 
 def scored_by(metrics: RunMetrics) -> dict:
