@@ -119,7 +119,7 @@ def test_a_curve_whose_run_is_not_told_from_chance_is_flat_at_chance(shares):
     low, high = projection[0].interval
     assert low <= 0.5 <= high and {p.bac for p in projection} == {curve.level}
     assert curve.statement.startswith("the learning curve is flat at chance: from 75 to 300")
-    assert "reaches chance, 0.50), so the curve shows no rise to project" in curve.statement
+    assert "is not above chance, 0.50), so the curve shows no rise to project" in curve.statement
 
 
 def test_a_falling_curve_is_unreliable_and_too_few_points_are_said():

@@ -29,10 +29,10 @@ difference's standard error): the fit is unreliable; a flat curve (the rise from
 subset to the whole run is below :data:`NEGLIGIBLE_RISE`, or not above zero in 95 % of the
 draws of the test participants alone, which move every point's alike): its level, the run's
 own BAC (the last point), is the projection, with that point's interval. A model whose last
-point is not told from chance (that interval reaches one over the classes) has a flat curve
-too, whatever its smaller subsets did: points that are noise around chance show neither a
-rise to fit nor a fall to warn about, for every model alike (a study whose label has no cause
-in the recordings).
+point is not told from chance (that interval starts at or below one over the classes) has a
+flat curve too, whatever its smaller subsets did: points that are noise around chance (or
+below it, as cross-validation on a label without a cause can fall) show neither a rise to fit
+nor a fall to warn about, for every model alike.
 """
 
 from __future__ import annotations
@@ -371,7 +371,7 @@ def _said(
             f"{known[-1].n_participants:.0f} {units} the balanced accuracy is not told from "
             f"chance ({known[0].bac:.2f} to {curve.level:.2f}; at "
             f"{known[-1].n_participants:.0f} its 95 % interval, {_interval([low, high])}, "
-            f"reaches chance, {chance:.2f}), so the curve shows no rise to project"
+            f"is not above chance, {chance:.2f}), so the curve shows no rise to project"
         )
     elif curve.status == "flat":
         text = (
