@@ -355,7 +355,7 @@ TRAIN = Options(
     learning_curve=Option(
         "bool",
         "Learning curve: refit every model on nested, stratified participant subsets (25, 50, "
-        "75 %) of each fold's training part, scored on the fold's test participants, and "
+        "75 %; learning_curve_fractions in a --config file) of each fold's training part, scored on the fold's test participants, and "
         "project the BAC to larger studies (an inverse power law, with a bootstrap interval); "
         "in metrics.json's sample_size and the report. Resumable, spread by --n-jobs "
         "[default: off].",

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from math import nan
 from pathlib import Path
 
 import numpy as np
 import pytest
 from builders import EARLIER_RUN, TINY_TOML, make_connectome_folder, run_main, tiny_config
 
+from eegformer_cli.errors import UsageError
 from eegformer_cli.evaluation import learning_curve as lc
 from eegformer_cli.evaluation.run_metrics import RunMetrics
 from eegformer_cli.experiment import learning_curve as experiment_curve
 from eegformer_cli.experiment import run_folder
+from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.run_plan import plan_run
 
 # ------------------------------------------------------------------------------------------
@@ -92,13 +95,31 @@ def test_a_rising_curve_is_fitted_and_projected_with_an_interval():
 
 
 def test_a_flat_curve_is_said_to_be_flat_and_projects_its_level():
-    curve, projection = simulated(dict.fromkeys((0.25, 0.5, 0.75, 1.0), 0.5), seed=1)
+    curve, projection = simulated(dict.fromkeys((0.25, 0.5, 0.75, 1.0), 0.8), seed=1)
     assert curve.status == "flat" and curve.params is None
-    assert curve.level == curve.points[-1].bac and abs(curve.level - 0.5) < 0.05
+    assert curve.level == curve.points[-1].bac and abs(curve.level - 0.8) < 0.05
     assert {p.bac for p in projection} == {curve.level}
-    assert projection[0].interval[0] < 0.5 < projection[0].interval[1]
+    assert 0.5 < projection[0].interval[0] < 0.8 < projection[0].interval[1]
     assert "the learning curve is flat" in curve.statement
     assert "not expected to raise it" in curve.statement
+
+
+@pytest.mark.parametrize(
+    "shares",
+    [
+        {0.25: 0.58, 0.5: 0.44, 0.75: 0.47, 1.0: 0.46},  # a fall beyond its noise
+        {0.25: 0.40, 0.5: 0.45, 0.75: 0.48, 1.0: 0.53},  # a rise beyond it
+    ],
+)
+def test_a_curve_whose_run_is_not_told_from_chance_is_flat_at_chance(shares):
+    # a study whose label has no cause: neither the fall nor the rise is learning
+    curve, projection = simulated(shares)
+    assert curve.status == "flat" and curve.params is None
+    assert curve.level == curve.points[-1].bac
+    low, high = projection[0].interval
+    assert low <= 0.5 <= high and {p.bac for p in projection} == {curve.level}
+    assert curve.statement.startswith("the learning curve is flat at chance: from 75 to 300")
+    assert "is not above chance, 0.50), so the curve shows no rise to project" in curve.statement
 
 
 def test_a_falling_curve_is_unreliable_and_too_few_points_are_said():
@@ -139,6 +160,40 @@ def test_subsets_are_nested_stratified_participant_wise_and_fixed(tmp_path, caps
     # the same subsets every time: every model of a fold is refit on them
     again, _ = experiment_curve.plan_subsets(plan)
     assert again == subsets
+
+
+def test_the_fractions_are_a_validated_setting(tmp_path):
+    default = TrainConfig()
+    assert default.learning_curve_fractions == (0.25, 0.5, 0.75)
+    toml = tmp_path / "curve.toml"
+    toml.write_text("learning_curve_fractions = [0.2, 0.4, 0.6, 0.8]\n")
+    config = resolve_config("default", toml)
+    assert config.learning_curve_fractions == (0.2, 0.4, 0.6, 0.8)
+    assert config.to_dict()["learning_curve_fractions"] == [0.2, 0.4, 0.6, 0.8]
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    # a stored config of an earlier version, without the setting: today's default
+    stored = default.to_dict()
+    del stored["learning_curve_fractions"]
+    assert TrainConfig.from_dict(stored).learning_curve_fractions == (0.25, 0.5, 0.75)
+    for bad in ([0.5], [0.5, 0.25], [0, 0.5], [0.5, 1], [0.25, 0.25], [0.251, 0.254], [0.2, nan]):
+        with pytest.raises(UsageError) as raised:
+            apply_overrides(default, {"learning_curve_fractions": bad}, "test")
+        assert "for learning_curve_fractions; allowed values are at least 2 fractions" in str(
+            raised.value
+        ) and "strictly between 0 and 1, increasing" in str(raised.value)
+    for bad in ("0.5", [True, 0.5], 0.5):
+        with pytest.raises(UsageError, match="'learning_curve_fractions' in test; expected"):
+            apply_overrides(default, {"learning_curve_fractions": bad}, "test")
+
+
+def test_the_run_cuts_the_fractions_of_its_config(tmp_path):
+    root = make_connectome_folder(tmp_path / "prep", n_participants=36)
+    plan = plan_run(root, "diagnosis", tiny_config(cv=3, learning_curve_fractions=[0.6, 0.8]))
+    subsets, skipped = experiment_curve.plan_subsets(plan)
+    assert not skipped and {fraction for _, fraction in subsets} == {0.6, 0.8}
+    for fold in plan.folds:
+        part = len(fold.train) + len(fold.val)
+        assert len(subsets[fold.name, 0.6].train + subsets[fold.name, 0.6].val) == round(0.6 * part)
 
 
 # ------------------------------------------------------------------------------------------
@@ -232,6 +287,32 @@ def test_fold_jobs_merge_and_resume_give_the_same_curve(prep, tmp_path, capsys):
     alone = curve_of(whole)
     del alone["learning_curve_run"]["seconds"]
     assert alone == merged
+
+
+@pytest.mark.slow
+def test_a_merge_or_rerun_without_the_flag_keeps_the_curve(prep, tmp_path, capsys):
+    root, config = prep
+    run = tmp_path / "run"
+    args = ("train", root, "--out", run, "-l", "diagnosis", "--cv", "3", "--config", config)
+    assert run_main(capsys, *args, "--learning-curve")[0] == 0
+    made = curve_of(run)
+    assert "learning_curve" in made
+    # a merge that adds something else rewrites the summaries: the curve stays, from its refits
+    code, printed = run_main(capsys, "train", "--merge", run)
+    assert code == 0, printed
+    assert "refits to compute" not in printed and "learning curve, XAIguiFormer: BAC" in printed
+    written = json.loads((run / "metrics.json").read_text())
+    assert written["complete"] is True and written["sample_size"] == made
+    from eegformer_cli.report.build import write_report
+
+    assert "Learning curve" in write_report(run, None, tmp_path / "report.html").read_text()
+    # so does the same command again, and a lost refit is made again
+    (run / "folds" / "learning_curve" / "r0_f1_50pct.json").unlink()
+    code, printed = run_main(capsys, *args)
+    assert code == 0 and "learning curve: 1 of 6 refits to compute (fractions 50%)" in printed
+    again = curve_of(run)
+    del made["learning_curve_run"]["seconds"], again["learning_curve_run"]["seconds"]
+    assert again == made
 
 
 @pytest.mark.slow

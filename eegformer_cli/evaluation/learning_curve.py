@@ -28,7 +28,11 @@ curve that is not monotone (a point below the one before it by more than twice t
 difference's standard error): the fit is unreliable; a flat curve (the rise from the smallest
 subset to the whole run is below :data:`NEGLIGIBLE_RISE`, or not above zero in 95 % of the
 draws of the test participants alone, which move every point's alike): its level, the run's
-own BAC (the last point), is the projection, with that point's interval.
+own BAC (the last point), is the projection, with that point's interval. A model whose last
+point is not told from chance (that interval starts at or below one over the classes) has a
+flat curve too, whatever its smaller subsets did: points that are noise around chance (or
+below it, as cross-validation on a label without a cause can fall) show neither a rise to fit
+nor a fall to warn about, for every model alike.
 """
 
 from __future__ import annotations
@@ -49,8 +53,6 @@ from eegformer_cli.evaluation.run_metrics import (
     model_in_words,
 )
 
-#: The nested subsets of each outer training part (the whole part is the run itself).
-FRACTIONS = (0.25, 0.5, 0.75)
 N_BOOTSTRAP = 200
 #: Bounds of the exponent ``c``: learning curves seldom fall faster than 1/n^2.
 C_BOUNDS = (0.05, 2.0)
@@ -297,10 +299,12 @@ def model_curve(
     n_participants: int,
     draws: Draws,
     unit: str = "participant",
+    chance: float = 0.5,
 ) -> tuple[ModelCurve, list[ProjectedBac]]:
     """One model's curve (its points, status, fit and statement) and its projection at
     :func:`round_sizes` of ``n_participants`` (module docstring); ``draws``:
-    :func:`bootstrap_draws` of the folds and their test participants."""
+    :func:`bootstrap_draws` of the folds and their test participants; ``chance``: the BAC of
+    a guess (one over the classes)."""
     points = curve_points(by_fraction, train_share)
     known = [p for p in points if p.bac is not None]
     sizes = round_sizes(n_participants)
@@ -315,12 +319,13 @@ def model_curve(
     bac = np.array([p.bac for p in known], dtype=float)
     sigma = point_errors(known, tested)
     drop = non_monotone_drop(known, sigma)
-    if drop is None and not rises(known, tested):
-        level = float(bac[-1])  # the run itself: a larger study is expected to measure it
-        interval = _percentiles(boot[-1], level)
+    level = float(bac[-1])  # the run itself: where flat, a larger study is expected to measure it
+    interval = _percentiles(boot[-1], level)
+    at_chance = interval[0] is not None and interval[0] <= chance
+    if at_chance or (drop is None and not rises(known, tested)):
         curve = ModelCurve(points=points, status="flat", level=level)
         projection = [ProjectedBac(n_participants=s, bac=level, interval=interval) for s in sizes]
-        return _said(curve, projection, unit), projection
+        return _said(curve, projection, unit, chance=chance if at_chance else None), projection
     fit = fit_power_law(n, bac, sigma)
     if fit is None:
         curve = ModelCurve(points=points, status="fit_failed")
@@ -346,8 +351,10 @@ def _said(
     projection: list[ProjectedBac],
     unit: str,
     drop: tuple[CurvePoint, CurvePoint] | None = None,
+    chance: float | None = None,
 ) -> ModelCurve:
-    """``curve`` with its ``statement`` (in words, by its status)."""
+    """``curve`` with its ``statement`` (in words, by its status; ``chance``: a flat curve's
+    level not told from chance, the BAC of a guess)."""
     known = [p for p in curve.points if p.bac is not None]
     units = f"{unit}s"
     if curve.status == "too_few_points":
@@ -357,6 +364,15 @@ def _said(
         )
     elif curve.status == "fit_failed":
         text = "the inverse power law could not be fitted to the learning curve: no projection"
+    elif curve.status == "flat" and chance is not None:
+        low, high = projection[0].interval if projection else (None, None)
+        text = (
+            f"the learning curve is flat at chance: from {known[0].n_participants:.0f} to "
+            f"{known[-1].n_participants:.0f} {units} the balanced accuracy is not told from "
+            f"chance ({known[0].bac:.2f} to {curve.level:.2f}; at "
+            f"{known[-1].n_participants:.0f} its 95 % interval, {_interval([low, high])}, "
+            f"is not above chance, {chance:.2f}), so the curve shows no rise to project"
+        )
     elif curve.status == "flat":
         text = (
             f"the learning curve is flat: from {known[0].n_participants:.0f} to "

@@ -2,12 +2,13 @@
 study's participants, and what a larger study would reach.
 
 Inside each outer fold, the training part (its train + val participants) is cut to nested,
-stratified participant subsets (:data:`learning_curve.FRACTIONS` of it, drawn with the fold's
-seed: the same participants for every model, each subset inside the larger ones); a subset gets
-its own inner validation split (the run's ``val_fraction``, with a seed of the fold's) and is
-refit with the run's stored config through the fold runner
-(:func:`~eegformer_cli.training.fold_job.run_fold`: XAIguiFormer and the references, the
-transformer's keep rule included), then scored on the fold's own test participants. The whole
+stratified participant subsets (the config's ``learning_curve_fractions`` of it: 25, 50 and
+75 % unless a ``--config`` file sets others; drawn with the fold's seed: the same participants
+for every model, each subset inside the larger ones); a subset gets its own inner validation
+split (the run's ``val_fraction``, with a seed of the fold's) and is refit with the run's
+stored config through the fold runner (:func:`~eegformer_cli.training.fold_job.run_fold`:
+XAIguiFormer and the references, the transformer's keep rule included), then scored on the
+fold's own test participants. The whole
 training part is the run itself: its fold records are the last point. A fraction whose subset
 is too small for the validation split in some fold is skipped for every fold, and said.
 
@@ -65,6 +66,17 @@ def check_settings(learning_curve: bool, n_folds: int | None = None) -> None:
         )
 
 
+def made_before(run_dir: Path) -> bool:
+    """Whether RUN_DIR's ``metrics.json`` holds a learning curve: a merge or a rerun without
+    ``--learning-curve`` keeps it (its refits read from disk, a lost one refitted), since the
+    summaries it rewrites would drop it. A damaged ``metrics.json`` holds none."""
+    try:
+        metrics = run_folder.read_metrics(run_dir)
+    except InputDataError:
+        return False
+    return bool(metrics and metrics.sample_size and metrics.sample_size.learning_curve is not None)
+
+
 def _participant_labels(plan) -> dict[str, str]:
     """Participant -> the label of most of its recordings (the first of them on a tie)."""
     counts: dict[str, Counter] = {}
@@ -102,7 +114,7 @@ def plan_subsets(plan) -> tuple[dict[tuple[str, float], splits.Fold], list[str]]
     every fold of ``plan`` can make; and, for each fraction skipped, why (in words)."""
     labels = _participant_labels(plan)
     subsets, skipped = {}, []
-    for fraction in curve_maths.FRACTIONS:
+    for fraction in plan.config.learning_curve_fractions:
         try:
             made = {fold.name: subset_fold(plan, fold, fraction, labels) for fold in plan.folds}
         except InputDataError as exc:
@@ -159,7 +171,11 @@ def compute_records(
         if name not in wanted:
             continue
         record = run_folder.read_subset_record(run_dir, name, fraction)
-        if record and record.get("train") == subset.train and record.get("val") == subset.val:
+        if record and [record.get(k) for k in ("fraction", "train", "val")] == [
+            fraction,
+            subset.train,
+            subset.val,
+        ]:
             records[name, fraction] = record
         else:
             pending.append((plan, subset, fraction, features))
@@ -249,7 +265,7 @@ def summarise(
     for model in models:
         complete = {f: v for f, v in points[model].items() if len(v) == len(plan.folds)}
         curves[model], projection[model] = curve_maths.model_curve(
-            complete, share, sample.n_participants, draws, sample.unit
+            complete, share, sample.n_participants, draws, sample.unit, 1 / len(labels)
         )
     return curves, projection
 

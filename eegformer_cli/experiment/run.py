@@ -40,7 +40,8 @@ changes nothing. The shortcut audit and the permutation test concern the whole r
 run here (``--confounds``, ``--permutations``, with ``--n-jobs`` workers), never in a fold job;
 a merge of a finished run adds them to it. The learning curve (``--learning-curve``) is made
 here too, but its refits are per fold: a fold job given it refits its own fold's subsets
-beside its record, and the merge computes only those missing.
+beside its record, and the merge computes only those missing. A merge (or a rerun) without
+``--learning-curve`` keeps the curve a run already has (:func:`learning_curve.made_before`).
 
 Locks: a whole run or a merge takes RUN_DIR's lock exclusively; fold jobs share it, so they run
 side by side but never alongside a whole run or a merge.
@@ -152,6 +153,8 @@ def _run_in_folder(
     plan, writer = job.plan, distributed.is_writer()
     if writer:
         _claim_run_dir(run_dir, plan, job.fold_index, overwrite, positive_label)
+        if job.fold_index is None and learning_curve_module.made_before(run_dir):
+            job = replace(job, learning_curve=True)  # a merge or rerun keeps the run's curve
     extra = (
         {"shortcut_audit": audit.run_audit(job.audit_plan, plan.positive_label).to_dict()}
         if writer and job.audit_plan is not None

@@ -38,6 +38,7 @@ so a TOML file can hold a whole experiment.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import sys
@@ -173,6 +174,9 @@ class TrainConfig:
     # the tangent space or both stacked beat it by the inner CV's margin; "connectivity" the
     # linear path alone (earlier versions); "tangent_space" / "stacked" that candidate
     static_path: str = "connectivity"
+    # ``train --learning-curve`` (experiment/learning_curve.py): the nested participant subsets
+    # of each outer training part, as fractions of it (the whole part is the run itself)
+    learning_curve_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
@@ -184,6 +188,7 @@ class TrainConfig:
         """Plain JSON-able dict (tuples become lists)."""
         out = dataclasses.asdict(self)
         out["betas"] = list(self.betas)
+        out["learning_curve_fractions"] = list(self.learning_curve_fractions)
         return out
 
     @classmethod
@@ -377,6 +382,7 @@ def apply_overrides(config: TrainConfig, values: dict, source: str) -> TrainConf
         else:
             current[key] = _coerce(key, value, source)
     current["betas"] = tuple(current["betas"])
+    current["learning_curve_fractions"] = tuple(current["learning_curve_fractions"])
     resolved = TrainConfig(**current)
     validate(resolved)
     return resolved
@@ -404,6 +410,10 @@ def _coerce(key: str, value, source: str):
             if len(pair) != 2:
                 raise ValueError
             return pair
+        if key == "learning_curve_fractions":
+            if isinstance(value, (str, bytes)) or any(isinstance(v, bool) for v in value):
+                raise ValueError
+            return tuple(float(v) for v in value)
     except (TypeError, ValueError, OverflowError):
         raise UsageError(
             f"invalid value {value!r} for {key!r} in {source}; expected {kind}"
@@ -454,6 +464,7 @@ def validate(config: TrainConfig) -> None:
         check_holdout(config.holdout)
     for beta in config.betas:
         _check_range("betas", beta, 0, 1, high_open=True)
+    check_fractions(config.learning_curve_fractions)
     allowed = {f.name for f in dataclasses.fields(ModelConfig)} - set(DATA_DERIVED_MODEL_FIELDS)
     for key in config.model:
         if key not in allowed:
@@ -461,6 +472,26 @@ def validate(config: TrainConfig) -> None:
                 f"unknown model setting {key!r}; allowed model settings are "
                 + ", ".join(sorted(allowed))
             )
+
+
+def check_fractions(fractions, name: str = "learning_curve_fractions") -> None:
+    """UsageError unless ``fractions`` are at least 2 fractions strictly between 0 and 1, in
+    increasing order, no two in the same whole percent (a refit's file is named by it:
+    ``experiment/run_folder.py``)."""
+    values = list(fractions)
+    finite = all(isinstance(v, float) and math.isfinite(v) for v in values)
+    percents = [round(v * 100) for v in values] if finite else []
+    if not (
+        len(values) >= 2
+        and finite
+        and all(0 < v < 1 for v in values)
+        and all(a < b for a, b in itertools.pairwise(percents))
+    ):
+        raise UsageError(
+            f"invalid value {values!r} for {name}; allowed values are at least 2 fractions "
+            "of each fold's training part, strictly between 0 and 1, increasing, no two in the "
+            "same whole percent, e.g. [0.25, 0.5, 0.75]"
+        )
 
 
 def check_holdout(holdout: float, name: str = "holdout") -> None:
