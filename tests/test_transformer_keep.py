@@ -66,3 +66,15 @@ def test_keep_patience_stops_a_transformer_that_misses_the_keep_rule(studies, tm
     statement = transformer_statement(run_folder.read_metrics(run))
     assert statement.startswith("The transformer path: kept in 0 of 2 folds")
     assert ("stopped early in 2" in statement) == bool(patience)
+
+
+def test_each_fold_line_says_where_the_transformer_path_stopped():
+    from eegformer_cli.experiment.fold_training import transformer_words
+
+    assert transformer_words(7, {"transformer_stopped": None}) == "best epoch 7"
+    assert transformer_words(3, None) == "best epoch 3"
+    stopped = {"transformer_stopped": {"epoch": 5, "reason": "keep_patience"}}
+    assert transformer_words(0, stopped) == "transformer path not kept (stopped after epoch 5)"
+    untrained = {"transformer_stopped": {"epoch": 0, "reason": "static_stage_made_no_error"}}
+    assert "not trained (the static stage made no error)" in transformer_words(0, untrained)
+    assert transformer_words(0, {"transformer_path": "off"}) == "transformer path off"

@@ -113,8 +113,24 @@ def _log_fold(fold: splits.Fold, record: FoldRecord) -> None:
     )
     console.log(
         f"fold {fold.name}: BAC {m[MODEL_NAME].bac:.3f} ({references}), "
-        f"best epoch {record.best_epoch}, {record.seconds:.0f} s"
+        f"{transformer_words(record.best_epoch, record.linear_path)}, {record.seconds:.0f} s"
     )
+
+
+def transformer_words(best_epoch: int | None, keep: dict | None) -> str:
+    """What a fold's or the final model's line says of its transformer path: the selected
+    epoch, or that it was not kept and where its training stopped (the fold record's
+    ``transformer_stopped``)."""
+    stopped = (keep or {}).get("transformer_stopped")
+    if best_epoch or not keep:
+        return f"best epoch {best_epoch}"
+    if keep.get("transformer_path") == "off":
+        return "transformer path off"
+    if stopped and stopped["epoch"] == 0:
+        return "transformer path not trained (the static stage made no error)"
+    if stopped:
+        return f"transformer path not kept (stopped after epoch {stopped['epoch']})"
+    return "transformer path not kept"
 
 
 def _final_model(plan: RunPlan, final_job, bar, shown) -> FitResult:
@@ -228,7 +244,7 @@ def _write_final(run_dir: Path, plan: RunPlan, fit: FitResult) -> list[dict]:
         seen = recordings_of(plan.data, fold.train) + recordings_of(plan.data, fold.val)
         _save_model(run_folder.model_path(run_dir), fit.model, plan, seen, "all", seen)
     console.log(
-        f"final model: best epoch {fit.best_epoch}, {fit.seconds:.0f} s -> "
+        f"final model: {transformer_words(fit.best_epoch, fit.linear)}, {fit.seconds:.0f} s -> "
         f"{run_folder.model_path(run_dir)}"
     )
     return fit.history
