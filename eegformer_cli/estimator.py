@@ -505,12 +505,12 @@ def _preprocess_settings(recordings, fitted):
         for folder in sorted(folders)
         if (settings := PreprocessSettings.of_folder(folder)) is not None
     }
-    reference, against = fitted, "the estimator was fitted on"
-    if reference is None and found:
+    expected, against = fitted, "the estimator was fitted on"
+    if expected is None and found:
         first = next(iter(found))
-        reference, against = found[first], f"those in {first}"
+        expected, against = found[first], f"those in {first}"
     for folder, settings in found.items():
-        differences = settings.differences(reference)
+        differences = settings.differences(expected)
         if differences:
             raise InputDataError(
                 f"X's recordings in {folder} were preprocessed with other settings than "
@@ -520,7 +520,7 @@ def _preprocess_settings(recordings, fitted):
                 ),
                 hint="give recordings preprocessed with one set of settings",
             )
-    return reference
+    return expected
 
 
 def _n_segments(connectome) -> int:

@@ -143,7 +143,7 @@ PREPROCESS = Options(
     preset=Option(
         "str",
         "Settings preset: default (128 Hz, 1-45 Hz, line noise removed, "
-        "amplitude rejection, 8 bands) or paper (the reference's steps: 250 Hz, ICA + "
+        "amplitude rejection, 8 bands) or paper (the steps of the paper's code: 250 Hz, ICA + "
         "ICLabel, 30 s epochs, 8 bands + theta/beta ratio).",
     ),
     channels=Option(
@@ -238,7 +238,7 @@ TRAIN = Options(
     preset=Option(
         "str",
         "Training recipe: default (defects fixed, tuned on measured "
-        "accuracy) or paper (the reference).",
+        "accuracy) or paper (the paper's code).",
     ),
     config=Option(
         "path | None",

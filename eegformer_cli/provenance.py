@@ -95,20 +95,20 @@ def connectivity_vector(coh: np.ndarray, wpli: np.ndarray) -> np.ndarray:
     return np.concatenate(means).astype(np.float64)
 
 
-def fingerprint(coh: np.ndarray, wpli: np.ndarray, reference: np.ndarray) -> np.ndarray:
+def fingerprint(coh: np.ndarray, wpli: np.ndarray, centre: np.ndarray) -> np.ndarray:
     """A recording's connectivity fingerprint (module docstring): float32 unit vector, its
-    :func:`connectivity_vector` minus ``reference`` (that of the training mean connectome)."""
-    deviation = connectivity_vector(coh, wpli) - reference
+    :func:`connectivity_vector` minus ``centre`` (that of the training mean connectome)."""
+    deviation = connectivity_vector(coh, wpli) - centre
     norm = np.linalg.norm(deviation)
     return (deviation / norm if norm > 0 else deviation).astype(np.float32)
 
 
-def training_fingerprints(arrays: Iterable[tuple], reference: dict) -> dict:
+def training_fingerprints(arrays: Iterable[tuple], mean_connectome: dict) -> dict:
     """``training_data``'s fingerprint entries: ``fingerprint_reference`` float32 (the
-    :func:`connectivity_vector` of ``reference``, ``{"coh", "wpli"}`` (n_bands, C, C), the
+    :func:`connectivity_vector` of ``mean_connectome``, ``{"coh", "wpli"}`` (n_bands, C, C), the
     training mean connectome) and ``fingerprints`` float16 (n_recordings, n_features), one per
     (coh, wpli) of ``arrays``, in the order of ``training_data["recordings"]``."""
-    centre = connectivity_vector(reference["coh"], reference["wpli"])
+    centre = connectivity_vector(mean_connectome["coh"], mean_connectome["wpli"])
     return {
         "fingerprint_reference": centre.astype(np.float32),
         "fingerprints": np.array(

@@ -1,14 +1,14 @@
 """Frequency bands: one connectivity token per band, in this order.
 
 A :class:`Band` is a frequency range in Hz (both edges inclusive, as mne-connectivity's
-``faverage`` treats them). A :class:`RatioBand` is the reference's theta/beta-ratio token: the
-element-wise ratio of two band connectomes (numerator / denominator, inf and NaN set to 0),
-whose ``band_edges_hz`` row is the ratio of the edges, e.g. ``[4/12, 8/30]`` (section 2 of the
-reference; the model's dRoFE uses these numbers as they are).
+``faverage`` treats them). A :class:`RatioBand` is the theta/beta-ratio token of the paper's
+code: the element-wise ratio of two band connectomes (numerator / denominator, inf and NaN set to
+0), whose ``band_edges_hz`` row is the ratio of the edges, e.g. ``[4/12, 8/30]``
+(reference-method.md, section 2; the model's dRoFE uses these numbers as they are).
 
-Presets (``BAND_PRESETS``): ``"default"`` = the reference's 8 bands (delta 2-4 ... gamma 30-45 Hz),
-``"paper"`` = the same 8 plus ``theta_beta_ratio`` (theta 4-8 Hz over broad beta 12-30 Hz).
-``--bands`` takes a text spec parsed by :func:`parse_bands`.
+Presets (``BAND_PRESETS``): ``"default"`` = the 8 bands of the paper's code (delta 2-4 ... gamma
+30-45 Hz), ``"paper"`` = the same 8 plus ``theta_beta_ratio`` (theta 4-8 Hz over broad beta
+12-30 Hz). ``--bands`` takes a text spec parsed by :func:`parse_bands`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One *segment* (an epoch of the cleaned recording, e.g. 30 s) is cut into 3 s *windows*; the
 windows are the "epochs" over which the multitaper cross-spectra are averaged, exactly as the
-reference's call (section 2)::
+paper's code calls it (reference-method.md, section 2)::
 
     mne_connectivity.spectral_connectivity_epochs(windows, method=["coh", "wpli"], sfreq=sfreq,
         mode="multitaper", fmin=lows, fmax=highs, faverage=True)

@@ -40,7 +40,7 @@ def shrunk_covariances(covariance: np.ndarray) -> np.ndarray:
 
 class BandTangentSpace(TransformerMixin, BaseEstimator):
     """pyRiemann's ``TangentSpace(metric="riemann")`` per band: (n, n_bands, C, C) -> (n,
-    n_bands * C(C+1)/2), each band's reference point the Riemannian mean of its matrices."""
+    n_bands * C(C+1)/2), each band's mean point the Riemannian mean of its matrices."""
 
     def fit(self, X, y=None):
         X = np.asarray(X, dtype=np.float64)

@@ -302,7 +302,7 @@ def explain_recording(
     (NaN = unknown); ``model`` an ``XAIguiFormer`` in eval mode on ``device``; ``target`` a
     class name or None (= the predicted class);
     ``contrast`` two class names (A, B) whose log-odds ``logit(B) - logit(A)`` is attributed
-    too, or None (no contrast); ``reference`` the baseline connectome (coh, wPLI) float32
+    too, or None (no contrast); ``reference``, the baseline connectome (coh, wPLI) float32
     (T, C, C) the attributions are against (None: zero connectivity); ``covariance`` the
     recording's band covariances (K, C, C), V^2 (a tangent-space path's input).
     """
@@ -318,7 +318,7 @@ def explain_recording(
         probabilities = softmax(logits.mean(axis=0))
         predicted = int(probabilities.argmax())
         target_index = predicted if target is None else list(label_names).index(target)
-        baseline = _reference_tensors(reference, device)
+        baseline = _baseline_tensors(reference, device)
         attribute = functools.partial(
             channel_pair_attributions,
             model,
@@ -437,7 +437,7 @@ def explain_with_models(
     device: torch.device | str = "cpu",
     **options,
 ) -> RecordingExplanation:
-    """One recording explained by each of ``models`` (``(model, reference)`` pairs, e.g. the
+    """One recording explained by each of ``models`` (``(model, baseline)`` pairs, e.g. the
     fold models of a run that did not train on it, one per repeat) and averaged
     (:func:`mean_explanation`). All explain the same class: ``target``, else the class of the
     mean probabilities. ``options``: :func:`explain_recording`'s other keywords."""
@@ -463,23 +463,23 @@ def explain_with_models(
                 label_names,
                 target=target,
                 device=device,
-                reference=reference,
+                reference=baseline,
                 **options,
             )
-            for model, reference in models
+            for model, baseline in models
         ],
         label_names,
     )
 
 
-def _reference_tensors(
-    reference: tuple[np.ndarray, np.ndarray] | None, device: torch.device
+def _baseline_tensors(
+    baseline: tuple[np.ndarray, np.ndarray] | None, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The baseline connectome (coh, wPLI) as float32 tensors on ``device`` (None stays)."""
-    if reference is None:
+    if baseline is None:
         return None
     coh, wpli = (
-        torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in reference
+        torch.as_tensor(np.asarray(r), dtype=torch.float32, device=device) for r in baseline
     )
     return coh, wpli
 

@@ -195,7 +195,7 @@ def write_recording(
 #: :mod:`.class_summary`).
 CONTRAST_MEANING = (
     "attribution of logit({b}) - logit({a}) (the log-odds of {b} against {a}): > 0 the pair's "
-    "connectivity pushes the recording towards {b} compared with the reference connectome, "
+    "connectivity pushes the recording towards {b} compared with the baseline connectome, "
     "< 0 towards {a}"
 )
 

@@ -63,13 +63,13 @@ class OutOfFoldModels:
         )
 
     def models_for(self, item) -> tuple[list[tuple], str]:
-        """``([(model, reference), ...], explained_by)``: the fold models that tested ``item``
+        """``([(model, baseline), ...], explained_by)``: the fold models that tested ``item``
         (``explained_by`` ``"out_of_fold: r0_f1 r1_f0"``), or the final model
         (``"final_model"``) for a recording the run did not train on, or whose fold models
         are missing."""
         _, names = self._folds.get(self.training_id(item) or "", (None, []))
         if not names or self._missing.intersection(names):
-            return [(self.bundle.model, _reference(self.bundle))], "final_model"
+            return [(self.bundle.model, _baseline(self.bundle))], "final_model"
         return [self._model(name) for name in names], "out_of_fold: " + " ".join(names)
 
     def _model(self, name: str) -> tuple:
@@ -77,11 +77,11 @@ class OutOfFoldModels:
 
         if name not in self._loaded:
             fold = load_model_file(run_folder.fold_model_path(self.run_dir, name), self.device)
-            self._loaded[name] = (fold.model, _reference(fold))
+            self._loaded[name] = (fold.model, _baseline(fold))
         return self._loaded[name]
 
 
-def _reference(bundle) -> tuple:
+def _baseline(bundle) -> tuple:
     return bundle.baseline["coh"], bundle.baseline["wpli"]
 
 

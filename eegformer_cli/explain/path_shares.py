@@ -11,7 +11,7 @@ model on recording means (``linear_path.uses_recording_means``) of the recording
 features, ``w . (features(mean) - features(baseline))`` (times the static mix's weight on it,
 for a model with a tangent-space path), else the mean over the recording's segments of each
 segment's; the tangent-space path's part is its mix weight times the change of its logits from
-the reference point's; the transformer's part is the rest of the change of the segment-mean
+the mean point's; the transformer's part is the rest of the change of the segment-mean
 logit. For a model whose residual was not kept the transformer's part is 0, and for a model
 without a linear path there is no split (None).
 
@@ -22,7 +22,7 @@ ts(baseline))`` beside what its connectivity does. That part is attributed by In
 Gradients through the matrix logarithm onto each channel's log variance and each pair's
 correlation in each covariance band (``model/tangent_space_path.log_power_attributions``, as a
 function of the average-referenced matrix), from those of the raw covariance whose shrunk matrix
-is the path's reference point (the training recordings' Riemannian mean, average-referenced: the
+is the path's mean point (the training recordings' Riemannian mean, average-referenced: the
 covariance side of the baseline connectome), times the mix's weight, so that the connectivity's
 attributions, the interactions', the transformer's and these add up to the logit's change from
 the baseline.
@@ -59,7 +59,7 @@ def path_logit_changes(
     age: Tensor,
     sex: Tensor,
     target: int | tuple[int, int],
-    reference: tuple[Tensor, Tensor] | None,
+    baseline: tuple[Tensor, Tensor] | None,
     covariance: np.ndarray | Tensor | None = None,
 ) -> dict | None:
     """``{"total", "linear", "transformer"}`` (and ``"tangent_space"`` for a model whose
@@ -68,26 +68,26 @@ def path_logit_changes(
     ``target`` a class index, or ``(a, b)`` for ``logit(b) - logit(a)``.
 
     ``coh``, ``wpli`` (S, T, C, C) and ``age``, ``sex`` (S,) on the model's device;
-    ``reference`` (coh, wPLI) (T, C, C) (None: zero connectivity); ``covariance`` the
-    recording's band covariances (K, C, C) (its baseline: the tangent-space path's reference
-    point, ``tangent_space_path.attribution_baseline``). None for a model without a
+    ``baseline`` the baseline connectome (coh, wPLI) (T, C, C) (None: zero connectivity);
+    ``covariance`` the recording's band covariances (K, C, C) (its baseline: the tangent-space
+    path's mean point, ``tangent_space_path.attribution_baseline``). None for a model without a
     linear path."""
     if model.static is None:
         return None
-    baseline = (
+    baselines = (
         (torch.zeros_like(coh), torch.zeros_like(wpli))
-        if reference is None
-        else tuple(r.to(x.dtype).expand_as(x) for r, x in zip(reference, (coh, wpli)))
+        if baseline is None
+        else tuple(r.to(x.dtype).expand_as(x) for r, x in zip(baseline, (coh, wpli)))
     )
     recording = (coh, wpli, age, sex)
     static = (
-        _static_changes(model, recording, baseline, covariance, target)
+        _static_changes(model, recording, baselines, covariance, target)
         if uses_recording_means(model)
         else None
     )
     ours_offset, theirs_offset = (None, None) if static is None else static.pop("offsets")
 
-    def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, reference coh, reference wpli)
+    def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, baseline coh, baseline wpli)
         ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
         return _refined(model, ours, target, ours_offset) - _refined(
             model, theirs, target, theirs_offset
@@ -101,7 +101,7 @@ def path_logit_changes(
             target,
         )
 
-    both = (*recording, *baseline)
+    both = (*recording, *baselines)
     if static is None:  # a model of an earlier version: its linear path per segment
         static = {"linear": _segment_mean(both, linear)}
     return _split(_segment_mean(both, total), static)

@@ -206,8 +206,8 @@ def channel_pair_attributions(
 ) -> Attributions:
     """captum attribution of the ``target`` refined logit (a class index), or of
     ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
-    contrast, :mod:`.attributions`), to each input entry, against ``reference`` (coh, wPLI),
-    each (T, C, C) on the model's device (None: zero connectivity).
+    contrast, :mod:`.attributions`), to each input entry, against ``reference``, the baseline
+    connectome (coh, wPLI), each (T, C, C) on the model's device (None: zero connectivity).
 
     Returns :class:`Attributions`: the pairs, float64 (T, C, C) each, symmetric: entry (i, j)
     plus entry (j, i) of the attribution, averaged over segments (:mod:`.attributions`); for a
@@ -224,6 +224,7 @@ def channel_pair_attributions(
     times the change of its features, the recording's means' against the baseline's
     (:func:`_linear_attributions`), the entries' to the pairs and the products' to theirs.
     """
+    baseline = reference  # the keyword keeps its name: callers pass it by name
     means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
     for part in segment_slices(len(coh)):
         batch = (coh[part], wpli[part], age[part], sex[part])
@@ -232,7 +233,7 @@ def channel_pair_attributions(
             attributed = _zero_attributions(model, batch)
         else:
             attributed = _batch_attributions(
-                model, batch, target, method, n_steps, reference, offset
+                model, batch, target, method, n_steps, baseline, offset
             )
         for mean, attribution in zip(means, attributed):
             mean.add(attribution.detach().float().mean(dim=0).cpu().numpy(), len(batch[0]))
@@ -250,7 +251,7 @@ def channel_pair_attributions(
     if offset is None:
         return result
     linear_coh, linear_wpli, linear_products = _linear_attributions(
-        model, (coh, wpli, age, sex), target, reference
+        model, (coh, wpli, age, sex), target, baseline
     )
     return Attributions(
         result.coh_pairs + linear_coh,
@@ -269,29 +270,29 @@ def _zero_attributions(model, batch: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
 
 
 def _linear_attributions(
-    model, recording: tuple[Tensor, ...], target: int | tuple[int, int], reference
+    model, recording: tuple[Tensor, ...], target: int | tuple[int, int], baseline
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The exact attributions of the explained output's linear part for a model on recording
     means: (coh, wPLI) float64 (T, C, C) pairs and the products' (K,), adding up to the
     linear logits' change from the baseline connectome (None: zero connectivity) to the
     recording's means (``linear_path.feature_attributions``)."""
     coh, wpli, age, sex = recording
-    baseline = (
+    at_baseline = (
         (torch.zeros_like(coh[:1]), torch.zeros_like(wpli[:1]))
-        if reference is None
-        else tuple(r.to(x.dtype)[None] for r, x in zip(reference, (coh, wpli)))
+        if baseline is None
+        else tuple(r.to(x.dtype)[None] for r, x in zip(baseline, (coh, wpli)))
     )
     features = recording_features(model, coh, wpli, age, sex)[0]
-    reference_features = recording_features(model, baseline[0], baseline[1], age, sex)[0]
+    baseline_features = recording_features(model, at_baseline[0], at_baseline[1], age, sex)[0]
     weight = model.static.linear.weight
     if model.static.mix is not None:  # the static mix's weight on the linear path
         weight = weight * model.static.mix.weight[0]
     row = weight[target[1]] - weight[target[0]] if isinstance(target, tuple) else weight[target]
-    return feature_attributions(row, features, reference_features, coh.shape[1], coh.shape[-1])
+    return feature_attributions(row, features, baseline_features, coh.shape[1], coh.shape[-1])
 
 
 def _batch_attributions(
-    model, batch: tuple[Tensor, ...], target, method: str, n_steps: int, reference, offset
+    model, batch: tuple[Tensor, ...], target, method: str, n_steps: int, baseline, offset
 ) -> tuple[Tensor, ...]:
     """The captum attributions of one batch of segments (:func:`channel_pair_attributions`):
     coh and wPLI (B, T, C, C), and the kept interactions' products (B, K) when the model has
@@ -311,9 +312,9 @@ def _batch_attributions(
     with differentiable_explanations(model), explicit_attention(model):
         baselines: tuple[Tensor, ...] = (
             (torch.zeros_like(coh), torch.zeros_like(wpli))
-            if reference is None
+            if baseline is None
             else tuple(
-                r.to(x.dtype).expand_as(x).contiguous() for r, x in zip(reference, (coh, wpli))
+                r.to(x.dtype).expand_as(x).contiguous() for r, x in zip(baseline, (coh, wpli))
             )
         )
         inputs: tuple[Tensor, ...] = (coh, wpli)

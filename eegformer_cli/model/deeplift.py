@@ -1,12 +1,12 @@
 """Explanations of the coarse pass at every transformer layer's input (what the refined pass
 uses as queries and keys).
 
-The official code calls ``captum.attr.LayerDeepLift`` once per layer (reference section 4.4): L
-forwards on inputs || zero baselines plus L gradients, per step. Because the transformer has
-no module captum's DeepLift rescales (no nn.ReLU/nn.Softmax/...), each call computes exactly
-``E_i = (h_i - h_i^base) * d logit_target / d h_i`` with the gradient at the real input.
-:func:`one_pass_deeplift` computes all of them from the coarse pass's own graph: the baseline
-(the same for every sample) is one extra row of the coarse pass's batch, and one
+The official code calls ``captum.attr.LayerDeepLift`` once per layer (reference-method.md,
+section 4.4): L forwards on inputs || zero baselines plus L gradients, per step. Because the
+transformer has no module captum's DeepLift rescales (no nn.ReLU/nn.Softmax/...), each call
+computes exactly ``E_i = (h_i - h_i^base) * d logit_target / d h_i`` with the gradient at the
+real input. :func:`one_pass_deeplift` computes all of them from the coarse pass's own graph: the
+baseline (the same for every sample) is one extra row of the coarse pass's batch, and one
 ``autograd.grad`` serves all layers. The numbers equal captum's (tests/test_explanation.py
 compares them with captum's).
 """

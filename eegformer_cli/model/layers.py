@@ -1,9 +1,9 @@
 """Small building blocks: GeGLU, the two RMS norms, the GeGLU MLP, LayerScale.
 
 All non-linearities are functional (``F.gelu``), never ``nn.GELU``/``nn.Softmax`` modules:
-captum's DeepLift applies its rescale rules to such modules, and the reference verified that the
-official per-layer ``LayerDeepLift`` equals gradient x delta-activation only because none exist
-(reference section 4.4). Keeping it that way is what makes the one-pass explanation exact.
+captum's DeepLift applies its rescale rules to such modules, and reference-method.md (section
+4.4) verified that the official per-layer ``LayerDeepLift`` equals gradient x delta-activation
+only because none exist. Keeping it that way is what makes the one-pass explanation exact.
 """
 
 from __future__ import annotations

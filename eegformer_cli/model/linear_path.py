@@ -141,13 +141,13 @@ def recording_linear_logits(model, coh, wpli, age, sex) -> Tensor:
 
 
 def feature_attributions(
-    weight: Tensor, features: Tensor, reference: Tensor, n_bands: int, n_channels: int
+    weight: Tensor, features: Tensor, baseline: Tensor, n_bands: int, n_channels: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The exact attribution of a linear output ``weight`` (n_features,) . features to each
-    feature, from ``reference`` (n_features,) to ``features``: (coh, wpli) float64 (T, C, C),
+    feature, from ``baseline`` (n_features,) to ``features``: (coh, wpli) float64 (T, C, C),
     symmetric, each pair's value at (i, j) and (j, i) (the channel-pair maps' convention), and
     the products' float64 (K,)."""
-    values = (weight.double() * (features.double() - reference.double())).cpu().numpy()
+    values = (weight.double() * (features.double() - baseline.double())).cpu().numpy()
     rows, cols = np.triu_indices(n_channels, k=1)
     n_pairs = len(rows)
     maps = []

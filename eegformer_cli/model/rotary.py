@@ -14,7 +14,8 @@ The general map used by all of them is :func:`scaled_rotation`,
 per pair; with
 ``scale = 1`` and ``offset = 0`` it is a true rotation (norm-preserving, relative: the score
 ``q(m) . k(n)`` depends only on the difference of the angles). The ``paper`` dRoFE uses
-``scale = age`` (raw years) and ``offset = sex``, which is *not* a rotation (reference section 4.3).
+``scale = age`` (raw years) and ``offset = sex``, which is *not* a rotation
+(reference-method.md, section 4.3).
 
 Angles, cos and sin are always computed in (at least) float32, also under ``torch.autocast`` (the paper's
 angles reach about 707 rad, where half precision has no significant digits left); the rotated

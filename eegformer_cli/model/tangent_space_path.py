@@ -8,22 +8,22 @@ average reference (the connectome file's ``covariance``). Per band:
 
 1. :func:`shrink`: pyRiemann's ``Shrinkage`` (:data:`SHRINKAGE` of the mean variance on the
    diagonal), which makes each matrix S positive definite;
-2. :func:`tangent_vectors`: ``upper(logm(P^-1/2 S P^-1/2))`` at the band's reference point P
+2. :func:`tangent_vectors`: ``upper(logm(P^-1/2 S P^-1/2))`` at the band's mean point P
    (the Riemannian mean of the training matrices, passed in by the caller), C(C+1)/2 numbers
    per band in pyRiemann's ``upper`` order (row-major upper triangle, off-diagonal entries
    times sqrt(2)), bands side by side (band-major): (B, K C(C+1)/2), dimensionless;
 3. the :class:`~eegformer_cli.model.linear_path.LinearPath` on those vectors: logits
    (B, n_classes).
 
-The geometry is computed in float64 whatever the input's or the module's dtype: the reference
+The geometry is computed in float64 whatever the input's or the module's dtype: the mean
 point's inverse square root (:attr:`TangentSpacePath.reference_invsqrt`, float64 (K, C, C))
 stays float64 when the module is cast. The matrix logarithm (:func:`logm`) has its own backward
-(the Daleckii-Krein formula), finite where eigenvalues coincide (at the reference point itself,
+(the Daleckii-Krein formula), finite where eigenvalues coincide (at the mean point itself,
 the identity after whitening), where the backward of ``torch.linalg.eigh`` divides by their
 differences.
 
 Attributions: Integrated Gradients (captum) of one class's logit from the raw covariance whose
-shrunk matrix is the reference point (:func:`baseline_covariance`: its tangent vector is zero),
+shrunk matrix is the mean point (:func:`baseline_covariance`: its tangent vector is zero),
 either onto the raw covariance entries (:func:`tangent_space_attributions`: a channel's variance
 in the band on the diagonal, pairs' covariances off it) or onto each channel's log variance and
 each pair's correlation (:func:`log_power_attributions`, what ``explain`` reports). A gain on one
@@ -74,7 +74,7 @@ def symmetrise(matrix: Tensor) -> Tensor:
 
 def eigen_function(matrix: Tensor, function) -> Tensor:
     """``U f(diag) U^T`` of symmetric ``matrix`` (..., C, C) with ``function`` applied to its
-    eigenvalues (no custom gradient: for reference points, computed without one)."""
+    eigenvalues (no custom gradient: for mean points, computed without one)."""
     eigenvalues, eigenvectors = torch.linalg.eigh(matrix)
     return (eigenvectors * function(eigenvalues)[..., None, :]) @ eigenvectors.transpose(-1, -2)
 
@@ -137,11 +137,11 @@ def upper(matrix: Tensor) -> Tensor:
     return matrix[..., rows, cols] * weights
 
 
-def tangent_vectors(covariance: Tensor, reference_invsqrt: Tensor) -> Tensor:
-    """Shrunk covariances (B, K, C, C) (V^2, SPD) and the reference points' inverse square roots
+def tangent_vectors(covariance: Tensor, mean_invsqrt: Tensor) -> Tensor:
+    """Shrunk covariances (B, K, C, C) (V^2, SPD) and the mean points' inverse square roots
     (K, C, C) (V^-1) -> float64 (B, K C(C+1)/2): per band ``upper(logm(P^-1/2 S P^-1/2))``
     (pyRiemann's ``TangentSpace(metric="riemann")``), bands side by side."""
-    whitening = reference_invsqrt.to(torch.float64)
+    whitening = mean_invsqrt.to(torch.float64)
     whitened = whitening @ covariance.to(torch.float64) @ whitening
     return upper(logm(symmetrise(whitened))).flatten(1)
 
@@ -153,11 +153,11 @@ def n_tangent_features(n_bands: int, n_channels: int) -> int:
 
 class TangentSpacePath(nn.Module):
     """``covariance (B, K, C, C) raw, V^2 -> logits (B, n_classes)`` float32: :func:`shrink`,
-    :func:`tangent_vectors` at the stored reference points, :attr:`classifier` (a
+    :func:`tangent_vectors` at the stored mean points, :attr:`classifier` (a
     :class:`LinearPath`, zero until its ``set_weights``).
 
     Buffers (the state dict holds tensors only): ``reference_invsqrt`` float64 (K, C, C), the
-    reference points' P^-1/2 (V^-1; identity until :meth:`set_reference`), and the
+    mean points' P^-1/2 (V^-1; identity until :meth:`set_reference`), and the
     classifier's ``weight`` (n_classes, K C(C+1)/2) and ``bias`` (n_classes,). Casting the
     module (``.float()``, ``.to(dtype)``) casts the classifier and leaves ``reference_invsqrt``
     float64; moving it moves both.
@@ -181,18 +181,18 @@ class TangentSpacePath(nn.Module):
         return self
 
     def set_reference(self, mean: np.ndarray | Tensor) -> None:
-        """Store the reference points: ``mean`` (K, C, C), SPD, V^2 (the per-band Riemannian
+        """Store the mean points: ``mean`` (K, C, C), SPD, V^2 (the per-band Riemannian
         mean of the training recordings' shrunk covariances), as their float64 P^-1/2."""
         mean = symmetrise(torch.as_tensor(mean).detach().to(torch.float64))
         if mean.shape != self.reference_invsqrt.shape:
             raise ValueError(
-                f"reference of shape {tuple(mean.shape)}, the path's bands and channels are "
+                f"mean points of shape {tuple(mean.shape)}, the path's bands and channels are "
                 f"{tuple(self.reference_invsqrt.shape)}"
             )
         self.reference_invsqrt.copy_(invsqrtm(mean).to(self.reference_invsqrt.device))
 
     def reference(self) -> Tensor:
-        """The reference points P = (P^-1/2)^-2: float64 (K, C, C), V^2."""
+        """The mean points P = (P^-1/2)^-2: float64 (K, C, C), V^2."""
         return eigen_function(symmetrise(self.reference_invsqrt), lambda v: v**-2)
 
     def features(self, covariance: Tensor) -> Tensor:
@@ -212,7 +212,7 @@ class TangentSpacePath(nn.Module):
 
 
 def baseline_covariance(path: TangentSpacePath) -> Tensor:
-    """float64 (K, C, C), V^2: the raw covariance whose shrunk matrix is the reference point,
+    """float64 (K, C, C), V^2: the raw covariance whose shrunk matrix is the mean point,
     ``(P - s tr(P) / C I) / (1 - s)`` (:func:`unshrink`): its tangent vector is zero. The
     straight line from it to any raw covariance shrinks to a convex combination of P and that
     covariance's shrunk matrix, positive definite all along."""

@@ -2,10 +2,10 @@
 
 A sample is ``n_bands`` complete graphs over the C electrodes. Node (band f, electrode i) has the
 coherence row ``coh[f, i, :]`` (C,) as features; edge j -> i carries the scalar ``wpli[f, j, i]``.
-The official code (reference section 4.1) runs PyG ``GINEConv`` on a sparse edge list. The graphs
-are small and complete, so we use dense batched tensors instead (:class:`GineAggregation`): the
-same numbers (tested against an explicit loop over edges) without torch_geometric, vectorised
-over batch, bands and senders.
+The official code (reference-method.md, section 4.1) runs PyG ``GINEConv`` on a sparse edge list.
+The graphs are small and complete, so we use dense batched tensors instead
+(:class:`GineAggregation`): the same numbers (tested against an explicit loop over edges) without
+torch_geometric, vectorised over batch, bands and senders.
 """
 
 from __future__ import annotations

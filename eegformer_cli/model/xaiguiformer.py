@@ -1,7 +1,7 @@
 """XAIguiFormer, the whole model: a standardiser, a static stage and the transformer path.
 
 :class:`ModelConfig` holds every architecture choice (``preset("paper")`` is the official model,
-reference section 4; ``preset("default")`` fixes its known defects, section 9);
+reference-method.md, section 4; ``preset("default")`` fixes its known defects, section 9);
 :class:`XAIguiFormer` is the ``nn.Module``, its stages modules of their own
 (``model/stages.py`` draws how they combine):
 
@@ -40,7 +40,7 @@ __all__ = ["PRESETS", "ModelConfig", "ModelOutput", "XAIguiFormer"]
 #: Field values of each preset (the data-dependent fields n_channels, band_names, band_edges_hz,
 #: n_classes and channel_names are always given by the caller).
 PRESET_FIELDS = {
-    # The official model (reference section 4): every quirk kept.
+    # The official model (reference-method.md, section 4): every quirk kept.
     "paper": {
         "d_model": 128,
         "n_heads": 4,
@@ -60,11 +60,11 @@ PRESET_FIELDS = {
         "node_features": "coherence",
         "guidance": "paper",
     },
-    # The official model's defects fixed (reference section 9): true RMSNorm, undirected edges,
-    # a true-rotation dRoFE with z-scored age, detached explanations, a tokenizer that keeps
-    # channel identity and sees wPLI as node features, guidance by each band's share of the
-    # explanation with LayerScale 1 (with the paper's guidance the refined attention stays
-    # uniform), and a small, regularised size chosen by measured accuracy
+    # The official model's defects fixed (reference-method.md, section 9): true RMSNorm,
+    # undirected edges, a true-rotation dRoFE with z-scored age, detached explanations, a
+    # tokenizer that keeps channel identity and sees wPLI as node features, guidance by each
+    # band's share of the explanation with LayerScale 1 (with the paper's guidance the refined
+    # attention stays uniform), and a small, regularised size chosen by measured accuracy
     # (docs/benchmarks.md, docs/benchmarks-history.md).
     "default": {
         "d_model": 16,

@@ -279,9 +279,9 @@ def preprocess_raw(
     """Preprocess one recording held in memory into its connectivity tokens, touching no disk.
 
     The same steps as ``eegformer preprocess`` for one file (canonical 10-20 channels, missing
-    ones interpolated up to ``settings.max_interpolated``, resampling, band-pass, average
-    reference, segments, amplitude rejection, coherence and wPLI per band and segment), so an
-    ``mne.io.Raw`` read from a file gives exactly the file's connectome.
+    ones interpolated up to ``settings.max_interpolated``, resampling, band-pass,
+    average reference, segments, amplitude rejection, coherence and wPLI per band and segment),
+    so an ``mne.io.Raw`` read from a file gives exactly the file's connectome.
 
     Parameters
     ----------

@@ -72,17 +72,18 @@ class PreprocessSettings:
         what those versions did, so a model preprocesses new recordings as its training data.
     l_freq, h_freq : band-pass edges, Hz.
     h_trans_bandwidth : upper transition band of the FIR band-pass, Hz, or "auto" (MNE's rule,
-        the reference). The default 5 Hz puts 50 and 60 Hz line noise in the stop band.
+        the paper's code). The default 5 Hz puts 50 and 60 Hz line noise in the stop band.
     epoch_length : segment length in s (a multiple of ``window_s``, at least 2 windows), or
         "auto": :func:`run_preprocess` resolves it once per run from the shortest recording
         (:func:`cleaning.auto_epoch_length`) so all recordings get the same estimator.
-    window_s : the windows inside a segment over which spectra are averaged, s (3 s, reference).
+    window_s : the windows inside a segment over which spectra are averaged, s (3 s, the
+        paper's code).
     flat_ptp_v, absurd_ptp_v : segment rejection thresholds on 3 s peak-to-peak, volts, or None
         for no rejection (see :func:`cleaning.reject_segments`).
     ica : remove artefact components with ICA + ICLabel (:func:`cleaning.run_ica_iclabel`).
     ica_n_components, ica_random_state : its parameters (components capped at the data's rank).
-    ica_before_reference : fit ICA before the average reference (the reference's order) instead
-        of after it (what ICLabel expects).
+    ica_before_reference : fit ICA before the average reference (the order of the paper's code)
+        instead of after it (what ICLabel expects).
     bands : the tokens, in order (:mod:`eegformer_cli.connectivity.bands`).
     channels : the run's channel names in order, or None to choose them from the input
         (:func:`select_channel_set`).
@@ -173,14 +174,14 @@ class PreprocessSettings:
     def from_preset(cls, name: str, **overrides) -> PreprocessSettings:
         """The settings of preset ``name`` ("default" or "paper"), with ``overrides`` applied.
 
-        ``paper`` follows section 1 of the reference: 250 Hz, 1-45 Hz with MNE's automatic
+        ``paper`` follows reference-method.md, section 1: 250 Hz, 1-45 Hz with MNE's automatic
         transition bands (no line-noise handling), ICA + ICLabel (20 components, before the
         average reference), 30 s epochs, no amplitude rejection, 8 bands + theta/beta ratio.
         Documented deviations, for generic inputs: PREP's bad-channel detection is skipped
         (pyprep is not a dependency), so only missing channels are interpolated, and before
-        ICA rather than after it; every rate is resampled to 250 Hz (the reference decimates
+        ICA rather than after it; every rate is resampled to 250 Hz (the paper's code decimates
         500/512 Hz by 2 and leaves other rates); epochs are consecutive 30 s from the start
-        (the reference uses overlapping windows on one dataset and crops the first and last
+        (the paper's code uses overlapping windows on one dataset and crops the first and last
         55 s on the other); ICA has a fixed random state and is fitted on the whole recording.
         """
         check_choice("--preset", name, PRESETS)

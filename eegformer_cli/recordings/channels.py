@@ -30,7 +30,8 @@ MONTAGE_NAME = "colin27_1005"
 #: Old 10-20 names and the electrode they now go by.
 OLD_TO_NEW_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
 
-#: Reference parts after a hyphen that still denote a single (referenced) electrode:
+#: Parts after a hyphen (what the electrode was recorded against) that still denote a single
+#: (referenced) electrode:
 #: ``REF``/``Ref``, linked ears ``LE``, average ``AR``/``AVG``/``CAR``, ears/mastoids.
 #: A scalp electrode after the hyphen (``Fp1-F7``) is a bipolar derivation and is not accepted.
 REFERENCE_SUFFIXES = frozenset(
@@ -81,10 +82,10 @@ def _canonical_by_upper_name() -> dict[str, str]:
 def canonical_channel_name(name: str) -> str | None:
     """The canonical electrode name of a recorded channel name, or None if it is not one.
 
-    Strips an ``EEG`` type prefix (``EEG Fp1``, ``EEG_Fp1``), a reference suffix
-    (``-REF``, ``-LE``, ``-A1``, ``-AVG``, see :data:`REFERENCE_SUFFIXES`), trailing dots and
-    surrounding blanks; matches case-insensitively against the 10-05 montage; maps the old names
-    T3/T4/T5/T6 to T7/T8/P7/P8. Returns the montage spelling (``"FP1" -> "Fp1"``).
+    Strips an ``EEG`` type prefix (``EEG Fp1``, ``EEG_Fp1``), a suffix of what it was recorded
+    against (``-REF``, ``-LE``, ``-A1``, ``-AVG``, see :data:`REFERENCE_SUFFIXES`), trailing dots
+    and surrounding blanks; matches case-insensitively against the 10-05 montage; maps the old
+    names T3/T4/T5/T6 to T7/T8/P7/P8. Returns the montage spelling (``"FP1" -> "Fp1"``).
 
     Ear and mastoid electrodes (A1, A2, M1, M2) are valid montage names and are returned as such
     (``"EEG A2-A1" -> "A2"``); they are not in :data:`STANDARD_1020`, so the default channel set
@@ -94,8 +95,8 @@ def canonical_channel_name(name: str) -> str | None:
     """
     core = _EEG_PREFIX.sub("", name.strip()).strip()
     if "-" in core:
-        electrode, _, reference = core.partition("-")
-        if reference.strip().upper() not in REFERENCE_SUFFIXES:
+        electrode, _, suffix = core.partition("-")
+        if suffix.strip().upper() not in REFERENCE_SUFFIXES:
             return None
         core = electrode
     core = core.strip().rstrip(".").strip()

@@ -6,7 +6,7 @@ seconds at a time, with a margin on either side, and cleans each chunk as
 :mod:`eegformer_cli.recordings.cleaning` says: the run's channels (:class:`ChannelLayout`,
 interpolation included), resampling, band-pass, optional ICA, average reference. Every step is
 local in time (the polyphase resampler and the FIR band-pass read a few seconds around each
-sample, the reference and ICA one sample), so each chunk's samples away from its margins are
+sample, the average reference and ICA one sample), so each chunk's samples away from its margins are
 the whole recording's, up to the rounding of the filters' FFTs (1e-15 relative); the margins
 are as wide as both filters reach, and a chunk that starts or ends the recording is extended
 there as the whole recording would be. The resampler's factors (``up``/``down``) fix where a
@@ -61,8 +61,8 @@ class CleanedChunk:
 
     ``start``: the first one's index in the cleaned recording (at ``Cleaning.sfreq``);
     ``filtered``: float64 (C, n) volts, band-passed (and without the ICA components when ICA
-    comes before the reference); ``referenced``: the same samples after the average reference
-    (and ICA when it comes after).
+    comes before the average reference); ``referenced``: the same samples after the
+    average reference (and ICA when it comes after).
     """
 
     start: int

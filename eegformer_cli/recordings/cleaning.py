@@ -130,7 +130,7 @@ def bandpass(
     """``data`` (..., n_times) band-passed ``l_freq``-``h_freq`` Hz (MNE FIR defaults, as
     ``Raw.filter``: :func:`mne.filter.filter_data`).
 
-    ``h_trans_bandwidth`` (Hz) is MNE's parameter: ``"auto"`` (the reference) or e.g. 5.0 (the
+    ``h_trans_bandwidth`` (Hz) is MNE's parameter: ``"auto"`` (the paper's code) or e.g. 5.0 (the
     default preset, which puts 50 and 60 Hz line noise in the stop band).
     """
     return mne.filter.filter_data(
@@ -166,9 +166,9 @@ def crop_length(n_times: int, sfreq: float, seconds: float) -> int:
 def auto_epoch_length(duration_s: float, window_s: float = WINDOW_S) -> float:
     """Epoch length (s) for a recording of ``duration_s`` seconds.
 
-    30 s (the reference) when the recording holds at least 4 such epochs; otherwise the longest
-    multiple of ``window_s`` giving 4 epochs, but never below 6 s (2 windows: wPLI over a single
-    window is 1 everywhere). Examples: 60 s -> 15 s (4 segments of 5 windows), 182 s -> 30 s,
+    30 s (the paper's code) when the recording holds at least 4 such epochs; otherwise the
+    longest multiple of ``window_s`` giving 4 epochs, but never below 6 s (2 windows: wPLI over a
+    single window is 1 everywhere). Examples: 60 s -> 15 s (4 segments of 5 windows), 182 s -> 30 s,
     20 s -> 6 s (3 segments).
     """
     longest = np.floor(duration_s / AUTO_MIN_SEGMENTS / window_s) * window_s
@@ -292,18 +292,18 @@ def ica_fit_spans(n_times: int, sfreq: float) -> list[tuple[int, int]]:
 def fit_ica_iclabel(
     raw: mne.io.BaseRaw, n_components: int, random_state: int
 ) -> tuple[mne.preprocessing.ICA, list[str]]:
-    """ICA + ICLabel on ``raw`` (reference section 1): the fitted ICA, its artefact components
-    marked for exclusion (``ica.exclude``), and their labels.
+    """ICA + ICLabel on ``raw`` (reference-method.md, section 1): the fitted ICA, its artefact
+    components marked for exclusion (``ica.exclude``), and their labels.
 
     ``mne.preprocessing.ICA(method="infomax", fit_params={"extended": True})`` with a fixed
-    ``random_state`` (the reference sets none), ``n_components`` capped at the data's rank
+    ``random_state`` (the paper's code sets none), ``n_components`` capped at the data's rank
     (interpolated channels and an average reference lower it), fitted on ``raw`` as given: the
-    whole continuous recording up to 30 minutes (the reference fits on its 30 s epochs, which
+    whole continuous recording up to 30 minutes (the paper's code fits on its 30 s epochs, which
     cover the same data), :func:`ica_fit_spans` beyond. ICLabel
-    (``mne_icalabel.label_components``) labels each component; as in the reference (threshold
+    (``mne_icalabel.label_components``) labels each component; as in the paper's code (threshold
     0.0), every component whose top label is not "brain" or "other" is excluded. ICLabel's
-    warnings about the filter band and reference are silenced: the reference runs it on 1-45 Hz,
-    not average-referenced data. :func:`apply_ica` removes the excluded components.
+    warnings about the filter band and the average reference are silenced: the paper's code runs
+    it on 1-45 Hz, not average-referenced data. :func:`apply_ica` removes the excluded components.
     """
     from mne_icalabel import label_components
 

@@ -32,7 +32,7 @@ Verdict (first): the score with its interval, the comparison with every referenc
    interaction weighs in a prediction.
 6. Explanations: which model and recordings they come from (and whether those recordings
    were the model's training data, or were explained out of fold), band importance per class
-   with what its sign is against (the reference connectome), the strongest channel-pair
+   with what its sign is against (the baseline connectome), the strongest channel-pair
    attributions per class on the head (MNE's sensor topomap, montage positions, a colour bar
    per class) in the class's top band of that chart (or ``--band``), the class contrast (two
    classes on one signed scale, its strongest pairs with the connectivity difference), pairs

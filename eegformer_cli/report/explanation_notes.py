@@ -177,12 +177,12 @@ def out_of_fold_html(rows: list[dict], n_recordings: int) -> str:
 
 
 def band_importance_note(
-    reference: str,
+    baseline: str,
     band_importance: np.ndarray | None = None,
     classes: list[str] | None = None,
     bands: list[str] | None = None,
 ) -> str:
-    """The band-importance figure's caption, for explanations against ``reference``; with the
+    """The band-importance figure's caption, for explanations against ``baseline``; with the
     chart's values (``band_importance`` (K', T) of ``classes`` and ``bands``), first what it
     shows that a reader would take for a class difference (every class with the same top
     band, every bar positive) and why it is not one (:func:`same_bands_sentence`)."""
@@ -195,10 +195,10 @@ def band_importance_note(
         "Each bar is the explained class's attribution (captum, Integrated Gradients by "
         "default) to a band's connectivity, summed over its channel pairs, averaged over the "
         "class's recordings and scaled so that the absolute values sum to 1 (the share each "
-        f"band carries). It is measured against {reference}: positive, the band's "
-        "connectivity raises the class's logit compared with that reference (the typical "
+        f"band carries). It is measured against {baseline}: positive, the band's "
+        "connectivity raises the class's logit compared with that baseline (the typical "
         "training recording); negative, it lowers it. Before scaling the bars add up to the "
-        "logit's change from the reference (completeness), so sign and size both mean "
+        "logit's change from the baseline (completeness), so sign and size both mean "
         "something. The refined pass itself is guided by another explanation (the model's "
         "DeepLIFT against a zero token), which this does not show."
     )
@@ -259,10 +259,10 @@ def contrast_note(contrast: dict, settings: dict) -> str:
     """The contrast figure's caption: what its values are, which recordings it compares."""
     first, second = contrast["classes"]
     n_first, n_second = contrast["n_recordings"]
-    reference = str(settings.get("baseline") or "zero connectivity")
+    baseline = str(settings.get("baseline") or "zero connectivity")
     return (
         f"How {second} differs from {first}, on one scale. For each recording, the attribution "
-        f"(captum, against {reference}) of logit({second}) - logit({first}), the log-odds of "
+        f"(captum, against {baseline}) of logit({second}) - logit({first}), the log-odds of "
         f"{second} against {first}, to each pair's connectivity; then the mean over the "
         f"{n_second} recordings of {second} minus the mean over the {n_first} of {first}, "
         f"grouped by {contrast['grouped_by']}"

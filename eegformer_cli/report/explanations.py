@@ -201,7 +201,7 @@ def _add_attention_figures(report, summary: dict, classes: dict, section: str) -
 def _add_attribution_figures(
     report, summary: dict, written: dict, section: str, band: str | None
 ) -> None:
-    """Band importance and the channel pairs on the head, each said against the reference
+    """Band importance and the channel pairs on the head, each said against the baseline
     connectome the explanations used (``settings["baseline"]``); the head shows each class's
     top band of the chart, or ``band``. A class whose bands are all 0 (no connectivity entry
     carries any of its logit) gets no head plot without ``band`` but a note on what carries
@@ -210,13 +210,13 @@ def _add_attribution_figures(
 
     classes, bands, channels = summary["classes"], summary["bands"], summary["channels"]
     settings = written.get("settings", {})
-    reference = str(settings.get("baseline") or "zero connectivity")
+    baseline = str(settings.get("baseline") or "zero connectivity")
     add_figure(
         report,
-        band_importance_figure(summary["band_importance"], classes, bands, reference),
+        band_importance_figure(summary["band_importance"], classes, bands, baseline),
         "Band importance per class",
         section,
-        caption=band_importance_note(reference, summary["band_importance"], classes, bands),
+        caption=band_importance_note(baseline, summary["band_importance"], classes, bands),
     )
     which = (
         f"the band {band} (chosen with --band)"
@@ -240,7 +240,7 @@ def _add_attribution_figures(
             band_importance=summary["band_importance"][drawn],
             band=band,
             cautions=settings.get("artefact_caution"),
-            reference=reference,
+            baseline=baseline,
         ),
         "Strongest channel-pair attributions",
         section,
@@ -248,7 +248,7 @@ def _add_attribution_figures(
             "Each line joins two sensors (montage positions, seen from above, nose up, "
             "left hemisphere on the left) whose connectivity (coherence + wPLI) in "
             f"{which} the explained-class logit depends on most (captum "
-            f"attribution against {reference}): red raises the class's logit compared "
+            f"attribution against {baseline}): red raises the class's logit compared "
             "with it, blue lowers it; thicker is stronger. Each class on its own colour "
             "scale (its colour bar gives the values, logit units). " + caution_note(settings)
         ),

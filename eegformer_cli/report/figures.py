@@ -201,11 +201,11 @@ def band_importance_figure(
     band_importance: np.ndarray,
     classes: list[str],
     bands: list[str],
-    reference: str = "the training recordings' mean connectome",
+    baseline: str = "the training recordings' mean connectome",
 ):
     """Grouped bars: signed band importance (abs-sum 1) per explained class, (K', T) in, each
     class's top band (largest |value|, the band its head plot shows) outlined; the title says
-    what the sign is against (``reference``), on lines that fit the figure; the legend below
+    what the sign is against (``baseline``), on lines that fit the figure; the legend below
     the bars. A class whose bands are all 0 (no connectivity entry carries any of its logit:
     :func:`attributions.top_band` is None) has no band outlined, and its legend entry says
     so."""
@@ -236,7 +236,7 @@ def band_importance_figure(
         "\n".join(
             textwrap.wrap(
                 "Band importance per explained class (mean): > 0 the band's connectivity raises the "
-                f"class's logit compared with {reference}, < 0 lowers it; outlined: each "
+                f"class's logit compared with {baseline}, < 0 lowers it; outlined: each "
                 "class's top band"
                 + (
                     ""
@@ -343,7 +343,7 @@ def connectivity_head_figure(
     band: str | None = None,
     cautions: dict | None = None,
     n_lines: int = HEAD_PAIRS,
-    reference: str = "the training recordings' mean connectome",
+    baseline: str = "the training recordings' mean connectome",
 ):
     """Channel-pair attributions on the head: one panel per explained class ((K', T, C, C) in,
     logit units), the ``n_lines`` strongest pairs of one band, drawn between the sensors'
@@ -354,7 +354,7 @@ def connectivity_head_figure(
     that artefacts can fake in that band under the rule ``cautions``
     (:func:`~eegformer_cli.connectivity.artefacts.caution_rules`) are dashed and counted in
     the title. Each panel has its own diverging colour scale, symmetric about 0, and a colour
-    bar with values: red raises the class's logit compared with ``reference``, blue lowers
+    bar with values: red raises the class's logit compared with ``baseline``, blue lowers
     it; line width grows with |value|."""
     from eegformer_cli.connectivity.artefacts import caution_masks
 
@@ -387,7 +387,7 @@ def connectivity_head_figure(
         )
     fig.suptitle(
         f"Channel pairs on the head: red raises the class's logit, blue lowers it, "
-        f"compared with {reference}; each panel on its own scale",
+        f"compared with {baseline}; each panel on its own scale",
         fontsize=9,
         wrap=True,
     )

@@ -7,7 +7,7 @@ Modules, in the order the data flows through them:
 - :mod:`~eegformer_cli.training.config`     presets ``default`` / ``paper``, TOML, flag overrides
 - :mod:`~eegformer_cli.training.dataset`    manifest + connectome files -> a lazy torch Dataset
 - :mod:`~eegformer_cli.training.splits`     participant-wise CV / holdout / inner validation
-- :mod:`~eegformer_cli.training.augment`    graph mixup / cutmix (USVT graphon) of the reference
+- :mod:`~eegformer_cli.training.augment`    graph mixup / cutmix (USVT graphon) of the paper's code
 - :mod:`~eegformer_cli.training.standardise` per-entry z-scores of coh / wPLI inside the model
 - :mod:`~eegformer_cli.training.interaction_screen` the interactions a fit keeps, on its own
                                            training recordings

@@ -1,4 +1,5 @@
-"""Graph mixup / cutmix of the reference (section 5), on dense connectivity batches.
+"""Graph mixup / cutmix of the paper's code (reference-method.md, section 5), on dense
+connectivity batches.
 
 Per batch, with probability ``prob``: draw lambda ~ Beta(beta, beta) and a partner for every
 sample (a random permutation of the batch); then, with probability ``cutmix_prob`` CutMix,
@@ -11,7 +12,7 @@ else Mixup. Labels (soft targets) and demographics are mixed with the same lambd
   columns S, and its mirror S x R so the result stays symmetric) of the sample's own matrix is
   taken from the partner's graphon; lambda is then set to the fraction of entries kept.
 
-Choices the reference leaves open, made here and documented: one lambda per batch (timm
+Choices the paper's code leaves open, made here and documented: one lambda per batch (timm
 style); the diagonal is set back to zero after the graphon step (the connectome contract);
 a mixed demographic is NaN (unknown) when either partner's is unknown.
 

@@ -4,7 +4,7 @@ Resolution order (later wins): preset -> TOML file (``--config``) -> command-lin
 The resolved :class:`TrainConfig` is saved as ``RUN_DIR/config.json``; a rerun into the same
 folder must resolve to the same config to resume.
 
-``paper`` is section 5 of the reference (the official code's values for lr / wd / batch /
+``paper`` is reference-method.md, section 5 (the official code's values for lr / wd / batch /
 epochs at its own batch size): loss (1-a)·CE(coarse) + a·CE(refined) with a = 0.7 and label
 smoothing 0.1; AdamW (0.9, 0.99), eps 1e-8, lr 5e-5, weight decay 1e-5; batch 64 (last partial
 batch dropped), 100 epochs; per-step cosine schedule with a 5-epoch warmup from 1e-7, lr_min
@@ -13,7 +13,7 @@ every batch (p 1, cutmix half the time, lambda ~ Beta(0.2, 0.2)); no class weigh
 input standardisation; the official code's "BAC" ((macro specificity + macro recall) / 2) for
 selection; model ``ModelConfig.preset("paper")``.
 
-``default`` keeps the method and fixes the defects of section 9 of the reference, with sizes
+``default`` keeps the method and fixes the defects of reference-method.md, section 9, with sizes
 and rates chosen by measured accuracy (docs/benchmarks.md; what was tried:
 docs/benchmarks-history.md): the small, regularised ``ModelConfig.preset("default")`` with
 weight decay 0.1, inputs z-scored per band and channel pair with training statistics
@@ -64,8 +64,8 @@ else:  # pragma: no cover - Python 3.10
 AUGMENTATIONS = ("graphon", "none")
 CLASS_WEIGHTINGS = ("balanced", "none")
 SELECTION_METRICS = ("bac", "paper_bac", "log_loss")
-#: The linear path's penalty (``linear_fit.py``): the reference's L2, L1, or the better of the
-#: two by its inner CV.
+#: The linear path's penalty (``linear_fit.py``): the logistic-regression reference's L2, L1, or
+#: the better of the two by its inner CV.
 LINEAR_PENALTIES = ("l2", "l1", "auto")
 #: Whether the transformer path is kept (``transformer_keep.py``): chosen on validation, never
 #: trained, always kept.

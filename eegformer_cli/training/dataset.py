@@ -267,7 +267,7 @@ class ConnectomeDataset(Dataset):
     segments (subset size uniform in 1 .. n_segments - 1), drawn from ``rng`` (a seeded NumPy
     Generator). Why: one 15 s segment's coherence is a noisy estimate of the recording's; the
     mean over segments is what the evaluation's per-recording logit average approaches, and
-    what the reference logistic regression sees; the label cannot change, unlike mixup.
+    what the logistic-regression reference sees; the label cannot change, unlike mixup.
     """
 
     def __init__(
@@ -345,10 +345,10 @@ def read_covariances(recording: RecordingInfo, channels: list[str]) -> np.ndarra
 
 
 def recording_fingerprints(
-    data: TrainingData, recordings: list[RecordingInfo], reference: dict
+    data: TrainingData, recordings: list[RecordingInfo], mean_connectome: dict
 ) -> dict[str, torch.Tensor]:
-    """The connectivity fingerprints of ``recordings`` against ``reference`` (the training
-    mean connectome, ``{"coh", "wpli"}`` (n_bands, C, C)), as ``model.pt``'s
+    """The connectivity fingerprints of ``recordings`` against ``mean_connectome`` (the
+    training mean connectome, ``{"coh", "wpli"}`` (n_bands, C, C)), as ``model.pt``'s
     ``training_data`` keeps them (:func:`provenance.training_fingerprints`, as tensors)."""
     from eegformer_cli.provenance import training_fingerprints
 
@@ -358,5 +358,5 @@ def recording_fingerprints(
     arrays = (dataset.recording_arrays(r) for r in range(len(recordings)))
     return {
         key: torch.from_numpy(value)
-        for key, value in training_fingerprints(arrays, reference).items()
+        for key, value in training_fingerprints(arrays, mean_connectome).items()
     }

@@ -5,10 +5,10 @@ recording's mean of its segments' linear features (the standardised entries and 
 interactions' products, as the model forms them per segment), then StandardScaler and a
 class-balanced logistic regression whose strength C is chosen by an inner participant-wise CV
 on those participants only (``reference.search_logistic_c``: the same folds, grid and score
-as the built-in reference, so with the L2 penalty and nothing kept the path *is* that
-reference). The penalty (``linear_penalty``): ``l2`` the reference's, ``l1`` sparse (liblinear;
-saga for more than two classes), ``auto`` the better of the two by the inner CV (a tie keeps
-the reference's L2).
+as the built-in reference, so with the L2 penalty and nothing kept the path *is* the
+built-in reference). The penalty (``linear_penalty``): ``l2`` the built-in reference's, ``l1``
+sparse (liblinear; saga for more than two classes), ``auto`` the better of the two by the inner
+CV (a tie keeps the built-in reference's L2).
 
 Three sets of weights come out, each in the model's logit space (the scaling folded in):
 the refit on all of the training part (what the model keeps and new recordings get), and each

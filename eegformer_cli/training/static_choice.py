@@ -2,14 +2,14 @@
 
 After the linear path on connectivity is fitted (``linear_fit.py``), a model with a
 tangent-space path (``model/tangent_space_path.py``) fits that path on the same training part:
-its reference point the per-band Riemannian mean of the recordings' shrunk band covariances
+its mean point the per-band Riemannian mean of the recordings' shrunk band covariances
 (pyRiemann's ``TangentSpace`` fit, ``evaluation.tangent_space.BandTangentSpace``), then
-``fit_linear_path`` with the reference's L2 penalty on the tangent vectors: the same inner
-participant-wise folds, grid and score as the tangent-space reference, so that path *is* that
-reference, inside the model. For two classes a third candidate stacks them: a class-balanced
-logistic regression on the two paths' cross-fitted decision values (C by the same inner CV;
-a candidate only when neither weight is negative), cross-fitted in turn (each inner fold's stacker fitted on the other folds' values), so that the
-transformer's offsets stay honest.
+``fit_linear_path`` with the tangent-space reference's L2 penalty on the tangent vectors: the
+same inner participant-wise folds, grid and score as that model, so that path *is* the
+tangent-space reference, inside the model. For two classes a third candidate stacks them: a
+class-balanced logistic regression on the two paths' cross-fitted decision values (C by the same
+inner CV; a candidate only when neither weight is negative), cross-fitted in turn (each inner
+fold's stacker fitted on the other folds' values), so that the transformer's offsets stay honest.
 
 The choice (:func:`choose`): the connectivity path stays unless a candidate's inner-CV balanced
 accuracy beats its own by more than :data:`CHOICE_MARGINS` (then the best such candidate). The
@@ -99,11 +99,12 @@ def choose(inner_scores: dict[str, float | None], mode: str) -> str:
 
 def fit_tangent_space_path(path, covariances: np.ndarray, labels, groups, n_classes, seed):
     """Fit ``path`` (a ``TangentSpacePath``) on the training part: ``covariances`` float
-    (n, K, C, C) raw, V^2. Sets its reference point and its classifier's refit and inner
+    (n, K, C, C) raw, V^2. Sets its mean point and its classifier's refit and inner
     models; returns the classifier's :class:`LinearFit` (its ``inner_fold`` the same folds as
     the linear path's, as both come from the same labels, participants and seed)."""
     raw = torch.from_numpy(np.asarray(covariances, dtype=np.float64))
-    with threadpool_limits(limits=1):  # the reference points: pyRiemann's mean, as the reference's
+    # the mean points: pyRiemann's mean, as the tangent-space reference's
+    with threadpool_limits(limits=1):
         tangent = BandTangentSpace().fit(shrink(raw).numpy())
     path.set_reference(np.stack([band.reference_ for band in tangent.bands_]))
     with torch.no_grad():
