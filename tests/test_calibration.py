@@ -221,7 +221,7 @@ def test_the_verdict_names_the_model_that_carries_the_score():
     said = [headline] + [text for _, text, _ in lines]
     assert not any("XAIguiFormer" in text or "the transformer adds" in text for text in said)
     transformer = {topic: text for topic, text, _ in lines}["transformer"]
-    assert transformer.startswith("not kept in any of the 5 folds") and "linear path's" in (
+    assert transformer.startswith("not kept in any of the 5 folds") and "static stage's" in (
         transformer
     )
     assert verdict.scored_by(nowhere) == {
@@ -240,7 +240,7 @@ def test_the_verdict_names_the_model_that_carries_the_score():
         "3): above chance"
     )
     transformer = {t: x for t, x, _ in verdict.verdict_lines(some)}["transformer"]
-    assert transformer.endswith("; its residual kept in 2 of 5 folds")
+    assert transformer.endswith("; kept in 2 of 5 folds")
     assert verdict.scored_by(some)["model"] == "xaiguiformer"
     assert "in 2 of 5 folds only" in verdict.attention_reach(some)
 

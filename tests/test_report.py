@@ -621,7 +621,7 @@ def test_reports_render_in_headless_chromium(demo_report, interaction_report, tm
         "The model (its linear path; the transformer was not kept in any fold): "
     )
     assert "XAIguiFormer" not in verdict and "the transformer adds" not in verdict
-    assert "not kept in its one fold" in verdict and "the scores above are the linear path's" in (
+    assert "not kept in its one fold" in verdict and "the scores above are the static stage's" in (
         verdict
     )
     attention = attribute("attention-text")
@@ -930,9 +930,9 @@ def test_captions_say_why_every_class_shares_a_band_and_what_the_training_curves
     caption = training_curves_caption(history, train, linear_path=True)
     assert "Here it rises after its lowest in 1 of the 2 folds" in caption
     assert "The epoch with the best validation log_loss in the second half" in caption
-    assert "the linear path's (fixed, fitted first) plus the transformer's residual" in caption
+    assert "the static stage's (fixed, fitted first) plus the transformer path's" in caption
     flat = training_curves_caption(history[3:], train, linear_path=False)
-    assert "Here it rises" not in flat and "linear path" not in flat
+    assert "Here it rises" not in flat and "static stage" not in flat
 
 
 def test_the_attention_heat_maps_leave_no_blank_band():

@@ -154,22 +154,22 @@ def scored_by(metrics: RunMetrics) -> dict:
 
 def attention_reach(metrics: RunMetrics) -> str | None:
     """Whether the transformer's attention reached the model's output, said where it did not
-    in every fold (None where it did: no linear path, or the residual kept in every fold)."""
+    in every fold (None where it did: no linear path, or the transformer path kept in every fold)."""
     folds = transformer_folds(metrics)
     if folds is None or folds[0] == folds[1]:
         return None
     kept, n = folds
     if kept == 0:
         return (
-            "The attention did not reach the output: the transformer's residual was kept in "
-            "no fold (on the validation participants it never beat the linear path alone), so "
-            "every prediction is the linear path's: this attention is a transformer's that was "
+            "The attention did not reach the output: the transformer path was kept in no fold "
+            "(on the validation participants it never beat the static stage alone), so every "
+            "prediction is the static stage's: this attention is a transformer's that was "
             "trained but not used, and replacing it changes no logit (0)."
         )
     return (
         f"The attention reached the output in {kept} of {n} folds only, those whose "
-        f"transformer's residual was kept; in the other {n - kept} the model is its linear "
-        "path and replacing the attention changes no logit, so the means over folds mix "
+        f"transformer path was kept; in the other {n - kept} the model is its static "
+        "stage and replacing the attention changes no logit, so the means over folds mix "
         "folds where it does nothing with those where it acts."
     )
 
@@ -250,20 +250,20 @@ def transformer_line(
     comparison: Comparison, folds: tuple[int, int] | None = None
 ) -> tuple[str, str, str]:
     """What the transformer adds to the model's own linear path (the full model minus the
-    linear path alone, paired over folds) and in how many of them its residual was kept
+    linear path alone, paired over folds) and in how many of them the transformer path was kept
     (``folds``: :func:`transformer_folds`): topic ``transformer``, never a warning (where it
     adds nothing, the model is its linear path); green where the interval lies above 0."""
     if folds is not None and folds[0] == 0:
         return (
             "transformer",
             f"not kept in {'its one fold' if folds[1] == 1 else f'any of the {folds[1]} folds'}"
-            " (on the validation participants its "
-            "residual never beat the linear path alone), so the model is its linear path: "
-            "the scores above are the linear path's",
+            " (on the validation participants it "
+            "never beat the static stage alone), so the model is its static stage: "
+            "the scores above are the static stage's (its linear_path row)",
             "neutral",
         )
     mean, (low, high), metric = comparison.mean_difference, comparison.ci95, comparison.metric
-    kept = "" if folds is None else f"; its residual kept in {folds[0]} of {folds[1]} folds"
+    kept = "" if folds is None else f"; kept in {folds[0]} of {folds[1]} folds"
     if not _known(mean):
         return "transformer", "no fold to compare with the linear path alone" + kept, "neutral"
     interval = f", 95 % CI {low:+.3f} to {high:+.3f}" if _known(low) else ", no interval"

@@ -154,8 +154,8 @@ def _add_paths_note(report, classes: dict, section: str) -> None:
             + " and a transformer trained on what it misses; the maps below are of the whole "
             "model. "
             + "; ".join(sentences)
-            + ". A transformer part near 0 means the transformer adds nothing here (its "
-            "residual was not kept, or it agrees with the linear path).",
+            + ". A transformer part near 0 means the transformer path adds nothing here "
+            "(it was not kept, or it agrees with the static stage).",
             section,
         )
 
@@ -163,7 +163,7 @@ def _add_paths_note(report, classes: dict, section: str) -> None:
 def attention_unused(classes: dict) -> bool:
     """Whether the transformer carries none of any explained class's logit (``classes``:
     ``class_summary.json``'s, each with its ``paths``; False for a model without a linear
-    path, whose transformer is the whole model): its residual was not kept in the models
+    path, whose transformer is the whole model): the transformer path was not kept in the models
     explained, so their attention never reached the output."""
     parts = [(entry.get("paths") or {}).get("target") for entry in classes.values()]
     return bool(parts) and all(part and part["transformer"] == 0 for part in parts)
@@ -178,8 +178,8 @@ def _add_attention_figures(report, summary: dict, classes: dict, section: str) -
             report,
             "Attention: it did not reach the output",
             "The attention did not reach the output: the transformer carries none of the "
-            "explained logits (0 for every class: its residual was not kept in the models "
-            "explained, so each prediction is the linear path's). The heat maps below are "
+            "explained logits (0 for every class: the transformer path was not kept in the "
+            "models explained, so each prediction is the static stage's). The heat maps below are "
             "of a transformer that was trained but not used; they say nothing about what "
             "the model's predictions rest on.",
             section,

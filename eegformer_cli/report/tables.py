@@ -238,9 +238,9 @@ def training_curves_caption(history: list[dict], train: dict, linear_path: bool)
         else ""
     )
     offset = (
-        " The logits are the linear path's (fixed, fitted first) plus the transformer's "
-        "residual, so these curves are the transformer's training on top of the linear path; "
-        "whether its residual is kept is decided at the kept epoch."
+        " The logits are the static stage's (fixed, fitted first) plus the transformer "
+        "path's, so these curves are the transformer path's training on top of the static "
+        "stage; whether it is kept is decided at the selected epoch."
         if linear_path
         else ""
     )
