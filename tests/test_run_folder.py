@@ -108,7 +108,9 @@ def test_a_run_of_the_model_before_its_stages_merges_and_resumes(tmp_path, capsy
     from eegformer_cli.experiment.run import run_training
 
     _, _, requested, _ = run_folder.request_in_config(run)
-    run_training(prep, run, "diagnosis", TrainConfig.from_dict(requested), permutations=3)
+    stored = TrainConfig.from_dict(requested)
+    assert stored.keep_patience == 0  # its transformer trained every epoch: so it resumes
+    run_training(prep, run, "diagnosis", stored, permutations=3)
     assert {p.name: p.read_bytes() for p in (run / "folds").iterdir()} == folds
 
 
