@@ -32,9 +32,9 @@ The tree (each class's fields are its JSON keys, in the file's order):
 - ``permutation_test``: :class:`PermutationTest` (:mod:`permutation`), a
   :class:`NullComparison` per model and the null values per null model;
 - ``linear_path``: the model's linear path over the folds, a dict (how many kept the
-  transformer's residual, the penalties and strengths chosen); ``scored_by``, a dict: the
+  transformer path, the penalties and strengths chosen); ``scored_by``, a dict: the
   model whose out-of-fold predictions the score is, in words and as a model name
-  (``linear_path`` where the residual was kept in no fold).
+  (``linear_path`` where the transformer path was kept in no fold).
 - ``sample_size``: :class:`SampleSize`, what the run's number of participants resolves
   (:mod:`~eegformer_cli.evaluation.sample_size`), with :class:`SplitSeeds`, how often another
   split seed would change the headline, and with ``train --learning-curve`` the learning curve
@@ -57,7 +57,7 @@ from typing import ClassVar, TypeVar
 #: The models of a run, as metrics.json and oof_predictions.tsv name them: XAIguiFormer, the
 #: logistic-regression reference, (when the connectome files hold band covariances) the
 #: tangent-space reference, and (when the model has one) XAIguiFormer's own linear path alone,
-#: without the transformer's residual.
+#: without the transformer path.
 MODEL_NAME = "xaiguiformer"
 REFERENCE_NAME = "logistic_regression"
 TANGENT_SPACE_NAME = "tangent_space"

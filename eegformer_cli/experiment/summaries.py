@@ -155,7 +155,7 @@ def _model_names(results: list[FoldRecord]) -> list[str]:
 
 def _shipped(run_dir: Path, names: list[str]) -> str:
     """Whose out-of-fold rows describe the model that ships (``model.pt``), for its
-    recalibration and prediction sets: the linear path alone's when its residual was not kept
+    recalibration and prediction sets: the linear path alone's when its transformer path was not kept
     (every fold scored the linear path alone too), else the transformer's."""
     model = run_folder.model_path(run_dir)
     if LINEAR_PATH_NAME in names and model.is_file() and is_linear_path_alone(model):

@@ -14,7 +14,7 @@ per question, each ``(topic, text, tone)`` with tone ``good`` /
 - one line per reference model of ``metrics.all_comparisons``: "not distinguishable from",
   "better than" or "worse than" it, from whether the paired 95 % interval holds 0;
 - transformer: what the transformer adds to the model's own linear path (the model minus its
-  linear path alone, paired), and in how many folds its residual was kept (kept in none: that
+  linear path alone, paired), and in how many folds the transformer path was kept (kept in none: that
   the model is its linear path, and no difference to quote);
 - shortcuts: flagged and borderline variables of the shortcut audit;
 - the permutation test's p, when computed, and whose null it is;
@@ -54,12 +54,12 @@ VERDICT_COVERAGE = 0.9
 #: The out-of-fold expected calibration error the verdict accepts (green at most, amber
 #: above): the stated probabilities off by at most 10 points on average.
 ECE_ACCEPTED = 0.1
-#: The model that carries the score where the transformer's residual was kept in no fold.
+#: The model that carries the score where the transformer path was kept in no fold.
 LINEAR_PATH_SCORER = "the model (its linear path; the transformer was not kept in any fold)"
 
 
 def transformer_folds(metrics: RunMetrics) -> tuple[int, int] | None:
-    """(folds whose transformer's residual was kept, folds with a linear path) from
+    """(folds whose transformer path was kept, folds with a linear path) from
     ``metrics.json``'s ``linear_path``; None for a model without a linear path (the ``paper``
     preset, a run of an earlier version), whose transformer is the whole model."""
     kept = metrics.linear_path
@@ -70,7 +70,7 @@ def transformer_folds(metrics: RunMetrics) -> tuple[int, int] | None:
 
 def scorer(metrics: RunMetrics) -> str:
     """The model whose out-of-fold predictions the score is, in words: "XAIguiFormer" (no
-    linear path), :data:`LINEAR_PATH_SCORER` (the residual kept in no fold), "XAIguiFormer
+    linear path), :data:`LINEAR_PATH_SCORER` (the transformer path kept in no fold), "XAIguiFormer
     (the transformer kept in K of N folds, its linear path alone in the other N - K)", or
     "XAIguiFormer (its linear path and the transformer, kept in every fold)"."""
     folds = transformer_folds(metrics)

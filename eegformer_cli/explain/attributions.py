@@ -226,7 +226,7 @@ def top_band(band_importance: np.ndarray) -> int | None:
     tallest bar of the band-importance chart, whose channel pairs the report draws on the
     head. None when no band has a finite non-zero value: no connectivity entry carries any of
     the logit (a model whose linear path reads only its kept interactions' products, its
-    transformer residual off), and naming the first band would say it does."""
+    transformer path off), and naming the first band would say it does."""
     magnitude = np.abs(np.asarray(band_importance, dtype=np.float64))
     magnitude[~np.isfinite(magnitude)] = 0.0
     if not magnitude.any():

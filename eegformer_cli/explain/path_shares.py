@@ -1,5 +1,5 @@
 """How much of one recording's logit each path of the model carries: its linear path, its
-tangent-space path (``model/static_paths.py``, where it has one) and the transformer's residual
+tangent-space path (``model/static_paths.py``, where it has one) and the transformer path
 (``model/linear_path.py``).
 
 The channel-pair attributions, band importance, head maps, contrast and interaction table are
@@ -12,7 +12,7 @@ features, ``w . (features(mean) - features(baseline))`` (times the static mix's 
 for a model with a tangent-space path), else the mean over the recording's segments of each
 segment's; the tangent-space path's part is its mix weight times the change of its logits from
 the mean point's; the transformer's part is the rest of the change of the segment-mean
-logit. For a model whose residual was not kept the transformer's part is 0, and for a model
+logit. For a model whose transformer path was not kept the transformer's part is 0, and for a model
 without a linear path there is no split (None).
 
 The tangent-space path's attributions onto the band covariances (:func:`covariance_attributions`).

@@ -24,7 +24,7 @@ Verdict (first): the score with its interval, the comparison with every referenc
 4. Attention: what the coarse and refined attention do, out of fold (metrics.json's
    ``attention``: entropy, residual share, the explanation's part of the refined attention,
    the logit change when attention is replaced by a uniform mean or the identity), first
-   whether the attention reached the output at all (the transformer's residual kept in no
+   whether the attention reached the output at all (the transformer path kept in no
    fold, or in some only: :func:`~eegformer_cli.experiment.verdict.attention_reach`), and
    the entropy per epoch on the validation participants (history.jsonl).
 5. Interactions: what every fit's interaction screen kept, its best score and its gate, or

@@ -13,7 +13,7 @@ CV (a tie keeps the built-in reference's L2).
 Three sets of weights come out, each in the model's logit space (the scaling folded in):
 the refit on all of the training part (what the model keeps and new recordings get), and each
 inner fold's model with the held-out recordings it did not see, whose *cross-fitted* logits
-train and select the transformer's residual (``fit.py``): the refit's logits on its own
+train and select the transformer path (``fit.py``): the refit's logits on its own
 training recordings are in-sample and would leave the transformer nothing honest to learn.
 """
 

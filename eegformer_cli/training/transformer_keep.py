@@ -188,7 +188,7 @@ class TransformerKeep:
         return logits
 
     def gain(self, val_losses: np.ndarray | None) -> tuple[float, float] | None:
-        """(mean, standard error) of the per-recording gain of the residual over the linear
+        """(mean, standard error) of the per-recording gain of the transformer path over the static
         path alone, ``val_losses`` (n_val,) its selected epoch's :func:`calibrated_losses`
         (None: not trained, no gain)."""
         if val_losses is None:
