@@ -175,7 +175,10 @@ def test_a_linear_effect_keeps_no_residual_and_the_model_file_round_trips(linear
     folds = [json.loads(p.read_text()) for p in (linear_run / "folds").glob("r*.json")]
     assert len(folds) == 5
     records = [f["linear_path"] for f in folds]
-    assert all(r["transformer_val_loss"] is not None for r in records)  # it was trained
+    for r in records:  # trained (until it could not be kept), or not at all: no static error
+        stopped = r["transformer_stopped"]
+        assert stopped is not None or r["transformer_val_loss"] is not None
+        assert (r["static_errors"] == 0) == (stopped is not None and stopped["epoch"] == 0)
     assert sum(r["transformer_kept"] for r in records) <= 1, records
     metrics = json.loads((linear_run / "metrics.json").read_text())
     assert metrics["linear_path"]["transformer_kept"] == sum(r["transformer_kept"] for r in records)

@@ -45,6 +45,7 @@ from eegformer_cli.experiment.run import run_training
 from eegformer_cli.preprocess import PreprocessSettings, load_connectome, run_preprocess
 from eegformer_cli.simulation import simulate
 from eegformer_cli.training.config import resolve_config
+from eegformer_cli.training.model_file import FORMAT_VERSION
 
 #: Every test here runs the CLI in another process: `make test-fast` leaves them out.
 pytestmark = pytest.mark.slow
@@ -551,7 +552,7 @@ def _no_rows(ws: Workspace, folder: Path, result: subprocess.CompletedProcess) -
 MODEL_PROBLEMS = {
     "corrupt": "not a readable model file (corrupt or truncated",
     "text": "not a model file (not a PyTorch archive)",
-    "newer": "model file format version 2 is not supported",
+    "newer": f"model file format version {FORMAT_VERSION + 1} is not supported",
 }
 CASES += [
     Case(

@@ -414,7 +414,7 @@ def test_spawned_workers_give_the_same_results(synthetic_dir, tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_same_seed_gives_identical_results(synthetic_dir, tmp_path, one_thread):
-    config = tiny_config(cv=3)
+    config = tiny_config(cv=3, transformer_path="on")  # every epoch trained, so compared
     a = run_training(synthetic_dir, tmp_path / "a", "diagnosis", config)
     b = run_training(synthetic_dir, tmp_path / "b", "diagnosis", config)
     # --n-jobs 2: folds and the final model in two worker processes, finishing in any order
@@ -793,7 +793,7 @@ def test_folds_on_workers_move_the_progress_bar_every_epoch(tmp_path, monkeypatc
         data,
         tmp_path / "run",
         "diagnosis",
-        resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3)),
+        resolve_config("default", None, dict(TRAIN_SETTINGS, epochs=3, transformer_path="on")),
         n_jobs=2,
     )
     for name in ("fold r0_f0", "fold r0_f1", "final model"):
