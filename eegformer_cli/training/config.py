@@ -170,6 +170,9 @@ class TrainConfig:
     # the tangent space or both stacked beat it by the inner CV's margin; "connectivity" the
     # linear path alone (earlier versions); "tangent_space" / "stacked" that candidate
     static_path: str = "connectivity"
+    # ``static_temperature``: the static stage's logits divided by the temperature that
+    # calibrates its cross-fitted logits on the training recordings (off: as fitted)
+    static_temperature: bool = False
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
