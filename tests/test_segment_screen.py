@@ -6,13 +6,16 @@ together within recordings, with every entry's recording mean alike in the class
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
-from builders import PLANTED, dynamic_study, tiny_config
+from builders import BANDS, CHANNELS, EDGES, PLANTED, dynamic_study, tiny_config
 from sklearn.metrics import balanced_accuracy_score
 
+from eegformer_cli.errors import UsageError
 from eegformer_cli.explain.attributions import explain_recording
 from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.linear_path import recording_features
+from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training import interaction_screen as screen
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.fit import evaluate, fit_model, screen_fit
@@ -109,3 +112,50 @@ def test_the_linear_path_on_segment_products_reads_a_pair_that_bursts_together(t
         covariance=first.recording_covariance(0),
     )
     assert np.isfinite(explained.paths["target"]["linear"])
+
+
+def _transformer_logits(inputs: str, coh: torch.Tensor, wpli: torch.Tensor) -> torch.Tensor:
+    """The transformer path's refined logits of a default model with the planted pair's token."""
+    torch.manual_seed(0)
+    config = ModelConfig.preset(
+        "default",
+        n_channels=len(CHANNELS),
+        band_names=BANDS,
+        band_edges_hz=EDGES,
+        n_classes=2,
+        channel_names=CHANNELS,
+        interactions=[Interaction(*PLANTED, 1.0, 0.5).to_dict()],
+        transformer_inputs=inputs,
+    )
+    path = XAIguiFormer(config).eval().transformer
+    age, sex = torch.full((len(coh),), 40.0), torch.zeros(len(coh))
+    return path.forward_with_details(coh, wpli, age, sex).logits_refined.detach()
+
+
+def test_a_transformer_on_the_interaction_token_alone_reads_nothing_but_the_pair():
+    generator = torch.Generator().manual_seed(1)
+    coh, wpli = (torch.rand((4, 3, 6, 6), generator=generator) for _ in range(2))
+    other = coh.clone()
+    other[:, 1] += 0.5  # alpha: neither planted entry
+    planted = wpli.clone()
+    planted[:, 2, 1, 3] += 0.5  # the planted wPLI beta F4-C4
+    alone = _transformer_logits("interactions", coh, wpli)
+    torch.testing.assert_close(alone, _transformer_logits("interactions", other, wpli))
+    assert not torch.allclose(alone, _transformer_logits("interactions", coh, planted))
+    everything = _transformer_logits("connectivity", coh, wpli)
+    assert not torch.allclose(everything, _transformer_logits("connectivity", other, wpli))
+    with pytest.raises(UsageError, match="transformer_inputs"):
+        _transformer_logits("bands", coh, wpli)
+
+
+def test_a_tempered_static_stage_gives_the_same_logits_scaled_by_one_factor(tmp_path):
+    data = load_training_data(dynamic_study(tmp_path / "dynamic", n=40), "diagnosis")
+    test_set = ConnectomeDataset(data.recordings[32:], data.label_names, data.channels, data.bands)
+    logits, cpu = {}, torch.device("cpu")
+    for tempered in (False, True):
+        config = tiny_config(residual="off", static_temperature=tempered)
+        fit = fit_model(data, data.recordings[:24], data.recordings[24:32], config, cpu, 0, {})
+        logits[tempered] = evaluate(fit.model, test_set, cpu)
+    ratio = (logits[True][:, 1] - logits[True][:, 0]) / (logits[False][:, 1] - logits[False][:, 0])
+    assert 0.05 <= ratio[0] <= 20 and not np.isclose(ratio[0], 1.0)
+    np.testing.assert_allclose(logits[True], ratio[0] * logits[False], rtol=1e-4, atol=1e-6)

@@ -192,6 +192,14 @@ class StaticStage(nn.Module):
                 stack.enter_context(self.mix.using_inner(k))
             yield
 
+    def scale(self, factor: float) -> None:
+        """Multiply the stage's logits by ``factor``: the weights and bias of the part that
+        gives them (the mix, the linear path without one), the refit's and the inner models'."""
+        part = self.linear if self.mix is None else self.mix
+        part.set_weights(part.weight * factor, part.bias * factor)
+        if part._inner is not None:
+            part.set_cross_fitted(part._inner[0] * factor, part._inner[1] * factor)
+
     def clear_cross_fitted(self) -> None:
         """Forget the inner folds' models of every part: training is over."""
         self.linear.clear_cross_fitted()

@@ -21,6 +21,10 @@ from eegformer_cli.model.rotary import drofe_default_demographics, drofe_paper_d
 from eegformer_cli.model.tokenizer import ConnectomeTokenizer
 from eegformer_cli.model.transformer import AttentionTrace, BandTransformer
 
+#: ``ModelConfig.transformer_inputs``: every token, or the interaction token alone when kept
+#: pairs give the path one (a path that cannot memorise recordings through the band tokens).
+TRANSFORMER_INPUTS = ("connectivity", "interactions")
+
 
 @dataclass
 class ModelOutput:
@@ -167,6 +171,8 @@ class TransformerPath(nn.Module):
             if products is None:
                 products = self.interaction_products(coh, wpli, age, sex)
             token = self.interaction_token.embed(products)
+            if self.config.transformer_inputs == "interactions":
+                tokens = torch.zeros_like(tokens)
             tokens = torch.cat((tokens, token[:, None]), dim=1)
         if not self.config.xai_refinement:
             coarse = self.encoder.run(tokens, demographics)

@@ -33,7 +33,7 @@ from eegformer_cli.model.linear_path import linear_features
 from eegformer_cli.model.stages import Standardiser, StaticStage
 from eegformer_cli.model.tokenizer import EDGES, NODE_FEATURES, READOUTS, SPATIAL_ENCODINGS
 from eegformer_cli.model.transformer import GUIDANCES
-from eegformer_cli.model.transformer_path import ModelOutput, TransformerPath
+from eegformer_cli.model.transformer_path import TRANSFORMER_INPUTS, ModelOutput, TransformerPath
 
 __all__ = ["PRESETS", "ModelConfig", "ModelOutput", "XAIguiFormer"]
 
@@ -197,6 +197,10 @@ class ModelConfig:
     #: (``model/tangent_space_path.py``; the static stage mixes it with the linear path,
     #: ``model/stages.py``); empty: no tangent-space path, the model of earlier versions.
     tangent_space_bands: list[str] = field(default_factory=list)
+    #: What the transformer path reads (:data:`TRANSFORMER_INPUTS`): "connectivity" the band
+    #: tokens and the interaction token when there is one; "interactions" the interaction
+    #: token alone when there is one (the band tokens held at zero), the band tokens otherwise.
+    transformer_inputs: str = "connectivity"
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -214,6 +218,7 @@ class ModelConfig:
         check_choice("readout", self.readout, READOUTS)
         check_choice("node_features", self.node_features, NODE_FEATURES)
         check_choice("guidance", self.guidance, GUIDANCES)
+        check_choice("transformer_inputs", self.transformer_inputs, TRANSFORMER_INPUTS)
         for name in ("n_channels", "n_classes", "d_model", "n_heads"):
             if int(getattr(self, name)) < 1:
                 raise UsageError(f"invalid value {getattr(self, name)!r} for {name}; must be >= 1")

@@ -177,6 +177,9 @@ class TrainConfig:
     # ``train --learning-curve`` (experiment/learning_curve.py): the nested participant subsets
     # of each outer training part, as fractions of it (the whole part is the run itself)
     learning_curve_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
+    # ``static_temperature``: the static stage's logits divided by the temperature that
+    # calibrates its cross-fitted logits on the training recordings (off: as fitted)
+    static_temperature: bool = False
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:

@@ -52,7 +52,7 @@ from eegformer_cli.model.static_paths import tangent_space_of
 from eegformer_cli.training.config import TrainConfig
 from eegformer_cli.training.dataset import ConnectomeDataset
 from eegformer_cli.training.linear_fit import LinearFit, fit_linear_path
-from eegformer_cli.training.static_choice import fit_static_stage
+from eegformer_cli.training.static_choice import fit_static_stage, temper
 
 #: Segments of a recording through the model at a time when averaging its linear features.
 FEATURE_SEGMENTS = 256
@@ -257,6 +257,8 @@ def fit_static(
         cross_fitted, static = choice.cross_fitted, choice.record()
     fit.seconds = time.perf_counter() - start  # the features' and the other candidates' time too
     n_train = len(train_set.recordings)
+    if config.static_temperature:
+        cross_fitted = cross_fitted * temper(model.static, cross_fitted[:n_train], labels[:n_train])
     return TransformerKeep(
         fit,
         torch.from_numpy(fit.inner_fold[:n_train]),
