@@ -153,7 +153,7 @@ def test_a_tempered_static_stage_gives_the_same_logits_scaled_by_one_factor(tmp_
     test_set = ConnectomeDataset(data.recordings[32:], data.label_names, data.channels, data.bands)
     logits, cpu = {}, torch.device("cpu")
     for tempered in (False, True):
-        config = tiny_config(residual="off", static_temperature=tempered)
+        config = tiny_config(transformer_path="off", static_temperature=tempered)
         fit = fit_model(data, data.recordings[:24], data.recordings[24:32], config, cpu, 0, {})
         logits[tempered] = evaluate(fit.model, test_set, cpu)
     ratio = (logits[True][:, 1] - logits[True][:, 0]) / (logits[False][:, 1] - logits[False][:, 0])
