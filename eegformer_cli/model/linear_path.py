@@ -199,6 +199,13 @@ class LinearPath(nn.Module):
         """Forget the inner-CV models (:meth:`set_cross_fitted`): training is over."""
         self._inner = None
 
+    def scale(self, factor: float) -> None:
+        """Multiply the path's logits by ``factor``: the refit's and the inner models' weights
+        and biases."""
+        self.set_weights(self.weight * factor, self.bias * factor)
+        if self._inner is not None:
+            self.set_cross_fitted(self._inner[0] * factor, self._inner[1] * factor)
+
     def _inner_models(self) -> tuple[Tensor, Tensor]:
         if self._inner is None:
             raise RuntimeError("the linear path holds no inner-CV models (set_cross_fitted)")

@@ -115,6 +115,13 @@ class StaticMix(nn.Module):
     def clear_cross_fitted(self) -> None:
         self._inner = None
 
+    def scale(self, factor: float) -> None:
+        """Multiply the mixed logits by ``factor`` (weights and bias, the refit's and the inner
+        folds' mixes)."""
+        self.set_weights(self.weight * factor, self.bias * factor)
+        if self._inner is not None:
+            self.set_cross_fitted(self._inner[0] * factor, self._inner[1] * factor)
+
     @contextlib.contextmanager
     def using_inner(self, k: int):
         """Within the block the mix is inner fold ``k``'s (the refit's restored after)."""
@@ -195,10 +202,7 @@ class StaticStage(nn.Module):
     def scale(self, factor: float) -> None:
         """Multiply the stage's logits by ``factor``: the weights and bias of the part that
         gives them (the mix, the linear path without one), the refit's and the inner models'."""
-        part = self.linear if self.mix is None else self.mix
-        part.set_weights(part.weight * factor, part.bias * factor)
-        if part._inner is not None:
-            part.set_cross_fitted(part._inner[0] * factor, part._inner[1] * factor)
+        (self.linear if self.mix is None else self.mix).scale(factor)
 
     def clear_cross_fitted(self) -> None:
         """Forget the inner folds' models of every part: training is over."""
