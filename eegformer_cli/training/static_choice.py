@@ -26,13 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.special import softmax
 from sklearn.base import clone
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from eegformer_cli.evaluation.calibration import fit_recalibration
+from eegformer_cli.evaluation.calibration import logit_temperature
 from eegformer_cli.evaluation.reference import balanced_logistic_regression, search_logistic_c
 from eegformer_cli.evaluation.tangent_space import BandTangentSpace
 from eegformer_cli.model.tangent_space_path import shrink
@@ -213,11 +212,10 @@ def fit_static_stage(
 def temper(stage, cross_fitted: np.ndarray, labels: np.ndarray) -> float:
     """Scale the static ``stage``'s logits (``StaticStage.scale``) by the inverse of the
     temperature that calibrates its cross-fitted logits ``cross_fitted`` (n, n_classes) of
-    recordings of ``labels`` (n,) (``calibration.fit_recalibration``, T in [0.05, 20]); the
+    recordings of ``labels`` (n,) (``calibration.logit_temperature``, T in [0.05, 20]); the
     factor. Why: a stage that reads noise with confident logits (a study whose label no static
     summary holds) gives the transformer trained on its residual an offset per recording that
     only memorising the recordings could cancel; tempered, it adds next to nothing."""
-    fitted = fit_recalibration("temperature", labels, softmax(cross_fitted, axis=1), None)
-    factor = 1.0 / fitted["params"]["temperature"]
+    factor = 1.0 / logit_temperature(cross_fitted, labels)
     stage.scale(factor)
     return factor

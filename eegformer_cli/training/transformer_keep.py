@@ -43,10 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.special import log_softmax, softmax
+from scipy.special import log_softmax
 
 from eegformer_cli.errors import InputDataError
-from eegformer_cli.evaluation.calibration import fit_recalibration
+from eegformer_cli.evaluation.calibration import logit_temperature
 from eegformer_cli.model.linear_path import recording_features, uses_recording_means
 from eegformer_cli.model.static_paths import tangent_space_of
 from eegformer_cli.training.config import TrainConfig
@@ -61,10 +61,9 @@ FEATURE_SEGMENTS = 256
 def calibrated_losses(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """float64 (n,): each recording's cross-entropy, ``logits`` (n, n_classes) against
     ``labels`` (n,), at the one temperature that minimises their mean on these recordings
-    (``calibration.fit_recalibration``): what the logits say about the classes, whatever their
+    (``calibration.logit_temperature``): what the logits say about the classes, whatever their
     scale."""
-    fitted = fit_recalibration("temperature", labels, softmax(logits, axis=1), None)
-    scaled = log_softmax(logits / fitted["params"]["temperature"], axis=1)
+    scaled = log_softmax(logits / logit_temperature(logits, labels), axis=1)
     return -scaled[np.arange(len(labels)), labels]
 
 
