@@ -479,6 +479,7 @@ window.addEventListener('load', () => setTimeout(() => {
       }).map(e => e.innerText).join(' | '));
   // the table of contents: the contrast (WCAG) of its active entry, focused as after a click
   const entry = document.querySelector('#toc-navbar .nav-link');
+  entry.style.transition = 'none';  // its end colours at once, however busy the machine
   entry.classList.add('active');
   entry.focus({preventScroll: true});
   const luminance = colour => {
@@ -488,12 +489,10 @@ window.addEventListener('load', () => setTimeout(() => {
     });
     return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
   };
-  setTimeout(() => {  // after the colours' transition
-    const entryStyle = getComputedStyle(entry);
-    const [light, dark] = [luminance(entryStyle.color), luminance(entryStyle.backgroundColor)]
-        .sort((x, y) => y - x);
-    b.setAttribute('data-toc-contrast', ((light + 0.05) / (dark + 0.05)).toFixed(2));
-  }, 600);
+  const entryStyle = getComputedStyle(entry);
+  const [light, dark] = [luminance(entryStyle.color), luminance(entryStyle.backgroundColor)]
+      .sort((x, y) => y - x);
+  b.setAttribute('data-toc-contrast', ((light + 0.05) / (dark + 0.05)).toFixed(2));
   const filter = document.getElementById('filter-by-tags-dropdown-menu');
   b.setAttribute('data-filter-shown', filter && getComputedStyle(filter).display !== 'none');
   const heads = [...document.querySelectorAll('.bootstrap-table thead th')];
