@@ -107,7 +107,10 @@ POWER_ACCEPTANCE_SEED = 22489
 DYNAMIC_ACCEPTANCE_SEED = 70486
 CV_FOLDS = 5
 #: Variants that need a config file: the file's text (written beside the runs).
-CONFIG_FILES = {"tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n"}
+CONFIG_FILES = {
+    "tokenizer_only": "[model]\nn_layers = 0\nxai_refinement = false\n",
+    "no_dynamic_pairs": "dynamic_pairs = false\n",  # without the within-recording screen
+}
 VARIANTS = {
     "default": [],
     "no_xai": ["--no-xai"],

@@ -1,14 +1,18 @@
-"""The interaction screen on segments (``interaction_segments``) and the linear path on the
-mean of the segments' products (``linear_segment_products``): a pair of entries that acts
-together within recordings, with every entry's recording mean alike in the classes
-(builders.dynamic_study, the dynamic scenario's design on 6 channels and 3 bands)."""
+"""What changes within recordings: the within-recording screen (``dynamic_pairs``, in
+``default``) and the transformer path that reads its pairs, the interaction screen on segments
+(``interaction_segments``) and the linear path on the mean of the segments' products
+(``linear_segment_products``): a pair of entries that acts together within recordings, with
+every entry's recording mean alike in the classes (builders.dynamic_study, the dynamic
+scenario's design on 6 channels and 3 bands), against a static one (builders.planted_study)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from builders import BANDS, CHANNELS, EDGES, PLANTED, dynamic_study, tiny_config
+from builders import BANDS, CHANNELS, EDGES, PLANTED, dynamic_study, planted_study, tiny_config
 from sklearn.metrics import balanced_accuracy_score
 
 from eegformer_cli.errors import UsageError
@@ -19,14 +23,20 @@ from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training import interaction_screen as screen
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.fit import evaluate, fit_model, screen_fit
+from eegformer_cli.training.static_choice import temper
 
 IDENTITY = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
 
 
-def _screened(folder, segments: bool):
+def _screened(folder, segments: bool, dynamic_pairs: bool = False):
     data = load_training_data(folder, "diagnosis")
     train_set = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands)
-    config = tiny_config(interactions=True, age_interactions=False, interaction_segments=segments)
+    config = tiny_config(
+        interactions=True,
+        age_interactions=False,
+        interaction_segments=segments,
+        dynamic_pairs=dynamic_pairs,
+    )
     ages = np.array([r.age for r in data.recordings])
     return screen_fit(data, train_set, None, ages, config, seed=0)
 
@@ -159,3 +169,75 @@ def test_a_tempered_static_stage_gives_the_same_logits_scaled_by_one_factor(tmp_
     ratio = (logits[True][:, 1] - logits[True][:, 0]) / (logits[False][:, 1] - logits[False][:, 0])
     assert 0.05 <= ratio[0] <= 20 and not np.isclose(ratio[0], 1.0)
     np.testing.assert_allclose(logits[True], ratio[0] * logits[False], rtol=1e-4, atol=1e-6)
+
+
+def test_within_deviations_centre_at_most_the_cap_of_evenly_spaced_segments():
+    rng = np.random.default_rng(4)
+    coh, wpli = (rng.random((30, 3, 6, 6)).astype(np.float32) for _ in range(2))
+    rows = screen.within_deviations(coh, wpli, IDENTITY)
+    assert rows.shape == (screen.WITHIN_SEGMENTS, 90)
+    np.testing.assert_allclose(rows.mean(axis=0), 0.0, atol=1e-6)
+    spaced = np.linspace(0, 29, screen.WITHIN_SEGMENTS).round().astype(int)
+    segments = screen.entry_segments(coh[spaced], wpli[spaced], IDENTITY)
+    np.testing.assert_allclose(rows, segments - segments.mean(axis=0), atol=1e-6)
+    assert screen.within_deviations(coh[:1], wpli[:1], IDENTITY) is None
+
+
+def test_the_within_screen_finds_the_pair_that_bursts_together_and_flags_it(tmp_path):
+    found = _screened(dynamic_study(tmp_path / "dynamic"), segments=False, dynamic_pairs=True)
+    within = [k for k in found.kept if k.within]
+    assert {within[0].a, within[0].b} == set(PLANTED)
+    assert within[0].score == found.top_within_score > found.within_threshold
+    assert all({k.a, k.b} != set(PLANTED) for k in found.kept if not k.within)
+    assert Interaction.from_dict(within[0].to_dict()) == within[0]
+    assert "within" not in replace(within[0], within=False).to_dict()  # stored as before
+
+
+def test_the_within_screen_keeps_nothing_of_a_static_interaction(tmp_path):
+    found = _screened(planted_study(tmp_path / "xor", "xor", n=80), False, dynamic_pairs=True)
+    assert not any(k.within for k in found.kept)
+    assert found.top_within_score < found.within_threshold
+    assert any({k.a, k.b} == set(PLANTED) for k in found.kept)  # the screen of means' pair
+
+
+def test_a_default_fit_reads_the_within_pair_with_the_transformer_over_a_tempered_stage(
+    tmp_path,
+):
+    data = load_training_data(dynamic_study(tmp_path / "dynamic", n=40), "diagnosis")
+    cpu = torch.device("cpu")
+    fits = {
+        on: fit_model(
+            data,
+            data.recordings[:30],
+            data.recordings[30:],
+            tiny_config(epochs=2, dynamic_pairs=on),
+            cpu,
+            0,
+            {},
+        )
+        for on in (False, True)
+    }
+    kept = [Interaction.from_dict(k) for k in fits[True].model.config.interactions]
+    assert fits[True].model.config.transformer_inputs == "interactions"
+    assert any(k.within and {k.a, k.b} == set(PLANTED) for k in kept)
+    assert fits[False].model.config.transformer_inputs == "connectivity"
+    assert not any(k.get("within") for k in fits[False].model.config.interactions)
+    assert 0 < fits[True].linear["static_scale"] <= 1.0  # toward chance, never sharpened
+    assert "static_scale" not in fits[False].linear
+
+
+class _Stage:
+    """A static stage's ``scale``, recorded."""
+
+    factor = 1.0
+
+    def scale(self, factor: float) -> None:
+        self.factor *= factor
+
+
+def test_temper_shrink_only_never_sharpens_timid_logits():
+    labels = np.arange(40) % 2
+    timid = np.stack([np.zeros(40), np.where(labels == 1, 0.2, -0.2)], axis=1)
+    sharpened, shrunk = _Stage(), _Stage()
+    assert temper(sharpened, timid, labels) > 1.0  # calibrated: these logits are too timid
+    assert temper(shrunk, timid, labels, shrink_only=True) == 1.0 == shrunk.factor

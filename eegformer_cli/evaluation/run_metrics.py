@@ -23,9 +23,8 @@ The tree (each class's fields are its JSON keys, in the file's order):
   are :func:`model.diagnostics.mean_diagnostics`'s, per pass and layer, plus ``scope`` and
   ``per_fold``; they stay a dict, owned and read by :mod:`model.diagnostics` and the report's
   attention table;
-- ``interaction_screens``: :class:`InteractionScreens`, what every fit's interaction screen
-  found (:mod:`~eegformer_cli.experiment.screen_outcomes`): a :class:`ScreenOutcome` per
-  fold and for the final model;
+- ``interaction_screens``: :class:`InteractionScreens`, what every fit's screens found
+  (:mod:`~eegformer_cli.experiment.screen_outcomes`): a :class:`ScreenOutcome` per fit;
 - ``shortcut_audit``: :class:`ShortcutAudit` (:mod:`audit`), one :class:`AuditVariable` per
   variable; a variable's ``by_class`` (class -> level counts or median/min/max) and
   ``per_fold`` (repeat, fold, bac, auroc) stay dicts;
@@ -320,11 +319,12 @@ class PredictionSets(Record):
 @dataclass
 class ScreenOutcome(Record):
     """One fit's interaction screen (its record in the fold's file): ``fit`` (``r0_f1``, or
-    ``final``), ``recorded`` (False: the record, of an earlier version, does not hold it),
-    ``kept`` the kept interactions' names, best first; ``top_pair_score`` and ``pair_gate``: the
-    best entry pair's score (how much two entries' correlation differs between the classes,
-    0-2) and the gate it had to beat (None: entry pairs not screened); ``top_age_score`` and
-    ``age_gate`` the same for entries with age (None: not screened, or no age known)."""
+    ``final``), ``recorded`` (False: an earlier version's record lacks it), ``kept`` the kept
+    interactions' names, best first (``... (within recordings)``: the within-recording
+    screen's); ``top_pair_score`` and ``pair_gate``: the best entry pair's score (how much two
+    entries' correlation differs between the classes, 0-2) and the gate it had to beat (None:
+    not screened); ``top_age_score`` / ``age_gate`` the same for entries with age (None: not
+    screened, or no age known), ``top_within_score`` / ``within_gate`` for the within screen."""
 
     fit: str = ""
     recorded: bool = True
@@ -333,17 +333,20 @@ class ScreenOutcome(Record):
     pair_gate: float | None = None
     top_age_score: float | None = None
     age_gate: float | None = None
+    top_within_score: float | None = None
+    within_gate: float | None = None
 
 
 @dataclass
 class InteractionScreens(Record):
-    """The run's interaction screens: whether its settings screen entry pairs (``pairs``) and
-    entries with age (``with_age``); ``n_folds`` and ``folds_kept`` (those whose screen kept
+    """The run's interaction screens: whether its settings screen entry pairs (``pairs``),
+    entries with age (``with_age``) and within recordings (``within``); ``n_folds`` and ``folds_kept`` (those whose screen kept
     something); each fold's :class:`ScreenOutcome` (``per_fold``) and the final model's
     (``final``; None without a final model, or before it is trained)."""
 
     pairs: bool = False
     with_age: bool = False
+    within: bool = False
     n_folds: int = 0
     folds_kept: int = 0
     per_fold: list[ScreenOutcome] = field(default_factory=list)

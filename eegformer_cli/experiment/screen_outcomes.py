@@ -18,6 +18,9 @@ from collections import Counter
 from eegformer_cli.evaluation.run_metrics import InteractionScreens, ScreenOutcome
 from eegformer_cli.training.fold_record import FoldRecord
 
+#: How the summaries name the within-recording screen.
+WITHIN = "within recordings"
+
 
 def outcome(fit: str, record: dict | None) -> ScreenOutcome:
     """Fit ``fit``'s :class:`ScreenOutcome` from its screen ``record``
@@ -29,26 +32,39 @@ def outcome(fit: str, record: dict | None) -> ScreenOutcome:
         return ScreenOutcome(fit=fit, recorded=False)
     return ScreenOutcome(
         fit=fit,
-        kept=[Interaction.from_dict(item).label() for item in record["kept"]],
+        kept=[name(Interaction.from_dict(item)) for item in record["kept"]],
         top_pair_score=record.get("top_pair_score"),
         pair_gate=record.get("pair_threshold"),
         top_age_score=record.get("top_age_score"),
         age_gate=record.get("age_threshold"),
+        top_within_score=record.get("top_within_score"),
+        within_gate=record.get("within_threshold"),
     )
 
 
+def name(interaction) -> str:
+    """A kept interaction's name in the summaries: its label, ``(within recordings)`` after
+    it when the within-recording screen kept it."""
+    return interaction.label() + (f" ({WITHIN})" if interaction.within else "")
+
+
 def summarise_screens(
-    results: list[FoldRecord], interactions: bool, age_interactions: bool, final: dict | None
+    results: list[FoldRecord],
+    interactions: bool,
+    age_interactions: bool,
+    final: dict | None,
+    within: bool = False,
 ) -> InteractionScreens:
     """``metrics.json``'s ``interaction_screens`` from the folds' records (``results``), the
-    settings' two screens (the training config's ``interactions`` and ``age_interactions``,
-    which metrics.json keeps as ``pairs`` and ``with_age``) and the final model's screen record
-    (``final``, None: none)."""
-    screened = interactions or age_interactions
+    settings' screens (the training config's ``interactions``, ``age_interactions`` and
+    ``dynamic_pairs``, which metrics.json keeps as ``pairs``, ``with_age`` and ``within``) and
+    the final model's screen record (``final``, None: none)."""
+    screened = interactions or age_interactions or within
     per_fold = [outcome(f"r{r.repeat}_f{r.fold}", r.interaction_screen) for r in results]
     return InteractionScreens(
         pairs=interactions,
         with_age=age_interactions,
+        within=within,
         n_folds=len(results),
         folds_kept=sum(bool(fold.kept) for fold in per_fold),
         per_fold=per_fold if screened else [],
@@ -67,14 +83,27 @@ def _best_scores(outcomes: list[ScreenOutcome], screens: InteractionScreens) -> 
     """Per candidate set, the best score against its gate in the fit where it came closest to
     (or furthest past) its gate, or why that set was not screened."""
     parts = []
-    for name, on, flag, score, gate in (
-        ("entry pairs", screens.pairs, "--no-interactions", "top_pair_score", "pair_gate"),
+    for name, on, why, score, gate in (
+        (
+            "entry pairs",
+            screens.pairs,
+            "--no-interactions",
+            "top_pair_score",
+            "pair_gate",
+        ),
         (
             "entries with age",
             screens.with_age,
-            "--no-age-interactions",
+            "no age known" if screens.with_age else "--no-age-interactions",
             "top_age_score",
             "age_gate",
+        ),
+        (
+            WITHIN,
+            screens.within,
+            "no two training recordings of two segments or more",
+            "top_within_score",
+            "within_gate",
         ),
     ):
         best = _closest(outcomes, score, gate)
@@ -83,8 +112,8 @@ def _best_scores(outcomes: list[ScreenOutcome], screens: InteractionScreens) -> 
                 f"{name}: best score {getattr(best, score):.2f} against a gate of "
                 f"{getattr(best, gate):.2f} ({best.fit})"
             )
-        elif outcomes:
-            parts.append(f"{name}: not screened ({'no age known' if on else flag})")
+        elif outcomes and (on or name != WITHIN):
+            parts.append(f"{name}: not screened ({why})")
     return "; ".join(parts)
 
 
@@ -96,7 +125,7 @@ def describe_screens(screens: InteractionScreens | None, preset: str | None) -> 
             "not recorded in this run's metrics (an earlier eegformer trained it; "
             "`eegformer train --merge RUN_DIR` adds them)"
         )
-    if not (screens.pairs or screens.with_age):
+    if not (screens.pairs or screens.with_age or screens.within):
         return "not screened (" + (
             "the paper preset has no interaction screen)"
             if preset == "paper"

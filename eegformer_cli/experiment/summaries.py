@@ -126,6 +126,7 @@ def write_summaries(
                 plan.config.interactions,
                 plan.config.age_interactions,
                 run_folder.read_final_screen(run_dir),
+                plan.config.dynamic_pairs,
             ).to_dict(),
             "linear_path": linear_path_summary(results),
             **(extra or {}),

@@ -118,7 +118,10 @@ class Interaction:
     candidates of its group, best score first (candidates above the gate whose products are
     strongly correlated with this one's: the same effect seen through other entries; the
     screen keeps the group's best only); empty when it has none or the screen did not group
-    (model files of earlier versions).
+    (model files of earlier versions). ``within``: kept by the within-recording screen (the
+    two entries' segment-wise deviations from their recording's means co-vary differently in
+    the classes: couplings that come and go together), which only the transformer path reads
+    segment by segment; false: kept by the screen of recording means.
     """
 
     a: Entry
@@ -126,6 +129,7 @@ class Interaction:
     score: float
     threshold: float
     proxies: tuple[Proxy, ...] = ()
+    within: bool = False
 
     @property
     def with_age(self) -> bool:
@@ -143,17 +147,21 @@ class Interaction:
             "score": float(self.score),
             "threshold": float(self.threshold),
             "proxies": [proxy.to_dict() for proxy in self.proxies],
+            # only where set: the pairs of the screen of means are stored as earlier versions
+            **({"within": True} if self.within else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> Interaction:
-        """From :meth:`to_dict` of this or an earlier version (no ``proxies``: none)."""
+        """From :meth:`to_dict` of this or an earlier version (no ``proxies``: none; no
+        ``within``: the screen of means')."""
         return cls(
             Entry.from_list(data["a"]),
             _side_from_json(data["b"]),
             float(data["score"]),
             float(data["threshold"]),
             tuple(Proxy.from_dict(item) for item in data.get("proxies", [])),
+            bool(data.get("within", False)),
         )
 
 
@@ -170,7 +178,8 @@ def parse_interactions(
             raise UsageError(
                 f"invalid interaction {item!r} in the model config",
                 hint='each is {"a": [measure, band, channel, channel], "b": [...] or "age", '
-                '"score": float, "threshold": float, "proxies": [...] (optional)}',
+                '"score": float, "threshold": float, "proxies": [...] (optional), "within": '
+                "bool (optional)}",
             ) from None
         for entry in (interaction.a, interaction.b):
             if not isinstance(entry, Entry):  # the age side

@@ -25,7 +25,10 @@ SCREEN_MEANING = (
     "score, 0 to 2). A pair is kept only when its score beats the gate: the largest score "
     "the same screen finds with the labels permuted. Each kept pair's product is one more "
     "input of the model, beside the band tokens; a fit that keeps nothing is the model "
-    "without them."
+    "without them. The screen within recordings asks the same of each segment's deviation "
+    "from its recording's mean: couplings that come and go together in one class and in "
+    "turn in the other, which no recording's mean shows; the transformer path reads its "
+    "pairs segment by segment."
 )
 
 
@@ -40,7 +43,8 @@ def screens_table_html(screens: InteractionScreens) -> str:
 
     def row(fit: ScreenOutcome) -> list[str]:
         if not fit.recorded:
-            return [fit.fit, "not recorded", "not recorded", "not recorded (an earlier version)"]
+            gates = ["not recorded"] * (2 + screens.within)
+            return [fit.fit, *gates, "not recorded (an earlier version)"]
         return [
             fit.fit,
             _score(fit.top_pair_score, fit.pair_gate, "not screened"),
@@ -49,6 +53,7 @@ def screens_table_html(screens: InteractionScreens) -> str:
                 fit.age_gate,
                 "no age known" if screens.with_age else "not screened",
             ),
+            *([_score(fit.top_within_score, fit.within_gate, "not screened")] * screens.within),
             ", ".join(fit.kept) or "nothing",
         ]
 
@@ -58,6 +63,7 @@ def screens_table_html(screens: InteractionScreens) -> str:
             "fit",
             "entry pairs: best score (gate)",
             "entries with age: best score (gate)",
+            *(["within recordings: best score (gate)"] * screens.within),
             "kept",
         ],
         [row(fit) for fit in fits],

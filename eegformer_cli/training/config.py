@@ -152,6 +152,13 @@ class TrainConfig:
     # pair acting together within recordings is found (off: recording means, as earlier
     # versions)
     interaction_segments: bool = False
+    # ``dynamic_pairs``: beside the screen of means, the within-recording screen (pairs whose
+    # segment-wise deviations from their recording's means co-vary differently in the
+    # classes: couplings that come and go together); when it keeps a pair, the transformer
+    # path reads the kept pairs' per-segment products alone (``model.transformer_inputs``
+    # "interactions") over a static stage tempered toward chance, never sharpened (off: the
+    # screen of means alone, as earlier versions)
+    dynamic_pairs: bool = False
     # ``linear_segment_products``: the linear path on recording means reads the kept pairs'
     # products as each recording's mean of its segments' products (off: the products of its
     # means, as earlier versions)
@@ -243,6 +250,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "interactions": True,
         "age_interactions": True,
         "interaction_proxies": True,
+        "dynamic_pairs": True,
         "linear_path": True,
         "linear_penalty": "auto",
         "linear_means": True,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -47,6 +47,8 @@ from eegformer_cli.training.interaction_screen import (
     entry_table,
     screen_inputs,
     screen_interactions,
+    screen_within_recordings,
+    with_within,
 )
 from eegformer_cli.training.model_file import demographic_stats
 from eegformer_cli.training.standardise import connectivity_stats
@@ -103,6 +105,19 @@ class FitResult:
     )
 
 
+def model_overrides(config: TrainConfig, interactions: list[Interaction]) -> dict:
+    """The ``ModelConfig`` fields a fit sets beyond its preset: the config's ``model``
+    overrides, the kept ``interactions``, and, when the within-recording screen kept a pair,
+    ``transformer_inputs`` "interactions" (unless ``model`` sets it): the transformer path then
+    reads the kept pairs' per-segment products, what no recording mean shows."""
+    out = dict(config.model)
+    if interactions:
+        out["interactions"] = [i.to_dict() for i in interactions]
+    if any(i.within for i in interactions):
+        out.setdefault("transformer_inputs", "interactions")
+    return out
+
+
 def build_model(
     data: TrainingData,
     config: TrainConfig,
@@ -123,8 +138,7 @@ def build_model(
         band_edges_hz=[tuple(edge) for edge in data.band_edges_hz.tolist()],
         n_classes=len(data.label_names),
         channel_names=data.channels,
-        **config.model,
-        **({"interactions": [i.to_dict() for i in interactions]} if interactions else {}),
+        **model_overrides(config, interactions or []),
         linear_path=config.linear_path,
         linear_on_means=config.linear_path and config.linear_means,
         linear_segment_products=config.linear_segment_products,
@@ -412,39 +426,47 @@ def screen_fit(
     config: TrainConfig,
     seed: int,
 ) -> ScreenResult | None:
-    """The interaction screen on a fit's training recordings (``interaction_screen.py``):
-    their mean standardised entries (raw entries without input standardisation; each
-    segment's with ``config.interaction_segments``: ``screen_inputs``), labels, participants
-    and z-scored ages; None when the config screens nothing."""
-    if not (config.interactions or config.age_interactions):
+    """The interaction screens on a fit's training recordings (``interaction_screen.py``):
+    the screen of their mean standardised entries (raw entries without input
+    standardisation; each segment's with ``config.interaction_segments``: ``screen_inputs``),
+    labels, participants and z-scored ages; with ``config.dynamic_pairs`` the within-recording
+    screen's pairs after its own (``with_within``); None when the config screens nothing."""
+    if not (config.interactions or config.age_interactions or config.dynamic_pairs):
         return None
     identity = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
+    gate: dict[str, Any] = {
+        "max_pairs": config.interaction_max_pairs,
+        "n_permutations": config.interaction_permutations,
+        "null_quantile": config.interaction_null_quantile,
+        "seed": seed,
+        "proxy_correlation": PROXY_CORRELATION if config.interaction_proxies else None,
+    }
+    entries = entry_table(data.channels, data.bands)
+    groups = np.array([r.participant_id for r in train_set.recordings])
     demographics = demographic_stats(ages)
     age_z = None
     if demographics is not None:
         age_z = np.nan_to_num((ages - demographics["age_mean"]) / demographics["age_std"])
-    features, labels, groups, age_z = screen_inputs(
-        (train_set.recording_arrays(r) for r in range(len(train_set.recordings))),
-        stats or identity,
-        train_set.labels,
-        np.array([r.participant_id for r in train_set.recordings]),
-        age_z,
-        config.interaction_segments,
+    arrays = [train_set.recording_arrays(r) for r in range(len(train_set.recordings))]
+    features, labels, rows_groups, age_z = screen_inputs(
+        arrays, stats or identity, train_set.labels, groups, age_z, config.interaction_segments
     )
-    return screen_interactions(
+    means = screen_interactions(
         features,
         labels,
-        groups,
+        rows_groups,
         age_z,
-        entry_table(data.channels, data.bands),
-        max_pairs=config.interaction_max_pairs,
-        n_permutations=config.interaction_permutations,
-        null_quantile=config.interaction_null_quantile,
-        seed=seed,
+        entries,
         interactions=config.interactions,
         age_interactions=config.age_interactions,
-        proxy_correlation=PROXY_CORRELATION if config.interaction_proxies else None,
+        **gate,
     )
+    if not config.dynamic_pairs:
+        return means
+    within = screen_within_recordings(
+        arrays, stats or identity, train_set.labels, groups, entries, **gate
+    )
+    return with_within(means, within)
 
 
 def _class_weight(

@@ -34,6 +34,13 @@ al., KDD 2013, in the vectorised form the size here needs: the ``interpret`` pac
    :data:`PROXY_CORRELATION` joins it; the first of each group is kept (at most ``max_pairs``
    groups), the others are recorded as its proxies (:class:`Proxy`) and not passed to the model.
 
+With the ``dynamic_pairs`` setting a second screen runs beside it, on what changes *within*
+recordings (:func:`screen_within_recordings`): the same statistic, gate and grouping over rows
+that are segments' deviations from their recording's mean (at most :data:`WITHIN_SEGMENTS` a
+recording), so it finds couplings that come and go together in one class and in turn in the
+other, which leave every recording mean alike. Its pairs are kept after the means' own
+(:func:`with_within`), flagged ``within``: the transformer path reads them segment by segment.
+
 A fit that keeps nothing builds today's model (the model's interaction path exists only for kept
 pairs). Cost: about P^2 n / 2 multiply-adds per statistic (P entries, n recordings), once for
 the data and once per permutation; grouping adds one (n, M) x (M, n) product of the M
@@ -44,7 +51,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -55,6 +62,10 @@ SEED_TAG = 35_035
 #: Entries per row block of the pair scores: the block's float32 (512, P) score matrix is the
 #: memory bound (66 MB for 64 channels' 32,256 entries, 5.6 MB for 19 channels' 2,736).
 BLOCK_ROWS = 512
+#: At most this many segments of each recording, evenly spaced, are rows of the
+#: within-recording screen (:func:`within_deviations`): its time and memory grow with the
+#: training recordings, not with their length (a 24-hour recording has thousands of segments).
+WITHIN_SEGMENTS = 12
 #: With grouping: candidates above the gate considered per place (the best
 #: CANDIDATES_PER_PLACE x ``max_pairs`` of each set), so that the places go to distinct effects.
 #: An effect seen through many channel pairs puts hundreds of candidates above the gate, the
@@ -85,6 +96,9 @@ class ScreenResult:
     n_permutations: int
     proxy_correlation: float | None  # the grouping level (None: candidates not grouped)
     seconds: float
+    # the within-recording screen's gate and top score (None: not run; :func:`with_within`)
+    within_threshold: float | None = None
+    top_within_score: float | None = None
 
     def summary(self) -> dict:
         """JSON-ready record for a fold file."""
@@ -275,6 +289,77 @@ def permuted(labels: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -
             shuffled[where] = labels[rng.permutation(where)]
         return shuffled
     return rng.permutation(first)[inverse]
+
+
+def within_deviations(
+    coh: np.ndarray, wpli: np.ndarray, stats: Mapping[str, np.ndarray | float]
+) -> np.ndarray | None:
+    """One recording's rows of the within-recording screen: at most :data:`WITHIN_SEGMENTS`
+    of its segments, evenly spaced over it, their standardised entries
+    (:func:`entry_segments`) minus those segments' mean: float32 (s, P); None for a recording
+    of one segment (nothing varies within it). coh, wpli float32 (n_segments, F, C, C)."""
+    if len(coh) < 2:
+        return None
+    rows = np.unique(np.linspace(0, len(coh) - 1, min(len(coh), WITHIN_SEGMENTS)).round())
+    segments = entry_segments(coh[rows.astype(int)], wpli[rows.astype(int)], stats)
+    return segments - segments.mean(axis=0)
+
+
+def screen_within_recordings(
+    arrays: Iterable[tuple[np.ndarray, np.ndarray]],
+    stats: Mapping[str, np.ndarray | float],
+    labels: np.ndarray,
+    groups: np.ndarray,
+    entries: list[Entry],
+    **gate,
+) -> ScreenResult | None:
+    """The within-recording screen: the entry pairs whose segment-wise deviations from their
+    recording's mean (:func:`within_deviations`) correlate differently in the classes, gated
+    and grouped as :func:`screen_interactions` does (``gate``: its keyword arguments but
+    ``interactions`` and ``age_interactions``; permutations between participants); the kept
+    ones flagged ``within``. None when fewer than two training recordings have two segments.
+
+    Why deviations: two couplings that come and go together in one class and in turn in the
+    other leave every entry's recording mean, and its spread over segments, alike in the
+    classes; a pair of the recordings' means (a static interaction) leaves the deviations
+    alike. So this screen finds what the screen of means cannot, and nothing of what it can.
+    ``arrays``: each training recording's (coh, wpli); labels, groups (n_recordings,)."""
+    blocks, row_labels, row_groups = [], [], []
+    for (coh, wpli), label, group in zip(arrays, labels, groups):
+        deviations = within_deviations(coh, wpli, stats)
+        if deviations is not None:
+            blocks.append(deviations)
+            row_labels += [label] * len(deviations)
+            row_groups += [group] * len(deviations)
+    if len(blocks) < 2 or len(np.unique(row_labels)) < 2:
+        return None
+    result = screen_interactions(
+        np.concatenate(blocks),
+        np.array(row_labels),
+        np.array(row_groups),
+        None,
+        entries,
+        interactions=True,
+        age_interactions=False,
+        **gate,
+    )
+    result.kept = [replace(k, within=True) for k in result.kept]
+    return result
+
+
+def with_within(means: ScreenResult, within: ScreenResult | None) -> ScreenResult:
+    """The screen of means' result with the within-recording screen's kept pairs after its own
+    (a pair both kept: once, as the means'), its gate, top score and time."""
+    if within is None:
+        return means
+    seen = {(k.a, k.b) for k in means.kept}
+    return replace(
+        means,
+        kept=[*means.kept, *(k for k in within.kept if (k.a, k.b) not in seen)],
+        within_threshold=within.pair_threshold,
+        top_within_score=within.top_pair_score,
+        seconds=means.seconds + within.seconds,
+    )
 
 
 def group_proxies(

@@ -122,6 +122,9 @@ class TransformerKeep:
     #: why the transformer path's training stopped before the last epoch
     #: (:meth:`planned_epochs`, :meth:`stop_early`): ``{"epoch", "reason"}``, None: it did not
     stopped: dict | None = None
+    #: the factor the static stage's logits were scaled by (``static_choice.temper``; None:
+    #: not tempered)
+    static_scale: float | None = None
     _since_promising: int = 0
 
     def planned_epochs(self, epochs: int) -> int:
@@ -220,6 +223,7 @@ class TransformerKeep:
             "transformer_gain_se": None if gain is None else gain[1],
             "static_errors": self.static_errors,
             "transformer_stopped": self.stopped,
+            **({} if self.static_scale is None else {"static_scale": self.static_scale}),
             "val_losses": {
                 "static": self.linear_val_losses.tolist(),
                 "transformer": None if val_losses is None else val_losses.tolist(),
@@ -256,8 +260,14 @@ def fit_static(
         cross_fitted, static = choice.cross_fitted, choice.record()
     fit.seconds = time.perf_counter() - start  # the features' and the other candidates' time too
     n_train = len(train_set.recordings)
-    if config.static_temperature:
-        cross_fitted = cross_fitted * temper(model.static, cross_fitted[:n_train], labels[:n_train])
+    # a within-recording pair kept: the transformer path reads it over the tempered stage
+    dynamic = config.transformer_path != "off" and any(
+        item.get("within") for item in model.config.interactions
+    )
+    factor = None
+    if config.static_temperature or dynamic:
+        factor = temper(model.static, cross_fitted[:n_train], labels[:n_train], dynamic)
+        cross_fitted = cross_fitted * factor
     return TransformerKeep(
         fit,
         torch.from_numpy(fit.inner_fold[:n_train]),
@@ -268,6 +278,7 @@ def fit_static(
         torch.from_numpy(cross_fitted[:n_train]).float(),
         static,
         int((cross_fitted.argmax(axis=1) != labels).sum()),
+        static_scale=factor,
     )
 
 
