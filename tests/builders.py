@@ -333,11 +333,19 @@ def planted_study(root, rule: str, n: int = 160, seed: int = 0):
     return folder
 
 
+def dynamic_onsets_s(n_segments: int) -> np.ndarray:
+    """The onsets (s) :func:`dynamic_study` gives its recordings' segments."""
+    index = np.arange(n_segments, dtype=np.float64)
+    return 1.5 + 4.0 * (index + (index >= 2))
+
+
 def dynamic_study(root, n: int = 60, n_segments: int = 8, seed: int = 0):
     """A folder of ``n`` participants of ``n_segments`` segments whose label is whether the two
     :data:`PLANTED` entries are raised in the same segments: in patients both in one half of
     the segments, in controls each in its own half (the dynamic scenario's design: every
-    entry's recording mean and spread alike in the classes)."""
+    entry's recording mean and spread alike in the classes). Each connectome file holds its
+    segments' onsets (``segment_onsets_s``: 4 s apart, one segment missing after the second, as
+    after a rejected one)."""
     rng = np.random.default_rng([seed, 36])
     label = np.arange(n) % 2
     folder = make_connectome_folder(
@@ -359,6 +367,7 @@ def dynamic_study(root, n: int = 60, n_segments: int = 8, seed: int = 0):
             band, i, j = _entry_slot(entry)
             arrays[entry.measure][on, band, i, j] += 0.25
             arrays[entry.measure][on, band, j, i] += 0.25
+        arrays["segment_onsets_s"] = dynamic_onsets_s(n_segments)
         np.savez(path, **arrays)
     return folder
 

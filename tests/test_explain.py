@@ -295,9 +295,10 @@ def test_explain_cli_raw_recording_target_and_clear_errors(sample_run, tmp_path,
         "recordings.csv",
         "sub-14_task-rest_eeg.json",
         "sub-14_task-rest_eeg.npz",
+        "sub-14_task-rest_eeg.segments.csv",
     ]
     # ... and says so on stderr, with the count
-    assert "explain: removed 2 files of 1 recordings that an earlier run explained" in output
+    assert "explain: removed 3 files of 1 recordings that an earlier run explained" in output
 
     code, output = run_main(
         capsys, "explain", model, edf, "--out", tmp_path / "x", "--target", "nosuch"

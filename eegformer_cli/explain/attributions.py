@@ -100,9 +100,13 @@ from eegformer_cli.explain.path_shares import (
     path_logit_changes,
 )
 from eegformer_cli.explain.segment_attributions import (
+    SegmentCells,
+    SegmentTimeline,
     attention_maps,
     channel_pair_attributions,
     exact_segment_mean,
+    mean_timelines,
+    segment_timeline,
 )
 from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.diagnostics import mean_diagnostics, recording_diagnostics
@@ -131,7 +135,9 @@ class RecordingExplanation:
     ``covariance_pairs`` / ``contrast_covariance_pairs`` float64 (K, C, C) and ``band_power``
     (K, C), the tangent-space path's attributions onto each band's log variances (the
     diagonal, ``band_power``) and correlations (off it)
-    (:func:`.path_shares.covariance_attributions`), None for a model that reads none.
+    (:func:`.path_shares.covariance_attributions`), None for a model that reads none;
+    ``segments`` the explained class's logit segment by segment, with each segment's strongest
+    cells (:class:`~.segment_attributions.SegmentTimeline`).
     """
 
     recording_id: str
@@ -160,6 +166,7 @@ class RecordingExplanation:
     covariance_pairs: np.ndarray | None = None
     band_power: np.ndarray | None = None
     contrast_covariance_pairs: np.ndarray | None = None
+    segments: SegmentTimeline | None = None
 
 
 #: Every array of a :class:`RecordingExplanation`, in the order its ``ID.npz`` holds them: the
@@ -295,6 +302,7 @@ def explain_recording(
     device: torch.device | str = "cpu",
     reference: tuple[np.ndarray, np.ndarray] | None = None,
     covariance: np.ndarray | None = None,
+    onsets_s: np.ndarray | None = None,
 ) -> RecordingExplanation:
     """All explanations of one recording (module docs).
 
@@ -304,15 +312,15 @@ def explain_recording(
     ``contrast`` two class names (A, B) whose log-odds ``logit(B) - logit(A)`` is attributed
     too, or None (no contrast); ``reference``, the baseline connectome (coh, wPLI) float32
     (T, C, C) the attributions are against (None: zero connectivity); ``covariance`` the
-    recording's band covariances (K, C, C), V^2 (a tangent-space path's input).
+    recording's band covariances (K, C, C), V^2 (a tangent-space path's input); ``onsets_s``
+    float64 (S,) the segments' starts in the recording, s (the connectome file's
+    ``segment_onsets_s``; None: unknown), for the time course (``segments``).
     """
     contrast = _checked_inputs(coh, label_names, recording_id, target, contrast)
     device = torch.device(device)
     model.eval()
-    n = coh.shape[0]
     tensors = _input_tensors(coh, wpli, age, sex, device)
-    threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
-    with threads:
+    with one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext():
         offset = recording_offset(model, (*tensors, covariance))  # a static stage
         coarse, refined, logits = attention_maps(model, *tensors, all_heads, offset)
         probabilities = softmax(logits.mean(axis=0))
@@ -328,7 +336,8 @@ def explain_recording(
             reference=baseline,
             offset=offset,
         )
-        coh_pairs, wpli_pairs, interactions = attribute(target=target_index)
+        cells = SegmentCells()
+        coh_pairs, wpli_pairs, interactions = attribute(target=target_index, cells=cells)
         covariance_pairs = covariance_attributions(model, covariance, target_index, n_steps)
         contrasted, contrast_interactions, pair = _contrasted(
             attribute, contrast, label_names, model, covariance, n_steps
@@ -347,20 +356,27 @@ def explain_recording(
         channel_pairs=coh_pairs + wpli_pairs,
         coh_pairs=coh_pairs,
         wpli_pairs=wpli_pairs,
-        n_segments=n,
+        n_segments=coh.shape[0],
         attention_diagnostics=diagnostics,
         interactions=kept_interactions.describe(model, interactions, contrast_interactions),
         paths=paths,
-        mean_coh=exact_segment_mean(coh),
-        mean_wpli=exact_segment_mean(wpli),
-        **_covariance_fields(covariance_pairs),
+        segments=segment_timeline(logits, offset, target_index, onsets_s, cells),
+        **_recording_fields(coh, wpli, covariance_pairs),
         **contrasted,
     )
 
 
-def _covariance_fields(covariance_pairs: np.ndarray | None) -> dict:
-    """The tangent-space path's fields of a :class:`RecordingExplanation`."""
-    return {"covariance_pairs": covariance_pairs, "band_power": band_power(covariance_pairs)}
+def _recording_fields(
+    coh: np.ndarray, wpli: np.ndarray, covariance_pairs: np.ndarray | None
+) -> dict:
+    """The mean connectivity (``mean_coh``, ``mean_wpli`` (T, C, C) of coh, wpli (S, T, C, C))
+    and the tangent-space path's fields of a :class:`RecordingExplanation`."""
+    return {
+        "mean_coh": exact_segment_mean(coh),
+        "mean_wpli": exact_segment_mean(wpli),
+        "covariance_pairs": covariance_pairs,
+        "band_power": band_power(covariance_pairs),
+    }
 
 
 def _input_tensors(
@@ -540,6 +556,9 @@ def mean_explanation(
         predicted=label_names[int(means["probabilities"].argmax())],
         interactions=kept_interactions.merged([e.interactions for e in explanations]),
         paths=mean_paths([e.paths for e in explanations]),
+        segments=None
+        if any(e.segments is None for e in explanations)
+        else mean_timelines([e.segments for e in explanations if e.segments is not None]),
         attention_diagnostics=None  # models without transformer layers
         if diagnostics is None
         else {**diagnostics, "n": (first.attention_diagnostics or {}).get("n")},

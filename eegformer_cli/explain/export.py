@@ -52,6 +52,13 @@ file                           content
                                strongest pairs)
 =============================  ====================================================================
 
+And per recording ``<recording_id>.segments.csv``, its time course
+(:func:`~eegformer_cli.explain.segment_attributions.timeline_rows`), one row per segment:
+``recording_id, target, segment, onset_s, contribution, static_share, cell_1, value_1, ...``,
+the segment's part of the explained class's logit (the static share plus the contributions is
+the recording's logit) and its strongest cells (``band channel_a-channel_b``, the coh and wPLI
+attributions of the pair summed, logit units).
+
 This module writes every file but the class summary, which :mod:`.class_summary` writes and
 reads back.
 
@@ -82,6 +89,7 @@ from eegformer_cli.explain.attributions import (
     token_names,
     top_band,
 )
+from eegformer_cli.explain.segment_attributions import timeline_rows
 from eegformer_cli.model.diagnostics import ABLATION_QUANTITIES, TRACE_QUANTITIES
 from eegformer_cli.provenance import PROVENANCE_COLUMNS, flat_row
 
@@ -142,10 +150,15 @@ def write_recording(
     settings: dict,
     provenance: dict | None = None,
 ) -> None:
-    """``<recording_id>.npz`` and ``<recording_id>.json`` of one recording (``provenance``:
-    :func:`eegformer_cli.provenance.row_fields` of its input, kept in the JSON; ``settings``
-    with the artefact rule under ``artefact_caution``)."""
+    """``<recording_id>.npz``, ``<recording_id>.json`` and its segment table of one recording
+    (``provenance``: :func:`eegformer_cli.provenance.row_fields` of its input, kept in the JSON;
+    ``settings`` with the artefact rule under ``artefact_caution``)."""
     e = explanation
+    if e.segments is not None:
+        _write_csv(
+            segment_table_path(out_dir, e.recording_id),
+            *timeline_rows(e.segments, e.recording_id, e.target, bands, channels),
+        )
     cautions = settings.get("artefact_caution") or {}
     save_npz(
         out_dir / f"{e.recording_id}.npz",
@@ -518,6 +531,25 @@ def write_recordings_table(
             )
 
 
+def segment_table_path(folder: str | Path, recording_id: str) -> Path:
+    """The segment table (the time course) of ``recording_id`` in an explain folder."""
+    return Path(folder) / f"{recording_id}{SEGMENT_TABLE_SUFFIX}"
+
+
+#: The end of a segment table's name, after the recording id.
+SEGMENT_TABLE_SUFFIX = ".segments.csv"
+
+
+def read_segment_table(folder: str | Path, recording_id: str) -> list[dict] | None:
+    """The rows of a recording's segment table (strings; :func:`segment_table_path`), or None
+    when the folder has none (written before explain kept it)."""
+    path = segment_table_path(folder, recording_id)
+    if not path.is_file():
+        return None
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
 def read_recordings_table(folder: str | Path) -> list[dict] | None:
     """The rows of ``recordings.csv`` (strings), or None when the folder has none (written
     before explain kept it)."""
@@ -529,12 +561,12 @@ def read_recordings_table(folder: str | Path) -> list[dict] | None:
 
 
 def remove_recordings(out_dir: Path, recording_ids: Sequence[str]) -> int:
-    """Delete ``<recording_id>.npz`` and ``.json`` of each id (e.g. an earlier run's
+    """Delete ``<recording_id>.npz``, ``.json`` and ``.segments.csv`` of each id (e.g. an earlier run's
     recordings that this run did not explain, so the folder holds one run's files only);
     returns how many files were removed."""
     removed = 0
     for recording_id in recording_ids:
-        for suffix in (".npz", ".json"):
+        for suffix in (".npz", ".json", SEGMENT_TABLE_SUFFIX):
             path = Path(out_dir) / f"{recording_id}{suffix}"
             if path.is_file():
                 path.unlink()

@@ -9,11 +9,16 @@ segments). A recording of at most that many segments is one batch, computed exac
 over all its segments; a longer one gives each batch's mean weighted by its share of the
 segments (:class:`SegmentMean`), equal to the mean over all segments up to float rounding
 (about 1e-7 relative: float32 means of float32 values).
+
+The time course of a recording (:class:`SegmentTimeline`) keeps what the means average: each
+segment's part of the explained logit and its strongest cells (:class:`SegmentCells`), a few
+numbers per segment, so it too stays small for a recording of any length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +36,8 @@ ROWS_PER_FORWARD = 512
 #: ``n_steps`` Integrated Gradients steps, captum runs ``ROWS_PER_FORWARD // segments`` steps
 #: per forward: two here).
 SEGMENTS_PER_EXPLANATION = 256
+#: Cells (band, channel pair) kept per segment for the time course: its strongest by |value|.
+TOP_SEGMENT_CELLS = 5
 
 
 def segment_slices(n_segments: int) -> Iterator[slice]:
@@ -203,6 +210,7 @@ def channel_pair_attributions(
     n_steps: int = DEFAULT_N_STEPS,
     reference: tuple[Tensor, Tensor] | None = None,
     offset: Tensor | None = None,
+    cells: SegmentCells | None = None,
 ) -> Attributions:
     """captum attribution of the ``target`` refined logit (a class index), or of
     ``logit(b) - logit(a)`` for ``target`` a pair of class indices ``(a, b)`` (the class
@@ -223,6 +231,9 @@ def channel_pair_attributions(
     offset fixed along the path), and the linear path's exact ones are added: its weights
     times the change of its features, the recording's means' against the baseline's
     (:func:`_linear_attributions`), the entries' to the pairs and the products' to theirs.
+
+    ``cells``: where each segment's strongest cells are kept, before the mean (None: not kept);
+    they are the segments' own attributions (the transformer's, with an offset).
     """
     baseline = reference  # the keyword keeps its name: callers pass it by name
     means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
@@ -235,6 +246,8 @@ def channel_pair_attributions(
             attributed = _batch_attributions(
                 model, batch, target, method, n_steps, baseline, offset
             )
+        if cells is not None:
+            cells.add(attributed[0], attributed[1])
         for mean, attribution in zip(means, attributed):
             mean.add(attribution.detach().float().mean(dim=0).cpu().numpy(), len(batch[0]))
 
@@ -333,3 +346,137 @@ def _batch_attributions(
                 n_steps,
             )
         )
+
+
+class SegmentCells:
+    """The strongest cells of each segment, batch by batch: a cell is a band and an unordered
+    channel pair, its value the attribution of the pair's coh and wPLI entries (both orders)
+    summed, logit units. Per segment at most ``k`` cells are kept, so the memory grows by ``2 k``
+    numbers per segment, never by a (T, C, C) map."""
+
+    def __init__(self, k: int | None = None):
+        self.k = TOP_SEGMENT_CELLS if k is None else k
+        self.index: list[np.ndarray] = []
+        self.value: list[np.ndarray] = []
+
+    def add(self, coh: Tensor, wpli: Tensor) -> None:
+        """Add one batch's attributions, coh and wPLI (B, T, C, C)."""
+        n_channels = coh.shape[-1]
+        upper = torch.triu_indices(n_channels, n_channels, 1, device=coh.device)
+        both = (coh + wpli).detach().float()
+        pairs = (both + both.transpose(-1, -2))[..., upper[0], upper[1]]  # (B, T, n_pairs)
+        flat = pairs.reshape(len(pairs), -1)
+        strongest = torch.topk(flat.abs(), min(self.k, flat.shape[1]), dim=1).indices
+        band, pair = strongest // pairs.shape[-1], strongest % pairs.shape[-1]
+        cell = (band * n_channels + upper[0][pair]) * n_channels + upper[1][pair]
+        self.index.append(cell.cpu().numpy().astype(np.int64))
+        self.value.append(torch.gather(flat, 1, strongest).cpu().numpy().astype(np.float64))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(index, value): int64 (S, k) flat indices into a (T, C, C) map (channel i before j),
+        strongest first, and their values float64 (S, k)."""
+        return np.concatenate(self.index), np.concatenate(self.value)
+
+
+@dataclass
+class SegmentTimeline:
+    """One recording's explained logit segment by segment.
+
+    ``onsets_s`` float64 (S,) the segments' starts in the recording (s; NaN when the connectome
+    file gives none); ``contributions`` float64 (S,) logit units, each segment's part of the
+    explained class's logit: its transformer path's logit divided by S (a model on recording
+    means), or its whole logit divided by S (a model that forms its static stage per segment,
+    or has none); ``static_share`` the static stage's logit of the recording (0.0 for those),
+    so ``static_share + contributions.sum()`` is the recording's logit (the mean of its
+    segments' refined logits, before any recalibration); ``cells`` int64 (S, k) flat indices
+    into a (T, C, C) map and ``cell_values`` float64 (S, k): each segment's strongest cells
+    (:class:`SegmentCells`) of the attribution of its own refined logit, which for a model on
+    recording means is what its transformer path carries (the static logit fixed), value 0
+    where no cell carries any.
+    """
+
+    onsets_s: np.ndarray
+    contributions: np.ndarray
+    static_share: float
+    cells: np.ndarray
+    cell_values: np.ndarray
+
+
+def segment_timeline(
+    logits: np.ndarray,
+    offset: Tensor | None,
+    target: int,
+    onsets_s: np.ndarray | None,
+    cells: SegmentCells,
+) -> SegmentTimeline:
+    """The :class:`SegmentTimeline` of the ``target`` class from the segments' refined logits
+    float64 (S, K) (:func:`attention_maps`), the recording's static logits ``offset`` (K,) (None:
+    no static stage on recording means), the onsets (S,) s (None: unknown) and the cells."""
+    n_segments = len(logits)
+    static = 0.0 if offset is None else float(offset.double().cpu()[target])
+    index, value = cells.arrays()
+    return SegmentTimeline(
+        onsets_s=np.full(n_segments, np.nan)
+        if onsets_s is None
+        else np.asarray(onsets_s, dtype=np.float64),
+        contributions=(logits[:, target] - static) / n_segments,
+        static_share=static,
+        cells=index,
+        cell_values=value,
+    )
+
+
+def mean_timelines(timelines: Sequence[SegmentTimeline]) -> SegmentTimeline:
+    """The mean of one recording's timelines by several models: contributions and static
+    shares averaged (so they still add up to the mean logit), each segment's cells the
+    strongest of the models' mean values over the cells any model kept (a cell a model did not
+    keep counts 0 for it)."""
+    first = timelines[0]
+    if len(timelines) == 1:
+        return first
+    k = first.cells.shape[1]
+    cells = np.zeros_like(first.cells)
+    values = np.zeros_like(first.cell_values)
+    for s in range(len(first.cells)):
+        totals: dict[int, float] = {}
+        for timeline in timelines:
+            for cell, value in zip(timeline.cells[s], timeline.cell_values[s]):
+                totals[int(cell)] = totals.get(int(cell), 0.0) + value / len(timelines)
+        strongest = sorted(totals.items(), key=lambda item: -abs(item[1]))[:k]
+        cells[s, : len(strongest)] = [cell for cell, _ in strongest]
+        values[s, : len(strongest)] = [value for _, value in strongest]
+    return SegmentTimeline(
+        onsets_s=first.onsets_s,
+        contributions=np.mean([t.contributions for t in timelines], axis=0),
+        static_share=float(np.mean([t.static_share for t in timelines])),
+        cells=cells,
+        cell_values=values,
+    )
+
+
+def timeline_rows(
+    timeline: SegmentTimeline,
+    recording_id: str,
+    target: str,
+    bands: Sequence[str],
+    channels: Sequence[str],
+) -> tuple[list[str], list[list]]:
+    """``(columns, rows)`` of a recording's segment table, one row per segment: ``recording_id,
+    target, segment, onset_s, contribution, static_share`` and, strongest first, ``cell_1,
+    value_1, ...`` (a cell in words, ``band channel_a-channel_b``; empty where no cell carries
+    any of the logit); floats unrounded, an unknown onset None."""
+    k = timeline.cells.shape[1]
+    columns = ["recording_id", "target", "segment", "onset_s", "contribution", "static_share"]
+    columns += [name for rank in range(1, k + 1) for name in (f"cell_{rank}", f"value_{rank}")]
+    shape = (len(bands), len(channels), len(channels))
+    rows = []
+    for s, (onset, contribution) in enumerate(zip(timeline.onsets_s, timeline.contributions)):
+        row = [recording_id, target, s, None if np.isnan(onset) else float(onset)]
+        row += [float(contribution), timeline.static_share]
+        for cell, value in zip(timeline.cells[s], timeline.cell_values[s]):
+            band, i, j = (int(x) for x in np.unravel_index(int(cell), shape))
+            carried = bool(np.isfinite(value) and value != 0)
+            name = f"{bands[band]} {channels[i]}-{channels[j]}"
+            row += [name, float(value)] if carried else ["", None]
+        rows.append(row)
+    return columns, rows

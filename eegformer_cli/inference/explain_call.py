@@ -45,7 +45,9 @@ class Explanations:
         Each recording's arrays, as in its ``ID.npz``: ``band_importance`` (n_bands,) signed,
         absolute values summing to 1; ``attention_coarse`` / ``attention_refined`` (n_layers,
         n_bands, n_bands) (or with a heads axis); ``channel_pairs``, ``coh_pairs``,
-        ``wpli_pairs`` (n_bands, n_channels, n_channels) in logit units; ``probabilities``.
+        ``wpli_pairs`` (n_bands, n_channels, n_channels) in logit units; ``probabilities``;
+        ``segments`` the time course, as its ``ID.segments.csv`` (a ``SegmentTimeline``: per
+        segment its onset (s), its part of the explained class's logit and its strongest cells).
     interactions : pandas.DataFrame
         The kept interactions, as ``interactions.csv``: per recording and interaction the two
         sides in words, the screen's class difference and gate, its group (the row heading
@@ -232,6 +234,7 @@ class ExplainCall:
             all_heads=options.all_heads,
             device=self.device,
             covariance=item.covariance,
+            onsets_s=item.onsets_s,
         )
         explanation.explained_by = explained_by
         explanation.true_class = item.label
@@ -330,11 +333,11 @@ def tidy_out_folder(folder: OutFolder, result: Explanations) -> None:
         console.log(
             f"explain: removed {removed} files of {len(left_over)} recordings "
             f"that an earlier run explained into {folder.path} and this one did not "
-            "(ID.npz/.json)"
+            "(ID.npz/.json/.segments.csv)"
         )
     console.log(
         f"explained {len(result.per_recording)} recording(s) in {folder.path}: "
-        "ID.npz/.json, band_importance.csv, attention.csv, "
+        "ID.npz/.json/.segments.csv, band_importance.csv, attention.csv, "
         "attention_diagnostics.csv, channel_pairs.csv, contrast_pairs.csv, "
         "interactions.csv, recordings.csv, class_summary.json/.npz"
     )

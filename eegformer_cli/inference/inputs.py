@@ -32,7 +32,8 @@ class InputRecording:
 
     ``coh``, ``wpli`` float32 (n_segments, n_bands, C, C) in the model's channel and band order;
     ``covariance`` float32 (n_covariance_bands, C, C), V^2, the band covariances (None when the
-    connectome has none: ``model/static_paths.py``);
+    connectome has none: ``model/static_paths.py``); ``onsets_s`` float64 (n_segments,) the
+    segments' starts in the recording, s (None when the connectome file gives none);
     ``age`` years (NaN = unknown); ``sex`` 0 = male, 1 = female, NaN = unknown; ``error`` a
     one-line reason when the recording could not be used (then coh/wpli are None).
 
@@ -59,6 +60,7 @@ class InputRecording:
     coh: np.ndarray | None = None
     wpli: np.ndarray | None = None
     covariance: np.ndarray | None = None
+    onsets_s: np.ndarray | None = None
     age: float = math.nan
     sex: float = math.nan
     error: str | None = None
@@ -377,6 +379,7 @@ def _preprocess_raw(bundle, settings, recording, item: InputRecording) -> InputR
         )
         return item
     item.coh, item.wpli, item.covariance = connectome.coh, connectome.wpli, connectome.covariance
+    item.onsets_s = output.read_onsets(connectome, len(connectome.coh))
     _set_recorded(item, {key: getattr(connectome, key) for key in output.RECORDED})
     item.signal_sha256 = _comparable_hash(bundle, recording, connectome.signal_sha256)
     return item
@@ -576,6 +579,7 @@ def _preprocessed_input(
             path, bundle.channels, bundle.bands, n_segments, row["recording_id"]
         )
         item.covariance = output.read_covariances(path, len(bundle.channels), row["recording_id"])
+        item.onsets_s = output.read_onsets(path, n_segments)
     except InputDataError as exc:
         item.error = exc.one_line()
         return item

@@ -446,6 +446,20 @@ def read_covariances(source, n_channels: int, name: str) -> np.ndarray | None:
     return covariance
 
 
+def read_onsets(source, n_segments: int) -> np.ndarray | None:
+    """The segments' starts float64 (n_segments,), s, of a connectome file (``source`` a path)
+    or of a :class:`Connectome` in memory; None when it holds none or not ``n_segments`` (a
+    file written by hand, without ``segment_onsets_s``)."""
+    if not isinstance(source, (str, Path)):
+        onsets = source.segment_onsets_s
+    else:
+        with _opened(source) as data:
+            onsets = data.get("segment_onsets_s", None)
+    if onsets is None or np.shape(onsets) != (n_segments,):
+        return None
+    return np.asarray(onsets, dtype=np.float64)
+
+
 def read_provenance(path: Path) -> dict:
     """What a connectome file records about its recording (keys of :data:`RECORDED`, those
     absent from older files left out); {} if it is unreadable (reading its arrays then reports

@@ -1,7 +1,8 @@
 """The report's section "Explanations", from an ``eegformer explain`` folder: which model and
 recordings they come from, band importance per class, the strongest channel pairs on the
 head, the class contrast (figure and its strongest pairs, said first where the kept
-interactions carry more of it than any pair) and coarse versus refined attention per class; and the check that the folder explains the run's model
+interactions carry more of it than any pair), the explained logit in time (:mod:`.time_course`)
+and coarse versus refined attention per class; and the check that the folder explains the run's model
 (its classes, bands and channels). The words and tables are :mod:`.explanation_notes`'s, the
 figures :mod:`.figures`'.
 """
@@ -30,6 +31,7 @@ from eegformer_cli.report.figures import (
 )
 from eegformer_cli.report.page import add_figure, add_note
 from eegformer_cli.report.power_figures import add_band_power_section
+from eegformer_cli.report.time_course import add_time_course_section
 
 
 def check_explanations_match(run_dir: Path, explanations_dir: Path) -> None:
@@ -118,6 +120,7 @@ def add_explanations_section(report, run_dir: Path, explanations_dir, band: str 
         section,
         band,
     )
+    add_time_course_section(report, folder, section)
     _add_attention_figures(report, summary, written.get("classes") or {}, section)
 
 
