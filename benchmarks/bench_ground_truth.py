@@ -727,7 +727,70 @@ def explanation_check(
     )
     if scenario == "interaction":
         result.update(_interaction_attribution(explained, recordings, planted, pairs, upper))
+    if scenario == "dynamic":
+        result.update(_dynamic_attribution(explained, recordings, participants, planted, truth))
     return result
+
+
+def _segment_rows(explained: Path, recording_id: str) -> list[dict]:
+    """``explain``'s segment table of one recording (its ``ID.segments.csv``)."""
+    with open(explained / f"{recording_id}.segments.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _dynamic_attribution(explained: Path, recordings, participants, planted, truth) -> dict:
+    """The dynamic study's explanations in time, over the patient recordings explained as
+    patients: whether the two planted couplings are the two strongest cells of the transformer
+    path's share (each cell's values summed over the segment table's rows, a cell absent from
+    a segment's five counting 0), and whether the segments where both couplings burst carry
+    more of the logit than the others (their mean contribution against the rest's)."""
+    order = {c: i for i, c in enumerate(_channels_of(explained, recordings[0]))}
+    planted_cells = {
+        f"{c.token_band} " + "-".join(sorted(c.channels, key=order.__getitem__)) for _, c in planted
+    }
+    segment_s = float(truth["dynamic"]["segment_s"])
+    top_two, both_higher, gaps = [], [], []
+    for row in recordings:
+        person = participants[row["participant_id"]]
+        if person["diagnosis"] != "patient":
+            continue
+        segments = _segment_rows(explained, row["recording_id"])
+        if not segments or segments[0]["target"] != "patient":
+            continue
+        totals: dict[str, float] = {}
+        for segment in segments:
+            for rank in range(1, 6):
+                cell = segment.get(f"cell_{rank}") or ""
+                if cell:
+                    totals[cell] = totals.get(cell, 0.0) + float(segment[f"value_{rank}"])
+        strongest = sorted(totals, key=lambda cell: -abs(totals[cell]))[:2]
+        top_two.append(set(strongest) == planted_cells)
+        bursts = person["bursts"]
+        both, rest = [], []
+        for segment in segments:
+            grid = int(round(float(segment["onset_s"]) / segment_s))
+            on = all(bursts[name][grid] for name in bursts)
+            (both if on else rest).append(float(segment["contribution"]))
+        if both and rest:
+            both_higher.append(np.mean(both) > np.mean(rest))
+            gaps.append(float(np.mean(both) - np.mean(rest)))
+    return {
+        "planted_cells": sorted(planted_cells),
+        "patients_explained_as_patients": len(top_two),
+        "planted_cells_top_two_share": float(np.mean(top_two)) if top_two else None,
+        "both_bursting_segments_carry_more_share": float(np.mean(both_higher))
+        if both_higher
+        else None,
+        "both_bursting_minus_other_segments_mean_contribution": float(np.mean(gaps))
+        if gaps
+        else None,
+    }
+
+
+def _channels_of(explained: Path, row: dict) -> list[str]:
+    """The channel order of an explanation (its ``.npz``'s ``channels``)."""
+    with np.load(explained / f"{row['recording_id']}.npz") as saved:
+        return [str(c) for c in saved["channels"]]
 
 
 def _interaction_attribution(explained: Path, recordings, planted, pairs, upper) -> dict:
@@ -823,7 +886,7 @@ def main() -> None:
             s: explanation_check(
                 args.out, s, args.n, scenario_seed(s, args.seed), args.n_jobs, log, args.spread
             )
-            for s in ("linear", "interaction")
+            for s in ("linear", "interaction", "dynamic")
             if s in scenarios
         }
     if not args.skip_large:

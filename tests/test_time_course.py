@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 import torch
 from builders import (
+    BANDS,
+    CHANNELS,
+    PLANTED,
     RANDOM_BANDS,
     RANDOM_N_CHANNELS,
     dynamic_onsets_s,
@@ -24,6 +27,7 @@ from tolerance import assert_float32_close
 from eegformer_cli.explain import segment_attributions
 from eegformer_cli.explain.attributions import explain_recording, mean_explanation
 from eegformer_cli.explain.export import SEGMENT_TABLE_SUFFIX, read_segment_table
+from eegformer_cli.model.interactions import AGE, Interaction, InteractionToken
 from eegformer_cli.model.predict import recording_logits
 from eegformer_cli.model.static_paths import recording_offset
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
@@ -229,3 +233,23 @@ def test_explain_writes_each_recordings_time_course_and_the_report_draws_it(tmp_
     page = report.read_text(encoding="utf-8")
     assert "Explanations in time" in page and "Couplings where the logit rises" in page
     assert "the cells most often among a segment&#x27;s strongest are" in page
+
+
+def test_a_products_attribution_goes_half_to_each_entrys_cell_and_whole_with_age():
+    token = InteractionToken(
+        [Interaction(*PLANTED, 1.0, 0.5), Interaction(PLANTED[0], AGE, 1.0, 0.5)],
+        BANDS,
+        CHANNELS,
+        dim=4,
+    )
+    products = torch.tensor([[0.6, -0.2], [1.0, 0.0]])
+    cells = segment_attributions.product_cells(products, token, (2, len(BANDS), 6, 6))
+    a, b = (entry_slot(entry) for entry in PLANTED)
+    assert cells[0][a] == pytest.approx(0.3 - 0.2) and cells[0][b] == pytest.approx(0.3)
+    assert cells[1][a] == pytest.approx(0.5) and cells[1][b] == pytest.approx(0.5)
+    assert cells.sum().item() == pytest.approx(products.sum().item())  # nothing lost
+
+
+def entry_slot(entry) -> tuple[int, int, int]:
+    """(band, i, j) of a builders entry in the (T, C, C) maps."""
+    return BANDS.index(entry.band), *(CHANNELS.index(c) for c in entry.channels)

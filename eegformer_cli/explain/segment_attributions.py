@@ -247,7 +247,8 @@ def channel_pair_attributions(
                 model, batch, target, method, n_steps, baseline, offset
             )
         if cells is not None:
-            cells.add(attributed[0], attributed[1])
+            products = attributed[2] if len(attributed) > 2 else None
+            cells.add(attributed[0], attributed[1], products, model.transformer.interaction_token)
         for mean, attribution in zip(means, attributed):
             mean.add(attribution.detach().float().mean(dim=0).cpu().numpy(), len(batch[0]))
 
@@ -348,10 +349,28 @@ def _batch_attributions(
         )
 
 
+def product_cells(products: Tensor, token, shape: torch.Size) -> Tensor:
+    """The attributions of the kept pairs' products (B, K) on the cells of their entries:
+    float32 ``shape`` (B, T, C, C), each product's half at each of its two entries' (band, i,
+    j), all of it at its entry for an entry-age product. The halves are the Shapley values of
+    a product of two changes from zero (``ab / 2`` each); the cells then carry the whole of a
+    transformer path that reads the products alone. ``token``: the model's
+    ``InteractionToken`` (its ``index_a``, ``index_b`` (K, 4) and ``with_age`` (K,))."""
+    out = torch.zeros(shape, dtype=torch.float32, device=products.device)
+    values = products.detach().float()
+    half = torch.where(token.with_age, values, values / 2)
+    rows = torch.arange(len(values), device=values.device)[:, None]
+    for index, share in ((token.index_a, half), (token.index_b, values - half)):
+        cell = (rows, index[:, 1][None], index[:, 2][None], index[:, 3][None])
+        out.index_put_(cell, share, accumulate=True)
+    return out
+
+
 class SegmentCells:
     """The strongest cells of each segment, batch by batch: a cell is a band and an unordered
     channel pair, its value the attribution of the pair's coh and wPLI entries (both orders)
-    summed, logit units. Per segment at most ``k`` cells are kept, so the memory grows by ``2 k``
+    summed, with the shares of the kept pairs' products that read them (:func:`product_cells`),
+    logit units. Per segment at most ``k`` cells are kept, so the memory grows by ``2 k``
     numbers per segment, never by a (T, C, C) map."""
 
     def __init__(self, k: int | None = None):
@@ -359,11 +378,14 @@ class SegmentCells:
         self.index: list[np.ndarray] = []
         self.value: list[np.ndarray] = []
 
-    def add(self, coh: Tensor, wpli: Tensor) -> None:
-        """Add one batch's attributions, coh and wPLI (B, T, C, C)."""
+    def add(self, coh: Tensor, wpli: Tensor, products: Tensor | None = None, token=None) -> None:
+        """Add one batch's attributions, coh and wPLI (B, T, C, C), and the products' (B, K)
+        of the model's interaction ``token`` (None: a model without kept pairs)."""
         n_channels = coh.shape[-1]
         upper = torch.triu_indices(n_channels, n_channels, 1, device=coh.device)
         both = (coh + wpli).detach().float()
+        if products is not None:
+            both = both + product_cells(products, token, both.shape)
         pairs = (both + both.transpose(-1, -2))[..., upper[0], upper[1]]  # (B, T, n_pairs)
         flat = pairs.reshape(len(pairs), -1)
         strongest = torch.topk(flat.abs(), min(self.k, flat.shape[1]), dim=1).indices

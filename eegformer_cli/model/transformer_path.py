@@ -172,7 +172,8 @@ class TransformerPath(nn.Module):
                 products = self.interaction_products(coh, wpli, age, sex)
             token = self.interaction_token.embed(products)
             if self.config.transformer_inputs == "interactions":
-                tokens = torch.zeros_like(tokens)
+                # zero, still in the graph: attributions to the entries are 0, not undefined
+                tokens = tokens * 0
             tokens = torch.cat((tokens, token[:, None]), dim=1)
         if not self.config.xai_refinement:
             coarse = self.encoder.run(tokens, demographics)

@@ -447,9 +447,13 @@ def screen_fit(
     age_z = None
     if demographics is not None:
         age_z = np.nan_to_num((ages - demographics["age_mean"]) / demographics["age_std"])
-    arrays = [train_set.recording_arrays(r) for r in range(len(train_set.recordings))]
+
+    # one recording at a time (the cache's budget bounds what stays in memory), per screen
+    def arrays():
+        return (train_set.recording_arrays(r) for r in range(len(train_set.recordings)))
+
     features, labels, rows_groups, age_z = screen_inputs(
-        arrays, stats or identity, train_set.labels, groups, age_z, config.interaction_segments
+        arrays(), stats or identity, train_set.labels, groups, age_z, config.interaction_segments
     )
     means = screen_interactions(
         features,
@@ -464,7 +468,7 @@ def screen_fit(
     if not config.dynamic_pairs:
         return means
     within = screen_within_recordings(
-        arrays, stats or identity, train_set.labels, groups, entries, **gate
+        arrays(), stats or identity, train_set.labels, groups, entries, **gate
     )
     return with_within(means, within)
 

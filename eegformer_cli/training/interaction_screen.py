@@ -172,7 +172,6 @@ def screen_inputs(
     label). Cost: the rows' number, all training segments, multiplies the screen's time and
     its float32 (rows, P) matrix.
     """
-    arrays = list(arrays)
     if not segments:
         return np.stack([entry_means(c, w, stats) for c, w in arrays]), labels, groups, age_z
     blocks = [entry_segments(c, w, stats) for c, w in arrays]
