@@ -5,6 +5,8 @@ strongest cells (``explain/segment_attributions.SegmentTimeline``), written per 
 from __future__ import annotations
 
 import csv
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -233,6 +235,31 @@ def test_explain_writes_each_recordings_time_course_and_the_report_draws_it(tmp_
     page = report.read_text(encoding="utf-8")
     assert "Explanations in time" in page and "Couplings where the logit rises" in page
     assert "the cells most often among a segment&#x27;s strongest are" in page
+    # the within-recording screen handed the planted pair to the transformer path
+    kept = [Interaction.from_dict(k) for k in bundle.model.config.interactions]
+    assert any(k.within and {k.a, k.b} == set(PLANTED) for k in kept)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return  # tests/test_report.py says where Chromium is missing
+    shown = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--user-data-dir=" + str(tmp_path / "profile"),
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert "Couplings where the logit rises" in shown  # read in headless Chromium
+    assert "strongest are" in shown and "most often together" in shown
+    for entry in PLANTED:  # the note names the planted couplings
+        assert f"{entry.band} {entry.channels[0]}-{entry.channels[1]}" in shown
 
 
 def test_a_products_attribution_goes_half_to_each_entrys_cell_and_whole_with_age():
