@@ -14,7 +14,8 @@ from __future__ import annotations
 PRESETS = ("default", "paper")
 DEFAULT_PRESET = "default"
 
-#: ``--device`` choices: ``auto`` is cuda when available, else cpu (``devices.resolve_device``).
+#: ``--device`` choices: ``auto`` is cuda when available, else cpu (``devices.resolve_device``;
+#: training stays on the cpu for a small transformer path: ``devices.resolve_train_device``).
 DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_DEVICE = "auto"
 #: ``--precision`` choices: ``auto`` is float32 (``devices.resolve_precision`` says why).

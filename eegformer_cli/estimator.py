@@ -233,7 +233,9 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
             classes: numbers with more than 10 distinct values (as ``train`` refuses such a
             label column).
         """
-        from eegformer_cli.model.devices import resolve_device, resolve_precision
+        from eegformer_cli.model.devices import resolve_precision, resolve_train_device
+        from eegformer_cli.training.fit import build_model
+        from eegformer_cli.training.run_plan import transformer_parameters
 
         config = self._train_config()
         table = _rows(X)
@@ -244,7 +246,8 @@ class XAIguiFormerClassifier(ClassifierMixin, BaseEstimator):
         classes = _classes(y)
         data = _training_data(recordings, [str(c) for c in classes], channels, bands, edges)
         train_ids, val_ids = self._inner_split(data, recordings, config)
-        device = resolve_device(config.device)
+        size = transformer_parameters(build_model(data, config, np.array([np.nan])))
+        device = resolve_train_device(config.device, size)
         fit = self._fit_model(data, recordings, set(train_ids), set(val_ids), config, device)
         self.classes_ = classes
         self.model_ = fit.model

@@ -271,7 +271,12 @@ TRAIN = Options(
     seed=Option(
         "int | None", "Seed of splits, initialisation, shuffling and augmentation [default: 0]."
     ),
-    device=Option("str | None", f"{_DEVICES} [default: auto]."),
+    device=Option(
+        "str | None",
+        f"{_DEVICES} [default: auto]. auto: cuda when there is a GPU and the transformer path "
+        "has a million parameters or more (the paper preset's), else cpu (the default "
+        "preset's trains faster on the CPU).",
+    ),
     precision=Option(
         "str | None",
         f"{_PRECISIONS} (mixed precision; attention, norms and "

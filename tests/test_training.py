@@ -35,13 +35,15 @@ from builders import (
 from eegformer_cli.errors import InputDataError, ModelFileError, UsageError
 from eegformer_cli.evaluation.reference import fit_reference
 from eegformer_cli.experiment.run import run_training
-from eegformer_cli.model.xaiguiformer import ModelConfig
+from eegformer_cli.model import devices
+from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 from eegformer_cli.training import augment
 from eegformer_cli.training.config import TrainConfig, apply_overrides, resolve_config
 from eegformer_cli.training.dataset import ConnectomeDataset, RecordingCache, load_training_data
 from eegformer_cli.training.epoch_selection import selection_improved
 from eegformer_cli.training.fit import lr_at_step
 from eegformer_cli.training.model_file import FORMAT_VERSION, load_model_file
+from eegformer_cli.training.run_plan import transformer_parameters
 
 EEGFORMER = [sys.executable, "-m", "eegformer_cli"]
 
@@ -947,3 +949,28 @@ def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_
         original = load_connectome(sample_run["prep"] / "connectomes" / path.name)
         assert remade.covariance.shape == (8, 19, 19) and remade.covariance_bands[0] == "delta"
         np.testing.assert_array_equal(remade.covariance, original.covariance)
+
+
+def test_auto_trains_a_small_transformer_path_on_the_cpu_gpu_or_not(monkeypatch):
+    sizes = {
+        preset: transformer_parameters(
+            XAIguiFormer(
+                ModelConfig.preset(
+                    preset,
+                    n_channels=len(CHANNELS),
+                    band_names=BANDS,
+                    band_edges_hz=EDGES,
+                    n_classes=2,
+                    channel_names=CHANNELS,
+                )
+            )
+        )
+        for preset in ("default", "paper")
+    }
+    assert sizes["default"] < devices.CUDA_MIN_PARAMETERS <= sizes["paper"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the rule, without a GPU
+    assert devices.resolve_train_device("auto", sizes["default"]).type == "cpu"
+    assert devices.resolve_train_device("auto", sizes["paper"]).type == "cuda"
+    assert devices.resolve_train_device("cuda", sizes["default"]).type == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.resolve_train_device("auto", sizes["paper"]).type == "cpu"

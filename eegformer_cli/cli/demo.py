@@ -117,11 +117,8 @@ def demo(
 
 def _train_args(prep: Path, run: Path, n_jobs: int, again: list[str]) -> list[str]:
     """The demo's ``train`` arguments: 3-fold CV of ``prep`` into ``run``, ``n_jobs`` folds at
-    once on the CPU."""
-    from eegformer_cli.model.devices import resolve_device  # imports torch: not at --help
-
-    # train's --n-jobs is for CPU training; on a GPU (train's auto device) the folds run there
-    train_jobs = n_jobs if resolve_device("auto").type == "cpu" else 1
+    once on the CPU (where ``--device auto`` trains the ``default`` preset's model, GPU or not:
+    ``devices.resolve_train_device``)."""
     return [
         "train",
         str(prep),
@@ -132,7 +129,7 @@ def _train_args(prep: Path, run: Path, n_jobs: int, again: list[str]) -> list[st
         "--cv",
         "3",
         "--n-jobs",
-        str(train_jobs),
+        str(n_jobs),
         *again,
     ]
 

@@ -33,6 +33,25 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: ``--device auto`` trains on CUDA only a transformer path of at least this many parameters.
+#: Measured against 2 CPU cores (docs/benchmarks.md, "GPU and mixed precision"): the
+#: ``default`` preset's path (tens of thousands of parameters in batches of 16 segments, whose
+#: steps are bound by kernel launches, not arithmetic) trains several times faster on the
+#: CPU, the ``paper`` preset's (millions) several times faster on the GPU; the threshold lies
+#: between the two.
+CUDA_MIN_PARAMETERS = 1_000_000
+
+
+def resolve_train_device(name: str, n_parameters: int) -> torch.device:
+    """The device a training run uses for ``--device name``: :func:`resolve_device`, except
+    that ``auto`` stays on the CPU, GPU or not, for a transformer path of fewer than
+    :data:`CUDA_MIN_PARAMETERS` parameters (``n_parameters``); ``cuda`` is always honoured."""
+    device = resolve_device(name)
+    if name == "auto" and device.type == "cuda" and n_parameters < CUDA_MIN_PARAMETERS:
+        return torch.device("cpu")
+    return device
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (all devices)."""
     random.seed(seed)

@@ -14,7 +14,7 @@ import torch
 
 from eegformer_cli import console
 from eegformer_cli.errors import UsageError, did_you_mean
-from eegformer_cli.model.devices import resolve_device
+from eegformer_cli.model.devices import resolve_train_device
 from eegformer_cli.preprocess.output import MANIFEST_NAME
 from eegformer_cli.training import splits
 from eegformer_cli.training.config import TrainConfig
@@ -161,7 +161,7 @@ def plan_run(
     splits.warn_missing_classes(
         folds + ([final] if final else []), groups, labels, data.label_names
     )
-    model_config = build_model(data, config, np.array([np.nan])).config.to_dict()
+    model = build_model(data, config, np.array([np.nan]))
     return RunPlan(
         data,
         config,
@@ -169,9 +169,15 @@ def plan_run(
         final,
         scheme,
         _positive_label(data.label_names, positive_label),
-        resolve_device(config.device),
-        model_config,
+        resolve_train_device(config.device, transformer_parameters(model)),
+        model.config.to_dict(),
     )
+
+
+def transformer_parameters(model) -> int:
+    """How many parameters the transformer path of ``model`` (an ``XAIguiFormer``) trains:
+    what ``--device auto`` chooses the device by (``devices.resolve_train_device``)."""
+    return sum(p.numel() for p in model.transformer.parameters())
 
 
 def recordings_of(data: TrainingData, participants: list[str]) -> list[RecordingInfo]:
