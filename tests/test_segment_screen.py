@@ -1,9 +1,9 @@
 """What changes within recordings: the within-recording screen (``dynamic_pairs``, in
-``default``) and the transformer path that reads its pairs, the interaction screen on segments
-(``interaction_segments``) and the linear path on the mean of the segments' products
-(``linear_segment_products``): a pair of entries that acts together within recordings, with
-every entry's recording mean alike in the classes (builders.dynamic_study, the dynamic
-scenario's design on 6 channels and 3 bands), against a static one (builders.planted_study)."""
+``default``), the transformer path that reads its pairs over a tempered static stage, and the
+linear path on the mean of the segments' products (``linear_segment_products``): a pair of
+entries that acts together within recordings, with every entry's recording mean alike in the
+classes (builders.dynamic_study, the dynamic scenario's design on 6 channels and 3 bands),
+against a static one (builders.planted_study)."""
 
 from __future__ import annotations
 
@@ -28,15 +28,10 @@ from eegformer_cli.training.static_choice import temper
 IDENTITY = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
 
 
-def _screened(folder, segments: bool, dynamic_pairs: bool = False):
+def _screened(folder, dynamic_pairs: bool = True):
     data = load_training_data(folder, "diagnosis")
     train_set = ConnectomeDataset(data.recordings, data.label_names, data.channels, data.bands)
-    config = tiny_config(
-        interactions=True,
-        age_interactions=False,
-        interaction_segments=segments,
-        dynamic_pairs=dynamic_pairs,
-    )
+    config = tiny_config(interactions=True, age_interactions=False, dynamic_pairs=dynamic_pairs)
     ages = np.array([r.age for r in data.recordings])
     return screen_fit(data, train_set, None, ages, config, seed=0)
 
@@ -51,38 +46,11 @@ def test_entry_segments_are_the_rows_entry_means_averages():
     )
 
 
-def test_screen_inputs_repeat_each_recordings_label_participant_and_age_per_segment():
-    arrays = [(np.zeros((n, 3, 6, 6), np.float32),) * 2 for n in (2, 3)]
-    labels, groups, age = np.array([0, 1]), np.array(["a", "b"]), np.array([-1.0, 1.0])
-    features, rows, row_groups, row_age = screen.screen_inputs(
-        arrays, IDENTITY, labels, groups, age, segments=True
-    )
-    assert features.shape == (5, 90)
-    assert rows.tolist() == [0, 0, 1, 1, 1] and row_groups.tolist() == ["a", "a", "b", "b", "b"]
-    assert row_age.tolist() == [-1, -1, 1, 1, 1]
-    means = screen.screen_inputs(arrays, IDENTITY, labels, groups, age, segments=False)
-    assert means[0].shape == (2, 90) and means[1] is labels
-
-
-def test_only_the_segment_screen_finds_a_pair_that_bursts_together(tmp_path):
+def test_only_the_within_screen_finds_a_pair_that_bursts_together(tmp_path):
     folder = dynamic_study(tmp_path / "dynamic")
-    on_segments = _screened(folder, segments=True)
-    first = on_segments.kept[0]
-    assert {first.a, first.b} == set(PLANTED) and first.score > on_segments.pair_threshold
-    assert on_segments.n_recordings == 60 * 8  # the screen's rows: every segment
-    on_means = _screened(folder, segments=False)
+    on_means = _screened(folder, dynamic_pairs=False)
     assert all({k.a, k.b} != set(PLANTED) for k in on_means.kept)
-
-
-def test_a_fit_with_the_segment_screen_gives_the_model_the_pair(tmp_path):
-    data = load_training_data(dynamic_study(tmp_path / "dynamic", n=40), "diagnosis")
-    config = tiny_config(epochs=2, interactions=True, interaction_segments=True)
-    fit = fit_model(
-        data, data.recordings[:30], data.recordings[30:], config, torch.device("cpu"), 0, {}
-    )
-    kept = [Interaction.from_dict(k) for k in fit.model.config.interactions]
-    assert fit.screen is not None and fit.screen["n_recordings"] == 30 * 8
-    assert {kept[0].a, kept[0].b} == set(PLANTED)
+    assert on_means.within_threshold is None
 
 
 def _linear_path_bac(data, config) -> tuple[float, torch.nn.Module]:
@@ -97,7 +65,7 @@ def _linear_path_bac(data, config) -> tuple[float, torch.nn.Module]:
 
 def test_the_linear_path_on_segment_products_reads_a_pair_that_bursts_together(tmp_path):
     data = load_training_data(dynamic_study(tmp_path / "dynamic"), "diagnosis")
-    settings = {"interactions": True, "interaction_segments": True, "transformer_path": "off"}
+    settings = {"interactions": True, "transformer_path": "off"}
     on_means, _ = _linear_path_bac(data, tiny_config(**settings))
     on_segments, model = _linear_path_bac(
         data, tiny_config(**settings, linear_segment_products=True)
@@ -161,14 +129,17 @@ def test_a_transformer_on_the_interaction_token_alone_reads_nothing_but_the_pair
 def test_a_tempered_static_stage_gives_the_same_logits_scaled_by_one_factor(tmp_path):
     data = load_training_data(dynamic_study(tmp_path / "dynamic", n=40), "diagnosis")
     test_set = ConnectomeDataset(data.recordings[32:], data.label_names, data.channels, data.bands)
-    logits, cpu = {}, torch.device("cpu")
-    for tempered in (False, True):
-        config = tiny_config(transformer_path="off", static_temperature=tempered)
-        fit = fit_model(data, data.recordings[:24], data.recordings[24:32], config, cpu, 0, {})
-        logits[tempered] = evaluate(fit.model, test_set, cpu)
-    ratio = (logits[True][:, 1] - logits[True][:, 0]) / (logits[False][:, 1] - logits[False][:, 0])
-    assert 0.05 <= ratio[0] <= 20 and not np.isclose(ratio[0], 1.0)
-    np.testing.assert_allclose(logits[True], ratio[0] * logits[False], rtol=1e-4, atol=1e-6)
+    cpu = torch.device("cpu")
+    config = tiny_config(transformer_path="off")
+    fit = fit_model(data, data.recordings[:24], data.recordings[24:32], config, cpu, 0, {})
+    before = evaluate(fit.model, test_set, cpu)
+    labels = np.arange(40) % 2
+    noise = np.random.default_rng(0).choice([-5.0, 5.0], 40)  # confident, unrelated to labels
+    factor = temper(fit.model.static, np.stack([np.zeros(40), noise], axis=1), labels)
+    assert 0.05 <= factor < 1.0
+    np.testing.assert_allclose(
+        evaluate(fit.model, test_set, cpu), factor * before, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_within_deviations_centre_at_most_the_cap_of_evenly_spaced_segments():
@@ -184,7 +155,7 @@ def test_within_deviations_centre_at_most_the_cap_of_evenly_spaced_segments():
 
 
 def test_the_within_screen_finds_the_pair_that_bursts_together_and_flags_it(tmp_path):
-    found = _screened(dynamic_study(tmp_path / "dynamic"), segments=False, dynamic_pairs=True)
+    found = _screened(dynamic_study(tmp_path / "dynamic"))
     within = [k for k in found.kept if k.within]
     assert {within[0].a, within[0].b} == set(PLANTED)
     assert within[0].score == found.top_within_score > found.within_threshold
@@ -194,7 +165,7 @@ def test_the_within_screen_finds_the_pair_that_bursts_together_and_flags_it(tmp_
 
 
 def test_the_within_screen_keeps_nothing_of_a_static_interaction(tmp_path):
-    found = _screened(planted_study(tmp_path / "xor", "xor", n=80), False, dynamic_pairs=True)
+    found = _screened(planted_study(tmp_path / "xor", "xor", n=80))
     assert not any(k.within for k in found.kept)
     assert found.top_within_score < found.within_threshold
     assert any({k.a, k.b} == set(PLANTED) for k in found.kept)  # the screen of means' pair
@@ -235,9 +206,8 @@ class _Stage:
         self.factor *= factor
 
 
-def test_temper_shrink_only_never_sharpens_timid_logits():
+def test_temper_never_sharpens_timid_logits():
     labels = np.arange(40) % 2
     timid = np.stack([np.zeros(40), np.where(labels == 1, 0.2, -0.2)], axis=1)
-    sharpened, shrunk = _Stage(), _Stage()
-    assert temper(sharpened, timid, labels) > 1.0  # calibrated: these logits are too timid
-    assert temper(shrunk, timid, labels, shrink_only=True) == 1.0 == shrunk.factor
+    stage = _Stage()
+    assert temper(stage, timid, labels) == 1.0 == stage.factor  # calibrated, T < 1: kept at 1

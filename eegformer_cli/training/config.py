@@ -147,11 +147,6 @@ class TrainConfig:
     interaction_permutations: int = 20
     interaction_null_quantile: float = 1.0
     interaction_proxies: bool = False
-    # ``interaction_segments``: the screen reads every training segment (its recording's
-    # label; permutations between participants) instead of each recording's mean, so that a
-    # pair acting together within recordings is found (off: recording means, as earlier
-    # versions)
-    interaction_segments: bool = False
     # ``dynamic_pairs``: beside the screen of means, the within-recording screen (pairs whose
     # segment-wise deviations from their recording's means co-vary differently in the
     # classes: couplings that come and go together); when it keeps a pair, the transformer
@@ -184,9 +179,6 @@ class TrainConfig:
     # ``train --learning-curve`` (experiment/learning_curve.py): the nested participant subsets
     # of each outer training part, as fractions of it (the whole part is the run itself)
     learning_curve_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
-    # ``static_temperature``: the static stage's logits divided by the temperature that
-    # calibrates its cross-fitted logits on the training recordings (off: as fitted)
-    static_temperature: bool = False
 
     @classmethod
     def preset_config(cls, name: str) -> TrainConfig:
@@ -255,7 +247,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "linear_penalty": "auto",
         "linear_means": True,
         "static_path": "auto",
-        "keep_patience": 5,
+        "keep_patience": 3,
         "selection_metric": "log_loss",
         "model": {},
     },
@@ -263,7 +255,12 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
 
 #: Settings that earlier versions stored in run folders and model files, with the value every
 #: run of this version has: dropped when a stored config holds it.
-RETIRED_SETTINGS = {"selection": ("second_half",)}
+RETIRED_SETTINGS = {
+    "selection": ("second_half",),
+    # opt-ins that ``dynamic_pairs`` replaced (the screen on raw segments; the tempering alone)
+    "interaction_segments": (False,),
+    "static_temperature": (False,),
+}
 #: Values of current settings that only experimental variants of earlier versions had.
 RETIRED_SETTING_VALUES = {"augmentation": ("mixup",)}
 #: Settings of earlier versions under their names of today (stored configs and TOML files

@@ -44,8 +44,8 @@ from eegformer_cli.training.epoch_selection import EpochSelection
 from eegformer_cli.training.interaction_screen import (
     PROXY_CORRELATION,
     ScreenResult,
+    entry_means,
     entry_table,
-    screen_inputs,
     screen_interactions,
     screen_within_recordings,
     with_within,
@@ -428,9 +428,9 @@ def screen_fit(
 ) -> ScreenResult | None:
     """The interaction screens on a fit's training recordings (``interaction_screen.py``):
     the screen of their mean standardised entries (raw entries without input
-    standardisation; each segment's with ``config.interaction_segments``: ``screen_inputs``),
-    labels, participants and z-scored ages; with ``config.dynamic_pairs`` the within-recording
-    screen's pairs after its own (``with_within``); None when the config screens nothing."""
+    standardisation: ``entry_means``), labels, participants and z-scored ages; with
+    ``config.dynamic_pairs`` the within-recording screen's pairs after its own
+    (``with_within``); None when the config screens nothing."""
     if not (config.interactions or config.age_interactions or config.dynamic_pairs):
         return None
     identity = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
@@ -452,13 +452,11 @@ def screen_fit(
     def arrays():
         return (train_set.recording_arrays(r) for r in range(len(train_set.recordings)))
 
-    features, labels, rows_groups, age_z = screen_inputs(
-        arrays(), stats or identity, train_set.labels, groups, age_z, config.interaction_segments
-    )
+    features = np.stack([entry_means(coh, wpli, stats or identity) for coh, wpli in arrays()])
     means = screen_interactions(
         features,
-        labels,
-        rows_groups,
+        train_set.labels,
+        groups,
         age_z,
         entries,
         interactions=config.interactions,

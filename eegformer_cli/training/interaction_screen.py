@@ -13,9 +13,7 @@ al., KDD 2013, in the vectorised form the size here needs: the ``interpret`` pac
 :func:`screen_interactions` runs inside every fit, on that fit's training recordings only:
 
 1. features: each recording's mean over its segments of the standardised entries (the
-   model's input z-scores), :func:`entry_means`; entries are named by :class:`Entry`; with
-   the ``interaction_segments`` setting each training segment's own (:func:`screen_inputs`),
-   which finds a pair that acts within recordings, where the means say nothing;
+   model's input z-scores), :func:`entry_means`; entries are named by :class:`Entry`;
 2. score: ``|corr(a, b | class c) - corr(a, b | not c)|``, the largest over the classes c (one
    against the rest; with two classes both contrasts are the same), for every entry pair
    (:func:`top_pairs`, computed in row blocks so the P x P matrix never exists at once) and for
@@ -150,35 +148,6 @@ def entry_segments(
         z = (values.astype(np.float64) - stats[f"{name}_mean"]) / stats[f"{name}_std"]
         parts.append(z[:, :, rows, cols].reshape(len(values), -1).astype(np.float32))
     return np.concatenate(parts, axis=1)
-
-
-def screen_inputs(
-    arrays: Iterable[tuple[np.ndarray, np.ndarray]],
-    stats: Mapping[str, np.ndarray | float],
-    labels: np.ndarray,
-    groups: np.ndarray,
-    age_z: np.ndarray | None,
-    segments: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """The screen's rows ``(features, labels, groups, age_z)`` from each recording's (coh,
-    wpli) in ``arrays`` and its label, participant and z-scored age (n_recordings,): one row
-    per recording, its :func:`entry_means` (float64); or with ``segments`` one row per segment,
-    its :func:`entry_segments` (float32) beside its recording's label, participant and age.
-
-    Why segments: two couplings that burst together within recordings (the dynamic scenario)
-    leave every entry's recording mean alike in the classes, so the means show no pair; their
-    segments are correlated one way in one class and the other way in the other. The
-    permutations stay between participants (``permuted``: a participant's rows keep one
-    label). Cost: the rows' number, all training segments, multiplies the screen's time and
-    its float32 (rows, P) matrix.
-    """
-    if not segments:
-        return np.stack([entry_means(c, w, stats) for c, w in arrays]), labels, groups, age_z
-    blocks = [entry_segments(c, w, stats) for c, w in arrays]
-    counts = [len(block) for block in blocks]
-    rows = [np.repeat(np.asarray(v), counts, axis=0) for v in (labels, groups)]
-    age = None if age_z is None else np.repeat(np.asarray(age_z), counts)
-    return np.concatenate(blocks), rows[0], rows[1], age
 
 
 def _within_class_z(values: np.ndarray, members: np.ndarray) -> np.ndarray:

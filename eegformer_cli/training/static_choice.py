@@ -209,15 +209,14 @@ def fit_static_stage(
     )
 
 
-def temper(stage, cross_fitted: np.ndarray, labels: np.ndarray, shrink_only: bool = False) -> float:
+def temper(stage, cross_fitted: np.ndarray, labels: np.ndarray) -> float:
     """Scale the static ``stage``'s logits (``StaticStage.scale``) by the inverse of the
     temperature that calibrates its cross-fitted logits ``cross_fitted`` (n, n_classes) of
-    recordings of ``labels`` (n,) (``calibration.logit_temperature``, T in [0.05, 20]; with
-    ``shrink_only`` at least 1, so the logits are never sharpened); the factor. Why: a stage
+    recordings of ``labels`` (n,) (``calibration.logit_temperature``, T in [0.05, 20]), taken
+    as at least 1 so that the logits are never sharpened; the factor, in (0, 1]. Why: a stage
     that reads noise with confident logits (a study whose label no static summary holds) gives
     the transformer trained on its residual an offset per recording that only memorising the
     recordings could cancel; tempered, it adds next to nothing."""
-    temperature = logit_temperature(cross_fitted, labels)
-    factor = 1.0 / (max(temperature, 1.0) if shrink_only else temperature)
+    factor = 1.0 / max(logit_temperature(cross_fitted, labels), 1.0)
     stage.scale(factor)
     return factor

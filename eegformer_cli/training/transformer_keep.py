@@ -265,8 +265,8 @@ def fit_static(
         item.get("within") for item in model.config.interactions
     )
     factor = None
-    if config.static_temperature or dynamic:
-        factor = temper(model.static, cross_fitted[:n_train], labels[:n_train], dynamic)
+    if dynamic:
+        factor = temper(model.static, cross_fitted[:n_train], labels[:n_train])
         cross_fitted = cross_fitted * factor
     return TransformerKeep(
         fit,
