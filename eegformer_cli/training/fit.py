@@ -218,22 +218,43 @@ def fit_model(
     tag: dict,
     on_epoch=None,
     epoch_attention: bool = True,
+    kept_in_no_fold: bool = False,
 ) -> FitResult:
     """Train one model on ``train_recs``, selecting the epoch on ``val_recs`` (per recording).
 
     ``tag`` (``{"repeat", "fold"}``) is copied into every history record; ``on_epoch(record)``
     is called after each epoch (progress display); ``epoch_attention`` False leaves the
-    attention summary out of the history (a fit whose history is not kept). Returns the model
+    attention summary out of the history (a fit whose history is not kept);
+    ``kept_in_no_fold``: the run's cross-validation folds kept the transformer path in none, so
+    this fit (the final model, ``final_follows_folds``) does not train it. Returns the model
     with the selected epoch's weights, on ``device``, in eval mode.
     """
     with one_cpu_thread():
         return _fit_model(
-            data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention
+            data,
+            train_recs,
+            val_recs,
+            config,
+            device,
+            seed,
+            tag,
+            on_epoch,
+            epoch_attention,
+            kept_in_no_fold,
         )
 
 
 def _fit_model(
-    data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention=True
+    data,
+    train_recs,
+    val_recs,
+    config,
+    device,
+    seed,
+    tag,
+    on_epoch,
+    epoch_attention=True,
+    kept_in_no_fold=False,
 ) -> FitResult:
     """:func:`fit_model`: set up, then per epoch :func:`train_one_epoch`, :func:`validate` and
     the selection, until the last epoch, ``config.patience`` epochs without a better one, or
@@ -243,7 +264,9 @@ def _fit_model(
     loop = _setup(data, train_recs, val_recs, config, device, seed)
     selection = EpochSelection()
     history = []
-    epochs = config.epochs if loop.keep is None else loop.keep.planned_epochs(config.epochs)
+    epochs = config.epochs
+    if loop.keep is not None:
+        epochs = loop.keep.planned_epochs(config.epochs, kept_in_no_fold)
     for epoch in range(epochs):
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)
