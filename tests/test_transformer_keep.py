@@ -1,8 +1,9 @@
 """Cost follows value: the transformer path's training stops as soon as it cannot be kept
 (``training/transformer_keep.py``): not trained at all where the static stage put no recording
 of the fit in the wrong class, stopped after ``keep_patience`` epochs that all missed the keep
-rule, trained to the last epoch with ``keep_patience = 0``; the fold records and the run's
-summary say when and why."""
+rule, trained to the last epoch with ``keep_patience = 0``, not trained in the final model where
+the cross-validation kept it in no fold (``final_follows_folds``); the fold records and the
+run's summary say when and why."""
 
 from __future__ import annotations
 
@@ -66,6 +67,24 @@ def test_keep_patience_stops_a_transformer_that_misses_the_keep_rule(studies, tm
     statement = transformer_statement(run_folder.read_metrics(run))
     assert statement.startswith("The transformer path: kept in 0 of 2 folds")
     assert ("stopped early in 2" in statement) == bool(patience)
+    # kept in no fold: the final model (``final_follows_folds``, default's) does not train it
+    final = json.loads((run / "folds" / "final.json").read_text())
+    assert final["history"] == [] and not final["linear_path"]["transformer_kept"]
+    assert final["linear_path"]["transformer_stopped"] == {"epoch": 0, "reason": "kept_in_no_fold"}
+
+
+@pytest.mark.parametrize("follows, n_jobs", [(True, 2), (False, 1)])
+def test_the_final_model_follows_the_folds_or_its_own_rule(studies, tmp_path, follows, n_jobs):
+    run = tmp_path / "run"
+    config = tiny_config(cv=2, epochs=6, keep_patience=0, final_follows_folds=follows)
+    run_training(studies["null"], run, "diagnosis", config, n_jobs=n_jobs)
+    assert not any(fold["linear_path"]["transformer_kept"] for fold in _folds(run))
+    final = json.loads((run / "folds" / "final.json").read_text())
+    stopped = final["linear_path"]["transformer_stopped"]
+    if follows:  # on workers: queued once the folds are done
+        assert final["history"] == [] and stopped == {"epoch": 0, "reason": "kept_in_no_fold"}
+    else:
+        assert len(final["history"]) == 6 and stopped is None
 
 
 def test_each_fold_line_says_where_the_transformer_path_stopped():
@@ -76,5 +95,7 @@ def test_each_fold_line_says_where_the_transformer_path_stopped():
     stopped = {"transformer_stopped": {"epoch": 5, "reason": "keep_patience"}}
     assert transformer_words(0, stopped) == "transformer path not kept (stopped after epoch 5)"
     untrained = {"transformer_stopped": {"epoch": 0, "reason": "static_stage_made_no_error"}}
-    assert "not trained (the static stage made no error)" in transformer_words(0, untrained)
+    assert "not trained (the static stage put no recording" in transformer_words(0, untrained)
+    no_fold = {"transformer_stopped": {"epoch": 0, "reason": "kept_in_no_fold"}}
+    assert "not trained (the cross-validation kept it in no fold)" in transformer_words(0, no_fold)
     assert transformer_words(0, {"transformer_path": "off"}) == "transformer path off"

@@ -16,6 +16,7 @@ from eegformer_cli.errors import EegformerWarning
 from eegformer_cli.evaluation.metrics import MODEL_NAME
 from eegformer_cli.experiment import run_folder
 from eegformer_cli.experiment.summaries import write_summaries
+from eegformer_cli.experiment.verdict import STOP_WORDS
 from eegformer_cli.experiment.worker_progress import FINAL_NAME, shown_fields, worker_progress
 from eegformer_cli.parallel import process_pool, report_progress
 from eegformer_cli.preprocess.output import read_manifest
@@ -66,11 +67,15 @@ def train_models(
     ):
         folds_task = bar.add_task("folds", total=len(folds), completed=len(results), status="")
         final_job = None
+        # a final model that follows the folds' keep decisions waits for them
+        follows = plan.config.final_follows_folds and plan.config.transformer_path == "auto"
         if pool is None:
             trained = _folds_here(plan, pending, features, bar)
         else:  # the final model is queued behind the folds, on the first free worker
             trained = _folds_on_workers(pool, plan, pending, features, run_dir)
-            final_job = pool.apply_async(_final_job, (plan,)) if train_final else None
+            final_job = (
+                pool.apply_async(_final_job, (plan,)) if train_final and not follows else None
+            )
         for fold, result, model in trained:
             shown.finished(fold.name)
             _save_fold(run_dir, plan, fold, result, model)
@@ -82,7 +87,10 @@ def train_models(
         if fold_index is not None:
             return None
         if train_final:
-            return _write_final(run_dir, plan, _final_model(plan, final_job, bar, shown))
+            no_fold = follows and not any(_kept(r) for r in results.values())
+            if pool is not None and follows:
+                final_job = pool.apply_async(_final_job, (plan, no_fold))
+            return _write_final(run_dir, plan, _final_model(plan, final_job, bar, shown, no_fold))
     return None if holdout else run_folder.read_final_history(run_dir)
 
 
@@ -127,18 +135,27 @@ def transformer_words(best_epoch: int | None, keep: dict | None) -> str:
     if keep.get("transformer_path") == "off":
         return "transformer path off"
     if stopped and stopped["epoch"] == 0:
-        return "transformer path not trained (the static stage made no error)"
+        _, why = STOP_WORDS.get(stopped["reason"], ("", stopped["reason"]))
+        return f"transformer path not trained ({why})"
     if stopped:
         return f"transformer path not kept (stopped after epoch {stopped['epoch']})"
     return "transformer path not kept"
 
 
-def _final_model(plan: RunPlan, final_job, bar, shown) -> FitResult:
+def _kept(record: FoldRecord) -> bool:
+    """Whether a fold kept its transformer path (its record's ``linear_path``)."""
+    return bool((record.linear_path or {}).get("transformer_kept"))
+
+
+def _final_model(plan: RunPlan, final_job, bar, shown, kept_in_no_fold: bool) -> FitResult:
     """The final model: trained here with its own epoch bar (``final_job`` None), or the
-    result of the worker it was queued on."""
+    result of the worker it was queued on; ``kept_in_no_fold``: without its transformer path
+    (``fit_model``)."""
     if final_job is None:
         final_task = bar.add_task(FINAL_NAME, total=plan.config.epochs, status="")
-        return _fit_final(plan, lambda record: bar.update(final_task, completed=record["epoch"]))
+        return _fit_final(
+            plan, lambda record: bar.update(final_task, completed=record["epoch"]), kept_in_no_fold
+        )
     fit = final_job.get()
     shown.finished(FINAL_NAME)
     return fit
@@ -204,13 +221,16 @@ def save_fold_model(run_dir: Path, plan: RunPlan, fold: splits.Fold, model) -> N
     )
 
 
-def _final_job(plan: RunPlan) -> FitResult:
+def _final_job(plan: RunPlan, kept_in_no_fold: bool = False) -> FitResult:
     """The final model in a worker process, each epoch reported to the parent's bar."""
-    return _fit_final(plan, lambda record: report_progress((FINAL_NAME, shown_fields(record))))
+    return _fit_final(
+        plan, lambda record: report_progress((FINAL_NAME, shown_fields(record))), kept_in_no_fold
+    )
 
 
-def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
-    """The final model: all participants, the final split's inner validation for selection."""
+def _fit_final(plan: RunPlan, on_epoch=None, kept_in_no_fold: bool = False) -> FitResult:
+    """The final model: all participants, the final split's inner validation for selection;
+    ``kept_in_no_fold``: without its transformer path (``fit_model``)."""
     data, fold = plan.data, plan.final_split()
     with deterministic_algorithms(plan.device):
         return fit_model(
@@ -222,6 +242,7 @@ def _fit_final(plan: RunPlan, on_epoch=None) -> FitResult:
             plan.config.seed,
             {"repeat": -1, "fold": -1},
             on_epoch,
+            kept_in_no_fold=kept_in_no_fold,
         )
 
 

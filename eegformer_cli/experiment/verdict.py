@@ -122,6 +122,7 @@ STOP_WORDS = {
         "not trained",
         "the static stage put no recording of the fold's fit in the wrong class",
     ),
+    "kept_in_no_fold": ("not trained", "the cross-validation kept it in no fold"),
 }
 
 

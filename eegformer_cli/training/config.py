@@ -169,6 +169,9 @@ class TrainConfig:
     # "auto": stop the transformer path's training once ``keep_patience`` epochs in a row
     # missed the keep rule (0: train every epoch, as earlier versions)
     keep_patience: int = 0
+    # the final model trains its transformer path only where the cross-validation kept it in
+    # some fold (it waits for the folds; off: its own keep rule alone, as earlier versions)
+    final_follows_folds: bool = False
     # the linear path on each recording's mean connectivity (the products of the means, one
     # logit per recording: ``model/linear_path.py``); false: per segment, as earlier versions
     linear_means: bool = False
@@ -248,6 +251,7 @@ _PRESET_VALUES: dict[str, dict[str, Any]] = {
         "linear_means": True,
         "static_path": "auto",
         "keep_patience": 3,
+        "final_follows_folds": True,
         "selection_metric": "log_loss",
         "model": {},
     },

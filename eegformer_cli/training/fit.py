@@ -106,10 +106,9 @@ class FitResult:
 
 
 def model_overrides(config: TrainConfig, interactions: list[Interaction]) -> dict:
-    """The ``ModelConfig`` fields a fit sets beyond its preset: the config's ``model``
-    overrides, the kept ``interactions``, and, when the within-recording screen kept a pair,
-    ``transformer_inputs`` "interactions" (unless ``model`` sets it): the transformer path then
-    reads the kept pairs' per-segment products, what no recording mean shows."""
+    """The ``ModelConfig`` fields a fit sets beyond its preset: ``config.model``, the kept
+    ``interactions`` and, when the within-recording screen kept a pair, ``transformer_inputs``
+    "interactions" (unless ``config.model`` sets it): the transformer reads their products."""
     out = dict(config.model)
     if interactions:
         out["interactions"] = [i.to_dict() for i in interactions]
@@ -218,32 +217,52 @@ def fit_model(
     tag: dict,
     on_epoch=None,
     epoch_attention: bool = True,
+    kept_in_no_fold: bool = False,
 ) -> FitResult:
     """Train one model on ``train_recs``, selecting the epoch on ``val_recs`` (per recording).
 
     ``tag`` (``{"repeat", "fold"}``) is copied into every history record; ``on_epoch(record)``
     is called after each epoch (progress display); ``epoch_attention`` False leaves the
-    attention summary out of the history (a fit whose history is not kept). Returns the model
-    with the selected epoch's weights, on ``device``, in eval mode.
+    attention summary out of the history (a fit whose history is not kept); ``kept_in_no_fold``
+    (the final model of ``final_follows_folds``): the transformer path is not trained. Returns
+    the model with the selected epoch's weights, on ``device``, in eval mode.
     """
     with one_cpu_thread():
         return _fit_model(
-            data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention
+            data,
+            train_recs,
+            val_recs,
+            config,
+            device,
+            seed,
+            tag,
+            on_epoch,
+            epoch_attention,
+            kept_in_no_fold,
         )
 
 
 def _fit_model(
-    data, train_recs, val_recs, config, device, seed, tag, on_epoch, epoch_attention=True
+    data,
+    train_recs,
+    val_recs,
+    config,
+    device,
+    seed,
+    tag,
+    on_epoch,
+    epoch_attention=True,
+    kept_in_no_fold=False,
 ) -> FitResult:
     """:func:`fit_model`: set up, then per epoch :func:`train_one_epoch`, :func:`validate` and
-    the selection, until the last epoch, ``config.patience`` epochs without a better one, or
-    ``config.keep_patience`` epochs in which the transformer path met the keep rule in none
-    (``transformer_keep.TransformerKeep.stop_early``)."""
+    the selection, until the last epoch or a stop rule (``config.patience`` epochs without a
+    better one; ``TransformerKeep.stop_early``)."""
     start = time.perf_counter()
     loop = _setup(data, train_recs, val_recs, config, device, seed)
     selection = EpochSelection()
     history = []
-    epochs = config.epochs if loop.keep is None else loop.keep.planned_epochs(config.epochs)
+    keep = loop.keep
+    epochs = keep.planned_epochs(config.epochs, kept_in_no_fold) if keep else config.epochs
     for epoch in range(epochs):
         epoch_start = time.perf_counter()
         losses, lr = train_one_epoch(loop, config, device)

@@ -127,16 +127,21 @@ class TransformerKeep:
     static_scale: float | None = None
     _since_promising: int = 0
 
-    def planned_epochs(self, epochs: int) -> int:
+    def planned_epochs(self, epochs: int, kept_in_no_fold: bool = False) -> int:
         """The epochs the transformer path is trained for: 0 with ``transformer_path`` "off",
         and in "auto" when the static stage put none of the fit's recordings in the wrong
         class (out of its inner folds): the transformer's logits could then only sharpen
-        logits that recalibration scales anyway, which the keep rule cannot tell from a gain
-        (``stopped`` says so); else ``epochs``."""
+        logits that recalibration scales anyway, which the keep rule cannot tell from a gain;
+        or when the run's cross-validation kept it in no fold (``kept_in_no_fold``: the final
+        model follows the folds, whose scores describe the model without it); ``stopped``
+        says which. Else ``epochs``."""
         if self.mode == "off":
             return 0
         if self.mode == "auto" and self.static_errors == 0:
             self.stopped = {"epoch": 0, "reason": "static_stage_made_no_error"}
+            return 0
+        if self.mode == "auto" and kept_in_no_fold:
+            self.stopped = {"epoch": 0, "reason": "kept_in_no_fold"}
             return 0
         return epochs
 
