@@ -24,6 +24,7 @@ from eegformer_cli.training import interaction_screen as screen
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.fit import evaluate, fit_model, screen_fit
 from eegformer_cli.training.static_choice import temper
+from eegformer_cli.training.transformer_keep import TransformerKeep
 
 IDENTITY = {"coh_mean": 0.0, "coh_std": 1.0, "wpli_mean": 0.0, "wpli_std": 1.0}
 
@@ -211,3 +212,31 @@ def test_temper_never_sharpens_timid_logits():
     timid = np.stack([np.zeros(40), np.where(labels == 1, 0.2, -0.2)], axis=1)
     stage = _Stage()
     assert temper(stage, timid, labels) == 1.0 == stage.factor  # calibrated, T < 1: kept at 1
+
+
+def test_a_model_that_does_not_keep_its_transformer_has_its_static_stage_as_fitted(tmp_path):
+    data = load_training_data(dynamic_study(tmp_path / "dynamic", n=40), "diagnosis")
+    test_set = ConnectomeDataset(data.recordings[32:], data.label_names, data.channels, data.bands)
+    cpu, recordings = torch.device("cpu"), data.recordings
+    fits = {
+        path: fit_model(
+            data,
+            recordings[:24],
+            recordings[24:32],
+            tiny_config(epochs=2, transformer_path=path, keep_margin=100.0),
+            cpu,
+            0,
+            {},
+        )
+        for path in ("off", "auto")  # a margin of 100 nats: never kept
+    }
+    assert not fits["auto"].linear["transformer_kept"]
+    logits = evaluate(fits["off"].model, test_set, cpu)
+    np.testing.assert_allclose(evaluate(fits["auto"].model, test_set, cpu), logits, atol=1e-5)
+    # the decision undoes a tempering: a stage scaled by 0.5 for the training is back at 1
+    model = fits["auto"].model
+    model.static.scale(0.5)
+    keep = TransformerKeep(None, torch.zeros(1), np.zeros(1), np.ones(4), "auto", 100.0)
+    keep.static_scale = 0.5
+    assert keep.decide(model, np.ones(4)) is False and not model.kept
+    np.testing.assert_allclose(evaluate(model, test_set, cpu), logits, atol=1e-5)

@@ -312,8 +312,7 @@ def _finish_keep(loop: _Loop, selection: EpochSelection) -> dict | None:
     model's ``transformer_kept`` saying which; the linear path's record (None without one)."""
     if loop.keep is None:
         return None
-    kept = loop.keep.keep(selection.val_loss)
-    loop.model.keep_transformer(kept)
+    kept = loop.keep.decide(loop.model, selection.val_loss)
     if loop.model.static is not None:
         loop.model.static.clear_cross_fitted()
     if not kept:

@@ -211,6 +211,16 @@ class TransformerKeep:
         gain = self.gain(val_losses)
         return gain is not None and gain[0] > self.margin + gain[1]
 
+    def decide(self, model, val_losses: np.ndarray | None) -> bool:
+        """Keep the transformer path of ``model`` or not (:meth:`keep`; its
+        ``keep_transformer``); a model that does not keep it has its static stage as fitted,
+        the tempering (``static_scale``, for the transformer's training) undone. The decision."""
+        kept = self.keep(val_losses)
+        model.keep_transformer(kept)
+        if not kept and self.static_scale is not None:
+            model.static.scale(1.0 / self.static_scale)
+        return kept
+
     def record(self, kept: bool, val_losses: np.ndarray | None, n_products: int) -> dict:
         """JSON-ready record for the fold file: the fit, the decision, both candidates' mean
         calibrated validation losses, the gain and its standard error, and the per-recording
