@@ -523,6 +523,9 @@ def build_sample_run(root: Path) -> dict:
             "val_fraction": 0.25,
             "device": "cpu",
             "model": {"d_model": 16, "n_heads": 2, "n_layers": 2, "n_gnn_layers": 1},
+            # the tests explain this model's transformer path, so it must reach the output:
+            # with the default's keep_patience (3) this tiny run stops it before it is kept
+            "keep_patience": 5,
         },
     )
     run_training(prep, run_dir, "diagnosis", config)
