@@ -466,7 +466,9 @@ RANDOM_BANDS = ["delta", "theta", "alpha", "beta"]
 RANDOM_N_CHANNELS = 6
 
 
-def random_model(n_classes: int = 3) -> XAIguiFormer:
+def random_model(n_classes: int = 3, **overrides) -> XAIguiFormer:
+    """A random ``default`` model of 4 bands and 6 channels (``overrides``: more ModelConfig
+    fields), seeded, in eval mode."""
     torch.manual_seed(0)
     config = ModelConfig.preset(
         "default",
@@ -478,6 +480,7 @@ def random_model(n_classes: int = 3) -> XAIguiFormer:
         n_heads=2,
         n_layers=2,
         n_gnn_layers=1,
+        **overrides,
     )
     return XAIguiFormer(config).eval()
 

@@ -21,6 +21,7 @@ from builders import (
     dynamic_study,
     perturb,
     random_connectivity,
+    random_model,
     run_main,
     tiny_config,
 )
@@ -32,7 +33,7 @@ from eegformer_cli.explain.export import SEGMENT_TABLE_SUFFIX, read_segment_tabl
 from eegformer_cli.model.interactions import AGE, Interaction, InteractionToken
 from eegformer_cli.model.predict import recording_logits
 from eegformer_cli.model.static_paths import recording_offset
-from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
+from eegformer_cli.model.xaiguiformer import XAIguiFormer
 from eegformer_cli.report.time_course import (
     rising_cells,
     time_course_figure,
@@ -45,21 +46,7 @@ LABELS = ["a", "b", "c"]
 def means_model() -> XAIguiFormer:
     """A random model on recording means (a static stage with non-zero weights, a transformer
     path moved away from its zero head), 4 bands and 6 channels."""
-    torch.manual_seed(0)
-    config = ModelConfig.preset(
-        "default",
-        n_channels=RANDOM_N_CHANNELS,
-        band_names=RANDOM_BANDS,
-        band_edges_hz=[(1, 4), (4, 8), (8, 13), (13, 30)],
-        n_classes=len(LABELS),
-        d_model=16,
-        n_heads=2,
-        n_layers=2,
-        n_gnn_layers=1,
-        linear_path=True,
-        linear_on_means=True,
-    )
-    model = perturb(XAIguiFormer(config))
+    model = perturb(random_model(len(LABELS), linear_path=True, linear_on_means=True))
     with torch.no_grad():
         model.static.linear.weight.normal_(0.0, 0.3)
     return model.eval()

@@ -340,9 +340,9 @@ class ScreenOutcome(Record):
 @dataclass
 class InteractionScreens(Record):
     """The run's interaction screens: whether its settings screen entry pairs (``pairs``),
-    entries with age (``with_age``) and within recordings (``within``); ``n_folds`` and ``folds_kept`` (those whose screen kept
-    something); each fold's :class:`ScreenOutcome` (``per_fold``) and the final model's
-    (``final``; None without a final model, or before it is trained)."""
+    entries with age (``with_age``) and within recordings (``within``); ``n_folds`` and
+    ``folds_kept`` (those whose screen kept something); each fold's :class:`ScreenOutcome`
+    (``per_fold``) and the final model's (``final``; None without one, or before it is)."""
 
     pairs: bool = False
     with_age: bool = False

@@ -207,6 +207,7 @@ def attention_summary(
     return mean_diagnostics(recording_diagnostics(model, recordings, device, ablations))
 
 
+@one_cpu_thread()
 def fit_model(
     data: TrainingData,
     train_recs: list[RecordingInfo],
@@ -219,7 +220,10 @@ def fit_model(
     epoch_attention: bool = True,
     kept_in_no_fold: bool = False,
 ) -> FitResult:
-    """Train one model on ``train_recs``, selecting the epoch on ``val_recs`` (per recording).
+    """Train one model on ``train_recs``, selecting the epoch on ``val_recs`` (per recording):
+    set up, then per epoch :func:`train_one_epoch`, :func:`validate` and the selection, until
+    the last epoch or a stop rule (``config.patience`` epochs without a better one;
+    ``TransformerKeep.stop_early``), on one CPU thread.
 
     ``tag`` (``{"repeat", "fold"}``) is copied into every history record; ``on_epoch(record)``
     is called after each epoch (progress display); ``epoch_attention`` False leaves the
@@ -227,36 +231,6 @@ def fit_model(
     (the final model of ``final_follows_folds``): the transformer path is not trained. Returns
     the model with the selected epoch's weights, on ``device``, in eval mode.
     """
-    with one_cpu_thread():
-        return _fit_model(
-            data,
-            train_recs,
-            val_recs,
-            config,
-            device,
-            seed,
-            tag,
-            on_epoch,
-            epoch_attention,
-            kept_in_no_fold,
-        )
-
-
-def _fit_model(
-    data,
-    train_recs,
-    val_recs,
-    config,
-    device,
-    seed,
-    tag,
-    on_epoch,
-    epoch_attention=True,
-    kept_in_no_fold=False,
-) -> FitResult:
-    """:func:`fit_model`: set up, then per epoch :func:`train_one_epoch`, :func:`validate` and
-    the selection, until the last epoch or a stop rule (``config.patience`` epochs without a
-    better one; ``TransformerKeep.stop_early``)."""
     start = time.perf_counter()
     loop = _setup(data, train_recs, val_recs, config, device, seed)
     selection = EpochSelection()
