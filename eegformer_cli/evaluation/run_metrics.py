@@ -114,6 +114,8 @@ def _dump(value):
     return nan_to_none(value)
 
 
+#: metrics.json's ``linear_path`` keys of earlier versions under today's names (read under either).
+RENAMED_LINEAR_PATH_KEYS = {"residual_kept": "transformer_kept"}
 R = TypeVar("R", bound="Record")
 
 
@@ -557,8 +559,7 @@ class RunMetrics(Record):
     interaction_screens: InteractionScreens | None = None
     shortcut_audit: ShortcutAudit | None = None
     permutation_test: PermutationTest | None = None
-    #: the model's linear path over the folds (``summaries.linear_path_summary``): None
-    #: without one
+    #: the model's linear path over the folds (``summaries.linear_path_summary``): None without one
     linear_path: dict | None = None
     #: which model carries the score (``verdict.scored_by``: ``model``, ``transformer_folds``,
     #: ``n_folds``, ``statement``), derived from ``linear_path``: None in earlier versions' files
@@ -567,13 +568,12 @@ class RunMetrics(Record):
 
     @classmethod
     def from_dict(cls, data: dict) -> RunMetrics:
-        """Also an earlier version's file: its ``linear_path.residual_kept`` read as
-        ``transformer_kept``."""
+        """Also an earlier version's file (``linear_path``: :data:`RENAMED_LINEAR_PATH_KEYS`)."""
         metrics = super().from_dict(data)
-        if metrics.linear_path and "residual_kept" in metrics.linear_path:
-            path = dict(metrics.linear_path)
-            path["transformer_kept"] = path.pop("residual_kept")
-            metrics.linear_path = path
+        for earlier, today in RENAMED_LINEAR_PATH_KEYS.items():
+            if metrics.linear_path and earlier in metrics.linear_path:
+                metrics.linear_path = {**metrics.linear_path, today: metrics.linear_path[earlier]}
+                del metrics.linear_path[earlier]
         return metrics
 
     @property

@@ -85,6 +85,9 @@ FORMAT_NAME = "eegformer-model"
 #: ``StandardisedModel`` (keys ``coh_mean``, ..., ``model.*``) when the file said
 #: ``input_standardisation``, the keep decision in the config (``residual_kept``).
 FORMAT_VERSION = 2
+#: A model file's keys written by earlier versions under their names of today (read under
+#: either).
+RENAMED_BUNDLE_KEYS = {"reference_connectome": "baseline_connectome"}
 #: Version 1's state-dict prefixes of the static stage's parts, and where they are now; every
 #: other key of an ``XAIguiFormer`` was the transformer path's (``transformer.*``).
 V1_STATIC_PREFIXES = {
@@ -348,7 +351,8 @@ def _rebuild(
         recalibration=bundle.get("recalibration"),
         conformal=bundle.get("conformal"),
     )
-    stored = bundle.get("baseline_connectome", bundle.get("reference_connectome"))
+    earlier = {today: name for name, today in RENAMED_BUNDLE_KEYS.items()}
+    stored = bundle.get("baseline_connectome", bundle.get(earlier["baseline_connectome"]))
     result.baseline = baseline_connectome(stored, model)
     return result, config
 
