@@ -1,6 +1,6 @@
 """Cost follows value: the transformer path's training stops as soon as it cannot be kept
 (``training/transformer_keep.py``): not trained at all where the static stage put no recording
-of the fit in the wrong class, stopped after ``keep_patience`` epochs that all missed the keep
+of the fit in the wrong class (or, in a fit of 50 recordings or more, at most 2 % of them), stopped after ``keep_patience`` epochs that all missed the keep
 rule, trained to the last epoch with ``keep_patience = 0``, not trained in the final model where
 the cross-validation kept it in no fold (``final_follows_folds``); the fold records and the
 run's summary say when and why."""
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 from builders import make_connectome_folder, tiny_config
 
 from eegformer_cli.experiment import run_folder
@@ -99,3 +101,52 @@ def test_each_fold_line_says_where_the_transformer_path_stopped():
     no_fold = {"transformer_stopped": {"epoch": 0, "reason": "kept_in_no_fold"}}
     assert "not trained (the cross-validation kept it in no fold)" in transformer_words(0, no_fold)
     assert transformer_words(0, {"transformer_path": "off"}) == "transformer path off"
+
+
+@pytest.mark.parametrize(
+    "errors, n, epochs, reason",
+    [
+        (0, 24, 0, "static_stage_made_no_error"),
+        (1, 24, 6, None),
+        (2, 100, 0, "static_stage_left_little"),
+        (3, 100, 6, None),
+        (12, 600, 0, "static_stage_left_little"),
+        (13, 600, 6, None),
+    ],
+)
+def test_a_static_stage_that_leaves_little_to_fix_leaves_the_transformer_untrained(
+    errors, n, epochs, reason
+):
+    from eegformer_cli.training.transformer_keep import NOTHING_TO_FIX_SHARE, TransformerKeep
+
+    assert (errors <= int(NOTHING_TO_FIX_SHARE * n)) == (epochs == 0)
+    keep = TransformerKeep(
+        None,
+        torch.zeros(1),
+        np.zeros(1),
+        np.ones(4),
+        "auto",
+        0.0,
+        static_errors=errors,
+        n_recordings=n,
+    )
+    assert keep.planned_epochs(6) == epochs
+    assert keep.stopped == (None if reason is None else {"epoch": 0, "reason": reason})
+    forced = TransformerKeep(
+        None,
+        torch.zeros(1),
+        np.zeros(1),
+        np.ones(4),
+        "on",
+        0.0,
+        static_errors=errors,
+        n_recordings=n,
+    )
+    assert forced.planned_epochs(6) == 6
+
+
+def test_each_stop_reason_has_words():
+    from eegformer_cli.experiment.fold_training import transformer_words
+
+    little = {"transformer_stopped": {"epoch": 0, "reason": "static_stage_left_little"}}
+    assert "not trained (the static stage put at most 2% of" in transformer_words(0, little)

@@ -48,6 +48,7 @@ from eegformer_cli.evaluation.run_metrics import (
     model_in_words,
 )
 from eegformer_cli.experiment.above_chance import ALPHA, PERMUTATION_HINT, above_chance
+from eegformer_cli.training.transformer_keep import NOTHING_TO_FIX_SHARE
 
 #: Prediction-set level quoted in the verdict.
 VERDICT_COVERAGE = 0.9
@@ -122,6 +123,10 @@ STOP_WORDS = {
         "not trained",
         "the static stage put no recording of the fold's fit in the wrong class",
     ),
+    "static_stage_left_little": (
+        "not trained",
+        f"the static stage put at most {NOTHING_TO_FIX_SHARE:.0%} of the fold's fit in the wrong class",
+    ),
     "kept_in_no_fold": ("not trained", "the cross-validation kept it in no fold"),
 }
 
@@ -163,9 +168,9 @@ def attention_reach(metrics: RunMetrics) -> str | None:
     if kept == 0:
         return (
             "The attention did not reach the output: the transformer path was kept in no fold "
-            "(on the validation participants it never beat the static stage alone), so every "
-            "prediction is the static stage's: this attention is a transformer's that was "
-            "trained but not used, and replacing it changes no logit (0)."
+            "(it never beat the static stage alone on the validation participants, or was not "
+            "trained), so every prediction is the static stage's: this attention is that of a "
+            "transformer not used, and replacing it changes no logit (0)."
         )
     return (
         f"The attention reached the output in {kept} of {n} folds only, those whose "

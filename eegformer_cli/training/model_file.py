@@ -41,7 +41,7 @@ key                         value
 ``baseline_connectome``     ``{"coh", "wpli"}`` float32 tensors (n_bands, C, C): the mean
                             connectome of the recordings the model was fitted to (mean over
                             their segments), the baseline connectome ``explain`` attributes
-                            against; ``reference_connectome`` in files of format version 1;
+                            against; ``reference_connectome`` in files of earlier versions;
                             absent from earlier ones (:func:`baseline_connectome` falls back)
 ``recalibration``           ``{"method": "none"|"temperature"|"platt", "params": {...}}``: what
                             ``predict`` applies to the probabilities (:mod:`calibration`);
