@@ -92,6 +92,19 @@ def test_segment_batches_span_recordings_as_their_concatenation_would():
     assert np.shares_memory(batches[1][0], recordings[2][0])  # within one recording: a view
 
 
+def _flat(value, where: str = "") -> dict:
+    """A nested dict / list of numbers as ``{path: number}``."""
+    if isinstance(value, dict):
+        return {
+            k: v for key, item in value.items() for k, v in _flat(item, f"{where}/{key}").items()
+        }
+    if isinstance(value, (list, tuple)):
+        return {
+            k: v for i, item in enumerate(value) for k, v in _flat(item, f"{where}[{i}]").items()
+        }
+    return {where: value}
+
+
 @pytest.mark.parametrize("lazily", [False, True])
 def test_diagnostics_and_logits_of_recordings_read_one_at_a_time(lazily):
     model = random_model()
@@ -100,11 +113,15 @@ def test_diagnostics_and_logits_of_recordings_read_one_at_a_time(lazily):
     given = (r for r in recordings) if lazily else recordings
     summaries = recording_diagnostics(model, given, device, ablations=False)
     alone = [recording_diagnostics(model, [r], device, ablations=False)[0] for r in recordings]
-    assert summaries[1] == alone[1] and summaries[0].keys() == alone[0].keys()
+    # equal up to float32 rounding: a batch's composition may change the kernels' summation
+    # order on some CPUs
+    assert _flat(summaries[1]) == pytest.approx(_flat(alone[1]), rel=1e-5, abs=1e-6)
+    assert _flat(summaries[1]).keys() == _flat(alone[1]).keys()
+    assert summaries[0].keys() == alone[0].keys()
     logits = recording_logits(model, (r for r in recordings) if lazily else recordings, device)
     with torch.no_grad():
         first = model(
             *(torch.from_numpy(a) for a in recordings[1][:2]),
             *(torch.full((4,), v) for v in (34.0, 1.0)),
         )[1]
-    np.testing.assert_allclose(logits[1], first.double().mean(dim=0).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(logits[1], first.double().mean(dim=0).numpy(), rtol=1e-5, atol=1e-6)
