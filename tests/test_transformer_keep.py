@@ -1,7 +1,7 @@
 """Cost follows value: the transformer path's training stops as soon as it cannot be kept
 (``training/transformer_keep.py``): not trained at all where the static stage put no recording
-of the fit in the wrong class (or, in a fit of 50 recordings or more, at most 2 % of them), stopped after ``keep_patience`` epochs that all missed the keep
-rule, trained to the last epoch with ``keep_patience = 0``, not trained in the final model where
+of the fit in the wrong class (or, in a fit of 50 recordings or more, at most 2 % of them),
+stopped after ``keep_patience`` epochs that all missed the keep rule, trained to the last epoch with ``keep_patience = 0``, not trained in the final model where
 the cross-validation kept it in no fold (``final_follows_folds``); the fold records and the
 run's summary say when and why."""
 
@@ -98,6 +98,8 @@ def test_each_fold_line_says_where_the_transformer_path_stopped():
     assert transformer_words(0, stopped) == "transformer path not kept (stopped after epoch 5)"
     untrained = {"transformer_stopped": {"epoch": 0, "reason": "static_stage_made_no_error"}}
     assert "not trained (the static stage put no recording" in transformer_words(0, untrained)
+    little = {"transformer_stopped": {"epoch": 0, "reason": "static_stage_left_little"}}
+    assert "not trained (the static stage put at most 2% of" in transformer_words(0, little)
     no_fold = {"transformer_stopped": {"epoch": 0, "reason": "kept_in_no_fold"}}
     assert "not trained (the cross-validation kept it in no fold)" in transformer_words(0, no_fold)
     assert transformer_words(0, {"transformer_path": "off"}) == "transformer path off"
@@ -120,33 +122,12 @@ def test_a_static_stage_that_leaves_little_to_fix_leaves_the_transformer_untrain
     from eegformer_cli.training.transformer_keep import NOTHING_TO_FIX_SHARE, TransformerKeep
 
     assert (errors <= int(NOTHING_TO_FIX_SHARE * n)) == (epochs == 0)
-    keep = TransformerKeep(
-        None,
-        torch.zeros(1),
-        np.zeros(1),
-        np.ones(4),
-        "auto",
-        0.0,
-        static_errors=errors,
-        n_recordings=n,
-    )
-    assert keep.planned_epochs(6) == epochs
-    assert keep.stopped == (None if reason is None else {"epoch": 0, "reason": reason})
-    forced = TransformerKeep(
-        None,
-        torch.zeros(1),
-        np.zeros(1),
-        np.ones(4),
-        "on",
-        0.0,
-        static_errors=errors,
-        n_recordings=n,
-    )
-    assert forced.planned_epochs(6) == 6
 
+    def keep(mode: str) -> TransformerKeep:
+        inputs = (torch.zeros(1), np.zeros(1), np.ones(4))
+        return TransformerKeep(None, *inputs, mode, 0.0, static_errors=errors, n_recordings=n)
 
-def test_each_stop_reason_has_words():
-    from eegformer_cli.experiment.fold_training import transformer_words
-
-    little = {"transformer_stopped": {"epoch": 0, "reason": "static_stage_left_little"}}
-    assert "not trained (the static stage put at most 2% of" in transformer_words(0, little)
+    auto = keep("auto")
+    assert auto.planned_epochs(6) == epochs
+    assert auto.stopped == (None if reason is None else {"epoch": 0, "reason": reason})
+    assert keep("on").planned_epochs(6) == 6
