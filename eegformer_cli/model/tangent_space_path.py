@@ -191,7 +191,7 @@ class TangentSpacePath(nn.Module):
             )
         self.reference_invsqrt.copy_(invsqrtm(mean).to(self.reference_invsqrt.device))
 
-    def reference(self) -> Tensor:
+    def mean_points(self) -> Tensor:
         """The mean points P = (P^-1/2)^-2: float64 (K, C, C), V^2."""
         return eigen_function(symmetrise(self.reference_invsqrt), lambda v: v**-2)
 
@@ -216,7 +216,7 @@ def baseline_covariance(path: TangentSpacePath) -> Tensor:
     ``(P - s tr(P) / C I) / (1 - s)`` (:func:`unshrink`): its tangent vector is zero. The
     straight line from it to any raw covariance shrinks to a convex combination of P and that
     covariance's shrunk matrix, positive definite all along."""
-    return unshrink(path.reference())
+    return unshrink(path.mean_points())
 
 
 #: A covariance whose rows sum to at most this fraction of its mean variance is taken as one
