@@ -165,7 +165,7 @@ def test_the_state_dict_round_trips_and_casts_keep_the_reference_float64(fitted_
             torch.testing.assert_close(cast(covariance.double()), logits, rtol=1e-6, atol=1e-6)
 
 
-def test_the_baseline_shrinks_to_the_reference_and_has_a_zero_vector(fitted_path):
+def test_the_baseline_shrinks_to_the_mean_points_and_has_a_zero_vector(fitted_path):
     baseline = baseline_covariance(fitted_path)
     torch.testing.assert_close(shrink(baseline), fitted_path.mean_points(), rtol=1e-12, atol=0)
     vector = fitted_path.features(baseline[None])
