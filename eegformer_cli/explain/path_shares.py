@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from eegformer_cli.explain.segment_attributions import segment_slices
+from eegformer_cli.explain.segment_attributions import recording_token_products, segment_slices
 from eegformer_cli.model.linear_path import recording_linear_logits, uses_recording_means
 from eegformer_cli.model.static_paths import reads_covariance, tangent_space_of
 from eegformer_cli.model.tangent_space_path import attribution_baseline, log_power_attributions
@@ -87,21 +87,29 @@ def path_logit_changes(
     )
     ours_offset, theirs_offset = (None, None) if static is None else static.pop("offsets")
 
-    def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, baseline coh, baseline wpli)
-        ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
-        return _refined(model, ours, target, ours_offset) - _refined(
-            model, theirs, target, theirs_offset
+    # a token that reads whole recordings: its products of the recording and of the baseline
+    # (one recording of constant connectivity)
+    products = recording_token_products(model, coh, wpli, age, sex)
+    token = (
+        () if products is None else (products, model.token_products(*baselines, *age[:1], *sex[:1]))
+    )
+
+    def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, baseline coh, wpli[, products])
+        ours, theirs = batch[:4], (*batch[4:6], *batch[2:4])
+        ours_products, theirs_products = batch[6:] if len(batch) > 6 else (None, None)
+        return _refined(model, ours, target, ours_offset, ours_products) - _refined(
+            model, theirs, target, theirs_offset, theirs_products
         )
 
     def linear(batch: tuple) -> Tensor:
-        ours, theirs = batch[:4], (*batch[4:], *batch[2:4])
+        ours, theirs = batch[:4], (*batch[4:6], *batch[2:4])
         return _output(
             model.static.linear(model.linear_features(*ours))
             - model.static.linear(model.linear_features(*theirs)),
             target,
         )
 
-    both = (*recording, *baselines)
+    both = (*recording, *baselines, *token)
     if static is None:  # a model of an earlier version: its linear path per segment
         static = {"linear": _segment_mean(both, linear)}
     return _split(_segment_mean(both, total), static)
@@ -147,12 +155,15 @@ def _static_changes(model, recording: tuple, baseline: tuple, covariance, target
     }
 
 
-def _refined(model, inputs: tuple, target, offset: Tensor | None) -> Tensor:
+def _refined(
+    model, inputs: tuple, target, offset: Tensor | None, products: Tensor | None = None
+) -> Tensor:
     """(B,) the explained output of the refined logits of ``inputs`` (coh, wpli, age, sex);
     ``offset`` (n_classes,): every segment's (a model on recording means: its recording's
-    linear logits; None: the forward forms the linear path per segment)."""
+    linear logits; None: the forward forms the linear path per segment); ``products`` (B, K)
+    the forward's (None: the batch forms its own)."""
     rows = None if offset is None else offset.expand(len(inputs[0]), -1)
-    return _output(model(*inputs, rows)[1], target)
+    return _output(model(*inputs, rows, products)[1], target)
 
 
 def _segment_mean(inputs: tuple, output: Callable[[tuple], Tensor]) -> float:

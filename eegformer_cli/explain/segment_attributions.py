@@ -81,6 +81,19 @@ def _offsets(offset: Tensor | None, n: int) -> Tensor | None:
     return None if offset is None else offset.expand(n, -1)
 
 
+def recording_token_products(model, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
+    """(S, K) what the interaction token embeds for each of a whole recording's S segments
+    (``XAIguiFormer.token_products``), for a model whose token reads whole recordings; None
+    for any other (each batch of segments forms its own products)."""
+    if not model.token_reads_recordings:
+        return None
+    return model.token_products(coh, wpli, float(age[0]), float(sex[0]))
+
+
+def _part(products: Tensor | None, part: slice) -> Tensor | None:
+    return None if products is None else products[part]
+
+
 def attention_maps(
     model,
     coh: Tensor,
@@ -107,10 +120,13 @@ def attention_maps(
         )  # (L, H, T, T)
         return (maps if all_heads else maps.mean(dim=1)).cpu().numpy().astype(np.float64)
 
+    products = recording_token_products(model, coh, wpli, age, sex)
     for part in segment_slices(len(coh)):
         inputs = (coh[part], wpli[part], age[part], sex[part])
         with torch.no_grad(), explicit_attention(model):
-            output = model.forward_with_details(*inputs, offset=_offsets(offset, len(inputs[0])))
+            output = model.forward_with_details(
+                *inputs, offset=_offsets(offset, len(inputs[0])), products=_part(products, part)
+            )
         coarse.add(batch_mean(output.attention_coarse), len(inputs[0]))
         refined.add(batch_mean(output.attention_refined), len(inputs[0]))
         logits.append(output.logits_refined.float().cpu().numpy().astype(np.float64))
@@ -199,6 +215,11 @@ def _explained_output(model, target: int | tuple[int, int], offset: Tensor | Non
     return contrast, 0
 
 
+def _symmetric_pairs(mean: np.ndarray) -> np.ndarray:
+    """(T, C, C) -> (T, C, C) float64: entry (i, j) plus entry (j, i)."""
+    return (mean + np.swapaxes(mean, -1, -2)).astype(np.float64)
+
+
 def channel_pair_attributions(
     model,
     coh: Tensor,
@@ -237,6 +258,7 @@ def channel_pair_attributions(
     """
     baseline = reference  # the keyword keeps its name: callers pass it by name
     means = [SegmentMean(len(coh)) for _ in range(3)]  # coh pairs, wPLI pairs, interactions
+    token_products = recording_token_products(model, coh, wpli, age, sex)
     for part in segment_slices(len(coh)):
         batch = (coh[part], wpli[part], age[part], sex[part])
         if offset is not None and not model.kept:
@@ -244,22 +266,21 @@ def channel_pair_attributions(
             attributed = _zero_attributions(model, batch)
         else:
             attributed = _batch_attributions(
-                model, batch, target, method, n_steps, baseline, offset
+                model, batch, _part(token_products, part), target, method, n_steps, baseline, offset
             )
         if cells is not None:
-            products = attributed[2] if len(attributed) > 2 else None
-            cells.add(attributed[0], attributed[1], products, model.transformer.interaction_token)
+            to_products = attributed[2] if len(attributed) > 2 else None
+            cells.add(
+                attributed[0], attributed[1], to_products, model.transformer.interaction_token
+            )
         for mean, attribution in zip(means, attributed):
             mean.add(attribution.detach().float().mean(dim=0).cpu().numpy(), len(batch[0]))
-
-    def pairs(mean: np.ndarray) -> np.ndarray:
-        return (mean + np.swapaxes(mean, -1, -2)).astype(np.float64)
 
     coh_pairs, wpli_pairs, interactions = (mean.value for mean in means)
     assert coh_pairs is not None and wpli_pairs is not None  # S >= 1
     result = Attributions(
-        pairs(coh_pairs),
-        pairs(wpli_pairs),
+        _symmetric_pairs(coh_pairs),
+        _symmetric_pairs(wpli_pairs),
         None if interactions is None else interactions.astype(np.float64),
     )
     if offset is None:
@@ -306,17 +327,26 @@ def _linear_attributions(
 
 
 def _batch_attributions(
-    model, batch: tuple[Tensor, ...], target, method: str, n_steps: int, baseline, offset
+    model,
+    batch: tuple[Tensor, ...],
+    products: Tensor | None,
+    target,
+    method: str,
+    n_steps: int,
+    baseline,
+    offset,
 ) -> tuple[Tensor, ...]:
     """The captum attributions of one batch of segments (:func:`channel_pair_attributions`):
     coh and wPLI (B, T, C, C), and the kept interactions' products (B, K) when the model has
-    them."""
+    them; ``products`` the batch's from its whole recording (:func:`recording_token_products`;
+    None: the batch forms its own)."""
     coh, wpli, age, sex = batch
     with torch.no_grad():  # the class each segment's refined pass is guided by, at the input
+        if products is None:
+            products = model.interaction_products(coh, wpli, age, sex)
         guiding = model.forward_with_details(
-            coh, wpli, age, sex, offset=_offsets(offset, len(coh))
+            coh, wpli, age, sex, offset=_offsets(offset, len(coh)), products=products
         ).target
-        products = model.interaction_products(coh, wpli, age, sex)
     explained, explained_target = _explained_output(model, target, offset)
     # The refined pass follows the explanation, so the gradient must follow it too (a
     # second-order backward, which the fused attention kernel does not have), and the
@@ -333,8 +363,8 @@ def _batch_attributions(
         )
         inputs: tuple[Tensor, ...] = (coh, wpli)
         if products is not None:
-            with torch.no_grad():
-                baselines += (model.interaction_products(*baselines, age, sex),)
+            with torch.no_grad():  # the baseline: one recording of constant connectivity
+                baselines += (model.token_products(*baselines, float(age[0]), float(sex[0])),)
             inputs += (products,)
         return tuple(
             _captum_attribution(

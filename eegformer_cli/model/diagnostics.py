@@ -48,7 +48,12 @@ from torch import Tensor
 from eegformer_cli.errors import check_choice
 from eegformer_cli.model.devices import one_cpu_thread
 from eegformer_cli.model.precision import float32_forward
-from eegformer_cli.model.predict import segment_batches, static_offsets
+from eegformer_cli.model.predict import (
+    batch_tensors,
+    segment_batches,
+    static_offsets,
+    token_products,
+)
 from eegformer_cli.model.transformer import PASSES, RotaryAttention
 
 #: What :func:`replaced_attention` puts in place of a layer's softmax weights.
@@ -139,6 +144,7 @@ def segment_diagnostics(
     sex: Tensor,
     ablations: bool = True,
     offset: Tensor | None = None,
+    products: Tensor | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
     """Every quantity of the module docs for a batch of S segments.
 
@@ -147,12 +153,13 @@ def segment_diagnostics(
     with the passes the model has (``refined`` only with XAI refinement; ``guidance_ratio``
     only there) and the ablation quantities only with ``ablations``; empty for a model
     without transformer layers. ``offset`` (S, n_classes): the forward's (each segment's
-    recording's linear logits, for a linear path on recording means).
+    recording's linear logits, for a linear path on recording means); ``products`` (S, K) the
+    forward's too (each segment's from its whole recording, ``model/predict.token_products``).
     """
     if model.config.n_layers == 0:
         return {}
     with torch.no_grad(), explicit_attention(model):
-        output = model.forward_with_details(coh, wpli, age, sex, offset=offset)
+        output = model.forward_with_details(coh, wpli, age, sex, offset=offset, products=products)
     traces = {"coarse": output.attention_coarse}
     logits = {"coarse": output.logits_coarse}
     if model.config.xai_refinement:
@@ -168,7 +175,7 @@ def segment_diagnostics(
         if name == "refined":
             values["guidance_ratio"] = torch.stack([t.guidance_ratio for t in layers])
         if ablations:
-            inputs = (coh, wpli, age, sex, offset)
+            inputs = (coh, wpli, age, sex, offset, products)
             values.update(_ablations(model, inputs, name, logits[name], len(layers)))
         result[name] = {key: value.double().cpu().numpy() for key, value in values.items()}
     return result
@@ -216,12 +223,13 @@ def recording_diagnostics(
     parts = []
     threads = one_cpu_thread() if device.type == "cpu" else contextlib.nullcontext()
     with threads:
-        for batch in segment_batches(recordings, counts, offsets=static_offsets(model)):
-            coh, wpli, age, sex, *offset = (torch.from_numpy(a).to(device) for a in batch)
+        batches = segment_batches(
+            recordings, counts, offsets=static_offsets(model), products=token_products(model)
+        )
+        for batch in batches:
+            coh, wpli, age, sex, offset, products = batch_tensors(batch, device)
             parts.append(
-                segment_diagnostics(
-                    model, coh, wpli, age, sex, ablations, offset[0] if offset else None
-                )
+                segment_diagnostics(model, coh, wpli, age, sex, ablations, offset, products)
             )
     per_segment = {
         name: {key: np.concatenate([p[name][key] for p in parts], axis=1) for key in parts[0][name]}

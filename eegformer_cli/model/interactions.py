@@ -20,6 +20,20 @@ simulated age studies the product token did better than FiLM of the entry inside
 tokens (``x' = (1 + gamma a) x + beta a``, identity at initialisation;
 docs/benchmarks-history.md, "The interaction screens").
 
+A pair of the within-recording screen (:attr:`Interaction.within`: two couplings that come
+and go together) is, in a model with ``ModelConfig.within_per_recording``, read over *its own
+recording's* segments (:meth:`InteractionToken.recording_products`). Each entry's rise in a
+segment is its value above the recording's floor (a low quantile over its segments) in units
+of its standard deviation over them; the segment's product is the two rises' product less
+that of the recording's mean. Over a recording these average to the two entries' correlation,
+what the screen selected the pair on; a segment where both couplings burst gets the largest
+product whatever the participant's own coupling strength; and where the couplings burst in
+half the segments the bursts carry the correlation, not the segments where both are quiet (a
+product of deviations from the mean gives both alike). Standardised with the training
+statistics instead, a weak participant's bursting segments sit below the training mean, so
+where both couplings are off the product is larger than where both burst
+(docs/benchmarks-history.md, "The dynamic scenario: within pairs read per recording").
+
 Sex has no path of its own: no study the screen was measured on plants a sex effect, and the
 screen never pairs an entry with sex.
 """
@@ -39,6 +53,12 @@ MEASURES = ("coh", "wpli")
 AGE = "age"
 #: The name of the token that carries the kept interactions (after the band tokens).
 INTERACTION_TOKEN = "interactions"
+#: Added to a within pair's entry variance over a recording's segments before its square root
+#: (the entries are standardised: variance about 1 over the training segments).
+WITHIN_VARIANCE_EPS = 1e-6
+#: The quantile of a within pair's entry over its recording's segments taken as the entry's
+#: floor, the level its rises are measured from (module docs).
+WITHIN_FLOOR_QUANTILE = 0.1
 
 
 @dataclass(frozen=True)
@@ -225,13 +245,17 @@ class InteractionToken(nn.Module):
 
     :meth:`products` (coh, wpli (B, F, C, C), the standardised connectivity the tokenizer
     sees; age_z (B,) z-scored age, unknown at 0) -> (B, K): entry a times entry b, or entry a
-    times age. :meth:`embed` (B, K) -> (B, d), a Linear(K -> d): the token. Kept apart so that
-    ``explain`` can attribute to the products themselves.
+    times age, each segment on its own (what the static stage reads). :meth:`recording_products`
+    -> (S, K) for the S segments of one whole recording: the same, except that with
+    ``per_recording`` a within pair's two entries are first standardised over those segments
+    (module docs); what the token embeds. :meth:`embed` (B, K) -> (B, d), a Linear(K -> d): the
+    token. Kept apart so that ``explain`` can attribute to the products themselves.
     """
 
     index_a: Tensor
     index_b: Tensor
     with_age: Tensor
+    per_recording: Tensor
 
     def __init__(
         self,
@@ -239,6 +263,7 @@ class InteractionToken(nn.Module):
         band_names: list[str],
         channel_names: list[str],
         dim: int,
+        per_recording: bool = False,
     ):
         super().__init__()
         side_a = [i.a for i in interactions]
@@ -249,9 +274,49 @@ class InteractionToken(nn.Module):
         self.register_buffer(
             "with_age", torch.tensor([i.with_age for i in interactions]), persistent=False
         )
+        self.register_buffer(
+            "per_recording",
+            torch.tensor([per_recording and i.within for i in interactions]),
+            persistent=False,
+        )
         self.embed = nn.Linear(len(interactions), dim)
 
-    def products(self, coh: Tensor, wpli: Tensor, age_z: Tensor) -> Tensor:
+    @property
+    def reads_recordings(self) -> bool:
+        """Whether a segment's token depends on its recording's other segments."""
+        return bool(self.per_recording.any())
+
+    def sides(self, coh: Tensor, wpli: Tensor, age_z: Tensor) -> tuple[Tensor, Tensor]:
+        """(a, b), each (B, K): every pair's two factors, age_z in b for an entry-age pair."""
         a = entry_values(coh, wpli, self.index_a)
         b = entry_values(coh, wpli, self.index_b)
-        return a * torch.where(self.with_age, age_z.to(a.dtype)[:, None], b)
+        return a, torch.where(self.with_age, age_z.to(a.dtype)[:, None], b)
+
+    def products(self, coh: Tensor, wpli: Tensor, age_z: Tensor) -> Tensor:
+        a, b = self.sides(coh, wpli, age_z)
+        return a * b
+
+    def recording_products(self, a: Tensor, b: Tensor) -> Tensor:
+        """(S, K): the token's products from :meth:`sides` of one whole recording's S
+        segments; a within pair's (module docs): ``rise_a * rise_b - k_a * k_b``, where
+        ``rise = (x - floor) / sd`` over the S segments (floor: their
+        :data:`WITHIN_FLOOR_QUANTILE` quantile) and ``k`` is the mean's rise. These average to
+        the entries' correlation over the segments (a recording of one segment, or a pair
+        constant over it: 0)."""
+        if not self.reads_recordings:
+            return a * b
+        rise_a, mean_a = _rise_over_segments(a)
+        rise_b, mean_b = _rise_over_segments(b)
+        within = rise_a * rise_b - mean_a * mean_b
+        return torch.where(self.per_recording, within.to(a.dtype), a * b)
+
+
+def _rise_over_segments(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(S, K) -> (rise (S, K), its mean over the rows (1, K)), float64: each column minus its
+    :data:`WITHIN_FLOOR_QUANTILE` quantile over the S rows, over its population standard
+    deviation (:data:`WITHIN_VARIANCE_EPS` added to the variance)."""
+    wide = x.double()
+    mean = wide.mean(dim=0, keepdim=True)
+    scale = torch.rsqrt((wide - mean).square().mean(dim=0, keepdim=True) + WITHIN_VARIANCE_EPS)
+    floor = torch.quantile(wide, WITHIN_FLOOR_QUANTILE, dim=0, keepdim=True)
+    return (wide - floor) * scale, (mean - floor) * scale

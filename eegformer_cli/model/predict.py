@@ -32,23 +32,27 @@ def segment_batches(
     counts: list[int],
     size: int = SEGMENTS_PER_BATCH,
     offsets: Callable[[tuple], np.ndarray] | None = None,
-) -> Iterator[tuple[np.ndarray, ...]]:
+    products: Callable[[tuple], np.ndarray] | None = None,
+) -> Iterator[tuple]:
     """The segments of ``recordings`` in order, ``size`` at a time (the last batch may be
-    shorter): ``(coh, wpli, age, sex)`` float32 numpy, (n, T, C, C) and (n,), the batches the
-    recordings' concatenation would give, without concatenating them; with ``offsets`` (a
-    recording's tuple -> its (n_classes,) offset, :func:`static_offsets`) a fifth array, float32
-    (n, n_classes): each segment's recording's offset.
+    shorter): ``(coh, wpli, age, sex, offset, products)``, float32 numpy, (n, T, C, C) and
+    (n,), the batches the recordings' concatenation would give, without concatenating them;
+    ``offset`` (n, n_classes) each segment's recording's offset with ``offsets`` (a
+    recording's tuple -> its (n_classes,) offset, :func:`static_offsets`), else None;
+    ``products`` (n, K) each segment's interaction products with ``products`` (a recording's
+    tuple -> its (S, K) products, :func:`token_products`), else None.
 
     ``recordings``: tuples ``(coh, wpli, age, sex)`` as for :func:`recording_logits`, read one
     at a time (a generator may load them lazily). A batch within one recording is a view of its
     arrays; one across recordings a copy of its parts. ``counts`` gets each recording's segment
     count appended as it is read.
     """
-    pending: list[tuple] = []  # (coh, wpli, age, sex[, offset]) parts of the batch being filled
+    pending: list[tuple] = []  # parts of the batch being filled
     filled = 0
     for recording in recordings:
         coh, wpli, age, sex = recording[:4]
         offset = None if offsets is None else np.asarray(offsets(recording), np.float32)
+        own = None if products is None else np.asarray(products(recording), np.float32)
         counts.append(len(coh))
         start = 0
         while start < len(coh):
@@ -59,7 +63,8 @@ def segment_batches(
                     coh[part],
                     wpli[part],
                     *(np.full(n, float(v), np.float32) for v in (age, sex)),
-                    *(() if offset is None else (np.repeat(offset[None], n, axis=0),)),
+                    None if offset is None else np.repeat(offset[None], n, axis=0),
+                    None if own is None else own[part],
                 )
             )
             filled, start = filled + n, start + n
@@ -70,11 +75,11 @@ def segment_batches(
         yield _joined(pending)
 
 
-def _joined(parts: list[tuple]) -> tuple[np.ndarray, ...]:
+def _joined(parts: list[tuple]) -> tuple:
     """One batch from its parts (the parts themselves when there is one: no copy)."""
     if len(parts) == 1:
         return parts[0]
-    return tuple(np.concatenate(column) for column in zip(*parts))
+    return tuple(None if column[0] is None else np.concatenate(column) for column in zip(*parts))
 
 
 def static_offsets(model) -> Callable[[tuple], np.ndarray] | None:
@@ -85,6 +90,21 @@ def static_offsets(model) -> Callable[[tuple], np.ndarray] | None:
     if not uses_recording_means(model):
         return None
     return lambda recording: recording_static_logits(model, recording).cpu().numpy()
+
+
+def token_products(model) -> Callable[[tuple], np.ndarray] | None:
+    """For a model whose interaction token reads whole recordings
+    (``XAIguiFormer.token_reads_recordings``): a recording's tuple -> the (S, K) products of
+    its segments (``XAIguiFormer.token_products``); None for any other model (each batch forms
+    its own)."""
+    if not model.token_reads_recordings:
+        return None
+    return lambda recording: model.token_products(*recording[:4]).cpu().numpy()
+
+
+def batch_tensors(batch: tuple, device: torch.device) -> tuple:
+    """A batch of :func:`segment_batches` as tensors on ``device`` (None stays None)."""
+    return tuple(None if a is None else torch.from_numpy(a).to(device) for a in batch)
 
 
 def recording_logits(
@@ -104,9 +124,13 @@ def recording_logits(
     counts: list[int] = []
     chunks = []
     with torch.no_grad(), one_cpu_thread():
-        for batch in segment_batches(recordings, counts, offsets=static_offsets(model)):
+        batches = segment_batches(
+            recordings, counts, offsets=static_offsets(model), products=token_products(model)
+        )
+        for batch in batches:
+            coh, wpli, age, sex, offset, products = batch_tensors(batch, device)
             with autocast(device, precision):
-                _, refined = model(*(torch.from_numpy(a).to(device) for a in batch))
+                _, refined = model(coh, wpli, age, sex, offset, products)
             chunks.append(refined.float().cpu().numpy().astype(np.float64))
     logits = np.concatenate(chunks)
     bounds = np.cumsum([0] + counts)

@@ -117,6 +117,7 @@ class TransformerPath(nn.Module):
                 # parse_interactions refused any interaction when there are no channel names
                 channel_names=config.channel_names or [],
                 dim=config.d_model,
+                per_recording=config.within_per_recording,
             )
             if interactions
             else None
@@ -144,11 +145,23 @@ class TransformerPath(nn.Module):
         return drofe_default_demographics(age, sex, self.age_mean, self.age_std)[:, 0]
 
     def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
-        """(B, K) float: the kept pairs' products the interaction token embeds, from the
-        standardised connectivity (None without an interaction token)."""
+        """(B, K) float: the kept pairs' products of each segment on its own, from the
+        standardised connectivity (None without an interaction token): what the static stage
+        reads, and what the token embeds unless it reads whole recordings
+        (:meth:`token_products`)."""
         if self.interaction_token is None:
             return None
         return self.interaction_token.products(coh, wpli, self.age_z(age, sex))
+
+    def token_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
+        """(S, K) float: the products the interaction token embeds for the S segments of one
+        whole recording (standardised connectivity; ``InteractionToken.recording_products``),
+        None without an interaction token. A batch of segments of several recordings, or of
+        part of one, needs its products from each whole recording (``model/predict.py``)."""
+        if self.interaction_token is None:
+            return None
+        token = self.interaction_token
+        return token.recording_products(*token.sides(coh, wpli, self.age_z(age, sex)))
 
     def forward_with_details(
         self,
@@ -164,12 +177,13 @@ class TransformerPath(nn.Module):
         stage's); ``target`` (B,) int64 picks the explained class (default: the argmax of the
         coarse logits plus ``offset`` (B, n_classes), the static logits the whole model adds);
         ``products`` (B, K) replace the interaction products the token would form from ``coh``
-        and ``wpli`` (what ``explain`` attributes to beside the connectivity)."""
+        and ``wpli`` (what ``explain`` attributes to beside the connectivity), taking the batch
+        for one whole recording (:meth:`token_products`)."""
         demographics = self.encode_demographics(age, sex)
         tokens = self.tokenizer(coh, wpli)
         if self.interaction_token is not None:
             if products is None:
-                products = self.interaction_products(coh, wpli, age, sex)
+                products = self.token_products(coh, wpli, age, sex)
             token = self.interaction_token.embed(products)
             if self.config.transformer_inputs == "interactions":
                 # zero, still in the graph: attributions to the entries are 0, not undefined

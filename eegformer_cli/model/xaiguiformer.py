@@ -37,6 +37,10 @@ from eegformer_cli.model.transformer_path import TRANSFORMER_INPUTS, ModelOutput
 
 __all__ = ["PRESETS", "ModelConfig", "ModelOutput", "XAIguiFormer"]
 
+#: Segments standardised at a time by :meth:`XAIguiFormer.token_products` (bounds memory; the
+#: products do not depend on it).
+TOKEN_SEGMENTS = 256
+
 #: Field values of each preset (the data-dependent fields n_channels, band_names, band_edges_hz,
 #: n_classes and channel_names are always given by the caller).
 PRESET_FIELDS = {
@@ -201,6 +205,10 @@ class ModelConfig:
     #: tokens and the interaction token when there is one; "interactions" the interaction
     #: token alone when there is one (the band tokens held at zero), the band tokens otherwise.
     transformer_inputs: str = "connectivity"
+    #: Data-derived: the interaction token's within pairs are products of their entries
+    #: standardised over their own recording's segments (``model/interactions.py``); false
+    #: (model files of earlier versions): with the training statistics, as the other pairs.
+    within_per_recording: bool = False
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -413,12 +421,53 @@ class XAIguiFormer(nn.Module):
                 )
 
     def forward(
-        self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor, offset: Tensor | None = None
+        self,
+        coh: Tensor,
+        wpli: Tensor,
+        age: Tensor,
+        sex: Tensor,
+        offset: Tensor | None = None,
+        products: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(logits_coarse, logits_refined), each (B, n_classes); equal without xai_refinement.
-        ``offset``: :meth:`forward_with_details`."""
-        output = self.forward_with_details(coh, wpli, age, sex, offset=offset)
+        ``offset``, ``products``: :meth:`forward_with_details`."""
+        output = self.forward_with_details(coh, wpli, age, sex, offset=offset, products=products)
         return output.logits_coarse, output.logits_refined
+
+    @property
+    def token_reads_recordings(self) -> bool:
+        """Whether a segment's interaction token depends on its recording's other segments
+        (within pairs standardised per recording): then a batch that is not one whole
+        recording needs ``products`` from :meth:`token_products`."""
+        token = self.transformer.interaction_token
+        return token is not None and token.reads_recordings
+
+    def token_products(self, coh, wpli, age, sex) -> Tensor | None:
+        """(S, K) float32 on the model's device: the interaction token's products for one whole
+        recording, ``coh``, ``wpli`` raw (S, T, C, C) numpy or tensors, ``age``, ``sex``
+        numbers (``TransformerPath.token_products``), read :data:`TOKEN_SEGMENTS` segments at
+        a time (flat memory for a recording of any length); None without an interaction
+        token."""
+        token = self.transformer.interaction_token
+        if token is None:
+            return None
+        device = token.embed.weight.device
+        sides = []
+        with torch.no_grad():
+            for start in range(0, len(coh), TOKEN_SEGMENTS):
+                coh_block, wpli_block = (
+                    torch.as_tensor(x[start : start + TOKEN_SEGMENTS]).to(device)
+                    for x in (coh, wpli)
+                )
+                n = len(coh_block)
+                age_block, sex_block = (
+                    torch.full((n,), float(v), device=device) for v in (age, sex)
+                )
+                coh_block, wpli_block = self.standardise(coh_block, wpli_block)
+                age_z = self.transformer.age_z(age_block, sex_block)
+                sides.append(token.sides(coh_block, wpli_block, age_z))
+            a, b = (torch.cat(side) for side in zip(*sides))
+            return token.recording_products(a, b).float()
 
     def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
         """(B, K) float: the kept pairs' products, from the raw connectivity the model is given
@@ -447,8 +496,8 @@ class XAIguiFormer(nn.Module):
     ) -> ModelOutput:
         """Full forward; ``target`` (B,) int64 picks the explained class (default: the argmax
         of the coarse logits); ``products`` (B, K) replace the interaction products the model
-        would form from ``coh`` and ``wpli`` (:meth:`interaction_products`; what ``explain``
-        attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the static
+        would form from ``coh`` and ``wpli`` (:meth:`token_products`, the batch taken for one
+        whole recording; what ``explain`` attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the static
         stage's logits (training passes the cross-fitted ones; a model on recording means is
         given its recording's by every caller that has the whole recording:
         ``model/static_paths.py``); without it the static stage reads each item's own features.
@@ -459,9 +508,12 @@ class XAIguiFormer(nn.Module):
         self._check_inputs(coh, wpli, age, sex)
         coh, wpli = self.standardise(coh, wpli)
         if offset is None and self.static is not None:
-            if products is None:
-                products = self.transformer.interaction_products(coh, wpli, age, sex)
-            offset = self.static(linear_features(coh, wpli, products))
+            # the static stage reads each segment's own products, which a token that reads
+            # whole recordings does not embed
+            own = None if self.token_reads_recordings else products
+            if own is None:
+                own = self.transformer.interaction_products(coh, wpli, age, sex)
+            offset = self.static(linear_features(coh, wpli, own))
         output = self.transformer.forward_with_details(
             coh, wpli, age, sex, target, products, offset
         )

@@ -268,6 +268,11 @@ class ConnectomeDataset(Dataset):
     Generator). Why: one 15 s segment's coherence is a noisy estimate of the recording's; the
     mean over segments is what the evaluation's per-recording logit average approaches, and
     what the logistic-regression reference sees; the label cannot change, unlike mixup.
+
+    ``products`` (set by :meth:`set_token_products`, for a model whose interaction token reads
+    whole recordings): each recording's (S, K) token products; an item then has ``products``
+    float32 (K,), its segment's, and is never an average of segments (the transformer path
+    reads a recording's segments as they are).
     """
 
     def __init__(
@@ -293,6 +298,17 @@ class ConnectomeDataset(Dataset):
         self.cache = cache if cache is not None else RecordingCache(cache_bytes)
         self.segment_averaging = segment_averaging
         self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.products: list[np.ndarray] | None = None
+
+    def set_token_products(self, model) -> None:
+        """Give every item its segment's interaction-token products from its whole recording
+        (``model.token_products``; the model's standardiser statistics set) and stop
+        averaging segments."""
+        self.products = [
+            model.token_products(*self.recording_tuple(r)[:4]).cpu().numpy()
+            for r in range(len(self.recordings))
+        ]
+        self.segment_averaging = 0.0
 
     def __len__(self) -> int:
         return len(self.index)
@@ -319,6 +335,9 @@ class ConnectomeDataset(Dataset):
             "sex": torch.tensor(rec.sex, dtype=torch.float32),
             "label": torch.tensor(self.labels[r]),
             "recording": torch.tensor(r),
+            **(
+                {} if self.products is None else {"products": torch.from_numpy(self.products[r][s])}
+            ),
         }
 
     def recording_arrays(self, r: int) -> tuple[np.ndarray, np.ndarray]:

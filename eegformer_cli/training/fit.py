@@ -108,12 +108,14 @@ class FitResult:
 def model_overrides(config: TrainConfig, interactions: list[Interaction]) -> dict:
     """The ``ModelConfig`` fields a fit sets beyond its preset: ``config.model``, the kept
     ``interactions`` and, when the within-recording screen kept a pair, ``transformer_inputs``
-    "interactions" (unless ``config.model`` sets it): the transformer reads their products."""
+    "interactions" (unless ``config.model`` sets it): the transformer reads their products, the
+    within pairs' standardised over each recording (``within_per_recording``)."""
     out = dict(config.model)
     if interactions:
         out["interactions"] = [i.to_dict() for i in interactions]
     if any(i.within for i in interactions):
         out.setdefault("transformer_inputs", "interactions")
+        out["within_per_recording"] = True
     return out
 
 
@@ -353,6 +355,8 @@ def _setup(
     model = build_model(data, config, ages, None if screen is None else screen.kept)
     if stats is not None:  # input_standardisation
         model.set_stats(stats)
+    if model.token_reads_recordings:  # each item's products from its whole recording
+        train_set.set_token_products(model)
     keep = fit_static(model, train_set, val_set, config, seed) if config.linear_path else None
     model = model.to(device)
     train_model = distributed.wrap_for_training(model)
@@ -516,15 +520,18 @@ def _train_step(loop: _Loop, batch: dict, config: TrainConfig, device: torch.dev
         config.mix_beta,
         loop.rng,
     )
-    (coh, wpli, age, sex, targets, recording), loss_scale = distributed.shard_batch(
-        coh, wpli, age, sex, targets, batch["recording"]
+    # from whole recordings (with mixing: the first item's, as its offset)
+    own = [] if "products" not in batch else [batch["products"]]
+    (coh, wpli, age, sex, targets, recording, *sliced), loss_scale = distributed.shard_batch(
+        coh, wpli, age, sex, targets, batch["recording"], *own
     )  # this process's slice of the batch (torchrun)
     coh, wpli, age, sex = (t.to(device) for t in (coh, wpli, age, sex))
+    products = sliced[0].to(device) if sliced else None
     offset = None
     if loop.keep is not None:  # with mixing: the first recording's inner model
         offset = loop.keep.batch_offsets(loop.model, coh, wpli, age, sex, recording)
     with autocast(device, loop.precision):
-        coarse, refined = loop.train_model(coh, wpli, age, sex, offset)
+        coarse, refined = loop.train_model(coh, wpli, age, sex, offset, products)
     loss = _loss(coarse, refined, targets.to(device), config, loop.weight) * loss_scale
     loop.optimizer.zero_grad(set_to_none=True)
     loop.scaler.scale(loss).backward()
