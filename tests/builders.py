@@ -98,6 +98,22 @@ n_gnn_layers = 1
 CHANNELS = ["F3", "F4", "C3", "C4", "P3", "P4"]
 BANDS = ["theta", "alpha", "beta"]
 EDGES = [[4.0, 8.0], [8.0, 13.0], [13.0, 30.0]]
+
+
+def study_model_config(preset: str = "default", **fields) -> ModelConfig:
+    """``ModelConfig.preset(preset, **fields)`` for this module's study (CHANNELS, BANDS,
+    EDGES, two classes)."""
+    return ModelConfig.preset(
+        preset,
+        n_channels=len(CHANNELS),
+        band_names=BANDS,
+        band_edges_hz=EDGES,
+        n_classes=2,
+        channel_names=CHANNELS,
+        **fields,
+    )
+
+
 TINY = {
     "epochs": 6,
     "batch_size": 4,

@@ -12,14 +12,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from builders import BANDS, CHANNELS, EDGES, PLANTED, dynamic_study, planted_study, tiny_config
+from builders import PLANTED, dynamic_study, planted_study, study_model_config, tiny_config
 from sklearn.metrics import balanced_accuracy_score
 
 from eegformer_cli.errors import UsageError
 from eegformer_cli.explain.attributions import explain_recording
 from eegformer_cli.model.interactions import Interaction
 from eegformer_cli.model.linear_path import recording_features
-from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
+from eegformer_cli.model.xaiguiformer import XAIguiFormer
 from eegformer_cli.training import interaction_screen as screen
 from eegformer_cli.training.dataset import ConnectomeDataset, load_training_data
 from eegformer_cli.training.fit import evaluate, fit_model, screen_fit
@@ -96,13 +96,7 @@ def test_the_linear_path_on_segment_products_reads_a_pair_that_bursts_together(t
 def _transformer_logits(inputs: str, coh: torch.Tensor, wpli: torch.Tensor) -> torch.Tensor:
     """The transformer path's refined logits of a default model with the planted pair's token."""
     torch.manual_seed(0)
-    config = ModelConfig.preset(
-        "default",
-        n_channels=len(CHANNELS),
-        band_names=BANDS,
-        band_edges_hz=EDGES,
-        n_classes=2,
-        channel_names=CHANNELS,
+    config = study_model_config(
         interactions=[Interaction(*PLANTED, 1.0, 0.5).to_dict()],
         transformer_inputs=inputs,
     )

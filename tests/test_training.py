@@ -28,6 +28,7 @@ from builders import (
     TRAIN_SETTINGS,
     exit_code,
     make_connectome_folder,
+    study_model_config,
     tiny_config,
     write_connectome_folder,
 )
@@ -953,18 +954,7 @@ def test_a_folder_without_covariances_trains_without_the_tangent_space_and_says_
 
 def test_auto_trains_a_small_transformer_path_on_the_cpu_gpu_or_not(monkeypatch):
     sizes = {
-        preset: transformer_parameters(
-            XAIguiFormer(
-                ModelConfig.preset(
-                    preset,
-                    n_channels=len(CHANNELS),
-                    band_names=BANDS,
-                    band_edges_hz=EDGES,
-                    n_classes=2,
-                    channel_names=CHANNELS,
-                )
-            )
-        )
+        preset: transformer_parameters(XAIguiFormer(study_model_config(preset)))
         for preset in ("default", "paper")
     }
     assert sizes["default"] < devices.CUDA_MIN_PARAMETERS <= sizes["paper"]

@@ -1,7 +1,7 @@
 """Within pairs read per recording (``ModelConfig.within_per_recording``): the interaction
 token reads a within pair's two entries' rises over their own recording's floor, in units of
-their standard deviation over its segments, so a recording's products average to the entries' correlation over its segments,
-and every caller gives a segment the products of its whole recording, in whatever batch it
+their standard deviation over its segments, so a recording's products average to the entries'
+correlation over its segments, and every caller gives a segment the products of its whole recording, in whatever batch it
 falls (``model/predict.py``, training, ``explain``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from builders import BANDS, CHANNELS, EDGES, PLANTED, perturb
+from builders import BANDS, CHANNELS, PLANTED, perturb, study_model_config
 
 from eegformer_cli.explain.attributions import explain_recording
 from eegformer_cli.model.interactions import Entry, Interaction, entry_values
@@ -24,13 +24,7 @@ def within_model(per_recording: bool = True, **fields) -> XAIguiFormer:
     """A random default model on recording means whose token holds a within pair (PLANTED)
     and a pair of the screen of means, standardising its inputs, moved from its init."""
     torch.manual_seed(0)
-    config = ModelConfig.preset(
-        "default",
-        n_channels=len(CHANNELS),
-        band_names=BANDS,
-        band_edges_hz=EDGES,
-        n_classes=2,
-        channel_names=CHANNELS,
+    config = study_model_config(
         interactions=[
             Interaction(*PLANTED, 1.0, 0.5, within=True).to_dict(),
             Interaction(*STATIC, 1.0, 0.5).to_dict(),

@@ -91,7 +91,9 @@ def path_logit_changes(
     # (one recording of constant connectivity)
     products = recording_token_products(model, coh, wpli, age, sex)
     token = (
-        () if products is None else (products, model.token_products(*baselines, *age[:1], *sex[:1]))
+        ()
+        if products is None
+        else (products, model.token_products(*baselines, float(age[0]), float(sex[0])))
     )
 
     def total(batch: tuple) -> Tensor:  # (coh, wpli, age, sex, baseline coh, wpli[, products])

@@ -497,10 +497,11 @@ class XAIguiFormer(nn.Module):
         """Full forward; ``target`` (B,) int64 picks the explained class (default: the argmax
         of the coarse logits); ``products`` (B, K) replace the interaction products the model
         would form from ``coh`` and ``wpli`` (:meth:`token_products`, the batch taken for one
-        whole recording; what ``explain`` attributes to beside the connectivity); ``offset`` (B, n_classes) replaces the static
-        stage's logits (training passes the cross-fitted ones; a model on recording means is
-        given its recording's by every caller that has the whole recording:
-        ``model/static_paths.py``); without it the static stage reads each item's own features.
+        whole recording; what ``explain`` attributes to beside the connectivity); ``offset``
+        (B, n_classes) replaces the static stage's logits (training passes the cross-fitted
+        ones; a model on recording means is given its recording's by every caller that has the
+        whole recording: ``model/static_paths.py``); without it the static stage reads each
+        item's own features.
 
         Both passes' logits are the static stage's plus the transformer path's (the static
         stage's alone when the transformer path is not kept; the transformer's alone without a
