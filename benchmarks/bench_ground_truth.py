@@ -126,6 +126,11 @@ VARIANTS = {
 #: --segment-length), which preprocess's segments must be, 10 of them.
 DURATION_S = {"dynamic": 120}
 SEGMENT_S = {"dynamic": 12}
+#: preprocess --epoch-length where it is not the burst grid's segment ("auto": preprocess's own
+#: choice), and simulate --burst-segments where given: other layouts of the dynamic study
+#: (``--duration``, ``--segment-length``, ``--epoch-length``, ``--burst-segments``, ``--strength``).
+EPOCH_S: dict[str, str] = {}
+BURST_SEGMENTS: dict[str, int] = {}
 #: simulate --strength per scenario where not its default: a dynamic coupling is on in half the
 #: segments only, and a stronger source brings its oracle near 1 (docs/benchmarks.md).
 STRENGTH = {"dynamic": 1.5}
@@ -170,9 +175,14 @@ def study(
         + "".join(f"-{v}" for v in power[1::2])
         + (f"-d{DURATION_S[scenario]}" if scenario in DURATION_S else "")
         + (f"-strength{STRENGTH[scenario]:g}" if scenario in STRENGTH else "")
+        + (f"-s{SEGMENT_S[scenario]}" if scenario in EPOCH_S or scenario in BURST_SEGMENTS else "")
+        + (f"-b{BURST_SEGMENTS[scenario]}" if scenario in BURST_SEGMENTS else "")
+        + (f"-e{EPOCH_S[scenario]}" if scenario in EPOCH_S else "")
     )
     segment = ["--segment-length", str(SEGMENT_S[scenario])] if scenario in SEGMENT_S else []
     segment += ["--strength", str(STRENGTH[scenario])] if scenario in STRENGTH else []
+    if scenario in BURST_SEGMENTS:
+        segment += ["--burst-segments", str(BURST_SEGMENTS[scenario])]
     data, prep = out / "studies" / name, out / "prep" / name
     if not (prep / "manifest.tsv").exists():
         run(
@@ -198,7 +208,8 @@ def study(
             ],
             log,
         )
-        epochs = ["--epoch-length", str(SEGMENT_S[scenario])] if scenario in SEGMENT_S else []
+        epoch = EPOCH_S.get(scenario, SEGMENT_S.get(scenario, "auto"))
+        epochs = ["--epoch-length", str(epoch)] if epoch != "auto" else []
         run(
             EEGFORMER
             + ["preprocess", str(data), "--out", str(prep), "--n-jobs", str(n_jobs), *epochs],
@@ -218,6 +229,22 @@ def power_options(scenario: str, args) -> tuple[str, ...]:
         ("--gain", args.gain),
     ]
     return tuple(x for option, value in given if value is not None for x in (option, str(value)))
+
+
+def set_dynamic_layout(args) -> None:
+    """The dynamic study's layout from the command line, where given: recording length, burst
+    grid, burst length, source strength, and preprocess's segment length (default: the grid's;
+    another one, or "auto", cuts segments that the bursts do not line up with)."""
+    given = [
+        (DURATION_S, args.duration),
+        (SEGMENT_S, args.segment_length),
+        (EPOCH_S, args.epoch_length),
+        (BURST_SEGMENTS, args.burst_segments),
+        (STRENGTH, args.strength),
+    ]
+    for table, value in given:
+        if value is not None:
+            table["dynamic"] = value
 
 
 def scenario_seed(scenario: str, seed: int | None) -> int:
@@ -748,7 +775,7 @@ def _dynamic_attribution(explained: Path, recordings, participants, planted, tru
     planted_cells = {
         f"{c.token_band} " + "-".join(sorted(c.channels, key=order.__getitem__)) for _, c in planted
     }
-    segment_s = float(truth["dynamic"]["segment_s"])
+    segment_s = float(truth["dynamic"]["segment_s"])  # the burst grid's
     top_two, both_higher, gaps = [], [], []
     for row in recordings:
         person = participants[row["participant_id"]]
@@ -767,9 +794,11 @@ def _dynamic_attribution(explained: Path, recordings, participants, planted, tru
         top_two.append(set(strongest) == planted_cells)
         bursts = person["bursts"]
         both, rest = [], []
-        for segment in segments:
-            grid = int(round(float(segment["onset_s"]) / segment_s))
-            on = all(bursts[name][grid] for name in bursts)
+        onsets = [float(segment["onset_s"]) for segment in segments]
+        length = min(np.diff(onsets), default=segment_s)  # preprocess's segment
+        for onset, segment in zip(onsets, segments):
+            grid = int((onset + length / 2) // segment_s)  # at the segment's middle
+            on = all(grid < len(on) and on[grid] for on in bursts.values())
             (both if on else rest).append(float(segment["contribution"]))
         if both and rest:
             both_higher.append(np.mean(both) > np.mean(rest))
@@ -847,7 +876,16 @@ def main() -> None:
         default=0.0,
         help="simulate --spread: planted sources reach their channels' neighbours (0: off)",
     )
+    layout = parser.add_argument_group("the dynamic study's layout (default: its own)")
+    layout.add_argument("--duration", type=int, default=None, help="simulate --duration (s)")
+    layout.add_argument("--segment-length", type=int, default=None, help="the burst grid (s)")
+    layout.add_argument("--burst-segments", type=int, default=None, help="simulate's")
+    layout.add_argument("--strength", type=float, default=None, help="simulate --strength")
+    layout.add_argument(
+        "--epoch-length", default=None, help="preprocess's (s, or auto; default: the grid's)"
+    )
     args = parser.parse_args()
+    set_dynamic_layout(args)
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "bench_ground_truth.log"
     os.environ.setdefault("PYTHONPATH", str(REPO))

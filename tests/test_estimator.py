@@ -265,3 +265,36 @@ def test_recordings_preprocessed_otherwise_are_refused(prep, tmp_path):
     # connectomes in memory carry no folder: nothing to compare
     in_memory = X_other.assign(connectome=[load_connectome(p) for p in X_other["connectome"]])
     assert fitted.predict_proba(in_memory).shape == (len(X), 2)
+
+
+def test_a_dynamic_study_is_read_per_recording_and_predicted_as_predict_does(tmp_path):
+    """On a dynamic study (the label in which two entries rise in the same segments) the
+    estimator keeps the planted within pair, reads its products over each recording's own
+    segments (``within_per_recording``), tells the held-out participants apart, and its
+    ``predict_proba`` is what ``predict``'s ``recording_logits`` gives for the same model."""
+    import torch
+    from builders import PLANTED, dynamic_study
+    from scipy.special import softmax
+
+    from eegformer_cli.model.interactions import Interaction
+    from eegformer_cli.model.predict import recording_logits
+
+    X = read_preprocessed(dynamic_study(tmp_path / "dynamic", n=48))
+    y = X["diagnosis"].to_numpy()
+    held_out = X["participant_id"].isin(sorted(set(X["participant_id"]))[::4]).to_numpy()
+    estimator = XAIguiFormerClassifier(
+        config={**TINY, "transformer_path": "on"}, epochs=EPOCHS, random_state=SEED, device="cpu"
+    ).fit(X[~held_out], y[~held_out])
+    model = estimator.model_
+    kept = [Interaction.from_dict(k) for k in model.config.interactions]
+    assert model.config.within_per_recording
+    assert any(k.within and {k.a, k.b} == set(PLANTED) for k in kept)
+    probabilities = estimator.predict_proba(X[held_out])
+    assert np.mean(estimator.predict(X[held_out]) == y[held_out]) >= 0.75  # 12 held out
+    inputs = []
+    for _, row in X[held_out].iterrows():
+        with np.load(row["connectome"]) as saved:
+            coh, wpli = saved["coh"], saved["wpli"]
+        inputs.append((coh, wpli, float(row["age"]), {"M": 0.0, "F": 1.0}.get(row["sex"], np.nan)))
+    logits = recording_logits(model, inputs, torch.device("cpu"))
+    np.testing.assert_allclose(softmax(logits, axis=1), probabilities, rtol=1e-5, atol=1e-6)

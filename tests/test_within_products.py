@@ -153,7 +153,8 @@ def test_the_explanation_of_a_within_pair_adds_up_over_its_segments_and_cells():
     logit = recording_logits(model, [(coh, wpli, 40.0, 1.0)], torch.device("cpu"))[0, 1]
     timeline = explanation.segments
     assert np.ptp(timeline.contributions) > 0
-    assert timeline.static_share + timeline.contributions.sum() == pytest.approx(logit, rel=1e-5)
+    total = timeline.static_share + timeline.contributions.sum()
+    assert total == pytest.approx(logit, rel=1e-5, abs=1e-6)
     upper = np.triu_indices(len(CHANNELS), 1)
     pairs = explanation.channel_pairs[:, upper[0], upper[1]].sum()
     products = [row["value"] for row in explanation.interactions]
