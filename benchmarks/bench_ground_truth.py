@@ -64,11 +64,15 @@ product of coherence, and it adds the row ``screen_segment_l1`` (``screen_dynami
 of every per-segment product of two standardised entries, its kept products beside every
 entry's recording mean, an L1 logistic regression: the bar the transformer must reach). Its own
 acceptance seed: DYNAMIC_ACCEPTANCE_SEED (``screen_dynamic.py`` fits its references alone).
+Other layouts of it (screening seeds): ``--duration``, ``--segment-length`` (the burst grid),
+``--burst-segments``, ``--strength``, and ``--epoch-length`` (preprocess's segments, default the
+grid's; another length or ``auto`` cuts segments that the bursts do not line up with).
 
 Usage:
   python benchmarks/bench_ground_truth.py --out /tmp/gt [--seed 2711] [--n 300] [--n-large 1000]
       [--scenarios linear,interaction,age,null,power,dynamic] [--skip-large] [--explain] [--n-jobs 2]
       [--spread 0.6] [--power-channel Fz] [--power-band theta] [--gain 1.2]
+      [--duration 300 --segment-length 21 --burst-segments 2 --epoch-length auto --strength 1.2]
 ``--spread W`` simulates every study with ``simulate --spread W`` (planted sources reach their
 electrodes' neighbours, so each coupling has proxies; 0: off, the studies of earlier runs); each
 scenario then also reports in how many folds the planted pair was kept, as a kept pair or one of
