@@ -12,7 +12,14 @@ import torch
 from builders import BANDS, CHANNELS, PLANTED, perturb, study_model_config
 
 from eegformer_cli.explain.attributions import explain_recording
-from eegformer_cli.model.interactions import Entry, Interaction, entry_values
+from eegformer_cli.model.interactions import (
+    MEASURES,
+    Entry,
+    Interaction,
+    Proxy,
+    entry_values,
+    measure_twins_of,
+)
 from eegformer_cli.model.predict import SEGMENTS_PER_BATCH, recording_logits
 from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 
@@ -20,13 +27,26 @@ from eegformer_cli.model.xaiguiformer import ModelConfig, XAIguiFormer
 STATIC = (Entry("coh", "alpha", ("F3", "C3")), Entry("coh", "beta", ("P3", "P4")))
 
 
-def within_model(per_recording: bool = True, **fields) -> XAIguiFormer:
-    """A random default model on recording means whose token holds a within pair (PLANTED)
-    and a pair of the screen of means, standardising its inputs, moved from its init."""
+def twin(entry: Entry) -> Entry:
+    """The other measure of ``entry``'s band and channel pair."""
+    return Entry(MEASURES[1 - MEASURES.index(entry.measure)], entry.band, entry.channels)
+
+
+#: Proxies of the within pair PLANTED that pair each side's twin with the other side.
+TWIN_PROXIES = (
+    Proxy(twin(PLANTED[0]), PLANTED[1], 0.9, 0.8),
+    Proxy(PLANTED[0], twin(PLANTED[1]), 0.8, 0.7),
+)
+
+
+def within_model(per_recording: bool = True, proxies=(), **fields) -> XAIguiFormer:
+    """A random default model on recording means whose token holds a within pair (PLANTED,
+    with ``proxies``) and a pair of the screen of means, standardising its inputs, moved from
+    its init."""
     torch.manual_seed(0)
     config = study_model_config(
         interactions=[
-            Interaction(*PLANTED, 1.0, 0.5, within=True).to_dict(),
+            Interaction(*PLANTED, 1.0, 0.5, tuple(proxies), within=True).to_dict(),
             Interaction(*STATIC, 1.0, 0.5).to_dict(),
         ],
         transformer_inputs="interactions",
@@ -161,3 +181,64 @@ def test_the_explanation_of_a_within_pair_adds_up_over_its_segments_and_cells():
     assert products[0] != 0  # the transformer path reads the products alone
     total = explanation.paths["target"]["total"]
     assert pairs + sum(products) == pytest.approx(total, rel=0.01, abs=1e-4)  # completeness
+
+
+def test_a_within_pair_reads_the_twins_a_proxy_pairs_with_the_other_side():
+    a, b = PLANTED
+    assert measure_twins_of(Interaction(a, b, 1.0, 0.5, TWIN_PROXIES, within=True)) == (
+        twin(a),
+        twin(b),
+    )
+    both_twins = (Proxy(twin(a), twin(b), 0.9, 0.8),)
+    assert measure_twins_of(Interaction(a, b, 1.0, 0.5, both_twins)) == (twin(a), twin(b))
+    elsewhere = (Proxy(twin(a), STATIC[0], 0.9, 0.8), Proxy(STATIC[1], b, 0.9, 0.8))
+    assert measure_twins_of(Interaction(a, b, 1.0, 0.5, elsewhere)) == (None, None)
+    assert measure_twins_of(Interaction(a, "age", 1.0, 0.5, TWIN_PROXIES)) == (None, None)
+
+
+def noisy_couplings(together: bool, seed: int, n_segments: int = 10):
+    """A recording whose two PLANTED couplings burst in half its segments, together or in
+    turn, each seen by both coherence and wPLI of its slot with noise of its own (sd 0.12
+    against a burst of 0.1)."""
+    coh, wpli = recording(n_segments, seed)
+    rng = np.random.default_rng([seed, 7])
+    on_a = rng.permutation(n_segments) < n_segments // 2
+    on_b = on_a if together else ~on_a
+    for (band, i, j), on in (((0, 2, 5), on_a), ((2, 1, 3), on_b)):  # PLANTED's slots
+        for measure in (coh, wpli):
+            level = 0.3 + 0.1 * on + rng.normal(0, 0.12, n_segments)
+            measure[:, band, i, j] = measure[:, band, j, i] = level
+    return coh, wpli
+
+
+def test_reading_the_twins_tells_co_occurring_couplings_apart_with_less_noise():
+    """Per recording, the mean of the pair's products (its sides' correlation) of 30
+    recordings whose couplings burst together against 30 whose couplings alternate: Welch's
+    t is larger when each side is read with its twin than when read alone."""
+    from scipy.stats import ttest_ind
+
+    t = {}
+    for twins in (False, True):
+        model = within_model(proxies=TWIN_PROXIES, within_measure_twins=twins)
+        means = {
+            together: [
+                float(model.token_products(*noisy_couplings(together, s), 40.0, 1.0)[:, 0].mean())
+                for s in range(30)
+            ]
+            for together in (True, False)
+        }
+        t[twins] = ttest_ind(means[True], means[False], equal_var=False).statistic
+    assert t[True] > 1.2 * t[False] > 0, t
+
+
+def test_without_twins_or_the_setting_a_within_pair_reads_its_entries_alone():
+    coh, wpli = recording(6, seed=5)
+    alone = within_model().token_products(coh, wpli, 40.0, 1.0).numpy()
+    no_proxy = within_model(within_measure_twins=True).token_products(coh, wpli, 40.0, 1.0)
+    np.testing.assert_array_equal(no_proxy.numpy(), alone)
+    stored = within_model(proxies=TWIN_PROXIES, within_measure_twins=True).config.to_dict()
+    del stored["within_measure_twins"]  # a model file of an earlier version
+    earlier = XAIguiFormer(ModelConfig.from_dict(stored)).eval()
+    earlier.set_stats({"coh_mean": 0.3, "coh_std": 0.1, "wpli_mean": 0.3, "wpli_std": 0.1})
+    earlier.set_demographic_stats(40.0, 10.0)
+    np.testing.assert_array_equal(earlier.token_products(coh, wpli, 40.0, 1.0).numpy(), alone)

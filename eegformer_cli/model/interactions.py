@@ -33,6 +33,12 @@ product of deviations from the mean gives both alike). Standardised with the tra
 statistics instead, a weak participant's bursting segments sit below the training mean, so
 where both couplings are off the product is larger than where both burst
 (docs/benchmarks-history.md, "The dynamic scenario: within pairs read per recording").
+With ``ModelConfig.within_measure_twins`` an entry is read with its *measure twin* (wPLI for
+coherence, and back, of the same band and channel pair) where the screen found the twin
+carrying the pair (a side of one of the pair's proxies): the entry's rise is the mean of the
+two measures' rises. Coherence and wPLI are two noisy readings of one coupling, and the screen
+keeps only the best of the four products of two couplings (the others are its proxies); read
+together they carry the coupling with less noise (docs/benchmarks.md, "The dynamic scenario").
 
 Sex has no path of its own: no study the screen was measured on plants a sex effect, and the
 screen never pairs an entry with sex.
@@ -254,6 +260,8 @@ class InteractionToken(nn.Module):
 
     index_a: Tensor
     index_b: Tensor
+    twin_a: Tensor
+    twin_b: Tensor
     with_age: Tensor
     per_recording: Tensor
 
@@ -264,6 +272,7 @@ class InteractionToken(nn.Module):
         channel_names: list[str],
         dim: int,
         per_recording: bool = False,
+        measure_twins: bool = False,
     ):
         super().__init__()
         side_a = [i.a for i in interactions]
@@ -271,6 +280,15 @@ class InteractionToken(nn.Module):
         side_b = [i.b if isinstance(i.b, Entry) else i.a for i in interactions]
         self.register_buffer("index_a", _entry_index(side_a, band_names, channel_names))
         self.register_buffer("index_b", _entry_index(side_b, band_names, channel_names))
+        # each side's twin read with it (itself where there is none: the mean of equal rises)
+        twins = [
+            measure_twins_of(i) if per_recording and measure_twins and i.within else (None, None)
+            for i in interactions
+        ]
+        for name, side, k in (("twin_a", side_a, 0), ("twin_b", side_b, 1)):
+            read = [twin[k] or entry for twin, entry in zip(twins, side)]
+            index = _entry_index(read, band_names, channel_names)
+            self.register_buffer(name, index, persistent=False)
         self.register_buffer(
             "with_age", torch.tensor([i.with_age for i in interactions]), persistent=False
         )
@@ -296,19 +314,57 @@ class InteractionToken(nn.Module):
         a, b = self.sides(coh, wpli, age_z)
         return a * b
 
-    def recording_products(self, a: Tensor, b: Tensor) -> Tensor:
-        """(S, K): the token's products from :meth:`sides` of one whole recording's S
-        segments; a within pair's (module docs): ``rise_a * rise_b - k_a * k_b``, where
+    def recording_sides(self, coh: Tensor, wpli: Tensor, age_z: Tensor) -> tuple[Tensor, ...]:
+        """(a, b, twin of a, twin of b), each (B, K): :meth:`sides` and the measure twins a
+        within pair's sides are read with (module docs; a side's own values where it has
+        none), what :meth:`recording_products` takes."""
+        a, b = self.sides(coh, wpli, age_z)
+        twin_b = entry_values(coh, wpli, self.twin_b)
+        return a, b, entry_values(coh, wpli, self.twin_a), torch.where(self.with_age, b, twin_b)
+
+    def recording_products(self, a: Tensor, b: Tensor, twin_a: Tensor, twin_b: Tensor) -> Tensor:
+        """(S, K): the token's products from :meth:`recording_sides` of one whole recording's
+        S segments; a within pair's (module docs): ``rise_a * rise_b - k_a * k_b``, where
         ``rise = (x - floor) / sd`` over the S segments (floor: their
-        :data:`WITHIN_FLOOR_QUANTILE` quantile) and ``k`` is the mean's rise. These average to
-        the entries' correlation over the segments (a recording of one segment, or a pair
-        constant over it: 0)."""
+        :data:`WITHIN_FLOOR_QUANTILE` quantile), the mean of an entry's and its twin's, and
+        ``k`` is the mean's rise. These average to the sides' correlation over the segments
+        (a recording of one segment, or a pair constant over it: 0)."""
         if not self.reads_recordings:
             return a * b
-        rise_a, mean_a = _rise_over_segments(a)
-        rise_b, mean_b = _rise_over_segments(b)
+        rise_a, mean_a = _rise_with_twin(a, twin_a)
+        rise_b, mean_b = _rise_with_twin(b, twin_b)
         within = rise_a * rise_b - mean_a * mean_b
         return torch.where(self.per_recording, within.to(a.dtype), a * b)
+
+
+def measure_twins_of(interaction: Interaction) -> tuple[Entry | None, Entry | None]:
+    """The measure twins (the other measure of the same band and channel pair) of an entry
+    pair's two sides that the screen found carrying the pair too: a side's twin where one of
+    the pair's proxies pairs it with the other side or that side's twin; None for a side
+    without one (and for an entry-age pair)."""
+    a, b = interaction.a, interaction.b
+    if not isinstance(b, Entry):
+        return None, None
+    proxies = {frozenset((proxy.a, proxy.b)) for proxy in interaction.proxies}
+    twin_a, twin_b = (
+        Entry(MEASURES[1 - MEASURES.index(e.measure)], e.band, e.channels) for e in (a, b)
+    )
+
+    def found(side: Entry, partners: tuple[Entry, Entry]) -> bool:
+        return any(frozenset((side, partner)) in proxies for partner in partners)
+
+    return (
+        twin_a if found(twin_a, (b, twin_b)) else None,
+        twin_b if found(twin_b, (a, twin_a)) else None,
+    )
+
+
+def _rise_with_twin(x: Tensor, twin: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`_rise_over_segments` of ``x`` (S, K) and its ``twin`` (S, K), averaged: a column
+    whose twin is itself keeps its own rise exactly."""
+    rise, mean = _rise_over_segments(x)
+    twin_rise, twin_mean = _rise_over_segments(twin)
+    return (rise + twin_rise) / 2, (mean + twin_mean) / 2
 
 
 def _rise_over_segments(x: Tensor) -> tuple[Tensor, Tensor]:

@@ -118,6 +118,7 @@ class TransformerPath(nn.Module):
                 channel_names=config.channel_names or [],
                 dim=config.d_model,
                 per_recording=config.within_per_recording,
+                measure_twins=config.within_measure_twins,
             )
             if interactions
             else None
@@ -161,7 +162,7 @@ class TransformerPath(nn.Module):
         if self.interaction_token is None:
             return None
         token = self.interaction_token
-        return token.recording_products(*token.sides(coh, wpli, self.age_z(age, sex)))
+        return token.recording_products(*token.recording_sides(coh, wpli, self.age_z(age, sex)))
 
     def forward_with_details(
         self,

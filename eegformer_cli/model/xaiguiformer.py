@@ -209,6 +209,11 @@ class ModelConfig:
     #: standardised over their own recording's segments (``model/interactions.py``); false
     #: (model files of earlier versions): with the training statistics, as the other pairs.
     within_per_recording: bool = False
+    #: Data-derived, with ``within_per_recording``: a within pair's entry is read together with
+    #: its measure twin (the other measure of its band and channel pair) when the screen found
+    #: the twin carrying the pair too (one of its proxies; ``model/interactions.py``); false
+    #: (model files of earlier versions): the entry alone.
+    within_measure_twins: bool = False
 
     def __post_init__(self):
         self.band_names = [str(name) for name in self.band_names]
@@ -465,9 +470,8 @@ class XAIguiFormer(nn.Module):
                 )
                 coh_block, wpli_block = self.standardise(coh_block, wpli_block)
                 age_z = self.transformer.age_z(age_block, sex_block)
-                sides.append(token.sides(coh_block, wpli_block, age_z))
-            a, b = (torch.cat(side) for side in zip(*sides))
-            return token.recording_products(a, b).float()
+                sides.append(token.recording_sides(coh_block, wpli_block, age_z))
+            return token.recording_products(*(torch.cat(side) for side in zip(*sides))).float()
 
     def interaction_products(self, coh: Tensor, wpli: Tensor, age: Tensor, sex: Tensor):
         """(B, K) float: the kept pairs' products, from the raw connectivity the model is given

@@ -109,13 +109,16 @@ def model_overrides(config: TrainConfig, interactions: list[Interaction]) -> dic
     """The ``ModelConfig`` fields a fit sets beyond its preset: ``config.model``, the kept
     ``interactions`` and, when the within-recording screen kept a pair, ``transformer_inputs``
     "interactions" (unless ``config.model`` sets it): the transformer reads their products, the
-    within pairs' standardised over each recording (``within_per_recording``)."""
+    within pairs' standardised over each recording (``within_per_recording``), each entry with
+    its measure twin where the screen found the twin carrying the pair
+    (``within_measure_twins``)."""
     out = dict(config.model)
     if interactions:
         out["interactions"] = [i.to_dict() for i in interactions]
     if any(i.within for i in interactions):
         out.setdefault("transformer_inputs", "interactions")
         out["within_per_recording"] = True
+        out["within_measure_twins"] = True
     return out
 
 
