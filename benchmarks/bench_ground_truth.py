@@ -77,6 +77,9 @@ Usage:
 electrodes' neighbours, so each coupling has proxies; 0: off, the studies of earlier runs); each
 scenario then also reports in how many folds the planted pair was kept, as a kept pair or one of
 its proxies (``planted_kept_in_folds``).
+A rerun into the same ``--out`` reuses the studies and every finished fold by name, so it goes on
+only where the code that trains is the one that made them (``RUN.code`` beside each run folder);
+otherwise it stops and asks for a fresh ``--out``.
 Prints one JSON object (also OUT/bench_ground_truth.json).
 """
 
@@ -278,9 +281,36 @@ def without_ages(prep: Path) -> Path:
     return copy
 
 
+def code_stamp() -> str:
+    """The code that trains: the committed ``eegformer_cli`` tree's hash and a hash of its
+    uncommitted changes (a commit of docs or benchmarks alone leaves it as it is)."""
+    import hashlib
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True).stdout
+
+    changes = hashlib.sha256(git("diff", "HEAD", "--", "eegformer_cli")).hexdigest()[:12]
+    return f"{git('rev-parse', 'HEAD:eegformer_cli').decode().strip()} {changes}"
+
+
+def reusable(run_dir: Path) -> None:
+    """Refuse to go on with a run folder that other code made (its finished folds would be
+    reused as they are, by name); stamp a new one with :func:`code_stamp` (``RUN.code``
+    beside it: ``train`` makes the folder)."""
+    stamp, here = run_dir.parent / f"{run_dir.name}.code", code_stamp()
+    if run_dir.exists():
+        made = stamp.read_text().strip() if stamp.exists() else "unknown code"
+        if made != here:
+            raise SystemExit(f"{run_dir} was made by {made}, not {here}: give a fresh --out")
+        return
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(here + "\n")
+
+
 def cross_validate(prep: Path, run_dir: Path, variant: str, n_jobs: int, log: Path) -> float:
     """``train --fold k`` for every fold (``n_jobs`` side by side); returns the wall time (s)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    reusable(run_dir)
     files = {}
     for name, text in CONFIG_FILES.items():
         files[f"{name}_toml"] = run_dir.parent / f"{name}.toml"
@@ -690,6 +720,7 @@ def explanation_check(
     fresh_data, fresh = study(out, scenario, 100, seed + 1, seed, n_jobs, log, spread)
     truth = read_ground_truth(ground_truth_path(fresh_data))
     run_dir = out / "runs" / f"{prep.name}-holdout"
+    reusable(run_dir)
     if not (run_dir / "model.pt").exists():
         run(
             EEGFORMER
