@@ -327,8 +327,9 @@ class InteractionToken(nn.Module):
         S segments; a within pair's (module docs): ``rise_a * rise_b - k_a * k_b``, where
         ``rise = (x - floor) / sd`` over the S segments (floor: their
         :data:`WITHIN_FLOOR_QUANTILE` quantile), the mean of an entry's and its twin's, and
-        ``k`` is the mean's rise. These average to the sides' correlation over the segments
-        (a recording of one segment, or a pair constant over it: 0)."""
+        ``k`` is the mean's rise. These average to the covariance of the two sides' rises over
+        the segments, the entries' correlation where neither has a twin (a recording of one
+        segment, or a pair constant over it: 0)."""
         if not self.reads_recordings:
             return a * b
         rise_a, mean_a = _rise_with_twin(a, twin_a)
