@@ -133,6 +133,8 @@ VARIANTS = {
 #: --segment-length), which preprocess's segments must be, 10 of them.
 DURATION_S = {"dynamic": 120}
 SEGMENT_S = {"dynamic": 12}
+#: The grids above before ``--segment-length``: a study on another grid is named for it.
+DEFAULT_SEGMENT_S = dict(SEGMENT_S)
 #: preprocess --epoch-length where it is not the burst grid's segment ("auto": preprocess's own
 #: choice), and simulate --burst-segments where given: other layouts of the dynamic study
 #: (``--duration``, ``--segment-length``, ``--epoch-length``, ``--burst-segments``, ``--strength``).
@@ -182,7 +184,7 @@ def study(
         + "".join(f"-{v}" for v in power[1::2])
         + (f"-d{DURATION_S[scenario]}" if scenario in DURATION_S else "")
         + (f"-strength{STRENGTH[scenario]:g}" if scenario in STRENGTH else "")
-        + (f"-s{SEGMENT_S[scenario]}" if scenario in EPOCH_S or scenario in BURST_SEGMENTS else "")
+        + (f"-s{SEGMENT_S[scenario]}" if _other_layout(scenario) else "")
         + (f"-b{BURST_SEGMENTS[scenario]}" if scenario in BURST_SEGMENTS else "")
         + (f"-e{EPOCH_S[scenario]}" if scenario in EPOCH_S else "")
     )
@@ -223,6 +225,16 @@ def study(
             log,
         )
     return data, prep
+
+
+def _other_layout(scenario: str) -> bool:
+    """Whether the scenario's burst grid, burst length or preprocess segments are not its own
+    (``set_dynamic_layout``): its study's name then says them."""
+    return (
+        scenario in EPOCH_S
+        or scenario in BURST_SEGMENTS
+        or SEGMENT_S.get(scenario) != DEFAULT_SEGMENT_S.get(scenario)
+    )
 
 
 def power_options(scenario: str, args) -> tuple[str, ...]:
@@ -283,7 +295,8 @@ def without_ages(prep: Path) -> Path:
 
 def code_stamp() -> str:
     """The code that trains: the committed ``eegformer_cli`` tree's hash and a hash of its
-    uncommitted changes (a commit of docs or benchmarks alone leaves it as it is)."""
+    uncommitted changes to tracked files (a commit of docs or benchmarks alone leaves it as it
+    is; a new file not yet added to git is not seen)."""
     import hashlib
 
     def git(*args: str) -> bytes:
@@ -309,8 +322,7 @@ def reusable(run_dir: Path) -> None:
 
 def cross_validate(prep: Path, run_dir: Path, variant: str, n_jobs: int, log: Path) -> float:
     """``train --fold k`` for every fold (``n_jobs`` side by side); returns the wall time (s)."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    reusable(run_dir)
+    reusable(run_dir)  # makes its parent
     files = {}
     for name, text in CONFIG_FILES.items():
         files[f"{name}_toml"] = run_dir.parent / f"{name}.toml"
